@@ -1,0 +1,4 @@
+//! toolgate: a tool-execution microservice for agent backends.
+
+pub mod protocol;
+pub mod store;

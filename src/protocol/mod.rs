@@ -1,0 +1,16 @@
+//! Wire and storage contracts shared by every layer: the tool output, the
+//! AG-UI events, the incoming call shapes and the ui_schema codec. Everything
+//! else imports its protocol types from here.
+
+
+
+pub mod tool_output;
+
+
+/// Milliseconds since the Unix epoch: the AG-UI `timestamp` unit.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

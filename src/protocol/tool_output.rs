@@ -1,0 +1,139 @@
+//! `ToolAgentOutput`: the canonical record of one tool call's outcome, and the
+//! text projection the model receives.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    Success,
+    Failure,
+    Partial,
+}
+
+impl ToolStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Success => "success",
+            ToolStatus::Failure => "failure",
+            ToolStatus::Partial => "partial",
+        }
+    }
+}
+
+/// A structured, correctable error: enough for a model to fix its next call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolError {
+    /// Stable machine code, e.g. `INVALID_ARGUMENTS`, `TIMEOUT`, `INTERRUPTED`.
+    pub code: String,
+    pub message: String,
+    /// Whether repeating the same call unchanged may succeed.
+    pub retryable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// The tool's input schema, when the arguments were at fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+    /// Per-field problems (JSON path + message) for invalid arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<FieldError>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FieldError {
+    /// JSON Pointer into the arguments (`""` is the whole object).
+    pub path: String,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn new(code: &str, message: impl Into<String>, retryable: bool) -> Self {
+        ToolError {
+            code: code.to_string(),
+            message: message.into(),
+            retryable,
+            hint: None,
+            module: None,
+            method: None,
+            input_schema: None,
+            errors: None,
+        }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+/// Error codes produced by the pipeline itself (tools add their own).
+pub mod codes {
+    pub const TOOL_NOT_FOUND: &str = "TOOL_NOT_FOUND";
+    pub const INVALID_ARGUMENTS: &str = "INVALID_ARGUMENTS";
+    pub const TIMEOUT: &str = "TIMEOUT";
+    pub const CANCELLED: &str = "CANCELLED";
+    pub const INTERRUPTED: &str = "INTERRUPTED";
+    pub const EXECUTION_FAILED: &str = "EXECUTION_FAILED";
+}
+
+/// Reversal record of a reversible tool's execution (seed 000 `UndoInfo`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct UndoInfo {
+    pub tool_name: String,
+    pub input: Value,
+    pub description: String,
+    #[serde(default)]
+    pub irreversible: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manual_guide: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolAgentOutput {
+    pub tool_name: String,
+    pub tool_call_id: String,
+    pub tool_call_args: Value,
+    pub status: ToolStatus,
+    /// Source of truth: JSON-native, machine-oriented. `null` on failure.
+    pub result: Value,
+    pub error: Option<ToolError>,
+    /// Internal: compiled to `ui_schema` for the wire, never sent as-is to a
+    /// frontend. Absent when the action has no stable template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ui_hints: Option<Value>,
+}
+
+impl ToolAgentOutput {
+    /// The text the model receives: the complete JSON text of `result`, or of
+    /// the structured error on failure. Never summarised.
+    pub fn text_projection(&self) -> String {
+        match (&self.status, &self.error) {
+            (ToolStatus::Failure, Some(err)) => {
+                serde_json::json!({"status": "failure", "error": err}).to_string()
+            }
+            _ => self.result.to_string(),
+        }
+    }
+
+    /// The output as frontends and history clients see it: without the
+    /// internal `ui_hints`.
+    pub fn public_view(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Some(obj) = v.as_object_mut() {
+            obj.remove("ui_hints");
+        }
+        v
+    }
+}
+
+/// What goes back into the model's context.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolResponse {
+    pub content: String,
+}
