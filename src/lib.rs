@@ -1,4 +1,15 @@
-//! toolgate: a tool-execution microservice for agent backends.
+//! toolgate: a tool-execution microservice for agent backends. A chat
+//! backend hands it the tool calls a model made; toolgate decides whether
+//! each may run, runs it, stores the outcome as a message and streams it to
+//! frontends as AG-UI events.
 
+pub mod auth;
+pub mod config;
+pub mod engine;
+pub mod events;
+pub mod http;
 pub mod protocol;
+pub mod startup;
 pub mod store;
+pub mod telemetry;
+pub mod tools;

@@ -1,1 +1,107 @@
-fn main() {}
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use toolgate::config::Settings;
+use toolgate::startup::Application;
+
+#[derive(Parser)]
+#[command(name = "toolgate", version, about = "Tool execution for agent backends")]
+struct Cli {
+    /// Settings file layered over config/default.toml.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Directory for the SQLite file and the generated signing key.
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (the default).
+    Serve {
+        /// Address to listen on, e.g. 0.0.0.0:8080.
+        #[arg(long)]
+        bind: Option<std::net::SocketAddr>,
+    },
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Print a bearer token signed with the configured key.
+    Token {
+        /// The subject (owner) of the token.
+        #[arg(long)]
+        sub: String,
+        /// Lifetime, e.g. 1h, 30m, 7d.
+        #[arg(long, default_value = "24h")]
+        ttl: humantime::Duration,
+    },
+    /// Print the OpenAPI document.
+    Openapi,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let mut settings = Settings::load(cli.config.as_deref())?;
+    if let Some(dir) = cli.data_dir {
+        settings.storage.data_dir = dir;
+    }
+    match cli.command.unwrap_or(Command::Serve { bind: None }) {
+        Command::Openapi => {
+            println!("{}", toolgate::http::openapi::document_json());
+        }
+        Command::Token { sub, ttl } => {
+            let keys = toolgate::auth::Keys::load(&settings.auth, &settings.storage.data_dir)?;
+            println!("{}", keys.mint(&sub, ttl.as_secs())?);
+        }
+        Command::Migrate => {
+            toolgate::telemetry::init_logging(settings.server.json_logs);
+            let url = settings
+                .storage
+                .database_url
+                .as_ref()
+                .map(|s| secrecy::ExposeSecret::expose_secret(s).to_string());
+            let store = toolgate::store::open(url.as_deref(), &settings.storage.data_dir).await?;
+            store.ready().await?;
+            println!("migrations applied ({})", store.backend());
+        }
+        Command::Serve { bind } => {
+            if let Some(bind) = bind {
+                settings.server.bind = bind;
+            }
+            toolgate::telemetry::init_logging(settings.server.json_logs);
+            let app = Application::build(settings).await?;
+            let addr = app.local_addr();
+            tracing::info!(%addr, database = app.backend(), "toolgate listening");
+            if let Some(token) = &app.dev_token {
+                // Printed, never logged: a ready token for local use.
+                println!("toolgate serving on http://{addr} (docs: http://{addr}/docs)");
+                println!("dev bearer token (sub=dev):\n  {token}");
+            }
+            let shutdown = app.shutdown_token();
+            tokio::spawn(async move {
+                shutdown_signal().await;
+                tracing::info!("shutting down");
+                shutdown.cancel();
+            });
+            app.run().await?;
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -2,9 +2,11 @@
 //! AG-UI events, the incoming call shapes and the ui_schema codec. Everything
 //! else imports its protocol types from here.
 
-
-
+pub mod agui;
+pub mod calls;
+pub mod context;
 pub mod tool_output;
+pub mod ui_schema;
 
 
 /// Milliseconds since the Unix epoch: the AG-UI `timestamp` unit.

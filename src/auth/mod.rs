@@ -1,0 +1,254 @@
+//! Bearer JWT authentication. `sub` is the owner; threads belong to their
+//! owner. The accepted algorithm is fixed by configuration, so a token's own
+//! header cannot pick `none` or switch HS256/RS256.
+
+use std::path::Path;
+
+use base64::Engine as _;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use rand::RngCore;
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+
+use crate::config::AuthSettings;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Claims {
+    pub sub: String,
+    pub exp: u64,
+    pub iat: u64,
+    pub aud: String,
+    pub iss: String,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum AuthError {
+    #[error("missing bearer token: send `Authorization: Bearer <token>`")]
+    Missing,
+    #[error("the Authorization header must use the Bearer scheme")]
+    NotBearer,
+    #[error("the token has expired")]
+    Expired,
+    #[error("the token is invalid: {0}")]
+    Invalid(String),
+}
+
+/// Where the signing key came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeySource {
+    Configured,
+    DataDirExisting,
+    DataDirGenerated,
+}
+
+pub struct Keys {
+    algorithm: Algorithm,
+    encoding: Option<EncodingKey>,
+    decoding: DecodingKey,
+    audience: String,
+    issuer: String,
+    leeway: u64,
+    pub source: KeySource,
+}
+
+const KEY_FILE: &str = "signing.key";
+
+impl Keys {
+    /// Keys from configuration, or the data directory's key file (created on
+    /// first start with 256 random bits, readable by the owner only).
+    pub fn load(settings: &AuthSettings, data_dir: &Path) -> anyhow::Result<Keys> {
+        let base = |algorithm, encoding, decoding, source| Keys {
+            algorithm,
+            encoding,
+            decoding,
+            audience: settings.audience.clone(),
+            issuer: settings.issuer.clone(),
+            leeway: settings.leeway_secs,
+            source,
+        };
+        if let Some(secret) = &settings.hs256_secret {
+            let secret = secret.expose_secret().as_bytes();
+            anyhow::ensure!(secret.len() >= 32, "auth.hs256_secret must be at least 32 bytes");
+            return Ok(base(
+                Algorithm::HS256,
+                Some(EncodingKey::from_secret(secret)),
+                DecodingKey::from_secret(secret),
+                KeySource::Configured,
+            ));
+        }
+        if let Some(public) = &settings.public_key_pem {
+            let alg = settings.algorithm.as_deref().unwrap_or("RS256");
+            let pem = std::fs::read(public)?;
+            let private = settings.private_key_pem.as_ref().map(std::fs::read).transpose()?;
+            let (algorithm, decoding, encoding) = match alg {
+                "RS256" => (
+                    Algorithm::RS256,
+                    DecodingKey::from_rsa_pem(&pem)?,
+                    private.map(|p| EncodingKey::from_rsa_pem(&p)).transpose()?,
+                ),
+                "EdDSA" => (
+                    Algorithm::EdDSA,
+                    DecodingKey::from_ed_pem(&pem)?,
+                    private.map(|p| EncodingKey::from_ed_pem(&p)).transpose()?,
+                ),
+                other => anyhow::bail!("auth.algorithm must be RS256 or EdDSA with a public key, not {other:?}"),
+            };
+            return Ok(base(algorithm, encoding, decoding, KeySource::Configured));
+        }
+        let path = data_dir.join(KEY_FILE);
+        let (secret, source) = if path.exists() {
+            let text = std::fs::read_to_string(&path)?;
+            let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text.trim())?;
+            anyhow::ensure!(secret.len() >= 32, "{} holds a key shorter than 32 bytes", path.display());
+            (secret, KeySource::DataDirExisting)
+        } else {
+            std::fs::create_dir_all(data_dir)?;
+            let mut secret = vec![0u8; 32];
+            rand::rng().fill_bytes(&mut secret);
+            write_private(&path, &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&secret))?;
+            (secret, KeySource::DataDirGenerated)
+        };
+        Ok(base(
+            Algorithm::HS256,
+            Some(EncodingKey::from_secret(&secret)),
+            DecodingKey::from_secret(&secret),
+            source,
+        ))
+    }
+
+    /// Sign a token for `sub` valid for `ttl_secs`.
+    pub fn mint(&self, sub: &str, ttl_secs: u64) -> anyhow::Result<String> {
+        let encoding = self
+            .encoding
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("no private key configured: set auth.private_key_pem to mint tokens"))?;
+        anyhow::ensure!(valid_subject(sub), "the subject must be 1-128 printable characters");
+        let now = unix_now();
+        let claims = Claims {
+            sub: sub.to_string(),
+            iat: now,
+            exp: now + ttl_secs,
+            aud: self.audience.clone(),
+            iss: self.issuer.clone(),
+        };
+        Ok(jsonwebtoken::encode(&Header::new(self.algorithm), &claims, encoding)?)
+    }
+
+    pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let mut validation = Validation::new(self.algorithm);
+        validation.set_audience(&[&self.audience]);
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
+        validation.leeway = self.leeway;
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map_err(|e| {
+            match e.kind() {
+                jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,
+                jsonwebtoken::errors::ErrorKind::InvalidSignature => AuthError::Invalid("bad signature".into()),
+                jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => AuthError::Invalid("algorithm not accepted".into()),
+                jsonwebtoken::errors::ErrorKind::InvalidAudience => AuthError::Invalid("wrong audience".into()),
+                jsonwebtoken::errors::ErrorKind::InvalidIssuer => AuthError::Invalid("wrong issuer".into()),
+                jsonwebtoken::errors::ErrorKind::MissingRequiredClaim(c) => {
+                    AuthError::Invalid(format!("missing claim {c}"))
+                }
+                _ => AuthError::Invalid("malformed token".into()),
+            }
+        })?;
+        if !valid_subject(&data.claims.sub) {
+            return Err(AuthError::Invalid("unusable subject".into()));
+        }
+        Ok(data.claims)
+    }
+}
+
+fn valid_subject(sub: &str) -> bool {
+    !sub.is_empty() && sub.len() <= 128 && !sub.chars().any(char::is_control)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()
+}
+
+/// Parse the `Authorization` header value into a token.
+pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
+    let value = header.ok_or(AuthError::Missing)?;
+    let (scheme, token) = value.split_once(' ').ok_or(AuthError::NotBearer)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::NotBearer);
+    }
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(AuthError::Missing);
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(dir: &Path) -> Keys {
+        Keys::load(&AuthSettings::default(), dir).unwrap()
+    }
+
+    #[test]
+    fn generates_then_reuses_the_data_dir_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = keys(dir.path());
+        assert_eq!(first.source, KeySource::DataDirGenerated);
+        let token = first.mint("alice", 60).unwrap();
+        let second = keys(dir.path());
+        assert_eq!(second.source, KeySource::DataDirExisting);
+        assert_eq!(second.verify(&token).unwrap().sub, "alice");
+    }
+
+    #[test]
+    fn rejects_expired_and_foreign_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = keys(dir.path());
+        let other = keys(tempfile::tempdir().unwrap().path());
+        let foreign = other.mint("alice", 60).unwrap();
+        assert_eq!(k.verify(&foreign), Err(AuthError::Invalid("bad signature".into())));
+        let mut expired_keys = keys(dir.path());
+        expired_keys.leeway = 0;
+        let claims = Claims {
+            sub: "a".into(),
+            exp: unix_now() - 10,
+            iat: unix_now() - 20,
+            aud: "toolgate".into(),
+            iss: "toolgate".into(),
+        };
+        let expired = jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            expired_keys.encoding.as_ref().unwrap(),
+        )
+        .unwrap();
+        assert_eq!(expired_keys.verify(&expired), Err(AuthError::Expired));
+    }
+
+    #[test]
+    fn bearer_header_parsing() {
+        assert_eq!(bearer_token(Some("Bearer abc")), Ok("abc"));
+        assert_eq!(bearer_token(Some("bearer abc")), Ok("abc"));
+        assert_eq!(bearer_token(Some("Basic abc")), Err(AuthError::NotBearer));
+        assert_eq!(bearer_token(None), Err(AuthError::Missing));
+        assert_eq!(bearer_token(Some("Bearer ")), Err(AuthError::Missing));
+    }
+}

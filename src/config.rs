@@ -1,0 +1,133 @@
+//! Typed settings, layered: built-in defaults < `config/default.toml` (when
+//! present) < `--config FILE` < `TOOLGATE_…` environment variables <
+//! command-line flags. Secrets are `SecretString`s so they cannot be printed
+//! by accident.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(default)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub storage: StorageSettings,
+    pub auth: AuthSettings,
+    pub tools: ToolSettings,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ServerSettings {
+    pub bind: SocketAddr,
+    pub request_timeout_secs: u64,
+    pub body_limit_bytes: usize,
+    pub json_logs: bool,
+    pub sse_heartbeat_secs: u64,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            bind: ([127, 0, 0, 1], 8080).into(),
+            request_timeout_secs: 180,
+            body_limit_bytes: 1024 * 1024,
+            json_logs: false,
+            sse_heartbeat_secs: 15,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct StorageSettings {
+    pub data_dir: PathBuf,
+    /// From `DATABASE_URL`; never read from a file, never serialized.
+    #[serde(skip_serializing)]
+    pub database_url: Option<SecretString>,
+    pub writer_max_batch: usize,
+    pub writer_linger_ms: u64,
+}
+
+impl Default for StorageSettings {
+    fn default() -> Self {
+        StorageSettings {
+            data_dir: PathBuf::from("./data"),
+            database_url: None,
+            writer_max_batch: 256,
+            writer_linger_ms: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct AuthSettings {
+    #[serde(skip_serializing)]
+    pub hs256_secret: Option<SecretString>,
+    pub algorithm: Option<String>,
+    pub public_key_pem: Option<PathBuf>,
+    pub private_key_pem: Option<PathBuf>,
+    pub audience: String,
+    pub issuer: String,
+    pub leeway_secs: u64,
+    pub dev_token_ttl_secs: u64,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        AuthSettings {
+            hs256_secret: None,
+            algorithm: None,
+            public_key_pem: None,
+            private_key_pem: None,
+            audience: "toolgate".into(),
+            issuer: "toolgate".into(),
+            leeway_secs: 30,
+            dev_token_ttl_secs: 30 * 24 * 3600,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ToolSettings {
+    pub timeout_secs: u64,
+    pub wait_max_ms: u64,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        ToolSettings {
+            timeout_secs: 120,
+            wait_max_ms: 60_000,
+        }
+    }
+}
+
+impl Settings {
+    /// Load the layered settings. `config_file` is `--config`.
+    pub fn load(config_file: Option<&Path>) -> anyhow::Result<Settings> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        let default_file = Path::new("config/default.toml");
+        if default_file.exists() {
+            figment = figment.merge(Toml::file(default_file));
+        }
+        if let Some(file) = config_file {
+            anyhow::ensure!(file.exists(), "config file {} does not exist", file.display());
+            figment = figment.merge(Toml::file(file));
+        }
+        figment = figment.merge(Env::prefixed("TOOLGATE_").split("__"));
+        let mut settings: Settings = figment.extract()?;
+        if let Ok(url) = std::env::var("DATABASE_URL")
+            && !url.trim().is_empty()
+        {
+            settings.storage.database_url = Some(SecretString::from(url));
+        }
+        Ok(settings)
+    }
+}

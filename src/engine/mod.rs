@@ -1,0 +1,618 @@
+//! The pipeline. Every entry point (REST call, AG-UI run, and later batch,
+//! MCP and undo) hands its call to [`Engine::execute`], which walks the steps
+//! of DESIGN.md in order. Reading this file top to bottom is following a call
+//! through toolgate.
+
+mod postprocess;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::events::EventBus;
+use crate::protocol::agui::{Event, EventBody};
+use crate::protocol::calls::IncomingCall;
+use crate::protocol::now_ms;
+use crate::protocol::tool_output::{FieldError, ToolAgentOutput, ToolError, codes};
+use crate::store::writer::Writer;
+use crate::store::{
+    CallStatus, DynStore, FinishedToolCall, NewEvent, NewMessage, NewToolCall, Role, StoreError,
+    StoredEvent, ToolCallRecord, WriteOp, WriteUnit,
+};
+use crate::tools::registry::RegisteredTool;
+use crate::tools::{ProgressSink, Registry, ToolContext, ToolSuccess};
+
+pub use postprocess::compile_ui;
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Longest a tool may run before it is stopped with `TIMEOUT`.
+    pub tool_timeout: Duration,
+}
+
+/// One call handed to the pipeline.
+#[derive(Debug)]
+pub struct CallRequest {
+    pub owner: String,
+    pub thread_id: String,
+    pub call: IncomingCall,
+    /// Receives every event of this call once it has committed (the AG-UI
+    /// run endpoint streams them).
+    pub observer: Option<mpsc::UnboundedSender<Event>>,
+}
+
+/// The finished call as every entry point reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallOutcome {
+    pub output: ToolAgentOutput,
+    /// The compiled ui_schema, when the output has ui_hints.
+    pub ui_schema: Option<Value>,
+    /// The tool message that carries the result.
+    pub message_id: String,
+    /// True when the call was recorded before and nothing ran now.
+    pub replayed: bool,
+}
+
+impl CallOutcome {
+    /// The text the model receives.
+    pub fn tool_response(&self) -> String {
+        self.output.text_projection()
+    }
+}
+
+/// Why a call was refused before anything was recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum Rejection {
+    #[error("no tool named {name:?}")]
+    ToolNotFound { name: String, available: Vec<String> },
+    #[error("arguments do not match the input schema of {tool:?}")]
+    InvalidArguments { tool: String, error: ToolError },
+    #[error("tool call {id:?} is already recorded in this thread with a different tool or arguments")]
+    IdConflict { id: String },
+    #[error("tool call {id:?} is running in another process")]
+    InProgressElsewhere { id: String },
+    #[error("thread not found")]
+    NotOwner,
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for Rejection {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotOwner => Rejection::NotOwner,
+            other => Rejection::Store(other),
+        }
+    }
+}
+
+type CallKey = (String, String);
+
+/// A call this process is executing: who waits for it and how to stop it.
+struct InFlight {
+    done: watch::Receiver<bool>,
+    cancel: CancellationToken,
+}
+
+pub struct Engine {
+    registry: Arc<Registry>,
+    store: DynStore,
+    writer: Writer,
+    config: EngineConfig,
+    in_flight: Mutex<HashMap<CallKey, InFlight>>,
+}
+
+impl Engine {
+    pub fn new(registry: Arc<Registry>, store: DynStore, writer: Writer, config: EngineConfig) -> Self {
+        Engine {
+            registry,
+            store,
+            writer,
+            config,
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Run one call through the pipeline. Refusals before the write-ahead
+    /// record are `Err(Rejection)` and change nothing; everything after it
+    /// (including a tool's own failure) is an `Ok` outcome that is stored.
+    pub async fn execute(&self, req: CallRequest) -> Result<CallOutcome, Rejection> {
+        // 1. Resolve the tool by name or alias.
+        let tool = self.resolve(&req.call.name)?;
+
+        loop {
+            // 2. Idempotency: a call id seen before in this thread answers
+            //    with its stored outcome and runs nothing again.
+            if let Some(outcome) = self.recorded_outcome(&req, &tool).await? {
+                return Ok(outcome);
+            }
+
+            // 3. Permission, 4. confidence gate: filled by the safety issue.
+            let arguments = self.permission_and_confidence(&tool, &req.call.arguments)?;
+
+            // 5. Validate the arguments against the compiled input schema.
+            validate_arguments(&tool, &arguments)?;
+
+            // 6. Human checkpoint: filled by the safety issue.
+
+            // 7. Write-ahead: the call is recorded `running` before it runs.
+            let Some(guard) = self.claim_in_flight(&req) else {
+                continue; // someone started the same id a moment ago: wait for it
+            };
+            match self.write_ahead(&req, &tool.definition.name).await {
+                Ok(()) => {}
+                Err(StoreError::Conflict(_)) => {
+                    drop(guard);
+                    continue; // recorded by another process between 2 and 7
+                }
+                Err(e) => return Err(e.into()),
+            }
+
+            // 8. Execute with timeout, cancellation and progress events.
+            let executed = self.run_tool(&req, &tool, arguments.clone(), guard.cancel.clone()).await;
+
+            // 9. Undo capture, 10. post-process, 11. one transaction with the
+            //    tool message and TOOL_CALL_RESULT.
+            let output = postprocess::build_output(&tool, &req.call.id, &arguments, &executed);
+            let undo = executed.as_ref().ok().and_then(|s| s.undo.clone());
+            let outcome = self
+                .finish(&req.owner, &req.thread_id, output, undo, req.observer.as_ref())
+                .await;
+            drop(guard);
+            return outcome.map_err(Rejection::from);
+        }
+    }
+
+    fn resolve(&self, name: &str) -> Result<Arc<RegisteredTool>, Rejection> {
+        self.registry.resolve(name).ok_or_else(|| Rejection::ToolNotFound {
+            name: name.to_string(),
+            available: self.registry.names(),
+        })
+    }
+
+    async fn recorded_outcome(
+        &self,
+        req: &CallRequest,
+        tool: &RegisteredTool,
+    ) -> Result<Option<CallOutcome>, Rejection> {
+        let key = (req.thread_id.clone(), req.call.id.clone());
+        let record = loop {
+            // A call running here: wait for it to finish, then read its record.
+            let waiting = self
+                .in_flight
+                .lock()
+                .expect("in-flight lock")
+                .get(&key)
+                .map(|f| f.done.clone());
+            if let Some(mut done) = waiting {
+                let _ = done.wait_for(|finished| *finished).await;
+            }
+            let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? else {
+                return Ok(None);
+            };
+            if record.tool_name != tool.definition.name || record.args != req.call.arguments {
+                return Err(Rejection::IdConflict {
+                    id: req.call.id.clone(),
+                });
+            }
+            if record.status != CallStatus::Running {
+                break record;
+            }
+            // Running: here (claimed just after we looked) or elsewhere. The
+            // in-flight entry lives from before the write-ahead until after
+            // the result, so its absence means another process.
+            if !self.in_flight.lock().expect("in-flight lock").contains_key(&key) {
+                return Err(Rejection::InProgressElsewhere {
+                    id: req.call.id.clone(),
+                });
+            }
+        };
+        let outcome = outcome_from_record(&record)?;
+        if let Some(observer) = &req.observer {
+            for event in replay_events(&record, &outcome) {
+                let _ = observer.send(event);
+            }
+        }
+        Ok(Some(outcome))
+    }
+
+    /// Steps 3 and 4. Until the safety issue fills them, every call is
+    /// allowed and the arguments pass through unchanged.
+    fn permission_and_confidence(&self, _tool: &RegisteredTool, arguments: &Value) -> Result<Value, Rejection> {
+        Ok(arguments.clone())
+    }
+
+    fn claim_in_flight(&self, req: &CallRequest) -> Option<InFlightGuard<'_>> {
+        let key = (req.thread_id.clone(), req.call.id.clone());
+        let mut map = self.in_flight.lock().expect("in-flight lock");
+        if map.contains_key(&key) {
+            return None;
+        }
+        let (tx, rx) = watch::channel(false);
+        let cancel = CancellationToken::new();
+        map.insert(
+            key.clone(),
+            InFlight {
+                done: rx,
+                cancel: cancel.clone(),
+            },
+        );
+        Some(InFlightGuard {
+            engine: self,
+            key,
+            done: tx,
+            cancel,
+        })
+    }
+
+    /// Cancel a call running in this process. Returns false if none is.
+    pub fn cancel(&self, thread_id: &str, call_id: &str) -> bool {
+        let map = self.in_flight.lock().expect("in-flight lock");
+        match map.get(&(thread_id.to_string(), call_id.to_string())) {
+            Some(f) => {
+                f.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    async fn write_ahead(&self, req: &CallRequest, name: &str) -> Result<(), StoreError> {
+        let call = &req.call;
+        let events = vec![
+            Event::new(EventBody::ToolCallStart {
+                tool_call_id: call.id.clone(),
+                tool_call_name: name.to_string(),
+                parent_message_id: call.parent_message_id.clone(),
+            }),
+            Event::new(EventBody::ToolCallArgs {
+                tool_call_id: call.id.clone(),
+                delta: call.arguments.to_string(),
+            }),
+            Event::new(EventBody::ToolCallEnd {
+                tool_call_id: call.id.clone(),
+            }),
+        ];
+        let unit = WriteUnit {
+            thread_id: req.thread_id.clone(),
+            owner: req.owner.clone(),
+            ops: vec![
+                WriteOp::InsertToolCall(NewToolCall {
+                    id: call.id.clone(),
+                    run_id: call.run_id.clone().unwrap_or_else(|| call.id.clone()),
+                    tool_name: name.to_string(),
+                    args: call.arguments.clone(),
+                    created_at_ms: now_ms(),
+                }),
+                WriteOp::AppendEvents(events.iter().map(new_event).collect()),
+            ],
+        };
+        self.writer.write(unit).await?;
+        observe(req.observer.as_ref(), events);
+        Ok(())
+    }
+
+    async fn run_tool(
+        &self,
+        req: &CallRequest,
+        tool: &Arc<RegisteredTool>,
+        arguments: Value,
+        cancel: CancellationToken,
+    ) -> Result<ToolSuccess, ToolError> {
+        let (progress_tx, progress_rx) = mpsc::unbounded_channel();
+        let progress_task = tokio::spawn(forward_progress(
+            self.writer.clone(),
+            req.owner.clone(),
+            req.thread_id.clone(),
+            req.call.id.clone(),
+            progress_rx,
+            req.observer.clone(),
+        ));
+        let ctx = ToolContext {
+            owner: req.owner.clone(),
+            thread_id: req.thread_id.clone(),
+            call_id: req.call.id.clone(),
+            cancel: cancel.clone(),
+            progress: ProgressSink::new(progress_tx),
+        };
+        let started = Instant::now();
+        // The tool runs in its own task so a panic becomes a failure, not a
+        // lost call.
+        let handle = {
+            let tool = tool.tool.clone();
+            tokio::spawn(async move { tool.execute(arguments, ctx).await })
+        };
+        let timeout = self.config.tool_timeout;
+        let result = match tokio::time::timeout(timeout, handle).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join_error)) => Err(ToolError::new(
+                codes::EXECUTION_FAILED,
+                format!("the tool stopped unexpectedly: {join_error}"),
+                false,
+            )),
+            Err(_) => {
+                cancel.cancel();
+                Err(ToolError::new(
+                    codes::TIMEOUT,
+                    format!("the tool did not finish within {} ms", timeout.as_millis()),
+                    true,
+                )
+                .with_hint("retry with a smaller workload or a shorter operation"))
+            }
+        };
+        // Progress events must be in the log before the result.
+        let _ = progress_task.await;
+        let status = match &result {
+            Ok(s) if s.partial => "partial",
+            Ok(_) => "success",
+            Err(_) => "failure",
+        };
+        metrics::counter!("toolgate_tool_calls_total", "tool" => tool.definition.name.clone(), "status" => status)
+            .increment(1);
+        metrics::histogram!("toolgate_tool_call_duration_seconds", "tool" => tool.definition.name.clone())
+            .record(started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// Step 11: one transaction with the call's end, its tool message and the
+    /// TOOL_CALL_RESULT event; observers hear of it only after commit.
+    async fn finish(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        output: ToolAgentOutput,
+        undo: Option<crate::protocol::tool_output::UndoInfo>,
+        observer: Option<&mpsc::UnboundedSender<Event>>,
+    ) -> Result<CallOutcome, StoreError> {
+        let message_id = format!("msg_{}", uuid::Uuid::now_v7().simple());
+        let ui_schema = compile_ui(&output);
+        let event = result_event(&output, &message_id, ui_schema.as_ref());
+        let status = match output.status {
+            crate::protocol::tool_output::ToolStatus::Success => CallStatus::Success,
+            crate::protocol::tool_output::ToolStatus::Failure => CallStatus::Failure,
+            crate::protocol::tool_output::ToolStatus::Partial => CallStatus::Partial,
+        };
+        let stored_output = serde_json::to_value(&output).expect("outputs serialize");
+        let now = now_ms();
+        let unit = WriteUnit {
+            thread_id: thread_id.to_string(),
+            owner: owner.to_string(),
+            ops: vec![
+                WriteOp::FinishToolCall(FinishedToolCall {
+                    id: output.tool_call_id.clone(),
+                    status,
+                    output: stored_output.clone(),
+                    undo: undo.map(|u| serde_json::to_value(u).expect("undo serializes")),
+                    message_id: message_id.clone(),
+                    finished_at_ms: now,
+                }),
+                WriteOp::InsertMessage(NewMessage {
+                    id: message_id.clone(),
+                    role: Role::Tool,
+                    content: output.text_projection(),
+                    metadata: json!({ "tool_agent_output": stored_output }),
+                    tool_call_id: Some(output.tool_call_id.clone()),
+                    created_at_ms: now,
+                }),
+                WriteOp::AppendEvents(vec![new_event(&event)]),
+            ],
+        };
+        self.writer.write(unit).await?;
+        observe(observer, vec![event]);
+        Ok(CallOutcome {
+            output,
+            ui_schema,
+            message_id,
+            replayed: false,
+        })
+    }
+
+    /// Record a call that was refused before it could run (unknown tool,
+    /// invalid arguments) as a failed call with its result, for entry points
+    /// that must answer every call in-stream (AG-UI runs). A call id already
+    /// recorded answers with its stored outcome.
+    pub async fn record_refusal(&self, req: CallRequest, error: ToolError) -> Result<CallOutcome, StoreError> {
+        if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {
+            if record.status != CallStatus::Running {
+                let outcome = outcome_from_record(&record)?;
+                observe(req.observer.as_ref(), replay_events(&record, &outcome));
+                return Ok(outcome);
+            }
+            return Err(StoreError::Conflict(format!("tool call {} is still running", req.call.id)));
+        }
+        self.write_ahead(&req, &req.call.name).await?;
+        let output = postprocess::failure_output(&req.call.name, &req.call.id, &req.call.arguments, error);
+        self.finish(&req.owner, &req.thread_id, output, None, req.observer.as_ref())
+            .await
+    }
+
+    /// Start-up: calls left `running` by a crash are finished as
+    /// `failure`/`INTERRUPTED`, with their TOOL_CALL_RESULT, so nothing
+    /// silently disappears. Returns how many were finished.
+    pub async fn recover_interrupted(&self) -> Result<usize, StoreError> {
+        let running = self.store.running_tool_calls().await?;
+        let count = running.len();
+        for record in running {
+            let error = ToolError::new(
+                codes::INTERRUPTED,
+                "the service stopped while this call was running; its effects may be incomplete",
+                true,
+            )
+            .with_hint("check the current state before retrying with a new tool call id");
+            let output = postprocess::failure_output(&record.tool_name, &record.id, &record.args, error);
+            self.finish(&record.owner, &record.thread_id, output, None, None).await?;
+            tracing::warn!(thread_id = %record.thread_id, tool_call_id = %record.id, "finished interrupted tool call");
+        }
+        Ok(count)
+    }
+}
+
+/// Removes the in-flight entry and wakes waiters when the call is over,
+/// whichever way it ends.
+struct InFlightGuard<'a> {
+    engine: &'a Engine,
+    key: CallKey,
+    done: watch::Sender<bool>,
+    cancel: CancellationToken,
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.engine
+            .in_flight
+            .lock()
+            .expect("in-flight lock")
+            .remove(&self.key);
+        let _ = self.done.send(true);
+    }
+}
+
+fn validate_arguments(tool: &RegisteredTool, arguments: &Value) -> Result<(), Rejection> {
+    let errors: Vec<FieldError> = tool
+        .validator
+        .iter_errors(arguments)
+        .map(|e| FieldError {
+            path: e.instance_path.to_string(),
+            message: e.to_string(),
+        })
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let summary = errors
+        .iter()
+        .map(|e| {
+            let at = if e.path.is_empty() { "/" } else { e.path.as_str() };
+            format!("{at}: {}", e.message)
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut error = ToolError::new(
+        codes::INVALID_ARGUMENTS,
+        format!("arguments for {} do not match its input schema: {summary}", tool.definition.name),
+        false,
+    )
+    .with_hint("fix the arguments at the listed paths to match input_schema and call again");
+    error.input_schema = Some(tool.definition.input_schema.clone());
+    error.errors = Some(errors);
+    Err(Rejection::InvalidArguments {
+        tool: tool.definition.name.clone(),
+        error,
+    })
+}
+
+fn new_event(event: &Event) -> NewEvent {
+    NewEvent {
+        event_type: event.type_name().to_string(),
+        data: event.to_json(),
+        created_at_ms: event.timestamp,
+    }
+}
+
+fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) {
+    if let Some(observer) = observer {
+        for event in events {
+            let _ = observer.send(event);
+        }
+    }
+}
+
+/// The TOOL_CALL_RESULT event; our additions ride under `metadata`.
+pub fn result_event(output: &ToolAgentOutput, message_id: &str, ui_schema: Option<&Value>) -> Event {
+    let mut metadata = Map::new();
+    metadata.insert("status".into(), json!(output.status));
+    metadata.insert("toolName".into(), json!(output.tool_name));
+    if let Some(error) = &output.error {
+        metadata.insert("error".into(), json!(error));
+    }
+    if let Some(ui) = ui_schema {
+        metadata.insert("ui_schema".into(), ui.clone());
+    }
+    Event::new(EventBody::ToolCallResult {
+        message_id: message_id.to_string(),
+        tool_call_id: output.tool_call_id.clone(),
+        content: output.text_projection(),
+        role: "tool".into(),
+    })
+    .with_metadata(metadata)
+}
+
+fn outcome_from_record(record: &ToolCallRecord) -> Result<CallOutcome, StoreError> {
+    let output: ToolAgentOutput = record
+        .output
+        .clone()
+        .ok_or_else(|| StoreError::Corrupt(format!("finished call {} has no output", record.id)))
+        .and_then(|v| serde_json::from_value(v).map_err(|e| StoreError::Corrupt(e.to_string())))?;
+    let ui_schema = compile_ui(&output);
+    Ok(CallOutcome {
+        output,
+        ui_schema,
+        message_id: record.message_id.clone().unwrap_or_default(),
+        replayed: true,
+    })
+}
+
+/// What a run stream shows for a call that was already recorded: the same
+/// four events, rebuilt from the record.
+fn replay_events(record: &ToolCallRecord, outcome: &CallOutcome) -> Vec<Event> {
+    vec![
+        Event::new(EventBody::ToolCallStart {
+            tool_call_id: record.id.clone(),
+            tool_call_name: record.tool_name.clone(),
+            parent_message_id: None,
+        }),
+        Event::new(EventBody::ToolCallArgs {
+            tool_call_id: record.id.clone(),
+            delta: record.args.to_string(),
+        }),
+        Event::new(EventBody::ToolCallEnd {
+            tool_call_id: record.id.clone(),
+        }),
+        result_event(&outcome.output, &outcome.message_id, outcome.ui_schema.as_ref()),
+    ]
+}
+
+/// Progress reports become `CUSTOM tool_call.progress` events, written in
+/// order through the group-commit writer (best effort: a failed progress
+/// write never fails the call).
+async fn forward_progress(
+    writer: Writer,
+    owner: String,
+    thread_id: String,
+    call_id: String,
+    mut rx: mpsc::UnboundedReceiver<crate::tools::Progress>,
+    observer: Option<mpsc::UnboundedSender<Event>>,
+) {
+    while let Some(p) = rx.recv().await {
+        let event = Event::new(EventBody::Custom {
+            name: "tool_call.progress".into(),
+            value: json!({"toolCallId": call_id, "progress": p.fraction, "detail": p.detail}),
+        });
+        let unit = WriteUnit {
+            thread_id: thread_id.clone(),
+            owner: owner.clone(),
+            ops: vec![WriteOp::AppendEvents(vec![new_event(&event)])],
+        };
+        match writer.write(unit).await {
+            Ok(_) => observe(observer.as_ref(), vec![event]),
+            Err(e) => tracing::warn!(error = %e, "progress event not recorded"),
+        }
+    }
+}
+
+/// Committed events published to the bus (the writer's commit hook).
+pub fn publish_hook(bus: Arc<EventBus>) -> crate::store::writer::CommitHook {
+    Arc::new(move |events: &[StoredEvent]| {
+        for e in events {
+            bus.publish(e);
+        }
+    })
+}

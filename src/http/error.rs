@@ -1,0 +1,226 @@
+//! Request-level errors as RFC 9457 `application/problem+json`. Tool-level
+//! failures are not here: they are data in a `ToolAgentOutput`.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{detail}")]
+    BadRequest { detail: String, errors: Vec<Value> },
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// Understood but refused; `extra` carries problem extension members.
+    #[error("{detail}")]
+    Unprocessable { title: String, detail: String, extra: Map<String, Value> },
+    #[error("{0}")]
+    Unavailable(String),
+    #[error(transparent)]
+    Internal(#[from] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn bad_request(detail: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            detail: detail.into(),
+            errors: vec![],
+        }
+    }
+
+    pub fn invalid_param(name: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        ApiError::BadRequest {
+            detail: format!("query parameter `{name}` {message}"),
+            errors: vec![json!({"parameter": name, "message": message})],
+        }
+    }
+
+    pub fn thread_not_found() -> Self {
+        ApiError::NotFound("thread not found".into())
+    }
+
+    fn parts(&self) -> (StatusCode, &'static str, String) {
+        match self {
+            ApiError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad-request", "Bad request".into()),
+            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized".into()),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found".into()),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict".into()),
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large".into()),
+            ApiError::UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type".into(),
+            ),
+            ApiError::Unprocessable { title, .. } => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", title.clone()),
+            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable".into()),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error".into()),
+        }
+    }
+}
+
+/// A problem document body.
+pub fn problem_body(status: StatusCode, slug: &str, title: &str, detail: &str) -> Map<String, Value> {
+    let mut body = Map::new();
+    body.insert("type".into(), json!(format!("urn:toolgate:problem:{slug}")));
+    body.insert("title".into(), json!(title));
+    body.insert("status".into(), json!(status.as_u16()));
+    body.insert("detail".into(), json!(detail));
+    body
+}
+
+pub fn problem_response(status: StatusCode, body: Map<String, Value>) -> Response {
+    let mut resp = (status, Value::Object(body).to_string()).into_response();
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    resp
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, slug, title) = self.parts();
+        let detail = match &self {
+            // Internal details are logged, never echoed to the client.
+            ApiError::Internal(e) => {
+                tracing::error!(error = ?e, "internal error");
+                "an internal error occurred; it has been logged".to_string()
+            }
+            other => other.to_string(),
+        };
+        let mut body = problem_body(status, slug, &title, &detail);
+        match self {
+            ApiError::BadRequest { errors, .. } if !errors.is_empty() => {
+                body.insert("errors".into(), Value::Array(errors));
+            }
+            ApiError::Unprocessable { extra, .. } => body.extend(extra),
+            _ => {}
+        }
+        let mut resp = problem_response(status, body);
+        if status == StatusCode::UNAUTHORIZED {
+            let challenge = format!(
+                "Bearer realm=\"toolgate\", error=\"invalid_token\", error_description=\"{}\"",
+                detail.replace('"', "'")
+            );
+            if let Ok(v) = HeaderValue::from_str(&challenge) {
+                resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+            }
+        }
+        resp
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        use crate::store::StoreError;
+        match e {
+            StoreError::NotOwner => ApiError::thread_not_found(),
+            StoreError::Conflict(what) => ApiError::Conflict(what),
+            StoreError::NotFound(what) => ApiError::NotFound(what),
+            StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed)
+            | StoreError::WriterClosed => ApiError::Unavailable("the database is unavailable; retry later".into()),
+            other => ApiError::Internal(other.into()),
+        }
+    }
+}
+
+/// `Json<T>` whose rejections are problems that name the offending field.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    match rejection {
+        JsonRejection::JsonDataError(e) => ApiError::Unprocessable {
+            title: "Invalid request body".into(),
+            detail: e.body_text(),
+            extra: Map::new(),
+        },
+        JsonRejection::JsonSyntaxError(e) => ApiError::bad_request(format!("malformed JSON: {}", e.body_text())),
+        JsonRejection::MissingJsonContentType(_) => {
+            ApiError::UnsupportedMediaType("send the body as JSON with `Content-Type: application/json`".into())
+        }
+        JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::PayloadTooLarge("the request body exceeds the configured limit (server.body_limit_bytes)".into())
+        }
+        other => ApiError::bad_request(other.body_text()),
+    }
+}
+
+/// `Query<T>` whose rejections are problems naming the parameter.
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(QueryRejection::FailedToDeserializeQueryString(e)) => {
+                Err(ApiError::bad_request(format!("invalid query string: {}", e.body_text())))
+            }
+            Err(other) => Err(ApiError::bad_request(other.body_text())),
+        }
+    }
+}
+
+/// Error responses produced below the handlers (unknown route, wrong method,
+/// timeout, body limit) get a problem body too.
+pub async fn problem_fallback(req: Request, next: axum::middleware::Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_problem = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
+    if status.is_client_error() || status.is_server_error() {
+        if is_problem {
+            return resp;
+        }
+        let (slug, detail) = match status {
+            StatusCode::NOT_FOUND => ("not-found", "no such route"),
+            StatusCode::METHOD_NOT_ALLOWED => ("method-not-allowed", "this route does not accept that method"),
+            StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took longer than server.request_timeout_secs"),
+            StatusCode::PAYLOAD_TOO_LARGE => ("payload-too-large", "the request body exceeds server.body_limit_bytes"),
+            _ => ("error", "the request failed"),
+        };
+        let title = status.canonical_reason().unwrap_or("Error");
+        let mut out = problem_response(status, problem_body(status, slug, title, detail));
+        for (name, value) in resp.headers() {
+            if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+                out.headers_mut().insert(name.clone(), value.clone());
+            }
+        }
+        return out;
+    }
+    resp
+}

@@ -1,0 +1,281 @@
+//! `GET /v1/threads/{thread_id}/events`: the thread as one long AG-UI run
+//! over SSE. Live events come from the bus; resuming (`Last-Event-ID` or
+//! `?after=`) and lagging subscribers read the durable event log, so a
+//! client never misses an event.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::routing::get;
+use serde::Deserialize;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use utoipa::IntoParams;
+
+use super::error::{ApiError, ApiQuery};
+use super::{AppState, AuthUser, ThreadId};
+use crate::protocol::agui::{Event, EventBody, Message, RunOutcome};
+use crate::store::{Role, StoredEvent, StoredMessage};
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/threads/{thread_id}/events", get(get_events))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Resume after this event id (same as the `Last-Event-ID` header, which wins).
+    pub after: Option<String>,
+    /// Start with a MESSAGES_SNAPSHOT of the thread.
+    pub snapshot: Option<bool>,
+}
+
+const PAGE: i64 = 500;
+
+fn parse_position(raw: &str, source: &str) -> Result<i64, ApiError> {
+    raw.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| ApiError::BadRequest {
+            detail: format!("{source} must be a non-negative event id, got {raw:?}"),
+            errors: vec![serde_json::json!({"parameter": source, "message": "not an event id"})],
+        })
+}
+
+/// Subscribe to a thread's AG-UI events (SSE).
+///
+/// Opens with RUN_STARTED, then (with `snapshot=true`) MESSAGES_SNAPSHOT,
+/// then every logged event after the resume point, then live events. Each
+/// logged event carries its `id:`; heartbeats are SSE comments. Opening a
+/// stream on a new thread id claims the thread for the caller.
+#[utoipa::path(get, path = "/v1/threads/{thread_id}/events", tag = "events",
+    params(("thread_id" = String, Path,), EventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
+    responses(
+        (status = 200, description = "AG-UI event stream", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Resume point not a number or in the future", content_type = "application/problem+json"),
+        (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn get_events(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(thread_id): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+) -> Result<impl axum::response::IntoResponse, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    let header = headers
+        .get("last-event-id")
+        .map(|v| v.to_str().map_err(|_| ApiError::bad_request("Last-Event-ID is not valid text")))
+        .transpose()?;
+    let after = match (header, q.after.as_deref()) {
+        (Some(h), _) => Some(parse_position(h, "Last-Event-ID")?),
+        (None, Some(a)) => Some(parse_position(a, "after")?),
+        (None, None) => None,
+    };
+    state.store.claim_thread(&thread.0, &user.owner).await?;
+    // Subscribe before reading the log, so nothing falls between the two.
+    let live = state.bus.subscribe(&thread.0);
+    let last = state.store.last_event_seq(&thread.0).await?;
+    if let Some(after) = after
+        && after > last
+    {
+        return Err(ApiError::BadRequest {
+            detail: format!("event id {after} is in the future: the thread's last event is {last}"),
+            errors: vec![serde_json::json!({"parameter": "Last-Event-ID", "message": "in the future"})],
+        });
+    }
+    let snapshot = if q.snapshot.unwrap_or(false) {
+        Some(state.store.all_messages(&thread.0).await?)
+    } else {
+        None
+    };
+    // Without a resume point a snapshot stands for the past; otherwise the
+    // stream starts at the beginning of the log.
+    let start = after.unwrap_or(if snapshot.is_some() { last } else { 0 });
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(stream_thread(state.clone(), thread.0, start, snapshot, live, tx));
+    Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(
+        KeepAlive::new()
+            .interval(Duration::from_secs(state.settings.server.sse_heartbeat_secs.max(1)))
+            .text("heartbeat"),
+    ))
+}
+
+type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
+
+fn untracked(event: &Event) -> SseEvent {
+    SseEvent::default().data(event.to_json())
+}
+
+fn logged(event: &StoredEvent) -> SseEvent {
+    SseEvent::default().id(event.seq.to_string()).data(&event.data)
+}
+
+struct SubscriberGauge;
+
+impl SubscriberGauge {
+    fn new() -> Self {
+        metrics::gauge!("toolgate_sse_subscribers").increment(1.0);
+        SubscriberGauge
+    }
+}
+
+impl Drop for SubscriberGauge {
+    fn drop(&mut self) {
+        metrics::gauge!("toolgate_sse_subscribers").decrement(1.0);
+    }
+}
+
+async fn stream_thread(
+    state: AppState,
+    thread_id: String,
+    start: i64,
+    snapshot: Option<Vec<StoredMessage>>,
+    mut live: broadcast::Receiver<std::sync::Arc<StoredEvent>>,
+    tx: Tx,
+) {
+    let _gauge = SubscriberGauge::new();
+    let run_id = format!("sub_{}", uuid::Uuid::now_v7().simple());
+    let started = Event::new(EventBody::RunStarted {
+        thread_id: thread_id.clone(),
+        run_id: run_id.clone(),
+    });
+    if tx.send(Ok(untracked(&started))).await.is_err() {
+        return;
+    }
+    if let Some(messages) = snapshot {
+        let ev = Event::new(EventBody::MessagesSnapshot {
+            messages: messages.into_iter().map(agui_message).collect(),
+        });
+        if tx.send(Ok(untracked(&ev))).await.is_err() {
+            return;
+        }
+    }
+    let mut last = start;
+    if let Err(e) = catch_up(&state, &thread_id, &mut last, &tx).await {
+        finish_with_error(&tx, e).await;
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = state.shutdown.cancelled() => {
+                let ev = Event::new(EventBody::RunFinished {
+                    thread_id: thread_id.clone(), run_id: run_id.clone(), result: None,
+                    outcome: Some(RunOutcome::Success { pending_tool_call_ids: None }),
+                });
+                let _ = tx.send(Ok(untracked(&ev))).await;
+                return;
+            }
+            _ = tx.closed() => return,
+            received = live.recv() => {
+                let result = match received {
+                    Ok(ev) if ev.seq <= last => Ok(()),
+                    Ok(ev) if ev.seq == last + 1 => {
+                        last = ev.seq;
+                        if tx.send(Ok(logged(&ev))).await.is_err() { return; }
+                        Ok(())
+                    }
+                    // A gap (events committed in another order) or a lag:
+                    // the log has everything.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => catch_up(&state, &thread_id, &mut last, &tx).await,
+                    Err(broadcast::error::RecvError::Closed) => return,
+                };
+                if let Err(e) = result {
+                    finish_with_error(&tx, e).await;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn catch_up(state: &AppState, thread_id: &str, last: &mut i64, tx: &Tx) -> Result<(), crate::store::StoreError> {
+    loop {
+        let page = state.store.events_after(thread_id, *last, PAGE).await?;
+        let full = page.len() as i64 == PAGE;
+        for ev in page {
+            *last = ev.seq;
+            if tx.send(Ok(logged(&ev))).await.is_err() {
+                return Ok(());
+            }
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+async fn finish_with_error(tx: &Tx, e: crate::store::StoreError) {
+    tracing::error!(error = %e, "event stream failed");
+    let ev = Event::new(EventBody::RunError {
+        message: "the event log could not be read; reconnect with Last-Event-ID to resume".into(),
+        code: Some("STORE_UNAVAILABLE".into()),
+    });
+    let _ = tx.send(Ok(untracked(&ev))).await;
+}
+
+/// A stored message in AG-UI's message shape (MESSAGES_SNAPSHOT).
+pub fn agui_message(m: StoredMessage) -> Message {
+    match m.role {
+        Role::User => Message::User {
+            id: m.id,
+            content: serde_json::Value::String(m.content),
+            name: None,
+        },
+        Role::System => Message::System {
+            id: m.id,
+            content: m.content,
+            name: None,
+        },
+        Role::Assistant => {
+            let calls: Vec<crate::protocol::agui::ToolCall> = m
+                .metadata
+                .get("tool_calls")
+                .and_then(|v| v.as_array())
+                .map(|calls| {
+                    calls
+                        .iter()
+                        .map(|c| crate::protocol::agui::ToolCall {
+                            id: c["id"].as_str().unwrap_or_default().to_string(),
+                            kind: "function".into(),
+                            function: crate::protocol::agui::FunctionCall {
+                                name: c["name"].as_str().unwrap_or_default().to_string(),
+                                arguments: c["arguments"].to_string(),
+                            },
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Message::Assistant {
+                id: m.id,
+                content: (!m.content.is_empty()).then_some(m.content),
+                tool_calls: (!calls.is_empty()).then_some(calls),
+                name: None,
+            }
+        }
+        Role::Tool => {
+            let output = super::threads::stored_output(&m);
+            let mut metadata = serde_json::Map::new();
+            if let Some(o) = &output {
+                metadata.insert("status".into(), serde_json::json!(o.status));
+                if let Some(ui) = crate::engine::compile_ui(o) {
+                    metadata.insert("ui_schema".into(), ui);
+                }
+            }
+            Message::Tool {
+                error: output.as_ref().and_then(|o| o.error.as_ref().map(|e| e.message.clone())),
+                id: m.id,
+                content: m.content,
+                tool_call_id: m.tool_call_id.unwrap_or_default(),
+                metadata: (!metadata.is_empty()).then_some(metadata),
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Liveness, readiness and metrics: unauthenticated, for orchestrators.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::ApiError;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+}
+
+/// The process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+pub async fn healthz() -> axum::Json<Health> {
+    axum::Json(Health { status: "ok".into() })
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Readiness {
+    pub status: String,
+    /// `sqlite` or `postgres`.
+    pub database: String,
+    pub migrations: String,
+}
+
+/// The database is reachable and every migration is applied.
+#[utoipa::path(get, path = "/readyz", tag = "operations", responses(
+    (status = 200, body = Readiness),
+    (status = 503, description = "Database unreachable or migrations missing", content_type = "application/problem+json")))]
+pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readiness>, ApiError> {
+    match state.store.ready().await {
+        Ok(()) => Ok(axum::Json(Readiness {
+            status: "ready".into(),
+            database: state.store.backend().into(),
+            migrations: "applied".into(),
+        })),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            Err(ApiError::Unavailable(format!("{} database not ready: {e}", state.store.backend())))
+        }
+    }
+}
+
+/// Prometheus text exposition.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, content_type = "text/plain", body = String)))]
+pub async fn metrics_text(State(state): State<AppState>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,157 @@
+//! The HTTP layer: one module per resource, each exporting its routes.
+//! Handlers are thin: they authenticate, parse, and hand over to the engine
+//! or the store.
+
+pub mod error;
+mod events;
+mod health;
+pub mod openapi;
+mod runs;
+mod threads;
+mod tools;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{FromRequestParts, MatchedPath, Request};
+use axum::http::{HeaderName, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::auth::{Keys, bearer_token};
+use crate::config::Settings;
+use crate::engine::Engine;
+use crate::events::EventBus;
+use crate::store::DynStore;
+use crate::store::writer::Writer;
+use error::ApiError;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub store: DynStore,
+    pub writer: Writer,
+    pub bus: Arc<EventBus>,
+    pub keys: Arc<Keys>,
+    pub settings: Arc<Settings>,
+    pub metrics: PrometheusHandle,
+    /// Cancelled at shutdown: open SSE streams end with RUN_FINISHED.
+    pub shutdown: CancellationToken,
+}
+
+/// The authenticated caller. A handler that takes it cannot forget the check.
+#[derive(Debug, Clone)]
+pub struct AuthUser {
+    pub owner: String,
+}
+
+impl FromRequestParts<AppState> for AuthUser {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .map(|v| v.to_str().map_err(|_| ApiError::Unauthorized("the Authorization header is not valid text".into())))
+            .transpose()?;
+        let token = bearer_token(header).map_err(|e| ApiError::Unauthorized(e.to_string()))?;
+        let claims = state
+            .keys
+            .verify(token)
+            .map_err(|e| ApiError::Unauthorized(e.to_string()))?;
+        Ok(AuthUser { owner: claims.sub })
+    }
+}
+
+/// A thread id from the path: `[A-Za-z0-9_.:-]{1,128}`.
+#[derive(Debug, Clone)]
+pub struct ThreadId(pub String);
+
+impl ThreadId {
+    pub fn parse(raw: String) -> Result<ThreadId, ApiError> {
+        if crate::protocol::calls::valid_id(&raw) {
+            Ok(ThreadId(raw))
+        } else {
+            Err(ApiError::BadRequest {
+                detail: "thread_id must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+                errors: vec![serde_json::json!({"parameter": "thread_id", "message": "invalid syntax"})],
+            })
+        }
+    }
+}
+
+/// The thread must not belong to someone else. Another owner's thread looks
+/// exactly like a missing one.
+pub async fn check_owner(state: &AppState, user: &AuthUser, thread: &ThreadId) -> Result<bool, ApiError> {
+    match state.store.thread_owner(&thread.0).await? {
+        Some(owner) if owner == user.owner => Ok(true),
+        Some(_) => Err(ApiError::thread_not_found()),
+        None => Ok(false),
+    }
+}
+
+/// Like [`check_owner`], but the thread must exist.
+pub async fn require_thread(state: &AppState, user: &AuthUser, thread: &ThreadId) -> Result<(), ApiError> {
+    if check_owner(state, user, thread).await? {
+        Ok(())
+    } else {
+        Err(ApiError::thread_not_found())
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    let settings = state.settings.clone();
+    let request_id = HeaderName::from_static("x-request-id");
+    let api = Router::new()
+        .merge(threads::routes())
+        .merge(events::routes())
+        .merge(runs::routes())
+        .merge(tools::routes());
+    Router::new()
+        .nest("/v1", api)
+        .merge(health::routes())
+        .merge(openapi::routes())
+        .route_layer(middleware::from_fn(record_metrics))
+        .with_state(state)
+        .layer(middleware::from_fn(error::problem_fallback))
+        .layer(axum::extract::DefaultBodyLimit::max(settings.server.body_limit_bytes))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(settings.server.request_timeout_secs),
+        ))
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            let id = req
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            // The path only: no query string, no headers (tokens never reach a log line).
+            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+        }))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
+}
+
+async fn record_metrics(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!("toolgate_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!("toolgate_http_request_duration_seconds", "method" => method, "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    resp
+}

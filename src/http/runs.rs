@@ -1,0 +1,264 @@
+//! `POST /v1/threads/{thread_id}/runs`: an AG-UI agent endpoint. It takes a
+//! `RunAgentInput`, executes the pending tool calls of the last assistant
+//! message, and streams the run from RUN_STARTED to exactly one RUN_FINISHED
+//! or RUN_ERROR. The stock `@ag-ui/client` `HttpAgent` talks to it unmodified.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::error::{ApiError, ApiJson};
+use super::{AppState, AuthUser, ThreadId, check_owner};
+use crate::engine::{CallRequest, Rejection};
+use crate::protocol::agui::{Event, EventBody, Message, RunAgentInput, RunOutcome};
+use crate::protocol::calls::{self, CallShape, IncomingCall};
+use crate::protocol::now_ms;
+use crate::protocol::tool_output::{ToolError, codes};
+use crate::store::{NewMessage, Role, WriteOp, WriteUnit};
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/threads/{thread_id}/runs", post(post_run))
+}
+
+/// Run the pending tool calls of a `RunAgentInput` (AG-UI agent endpoint).
+///
+/// New messages of the input are recorded in the thread. The calls of the
+/// last assistant message that have no tool message yet are executed in
+/// order; calls to tools listed in `RunAgentInput.tools` belong to the
+/// frontend and are reported in `outcome.pendingToolCallIds` instead.
+#[utoipa::path(post, path = "/v1/threads/{thread_id}/runs", tag = "ag-ui",
+    params(("thread_id" = String, Path,)),
+    request_body = RunAgentInput,
+    responses(
+        (status = 200, description = "AG-UI event stream of the run", content_type = "text/event-stream", body = String),
+        (status = 400, description = "Malformed input", content_type = "application/problem+json"),
+        (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
+        (status = 422, description = "threadId does not match the path, or wrong field types", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn post_run(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(thread_id): Path<String>,
+    ApiJson(input): ApiJson<RunAgentInput>,
+) -> Result<impl axum::response::IntoResponse, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    if input.thread_id != thread.0 {
+        return Err(ApiError::Unprocessable {
+            title: "Thread mismatch".into(),
+            detail: format!("threadId {:?} does not match the path's thread {:?}", input.thread_id, thread.0),
+            extra: Default::default(),
+        });
+    }
+    if !calls::valid_id(&input.run_id) {
+        return Err(ApiError::Unprocessable {
+            title: "Invalid runId".into(),
+            detail: "runId must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+            extra: Default::default(),
+        });
+    }
+    for m in &input.messages {
+        if !calls::valid_id(m.id()) {
+            return Err(ApiError::Unprocessable {
+                title: "Invalid message id".into(),
+                detail: format!("message id {:?} must be 1-128 characters from A-Z a-z 0-9 _ - . :", m.id()),
+                extra: Default::default(),
+            });
+        }
+    }
+    check_owner(&state, &user, &thread).await?;
+    let (tx, rx) = mpsc::channel(64);
+    // The run continues even if the client goes away: every call it starts
+    // is finished and stored.
+    tokio::spawn(run(state.clone(), user.owner, input, tx));
+    Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()))
+}
+
+type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
+
+async fn emit(tx: &Tx, event: &Event) {
+    // A closed stream only means the client left; the run goes on.
+    let _ = tx.send(Ok(SseEvent::default().data(event.to_json()))).await;
+}
+
+async fn run(state: AppState, owner: String, input: RunAgentInput, tx: Tx) {
+    let thread_id = input.thread_id.clone();
+    let run_id = input.run_id.clone();
+    emit(&tx, &Event::new(EventBody::RunStarted { thread_id: thread_id.clone(), run_id: run_id.clone() })).await;
+    match execute_run(&state, &owner, &input, &tx).await {
+        Ok(pending) => {
+            let outcome = RunOutcome::Success {
+                pending_tool_call_ids: (!pending.is_empty()).then_some(pending),
+            };
+            emit(&tx, &Event::new(EventBody::RunFinished { thread_id, run_id, result: None, outcome: Some(outcome) })).await;
+        }
+        Err(e) => {
+            let message = match &e {
+                ApiError::Internal(_) => "an internal error occurred; it has been logged".to_string(),
+                other => other.to_string(),
+            };
+            if let ApiError::Internal(err) = &e {
+                tracing::error!(error = ?err, "run failed");
+            }
+            emit(&tx, &Event::new(EventBody::RunError { message, code: Some("RUN_FAILED".into()) })).await;
+        }
+    }
+}
+
+/// Returns the ids of frontend tool calls left for the application.
+async fn execute_run(state: &AppState, owner: &str, input: &RunAgentInput, tx: &Tx) -> Result<Vec<String>, ApiError> {
+    record_new_messages(state, owner, input).await?;
+
+    let Some((parent_id, tool_calls)) = input.messages.iter().rev().find_map(|m| match m {
+        Message::Assistant { id, tool_calls: Some(calls), .. } if !calls.is_empty() => Some((id.clone(), calls.clone())),
+        _ => None,
+    }) else {
+        return Ok(vec![]);
+    };
+    let answered: HashSet<&str> = input
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let frontend: HashSet<&str> = input.tools.iter().map(|t| t.name.as_str()).collect();
+    let mut pending_frontend = Vec::new();
+
+    for tc in tool_calls {
+        if answered.contains(tc.id.as_str()) {
+            continue;
+        }
+        if frontend.contains(tc.function.name.as_str()) {
+            pending_frontend.push(tc.id.clone());
+            continue;
+        }
+        let (observer, mut observed) = mpsc::unbounded_channel();
+        let parsed_args = calls::parse_argument_text(&tc.function.arguments, "/function/arguments");
+        let call = IncomingCall {
+            id: tc.id.clone(),
+            name: tc.function.name.clone(),
+            arguments: parsed_args.clone().unwrap_or_else(|_| json!({"_raw": tc.function.arguments})),
+            shape: CallShape::Openai,
+            run_id: Some(input.run_id.clone()),
+            parent_message_id: Some(parent_id.clone()),
+        };
+        let request = CallRequest {
+            owner: owner.to_string(),
+            thread_id: input.thread_id.clone(),
+            call,
+            observer: Some(observer),
+        };
+        let engine = state.engine.clone();
+        let refused = parsed_args.err().map(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false));
+        let task = tokio::spawn(async move {
+            if let Some(error) = refused {
+                return engine.record_refusal(request, error).await.map_err(Rejection::from);
+            }
+            let retry = CallRequest {
+                owner: request.owner.clone(),
+                thread_id: request.thread_id.clone(),
+                call: request.call.clone(),
+                observer: request.observer.clone(),
+            };
+            match engine.execute(request).await {
+                Err(Rejection::ToolNotFound { name, available }) => {
+                    let error = ToolError::new(
+                        codes::TOOL_NOT_FOUND,
+                        format!("no tool named {name:?}; available tools: {}", available.join(", ")),
+                        false,
+                    );
+                    engine.record_refusal(retry, error).await.map_err(Rejection::from)
+                }
+                Err(Rejection::InvalidArguments { error, .. }) => {
+                    engine.record_refusal(retry, error).await.map_err(Rejection::from)
+                }
+                other => other,
+            }
+        });
+        // Forward the call's events as they commit, until the call is done.
+        while let Some(event) = observed.recv().await {
+            emit(tx, &event).await;
+        }
+        task.await
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("call task failed: {e}")))?
+            .map_err(super::threads::rejection_to_api)?;
+    }
+    Ok(pending_frontend)
+}
+
+/// Messages of the input the thread has not recorded yet (by id).
+async fn record_new_messages(state: &AppState, owner: &str, input: &RunAgentInput) -> Result<(), ApiError> {
+    let known: HashSet<String> = state
+        .store
+        .all_messages(&input.thread_id)
+        .await?
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    let mut ops = Vec::new();
+    for m in &input.messages {
+        if known.contains(m.id()) {
+            continue;
+        }
+        let (role, content, metadata, tool_call_id) = match m {
+            Message::User { content, .. } => (Role::User, user_text(content), json!({}), None),
+            Message::System { content, .. } | Message::Developer { content, .. } => (Role::System, content.clone(), json!({}), None),
+            Message::Assistant { content, tool_calls, .. } => {
+                let calls: Vec<Value> = tool_calls
+                    .iter()
+                    .flatten()
+                    .map(|tc| {
+                        let args = calls::parse_argument_text(&tc.function.arguments, "")
+                            .unwrap_or_else(|_| Value::String(tc.function.arguments.clone()));
+                        json!({"id": tc.id, "name": tc.function.name, "arguments": args})
+                    })
+                    .collect();
+                let metadata = if calls.is_empty() { json!({}) } else { json!({ "tool_calls": calls }) };
+                (Role::Assistant, content.clone().unwrap_or_default(), metadata, None)
+            }
+            // A frontend tool's result, answered by the application.
+            Message::Tool { content, tool_call_id, .. } => (Role::Tool, content.clone(), json!({}), Some(tool_call_id.clone())),
+        };
+        ops.push(WriteOp::InsertMessage(NewMessage {
+            id: m.id().to_string(),
+            role,
+            content,
+            metadata,
+            tool_call_id,
+            created_at_ms: now_ms(),
+        }));
+    }
+    if !ops.is_empty() {
+        state
+            .writer
+            .write(WriteUnit {
+                thread_id: input.thread_id.clone(),
+                owner: owner.to_string(),
+                ops,
+            })
+            .await?;
+    }
+    Ok(())
+}
+
+/// A user message's text: the string itself, or its text parts joined.
+fn user_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| (p["type"] == "text").then(|| p["text"].as_str().unwrap_or_default()))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}

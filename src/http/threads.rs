@@ -1,0 +1,439 @@
+//! `/v1/threads/{thread_id}/…`: tool calls, messages, history and context.
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ApiJson, ApiQuery};
+use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
+use crate::engine::{CallOutcome, CallRequest, Rejection};
+use crate::protocol::agui::{Event, EventBody};
+use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
+use crate::protocol::now_ms;
+use crate::protocol::tool_output::{ToolError, ToolResponse, codes};
+use crate::store::{NewEvent, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/threads/{thread_id}/tool-calls", post(post_tool_call))
+        .route("/threads/{thread_id}/messages", post(post_message))
+        .route("/threads/{thread_id}/history", get(get_history))
+        .route("/threads/{thread_id}/context", get(get_context))
+}
+
+/// What a chat backend gets back for a tool call.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ToolCallResponse {
+    /// The ToolAgentOutput (without the internal ui_hints).
+    #[schema(value_type = Object)]
+    pub tool_agent_output: Value,
+    /// Put `content` into the model's context as the tool result.
+    pub tool_response: ToolResponse,
+    /// The compiled UI, when the result has a template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub ui_schema: Option<Value>,
+    /// The tool message that stores the result.
+    pub message_id: String,
+    /// True when this call id was recorded before and nothing ran now.
+    pub replayed: bool,
+}
+
+impl From<CallOutcome> for ToolCallResponse {
+    fn from(o: CallOutcome) -> Self {
+        ToolCallResponse {
+            tool_agent_output: o.output.public_view(),
+            tool_response: ToolResponse {
+                content: o.tool_response(),
+            },
+            ui_schema: o.ui_schema,
+            message_id: o.message_id,
+            replayed: o.replayed,
+        }
+    }
+}
+
+/// A pre-execution refusal: a problem document that also carries the
+/// structured tool error and the text to hand back to the model, so a chat
+/// backend can let the model correct itself.
+fn refusal(title: &str, error: ToolError, mut extra: Map<String, Value>) -> ApiError {
+    let content = json!({"status": "failure", "error": error}).to_string();
+    extra.insert("code".into(), json!(error.code));
+    extra.insert("tool_error".into(), json!(error));
+    extra.insert("tool_response".into(), json!({ "content": content }));
+    ApiError::Unprocessable {
+        title: title.into(),
+        detail: error.message.clone(),
+        extra,
+    }
+}
+
+pub fn rejection_to_api(r: Rejection) -> ApiError {
+    match r {
+        Rejection::ToolNotFound { name, available } => {
+            let error = ToolError::new(
+                codes::TOOL_NOT_FOUND,
+                format!("no tool named {name:?}; available tools: {}", available.join(", ")),
+                false,
+            )
+            .with_hint("call one of the available tools by its exact name");
+            let mut extra = Map::new();
+            extra.insert("available_tools".into(), json!(available));
+            refusal("Unknown tool", error, extra)
+        }
+        Rejection::InvalidArguments { error, .. } => {
+            let mut extra = Map::new();
+            extra.insert("errors".into(), json!(error.errors));
+            extra.insert("input_schema".into(), json!(error.input_schema));
+            refusal("Invalid arguments", error, extra)
+        }
+        Rejection::IdConflict { id } => ApiError::Conflict(format!(
+            "tool call {id:?} is already recorded in this thread with a different tool or arguments; use a new id for a new call"
+        )),
+        Rejection::InProgressElsewhere { id } => ApiError::Conflict(format!(
+            "tool call {id:?} is still running in another toolgate process; post it again later to get its result"
+        )),
+        Rejection::NotOwner => ApiError::thread_not_found(),
+        Rejection::Store(e) => e.into(),
+    }
+}
+
+pub fn parse_error_to_api(e: CallParseError) -> ApiError {
+    if e.in_arguments {
+        let mut error = ToolError::new(codes::INVALID_ARGUMENTS, format!("{}: {}", e.pointer, e.message), false)
+            .with_hint("send the arguments as one JSON object");
+        error.errors = Some(vec![crate::protocol::tool_output::FieldError {
+            path: e.pointer.clone(),
+            message: e.message.clone(),
+        }]);
+        refusal("Invalid arguments", error, Map::new())
+    } else {
+        ApiError::BadRequest {
+            detail: format!("invalid tool call: {} {}", if e.pointer.is_empty() { "body" } else { &e.pointer }, e.message),
+            errors: vec![json!({"pointer": e.pointer, "message": e.message})],
+        }
+    }
+}
+
+/// Execute a model's tool call.
+///
+/// Accepts the native shape, OpenAI's (`function.arguments` as JSON text) and
+/// Anthropic's (`tool_use`). The response is sent only after the result is
+/// durable. Re-posting a recorded id returns the stored outcome and runs
+/// nothing; the same id with other arguments is a 409.
+#[utoipa::path(post, path = "/v1/threads/{thread_id}/tool-calls", tag = "tool calls",
+    params(("thread_id" = String, Path, description = "Thread id, [A-Za-z0-9_.:-]{1,128}")),
+    request_body = ToolCallRequest,
+    responses(
+        (status = 200, description = "The call ran (or was recorded before); result stored and streamed", body = ToolCallResponse),
+        (status = 400, description = "Malformed request", content_type = "application/problem+json"),
+        (status = 401, description = "Missing or invalid token", content_type = "application/problem+json"),
+        (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
+        (status = 409, description = "Call id reused with other arguments", content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", content_type = "application/problem+json"),
+        (status = 422, description = "Unknown tool or invalid arguments; carries `tool_error` and `tool_response`", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn post_tool_call(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(thread_id): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    let call = calls::parse(&body).map_err(parse_error_to_api)?;
+    check_owner(&state, &user, &thread).await?;
+    let request = CallRequest {
+        owner: user.owner,
+        thread_id: thread.0,
+        call,
+        observer: None,
+    };
+    // The pipeline runs in its own task: a client that disconnects does not
+    // cancel a call half-way; its result is still stored and streamed.
+    let engine = state.engine.clone();
+    let outcome = tokio::spawn(async move { engine.execute(request).await })
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))?
+        .map_err(rejection_to_api)?;
+    Ok((StatusCode::OK, axum::Json(ToolCallResponse::from(outcome))).into_response())
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema, PartialEq)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageRole {
+    User,
+    Assistant,
+    System,
+}
+
+/// A conversation message to record.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"role": "assistant", "content": "Let me check.", "tool_calls": [{"id": "call_1", "name": "echo", "arguments": {"text": "hi"}}]}))]
+pub struct NewMessageRequest {
+    /// Generated when absent.
+    pub id: Option<String>,
+    pub role: MessageRole,
+    #[serde(default)]
+    pub content: String,
+    /// Assistant only: the calls the model made, in any accepted shape.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tool_calls: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct MessageCreated {
+    pub id: String,
+    pub seq: i64,
+}
+
+/// Record a user, assistant or system message.
+///
+/// Streams TEXT_MESSAGE_START / TEXT_MESSAGE_CONTENT / TEXT_MESSAGE_END to
+/// the thread's subscribers. Assistant messages may carry the model's
+/// `tool_calls` so `/context` can rebuild the conversation.
+#[utoipa::path(post, path = "/v1/threads/{thread_id}/messages", tag = "messages",
+    params(("thread_id" = String, Path,)),
+    request_body = NewMessageRequest,
+    responses(
+        (status = 201, description = "Recorded", body = MessageCreated),
+        (status = 400, description = "Malformed request", content_type = "application/problem+json"),
+        (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
+        (status = 409, description = "Message id already recorded", content_type = "application/problem+json"),
+        (status = 422, description = "Wrong field types", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn post_message(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(thread_id): Path<String>,
+    ApiJson(body): ApiJson<NewMessageRequest>,
+) -> Result<Response, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    let id = match body.id {
+        Some(id) if calls::valid_id(&id) => id,
+        Some(_) => {
+            return Err(ApiError::BadRequest {
+                detail: "id must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+                errors: vec![json!({"pointer": "/id", "message": "invalid syntax"})],
+            });
+        }
+        None => format!("msg_{}", uuid::Uuid::now_v7().simple()),
+    };
+    let mut metadata = Map::new();
+    if let Some(tool_calls) = &body.tool_calls {
+        if body.role != MessageRole::Assistant {
+            return Err(ApiError::BadRequest {
+                detail: "only assistant messages carry tool_calls".into(),
+                errors: vec![json!({"pointer": "/tool_calls", "message": "only for role assistant"})],
+            });
+        }
+        let mut parsed = Vec::with_capacity(tool_calls.len());
+        for (i, raw) in tool_calls.iter().enumerate() {
+            let call = calls::parse(raw).map_err(|e| ApiError::BadRequest {
+                detail: format!("/tool_calls/{i}{}: {}", e.pointer, e.message),
+                errors: vec![json!({"pointer": format!("/tool_calls/{i}{}", e.pointer), "message": e.message})],
+            })?;
+            parsed.push(json!({"id": call.id, "name": call.name, "arguments": call.arguments}));
+        }
+        metadata.insert("tool_calls".into(), Value::Array(parsed));
+    }
+    check_owner(&state, &user, &thread).await?;
+    let role = match body.role {
+        MessageRole::User => Role::User,
+        MessageRole::Assistant => Role::Assistant,
+        MessageRole::System => Role::System,
+    };
+    let mut events = vec![Event::new(EventBody::TextMessageStart {
+        message_id: id.clone(),
+        role: role.as_str().into(),
+    })];
+    // AG-UI forbids an empty delta: an empty message has no CONTENT event.
+    if !body.content.is_empty() {
+        events.push(Event::new(EventBody::TextMessageContent {
+            message_id: id.clone(),
+            delta: body.content.clone(),
+        }));
+    }
+    events.push(Event::new(EventBody::TextMessageEnd { message_id: id.clone() }));
+    let unit = WriteUnit {
+        thread_id: thread.0,
+        owner: user.owner,
+        ops: vec![
+            WriteOp::InsertMessage(NewMessage {
+                id: id.clone(),
+                role,
+                content: body.content,
+                metadata: Value::Object(metadata),
+                tool_call_id: None,
+                created_at_ms: now_ms(),
+            }),
+            WriteOp::AppendEvents(
+                events
+                    .iter()
+                    .map(|e| NewEvent {
+                        event_type: e.type_name().into(),
+                        data: e.to_json(),
+                        created_at_ms: e.timestamp,
+                    })
+                    .collect(),
+            ),
+        ],
+    };
+    let receipt = state.writer.write(unit).await.map_err(|e| match e {
+        crate::store::StoreError::Conflict(_) => ApiError::Conflict(format!("message {id:?} is already recorded in this thread")),
+        other => other.into(),
+    })?;
+    let seq = receipt.messages.first().map(|m| m.1).unwrap_or_default();
+    Ok((StatusCode::CREATED, axum::Json(MessageCreated { id, seq })).into_response())
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// Page size, 1–200 (default 50).
+    pub limit: Option<i64>,
+    /// Cursor from the previous page's `next_cursor`: returns older messages.
+    pub before: Option<String>,
+}
+
+/// A message as history replays it. Tool messages carry the compiled
+/// `ui_schema`, identical to the one the live stream carried.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct HistoryMessage {
+    pub id: String,
+    pub seq: i64,
+    pub role: String,
+    pub content: String,
+    pub created_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tool_calls: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub tool_agent_output: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub ui_schema: Option<Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct HistoryPage {
+    /// Oldest first within the page.
+    pub messages: Vec<HistoryMessage>,
+    /// Pass as `before` to get the previous (older) page; absent on the first page of the thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// The stored ToolAgentOutput of a tool message, if it has one.
+pub fn stored_output(m: &StoredMessage) -> Option<crate::protocol::tool_output::ToolAgentOutput> {
+    serde_json::from_value(m.metadata.get("tool_agent_output")?.clone()).ok()
+}
+
+pub fn history_message(m: StoredMessage) -> HistoryMessage {
+    let output = stored_output(&m);
+    HistoryMessage {
+        ui_schema: output.as_ref().and_then(crate::engine::compile_ui),
+        tool_agent_output: output.map(|o| o.public_view()),
+        tool_calls: m.metadata.get("tool_calls").cloned(),
+        id: m.id,
+        seq: m.seq,
+        role: m.role.as_str().into(),
+        content: m.content,
+        created_at_ms: m.created_at_ms,
+        tool_call_id: m.tool_call_id,
+    }
+}
+
+/// Page through a thread's messages, newest page first.
+#[utoipa::path(get, path = "/v1/threads/{thread_id}/history", tag = "history",
+    params(("thread_id" = String, Path,), HistoryQuery),
+    responses(
+        (status = 200, body = HistoryPage),
+        (status = 400, description = "Bad limit or cursor", content_type = "application/problem+json"),
+        (status = 404, description = "No such thread for this owner", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn get_history(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(thread_id): Path<String>,
+    ApiQuery(q): ApiQuery<HistoryQuery>,
+) -> Result<axum::Json<HistoryPage>, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(ApiError::invalid_param("limit", format!("must be between 1 and 200, got {limit}")));
+    }
+    let before = match q.before.as_deref() {
+        None => None,
+        Some(c) => Some(
+            c.parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| ApiError::invalid_param("before", "must be a cursor returned as next_cursor"))?,
+        ),
+    };
+    require_thread(&state, &user, &thread).await?;
+    let messages = state.store.messages_before(&thread.0, before, limit).await?;
+    let next_cursor = messages
+        .first()
+        .filter(|m| m.seq > 1)
+        .map(|m| m.seq.to_string());
+    Ok(axum::Json(HistoryPage {
+        messages: messages.into_iter().map(history_message).collect(),
+        next_cursor,
+    }))
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ContextFormat {
+    Openai,
+    Anthropic,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ContextQuery {
+    /// `openai` (default) or `anthropic`.
+    #[param(value_type = Option<String>)]
+    pub format: Option<ContextFormat>,
+}
+
+/// Rebuild the model context in a vendor's message shape.
+///
+/// OpenAI: `{"messages": [...]}` with `tool_calls` and `role: tool`
+/// messages. Anthropic: `{"system": "...", "messages": [...]}` with
+/// `tool_use` / `tool_result` blocks and same-role turns merged.
+#[utoipa::path(get, path = "/v1/threads/{thread_id}/context", tag = "history",
+    params(("thread_id" = String, Path,), ContextQuery),
+    responses(
+        (status = 200, description = "The conversation in the vendor's shape", body = Object),
+        (status = 400, description = "Unknown format", content_type = "application/problem+json"),
+        (status = 404, description = "No such thread for this owner", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn get_context(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(thread_id): Path<String>,
+    ApiQuery(q): ApiQuery<ContextQuery>,
+) -> Result<axum::Json<Value>, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    require_thread(&state, &user, &thread).await?;
+    let messages = state.store.all_messages(&thread.0).await?;
+    Ok(axum::Json(match q.format.unwrap_or(ContextFormat::Openai) {
+        ContextFormat::Openai => crate::protocol::context::openai(&messages),
+        ContextFormat::Anthropic => crate::protocol::context::anthropic(&messages),
+    }))
+}

@@ -1,0 +1,294 @@
+//! AG-UI 1.0 events and messages, exactly as the stock `@ag-ui/client`
+//! validates them: camelCase fields, integer millisecond `timestamp`, no
+//! `null` anywhere (absent instead), and everything of ours under
+//! `metadata`, the one open object the protocol defines on every event.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// One AG-UI event: the typed body plus the fields every event shares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    #[serde(flatten)]
+    pub body: EventBody,
+    pub timestamp: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+impl Event {
+    pub fn new(body: EventBody) -> Self {
+        Event {
+            body,
+            timestamp: super::now_ms(),
+            metadata: None,
+        }
+    }
+
+    pub fn with_metadata(mut self, metadata: Map<String, Value>) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+
+    /// The wire `type` string (`TOOL_CALL_RESULT`, …).
+    pub fn type_name(&self) -> &'static str {
+        self.body.type_name()
+    }
+
+    /// Compact JSON text: what one SSE `data:` line carries.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("AG-UI events always serialize")
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum EventBody {
+    #[serde(rename_all = "camelCase")]
+    RunStarted { thread_id: String, run_id: String },
+    #[serde(rename_all = "camelCase")]
+    RunFinished {
+        thread_id: String,
+        run_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outcome: Option<RunOutcome>,
+    },
+    #[serde(rename_all = "camelCase")]
+    RunError {
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        code: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    TextMessageStart { message_id: String, role: String },
+    #[serde(rename_all = "camelCase")]
+    TextMessageContent { message_id: String, delta: String },
+    #[serde(rename_all = "camelCase")]
+    TextMessageEnd { message_id: String },
+    #[serde(rename_all = "camelCase")]
+    ToolCallStart {
+        tool_call_id: String,
+        tool_call_name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_message_id: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCallArgs { tool_call_id: String, delta: String },
+    #[serde(rename_all = "camelCase")]
+    ToolCallEnd { tool_call_id: String },
+    #[serde(rename_all = "camelCase")]
+    ToolCallResult {
+        message_id: String,
+        tool_call_id: String,
+        content: String,
+        role: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    MessagesSnapshot { messages: Vec<Message> },
+    #[serde(rename_all = "camelCase")]
+    Custom { name: String, value: Value },
+}
+
+impl EventBody {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventBody::RunStarted { .. } => "RUN_STARTED",
+            EventBody::RunFinished { .. } => "RUN_FINISHED",
+            EventBody::RunError { .. } => "RUN_ERROR",
+            EventBody::TextMessageStart { .. } => "TEXT_MESSAGE_START",
+            EventBody::TextMessageContent { .. } => "TEXT_MESSAGE_CONTENT",
+            EventBody::TextMessageEnd { .. } => "TEXT_MESSAGE_END",
+            EventBody::ToolCallStart { .. } => "TOOL_CALL_START",
+            EventBody::ToolCallArgs { .. } => "TOOL_CALL_ARGS",
+            EventBody::ToolCallEnd { .. } => "TOOL_CALL_END",
+            EventBody::ToolCallResult { .. } => "TOOL_CALL_RESULT",
+            EventBody::MessagesSnapshot { .. } => "MESSAGES_SNAPSHOT",
+            EventBody::Custom { .. } => "CUSTOM",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunOutcome {
+    /// Completed; `pendingToolCallIds` names frontend tool calls left for
+    /// the application to answer.
+    #[serde(rename_all = "camelCase")]
+    Success {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pending_tool_call_ids: Option<Vec<String>>,
+    },
+    Cancelled,
+}
+
+/// An AG-UI message (snapshot, `RunAgentInput.messages`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    #[serde(rename_all = "camelCase")]
+    User {
+        id: String,
+        /// A string, or an array of content parts (only text parts are kept).
+        #[schema(value_type = Object)]
+        content: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Assistant {
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_calls: Option<Vec<ToolCall>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    System {
+        id: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Developer {
+        id: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Tool {
+        id: String,
+        content: String,
+        tool_call_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schema(value_type = Option<Object>)]
+        metadata: Option<Map<String, Value>>,
+    },
+}
+
+impl Message {
+    pub fn id(&self) -> &str {
+        match self {
+            Message::User { id, .. }
+            | Message::Assistant { id, .. }
+            | Message::System { id, .. }
+            | Message::Developer { id, .. }
+            | Message::Tool { id, .. } => id,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments as a JSON text.
+    pub arguments: String,
+}
+
+/// `RunAgentInput` as the `HttpAgent` posts it. Unknown fields are ignored so
+/// newer clients keep working.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAgentInput {
+    pub thread_id: String,
+    pub run_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub state: Value,
+    pub messages: Vec<Message>,
+    /// The frontend's own tools: calls to these are left to the frontend.
+    #[serde(default)]
+    pub tools: Vec<FrontendTool>,
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub context: Vec<Value>,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub forwarded_props: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct FrontendTool {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub parameters: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_camel_case_without_nulls() {
+        let ev = Event {
+            body: EventBody::ToolCallStart {
+                tool_call_id: "c1".into(),
+                tool_call_name: "echo".into(),
+                parent_message_id: None,
+            },
+            timestamp: 5,
+            metadata: None,
+        };
+        assert_eq!(
+            ev.to_json(),
+            r#"{"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"echo","timestamp":5}"#
+        );
+        let back: Event = serde_json::from_str(&ev.to_json()).unwrap();
+        assert_eq!(back, ev);
+    }
+
+    #[test]
+    fn run_finished_carries_success_outcome() {
+        let ev = Event {
+            body: EventBody::RunFinished {
+                thread_id: "t".into(),
+                run_id: "r".into(),
+                result: None,
+                outcome: Some(RunOutcome::Success { pending_tool_call_ids: None }),
+            },
+            timestamp: 1,
+            metadata: None,
+        };
+        assert_eq!(
+            ev.to_json(),
+            r#"{"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":{"type":"success"},"timestamp":1}"#
+        );
+    }
+
+    #[test]
+    fn run_input_accepts_http_agent_shape() {
+        let input: RunAgentInput = serde_json::from_value(serde_json::json!({
+            "threadId": "t1", "runId": "r1", "state": {}, "tools": [], "context": [],
+            "forwardedProps": {},
+            "messages": [
+                {"id": "u1", "role": "user", "content": "hi"},
+                {"id": "a1", "role": "assistant", "toolCalls": [
+                    {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"x\"}"}}]}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(input.messages.len(), 2);
+        assert_eq!(input.messages[1].id(), "a1");
+    }
+}

@@ -1,0 +1,274 @@
+//! The shapes a tool call arrives in (native, OpenAI, Anthropic), parsed into
+//! one [`IncomingCall`]. Parsing names the offending field with a JSON Pointer
+//! so a caller can fix the request.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// Which vendor shape the call came in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CallShape {
+    Native,
+    Openai,
+    Anthropic,
+}
+
+/// A tool call after parsing, whatever shape it arrived in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncomingCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+    pub shape: CallShape,
+    /// Groups calls into a run; without one the call is its own run.
+    pub run_id: Option<String>,
+    /// The assistant message that issued the call, when known.
+    pub parent_message_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{pointer}: {message}")]
+pub struct CallParseError {
+    /// JSON Pointer of the offending field in the request body.
+    pub pointer: String,
+    pub message: String,
+    /// True when the problem is the arguments' content (a model error the
+    /// model can fix) rather than the envelope.
+    pub in_arguments: bool,
+}
+
+fn err(pointer: &str, message: impl Into<String>) -> CallParseError {
+    CallParseError {
+        pointer: pointer.to_string(),
+        message: message.into(),
+        in_arguments: false,
+    }
+}
+
+/// Identifier syntax shared by tool call ids, run ids and message ids:
+/// what OpenAI (`call_…`), Anthropic (`toolu_…`) and UUIDs produce.
+pub fn valid_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+fn id_field(obj: &Map<String, Value>, key: &str, pointer: &str) -> Result<String, CallParseError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Err(err(pointer, "is required")),
+        Some(Value::String(s)) if valid_id(s) => Ok(s.clone()),
+        Some(Value::String(_)) => Err(err(
+            pointer,
+            "must be 1-128 characters from A-Z a-z 0-9 _ - . :",
+        )),
+        Some(other) => Err(err(pointer, format!("must be a string, got {}", kind(other)))),
+    }
+}
+
+fn optional_id(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, CallParseError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => id_field(obj, key, &format!("/{key}")).map(Some),
+    }
+}
+
+fn string_field(obj: &Map<String, Value>, key: &str, pointer: &str) -> Result<String, CallParseError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Err(err(pointer, "is required")),
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(Value::String(_)) => Err(err(pointer, "must not be empty")),
+        Some(other) => Err(err(pointer, format!("must be a string, got {}", kind(other)))),
+    }
+}
+
+pub fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn object_arguments(v: Option<&Value>, pointer: &str) -> Result<Value, CallParseError> {
+    match v {
+        None | Some(Value::Null) => Ok(Value::Object(Map::new())),
+        Some(Value::Object(o)) => Ok(Value::Object(o.clone())),
+        Some(other) => Err(CallParseError {
+            in_arguments: true,
+            ..err(pointer, format!("must be a JSON object, got {}", kind(other)))
+        }),
+    }
+}
+
+/// Arguments that arrive as JSON text (OpenAI's `function.arguments`).
+pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParseError> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Map::new()));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(other) => Err(CallParseError {
+            in_arguments: true,
+            ..err(pointer, format!("must encode a JSON object, got {}", kind(&other)))
+        }),
+        Err(e) => Err(CallParseError {
+            in_arguments: true,
+            ..err(pointer, format!("is not valid JSON: {e}"))
+        }),
+    }
+}
+
+/// Parse a request body in any of the three accepted shapes.
+pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| err("", format!("the body must be a JSON object, got {}", kind(body))))?;
+    let run_id = optional_id(obj, "run_id")?;
+    let parent_message_id = optional_id(obj, "parent_message_id")?;
+
+    if let Some(function) = obj.get("function") {
+        // OpenAI: {"id", "type": "function", "function": {"name", "arguments": "<JSON text>"}}
+        if let Some(t) = obj.get("type")
+            && t != "function"
+        {
+            return Err(err("/type", "must be \"function\" when `function` is present"));
+        }
+        let f = function
+            .as_object()
+            .ok_or_else(|| err("/function", format!("must be an object, got {}", kind(function))))?;
+        let arguments = match f.get("arguments") {
+            Some(Value::String(s)) => parse_argument_text(s, "/function/arguments")?,
+            other => object_arguments(other, "/function/arguments")?,
+        };
+        return Ok(IncomingCall {
+            id: id_field(obj, "id", "/id")?,
+            name: string_field(f, "name", "/function/name")?,
+            arguments,
+            shape: CallShape::Openai,
+            run_id,
+            parent_message_id,
+        });
+    }
+
+    if obj.get("type").and_then(Value::as_str) == Some("tool_use") {
+        // Anthropic: {"type": "tool_use", "id", "name", "input": {...}}
+        return Ok(IncomingCall {
+            id: id_field(obj, "id", "/id")?,
+            name: string_field(obj, "name", "/name")?,
+            arguments: object_arguments(obj.get("input"), "/input")?,
+            shape: CallShape::Anthropic,
+            run_id,
+            parent_message_id,
+        });
+    }
+    if let Some(t) = obj.get("type") {
+        return Err(err(
+            "/type",
+            format!("unknown call type {t}; expected \"function\" (OpenAI) or \"tool_use\" (Anthropic), or no type (native)"),
+        ));
+    }
+
+    // Native: {"id", "name", "arguments": {...}}
+    let arguments = match obj.get("arguments") {
+        Some(Value::String(s)) => parse_argument_text(s, "/arguments")?,
+        other => object_arguments(other, "/arguments")?,
+    };
+    Ok(IncomingCall {
+        id: id_field(obj, "id", "/id")?,
+        name: string_field(obj, "name", "/name")?,
+        arguments,
+        shape: CallShape::Native,
+        run_id,
+        parent_message_id,
+    })
+}
+
+/// Native shape (documentation of the request body).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"id": "call_1", "name": "echo", "arguments": {"text": "hi"}}))]
+pub struct NativeCall {
+    pub id: String,
+    pub name: String,
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+    pub run_id: Option<String>,
+    pub parent_message_id: Option<String>,
+}
+
+/// OpenAI shape, as the model produced it (`arguments` is JSON text).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"hi\"}"}}))]
+pub struct OpenAiCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: super::agui::FunctionCall,
+    pub run_id: Option<String>,
+}
+
+/// Anthropic shape, as the model produced it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"text": "hi"}}))]
+pub struct AnthropicCall {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+    pub name: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+    pub run_id: Option<String>,
+}
+
+/// A tool call in any accepted shape.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ToolCallRequest {
+    Native(NativeCall),
+    Openai(OpenAiCall),
+    Anthropic(AnthropicCall),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn three_shapes_parse_to_the_same_call() {
+        let native = parse(&json!({"id": "call_1", "name": "echo", "arguments": {"text": "hi"}})).unwrap();
+        let openai = parse(&json!({"id": "call_1", "type": "function",
+            "function": {"name": "echo", "arguments": "{\"text\":\"hi\"}"}}))
+        .unwrap();
+        let anthropic = parse(&json!({"type": "tool_use", "id": "call_1", "name": "echo", "input": {"text": "hi"}})).unwrap();
+        for c in [&native, &openai, &anthropic] {
+            assert_eq!((c.id.as_str(), c.name.as_str()), ("call_1", "echo"));
+            assert_eq!(c.arguments, json!({"text": "hi"}));
+        }
+        assert_eq!(openai.shape, CallShape::Openai);
+        assert_eq!(anthropic.shape, CallShape::Anthropic);
+    }
+
+    #[test]
+    fn invalid_argument_text_names_the_field() {
+        let e = parse(&json!({"id": "c", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":"}})).unwrap_err();
+        assert_eq!(e.pointer, "/function/arguments");
+        assert!(e.in_arguments);
+        assert!(e.message.contains("not valid JSON"), "{}", e.message);
+    }
+
+    #[test]
+    fn envelope_errors_name_the_field() {
+        assert_eq!(parse(&json!({"name": "echo"})).unwrap_err().pointer, "/id");
+        assert_eq!(parse(&json!({"id": "c", "name": 3})).unwrap_err().pointer, "/name");
+        assert_eq!(parse(&json!({"id": "a b", "name": "x"})).unwrap_err().pointer, "/id");
+        assert_eq!(parse(&json!({"id": "c", "name": "x", "arguments": [1]})).unwrap_err().pointer, "/arguments");
+        assert_eq!(parse(&json!([1])).unwrap_err().pointer, "");
+        assert_eq!(parse(&json!({"id": "c", "type": "bogus", "name": "x"})).unwrap_err().pointer, "/type");
+    }
+}

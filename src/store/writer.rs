@@ -1,0 +1,331 @@
+//! The group-commit writer: many callers' [`WriteUnit`]s share one
+//! transaction.
+//!
+//! One task owns a bounded channel. It takes the first queued job, drains
+//! whatever else is queued (up to [`WriterConfig::max_batch`], waiting up to
+//! [`WriterConfig::linger`] for more), applies the batch with one
+//! [`Store::apply_batch`](super::Store::apply_batch), calls the commit hook
+//! with the committed events and only then answers each caller. A caller is
+//! never told "done" for data that is not committed: if the transaction
+//! fails, every caller of the batch gets the error.
+//!
+//! A caller that stops waiting (its `write` future dropped) does not
+//! withdraw its unit: once queued, it is written. When every [`Writer`]
+//! handle is dropped the task finishes the queued work and ends.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{DynStore, StoreError, StoreResult, StoredEvent, UnitReceipt, WriteUnit};
+
+#[derive(Debug, Clone)]
+pub struct WriterConfig {
+    /// Most units in one transaction (default 256).
+    pub max_batch: usize,
+    /// Units that may wait in the queue before `write` itself waits
+    /// (back-pressure; default 4096).
+    pub channel_capacity: usize,
+    /// How long a batch waits for more units once it has its first; zero
+    /// (the default) takes whatever is queued and commits at once.
+    pub linger: Duration,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            max_batch: 256,
+            channel_capacity: 4096,
+            linger: Duration::ZERO,
+        }
+    }
+}
+
+/// Called once per committed batch, after the commit and before any caller
+/// of the batch is answered, with the events of the units that committed (in
+/// commit order; possibly empty). A panic in the hook is logged and does not
+/// affect the callers.
+pub type CommitHook = Arc<dyn Fn(&[StoredEvent]) + Send + Sync>;
+
+struct Job {
+    unit: WriteUnit,
+    reply: oneshot::Sender<StoreResult<UnitReceipt>>,
+}
+
+/// A handle to the writer task; cheap to clone.
+#[derive(Clone)]
+pub struct Writer {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl fmt::Debug for Writer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writer")
+            .field("closed", &self.jobs.is_closed())
+            .finish()
+    }
+}
+
+impl Writer {
+    /// Start the writer task on the current tokio runtime.
+    pub fn spawn(store: DynStore, config: WriterConfig, on_commit: CommitHook) -> Writer {
+        let (jobs, queue) = mpsc::channel(config.channel_capacity.max(1));
+        tokio::spawn(run(store, config, on_commit, queue));
+        Writer { jobs }
+    }
+
+    /// Queue `unit` and wait for its batch. Resolves only after the unit's
+    /// batch committed (with the unit's receipt, or the unit's own error if
+    /// it alone was rolled back) or failed as a whole (with that error).
+    pub async fn write(&self, unit: WriteUnit) -> StoreResult<UnitReceipt> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job { unit, reply })
+            .await
+            .map_err(|_| StoreError::WriterClosed)?;
+        answer.await.map_err(|_| StoreError::WriterClosed)?
+    }
+}
+
+async fn run(
+    store: DynStore,
+    config: WriterConfig,
+    on_commit: CommitHook,
+    mut queue: mpsc::Receiver<Job>,
+) {
+    let max_batch = config.max_batch.max(1);
+    let mut units = Vec::with_capacity(max_batch);
+    let mut replies = Vec::with_capacity(max_batch);
+    while let Some(first) = queue.recv().await {
+        units.push(first.unit);
+        replies.push(first.reply);
+        while units.len() < max_batch {
+            match queue.try_recv() {
+                Ok(job) => {
+                    units.push(job.unit);
+                    replies.push(job.reply);
+                }
+                Err(_) => break,
+            }
+        }
+        if !config.linger.is_zero() && units.len() < max_batch {
+            let deadline = tokio::time::Instant::now() + config.linger;
+            while units.len() < max_batch {
+                match tokio::time::timeout_at(deadline, queue.recv()).await {
+                    Ok(Some(job)) => {
+                        units.push(job.unit);
+                        replies.push(job.reply);
+                    }
+                    // Deadline reached, or every handle dropped.
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+
+        commit_batch(&store, &on_commit, &units, &mut replies).await;
+        units.clear();
+        replies.clear();
+    }
+    tracing::debug!("store writer stopped: every handle dropped");
+}
+
+async fn commit_batch(
+    store: &DynStore,
+    on_commit: &CommitHook,
+    units: &[WriteUnit],
+    replies: &mut Vec<oneshot::Sender<StoreResult<UnitReceipt>>>,
+) {
+    let results = match store.apply_batch(units).await {
+        Ok(results) if results.len() == units.len() => results,
+        Ok(results) => {
+            // A store bug; the transaction did commit, but which unit got
+            // which receipt is unknown, so nobody is told "done".
+            tracing::error!(
+                units = units.len(),
+                results = results.len(),
+                "store returned a wrong number of unit results"
+            );
+            let err = StoreError::Corrupt(format!(
+                "store answered {} units with {} results",
+                units.len(),
+                results.len()
+            ));
+            for reply in replies.drain(..) {
+                let _ = reply.send(Err(replicate(&err)));
+            }
+            return;
+        }
+        Err(err) => {
+            tracing::warn!(units = units.len(), error = %err, "write batch failed");
+            for reply in replies.drain(..) {
+                let _ = reply.send(Err(replicate(&err)));
+            }
+            return;
+        }
+    };
+
+    let committed: Vec<StoredEvent> = results
+        .iter()
+        .filter_map(|result| result.as_ref().ok())
+        .flat_map(|receipt| receipt.events.iter().cloned())
+        .collect();
+    if std::panic::catch_unwind(AssertUnwindSafe(|| on_commit(&committed))).is_err() {
+        tracing::error!("the commit hook panicked; the batch is committed regardless");
+    }
+
+    for (reply, result) in replies.drain(..).zip(results) {
+        // The caller may have stopped waiting; its unit is committed anyway.
+        let _ = reply.send(result);
+    }
+}
+
+/// A copy of a batch-wide error for each caller of the batch (the error
+/// types are not `Clone`). Database errors keep their message, SQLSTATE code
+/// and kind, so a caller can still tell e.g. a serialization failure.
+fn replicate(err: &StoreError) -> StoreError {
+    match err {
+        StoreError::NotOwner => StoreError::NotOwner,
+        StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+        StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
+        StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
+        StoreError::WriterClosed => StoreError::WriterClosed,
+        StoreError::Migrate(e) => StoreError::Corrupt(e.to_string()),
+        StoreError::Database(e) => StoreError::Database(replicate_sqlx(e)),
+    }
+}
+
+fn replicate_sqlx(err: &sqlx::Error) -> sqlx::Error {
+    use sqlx::Error as E;
+    match err {
+        E::Database(db) => E::Database(Box::new(ReplicatedDbError::of(db.as_ref()))),
+        E::Io(io) => E::Io(std::io::Error::new(io.kind(), io.to_string())),
+        E::PoolTimedOut => E::PoolTimedOut,
+        E::PoolClosed => E::PoolClosed,
+        E::WorkerCrashed => E::WorkerCrashed,
+        E::RowNotFound => E::RowNotFound,
+        E::BeginFailed => E::BeginFailed,
+        E::InvalidSavePointStatement => E::InvalidSavePointStatement,
+        E::Protocol(m) => E::Protocol(m.clone()),
+        E::InvalidArgument(m) => E::InvalidArgument(m.clone()),
+        other => E::Protocol(other.to_string()),
+    }
+}
+
+/// A database error seen by another caller of the same batch.
+#[derive(Debug)]
+struct ReplicatedDbError {
+    message: String,
+    code: Option<String>,
+    constraint: Option<String>,
+    table: Option<String>,
+    kind: ReplicatedKind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ReplicatedKind {
+    UniqueViolation,
+    ForeignKeyViolation,
+    NotNullViolation,
+    CheckViolation,
+    Other,
+}
+
+impl ReplicatedDbError {
+    fn of(db: &dyn sqlx::error::DatabaseError) -> Self {
+        use sqlx::error::ErrorKind as K;
+        ReplicatedDbError {
+            message: db.message().to_owned(),
+            code: db.code().map(Cow::into_owned),
+            constraint: db.constraint().map(str::to_owned),
+            table: db.table().map(str::to_owned),
+            kind: match db.kind() {
+                K::UniqueViolation => ReplicatedKind::UniqueViolation,
+                K::ForeignKeyViolation => ReplicatedKind::ForeignKeyViolation,
+                K::NotNullViolation => ReplicatedKind::NotNullViolation,
+                K::CheckViolation => ReplicatedKind::CheckViolation,
+                _ => ReplicatedKind::Other,
+            },
+        }
+    }
+}
+
+impl fmt::Display for ReplicatedDbError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ReplicatedDbError {}
+
+impl sqlx::error::DatabaseError for ReplicatedDbError {
+    fn message(&self) -> &str {
+        &self.message
+    }
+
+    fn code(&self) -> Option<Cow<'_, str>> {
+        self.code.as_deref().map(Cow::Borrowed)
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn constraint(&self) -> Option<&str> {
+        self.constraint.as_deref()
+    }
+
+    fn table(&self) -> Option<&str> {
+        self.table.as_deref()
+    }
+
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        use sqlx::error::ErrorKind as K;
+        match self.kind {
+            ReplicatedKind::UniqueViolation => K::UniqueViolation,
+            ReplicatedKind::ForeignKeyViolation => K::ForeignKeyViolation,
+            ReplicatedKind::NotNullViolation => K::NotNullViolation,
+            ReplicatedKind::CheckViolation => K::CheckViolation,
+            ReplicatedKind::Other => K::Other,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replicated_errors_keep_their_variant_and_message() {
+        let io = StoreError::Database(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "reset by peer",
+        )));
+        match replicate(&io) {
+            StoreError::Database(sqlx::Error::Io(e)) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+                assert_eq!(e.to_string(), "reset by peer");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(
+            replicate(&StoreError::Database(sqlx::Error::PoolTimedOut)),
+            StoreError::Database(sqlx::Error::PoolTimedOut)
+        ));
+        assert!(matches!(
+            replicate(&StoreError::Conflict("x".into())),
+            StoreError::Conflict(m) if m == "x"
+        ));
+    }
+}

@@ -1,0 +1,157 @@
+//! The registry rendered for the outside world: native, OpenAI, Anthropic and
+//! MCP tool listings, and the system-prompt rendering (XML or JSON).
+
+use serde_json::{Value, json};
+
+use super::ToolDefinition;
+
+/// The description a model sees. The single place later gates (confidence
+/// hint, level-0 warning) extend, so every listing format agrees.
+pub fn model_description(def: &ToolDefinition) -> String {
+    def.description.clone()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ListingFormat {
+    Native,
+    Openai,
+    Anthropic,
+    Mcp,
+}
+
+pub fn render(def: &ToolDefinition, format: ListingFormat) -> Value {
+    let description = model_description(def);
+    match format {
+        ListingFormat::Native => {
+            let mut v = serde_json::to_value(def).expect("definitions serialize");
+            v["description"] = Value::String(description);
+            v["safety_level"] = json!(def.capability.safety_level());
+            v
+        }
+        ListingFormat::Openai => json!({
+            "type": "function",
+            "function": {
+                "name": def.name,
+                "description": description,
+                "parameters": def.input_schema,
+            }
+        }),
+        ListingFormat::Anthropic => json!({
+            "name": def.name,
+            "description": description,
+            "input_schema": def.input_schema,
+        }),
+        ListingFormat::Mcp => {
+            let mut v = json!({
+                "name": def.name,
+                "description": description,
+                "inputSchema": def.input_schema,
+                "annotations": {
+                    "readOnlyHint": def.metadata.read_only,
+                    "destructiveHint": def.metadata.destructive,
+                    "idempotentHint": def.metadata.read_only,
+                    "openWorldHint": false,
+                }
+            });
+            if let Some(out) = &def.output_schema {
+                v["outputSchema"] = out.clone();
+            }
+            v
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PromptFormat {
+    Xml,
+    Json,
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const PREAMBLE: &str = "You can call the following tools. Call a tool with its name and a JSON object of arguments that matches its parameters schema.";
+
+/// A system-prompt section describing every tool (seed 002's generator).
+pub fn system_prompt(defs: &[ToolDefinition], format: PromptFormat) -> String {
+    match format {
+        PromptFormat::Xml => {
+            let mut out = format!("{PREAMBLE}\n\n<tools>\n");
+            for def in defs {
+                out.push_str(&format!(
+                    "  <tool name=\"{}\">\n    <description>{}</description>\n    <parameters>{}</parameters>\n  </tool>\n",
+                    xml_escape(&def.name),
+                    xml_escape(&model_description(def)),
+                    xml_escape(&def.input_schema.to_string()),
+                ));
+            }
+            out.push_str("</tools>\n");
+            out
+        }
+        PromptFormat::Json => {
+            let tools: Vec<Value> = defs
+                .iter()
+                .map(|d| json!({"name": d.name, "description": model_description(d), "parameters": d.input_schema}))
+                .collect();
+            let body = serde_json::to_string_pretty(&json!({"tools": tools})).expect("json");
+            format!("{PREAMBLE}\n\n{body}\n")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{ToolCapability, ToolMetadata};
+
+    fn def() -> ToolDefinition {
+        ToolDefinition {
+            name: "echo".into(),
+            description: "Echo <input> & more".into(),
+            input_schema: json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+            output_schema: None,
+            aliases: vec![],
+            metadata: ToolMetadata {
+                read_only: true,
+                ..ToolMetadata::default()
+            },
+            capability: ToolCapability::default(),
+        }
+    }
+
+    #[test]
+    fn vendor_shapes() {
+        let d = def();
+        assert_eq!(render(&d, ListingFormat::Openai)["function"]["parameters"], d.input_schema);
+        assert_eq!(render(&d, ListingFormat::Anthropic)["input_schema"], d.input_schema);
+        let mcp = render(&d, ListingFormat::Mcp);
+        assert_eq!(mcp["inputSchema"], d.input_schema);
+        assert_eq!(mcp["annotations"]["readOnlyHint"], true);
+        assert_eq!(render(&d, ListingFormat::Native)["safety_level"], 0);
+    }
+
+    #[test]
+    fn xml_prompt_escapes_and_json_prompt_parses() {
+        let xml = system_prompt(&[def()], PromptFormat::Xml);
+        assert!(xml.contains("<tool name=\"echo\">"));
+        assert!(xml.contains("Echo &lt;input&gt; &amp; more"));
+        let json_prompt = system_prompt(&[def()], PromptFormat::Json);
+        let start = json_prompt.find('{').unwrap();
+        let parsed: Value = serde_json::from_str(&json_prompt[start..]).unwrap();
+        assert_eq!(parsed["tools"][0]["name"], "echo");
+    }
+}

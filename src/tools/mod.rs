@@ -1,0 +1,177 @@
+//! The Tool interface, tool definitions and their metadata. Tools know
+//! nothing of HTTP, SSE or storage: they take JSON arguments and a
+//! [`ToolContext`], and return a result or a structured [`ToolError`].
+
+pub mod builtin;
+pub mod listing;
+pub mod registry;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
+
+pub use crate::protocol::tool_output::{ToolError, UndoInfo};
+pub use registry::{Registry, RegistryError};
+
+/// How the permission engine judges a tool (seed 003 `PermissionClass`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionClass {
+    Bash,
+    File,
+    Webfetch,
+    Readonly,
+    #[default]
+    Generic,
+}
+
+/// What a tool is (seed 003 `Metadata`). Unknown → conservative defaults:
+/// not concurrency-safe, not read-only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolMetadata {
+    pub concurrency_safe: bool,
+    pub read_only: bool,
+    pub destructive: bool,
+    pub permission_class: PermissionClass,
+    /// `read`, `write`, `edit`, `execute`, `delete`, `invoke`, or a custom word.
+    pub audit_operation: String,
+    pub requires_checkpoint: bool,
+    pub requires_reverse_thinking: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search_hint: Option<String>,
+}
+
+impl Default for ToolMetadata {
+    fn default() -> Self {
+        ToolMetadata {
+            concurrency_safe: false,
+            read_only: false,
+            destructive: false,
+            permission_class: PermissionClass::Generic,
+            audit_operation: "invoke".into(),
+            requires_checkpoint: false,
+            requires_reverse_thinking: false,
+            search_hint: None,
+        }
+    }
+}
+
+/// What safety measures a tool offers (seed 000 `ToolCapability`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, Default)]
+pub struct ToolCapability {
+    pub dry_run: bool,
+    pub reversible: bool,
+    /// `tool`, `manual`, or absent (irreversible).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_method: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_tool_name: Option<String>,
+    /// 0 disables the confidence gate; otherwise the minimum `_confidence`.
+    pub min_confidence: u8,
+    #[serde(default)]
+    pub affected_resources: Vec<String>,
+}
+
+impl ToolCapability {
+    /// 2: dry-run; 1: reversible; 0: neither.
+    pub fn safety_level(&self) -> u8 {
+        if self.dry_run {
+            2
+        } else if self.reversible {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolDefinition {
+    /// `[A-Za-z0-9_.-]{1,64}`
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments (an object schema).
+    #[schema(value_type = Object)]
+    pub input_schema: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output_schema: Option<Value>,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    pub metadata: ToolMetadata,
+    pub capability: ToolCapability,
+}
+
+/// One progress report of a long-running tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Progress {
+    /// 0.0 – 1.0
+    pub fraction: f64,
+    pub detail: String,
+}
+
+/// Where a tool reports progress; reports are best-effort and never block.
+#[derive(Debug, Clone, Default)]
+pub struct ProgressSink(Option<mpsc::UnboundedSender<Progress>>);
+
+impl ProgressSink {
+    pub fn new(tx: mpsc::UnboundedSender<Progress>) -> Self {
+        ProgressSink(Some(tx))
+    }
+
+    pub fn report(&self, fraction: f64, detail: impl Into<String>) {
+        if let Some(tx) = &self.0 {
+            let _ = tx.send(Progress {
+                fraction: fraction.clamp(0.0, 1.0),
+                detail: detail.into(),
+            });
+        }
+    }
+}
+
+/// What a running tool may know about its call.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub owner: String,
+    pub thread_id: String,
+    pub call_id: String,
+    /// Cancelled when the call is cancelled or times out.
+    pub cancel: CancellationToken,
+    pub progress: ProgressSink,
+}
+
+/// A tool's successful (or partially successful) outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSuccess {
+    pub result: Value,
+    /// The tool ran but the result is incomplete (truncated, partly applied).
+    pub partial: bool,
+    pub undo: Option<UndoInfo>,
+}
+
+impl ToolSuccess {
+    pub fn complete(result: Value) -> Self {
+        ToolSuccess {
+            result,
+            partial: false,
+            undo: None,
+        }
+    }
+}
+
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn definition(&self) -> ToolDefinition;
+
+    /// Run with arguments already validated against the input schema.
+    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolSuccess, ToolError>;
+
+    /// The ui_hints for a successful result; `None` when the action has no
+    /// stable template. Called by the post-processor, never by the caller.
+    fn ui_hints(&self, _args: &Value, _result: &Value) -> Option<Value> {
+        None
+    }
+}

@@ -1,0 +1,342 @@
+//! Test harness: the real server on port 0, with a fresh SQLite file or a
+//! fresh Postgres database, spoken to over HTTP and SSE.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::Value;
+use toolgate::config::Settings;
+use toolgate::startup::Application;
+
+pub const PG_ADMIN_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub token: String,
+    pub settings: Settings,
+    pub shutdown: tokio_util::sync::CancellationToken,
+    pub data_dir: tempfile::TempDir,
+    pub pg: Option<PgDatabase>,
+    handle: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// A database created for one test and dropped after it.
+pub struct PgDatabase {
+    pub admin_url: String,
+    pub name: String,
+    pub url: String,
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        let admin = self.admin_url.clone();
+        let name = self.name.clone();
+        // Best effort, on a fresh runtime: the test's runtime may be gone.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                use sqlx::Connection;
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+pub async fn create_pg_database() -> PgDatabase {
+    use sqlx::Connection;
+    let admin_url = std::env::var("TOOLGATE_TEST_PG").unwrap_or_else(|_| PG_ADMIN_DEFAULT.to_string());
+    let name = format!("toolgate_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&admin_url)
+        .await
+        .expect("Postgres must be reachable for the tests (see README: Postgres)");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    let base = admin_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin_url);
+    PgDatabase {
+        url: format!("{base}/{name}"),
+        admin_url,
+        name,
+    }
+}
+
+pub fn test_settings(data_dir: &std::path::Path) -> Settings {
+    let mut settings = Settings::default();
+    settings.server.bind = "127.0.0.1:0".parse().unwrap();
+    settings.server.sse_heartbeat_secs = 1;
+    settings.storage.data_dir = data_dir.to_path_buf();
+    settings.tools.wait_max_ms = 30_000;
+    settings
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> TestApp {
+        Self::spawn_with(backend, |_| {}).await
+    }
+
+    pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
+        let data_dir = tempfile::tempdir().unwrap();
+        let mut settings = test_settings(data_dir.path());
+        let pg = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(create_pg_database().await),
+        };
+        if let Some(pg) = &pg {
+            settings.storage.database_url = Some(pg.url.clone().into());
+        }
+        tweak(&mut settings);
+        Self::start(settings, data_dir, pg).await
+    }
+
+    pub async fn start(settings: Settings, data_dir: tempfile::TempDir, pg: Option<PgDatabase>) -> TestApp {
+        let app = Application::build(settings.clone()).await.expect("application builds");
+        let base = format!("http://{}", app.local_addr());
+        let token = app.dev_token.clone().expect("test apps use a generated key");
+        let shutdown = app.shutdown_token();
+        let handle = tokio::spawn(app.run());
+        TestApp {
+            base,
+            client: reqwest::Client::new(),
+            token,
+            settings,
+            shutdown,
+            data_dir,
+            pg,
+            handle,
+        }
+    }
+
+    /// Stop serving and give back what a restart needs.
+    pub async fn stop(self) -> (Settings, tempfile::TempDir, Option<PgDatabase>) {
+        self.shutdown.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.handle).await;
+        (self.settings, self.data_dir, self.pg)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// A token for another owner, signed with this server's key.
+    pub fn token_for(&self, sub: &str) -> String {
+        let keys = toolgate::auth::Keys::load(&self.settings.auth, self.data_dir.path()).unwrap();
+        keys.mint(sub, 3600).unwrap()
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn post_as(&self, token: &str, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.client.get(self.url(path)).bearer_auth(&self.token).send().await.unwrap()
+    }
+
+    pub async fn get_json(&self, path: &str) -> Value {
+        let resp = self.get(path).await;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap();
+        assert!(status.is_success(), "GET {path} → {status}: {body}");
+        body
+    }
+
+    pub async fn call(&self, thread: &str, body: Value) -> (u16, Value) {
+        let resp = self.post(&format!("/v1/threads/{thread}/tool-calls"), &body).await;
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn events(&self, thread: &str, query: &str, last_event_id: Option<&str>) -> SseReader {
+        let mut req = self
+            .client
+            .get(self.url(&format!("/v1/threads/{thread}/events{query}")))
+            .bearer_auth(&self.token)
+            .header("accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 200, "events stream opens");
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        SseReader::new(resp)
+    }
+
+    /// Every message of a thread, through the public history API.
+    pub async fn history(&self, thread: &str) -> Vec<Value> {
+        let mut all = Vec::new();
+        let mut before: Option<String> = None;
+        loop {
+            let q = match &before {
+                Some(c) => format!("?limit=200&before={c}"),
+                None => "?limit=200".into(),
+            };
+            let resp = self.get(&format!("/v1/threads/{thread}/history{q}")).await;
+            if resp.status() == 404 {
+                return all;
+            }
+            let page: Value = resp.json().await.unwrap();
+            let mut msgs = page["messages"].as_array().unwrap().clone();
+            msgs.append(&mut all);
+            all = msgs;
+            match page.get("next_cursor").and_then(Value::as_str) {
+                Some(c) => before = Some(c.to_string()),
+                None => return all,
+            }
+        }
+    }
+}
+
+/// One SSE frame.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub id: Option<i64>,
+    /// The `data:` text exactly as sent.
+    pub raw: String,
+    pub data: Value,
+}
+
+impl Frame {
+    pub fn kind(&self) -> &str {
+        self.data["type"].as_str().unwrap_or("")
+    }
+}
+
+pub struct SseReader {
+    stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buffer: String,
+    /// Raw bytes seen, to check framing.
+    pub transcript: String,
+}
+
+impl SseReader {
+    pub fn new(resp: reqwest::Response) -> Self {
+        SseReader {
+            stream: resp.bytes_stream().boxed(),
+            buffer: String::new(),
+            transcript: String::new(),
+        }
+    }
+
+    /// The next event frame (comments skipped), or None at end of stream or
+    /// after `wait` without one.
+    pub async fn next(&mut self, wait: Duration) -> Option<Frame> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(pos) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..pos + 2).collect();
+                let mut id = None;
+                let mut data = Vec::new();
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.parse().expect("numeric ids"));
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push(v.to_string());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push(v.to_string());
+                    }
+                }
+                if data.is_empty() {
+                    continue; // heartbeat comment
+                }
+                let raw = data.join("\n");
+                let parsed = serde_json::from_str(&raw).expect("data is JSON");
+                return Some(Frame { id, raw, data: parsed });
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.stream.next()).await.ok()??;
+            let text = String::from_utf8(chunk.ok()?.to_vec()).expect("utf-8 stream");
+            self.transcript.push_str(&text);
+            self.buffer.push_str(&text);
+        }
+    }
+
+    /// Read frames until one of type `kind` (inclusive).
+    pub async fn until(&mut self, kind: &str) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        while let Some(f) = self.next(Duration::from_secs(10)).await {
+            let done = f.kind() == kind;
+            frames.push(f);
+            if done {
+                return frames;
+            }
+        }
+        panic!("stream ended or stalled before {kind}; got {:?}", frames.iter().map(|f| f.kind().to_string()).collect::<Vec<_>>());
+    }
+}
+
+/// Checks the AG-UI wire rules on one event: camelCase keys at the top
+/// level, integer timestamp, no nulls anywhere, no empty delta.
+pub fn assert_agui_conformant(frame: &Frame) {
+    let obj = frame.data.as_object().expect("event is an object");
+    assert!(obj["type"].is_string());
+    assert!(obj.get("timestamp").is_some_and(|t| t.is_i64()), "integer timestamp: {}", frame.raw);
+    for key in obj.keys() {
+        assert!(!key.contains('_'), "top-level key {key} is camelCase: {}", frame.raw);
+    }
+    fn no_nulls(v: &Value, raw: &str) {
+        match v {
+            Value::Null => panic!("null in event: {raw}"),
+            Value::Array(a) => a.iter().for_each(|x| no_nulls(x, raw)),
+            Value::Object(o) => {
+                for (k, x) in o {
+                    // ui_schema / tool data may legitimately hold nulls from a tool result.
+                    if k != "metadata" {
+                        no_nulls(x, raw)
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    no_nulls(&frame.data, &frame.raw);
+    if let Some(delta) = obj.get("delta") {
+        assert!(!delta.as_str().unwrap_or("").is_empty(), "empty delta: {}", frame.raw);
+    }
+}
+
+/// Generates one test per backend from an async fn taking the backend.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() { super::$name(super::common::Backend::Sqlite).await }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() { super::$name(super::common::Backend::Postgres).await }
+            )*
+        }
+    };
+}
