@@ -1,7 +1,7 @@
 //! Request-level errors as RFC 9457 `application/problem+json`. Tool-level
 //! failures are not here: they are data in a `ToolAgentOutput`.
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -147,28 +147,42 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|mime| {
+                let mime = mime.trim();
+                mime.eq_ignore_ascii_case("application/json") || mime.ends_with("+json")
+            });
+        if !is_json {
+            return Err(ApiError::UnsupportedMediaType(
+                "send the body as JSON with `Content-Type: application/json`".into(),
+            ));
         }
-    }
-}
-
-fn json_rejection(rejection: JsonRejection) -> ApiError {
-    match rejection {
-        JsonRejection::JsonDataError(e) => ApiError::Unprocessable {
-            title: "Invalid request body".into(),
-            detail: e.body_text(),
-            extra: Map::new(),
-        },
-        JsonRejection::JsonSyntaxError(e) => ApiError::bad_request(format!("malformed JSON: {}", e.body_text())),
-        JsonRejection::MissingJsonContentType(_) => {
-            ApiError::UnsupportedMediaType("send the body as JSON with `Content-Type: application/json`".into())
-        }
-        JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            ApiError::PayloadTooLarge("the request body exceeds the configured limit (server.body_limit_bytes)".into())
-        }
-        other => ApiError::bad_request(other.body_text()),
+        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge("the request body exceeds the configured limit (server.body_limit_bytes)".into())
+            } else {
+                ApiError::bad_request(format!("could not read the body: {}", e.body_text()))
+            }
+        })?;
+        // Two steps, so that syntax (400) and shape (422) errors are told
+        // apart and a shape error names the field's path.
+        let value: Value =
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
+        serde_path_to_error::deserialize(value).map(ApiJson).map_err(|e| {
+            let path = e.path().to_string();
+            let message = e.inner().to_string();
+            let mut extra = Map::new();
+            extra.insert("errors".into(), json!([{"path": path, "message": message}]));
+            ApiError::Unprocessable {
+                title: "Invalid request body".into(),
+                detail: if path == "." { message } else { format!("{path}: {message}") },
+                extra,
+            }
+        })
     }
 }
 

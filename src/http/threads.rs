@@ -113,9 +113,12 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
         }]);
         refusal("Invalid arguments", error, Map::new())
     } else {
-        ApiError::BadRequest {
-            detail: format!("invalid tool call: {} {}", if e.pointer.is_empty() { "body" } else { &e.pointer }, e.message),
-            errors: vec![json!({"pointer": e.pointer, "message": e.message})],
+        let mut extra = Map::new();
+        extra.insert("errors".into(), json!([{"pointer": e.pointer, "message": e.message}]));
+        ApiError::Unprocessable {
+            title: "Invalid tool call".into(),
+            detail: format!("{} {}", if e.pointer.is_empty() { "the body" } else { &e.pointer }, e.message),
+            extra,
         }
     }
 }
@@ -131,12 +134,12 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
     request_body = ToolCallRequest,
     responses(
         (status = 200, description = "The call ran (or was recorded before); result stored and streamed", body = ToolCallResponse),
-        (status = 400, description = "Malformed request", content_type = "application/problem+json"),
+        (status = 400, description = "Malformed JSON", content_type = "application/problem+json"),
         (status = 401, description = "Missing or invalid token", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "Call id reused with other arguments", content_type = "application/problem+json"),
         (status = 413, description = "Body too large", content_type = "application/problem+json"),
-        (status = 422, description = "Unknown tool or invalid arguments; carries `tool_error` and `tool_response`", content_type = "application/problem+json"),
+        (status = 422, description = "Invalid call envelope (errors name the JSON pointer), unknown tool or invalid arguments (these carry `tool_error` and `tool_response`)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn post_tool_call(

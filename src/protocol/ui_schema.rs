@@ -128,6 +128,7 @@ static VALIDATOR: LazyLock<jsonschema::Validator> = LazyLock::new(|| {
 /// is a required property". Taken from the published schema itself, so the
 /// precise check can never drift from the contract.
 struct ComponentSchema {
+    branch: &'static Value,
     validator: jsonschema::Validator,
     /// For each bindable property, the schema its literal form must match;
     /// a bound value is held to the same schema once resolved.
@@ -157,7 +158,7 @@ static COMPONENT_SCHEMAS: LazyLock<BTreeMap<String, ComponentSchema>> = LazyLock
                 };
                 let literal: Vec<&Value> = alternatives
                     .iter()
-                    .filter(|alt| alt.get("required") != Some(&json!(["path"])))
+                    .filter(|alt| !is_binding_schema(alt))
                     .collect();
                 if literal.len() < alternatives.len() {
                     let schema = json!({ "anyOf": literal });
@@ -169,6 +170,7 @@ static COMPONENT_SCHEMAS: LazyLock<BTreeMap<String, ComponentSchema>> = LazyLock
         out.insert(
             kind.to_owned(),
             ComponentSchema {
+                branch,
                 validator,
                 literals,
             },
@@ -176,6 +178,11 @@ static COMPONENT_SCHEMAS: LazyLock<BTreeMap<String, ComponentSchema>> = LazyLock
     }
     out
 });
+
+/// Whether an `anyOf` alternative is the `{"path": pointer}` binding form.
+fn is_binding_schema(alternative: &Value) -> bool {
+    alternative.get("required") == Some(&json!(["path"]))
+}
 
 /// The published JSON Schema (draft 2020-12) of ui_schema v1.
 ///
@@ -246,10 +253,8 @@ fn check_json_schema(ui: &Value) -> Result<()> {
     let path = error.instance_path.as_str().to_owned();
     // The only keyword that reports at `/components/N` itself is the
     // catalog `oneOf`: say which property is wrong instead.
-    if let Some(index) = component_index(&path) {
-        if let Some(component) = ui.pointer(&path) {
-            return Err(explain_component(component, index));
-        }
+    if let Some((index, component)) = component_index(&path).zip(ui.pointer(&path)) {
+        return Err(explain_component(component, index));
     }
     Err(UiCodecError::SchemaViolation {
         path,
@@ -280,16 +285,41 @@ fn explain_component(component: &Value, index: usize) -> UiCodecError {
             ),
         };
     };
-    match schema.validator.iter_errors(component).next() {
-        Some(error) => UiCodecError::SchemaViolation {
-            path: format!("{base}{}", error.instance_path.as_str()),
-            message: clip(&format!("{kind}: {error}"), MAX_MESSAGE_CHARS),
-        },
-        None => UiCodecError::SchemaViolation {
+    let Some(error) = schema.validator.iter_errors(component).next() else {
+        return UiCodecError::SchemaViolation {
             path: base,
             message: format!("{kind} component matches more than one catalog entry"),
-        },
+        };
+    };
+    let at = error.instance_path.as_str();
+    let (at, message) = narrow_bindable(schema.branch, component, at)
+        .unwrap_or_else(|| (at.to_owned(), error.to_string()));
+    UiCodecError::SchemaViolation {
+        path: format!("{base}{at}"),
+        message: clip(&format!("{kind}: {message}"), MAX_MESSAGE_CHARS),
     }
+}
+
+/// A bindable property that fails its `anyOf` only reports "matches
+/// neither form". An object can only be meant as a binding and anything
+/// else only as a literal, so check the value against the form it was
+/// meant as and report that error instead. Runs on the error path only, so
+/// compiling the alternative here costs nothing in the common case.
+fn narrow_bindable(branch: &Value, component: &Value, at: &str) -> Option<(String, String)> {
+    let property = at.strip_prefix('/').filter(|p| !p.contains('/'))?;
+    let value = component.get(property)?;
+    let alternatives = branch
+        .pointer(&format!("/properties/{property}/anyOf"))?
+        .as_array()?;
+    let meant = alternatives
+        .iter()
+        .find(|alt| is_binding_schema(alt) == value.is_object())?;
+    let validator = jsonschema::draft202012::new(meant).ok()?;
+    let error = validator.iter_errors(value).next()?;
+    Some((
+        format!("{at}{}", error.instance_path.as_str()),
+        error.to_string(),
+    ))
 }
 
 /// A schema-valid ui_schema, indexed by component id.
@@ -304,6 +334,9 @@ struct Document<'a> {
     /// Components in listed order, so errors are reported deterministically.
     order: Vec<(&'a str, &'a Map<String, Value>)>,
     by_id: BTreeMap<&'a str, &'a Map<String, Value>>,
+    /// The ids each component refers to, with the referring property;
+    /// collected once because every check below walks them.
+    refs: BTreeMap<&'a str, Vec<(&'static str, &'a str)>>,
 }
 
 /// Where relative pointers resolve while walking the component tree.
@@ -342,12 +375,14 @@ impl<'a> Document<'a> {
             .unwrap_or(&EMPTY);
         let mut order = Vec::with_capacity(components.len());
         let mut by_id = BTreeMap::new();
+        let mut refs = BTreeMap::new();
         for component in components.iter().filter_map(Value::as_object) {
             let id = component.get("id").and_then(Value::as_str).unwrap_or("");
             if by_id.insert(id, component).is_some() {
                 return Err(UiCodecError::DuplicateId { id: id.to_owned() });
             }
             order.push((id, component));
+            refs.insert(id, references(component));
         }
         Ok(Document {
             root: ui.get("root").and_then(Value::as_str).unwrap_or(""),
@@ -359,23 +394,12 @@ impl<'a> Document<'a> {
                 .unwrap_or_default(),
             order,
             by_id,
+            refs,
         })
     }
 
-    /// The ids a component refers to, with the property that refers.
-    fn references(component: &'a Map<String, Value>) -> Vec<(&'static str, &'a str)> {
-        let children = component
-            .get("children")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(|id| ("children", id));
-        let template = component
-            .get("template")
-            .and_then(Value::as_str)
-            .map(|id| ("template", id));
-        children.chain(template).collect()
+    fn references_of(&self, id: &str) -> &[(&'static str, &'a str)] {
+        self.refs.get(id).map(Vec::as_slice).unwrap_or_default()
     }
 
     fn check_references(&self) -> Result<()> {
@@ -385,8 +409,8 @@ impl<'a> Document<'a> {
                 id: self.root.to_owned(),
             });
         }
-        for (id, component) in &self.order {
-            for (property, target) in Self::references(component) {
+        for (id, _) in &self.order {
+            for &(property, target) in self.references_of(id) {
                 if !self.by_id.contains_key(target) {
                     return Err(UiCodecError::UnknownComponent {
                         referrer: format!("{id}.{property}"),
@@ -414,13 +438,7 @@ impl<'a> Document<'a> {
             marks.insert(start, Mark::Open);
             let mut stack: Vec<(&str, usize)> = vec![(start, 0)];
             while let Some(&(id, next)) = stack.last() {
-                let refs = self
-                    .by_id
-                    .get(id)
-                    .copied()
-                    .map(Self::references)
-                    .unwrap_or_default();
-                let Some(&(_, target)) = refs.get(next) else {
+                let Some(&(_, target)) = self.references_of(id).get(next) else {
                     marks.insert(id, Mark::Done);
                     stack.pop();
                     continue;
@@ -452,11 +470,9 @@ impl<'a> Document<'a> {
         let mut seen = BTreeSet::from([self.root]);
         let mut queue = vec![self.root];
         while let Some(id) = queue.pop() {
-            if let Some(&component) = self.by_id.get(id) {
-                for (_, target) in Self::references(component) {
-                    if seen.insert(target) {
-                        queue.push(target);
-                    }
+            for &(_, target) in self.references_of(id) {
+                if seen.insert(target) {
+                    queue.push(target);
                 }
             }
         }
@@ -501,13 +517,12 @@ impl<'a> Document<'a> {
             }
         }
         for (id, component) in &self.order {
-            if let Some(action) = component.get("action").and_then(Value::as_str) {
-                if !names.contains(action) {
-                    return Err(UiCodecError::UnknownAction {
-                        component: (*id).to_owned(),
-                        action: action.to_owned(),
-                    });
-                }
+            let action = component.get("action").and_then(Value::as_str);
+            if let Some(action) = action.filter(|name| !names.contains(name)) {
+                return Err(UiCodecError::UnknownAction {
+                    component: (*id).to_owned(),
+                    action: action.to_owned(),
+                });
             }
         }
         Ok(())
@@ -548,7 +563,7 @@ impl<'a> Document<'a> {
                 }
             }
             // Pushed in reverse so children are checked in display order.
-            for (property, target) in Self::references(component).into_iter().rev() {
+            for &(property, target) in self.references_of(id).iter().rev() {
                 let next = if property == "template" {
                     template_scope.clone()
                 } else {
@@ -592,6 +607,22 @@ impl<'a> Document<'a> {
             },
         }
     }
+}
+
+/// The ids a component refers to, with the property that refers.
+fn references(component: &Map<String, Value>) -> Vec<(&'static str, &str)> {
+    let children = component
+        .get("children")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|id| ("children", id));
+    let template = component
+        .get("template")
+        .and_then(Value::as_str)
+        .map(|id| ("template", id));
+    children.chain(template).collect()
 }
 
 /// The pointer of a `{"path": pointer}` binding. After the JSON Schema has
@@ -1031,13 +1062,11 @@ mod views {
         let language = f.opt_str("language")?;
         let start = f.opt_line("start_line")?;
         let end = f.opt_line("end_line")?;
-        if let (Some(start), Some(end)) = (start, end) {
-            if end < start {
-                return Err(f.invalid(
-                    "end_line",
-                    format!("end_line {end} is before start_line {start}"),
-                ));
-            }
+        if let Some((start, end)) = start.zip(end).filter(|(start, end)| end < start) {
+            return Err(f.invalid(
+                "end_line",
+                format!("end_line {end} is before start_line {start}"),
+            ));
         }
         let mut data = Map::from_iter([("code".to_owned(), json!(code))]);
         let mut block = Map::from_iter([
@@ -1429,8 +1458,10 @@ pub mod hints {
     /// one EventCard per event.
     ///
     /// Each event is copied with only the fields the card shows: `title`,
-    /// `start`, `end` (RFC 3339 strings, required) and `id`, `location`
-    /// (optional), so a raw calendar result can be passed as is.
+    /// `start`, `end` (RFC 3339, required) and `id`, `location` (optional),
+    /// as text (a numeric id becomes `"42"`), so records with more fields
+    /// can be passed as they are. An event without `title`, `start` or
+    /// `end` makes `compile` fail, naming it.
     pub fn event_list(title: Option<&str>, events: &[Value], empty_text: &str) -> Value {
         card_list(
             views::EVENT_LIST,
@@ -1444,7 +1475,7 @@ pub mod hints {
 
     /// `{"view": "contacts.contact_list", "title"?, "contacts": [..], "empty_text"}`:
     /// one ContactCard per contact, with `name` (required) and `id`,
-    /// `email`, `phone` (optional) copied from each.
+    /// `email`, `phone` (optional) copied from each, as text.
     pub fn contact_list(title: Option<&str>, contacts: &[Value], empty_text: &str) -> Value {
         card_list(
             views::CONTACT_LIST,
@@ -1469,7 +1500,7 @@ pub mod hints {
             .map(|record| {
                 let kept = fields.iter().filter_map(|field| {
                     let value = record.get(*field).filter(|v| !v.is_null())?;
-                    Some(((*field).to_owned(), value.clone()))
+                    Some(((*field).to_owned(), Value::String(as_text(value))))
                 });
                 Value::Object(Map::from_iter(kept))
             })
@@ -1581,7 +1612,7 @@ mod tests {
                     &[
                         json!({"id": "evt_1", "title": "Sync", "start": "2026-04-21T10:00:00+08:00",
                                "end": "2026-04-21T11:00:00+08:00", "attendees": ["x"]}),
-                        json!({"title": "Lunch", "start": "2026-04-21T12:00:00+08:00",
+                        json!({"id": 42, "title": "Lunch", "start": "2026-04-21T12:00:00+08:00",
                                "end": "2026-04-21T13:00:00+08:00", "location": "Canteen"}),
                     ],
                     "No events",
@@ -1728,6 +1759,21 @@ mod tests {
     }
 
     #[test]
+    fn event_list_keeps_card_fields_as_text() {
+        let hints = every_builder()
+            .into_iter()
+            .find(|(n, _)| *n == "event_list")
+            .unwrap()
+            .1;
+        let ui = compile(&hints).unwrap();
+        assert_eq!(ui["data"]["events"][0].get("attendees"), None);
+        assert_eq!(ui["data"]["events"][1]["id"], "42");
+        // `location` is bound because one event has it, and filled for the other.
+        assert_eq!(ui["data"]["events"][0]["location"], "");
+        assert_eq!(ui["components"][2]["location"], json!({"path": "location"}));
+    }
+
+    #[test]
     fn error_template_is_card_badge_message_hint() {
         let ui = compile(&hints::error(
             "NOT_FOUND",
@@ -1784,7 +1830,14 @@ mod tests {
 
         let mut ui = design_example();
         ui["components"][1]["title"] = json!(42);
-        assert_schema_error(&ui, "/components/1/title");
+        let message = assert_schema_error(&ui, "/components/1/title");
+        assert!(message.contains("string"), "{message}");
+
+        // A malformed binding is reported at its pointer, not as "matches
+        // neither form" at the property.
+        let mut ui = design_example();
+        ui["components"][1]["title"] = json!({"path": "title~2"});
+        assert_schema_error(&ui, "/components/1/title/path");
     }
 
     #[test]
@@ -2087,6 +2140,40 @@ mod tests {
                 }
                 other => panic!("{hints}: expected InvalidHints at {expected}, got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn odd_input_is_an_error_not_a_panic() {
+        let odd_hints = [
+            json!(null),
+            json!([{"view": "core.text"}]),
+            json!({"view": "core.text", "body": {"nested": true}}),
+            json!({"view": "core.list", "items": {"label": "x"}}),
+            json!({"view": "core.list", "items": [null]}),
+            json!({"view": "core.command_output", "stdout": "", "stderr": "", "exit_code": 1.5}),
+            json!({"view": "core.code_block", "code": "", "start_line": -1}),
+            json!({"view": "contacts.contact_list", "contacts": [{"name": "a", "fax": "1"}]}),
+        ];
+        for hints in odd_hints {
+            assert!(compile(&hints).is_err(), "{hints}");
+        }
+        let mut odd_ui = vec![json!(null), json!("ui_schema/1"), json!({})];
+        for (pointer, value) in [
+            ("/components", json!([])),
+            ("/components", json!([1, "x", null])),
+            ("/components/0/template", json!(["ev"])),
+            ("/components/0", json!({"id": "root", "type": 5})),
+            ("/data", json!([])),
+            ("/actions", json!([{"name": "x"}])),
+            ("/actions/0/context", json!({"id": {"path": "events/0/id"}})),
+        ] {
+            let mut ui = design_example();
+            *ui.pointer_mut(pointer).unwrap() = value;
+            odd_ui.push(ui);
+        }
+        for ui in odd_ui {
+            assert!(validate(&ui).is_err(), "{ui}");
         }
     }
 
