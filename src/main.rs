@@ -49,7 +49,7 @@ async fn main() -> anyhow::Result<()> {
     }
     match cli.command.unwrap_or(Command::Serve { bind: None }) {
         Command::Openapi => {
-            println!("{}", toolgate::http::openapi::document_json());
+            print!("{}", toolgate::http::openapi::document_json());
         }
         Command::Token { sub, ttl } => {
             let keys = toolgate::auth::Keys::load(&settings.auth, &settings.storage.data_dir)?;

@@ -31,7 +31,7 @@ use super::AppState;
         crate::protocol::tool_output::UndoInfo,
         crate::tools::ToolDefinition,
     )),
-    modifiers(&Security, &UiSchemaDoc),
+    modifiers(&Security),
     tags(
         (name = "tool calls", description = "Execute model tool calls"),
         (name = "messages", description = "Record the rest of the conversation"),
@@ -56,32 +56,25 @@ impl Modify for Security {
     }
 }
 
-/// Publishes the ui_schema v1 JSON Schema as the `UiSchema` component.
-struct UiSchemaDoc;
-
-impl Modify for UiSchemaDoc {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let schema = crate::protocol::ui_schema::json_schema().clone();
-        match serde_json::from_value::<utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>>(schema) {
-            Ok(s) => {
-                openapi
-                    .components
-                    .get_or_insert_with(Default::default)
-                    .schemas
-                    .insert("UiSchema".into(), s);
-            }
-            Err(e) => tracing::error!(error = %e, "ui_schema JSON Schema does not fit the OpenAPI model"),
-        }
+/// The document as served and as checked in, with the ui_schema v1 JSON
+/// Schema published as the `UiSchema` component (OpenAPI 3.1 schemas are
+/// JSON Schema, so it goes in unchanged).
+pub fn document() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes");
+    let mut ui = crate::protocol::ui_schema::json_schema().clone();
+    if let Some(obj) = ui.as_object_mut() {
+        // `$schema`/`$id` belong to a standalone document, not a component.
+        obj.remove("$schema");
+        obj.remove("$id");
     }
+    doc["components"]["schemas"]["UiSchema"] = ui;
+    doc
 }
 
-/// The document as served and as checked in.
 pub fn document_json() -> String {
-    ApiDoc::openapi()
-        .to_pretty_json()
-        .expect("the OpenAPI document serializes")
+    serde_json::to_string_pretty(&document()).expect("the OpenAPI document serializes") + "\n"
 }
 
 pub fn routes() -> Router<AppState> {
-    Router::new().merge(SwaggerUi::new("/docs").url("/openapi.json", ApiDoc::openapi()))
+    Router::new().merge(SwaggerUi::new("/docs").external_url_unchecked("/openapi.json", document()))
 }

@@ -34,9 +34,9 @@ pub struct ToolCallResponse {
     pub tool_agent_output: Value,
     /// Put `content` into the model's context as the tool result.
     pub tool_response: ToolResponse,
-    /// The compiled UI, when the result has a template.
+    /// The compiled UI (ui_schema v1), when the result has a template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = ui_schema_ref)]
     pub ui_schema: Option<Value>,
     /// The tool message that stores the result.
     pub message_id: String,
@@ -56,6 +56,11 @@ impl From<CallOutcome> for ToolCallResponse {
             replayed: o.replayed,
         }
     }
+}
+
+/// `UiSchema`: the ui_schema v1 JSON Schema published in the document.
+fn ui_schema_ref() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    utoipa::openapi::Ref::from_schema_name("UiSchema").into()
 }
 
 /// A pre-execution refusal: a problem document that also carries the
@@ -324,7 +329,7 @@ pub struct HistoryMessage {
     #[schema(value_type = Option<Object>)]
     pub tool_agent_output: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = ui_schema_ref)]
     pub ui_schema: Option<Value>,
 }
 

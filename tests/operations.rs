@@ -1,0 +1,282 @@
+//! What operators and tooling rely on: health, readiness, metrics, the
+//! OpenAPI document, request ids, and crash recovery of the real binary.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Backend, SseReader, TestApp};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+async fn health_readiness_and_metrics(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let health: Value = reqwest::get(app.url("/healthz")).await.unwrap().json().await.unwrap();
+    assert_eq!(health, json!({"status": "ok"}));
+    let ready: Value = reqwest::get(app.url("/readyz")).await.unwrap().json().await.unwrap();
+    let name = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    assert_eq!(ready, json!({"status": "ready", "database": name, "migrations": "applied"}));
+
+    let (s, _) = app.call("m", json!({"id": "c", "name": "echo", "arguments": {"text": "x"}})).await;
+    assert_eq!(s, 200);
+    let _sse = app.events("m", "", None).await;
+    let text = reqwest::get(app.url("/metrics")).await.unwrap().text().await.unwrap();
+    assert!(text.contains("toolgate_http_requests_total{"), "{text}");
+    assert!(text.contains("route=\"/v1/threads/{thread_id}/tool-calls\""), "{text}");
+    assert!(text.contains("toolgate_tool_calls_total{") && text.contains("tool=\"echo\""), "{text}");
+    assert!(text.contains("toolgate_tool_call_duration_seconds"), "{text}");
+    assert!(text.contains("toolgate_sse_subscribers"), "{text}");
+}
+
+/// Postgres only: the embedded SQLite file cannot become unreachable while open.
+#[tokio::test]
+async fn readiness_fails_when_the_database_is_gone() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let pg = app.pg.as_ref().unwrap();
+    {
+        use sqlx::Connection;
+        let mut admin = sqlx::PgConnection::connect(&pg.admin_url).await.unwrap();
+        sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", pg.name)).execute(&mut admin).await.unwrap();
+    }
+    let resp = reqwest::get(app.url("/readyz")).await.unwrap();
+    assert_eq!(resp.status(), 503);
+    let p: Value = resp.json().await.unwrap();
+    assert!(p["detail"].as_str().unwrap().contains("postgres"), "{p}");
+}
+
+#[tokio::test]
+async fn openapi_document_is_served_and_checked_in() {
+    let generated = toolgate::http::openapi::document_json();
+    let checked_in = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json")).unwrap();
+    assert!(
+        generated == checked_in,
+        "openapi/openapi.json is out of date: regenerate it with `cargo run -- openapi > openapi/openapi.json`"
+    );
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let served: Value = reqwest::get(app.url("/openapi.json")).await.unwrap().json().await.unwrap();
+    assert_eq!(served, serde_json::from_str::<Value>(&checked_in).unwrap());
+    for path in ["/v1/threads/{thread_id}/tool-calls", "/v1/threads/{thread_id}/events", "/v1/threads/{thread_id}/runs", "/readyz"] {
+        assert!(served["paths"].get(path).is_some(), "{path} documented");
+    }
+    assert_eq!(served["components"]["schemas"]["UiSchema"]["properties"]["version"]["const"], "ui_schema/1");
+    let docs = reqwest::get(app.url("/docs/")).await.unwrap();
+    assert_eq!(docs.status(), 200);
+    let html = docs.text().await.unwrap();
+    assert!(html.to_lowercase().contains("swagger"), "Swagger UI served offline");
+    let resp = app.get("/v1/tools").await;
+    let id = resp.headers().get("x-request-id").expect("request id echoed");
+    assert!(!id.is_empty());
+}
+
+#[tokio::test]
+async fn tool_listings_and_system_prompt() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let native = app.get_json("/v1/tools").await;
+    assert_eq!(native["format"], "native");
+    let echo = native["tools"].as_array().unwrap().iter().find(|t| t["name"] == "echo").unwrap().clone();
+    assert_eq!(echo["metadata"]["read_only"], true);
+    assert_eq!(echo["metadata"]["concurrency_safe"], true);
+    assert_eq!(echo["metadata"]["permission_class"], "readonly");
+    assert_eq!(echo["capability"]["min_confidence"], 0);
+    assert_eq!(echo["safety_level"], 0);
+    let openai = app.get_json("/v1/tools?format=openai").await;
+    assert!(openai["tools"].as_array().unwrap().iter().any(|t| t["type"] == "function" && t["function"]["name"] == "wait"));
+    let anthropic = app.get_json("/v1/tools?format=anthropic").await;
+    assert_eq!(anthropic["tools"][0]["input_schema"]["type"], "object");
+    let mcp = app.get_json("/v1/tools?format=mcp").await;
+    assert_eq!(mcp["tools"][0]["inputSchema"]["type"], "object");
+    let by_alias = app.get_json("/v1/tools/sleep?format=anthropic").await;
+    assert_eq!(by_alias["name"], "wait");
+    let xml = app.get_json("/v1/system-prompt?format=xml").await;
+    assert_eq!(xml["tool_count"], 2);
+    assert!(xml["prompt"].as_str().unwrap().contains("<tool name=\"echo\">"));
+    let js = app.get_json("/v1/system-prompt?format=json").await;
+    assert!(js["prompt"].as_str().unwrap().contains("\"name\": \"wait\""));
+}
+
+/// The real binary, as an operator runs it.
+struct Served {
+    child: tokio::process::Child,
+    base: String,
+    token: String,
+    stderr: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+async fn serve_binary(data_dir: &std::path::Path, database_url: Option<&str>) -> Served {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.args(["--data-dir", data_dir.to_str().unwrap(), "serve", "--bind", "127.0.0.1:0"])
+        .env("RUST_LOG", "debug")
+        .env_remove("DATABASE_URL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(url) = database_url {
+        cmd.env("DATABASE_URL", url);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.unwrap().unwrap().unwrap();
+    let addr = first.split("http://").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    lines.next_line().await.unwrap();
+    let token = lines.next_line().await.unwrap().unwrap().trim().to_string();
+    let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = stderr.clone();
+    let mut err_lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = err_lines.next_line().await {
+            sink.lock().unwrap().push_str(&line);
+            sink.lock().unwrap().push('\n');
+        }
+    });
+    Served {
+        child,
+        base: format!("http://{addr}"),
+        token,
+        stderr,
+    }
+}
+
+async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let pg = match backend {
+        Backend::Postgres => Some(common::create_pg_database().await),
+        Backend::Sqlite => None,
+    };
+    let url = pg.as_ref().map(|p| p.url.as_str());
+    let mut first = serve_binary(data_dir.path(), url).await;
+    let client = reqwest::Client::new();
+    let stream = client
+        .get(format!("{}/v1/threads/crash/events", first.base))
+        .bearer_auth(&first.token)
+        .send()
+        .await
+        .unwrap();
+    let mut sse = SseReader::new(stream);
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let (base, token) = (first.base.clone(), first.token.clone());
+    let pending = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{base}/v1/threads/crash/tool-calls"))
+            .bearer_auth(token)
+            .json(&json!({"id": "long", "name": "wait", "arguments": {"ms": 30000}}))
+            .send()
+            .await
+    });
+    // Recorded as running (write-ahead) before it executes.
+    sse.until("TOOL_CALL_END").await;
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    assert!(pending.await.unwrap().is_err(), "the caller was never told `done`");
+
+    let second = serve_binary(data_dir.path(), url).await;
+    let history: Value = client
+        .get(format!("{}/v1/threads/crash/history", second.base))
+        .bearer_auth(&second.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let msgs = history["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 1, "{history}");
+    assert_eq!(msgs[0]["tool_agent_output"]["status"], "failure");
+    assert_eq!(msgs[0]["tool_agent_output"]["error"]["code"], "INTERRUPTED");
+    let resp = client
+        .get(format!("{}/v1/threads/crash/events", second.base))
+        .bearer_auth(&second.token)
+        .header("last-event-id", "3")
+        .send()
+        .await
+        .unwrap();
+    let mut sse = SseReader::new(resp);
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let result = sse.until("TOOL_CALL_RESULT").await.pop().unwrap();
+    assert_eq!(result.data["metadata"]["error"]["code"], "INTERRUPTED");
+    assert_eq!(result.data["toolCallId"], "long");
+    // Re-posting the id answers with the recorded outcome.
+    let again: Value = client
+        .post(format!("{}/v1/threads/crash/tool-calls", second.base))
+        .bearer_auth(&second.token)
+        .json(&json!({"id": "long", "name": "wait", "arguments": {"ms": 30000}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["replayed"], true);
+    assert_eq!(again["tool_agent_output"]["error"]["code"], "INTERRUPTED");
+}
+
+async fn tokens_never_reach_logs_or_storage(backend: Backend) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let pg = match backend {
+        Backend::Postgres => Some(common::create_pg_database().await),
+        Backend::Sqlite => None,
+    };
+    let url = pg.as_ref().map(|p| p.url.as_str());
+    let mut served = serve_binary(data_dir.path(), url).await;
+    let client = reqwest::Client::new();
+    let secret_in_args = "sk-live-0123456789abcdef";
+    let r = client
+        .post(format!("{}/v1/threads/logs/tool-calls", served.base))
+        .bearer_auth(&served.token)
+        .header("x-api-key", secret_in_args)
+        .json(&json!({"id": "c", "name": "echo", "arguments": {"text": "hello"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client
+        .get(format!("{}/v1/threads/logs/history", served.base))
+        .header("authorization", format!("Bearer {}x", served.token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    served.child.start_kill().unwrap();
+    served.child.wait().await.unwrap();
+    let logs = served.stderr.lock().unwrap().clone();
+    assert!(logs.contains("request"), "debug logs were captured: {logs}");
+    let signature = served.token.rsplit('.').next().unwrap();
+    assert!(!logs.contains(signature), "the bearer token is never logged");
+    assert!(!logs.to_lowercase().contains("authorization: bearer"), "no Authorization header in logs");
+    assert!(!logs.contains(secret_in_args));
+    // Nor stored: scan the whole database.
+    let dump = match (&pg, backend) {
+        (Some(pg), _) => {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+            let mut all = String::new();
+            for table in ["threads", "messages", "tool_calls", "events"] {
+                let rows: Vec<(String,)> = sqlx::query_as(&format!("SELECT t::text FROM {table} t")).fetch_all(&mut conn).await.unwrap();
+                all.extend(rows.into_iter().map(|r| r.0));
+            }
+            all
+        }
+        _ => {
+            let mut all = String::new();
+            for entry in std::fs::read_dir(data_dir.path()).unwrap() {
+                let path = entry.unwrap().path();
+                if path.file_name().unwrap().to_string_lossy().starts_with("toolgate.db") {
+                    all.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
+                }
+            }
+            all
+        }
+    };
+    assert!(dump.contains("hello"), "the scan sees stored data");
+    assert!(!dump.contains(signature), "the bearer token is never stored");
+}
+
+both_backends!(
+    health_readiness_and_metrics,
+    a_crash_mid_call_is_finished_as_interrupted,
+    tokens_never_reach_logs_or_storage,
+);
