@@ -118,7 +118,11 @@ impl Settings {
             figment = figment.merge(Toml::file(default_file));
         }
         if let Some(file) = config_file {
-            anyhow::ensure!(file.exists(), "config file {} does not exist", file.display());
+            anyhow::ensure!(
+                file.exists(),
+                "config file {} does not exist",
+                file.display()
+            );
             figment = figment.merge(Toml::file(file));
         }
         figment = figment.merge(Env::prefixed("TOOLGATE_").split("__"));

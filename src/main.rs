@@ -5,7 +5,11 @@ use toolgate::config::Settings;
 use toolgate::startup::Application;
 
 #[derive(Parser)]
-#[command(name = "toolgate", version, about = "Tool execution for agent backends")]
+#[command(
+    name = "toolgate",
+    version,
+    about = "Tool execution for agent backends"
+)]
 struct Cli {
     /// Settings file layered over config/default.toml.
     #[arg(long, global = true)]
@@ -97,7 +101,8 @@ async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };

@@ -36,7 +36,11 @@ pub fn builtin_registry(settings: &Settings) -> anyhow::Result<Arc<Registry>> {
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         let data_dir = settings.storage.data_dir.clone();
-        let database_url = settings.storage.database_url.as_ref().map(|s| s.expose_secret().to_string());
+        let database_url = settings
+            .storage
+            .database_url
+            .as_ref()
+            .map(|s| s.expose_secret().to_string());
         let store = crate::store::open(database_url.as_deref(), &data_dir).await?;
         let keys = Keys::load(&settings.auth, &data_dir)?;
         let dev_token = match keys.source {
@@ -64,7 +68,10 @@ impl Application {
         ));
         let recovered = engine.recover_interrupted().await?;
         if recovered > 0 {
-            tracing::warn!(count = recovered, "finished tool calls interrupted by the previous shutdown");
+            tracing::warn!(
+                count = recovered,
+                "finished tool calls interrupted by the previous shutdown"
+            );
         }
         let listener = TcpListener::bind(settings.server.bind).await?;
         let state = AppState {
@@ -77,11 +84,17 @@ impl Application {
             metrics: crate::telemetry::metrics_handle(),
             shutdown: CancellationToken::new(),
         };
-        Ok(Application { listener, state, dev_token })
+        Ok(Application {
+            listener,
+            state,
+            dev_token,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("bound listener has an address")
+        self.listener
+            .local_addr()
+            .expect("bound listener has an address")
     }
 
     /// A handle that stops the server (open SSE streams end with RUN_FINISHED).

@@ -10,13 +10,20 @@ use serde_json::{Value, json};
 async fn problem(resp: reqwest::Response) -> (u16, Value) {
     let status = resp.status().as_u16();
     assert_eq!(
-        resp.headers().get("content-type").map(|v| v.to_str().unwrap()),
+        resp.headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap()),
         Some("application/problem+json"),
         "status {status} is a problem document"
     );
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["status"], status);
-    assert!(body["type"].as_str().unwrap().starts_with("urn:toolgate:problem:"));
+    assert!(
+        body["type"]
+            .as_str()
+            .unwrap()
+            .starts_with("urn:toolgate:problem:")
+    );
     assert!(!body["detail"].as_str().unwrap().is_empty());
     (status, body)
 }
@@ -36,7 +43,12 @@ async fn snapshot(app: &TestApp, thread: &str) -> (Vec<Value>, Vec<String>) {
 
 async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.server.body_limit_bytes = 4096).await;
-    let (s, _) = app.call("t", json!({"id": "ok1", "name": "echo", "arguments": {"text": "kept"}})).await;
+    let (s, _) = app
+        .call(
+            "t",
+            json!({"id": "ok1", "name": "echo", "arguments": {"text": "kept"}}),
+        )
+        .await;
     assert_eq!(s, 200);
     let before = snapshot(&app, "t").await;
     let calls = "/v1/threads/t/tool-calls";
@@ -53,41 +65,96 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         .unwrap();
     let (s, p) = problem(r).await;
     assert_eq!(s, 400);
-    assert!(p["detail"].as_str().unwrap().contains("malformed JSON"), "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("malformed JSON"),
+        "{p}"
+    );
 
     // Not JSON at all.
-    let r = app.client.post(app.url(calls)).bearer_auth(&app.token).body("id=x").send().await.unwrap();
+    let r = app
+        .client
+        .post(app.url(calls))
+        .bearer_auth(&app.token)
+        .body("id=x")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(problem(r).await.0, 415);
 
     // Wrong types in the envelope: the field is named.
     let (s, p) = problem(app.post(calls, &json!({"id": "x", "name": 3})).await).await;
     assert_eq!(s, 422);
     assert_eq!(p["errors"][0]["pointer"], "/name");
-    let (s, p) = problem(app.post("/v1/threads/t/messages", &json!({"role": 5, "content": "x"})).await).await;
+    let (s, p) = problem(
+        app.post(
+            "/v1/threads/t/messages",
+            &json!({"role": 5, "content": "x"}),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(s, 422);
     assert_eq!(p["errors"][0]["path"], "role", "{p}");
-    let (s, p) = problem(app.post("/v1/threads/t/messages", &json!({"role": "user", "content": "x", "owner_id": "bob"})).await).await;
+    let (s, p) = problem(
+        app.post(
+            "/v1/threads/t/messages",
+            &json!({"role": "user", "content": "x", "owner_id": "bob"}),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(s, 422, "unknown fields are refused: {p}");
 
     // Unknown tool: the model learns which tools exist.
-    let (s, p) = problem(app.post(calls, &json!({"id": "x1", "name": "nope", "arguments": {}})).await).await;
+    let (s, p) = problem(
+        app.post(calls, &json!({"id": "x1", "name": "nope", "arguments": {}}))
+            .await,
+    )
+    .await;
     assert_eq!(s, 422);
     assert_eq!(p["code"], "TOOL_NOT_FOUND");
-    assert!(p["available_tools"].as_array().unwrap().contains(&json!("echo")));
-    let content: Value = serde_json::from_str(p["tool_response"]["content"].as_str().unwrap()).unwrap();
+    assert!(
+        p["available_tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("echo"))
+    );
+    let content: Value =
+        serde_json::from_str(p["tool_response"]["content"].as_str().unwrap()).unwrap();
     assert_eq!(content["error"]["code"], "TOOL_NOT_FOUND");
 
     // Arguments failing the schema: path and schema included.
-    let (s, p) = problem(app.post(calls, &json!({"id": "x2", "name": "echo", "arguments": {"text": 5}})).await).await;
+    let (s, p) = problem(
+        app.post(
+            calls,
+            &json!({"id": "x2", "name": "echo", "arguments": {"text": 5}}),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(s, 422);
     assert_eq!(p["code"], "INVALID_ARGUMENTS");
     assert_eq!(p["errors"][0]["path"], "/text");
     assert_eq!(p["input_schema"]["properties"]["text"]["type"], "string");
     assert_eq!(p["tool_error"]["input_schema"], p["input_schema"]);
-    let (s, p) = problem(app.post(calls, &json!({"id": "x3", "name": "echo", "arguments": {}})).await).await;
+    let (s, p) = problem(
+        app.post(calls, &json!({"id": "x3", "name": "echo", "arguments": {}}))
+            .await,
+    )
+    .await;
     assert_eq!(s, 422);
-    assert!(p["detail"].as_str().unwrap().contains("text"), "missing required property named: {p}");
-    let (s, p) = problem(app.post(calls, &json!({"id": "x4", "name": "wait", "arguments": {"ms": 10_000_000}})).await).await;
+    assert!(
+        p["detail"].as_str().unwrap().contains("text"),
+        "missing required property named: {p}"
+    );
+    let (s, p) = problem(
+        app.post(
+            calls,
+            &json!({"id": "x4", "name": "wait", "arguments": {"ms": 10_000_000}}),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(s, 422);
     assert_eq!(p["errors"][0]["path"], "/ms");
 
@@ -103,18 +170,39 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
 
     // Oversized body.
     let big = "x".repeat(8000);
-    let (s, _) = problem(app.post(calls, &json!({"id": "x6", "name": "echo", "arguments": {"text": big}})).await).await;
+    let (s, _) = problem(
+        app.post(
+            calls,
+            &json!({"id": "x6", "name": "echo", "arguments": {"text": big}}),
+        )
+        .await,
+    )
+    .await;
     assert_eq!(s, 413);
 
     // Query parameters.
-    for q in ["limit=0", "limit=201", "limit=abc", "before=zz", "before=-3"] {
+    for q in [
+        "limit=0",
+        "limit=201",
+        "limit=abc",
+        "before=zz",
+        "before=-3",
+    ] {
         let (s, p) = problem(app.get(&format!("/v1/threads/t/history?{q}")).await).await;
         assert_eq!(s, 400, "{q}: {p}");
     }
-    for path in ["/v1/tools?format=yaml", "/v1/system-prompt?format=html", "/v1/threads/t/context?format=gemini", "/v1/tools/echo?format=x"] {
+    for path in [
+        "/v1/tools?format=yaml",
+        "/v1/system-prompt?format=html",
+        "/v1/threads/t/context?format=gemini",
+        "/v1/tools/echo?format=x",
+    ] {
         let (s, p) = problem(app.get(path).await).await;
         assert_eq!(s, 400, "{path}");
-        assert!(p["detail"].as_str().unwrap().contains("unknown variant"), "{p}");
+        assert!(
+            p["detail"].as_str().unwrap().contains("unknown variant"),
+            "{p}"
+        );
     }
     let (s, _) = problem(app.get("/v1/tools/missing").await).await;
     assert_eq!(s, 404);
@@ -123,10 +211,24 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
 
     // Resume points.
     for bad in ["abc", "-1", "1.5"] {
-        let r = app.client.get(app.url("/v1/threads/t/events")).bearer_auth(&app.token).header("last-event-id", bad).send().await.unwrap();
+        let r = app
+            .client
+            .get(app.url("/v1/threads/t/events"))
+            .bearer_auth(&app.token)
+            .header("last-event-id", bad)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(problem(r).await.0, 400, "{bad}");
     }
-    let r = app.client.get(app.url("/v1/threads/t/events")).bearer_auth(&app.token).header("last-event-id", "999").send().await.unwrap();
+    let r = app
+        .client
+        .get(app.url("/v1/threads/t/events"))
+        .bearer_auth(&app.token)
+        .header("last-event-id", "999")
+        .send()
+        .await
+        .unwrap();
     let (s, p) = problem(r).await;
     assert_eq!(s, 400);
     assert!(p["detail"].as_str().unwrap().contains("future"));
@@ -141,10 +243,20 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     // Unknown route and method.
     let (s, _) = problem(app.get("/v1/nothing-here").await).await;
     assert_eq!(s, 404);
-    let r = app.client.delete(app.url("/v1/tools")).bearer_auth(&app.token).send().await.unwrap();
+    let r = app
+        .client
+        .delete(app.url("/v1/tools"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(problem(r).await.0, 405);
 
-    assert_eq!(snapshot(&app, "t").await, before, "no bad request changed stored data");
+    assert_eq!(
+        snapshot(&app, "t").await,
+        before,
+        "no bad request changed stored data"
+    );
 }
 
 fn forged(header: Value, claims: Value, signature: &str) -> String {
@@ -154,12 +266,23 @@ fn forged(header: Value, claims: Value, signature: &str) -> String {
 
 async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    let claims = json!({"sub": "dev", "exp": now + 3600, "iat": now, "aud": "toolgate", "iss": "toolgate"});
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims =
+        json!({"sub": "dev", "exp": now + 3600, "iat": now, "aud": "toolgate", "iss": "toolgate"});
     let key_text = std::fs::read_to_string(app.data_dir.path().join("signing.key")).unwrap();
-    let key = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(key_text.trim()).unwrap();
+    let key = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(key_text.trim())
+        .unwrap();
     let sign = |claims: &Value, secret: &[u8]| {
-        jsonwebtoken::encode(&jsonwebtoken::Header::default(), claims, &jsonwebtoken::EncodingKey::from_secret(secret)).unwrap()
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            claims,
+            &jsonwebtoken::EncodingKey::from_secret(secret),
+        )
+        .unwrap()
     };
     let mut expired = claims.clone();
     expired["exp"] = json!(now - 3600);
@@ -169,36 +292,64 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
     no_exp.as_object_mut().unwrap().remove("exp");
     let cases: Vec<(&str, Option<String>)> = vec![
         ("missing", None),
-        ("alg none", Some(forged(json!({"alg": "none", "typ": "JWT"}), claims.clone(), ""))),
-        ("wrong key", Some(sign(&claims, b"an-attacker-chosen-secret-of-32-bytes!!"))),
+        (
+            "alg none",
+            Some(forged(
+                json!({"alg": "none", "typ": "JWT"}),
+                claims.clone(),
+                "",
+            )),
+        ),
+        (
+            "wrong key",
+            Some(sign(&claims, b"an-attacker-chosen-secret-of-32-bytes!!")),
+        ),
         ("expired", Some(sign(&expired, &key))),
         ("wrong audience", Some(sign(&wrong_aud, &key))),
         ("no exp", Some(sign(&no_exp, &key))),
         ("garbage", Some("not.a.jwt".into())),
-        ("tampered", Some({
-            let good = sign(&claims, &key);
-            let parts: Vec<&str> = good.split('.').collect();
-            let mut evil = claims.clone();
-            evil["sub"] = json!("admin");
-            forged(json!({"alg": "HS256", "typ": "JWT"}), evil, parts[2])
-        })),
+        (
+            "tampered",
+            Some({
+                let good = sign(&claims, &key);
+                let parts: Vec<&str> = good.split('.').collect();
+                let mut evil = claims.clone();
+                evil["sub"] = json!("admin");
+                forged(json!({"alg": "HS256", "typ": "JWT"}), evil, parts[2])
+            }),
+        ),
     ];
     for (name, token) in cases {
-        let mut req = app.client.post(app.url("/v1/threads/tt/tool-calls")).json(&json!({"id": "c", "name": "echo", "arguments": {"text": "x"}}));
+        let mut req = app
+            .client
+            .post(app.url("/v1/threads/tt/tool-calls"))
+            .json(&json!({"id": "c", "name": "echo", "arguments": {"text": "x"}}));
         if let Some(t) = &token {
             req = req.bearer_auth(t);
         }
         let resp = req.send().await.unwrap();
-        let challenge = resp.headers().get("www-authenticate").map(|v| v.to_str().unwrap().to_string());
+        let challenge = resp
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_string());
         let (s, p) = problem(resp).await;
         assert_eq!(s, 401, "{name}: {p}");
         let challenge = challenge.unwrap_or_else(|| panic!("{name}: WWW-Authenticate on 401"));
-        assert!(challenge.starts_with("Bearer realm=\"toolgate\""), "{challenge}");
+        assert!(
+            challenge.starts_with("Bearer realm=\"toolgate\""),
+            "{challenge}"
+        );
         if name == "expired" {
             assert!(p["detail"].as_str().unwrap().contains("expired"), "{p}");
         }
     }
-    let r = app.client.get(app.url("/v1/tools")).header("authorization", "Basic ZGV2OmRldg==").send().await.unwrap();
+    let r = app
+        .client
+        .get(app.url("/v1/tools"))
+        .header("authorization", "Basic ZGV2OmRldg==")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(problem(r).await.0, 401);
     // Nothing was written by any of them.
     assert!(app.history("tt").await.is_empty());
@@ -208,19 +359,59 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
 
 async fn another_owners_thread_is_not_found(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let (s, _) = app.call("alice-thread", json!({"id": "c1", "name": "echo", "arguments": {"text": "secret"}})).await;
+    let (s, _) = app
+        .call(
+            "alice-thread",
+            json!({"id": "c1", "name": "echo", "arguments": {"text": "secret"}}),
+        )
+        .await;
     assert_eq!(s, 200);
     let before = app.history("alice-thread").await;
     let mallory = app.token_for("mallory");
     let t = "/v1/threads/alice-thread";
     let attempts = [
-        app.post_as(&mallory, &format!("{t}/tool-calls"), &json!({"id": "c1", "name": "echo", "arguments": {"text": "secret"}})).await,
-        app.post_as(&mallory, &format!("{t}/tool-calls"), &json!({"id": "c2", "name": "echo", "arguments": {"text": "x"}})).await,
-        app.post_as(&mallory, &format!("{t}/messages"), &json!({"role": "user", "content": "hi"})).await,
-        app.post_as(&mallory, &format!("{t}/runs"), &json!({"threadId": "alice-thread", "runId": "r", "messages": []})).await,
-        app.client.get(app.url(&format!("{t}/history"))).bearer_auth(&mallory).send().await.unwrap(),
-        app.client.get(app.url(&format!("{t}/context"))).bearer_auth(&mallory).send().await.unwrap(),
-        app.client.get(app.url(&format!("{t}/events"))).bearer_auth(&mallory).send().await.unwrap(),
+        app.post_as(
+            &mallory,
+            &format!("{t}/tool-calls"),
+            &json!({"id": "c1", "name": "echo", "arguments": {"text": "secret"}}),
+        )
+        .await,
+        app.post_as(
+            &mallory,
+            &format!("{t}/tool-calls"),
+            &json!({"id": "c2", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await,
+        app.post_as(
+            &mallory,
+            &format!("{t}/messages"),
+            &json!({"role": "user", "content": "hi"}),
+        )
+        .await,
+        app.post_as(
+            &mallory,
+            &format!("{t}/runs"),
+            &json!({"threadId": "alice-thread", "runId": "r", "messages": []}),
+        )
+        .await,
+        app.client
+            .get(app.url(&format!("{t}/history")))
+            .bearer_auth(&mallory)
+            .send()
+            .await
+            .unwrap(),
+        app.client
+            .get(app.url(&format!("{t}/context")))
+            .bearer_auth(&mallory)
+            .send()
+            .await
+            .unwrap(),
+        app.client
+            .get(app.url(&format!("{t}/events")))
+            .bearer_auth(&mallory)
+            .send()
+            .await
+            .unwrap(),
     ];
     for resp in attempts {
         let (s, p) = problem(resp).await;
@@ -229,7 +420,13 @@ async fn another_owners_thread_is_not_found(backend: Backend) {
         assert!(!p.to_string().contains("secret"));
     }
     // Looks exactly like a thread that does not exist.
-    let missing = app.client.get(app.url("/v1/threads/never-made/history")).bearer_auth(&mallory).send().await.unwrap();
+    let missing = app
+        .client
+        .get(app.url("/v1/threads/never-made/history"))
+        .bearer_auth(&mallory)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(problem(missing).await.1["detail"], "thread not found");
     assert_eq!(app.history("alice-thread").await, before);
 }

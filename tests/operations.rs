@@ -12,23 +12,55 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 async fn health_readiness_and_metrics(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let health: Value = reqwest::get(app.url("/healthz")).await.unwrap().json().await.unwrap();
+    let health: Value = reqwest::get(app.url("/healthz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health, json!({"status": "ok"}));
-    let ready: Value = reqwest::get(app.url("/readyz")).await.unwrap().json().await.unwrap();
+    let ready: Value = reqwest::get(app.url("/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let name = match backend {
         Backend::Sqlite => "sqlite",
         Backend::Postgres => "postgres",
     };
-    assert_eq!(ready, json!({"status": "ready", "database": name, "migrations": "applied"}));
+    assert_eq!(
+        ready,
+        json!({"status": "ready", "database": name, "migrations": "applied"})
+    );
 
-    let (s, _) = app.call("m", json!({"id": "c", "name": "echo", "arguments": {"text": "x"}})).await;
+    let (s, _) = app
+        .call(
+            "m",
+            json!({"id": "c", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
     assert_eq!(s, 200);
     let _sse = app.events("m", "", None).await;
-    let text = reqwest::get(app.url("/metrics")).await.unwrap().text().await.unwrap();
+    let text = reqwest::get(app.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(text.contains("toolgate_http_requests_total{"), "{text}");
-    assert!(text.contains("route=\"/v1/threads/{thread_id}/tool-calls\""), "{text}");
-    assert!(text.contains("toolgate_tool_calls_total{") && text.contains("tool=\"echo\""), "{text}");
-    assert!(text.contains("toolgate_tool_call_duration_seconds"), "{text}");
+    assert!(
+        text.contains("route=\"/v1/threads/{thread_id}/tool-calls\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("toolgate_tool_calls_total{") && text.contains("tool=\"echo\""),
+        "{text}"
+    );
+    assert!(
+        text.contains("toolgate_tool_call_duration_seconds"),
+        "{text}"
+    );
     assert!(text.contains("toolgate_sse_subscribers"), "{text}");
 }
 
@@ -40,7 +72,10 @@ async fn readiness_fails_when_the_database_is_gone() {
     {
         use sqlx::Connection;
         let mut admin = sqlx::PgConnection::connect(&pg.admin_url).await.unwrap();
-        sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", pg.name)).execute(&mut admin).await.unwrap();
+        sqlx::query(&format!("DROP DATABASE {} WITH (FORCE)", pg.name))
+            .execute(&mut admin)
+            .await
+            .unwrap();
     }
     let resp = reqwest::get(app.url("/readyz")).await.unwrap();
     assert_eq!(resp.status(), 503);
@@ -51,24 +86,45 @@ async fn readiness_fails_when_the_database_is_gone() {
 #[tokio::test]
 async fn openapi_document_is_served_and_checked_in() {
     let generated = toolgate::http::openapi::document_json();
-    let checked_in = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json")).unwrap();
+    let checked_in =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/openapi.json"))
+            .unwrap();
     assert!(
         generated == checked_in,
         "openapi/openapi.json is out of date: regenerate it with `cargo run -- openapi > openapi/openapi.json`"
     );
     let app = TestApp::spawn(Backend::Sqlite).await;
-    let served: Value = reqwest::get(app.url("/openapi.json")).await.unwrap().json().await.unwrap();
+    let served: Value = reqwest::get(app.url("/openapi.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(served, serde_json::from_str::<Value>(&checked_in).unwrap());
-    for path in ["/v1/threads/{thread_id}/tool-calls", "/v1/threads/{thread_id}/events", "/v1/threads/{thread_id}/runs", "/readyz"] {
+    for path in [
+        "/v1/threads/{thread_id}/tool-calls",
+        "/v1/threads/{thread_id}/events",
+        "/v1/threads/{thread_id}/runs",
+        "/readyz",
+    ] {
         assert!(served["paths"].get(path).is_some(), "{path} documented");
     }
-    assert_eq!(served["components"]["schemas"]["UiSchema"]["properties"]["version"]["const"], "ui_schema/1");
+    assert_eq!(
+        served["components"]["schemas"]["UiSchema"]["properties"]["version"]["const"],
+        "ui_schema/1"
+    );
     let docs = reqwest::get(app.url("/docs/")).await.unwrap();
     assert_eq!(docs.status(), 200);
     let html = docs.text().await.unwrap();
-    assert!(html.to_lowercase().contains("swagger"), "Swagger UI served offline");
+    assert!(
+        html.to_lowercase().contains("swagger"),
+        "Swagger UI served offline"
+    );
     let resp = app.get("/v1/tools").await;
-    let id = resp.headers().get("x-request-id").expect("request id echoed");
+    let id = resp
+        .headers()
+        .get("x-request-id")
+        .expect("request id echoed");
     assert!(!id.is_empty());
 }
 
@@ -77,14 +133,26 @@ async fn tool_listings_and_system_prompt() {
     let app = TestApp::spawn(Backend::Sqlite).await;
     let native = app.get_json("/v1/tools").await;
     assert_eq!(native["format"], "native");
-    let echo = native["tools"].as_array().unwrap().iter().find(|t| t["name"] == "echo").unwrap().clone();
+    let echo = native["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo")
+        .unwrap()
+        .clone();
     assert_eq!(echo["metadata"]["read_only"], true);
     assert_eq!(echo["metadata"]["concurrency_safe"], true);
     assert_eq!(echo["metadata"]["permission_class"], "readonly");
     assert_eq!(echo["capability"]["min_confidence"], 0);
     assert_eq!(echo["safety_level"], 0);
     let openai = app.get_json("/v1/tools?format=openai").await;
-    assert!(openai["tools"].as_array().unwrap().iter().any(|t| t["type"] == "function" && t["function"]["name"] == "wait"));
+    assert!(
+        openai["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["type"] == "function" && t["function"]["name"] == "wait")
+    );
     let anthropic = app.get_json("/v1/tools?format=anthropic").await;
     assert_eq!(anthropic["tools"][0]["input_schema"]["type"], "object");
     let mcp = app.get_json("/v1/tools?format=mcp").await;
@@ -93,9 +161,19 @@ async fn tool_listings_and_system_prompt() {
     assert_eq!(by_alias["name"], "wait");
     let xml = app.get_json("/v1/system-prompt?format=xml").await;
     assert_eq!(xml["tool_count"], 2);
-    assert!(xml["prompt"].as_str().unwrap().contains("<tool name=\"echo\">"));
+    assert!(
+        xml["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("<tool name=\"echo\">")
+    );
     let js = app.get_json("/v1/system-prompt?format=json").await;
-    assert!(js["prompt"].as_str().unwrap().contains("\"name\": \"wait\""));
+    assert!(
+        js["prompt"]
+            .as_str()
+            .unwrap()
+            .contains("\"name\": \"wait\"")
+    );
 }
 
 /// The real binary, as an operator runs it.
@@ -108,19 +186,36 @@ struct Served {
 
 async fn serve_binary(data_dir: &std::path::Path, database_url: Option<&str>) -> Served {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    cmd.args(["--data-dir", data_dir.to_str().unwrap(), "serve", "--bind", "127.0.0.1:0"])
-        .env("RUST_LOG", "debug")
-        .env_remove("DATABASE_URL")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    cmd.args([
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+    ])
+    .env("RUST_LOG", "debug")
+    .env_remove("DATABASE_URL")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
     if let Some(url) = database_url {
         cmd.env("DATABASE_URL", url);
     }
     let mut child = cmd.spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await.unwrap().unwrap().unwrap();
-    let addr = first.split("http://").nth(1).unwrap().split(' ').next().unwrap().to_string();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
     lines.next_line().await.unwrap();
     let token = lines.next_line().await.unwrap().unwrap().trim().to_string();
     let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
@@ -170,7 +265,10 @@ async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     sse.until("TOOL_CALL_END").await;
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
-    assert!(pending.await.unwrap().is_err(), "the caller was never told `done`");
+    assert!(
+        pending.await.unwrap().is_err(),
+        "the caller was never told `done`"
+    );
 
     let second = serve_binary(data_dir.path(), url).await;
     let history: Value = client
@@ -245,8 +343,14 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
     let logs = served.stderr.lock().unwrap().clone();
     assert!(logs.contains("request"), "debug logs were captured: {logs}");
     let signature = served.token.rsplit('.').next().unwrap();
-    assert!(!logs.contains(signature), "the bearer token is never logged");
-    assert!(!logs.to_lowercase().contains("authorization: bearer"), "no Authorization header in logs");
+    assert!(
+        !logs.contains(signature),
+        "the bearer token is never logged"
+    );
+    assert!(
+        !logs.to_lowercase().contains("authorization: bearer"),
+        "no Authorization header in logs"
+    );
     assert!(!logs.contains(secret_in_args));
     // Nor stored: scan the whole database.
     let dump = match (&pg, backend) {
@@ -255,7 +359,11 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
             let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
             let mut all = String::new();
             for table in ["threads", "messages", "tool_calls", "events"] {
-                let rows: Vec<(String,)> = sqlx::query_as(&format!("SELECT t::text FROM {table} t")).fetch_all(&mut conn).await.unwrap();
+                let rows: Vec<(String,)> =
+                    sqlx::query_as(&format!("SELECT t::text FROM {table} t"))
+                        .fetch_all(&mut conn)
+                        .await
+                        .unwrap();
                 all.extend(rows.into_iter().map(|r| r.0));
             }
             all
@@ -264,7 +372,12 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
             let mut all = String::new();
             for entry in std::fs::read_dir(data_dir.path()).unwrap() {
                 let path = entry.unwrap().path();
-                if path.file_name().unwrap().to_string_lossy().starts_with("toolgate.db") {
+                if path
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("toolgate.db")
+                {
                     all.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
                 }
             }
@@ -272,7 +385,10 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
         }
     };
     assert!(dump.contains("hello"), "the scan sees stored data");
-    assert!(!dump.contains(signature), "the bearer token is never stored");
+    assert!(
+        !dump.contains(signature),
+        "the bearer token is never stored"
+    );
 }
 
 both_backends!(
@@ -280,3 +396,159 @@ both_backends!(
     a_crash_mid_call_is_finished_as_interrupted,
     tokens_never_reach_logs_or_storage,
 );
+
+#[tokio::test]
+async fn cli_token_migrate_and_layered_settings() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let dir = data_dir.path().to_str().unwrap();
+    let bin = env!("CARGO_BIN_EXE_toolgate");
+    let migrate = std::process::Command::new(bin)
+        .args(["--data-dir", dir, "migrate"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(
+        migrate.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrate.stderr)
+    );
+    assert!(String::from_utf8_lossy(&migrate.stdout).contains("migrations applied (sqlite)"));
+    let token = std::process::Command::new(bin)
+        .args(["--data-dir", dir, "token", "--sub", "alice", "--ttl", "1h"])
+        .output()
+        .unwrap();
+    assert!(
+        token.status.success(),
+        "{}",
+        String::from_utf8_lossy(&token.stderr)
+    );
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    let bad_ttl = std::process::Command::new(bin)
+        .args([
+            "--data-dir",
+            dir,
+            "token",
+            "--sub",
+            "alice",
+            "--ttl",
+            "soon",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad_ttl.status.success());
+
+    // Environment variables override the defaults; JSON logs on request.
+    let mut child = tokio::process::Command::new(bin)
+        .args(["--data-dir", dir, "serve", "--bind", "127.0.0.1:0"])
+        .env_remove("DATABASE_URL")
+        .env("TOOLGATE_TOOLS__WAIT_MAX_MS", "1234")
+        .env("TOOLGATE_SERVER__JSON_LOGS", "true")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), out.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let base = format!(
+        "http://{}",
+        first
+            .split("http://")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+    );
+    let wait: Value = reqwest::Client::new()
+        .get(format!("{base}/v1/tools/wait"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        wait["input_schema"]["properties"]["ms"]["maximum"], 1234,
+        "{wait}"
+    );
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let mut err = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut child.stderr.take().unwrap(), &mut err)
+        .await
+        .unwrap();
+    let line = err
+        .lines()
+        .find(|l| l.contains("toolgate listening"))
+        .unwrap_or_else(|| panic!("{err}"));
+    let parsed: Value = serde_json::from_str(line).expect("JSON log line");
+    assert_eq!(parsed["level"], "INFO");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_heartbeat_and_end_with_one_terminal_event_at_shutdown() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let mut sse = app.events("hb", "", None).await;
+    assert_eq!(
+        sse.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    assert!(sse.next(Duration::from_millis(2500)).await.is_none());
+    assert!(
+        sse.transcript.contains("\n\n: heartbeat\n\n"),
+        "idle streams get comment heartbeats: {:?}",
+        sse.transcript
+    );
+    app.shutdown.cancel();
+    let last = sse
+        .next(Duration::from_secs(5))
+        .await
+        .expect("a terminal event");
+    assert_eq!(last.kind(), "RUN_FINISHED");
+    assert_eq!(last.data["threadId"], "hb");
+    assert!(
+        sse.next(Duration::from_secs(2)).await.is_none(),
+        "nothing after the terminal event"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_times_out_still_finishes_its_call() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.request_timeout_secs = 1).await;
+    let resp = app
+        .post(
+            "/v1/threads/slow/tool-calls",
+            &json!({"id": "w", "name": "wait", "arguments": {"ms": 2000}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 408);
+    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    // The call was not cut off with the response: re-posting the id waits
+    // for it and answers with its result.
+    let (s, out) = app
+        .call(
+            "slow",
+            json!({"id": "w", "name": "wait", "arguments": {"ms": 2000}}),
+        )
+        .await;
+    assert!(s == 200 || s == 408, "{s} {out}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (s, out) = app
+        .call(
+            "slow",
+            json!({"id": "w", "name": "wait", "arguments": {"ms": 2000}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["replayed"], true);
+    assert_eq!(
+        out["tool_agent_output"]["result"],
+        json!({"waited_ms": 2000})
+    );
+}

@@ -23,8 +23,14 @@ async fn tool_call_in_three_shapes(backend: Backend) {
         assert_eq!(out["tool_agent_output"]["tool_name"], "echo");
         assert_eq!(out["tool_agent_output"]["status"], "success");
         assert_eq!(out["tool_agent_output"]["result"], json!({"text": "hi"}));
-        assert_eq!(out["tool_agent_output"]["tool_call_args"], json!({"text": "hi"}));
-        assert!(out["tool_agent_output"].get("ui_hints").is_none(), "hints stay internal");
+        assert_eq!(
+            out["tool_agent_output"]["tool_call_args"],
+            json!({"text": "hi"})
+        );
+        assert!(
+            out["tool_agent_output"].get("ui_hints").is_none(),
+            "hints stay internal"
+        );
         // The model gets the complete JSON text of the result.
         assert_eq!(out["tool_response"]["content"], "{\"text\":\"hi\"}");
         assert_eq!(out["ui_schema"]["version"], "ui_schema/1");
@@ -44,11 +50,24 @@ async fn live_stream_and_history_carry_the_same_ui(backend: Backend) {
     assert_eq!(first.data["threadId"], "t2");
     assert!(first.id.is_none());
 
-    let (status, out) = app.call("t2", json!({"id": "c1", "name": "echo", "arguments": {"text": "hello"}})).await;
+    let (status, out) = app
+        .call(
+            "t2",
+            json!({"id": "c1", "name": "echo", "arguments": {"text": "hello"}}),
+        )
+        .await;
     assert_eq!(status, 200);
     let frames = sse.until("TOOL_CALL_RESULT").await;
     let kinds: Vec<&str> = frames.iter().map(|f| f.kind()).collect();
-    assert_eq!(kinds, ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]);
+    assert_eq!(
+        kinds,
+        [
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "TOOL_CALL_RESULT"
+        ]
+    );
     let ids: Vec<i64> = frames.iter().map(|f| f.id.unwrap()).collect();
     assert_eq!(ids, [1, 2, 3, 4]);
     for f in &frames {
@@ -68,7 +87,10 @@ async fn live_stream_and_history_carry_the_same_ui(backend: Backend) {
     let live_ui = serde_json::to_string(&result["metadata"]["ui_schema"]).unwrap();
     let history = app.history("t2").await;
     let replay_ui = serde_json::to_string(&history[0]["ui_schema"]).unwrap();
-    assert_eq!(live_ui, replay_ui, "history replays the live ui_schema byte for byte");
+    assert_eq!(
+        live_ui, replay_ui,
+        "history replays the live ui_schema byte for byte"
+    );
     assert_eq!(history[0]["content"], out["tool_response"]["content"]);
     assert_eq!(history[0]["tool_call_id"], "c1");
 }
@@ -81,7 +103,10 @@ async fn resume_replays_exactly_what_was_missed(backend: Backend) {
     }
     // 3 calls × 4 events. Resume after 6 → events 7..=12, nothing else.
     let mut sse = app.events("t3", "", Some("6")).await;
-    assert_eq!(sse.next(Duration::from_secs(5)).await.unwrap().kind(), "RUN_STARTED");
+    assert_eq!(
+        sse.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
     let mut ids = vec![];
     while let Some(f) = sse.next(Duration::from_millis(700)).await {
         ids.push(f.id.unwrap());
@@ -102,11 +127,18 @@ async fn resume_replays_exactly_what_was_missed(backend: Backend) {
     assert_eq!(messages.len(), 3);
     assert_eq!(messages[0]["role"], "tool");
     assert_eq!(messages[0]["toolCallId"], "c0");
-    assert_eq!(messages[0]["metadata"]["ui_schema"]["version"], "ui_schema/1");
+    assert_eq!(
+        messages[0]["metadata"]["ui_schema"]["version"],
+        "ui_schema/1"
+    );
     // The snapshot stands for the past: nothing is replayed after it.
     assert!(sse.next(Duration::from_millis(500)).await.is_none());
     // …but new events arrive live.
-    app.call("t3", json!({"id": "c9", "name": "echo", "arguments": {"text": "new"}})).await;
+    app.call(
+        "t3",
+        json!({"id": "c9", "name": "echo", "arguments": {"text": "new"}}),
+    )
+    .await;
     assert_eq!(sse.next(Duration::from_secs(5)).await.unwrap().id, Some(13));
 }
 
@@ -130,13 +162,21 @@ async fn idempotent_calls_run_once(backend: Backend) {
     assert_eq!(count, 4, "events of one execution only");
 
     let (status, problem) = app
-        .call("t4", json!({"id": "same", "name": "echo", "arguments": {"text": "different"}}))
+        .call(
+            "t4",
+            json!({"id": "same", "name": "echo", "arguments": {"text": "different"}}),
+        )
         .await;
     assert_eq!(status, 409, "{problem}");
     assert!(problem["detail"].as_str().unwrap().contains("different"));
 
     // Concurrent duplicates: one execution, every caller gets the outcome.
-    let posts = (0..8).map(|_| app.call("t4", json!({"id": "race", "name": "wait", "arguments": {"ms": 200}})));
+    let posts = (0..8).map(|_| {
+        app.call(
+            "t4",
+            json!({"id": "race", "name": "wait", "arguments": {"ms": 200}}),
+        )
+    });
     let results = futures::future::join_all(posts).await;
     let message_ids: std::collections::HashSet<String> = results
         .iter()
@@ -153,9 +193,19 @@ async fn messages_context_and_text_events(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let mut sse = app.events("t5", "", None).await;
     sse.next(Duration::from_secs(5)).await.unwrap();
-    let r = app.post("/v1/threads/t5/messages", &json!({"role": "system", "content": "be brief"})).await;
+    let r = app
+        .post(
+            "/v1/threads/t5/messages",
+            &json!({"role": "system", "content": "be brief"}),
+        )
+        .await;
     assert_eq!(r.status(), 201);
-    let r = app.post("/v1/threads/t5/messages", &json!({"id": "u1", "role": "user", "content": "echo hi"})).await;
+    let r = app
+        .post(
+            "/v1/threads/t5/messages",
+            &json!({"id": "u1", "role": "user", "content": "echo hi"}),
+        )
+        .await;
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body, json!({"id": "u1", "seq": 2}));
@@ -175,16 +225,27 @@ async fn messages_context_and_text_events(backend: Backend) {
     assert_eq!(
         kinds,
         [
-            "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
-            "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
             // the assistant message is empty: no CONTENT event with an empty delta
-            "TEXT_MESSAGE_START", "TEXT_MESSAGE_END",
-            "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_END",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "TOOL_CALL_RESULT",
         ]
     );
     for f in &frames {
         assert_agui_conformant(f);
-        assert!(f.data.get("metadata").is_none() || f.kind() == "TOOL_CALL_RESULT", "TEXT_MESSAGE_* carry no ui data");
+        assert!(
+            f.data.get("metadata").is_none() || f.kind() == "TOOL_CALL_RESULT",
+            "TEXT_MESSAGE_* carry no ui data"
+        );
     }
     assert_eq!(frames[8].data["parentMessageId"], "a1");
 
@@ -199,7 +260,9 @@ async fn messages_context_and_text_events(backend: Backend) {
             {"role": "tool", "tool_call_id": "call_1", "content": "{\"text\":\"hi\"}"},
         ])
     );
-    let anthropic = app.get_json("/v1/threads/t5/context?format=anthropic").await;
+    let anthropic = app
+        .get_json("/v1/threads/t5/context?format=anthropic")
+        .await;
     assert_eq!(anthropic["system"], "be brief");
     assert_eq!(
         anthropic["messages"],
@@ -210,66 +273,125 @@ async fn messages_context_and_text_events(backend: Backend) {
         ])
     );
     let history = app.history("t5").await;
-    let roles: Vec<&str> = history.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = history
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["system", "user", "assistant", "tool"]);
     assert_eq!(history[2]["tool_calls"][0]["name"], "echo");
 
-    let dup = app.post("/v1/threads/t5/messages", &json!({"id": "u1", "role": "user", "content": "again"})).await;
+    let dup = app
+        .post(
+            "/v1/threads/t5/messages",
+            &json!({"id": "u1", "role": "user", "content": "again"}),
+        )
+        .await;
     assert_eq!(dup.status(), 409);
 }
 
 async fn history_pages_backwards_with_cursors(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     for i in 1..=7 {
-        let r = app.post("/v1/threads/t6/messages", &json!({"id": format!("m{i}"), "role": "user", "content": format!("n{i}")})).await;
+        let r = app
+            .post(
+                "/v1/threads/t6/messages",
+                &json!({"id": format!("m{i}"), "role": "user", "content": format!("n{i}")}),
+            )
+            .await;
         assert_eq!(r.status(), 201);
     }
     let page1 = app.get_json("/v1/threads/t6/history?limit=3").await;
-    let ids = |p: &Value| p["messages"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let ids = |p: &Value| {
+        p["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(ids(&page1), ["m5", "m6", "m7"]);
     let c = page1["next_cursor"].as_str().unwrap();
-    let page2 = app.get_json(&format!("/v1/threads/t6/history?limit=3&before={c}")).await;
+    let page2 = app
+        .get_json(&format!("/v1/threads/t6/history?limit=3&before={c}"))
+        .await;
     assert_eq!(ids(&page2), ["m2", "m3", "m4"]);
     let c = page2["next_cursor"].as_str().unwrap();
-    let page3 = app.get_json(&format!("/v1/threads/t6/history?limit=3&before={c}")).await;
+    let page3 = app
+        .get_json(&format!("/v1/threads/t6/history?limit=3&before={c}"))
+        .await;
     assert_eq!(ids(&page3), ["m1"]);
     assert!(page3.get("next_cursor").is_none());
 }
 
 async fn failures_are_data_with_an_error_template(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.tools.timeout_secs = 1).await;
-    let (status, out) = app.call("t7", json!({"id": "slow", "name": "wait", "arguments": {"ms": 5000}})).await;
-    assert_eq!(status, 200, "a tool failure is a result, not a request error: {out}");
+    let (status, out) = app
+        .call(
+            "t7",
+            json!({"id": "slow", "name": "wait", "arguments": {"ms": 5000}}),
+        )
+        .await;
+    assert_eq!(
+        status, 200,
+        "a tool failure is a result, not a request error: {out}"
+    );
     let output = &out["tool_agent_output"];
     assert_eq!(output["status"], "failure");
     assert_eq!(output["error"]["code"], "TIMEOUT");
     assert_eq!(output["error"]["retryable"], true);
     assert_eq!(output["result"], Value::Null);
-    let content: Value = serde_json::from_str(out["tool_response"]["content"].as_str().unwrap()).unwrap();
+    let content: Value =
+        serde_json::from_str(out["tool_response"]["content"].as_str().unwrap()).unwrap();
     assert_eq!(content["error"]["code"], "TIMEOUT");
     let ui = &out["ui_schema"];
-    let types: Vec<&str> = ui["components"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+    let types: Vec<&str> = ui["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
     assert!(types.contains(&"Badge"), "generic error template: {ui}");
-    assert!(ui["fallback_text"].as_str().unwrap().contains("did not finish"), "{ui}");
+    assert!(
+        ui["fallback_text"]
+            .as_str()
+            .unwrap()
+            .contains("did not finish"),
+        "{ui}"
+    );
 }
 
 async fn progress_of_long_tools_streams_as_custom_events(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let mut sse = app.events("t8", "", None).await;
     sse.next(Duration::from_secs(5)).await.unwrap();
-    let (s, _) = app.call("t8", json!({"id": "w", "name": "sleep", "arguments": {"ms": 300}})).await;
+    let (s, _) = app
+        .call(
+            "t8",
+            json!({"id": "w", "name": "sleep", "arguments": {"ms": 300}}),
+        )
+        .await;
     assert_eq!(s, 200);
     let frames = sse.until("TOOL_CALL_RESULT").await;
-    let progress: Vec<&Value> = frames.iter().filter(|f| f.kind() == "CUSTOM").map(|f| &f.data).collect();
+    let progress: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "CUSTOM")
+        .map(|f| &f.data)
+        .collect();
     assert!(!progress.is_empty());
     for p in &progress {
         assert_eq!(p["name"], "tool_call.progress");
         assert_eq!(p["value"]["toolCallId"], "w");
     }
     let result = frames.last().unwrap();
-    assert_eq!(result.data["metadata"]["toolName"], "wait", "aliases resolve to the tool");
+    assert_eq!(
+        result.data["metadata"]["toolName"], "wait",
+        "aliases resolve to the tool"
+    );
     let ids: Vec<i64> = frames.iter().map(|f| f.id.unwrap()).collect();
-    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "gap-free ordered ids: {ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[1] == w[0] + 1),
+        "gap-free ordered ids: {ids:?}"
+    );
 }
 
 both_backends!(

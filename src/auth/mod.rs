@@ -68,7 +68,10 @@ impl Keys {
         };
         if let Some(secret) = &settings.hs256_secret {
             let secret = secret.expose_secret().as_bytes();
-            anyhow::ensure!(secret.len() >= 32, "auth.hs256_secret must be at least 32 bytes");
+            anyhow::ensure!(
+                secret.len() >= 32,
+                "auth.hs256_secret must be at least 32 bytes"
+            );
             return Ok(base(
                 Algorithm::HS256,
                 Some(EncodingKey::from_secret(secret)),
@@ -79,7 +82,11 @@ impl Keys {
         if let Some(public) = &settings.public_key_pem {
             let alg = settings.algorithm.as_deref().unwrap_or("RS256");
             let pem = std::fs::read(public)?;
-            let private = settings.private_key_pem.as_ref().map(std::fs::read).transpose()?;
+            let private = settings
+                .private_key_pem
+                .as_ref()
+                .map(std::fs::read)
+                .transpose()?;
             let (algorithm, decoding, encoding) = match alg {
                 "RS256" => (
                     Algorithm::RS256,
@@ -91,7 +98,9 @@ impl Keys {
                     DecodingKey::from_ed_pem(&pem)?,
                     private.map(|p| EncodingKey::from_ed_pem(&p)).transpose()?,
                 ),
-                other => anyhow::bail!("auth.algorithm must be RS256 or EdDSA with a public key, not {other:?}"),
+                other => anyhow::bail!(
+                    "auth.algorithm must be RS256 or EdDSA with a public key, not {other:?}"
+                ),
             };
             return Ok(base(algorithm, encoding, decoding, KeySource::Configured));
         }
@@ -99,13 +108,20 @@ impl Keys {
         let (secret, source) = if path.exists() {
             let text = std::fs::read_to_string(&path)?;
             let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text.trim())?;
-            anyhow::ensure!(secret.len() >= 32, "{} holds a key shorter than 32 bytes", path.display());
+            anyhow::ensure!(
+                secret.len() >= 32,
+                "{} holds a key shorter than 32 bytes",
+                path.display()
+            );
             (secret, KeySource::DataDirExisting)
         } else {
             std::fs::create_dir_all(data_dir)?;
             let mut secret = vec![0u8; 32];
             rand::rng().fill_bytes(&mut secret);
-            write_private(&path, &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&secret))?;
+            write_private(
+                &path,
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&secret),
+            )?;
             (secret, KeySource::DataDirGenerated)
         };
         Ok(base(
@@ -118,11 +134,13 @@ impl Keys {
 
     /// Sign a token for `sub` valid for `ttl_secs`.
     pub fn mint(&self, sub: &str, ttl_secs: u64) -> anyhow::Result<String> {
-        let encoding = self
-            .encoding
-            .as_ref()
-            .ok_or_else(|| anyhow::anyhow!("no private key configured: set auth.private_key_pem to mint tokens"))?;
-        anyhow::ensure!(valid_subject(sub), "the subject must be 1-128 printable characters");
+        let encoding = self.encoding.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("no private key configured: set auth.private_key_pem to mint tokens")
+        })?;
+        anyhow::ensure!(
+            valid_subject(sub),
+            "the subject must be 1-128 printable characters"
+        );
         let now = unix_now();
         let claims = Claims {
             sub: sub.to_string(),
@@ -131,7 +149,11 @@ impl Keys {
             aud: self.audience.clone(),
             iss: self.issuer.clone(),
         };
-        Ok(jsonwebtoken::encode(&Header::new(self.algorithm), &claims, encoding)?)
+        Ok(jsonwebtoken::encode(
+            &Header::new(self.algorithm),
+            &claims,
+            encoding,
+        )?)
     }
 
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
@@ -140,19 +162,27 @@ impl Keys {
         validation.set_issuer(&[&self.issuer]);
         validation.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
         validation.leeway = self.leeway;
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map_err(|e| {
-            match e.kind() {
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map_err(
+            |e| match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,
-                jsonwebtoken::errors::ErrorKind::InvalidSignature => AuthError::Invalid("bad signature".into()),
-                jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => AuthError::Invalid("algorithm not accepted".into()),
-                jsonwebtoken::errors::ErrorKind::InvalidAudience => AuthError::Invalid("wrong audience".into()),
-                jsonwebtoken::errors::ErrorKind::InvalidIssuer => AuthError::Invalid("wrong issuer".into()),
+                jsonwebtoken::errors::ErrorKind::InvalidSignature => {
+                    AuthError::Invalid("bad signature".into())
+                }
+                jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => {
+                    AuthError::Invalid("algorithm not accepted".into())
+                }
+                jsonwebtoken::errors::ErrorKind::InvalidAudience => {
+                    AuthError::Invalid("wrong audience".into())
+                }
+                jsonwebtoken::errors::ErrorKind::InvalidIssuer => {
+                    AuthError::Invalid("wrong issuer".into())
+                }
                 jsonwebtoken::errors::ErrorKind::MissingRequiredClaim(c) => {
                     AuthError::Invalid(format!("missing claim {c}"))
                 }
                 _ => AuthError::Invalid("malformed token".into()),
-            }
-        })?;
+            },
+        )?;
         if !valid_subject(&data.claims.sub) {
             return Err(AuthError::Invalid("unusable subject".into()));
         }
@@ -224,7 +254,10 @@ mod tests {
         let k = keys(dir.path());
         let other = keys(tempfile::tempdir().unwrap().path());
         let foreign = other.mint("alice", 60).unwrap();
-        assert_eq!(k.verify(&foreign), Err(AuthError::Invalid("bad signature".into())));
+        assert_eq!(
+            k.verify(&foreign),
+            Err(AuthError::Invalid("bad signature".into()))
+        );
         let mut expired_keys = keys(dir.path());
         expired_keys.leeway = 0;
         let claims = Claims {

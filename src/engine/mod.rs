@@ -68,10 +68,15 @@ impl CallOutcome {
 #[derive(Debug, thiserror::Error)]
 pub enum Rejection {
     #[error("no tool named {name:?}")]
-    ToolNotFound { name: String, available: Vec<String> },
+    ToolNotFound {
+        name: String,
+        available: Vec<String>,
+    },
     #[error("arguments do not match the input schema of {tool:?}")]
-    InvalidArguments { tool: String, error: ToolError },
-    #[error("tool call {id:?} is already recorded in this thread with a different tool or arguments")]
+    InvalidArguments { tool: String, error: Box<ToolError> },
+    #[error(
+        "tool call {id:?} is already recorded in this thread with a different tool or arguments"
+    )]
     IdConflict { id: String },
     #[error("tool call {id:?} is running in another process")]
     InProgressElsewhere { id: String },
@@ -107,7 +112,12 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(registry: Arc<Registry>, store: DynStore, writer: Writer, config: EngineConfig) -> Self {
+    pub fn new(
+        registry: Arc<Registry>,
+        store: DynStore,
+        writer: Writer,
+        config: EngineConfig,
+    ) -> Self {
         Engine {
             registry,
             store,
@@ -157,14 +167,22 @@ impl Engine {
             }
 
             // 8. Execute with timeout, cancellation and progress events.
-            let executed = self.run_tool(&req, &tool, arguments.clone(), guard.cancel.clone()).await;
+            let executed = self
+                .run_tool(&req, &tool, arguments.clone(), guard.cancel.clone())
+                .await;
 
             // 9. Undo capture, 10. post-process, 11. one transaction with the
             //    tool message and TOOL_CALL_RESULT.
             let output = postprocess::build_output(&tool, &req.call.id, &arguments, &executed);
             let undo = executed.as_ref().ok().and_then(|s| s.undo.clone());
             let outcome = self
-                .finish(&req.owner, &req.thread_id, output, undo, req.observer.as_ref())
+                .finish(
+                    &req.owner,
+                    &req.thread_id,
+                    output,
+                    undo,
+                    req.observer.as_ref(),
+                )
                 .await;
             drop(guard);
             return outcome.map_err(Rejection::from);
@@ -172,10 +190,12 @@ impl Engine {
     }
 
     fn resolve(&self, name: &str) -> Result<Arc<RegisteredTool>, Rejection> {
-        self.registry.resolve(name).ok_or_else(|| Rejection::ToolNotFound {
-            name: name.to_string(),
-            available: self.registry.names(),
-        })
+        self.registry
+            .resolve(name)
+            .ok_or_else(|| Rejection::ToolNotFound {
+                name: name.to_string(),
+                available: self.registry.names(),
+            })
     }
 
     async fn recorded_outcome(
@@ -209,7 +229,12 @@ impl Engine {
             // Running: here (claimed just after we looked) or elsewhere. The
             // in-flight entry lives from before the write-ahead until after
             // the result, so its absence means another process.
-            if !self.in_flight.lock().expect("in-flight lock").contains_key(&key) {
+            if !self
+                .in_flight
+                .lock()
+                .expect("in-flight lock")
+                .contains_key(&key)
+            {
                 return Err(Rejection::InProgressElsewhere {
                     id: req.call.id.clone(),
                 });
@@ -226,7 +251,11 @@ impl Engine {
 
     /// Steps 3 and 4. Until the safety issue fills them, every call is
     /// allowed and the arguments pass through unchanged.
-    fn permission_and_confidence(&self, _tool: &RegisteredTool, arguments: &Value) -> Result<Value, Rejection> {
+    fn permission_and_confidence(
+        &self,
+        _tool: &RegisteredTool,
+        arguments: &Value,
+    ) -> Result<Value, Rejection> {
         Ok(arguments.clone())
     }
 
@@ -419,19 +448,33 @@ impl Engine {
     /// invalid arguments) as a failed call with its result, for entry points
     /// that must answer every call in-stream (AG-UI runs). A call id already
     /// recorded answers with its stored outcome.
-    pub async fn record_refusal(&self, req: CallRequest, error: ToolError) -> Result<CallOutcome, StoreError> {
+    pub async fn record_refusal(
+        &self,
+        req: CallRequest,
+        error: ToolError,
+    ) -> Result<CallOutcome, StoreError> {
         if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {
             if record.status != CallStatus::Running {
                 let outcome = outcome_from_record(&record)?;
                 observe(req.observer.as_ref(), replay_events(&record, &outcome));
                 return Ok(outcome);
             }
-            return Err(StoreError::Conflict(format!("tool call {} is still running", req.call.id)));
+            return Err(StoreError::Conflict(format!(
+                "tool call {} is still running",
+                req.call.id
+            )));
         }
         self.write_ahead(&req, &req.call.name).await?;
-        let output = postprocess::failure_output(&req.call.name, &req.call.id, &req.call.arguments, error);
-        self.finish(&req.owner, &req.thread_id, output, None, req.observer.as_ref())
-            .await
+        let output =
+            postprocess::failure_output(&req.call.name, &req.call.id, &req.call.arguments, error);
+        self.finish(
+            &req.owner,
+            &req.thread_id,
+            output,
+            None,
+            req.observer.as_ref(),
+        )
+        .await
     }
 
     /// Start-up: calls left `running` by a crash are finished as
@@ -447,8 +490,10 @@ impl Engine {
                 true,
             )
             .with_hint("check the current state before retrying with a new tool call id");
-            let output = postprocess::failure_output(&record.tool_name, &record.id, &record.args, error);
-            self.finish(&record.owner, &record.thread_id, output, None, None).await?;
+            let output =
+                postprocess::failure_output(&record.tool_name, &record.id, &record.args, error);
+            self.finish(&record.owner, &record.thread_id, output, None, None)
+                .await?;
             tracing::warn!(thread_id = %record.thread_id, tool_call_id = %record.id, "finished interrupted tool call");
         }
         Ok(count)
@@ -490,14 +535,21 @@ fn validate_arguments(tool: &RegisteredTool, arguments: &Value) -> Result<(), Re
     let summary = errors
         .iter()
         .map(|e| {
-            let at = if e.path.is_empty() { "/" } else { e.path.as_str() };
+            let at = if e.path.is_empty() {
+                "/"
+            } else {
+                e.path.as_str()
+            };
             format!("{at}: {}", e.message)
         })
         .collect::<Vec<_>>()
         .join("; ");
     let mut error = ToolError::new(
         codes::INVALID_ARGUMENTS,
-        format!("arguments for {} do not match its input schema: {summary}", tool.definition.name),
+        format!(
+            "arguments for {} do not match its input schema: {summary}",
+            tool.definition.name
+        ),
         false,
     )
     .with_hint("fix the arguments at the listed paths to match input_schema and call again");
@@ -505,7 +557,7 @@ fn validate_arguments(tool: &RegisteredTool, arguments: &Value) -> Result<(), Re
     error.errors = Some(errors);
     Err(Rejection::InvalidArguments {
         tool: tool.definition.name.clone(),
-        error,
+        error: Box::new(error),
     })
 }
 
@@ -526,7 +578,11 @@ fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) 
 }
 
 /// The TOOL_CALL_RESULT event; our additions ride under `metadata`.
-pub fn result_event(output: &ToolAgentOutput, message_id: &str, ui_schema: Option<&Value>) -> Event {
+pub fn result_event(
+    output: &ToolAgentOutput,
+    message_id: &str,
+    ui_schema: Option<&Value>,
+) -> Event {
     let mut metadata = Map::new();
     metadata.insert("status".into(), json!(output.status));
     metadata.insert("toolName".into(), json!(output.tool_name));
@@ -576,7 +632,11 @@ fn replay_events(record: &ToolCallRecord, outcome: &CallOutcome) -> Vec<Event> {
         Event::new(EventBody::ToolCallEnd {
             tool_call_id: record.id.clone(),
         }),
-        result_event(&outcome.output, &outcome.message_id, outcome.ui_schema.as_ref()),
+        result_event(
+            &outcome.output,
+            &outcome.message_id,
+            outcome.ui_schema.as_ref(),
+        ),
     ]
 }
 

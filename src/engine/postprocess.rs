@@ -32,8 +32,17 @@ pub fn build_output(
     }
 }
 
-pub fn failure_output(tool_name: &str, call_id: &str, arguments: &Value, error: ToolError) -> ToolAgentOutput {
-    let ui_hints = Some(hints::error(&error.code, &error.message, error.hint.as_deref()));
+pub fn failure_output(
+    tool_name: &str,
+    call_id: &str,
+    arguments: &Value,
+    error: ToolError,
+) -> ToolAgentOutput {
+    let ui_hints = Some(hints::error(
+        &error.code,
+        &error.message,
+        error.hint.as_deref(),
+    ));
     ToolAgentOutput {
         tool_name: tool_name.to_string(),
         tool_call_id: call_id.to_string(),

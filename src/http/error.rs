@@ -26,7 +26,11 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     /// Understood but refused; `extra` carries problem extension members.
     #[error("{detail}")]
-    Unprocessable { title: String, detail: String, extra: Map<String, Value> },
+    Unprocessable {
+        title: String,
+        detail: String,
+        extra: Map<String, Value>,
+    },
     #[error("{0}")]
     Unavailable(String),
     #[error(transparent)]
@@ -55,25 +59,52 @@ impl ApiError {
 
     fn parts(&self) -> (StatusCode, &'static str, String) {
         match self {
-            ApiError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad-request", "Bad request".into()),
-            ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized".into()),
+            ApiError::BadRequest { .. } => {
+                (StatusCode::BAD_REQUEST, "bad-request", "Bad request".into())
+            }
+            ApiError::Unauthorized(_) => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Unauthorized".into(),
+            ),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found".into()),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict".into()),
-            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large".into()),
+            ApiError::PayloadTooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Payload too large".into(),
+            ),
             ApiError::UnsupportedMediaType(_) => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type".into(),
             ),
-            ApiError::Unprocessable { title, .. } => (StatusCode::UNPROCESSABLE_ENTITY, "unprocessable", title.clone()),
-            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Service unavailable".into()),
-            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal error".into()),
+            ApiError::Unprocessable { title, .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "unprocessable",
+                title.clone(),
+            ),
+            ApiError::Unavailable(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Service unavailable".into(),
+            ),
+            ApiError::Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal error".into(),
+            ),
         }
     }
 }
 
 /// A problem document body.
-pub fn problem_body(status: StatusCode, slug: &str, title: &str, detail: &str) -> Map<String, Value> {
+pub fn problem_body(
+    status: StatusCode,
+    slug: &str,
+    title: &str,
+    detail: &str,
+) -> Map<String, Value> {
     let mut body = Map::new();
     body.insert("type".into(), json!(format!("urn:toolgate:problem:{slug}")));
     body.insert("title".into(), json!(title));
@@ -129,8 +160,12 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::NotOwner => ApiError::thread_not_found(),
             StoreError::Conflict(what) => ApiError::Conflict(what),
             StoreError::NotFound(what) => ApiError::NotFound(what),
-            StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed)
-            | StoreError::WriterClosed => ApiError::Unavailable("the database is unavailable; retry later".into()),
+            StoreError::Database(
+                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
+            )
+            | StoreError::WriterClosed => {
+                ApiError::Unavailable("the database is unavailable; retry later".into())
+            }
             other => ApiError::Internal(other.into()),
         }
     }
@@ -161,28 +196,39 @@ where
                 "send the body as JSON with `Content-Type: application/json`".into(),
             ));
         }
-        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge("the request body exceeds the configured limit (server.body_limit_bytes)".into())
-            } else {
-                ApiError::bad_request(format!("could not read the body: {}", e.body_text()))
-            }
-        })?;
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(
+                        "the request body exceeds the configured limit (server.body_limit_bytes)"
+                            .into(),
+                    )
+                } else {
+                    ApiError::bad_request(format!("could not read the body: {}", e.body_text()))
+                }
+            })?;
         // Two steps, so that syntax (400) and shape (422) errors are told
         // apart and a shape error names the field's path.
-        let value: Value =
-            serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
-        serde_path_to_error::deserialize(value).map(ApiJson).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.inner().to_string();
-            let mut extra = Map::new();
-            extra.insert("errors".into(), json!([{"path": path, "message": message}]));
-            ApiError::Unprocessable {
-                title: "Invalid request body".into(),
-                detail: if path == "." { message } else { format!("{path}: {message}") },
-                extra,
-            }
-        })
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
+        serde_path_to_error::deserialize(value)
+            .map(ApiJson)
+            .map_err(|e| {
+                let path = e.path().to_string();
+                let message = e.inner().to_string();
+                let mut extra = Map::new();
+                extra.insert("errors".into(), json!([{"path": path, "message": message}]));
+                ApiError::Unprocessable {
+                    title: "Invalid request body".into(),
+                    detail: if path == "." {
+                        message
+                    } else {
+                        format!("{path}: {message}")
+                    },
+                    extra,
+                }
+            })
     }
 }
 
@@ -196,12 +242,15 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
-            Err(QueryRejection::FailedToDeserializeQueryString(e)) => {
-                Err(ApiError::bad_request(format!("invalid query string: {}", e.body_text())))
-            }
+            Err(QueryRejection::FailedToDeserializeQueryString(e)) => Err(ApiError::bad_request(
+                format!("invalid query string: {}", e.body_text()),
+            )),
             Err(other) => Err(ApiError::bad_request(other.body_text())),
         }
     }
@@ -222,9 +271,18 @@ pub async fn problem_fallback(req: Request, next: axum::middleware::Next) -> Res
         }
         let (slug, detail) = match status {
             StatusCode::NOT_FOUND => ("not-found", "no such route"),
-            StatusCode::METHOD_NOT_ALLOWED => ("method-not-allowed", "this route does not accept that method"),
-            StatusCode::REQUEST_TIMEOUT => ("timeout", "the request took longer than server.request_timeout_secs"),
-            StatusCode::PAYLOAD_TOO_LARGE => ("payload-too-large", "the request body exceeds server.body_limit_bytes"),
+            StatusCode::METHOD_NOT_ALLOWED => (
+                "method-not-allowed",
+                "this route does not accept that method",
+            ),
+            StatusCode::REQUEST_TIMEOUT => (
+                "timeout",
+                "the request took longer than server.request_timeout_secs",
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE => (
+                "payload-too-large",
+                "the request body exceeds server.body_limit_bytes",
+            ),
             _ => ("error", "the request failed"),
         };
         let title = status.canonical_reason().unwrap_or("Error");

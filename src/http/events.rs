@@ -72,7 +72,10 @@ pub async fn get_events(
     let thread = ThreadId::parse(thread_id)?;
     let header = headers
         .get("last-event-id")
-        .map(|v| v.to_str().map_err(|_| ApiError::bad_request("Last-Event-ID is not valid text")))
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("Last-Event-ID is not valid text"))
+        })
         .transpose()?;
     let after = match (header, q.after.as_deref()) {
         (Some(h), _) => Some(parse_position(h, "Last-Event-ID")?),
@@ -88,7 +91,9 @@ pub async fn get_events(
     {
         return Err(ApiError::BadRequest {
             detail: format!("event id {after} is in the future: the thread's last event is {last}"),
-            errors: vec![serde_json::json!({"parameter": "Last-Event-ID", "message": "in the future"})],
+            errors: vec![
+                serde_json::json!({"parameter": "Last-Event-ID", "message": "in the future"}),
+            ],
         });
     }
     let snapshot = if q.snapshot.unwrap_or(false) {
@@ -100,10 +105,19 @@ pub async fn get_events(
     // stream starts at the beginning of the log.
     let start = after.unwrap_or(if snapshot.is_some() { last } else { 0 });
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(stream_thread(state.clone(), thread.0, start, snapshot, live, tx));
+    tokio::spawn(stream_thread(
+        state.clone(),
+        thread.0,
+        start,
+        snapshot,
+        live,
+        tx,
+    ));
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(
         KeepAlive::new()
-            .interval(Duration::from_secs(state.settings.server.sse_heartbeat_secs.max(1)))
+            .interval(Duration::from_secs(
+                state.settings.server.sse_heartbeat_secs.max(1),
+            ))
             .text("heartbeat"),
     ))
 }
@@ -115,7 +129,9 @@ fn untracked(event: &Event) -> SseEvent {
 }
 
 fn logged(event: &StoredEvent) -> SseEvent {
-    SseEvent::default().id(event.seq.to_string()).data(&event.data)
+    SseEvent::default()
+        .id(event.seq.to_string())
+        .data(&event.data)
 }
 
 struct SubscriberGauge;
@@ -196,7 +212,12 @@ async fn stream_thread(
     }
 }
 
-async fn catch_up(state: &AppState, thread_id: &str, last: &mut i64, tx: &Tx) -> Result<(), crate::store::StoreError> {
+async fn catch_up(
+    state: &AppState,
+    thread_id: &str,
+    last: &mut i64,
+    tx: &Tx,
+) -> Result<(), crate::store::StoreError> {
     loop {
         let page = state.store.events_after(thread_id, *last, PAGE).await?;
         let full = page.len() as i64 == PAGE;
@@ -270,7 +291,9 @@ pub fn agui_message(m: StoredMessage) -> Message {
                 }
             }
             Message::Tool {
-                error: output.as_ref().and_then(|o| o.error.as_ref().map(|e| e.message.clone())),
+                error: output
+                    .as_ref()
+                    .and_then(|o| o.error.as_ref().map(|e| e.message.clone())),
                 id: m.id,
                 content: m.content,
                 tool_call_id: m.tool_call_id.unwrap_or_default(),

@@ -26,7 +26,9 @@ pub struct Health {
 /// The process is up.
 #[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
 pub async fn healthz() -> axum::Json<Health> {
-    axum::Json(Health { status: "ok".into() })
+    axum::Json(Health {
+        status: "ok".into(),
+    })
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -50,7 +52,10 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
         })),
         Err(e) => {
             tracing::warn!(error = %e, "not ready");
-            Err(ApiError::Unavailable(format!("{} database not ready: {e}", state.store.backend())))
+            Err(ApiError::Unavailable(format!(
+                "{} database not ready: {e}",
+                state.store.backend()
+            )))
         }
     }
 }

@@ -54,11 +54,18 @@ pub struct AuthUser {
 impl FromRequestParts<AppState> for AuthUser {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, ApiError> {
         let header = parts
             .headers
             .get(header::AUTHORIZATION)
-            .map(|v| v.to_str().map_err(|_| ApiError::Unauthorized("the Authorization header is not valid text".into())))
+            .map(|v| {
+                v.to_str().map_err(|_| {
+                    ApiError::Unauthorized("the Authorization header is not valid text".into())
+                })
+            })
             .transpose()?;
         let token = bearer_token(header).map_err(|e| ApiError::Unauthorized(e.to_string()))?;
         let claims = state
@@ -80,7 +87,9 @@ impl ThreadId {
         } else {
             Err(ApiError::BadRequest {
                 detail: "thread_id must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
-                errors: vec![serde_json::json!({"parameter": "thread_id", "message": "invalid syntax"})],
+                errors: vec![
+                    serde_json::json!({"parameter": "thread_id", "message": "invalid syntax"}),
+                ],
             })
         }
     }
@@ -88,7 +97,11 @@ impl ThreadId {
 
 /// The thread must not belong to someone else. Another owner's thread looks
 /// exactly like a missing one.
-pub async fn check_owner(state: &AppState, user: &AuthUser, thread: &ThreadId) -> Result<bool, ApiError> {
+pub async fn check_owner(
+    state: &AppState,
+    user: &AuthUser,
+    thread: &ThreadId,
+) -> Result<bool, ApiError> {
     match state.store.thread_owner(&thread.0).await? {
         Some(owner) if owner == user.owner => Ok(true),
         Some(_) => Err(ApiError::thread_not_found()),
@@ -97,7 +110,11 @@ pub async fn check_owner(state: &AppState, user: &AuthUser, thread: &ThreadId) -
 }
 
 /// Like [`check_owner`], but the thread must exist.
-pub async fn require_thread(state: &AppState, user: &AuthUser, thread: &ThreadId) -> Result<(), ApiError> {
+pub async fn require_thread(
+    state: &AppState,
+    user: &AuthUser,
+    thread: &ThreadId,
+) -> Result<(), ApiError> {
     if check_owner(state, user, thread).await? {
         Ok(())
     } else {
@@ -119,12 +136,13 @@ pub fn router(state: AppState) -> Router {
         .merge(openapi::routes())
         .route_layer(middleware::from_fn(record_metrics))
         .with_state(state)
-        .layer(middleware::from_fn(error::problem_fallback))
         .layer(axum::extract::DefaultBodyLimit::max(settings.server.body_limit_bytes))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(settings.server.request_timeout_secs),
         ))
+        // Outside the timeout, so a 408 gets a problem body too.
+        .layer(middleware::from_fn(error::problem_fallback))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
             let id = req

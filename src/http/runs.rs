@@ -53,7 +53,10 @@ pub async fn post_run(
     if input.thread_id != thread.0 {
         return Err(ApiError::Unprocessable {
             title: "Thread mismatch".into(),
-            detail: format!("threadId {:?} does not match the path's thread {:?}", input.thread_id, thread.0),
+            detail: format!(
+                "threadId {:?} does not match the path's thread {:?}",
+                input.thread_id, thread.0
+            ),
             extra: Default::default(),
         });
     }
@@ -68,7 +71,10 @@ pub async fn post_run(
         if !calls::valid_id(m.id()) {
             return Err(ApiError::Unprocessable {
                 title: "Invalid message id".into(),
-                detail: format!("message id {:?} must be 1-128 characters from A-Z a-z 0-9 _ - . :", m.id()),
+                detail: format!(
+                    "message id {:?} must be 1-128 characters from A-Z a-z 0-9 _ - . :",
+                    m.id()
+                ),
                 extra: Default::default(),
             });
         }
@@ -91,33 +97,67 @@ async fn emit(tx: &Tx, event: &Event) {
 async fn run(state: AppState, owner: String, input: RunAgentInput, tx: Tx) {
     let thread_id = input.thread_id.clone();
     let run_id = input.run_id.clone();
-    emit(&tx, &Event::new(EventBody::RunStarted { thread_id: thread_id.clone(), run_id: run_id.clone() })).await;
+    emit(
+        &tx,
+        &Event::new(EventBody::RunStarted {
+            thread_id: thread_id.clone(),
+            run_id: run_id.clone(),
+        }),
+    )
+    .await;
     match execute_run(&state, &owner, &input, &tx).await {
         Ok(pending) => {
             let outcome = RunOutcome::Success {
                 pending_tool_call_ids: (!pending.is_empty()).then_some(pending),
             };
-            emit(&tx, &Event::new(EventBody::RunFinished { thread_id, run_id, result: None, outcome: Some(outcome) })).await;
+            emit(
+                &tx,
+                &Event::new(EventBody::RunFinished {
+                    thread_id,
+                    run_id,
+                    result: None,
+                    outcome: Some(outcome),
+                }),
+            )
+            .await;
         }
         Err(e) => {
             let message = match &e {
-                ApiError::Internal(_) => "an internal error occurred; it has been logged".to_string(),
+                ApiError::Internal(_) => {
+                    "an internal error occurred; it has been logged".to_string()
+                }
                 other => other.to_string(),
             };
             if let ApiError::Internal(err) = &e {
                 tracing::error!(error = ?err, "run failed");
             }
-            emit(&tx, &Event::new(EventBody::RunError { message, code: Some("RUN_FAILED".into()) })).await;
+            emit(
+                &tx,
+                &Event::new(EventBody::RunError {
+                    message,
+                    code: Some("RUN_FAILED".into()),
+                }),
+            )
+            .await;
         }
     }
 }
 
 /// Returns the ids of frontend tool calls left for the application.
-async fn execute_run(state: &AppState, owner: &str, input: &RunAgentInput, tx: &Tx) -> Result<Vec<String>, ApiError> {
+async fn execute_run(
+    state: &AppState,
+    owner: &str,
+    input: &RunAgentInput,
+    tx: &Tx,
+) -> Result<Vec<String>, ApiError> {
     record_new_messages(state, owner, input).await?;
 
     let Some((parent_id, tool_calls)) = input.messages.iter().rev().find_map(|m| match m {
-        Message::Assistant { id, tool_calls: Some(calls), .. } if !calls.is_empty() => Some((id.clone(), calls.clone())),
+        Message::Assistant {
+            id,
+            tool_calls: Some(calls),
+            ..
+        } if !calls.is_empty() => Some((id.clone(), calls.clone())),
         _ => None,
     }) else {
         return Ok(vec![]);
@@ -146,7 +186,9 @@ async fn execute_run(state: &AppState, owner: &str, input: &RunAgentInput, tx: &
         let call = IncomingCall {
             id: tc.id.clone(),
             name: tc.function.name.clone(),
-            arguments: parsed_args.clone().unwrap_or_else(|_| json!({"_raw": tc.function.arguments})),
+            arguments: parsed_args
+                .clone()
+                .unwrap_or_else(|_| json!({"_raw": tc.function.arguments})),
             shape: CallShape::Openai,
             run_id: Some(input.run_id.clone()),
             parent_message_id: Some(parent_id.clone()),
@@ -158,10 +200,15 @@ async fn execute_run(state: &AppState, owner: &str, input: &RunAgentInput, tx: &
             observer: Some(observer),
         };
         let engine = state.engine.clone();
-        let refused = parsed_args.err().map(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false));
+        let refused = parsed_args
+            .err()
+            .map(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false));
         let task = tokio::spawn(async move {
             if let Some(error) = refused {
-                return engine.record_refusal(request, error).await.map_err(Rejection::from);
+                return engine
+                    .record_refusal(request, error)
+                    .await
+                    .map_err(Rejection::from);
             }
             let retry = CallRequest {
                 owner: request.owner.clone(),
@@ -173,14 +220,21 @@ async fn execute_run(state: &AppState, owner: &str, input: &RunAgentInput, tx: &
                 Err(Rejection::ToolNotFound { name, available }) => {
                     let error = ToolError::new(
                         codes::TOOL_NOT_FOUND,
-                        format!("no tool named {name:?}; available tools: {}", available.join(", ")),
+                        format!(
+                            "no tool named {name:?}; available tools: {}",
+                            available.join(", ")
+                        ),
                         false,
                     );
-                    engine.record_refusal(retry, error).await.map_err(Rejection::from)
+                    engine
+                        .record_refusal(retry, error)
+                        .await
+                        .map_err(Rejection::from)
                 }
-                Err(Rejection::InvalidArguments { error, .. }) => {
-                    engine.record_refusal(retry, error).await.map_err(Rejection::from)
-                }
+                Err(Rejection::InvalidArguments { error, .. }) => engine
+                    .record_refusal(retry, *error)
+                    .await
+                    .map_err(Rejection::from),
                 other => other,
             }
         });
@@ -196,7 +250,11 @@ async fn execute_run(state: &AppState, owner: &str, input: &RunAgentInput, tx: &
 }
 
 /// Messages of the input the thread has not recorded yet (by id).
-async fn record_new_messages(state: &AppState, owner: &str, input: &RunAgentInput) -> Result<(), ApiError> {
+async fn record_new_messages(
+    state: &AppState,
+    owner: &str,
+    input: &RunAgentInput,
+) -> Result<(), ApiError> {
     let known: HashSet<String> = state
         .store
         .all_messages(&input.thread_id)
@@ -211,8 +269,14 @@ async fn record_new_messages(state: &AppState, owner: &str, input: &RunAgentInpu
         }
         let (role, content, metadata, tool_call_id) = match m {
             Message::User { content, .. } => (Role::User, user_text(content), json!({}), None),
-            Message::System { content, .. } | Message::Developer { content, .. } => (Role::System, content.clone(), json!({}), None),
-            Message::Assistant { content, tool_calls, .. } => {
+            Message::System { content, .. } | Message::Developer { content, .. } => {
+                (Role::System, content.clone(), json!({}), None)
+            }
+            Message::Assistant {
+                content,
+                tool_calls,
+                ..
+            } => {
                 let calls: Vec<Value> = tool_calls
                     .iter()
                     .flatten()
@@ -222,11 +286,29 @@ async fn record_new_messages(state: &AppState, owner: &str, input: &RunAgentInpu
                         json!({"id": tc.id, "name": tc.function.name, "arguments": args})
                     })
                     .collect();
-                let metadata = if calls.is_empty() { json!({}) } else { json!({ "tool_calls": calls }) };
-                (Role::Assistant, content.clone().unwrap_or_default(), metadata, None)
+                let metadata = if calls.is_empty() {
+                    json!({})
+                } else {
+                    json!({ "tool_calls": calls })
+                };
+                (
+                    Role::Assistant,
+                    content.clone().unwrap_or_default(),
+                    metadata,
+                    None,
+                )
             }
             // A frontend tool's result, answered by the application.
-            Message::Tool { content, tool_call_id, .. } => (Role::Tool, content.clone(), json!({}), Some(tool_call_id.clone())),
+            Message::Tool {
+                content,
+                tool_call_id,
+                ..
+            } => (
+                Role::Tool,
+                content.clone(),
+                json!({}),
+                Some(tool_call_id.clone()),
+            ),
         };
         ops.push(WriteOp::InsertMessage(NewMessage {
             id: m.id().to_string(),
@@ -256,7 +338,8 @@ fn user_text(content: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts
             .iter()
-            .filter_map(|p| (p["type"] == "text").then(|| p["text"].as_str().unwrap_or_default()))
+            .filter(|p| p["type"] == "text")
+            .map(|p| p["text"].as_str().unwrap_or_default())
             .collect::<Vec<_>>()
             .join("\n"),
         _ => String::new(),

@@ -83,7 +83,10 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
         Rejection::ToolNotFound { name, available } => {
             let error = ToolError::new(
                 codes::TOOL_NOT_FOUND,
-                format!("no tool named {name:?}; available tools: {}", available.join(", ")),
+                format!(
+                    "no tool named {name:?}; available tools: {}",
+                    available.join(", ")
+                ),
                 false,
             )
             .with_hint("call one of the available tools by its exact name");
@@ -95,7 +98,7 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
             let mut extra = Map::new();
             extra.insert("errors".into(), json!(error.errors));
             extra.insert("input_schema".into(), json!(error.input_schema));
-            refusal("Invalid arguments", error, extra)
+            refusal("Invalid arguments", *error, extra)
         }
         Rejection::IdConflict { id } => ApiError::Conflict(format!(
             "tool call {id:?} is already recorded in this thread with a different tool or arguments; use a new id for a new call"
@@ -110,8 +113,12 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
 
 pub fn parse_error_to_api(e: CallParseError) -> ApiError {
     if e.in_arguments {
-        let mut error = ToolError::new(codes::INVALID_ARGUMENTS, format!("{}: {}", e.pointer, e.message), false)
-            .with_hint("send the arguments as one JSON object");
+        let mut error = ToolError::new(
+            codes::INVALID_ARGUMENTS,
+            format!("{}: {}", e.pointer, e.message),
+            false,
+        )
+        .with_hint("send the arguments as one JSON object");
         error.errors = Some(vec![crate::protocol::tool_output::FieldError {
             path: e.pointer.clone(),
             message: e.message.clone(),
@@ -119,10 +126,21 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
         refusal("Invalid arguments", error, Map::new())
     } else {
         let mut extra = Map::new();
-        extra.insert("errors".into(), json!([{"pointer": e.pointer, "message": e.message}]));
+        extra.insert(
+            "errors".into(),
+            json!([{"pointer": e.pointer, "message": e.message}]),
+        );
         ApiError::Unprocessable {
             title: "Invalid tool call".into(),
-            detail: format!("{} {}", if e.pointer.is_empty() { "the body" } else { &e.pointer }, e.message),
+            detail: format!(
+                "{} {}",
+                if e.pointer.is_empty() {
+                    "the body"
+                } else {
+                    &e.pointer
+                },
+                e.message
+            ),
             extra,
         }
     }
@@ -239,7 +257,9 @@ pub async fn post_message(
         if body.role != MessageRole::Assistant {
             return Err(ApiError::BadRequest {
                 detail: "only assistant messages carry tool_calls".into(),
-                errors: vec![json!({"pointer": "/tool_calls", "message": "only for role assistant"})],
+                errors: vec![
+                    json!({"pointer": "/tool_calls", "message": "only for role assistant"}),
+                ],
             });
         }
         let mut parsed = Vec::with_capacity(tool_calls.len());
@@ -269,7 +289,9 @@ pub async fn post_message(
             delta: body.content.clone(),
         }));
     }
-    events.push(Event::new(EventBody::TextMessageEnd { message_id: id.clone() }));
+    events.push(Event::new(EventBody::TextMessageEnd {
+        message_id: id.clone(),
+    }));
     let unit = WriteUnit {
         thread_id: thread.0,
         owner: user.owner,
@@ -295,7 +317,9 @@ pub async fn post_message(
         ],
     };
     let receipt = state.writer.write(unit).await.map_err(|e| match e {
-        crate::store::StoreError::Conflict(_) => ApiError::Conflict(format!("message {id:?} is already recorded in this thread")),
+        crate::store::StoreError::Conflict(_) => {
+            ApiError::Conflict(format!("message {id:?} is already recorded in this thread"))
+        }
         other => other.into(),
     })?;
     let seq = receipt.messages.first().map(|m| m.1).unwrap_or_default();
@@ -380,19 +404,22 @@ pub async fn get_history(
     let thread = ThreadId::parse(thread_id)?;
     let limit = q.limit.unwrap_or(50);
     if !(1..=200).contains(&limit) {
-        return Err(ApiError::invalid_param("limit", format!("must be between 1 and 200, got {limit}")));
+        return Err(ApiError::invalid_param(
+            "limit",
+            format!("must be between 1 and 200, got {limit}"),
+        ));
     }
     let before = match q.before.as_deref() {
         None => None,
-        Some(c) => Some(
-            c.parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 1)
-                .ok_or_else(|| ApiError::invalid_param("before", "must be a cursor returned as next_cursor"))?,
-        ),
+        Some(c) => Some(c.parse::<i64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+            ApiError::invalid_param("before", "must be a cursor returned as next_cursor")
+        })?),
     };
     require_thread(&state, &user, &thread).await?;
-    let messages = state.store.messages_before(&thread.0, before, limit).await?;
+    let messages = state
+        .store
+        .messages_before(&thread.0, before, limit)
+        .await?;
     let next_cursor = messages
         .first()
         .filter(|m| m.seq > 1)
@@ -440,8 +467,10 @@ pub async fn get_context(
     let thread = ThreadId::parse(thread_id)?;
     require_thread(&state, &user, &thread).await?;
     let messages = state.store.all_messages(&thread.0).await?;
-    Ok(axum::Json(match q.format.unwrap_or(ContextFormat::Openai) {
-        ContextFormat::Openai => crate::protocol::context::openai(&messages),
-        ContextFormat::Anthropic => crate::protocol::context::anthropic(&messages),
-    }))
+    Ok(axum::Json(
+        match q.format.unwrap_or(ContextFormat::Openai) {
+            ContextFormat::Openai => crate::protocol::context::openai(&messages),
+            ContextFormat::Anthropic => crate::protocol::context::anthropic(&messages),
+        },
+    ))
 }

@@ -265,7 +265,9 @@ mod tests {
                 thread_id: "t".into(),
                 run_id: "r".into(),
                 result: None,
-                outcome: Some(RunOutcome::Success { pending_tool_call_ids: None }),
+                outcome: Some(RunOutcome::Success {
+                    pending_tool_call_ids: None,
+                }),
             },
             timestamp: 1,
             metadata: None,

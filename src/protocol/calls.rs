@@ -64,7 +64,10 @@ fn id_field(obj: &Map<String, Value>, key: &str, pointer: &str) -> Result<String
             pointer,
             "must be 1-128 characters from A-Z a-z 0-9 _ - . :",
         )),
-        Some(other) => Err(err(pointer, format!("must be a string, got {}", kind(other)))),
+        Some(other) => Err(err(
+            pointer,
+            format!("must be a string, got {}", kind(other)),
+        )),
     }
 }
 
@@ -75,12 +78,19 @@ fn optional_id(obj: &Map<String, Value>, key: &str) -> Result<Option<String>, Ca
     }
 }
 
-fn string_field(obj: &Map<String, Value>, key: &str, pointer: &str) -> Result<String, CallParseError> {
+fn string_field(
+    obj: &Map<String, Value>,
+    key: &str,
+    pointer: &str,
+) -> Result<String, CallParseError> {
     match obj.get(key) {
         None | Some(Value::Null) => Err(err(pointer, "is required")),
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
         Some(Value::String(_)) => Err(err(pointer, "must not be empty")),
-        Some(other) => Err(err(pointer, format!("must be a string, got {}", kind(other)))),
+        Some(other) => Err(err(
+            pointer,
+            format!("must be a string, got {}", kind(other)),
+        )),
     }
 }
 
@@ -101,7 +111,10 @@ fn object_arguments(v: Option<&Value>, pointer: &str) -> Result<Value, CallParse
         Some(Value::Object(o)) => Ok(Value::Object(o.clone())),
         Some(other) => Err(CallParseError {
             in_arguments: true,
-            ..err(pointer, format!("must be a JSON object, got {}", kind(other)))
+            ..err(
+                pointer,
+                format!("must be a JSON object, got {}", kind(other)),
+            )
         }),
     }
 }
@@ -115,7 +128,10 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
         Ok(v @ Value::Object(_)) => Ok(v),
         Ok(other) => Err(CallParseError {
             in_arguments: true,
-            ..err(pointer, format!("must encode a JSON object, got {}", kind(&other)))
+            ..err(
+                pointer,
+                format!("must encode a JSON object, got {}", kind(&other)),
+            )
         }),
         Err(e) => Err(CallParseError {
             in_arguments: true,
@@ -126,9 +142,12 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
 
 /// Parse a request body in any of the three accepted shapes.
 pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| err("", format!("the body must be a JSON object, got {}", kind(body))))?;
+    let obj = body.as_object().ok_or_else(|| {
+        err(
+            "",
+            format!("the body must be a JSON object, got {}", kind(body)),
+        )
+    })?;
     let run_id = optional_id(obj, "run_id")?;
     let parent_message_id = optional_id(obj, "parent_message_id")?;
 
@@ -137,11 +156,17 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
         if let Some(t) = obj.get("type")
             && t != "function"
         {
-            return Err(err("/type", "must be \"function\" when `function` is present"));
+            return Err(err(
+                "/type",
+                "must be \"function\" when `function` is present",
+            ));
         }
-        let f = function
-            .as_object()
-            .ok_or_else(|| err("/function", format!("must be an object, got {}", kind(function))))?;
+        let f = function.as_object().ok_or_else(|| {
+            err(
+                "/function",
+                format!("must be an object, got {}", kind(function)),
+            )
+        })?;
         let arguments = match f.get("arguments") {
             Some(Value::String(s)) => parse_argument_text(s, "/function/arguments")?,
             other => object_arguments(other, "/function/arguments")?,
@@ -170,7 +195,9 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
     if let Some(t) = obj.get("type") {
         return Err(err(
             "/type",
-            format!("unknown call type {t}; expected \"function\" (OpenAI) or \"tool_use\" (Anthropic), or no type (native)"),
+            format!(
+                "unknown call type {t}; expected \"function\" (OpenAI) or \"tool_use\" (Anthropic), or no type (native)"
+            ),
         ));
     }
 
@@ -241,11 +268,15 @@ mod tests {
 
     #[test]
     fn three_shapes_parse_to_the_same_call() {
-        let native = parse(&json!({"id": "call_1", "name": "echo", "arguments": {"text": "hi"}})).unwrap();
+        let native =
+            parse(&json!({"id": "call_1", "name": "echo", "arguments": {"text": "hi"}})).unwrap();
         let openai = parse(&json!({"id": "call_1", "type": "function",
             "function": {"name": "echo", "arguments": "{\"text\":\"hi\"}"}}))
         .unwrap();
-        let anthropic = parse(&json!({"type": "tool_use", "id": "call_1", "name": "echo", "input": {"text": "hi"}})).unwrap();
+        let anthropic = parse(
+            &json!({"type": "tool_use", "id": "call_1", "name": "echo", "input": {"text": "hi"}}),
+        )
+        .unwrap();
         for c in [&native, &openai, &anthropic] {
             assert_eq!((c.id.as_str(), c.name.as_str()), ("call_1", "echo"));
             assert_eq!(c.arguments, json!({"text": "hi"}));
@@ -265,10 +296,28 @@ mod tests {
     #[test]
     fn envelope_errors_name_the_field() {
         assert_eq!(parse(&json!({"name": "echo"})).unwrap_err().pointer, "/id");
-        assert_eq!(parse(&json!({"id": "c", "name": 3})).unwrap_err().pointer, "/name");
-        assert_eq!(parse(&json!({"id": "a b", "name": "x"})).unwrap_err().pointer, "/id");
-        assert_eq!(parse(&json!({"id": "c", "name": "x", "arguments": [1]})).unwrap_err().pointer, "/arguments");
+        assert_eq!(
+            parse(&json!({"id": "c", "name": 3})).unwrap_err().pointer,
+            "/name"
+        );
+        assert_eq!(
+            parse(&json!({"id": "a b", "name": "x"}))
+                .unwrap_err()
+                .pointer,
+            "/id"
+        );
+        assert_eq!(
+            parse(&json!({"id": "c", "name": "x", "arguments": [1]}))
+                .unwrap_err()
+                .pointer,
+            "/arguments"
+        );
         assert_eq!(parse(&json!([1])).unwrap_err().pointer, "");
-        assert_eq!(parse(&json!({"id": "c", "type": "bogus", "name": "x"})).unwrap_err().pointer, "/type");
+        assert_eq!(
+            parse(&json!({"id": "c", "type": "bogus", "name": "x"}))
+                .unwrap_err()
+                .pointer,
+            "/type"
+        );
     }
 }

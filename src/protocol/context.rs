@@ -100,7 +100,13 @@ pub fn anthropic(messages: &[StoredMessage]) -> Value {
 mod tests {
     use super::*;
 
-    fn msg(seq: i64, role: Role, content: &str, metadata: Value, tool_call_id: Option<&str>) -> StoredMessage {
+    fn msg(
+        seq: i64,
+        role: Role,
+        content: &str,
+        metadata: Value,
+        tool_call_id: Option<&str>,
+    ) -> StoredMessage {
         StoredMessage {
             thread_id: "t".into(),
             seq,
@@ -117,8 +123,20 @@ mod tests {
         vec![
             msg(1, Role::System, "be brief", json!({}), None),
             msg(2, Role::User, "echo hi", json!({}), None),
-            msg(3, Role::Assistant, "", json!({"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]}), None),
-            msg(4, Role::Tool, "{\"text\":\"hi\"}", json!({"tool_agent_output": {"status": "success"}}), Some("c1")),
+            msg(
+                3,
+                Role::Assistant,
+                "",
+                json!({"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]}),
+                None,
+            ),
+            msg(
+                4,
+                Role::Tool,
+                "{\"text\":\"hi\"}",
+                json!({"tool_agent_output": {"status": "success"}}),
+                Some("c1"),
+            ),
             msg(5, Role::User, "thanks", json!({}), None),
         ]
     }
@@ -128,9 +146,15 @@ mod tests {
         let v = openai(&conversation());
         let m = v["messages"].as_array().unwrap();
         assert_eq!(m.len(), 5);
-        assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], "{\"text\":\"hi\"}");
+        assert_eq!(
+            m[2]["tool_calls"][0]["function"]["arguments"],
+            "{\"text\":\"hi\"}"
+        );
         assert_eq!(m[2]["content"], Value::Null);
-        assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "c1", "content": "{\"text\":\"hi\"}"}));
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "{\"text\":\"hi\"}"})
+        );
     }
 
     #[test]

@@ -8,7 +8,6 @@ pub mod context;
 pub mod tool_output;
 pub mod ui_schema;
 
-
 /// Milliseconds since the Unix epoch: the AG-UI `timestamp` unit.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

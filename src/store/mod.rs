@@ -270,29 +270,33 @@ pub trait Store: Send + Sync + 'static {
     /// Apply a batch of units in ONE transaction (each unit under its own
     /// savepoint). Returns one result per unit, in order. `Err` means the
     /// transaction as a whole failed (nothing committed).
-    async fn apply_batch(
-        &self,
-        units: &[WriteUnit],
-    ) -> StoreResult<Vec<StoreResult<UnitReceipt>>>;
+    async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>>;
 }
 
 pub type DynStore = Arc<dyn Store>;
 
 /// Open the store named by `database_url` (a `postgres://` URL) or, when
 /// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations.
-pub async fn open(database_url: Option<&str>, data_dir: &std::path::Path) -> anyhow::Result<DynStore> {
+pub async fn open(
+    database_url: Option<&str>,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<DynStore> {
     match database_url {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
             Ok(Arc::new(postgres::PgStore::connect(url).await?))
         }
-        Some(url) if url.starts_with("sqlite:") => Ok(Arc::new(sqlite::SqliteStore::connect_url(url).await?)),
+        Some(url) if url.starts_with("sqlite:") => {
+            Ok(Arc::new(sqlite::SqliteStore::connect_url(url).await?))
+        }
         Some(other) => anyhow::bail!(
             "DATABASE_URL must start with postgres://, postgresql:// or sqlite: (got a URL starting with {:?})",
             other.split(':').next().unwrap_or("")
         ),
         None => {
             std::fs::create_dir_all(data_dir)?;
-            Ok(Arc::new(sqlite::SqliteStore::open_file(&data_dir.join("toolgate.db")).await?))
+            Ok(Arc::new(
+                sqlite::SqliteStore::open_file(&data_dir.join("toolgate.db")).await?,
+            ))
         }
     }
 }

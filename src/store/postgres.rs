@@ -106,7 +106,9 @@ fn tool_call_from_row(row: &PgRow) -> StoreResult<ToolCallRecord> {
         args: row.try_get::<Json<Value>, _>("args")?.0,
         status: CallStatus::parse(&status)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown tool call status {status:?}")))?,
-        output: row.try_get::<Option<Json<Value>>, _>("output")?.map(|j| j.0),
+        output: row
+            .try_get::<Option<Json<Value>>, _>("output")?
+            .map(|j| j.0),
         undo: row.try_get::<Option<Json<Value>>, _>("undo")?.map(|j| j.0),
         message_id: row.try_get("message_id")?,
         created_at_ms: row.try_get("created_at_ms")?,
@@ -189,7 +191,9 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
             WriteOp::FinishToolCall(finished) => finish_tool_call(conn, unit, finished).await?,
             WriteOp::InsertMessage(message) => {
                 insert_message(conn, unit, message, next_message_seq).await?;
-                receipt.messages.push((message.id.clone(), next_message_seq));
+                receipt
+                    .messages
+                    .push((message.id.clone(), next_message_seq));
                 next_message_seq += 1;
             }
             WriteOp::AppendEvents(events) => {
@@ -511,15 +515,12 @@ impl Store for PgStore {
         rows.iter().map(message_from_row).collect()
     }
 
-    async fn apply_batch(
-        &self,
-        units: &[WriteUnit],
-    ) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
-        let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
-            (0..units.len()).map(|_| None).collect();
+    async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         if units.is_empty() {
             return Ok(Vec::new());
         }
+        let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
+            (0..units.len()).map(|_| None).collect();
         let mut tx = self.pool.begin().await?;
         for index in apply_order(units) {
             let mut savepoint = tx.begin().await?;

@@ -239,7 +239,9 @@ async fn apply_unit(conn: &mut SqliteConnection, unit: &WriteUnit) -> StoreResul
             WriteOp::FinishToolCall(finished) => finish_tool_call(conn, unit, finished).await?,
             WriteOp::InsertMessage(message) => {
                 insert_message(conn, unit, message, next_message_seq).await?;
-                receipt.messages.push((message.id.clone(), next_message_seq));
+                receipt
+                    .messages
+                    .push((message.id.clone(), next_message_seq));
                 next_message_seq += 1;
             }
             WriteOp::AppendEvents(events) => {
@@ -546,15 +548,12 @@ impl Store for SqliteStore {
         rows.iter().map(message_from_row).collect()
     }
 
-    async fn apply_batch(
-        &self,
-        units: &[WriteUnit],
-    ) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
-        let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
-            (0..units.len()).map(|_| None).collect();
+    async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         if units.is_empty() {
             return Ok(Vec::new());
         }
+        let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
+            (0..units.len()).map(|_| None).collect();
         let mut tx = self.pool.begin().await?;
         for index in apply_order(units) {
             let mut savepoint = tx.begin().await?;

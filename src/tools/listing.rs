@@ -136,8 +136,14 @@ mod tests {
     #[test]
     fn vendor_shapes() {
         let d = def();
-        assert_eq!(render(&d, ListingFormat::Openai)["function"]["parameters"], d.input_schema);
-        assert_eq!(render(&d, ListingFormat::Anthropic)["input_schema"], d.input_schema);
+        assert_eq!(
+            render(&d, ListingFormat::Openai)["function"]["parameters"],
+            d.input_schema
+        );
+        assert_eq!(
+            render(&d, ListingFormat::Anthropic)["input_schema"],
+            d.input_schema
+        );
         let mcp = render(&d, ListingFormat::Mcp);
         assert_eq!(mcp["inputSchema"], d.input_schema);
         assert_eq!(mcp["annotations"]["readOnlyHint"], true);

@@ -22,7 +22,9 @@ pub enum RegistryError {
     InvalidAlias(String),
     #[error("input schema of {tool:?} must be a JSON object schema with \"type\": \"object\"")]
     SchemaNotObject { tool: String },
-    #[error("input schema of {tool:?} lists {property:?} as required but does not define it in properties")]
+    #[error(
+        "input schema of {tool:?} lists {property:?} as required but does not define it in properties"
+    )]
     RequiredNotDefined { tool: String, property: String },
     #[error("input schema of {tool:?} does not compile: {message}")]
     SchemaInvalid { tool: String, message: String },
@@ -85,9 +87,11 @@ pub fn check_definition(def: &ToolDefinition) -> Result<jsonschema::Validator, R
         }
     }
     let schema = &def.input_schema;
-    let obj = schema.as_object().ok_or_else(|| RegistryError::SchemaNotObject {
-        tool: def.name.clone(),
-    })?;
+    let obj = schema
+        .as_object()
+        .ok_or_else(|| RegistryError::SchemaNotObject {
+            tool: def.name.clone(),
+        })?;
     if obj.get("type") != Some(&Value::String("object".into())) {
         return Err(RegistryError::SchemaNotObject {
             tool: def.name.clone(),
@@ -127,9 +131,7 @@ impl Registry {
             }
         }
         for alias in &definition.aliases {
-            inner
-                .aliases
-                .insert(alias.clone(), definition.name.clone());
+            inner.aliases.insert(alias.clone(), definition.name.clone());
         }
         inner.tools.insert(
             definition.name.clone(),
@@ -217,20 +219,38 @@ mod tests {
     fn rejects_bad_definitions() {
         let r = Registry::new();
         assert_eq!(register(&r, def("", obj())), Err(RegistryError::EmptyName));
-        assert!(matches!(register(&r, def("a b", obj())), Err(RegistryError::InvalidName(_))));
-        assert!(matches!(register(&r, def(&"x".repeat(65), obj())), Err(RegistryError::InvalidName(_))));
+        assert!(matches!(
+            register(&r, def("a b", obj())),
+            Err(RegistryError::InvalidName(_))
+        ));
+        assert!(matches!(
+            register(&r, def(&"x".repeat(65), obj())),
+            Err(RegistryError::InvalidName(_))
+        ));
         let mut d = def("t", obj());
         d.description = "  ".into();
-        assert!(matches!(register(&r, d), Err(RegistryError::EmptyDescription(_))));
+        assert!(matches!(
+            register(&r, d),
+            Err(RegistryError::EmptyDescription(_))
+        ));
         assert!(matches!(
             register(&r, def("t", json!({"type": "object", "required": ["zz"]}))),
             Err(RegistryError::RequiredNotDefined { property, .. }) if property == "zz"
         ));
         assert!(matches!(
-            register(&r, def("t", json!({"type": "object", "properties": {"a": {"type": "nope"}}}))),
+            register(
+                &r,
+                def(
+                    "t",
+                    json!({"type": "object", "properties": {"a": {"type": "nope"}}})
+                )
+            ),
             Err(RegistryError::SchemaInvalid { .. })
         ));
-        assert!(matches!(register(&r, def("t", json!({"type": "string"}))), Err(RegistryError::SchemaNotObject { .. })));
+        assert!(matches!(
+            register(&r, def("t", json!({"type": "string"}))),
+            Err(RegistryError::SchemaNotObject { .. })
+        ));
         assert!(r.list().is_empty(), "nothing registered by failed attempts");
     }
 
@@ -241,14 +261,23 @@ mod tests {
         d.aliases = vec!["Read".into()];
         register(&r, d).unwrap();
         assert_eq!(r.resolve("Read").unwrap().definition.name, "read");
-        assert_eq!(register(&r, def("Read", obj())), Err(RegistryError::Duplicate("Read".into())));
+        assert_eq!(
+            register(&r, def("Read", obj())),
+            Err(RegistryError::Duplicate("Read".into()))
+        );
         let mut d2 = def("other", obj());
         d2.aliases = vec!["read".into()];
-        assert_eq!(register(&r, d2), Err(RegistryError::Duplicate("read".into())));
+        assert_eq!(
+            register(&r, d2),
+            Err(RegistryError::Duplicate("read".into()))
+        );
         r.unregister("read").unwrap();
         assert!(r.resolve("Read").is_none());
         assert!(r.resolve("read").is_none());
         register(&r, def("Read", obj())).unwrap();
-        assert_eq!(r.unregister("missing"), Err(RegistryError::NotFound("missing".into())));
+        assert_eq!(
+            r.unregister("missing"),
+            Err(RegistryError::NotFound("missing".into()))
+        );
     }
 }

@@ -41,7 +41,10 @@ impl Drop for PgDatabase {
         let name = self.name.clone();
         // Best effort, on a fresh runtime: the test's runtime may be gone.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async move {
                 use sqlx::Connection;
                 if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
@@ -57,7 +60,8 @@ impl Drop for PgDatabase {
 
 pub async fn create_pg_database() -> PgDatabase {
     use sqlx::Connection;
-    let admin_url = std::env::var("TOOLGATE_TEST_PG").unwrap_or_else(|_| PG_ADMIN_DEFAULT.to_string());
+    let admin_url =
+        std::env::var("TOOLGATE_TEST_PG").unwrap_or_else(|_| PG_ADMIN_DEFAULT.to_string());
     let name = format!("toolgate_test_{}", uuid::Uuid::new_v4().simple());
     let mut conn = sqlx::PgConnection::connect(&admin_url)
         .await
@@ -66,7 +70,10 @@ pub async fn create_pg_database() -> PgDatabase {
         .execute(&mut conn)
         .await
         .expect("create test database");
-    let base = admin_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin_url);
+    let base = admin_url
+        .rsplit_once('/')
+        .map(|(b, _)| b)
+        .unwrap_or(&admin_url);
     PgDatabase {
         url: format!("{base}/{name}"),
         admin_url,
@@ -102,10 +109,19 @@ impl TestApp {
         Self::start(settings, data_dir, pg).await
     }
 
-    pub async fn start(settings: Settings, data_dir: tempfile::TempDir, pg: Option<PgDatabase>) -> TestApp {
-        let app = Application::build(settings.clone()).await.expect("application builds");
+    pub async fn start(
+        settings: Settings,
+        data_dir: tempfile::TempDir,
+        pg: Option<PgDatabase>,
+    ) -> TestApp {
+        let app = Application::build(settings.clone())
+            .await
+            .expect("application builds");
         let base = format!("http://{}", app.local_addr());
-        let token = app.dev_token.clone().expect("test apps use a generated key");
+        let token = app
+            .dev_token
+            .clone()
+            .expect("test apps use a generated key");
         let shutdown = app.shutdown_token();
         let handle = tokio::spawn(app.run());
         TestApp {
@@ -158,7 +174,12 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.client.get(self.url(path)).bearer_auth(&self.token).send().await.unwrap()
+        self.client
+            .get(self.url(path))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn get_json(&self, path: &str) -> Value {
@@ -170,12 +191,19 @@ impl TestApp {
     }
 
     pub async fn call(&self, thread: &str, body: Value) -> (u16, Value) {
-        let resp = self.post(&format!("/v1/threads/{thread}/tool-calls"), &body).await;
+        let resp = self
+            .post(&format!("/v1/threads/{thread}/tool-calls"), &body)
+            .await;
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
-    pub async fn events(&self, thread: &str, query: &str, last_event_id: Option<&str>) -> SseReader {
+    pub async fn events(
+        &self,
+        thread: &str,
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> SseReader {
         let mut req = self
             .client
             .get(self.url(&format!("/v1/threads/{thread}/events{query}")))
@@ -269,9 +297,15 @@ impl SseReader {
                 }
                 let raw = data.join("\n");
                 let parsed = serde_json::from_str(&raw).expect("data is JSON");
-                return Some(Frame { id, raw, data: parsed });
+                return Some(Frame {
+                    id,
+                    raw,
+                    data: parsed,
+                });
             }
-            let chunk = tokio::time::timeout_at(deadline, self.stream.next()).await.ok()??;
+            let chunk = tokio::time::timeout_at(deadline, self.stream.next())
+                .await
+                .ok()??;
             let text = String::from_utf8(chunk.ok()?.to_vec()).expect("utf-8 stream");
             self.transcript.push_str(&text);
             self.buffer.push_str(&text);
@@ -288,7 +322,13 @@ impl SseReader {
                 return frames;
             }
         }
-        panic!("stream ended or stalled before {kind}; got {:?}", frames.iter().map(|f| f.kind().to_string()).collect::<Vec<_>>());
+        panic!(
+            "stream ended or stalled before {kind}; got {:?}",
+            frames
+                .iter()
+                .map(|f| f.kind().to_string())
+                .collect::<Vec<_>>()
+        );
     }
 }
 
@@ -297,9 +337,17 @@ impl SseReader {
 pub fn assert_agui_conformant(frame: &Frame) {
     let obj = frame.data.as_object().expect("event is an object");
     assert!(obj["type"].is_string());
-    assert!(obj.get("timestamp").is_some_and(|t| t.is_i64()), "integer timestamp: {}", frame.raw);
+    assert!(
+        obj.get("timestamp").is_some_and(|t| t.is_i64()),
+        "integer timestamp: {}",
+        frame.raw
+    );
     for key in obj.keys() {
-        assert!(!key.contains('_'), "top-level key {key} is camelCase: {}", frame.raw);
+        assert!(
+            !key.contains('_'),
+            "top-level key {key} is camelCase: {}",
+            frame.raw
+        );
     }
     fn no_nulls(v: &Value, raw: &str) {
         match v {
@@ -318,7 +366,11 @@ pub fn assert_agui_conformant(frame: &Frame) {
     }
     no_nulls(&frame.data, &frame.raw);
     if let Some(delta) = obj.get("delta") {
-        assert!(!delta.as_str().unwrap_or("").is_empty(), "empty delta: {}", frame.raw);
+        assert!(
+            !delta.as_str().unwrap_or("").is_empty(),
+            "empty delta: {}",
+            frame.raw
+        );
     }
 }
 

@@ -45,9 +45,10 @@ impl Tool for Echo {
 
     fn ui_hints(&self, _args: &Value, result: &Value) -> Option<Value> {
         match result {
-            Value::Object(map) if map.len() == 1 && map.contains_key("text") => {
-                Some(hints::text(Some("echo"), map["text"].as_str().unwrap_or_default()))
-            }
+            Value::Object(map) if map.len() == 1 && map.contains_key("text") => Some(hints::text(
+                Some("echo"),
+                map["text"].as_str().unwrap_or_default(),
+            )),
             Value::Object(_) => Some(hints::key_value(Some("echo"), result)),
             _ => None,
         }

@@ -62,7 +62,10 @@ impl Tool for Wait {
                 _ = tokio::time::sleep(step) => {}
             }
             if ms > 0 && i < steps {
-                ctx.progress.report(i as f64 / steps as f64, format!("{} of {ms} ms", step.as_millis() as u64 * i));
+                ctx.progress.report(
+                    i as f64 / steps as f64,
+                    format!("{} of {ms} ms", step.as_millis() as u64 * i),
+                );
             }
         }
         Ok(ToolSuccess::complete(json!({"waited_ms": ms})))
@@ -70,5 +73,58 @@ impl Tool for Wait {
 
     fn ui_hints(&self, _args: &Value, result: &Value) -> Option<Value> {
         Some(hints::key_value(Some("wait"), result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::ProgressSink;
+    use tokio_util::sync::CancellationToken;
+
+    fn ctx(cancel: CancellationToken, progress: ProgressSink) -> ToolContext {
+        ToolContext {
+            owner: "o".into(),
+            thread_id: "t".into(),
+            call_id: "c".into(),
+            cancel,
+            progress,
+        }
+    }
+
+    #[tokio::test]
+    async fn stops_at_once_when_cancelled() {
+        let cancel = CancellationToken::new();
+        let trigger = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            trigger.cancel();
+        });
+        let started = std::time::Instant::now();
+        let err = Wait { max_ms: 60_000 }
+            .execute(json!({"ms": 60_000}), ctx(cancel, ProgressSink::default()))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, codes::CANCELLED);
+        assert!(started.elapsed() < Duration::from_secs(30));
+    }
+
+    #[tokio::test]
+    async fn reports_progress_and_caps_the_wait() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let out = Wait { max_ms: 100 }
+            .execute(
+                json!({"ms": 5_000}),
+                ctx(CancellationToken::new(), ProgressSink::new(tx)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.result, json!({"waited_ms": 100}));
+        let mut fractions = vec![];
+        while let Ok(p) = rx.try_recv() {
+            fractions.push(p.fraction);
+        }
+        assert_eq!(fractions.len(), 9);
+        assert!(fractions.windows(2).all(|w| w[0] < w[1]));
     }
 }
