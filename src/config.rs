@@ -18,6 +18,8 @@ pub struct Settings {
     pub storage: StorageSettings,
     pub auth: AuthSettings,
     pub tools: ToolSettings,
+    pub workspace: WorkspaceSettings,
+    pub sandbox: SandboxSettings,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -34,7 +36,7 @@ impl Default for ServerSettings {
     fn default() -> Self {
         ServerSettings {
             bind: ([127, 0, 0, 1], 8080).into(),
-            request_timeout_secs: 180,
+            request_timeout_secs: 660,
             body_limit_bytes: 1024 * 1024,
             json_logs: false,
             sse_heartbeat_secs: 15,
@@ -105,6 +107,96 @@ impl Default for ToolSettings {
         ToolSettings {
             timeout_secs: 120,
             wait_max_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LineEndings {
+    Lf,
+    Crlf,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct WorkspaceSettings {
+    /// Holds one directory per owner; default `<data_dir>/workspaces`.
+    pub root: Option<PathBuf>,
+    /// Line endings `write_file` normalises to.
+    pub line_endings: LineEndings,
+}
+
+impl Default for WorkspaceSettings {
+    fn default() -> Self {
+        WorkspaceSettings {
+            root: None,
+            line_endings: LineEndings::Lf,
+        }
+    }
+}
+
+impl WorkspaceSettings {
+    pub fn root(&self, data_dir: &Path) -> PathBuf {
+        self.root
+            .clone()
+            .unwrap_or_else(|| data_dir.join("workspaces"))
+    }
+
+    pub fn history_root(&self, data_dir: &Path) -> PathBuf {
+        data_dir.join("edit-history")
+    }
+}
+
+/// What to do when the kernel cannot confine commands with Landlock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LandlockMode {
+    /// Refuse to run bash (and anything else that spawns) without it.
+    Require,
+    /// Run unconfined by Landlock, and say so in /readyz and /v1/workspace.
+    BestEffort,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkPolicy {
+    /// Commands cannot open IP sockets (seccomp).
+    Deny,
+    Allow,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct SandboxSettings {
+    pub landlock: LandlockMode,
+    pub network: NetworkPolicy,
+    /// RLIMIT_CPU of a command, seconds.
+    pub cpu_secs: u64,
+    /// RLIMIT_FSIZE: largest file a command may write, bytes.
+    pub file_size_bytes: u64,
+    /// RLIMIT_NPROC.
+    pub max_processes: u64,
+    /// RLIMIT_NOFILE.
+    pub max_open_files: u64,
+    pub bash_default_timeout_ms: u64,
+    pub bash_max_timeout_ms: u64,
+    /// Per stream (stdout, stderr), characters kept (head and tail).
+    pub output_cap_chars: usize,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        SandboxSettings {
+            landlock: LandlockMode::Require,
+            network: NetworkPolicy::Deny,
+            cpu_secs: 600,
+            file_size_bytes: 1 << 30,
+            max_processes: 512,
+            max_open_files: 1024,
+            bash_default_timeout_ms: 120_000,
+            bash_max_timeout_ms: 600_000,
+            output_cap_chars: 30_000,
         }
     }
 }

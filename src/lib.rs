@@ -13,3 +13,4 @@ pub mod startup;
 pub mod store;
 pub mod telemetry;
 pub mod tools;
+pub mod workspace;

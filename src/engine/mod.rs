@@ -349,6 +349,7 @@ impl Engine {
             owner: req.owner.clone(),
             thread_id: req.thread_id.clone(),
             call_id: req.call.id.clone(),
+            workspace: req.call.workspace.clone(),
             cancel: cancel.clone(),
             progress: ProgressSink::new(progress_tx),
         };

@@ -192,6 +192,7 @@ async fn execute_run(
             shape: CallShape::Openai,
             run_id: Some(input.run_id.clone()),
             parent_message_id: Some(parent_id.clone()),
+            workspace: None,
         };
         let request = CallRequest {
             owner: owner.to_string(),

@@ -26,6 +26,8 @@ pub struct IncomingCall {
     pub run_id: Option<String>,
     /// The assistant message that issued the call, when known.
     pub parent_message_id: Option<String>,
+    /// The sub-workspace the call works in; `None` is the owner's main one.
+    pub workspace: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -150,6 +152,16 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
     })?;
     let run_id = optional_id(obj, "run_id")?;
     let parent_message_id = optional_id(obj, "parent_message_id")?;
+    let workspace = match obj.get("workspace") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(w)) if valid_workspace_name(w) => Some(w.clone()),
+        Some(_) => {
+            return Err(err(
+                "/workspace",
+                "must be 1-64 characters from A-Z a-z 0-9 _ - . and not `.` or `..`",
+            ));
+        }
+    };
 
     if let Some(function) = obj.get("function") {
         // OpenAI: {"id", "type": "function", "function": {"name", "arguments": "<JSON text>"}}
@@ -178,6 +190,7 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
             shape: CallShape::Openai,
             run_id,
             parent_message_id,
+            workspace,
         });
     }
 
@@ -190,6 +203,7 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
             shape: CallShape::Anthropic,
             run_id,
             parent_message_id,
+            workspace,
         });
     }
     if let Some(t) = obj.get("type") {
@@ -213,7 +227,18 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
         shape: CallShape::Native,
         run_id,
         parent_message_id,
+        workspace,
     })
+}
+
+/// A sub-workspace name: one plain path component.
+pub fn valid_workspace_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// Native shape (documentation of the request body).
@@ -226,6 +251,8 @@ pub struct NativeCall {
     pub arguments: Value,
     pub run_id: Option<String>,
     pub parent_message_id: Option<String>,
+    /// Sub-workspace of the owner to work in.
+    pub workspace: Option<String>,
 }
 
 /// OpenAI shape, as the model produced it (`arguments` is JSON text).

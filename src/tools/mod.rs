@@ -138,6 +138,9 @@ pub struct ToolContext {
     pub owner: String,
     pub thread_id: String,
     pub call_id: String,
+    /// The sub-workspace the call names (`[A-Za-z0-9_.-]{1,64}`, validated
+    /// by the pipeline); `None` is the owner's main workspace.
+    pub workspace: Option<String>,
     /// Cancelled when the call is cancelled or times out.
     pub cancel: CancellationToken,
     pub progress: ProgressSink,
@@ -162,12 +165,35 @@ impl ToolSuccess {
     }
 }
 
+/// What a dry run reports (seed 000 `DryRunResult`): what would change,
+/// changing nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DryRunResult {
+    /// Human-readable: what would be affected (a path, a table, a URL).
+    pub would_affect: String,
+    /// The detailed preview, e.g. a unified diff.
+    pub preview: String,
+    /// Tool-specific impact figures (bytes, lines, rows…).
+    #[schema(value_type = Object)]
+    pub estimated_impact: Value,
+}
+
 #[async_trait]
 pub trait Tool: Send + Sync + 'static {
     fn definition(&self) -> ToolDefinition;
 
     /// Run with arguments already validated against the input schema.
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolSuccess, ToolError>;
+
+    /// Preview the effects without causing any. Only tools whose capability
+    /// declares `dry_run` override this.
+    async fn dry_run(&self, _args: Value, _ctx: ToolContext) -> Result<DryRunResult, ToolError> {
+        Err(ToolError::new(
+            "DRY_RUN_UNSUPPORTED",
+            format!("{} cannot preview its effects", self.definition().name),
+            false,
+        ))
+    }
 
     /// The ui_hints for a successful result; `None` when the action has no
     /// stable template. Called by the post-processor, never by the caller.

@@ -87,6 +87,7 @@ mod tests {
             owner: "o".into(),
             thread_id: "t".into(),
             call_id: "c".into(),
+            workspace: None,
             cancel,
             progress,
         }

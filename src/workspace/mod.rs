@@ -1,0 +1,143 @@
+//! Per-owner workspaces: the only part of the file system tools may touch.
+//!
+//! Each owner has a directory under the workspace root, created on first
+//! use; a call may name a sub-workspace (one plain path component), which
+//! is a directory inside the owner's workspace. Tools get a `cap_std` `Dir`
+//! for it, so every path they open is resolved beneath it by the kernel
+//! (openat2 `RESOLVE_BENEATH`): `..`, absolute paths and symlinks that leave
+//! it fail without a check-then-use race.
+//!
+//! Edit history (for `undo_edit` and undo of writes) lives under a separate
+//! root outside every workspace, so nothing a command in the workspace does
+//! can forge it.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+
+use crate::protocol::calls::valid_workspace_name;
+
+pub struct Workspaces {
+    root: PathBuf,
+    history_root: PathBuf,
+}
+
+/// An opened workspace.
+pub struct Workspace {
+    /// Absolute path (for spawning commands with a cwd and for Landlock).
+    pub path: PathBuf,
+    /// The capability every file tool opens paths through.
+    pub dir: Dir,
+}
+
+impl Workspaces {
+    /// `root` holds the owners' workspaces, `history_root` their edit
+    /// histories; both are created if missing.
+    pub fn new(root: &Path, history_root: &Path) -> io::Result<Workspaces> {
+        std::fs::create_dir_all(root)?;
+        std::fs::create_dir_all(history_root)?;
+        Ok(Workspaces {
+            root: root.canonicalize()?,
+            history_root: history_root.canonicalize()?,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory name of an owner: `u_<sub>` for plain subjects,
+    /// `e_<base64url(sub)>` otherwise, so two owners never share one.
+    pub fn owner_dir_name(owner: &str) -> String {
+        let plain = !owner.is_empty()
+            && owner.len() <= 64
+            && owner
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+        if plain {
+            format!("u_{owner}")
+        } else {
+            format!(
+                "e_{}",
+                base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(owner)
+            )
+        }
+    }
+
+    fn relative(owner: &str, sub: Option<&str>) -> io::Result<PathBuf> {
+        let mut rel = PathBuf::from(Self::owner_dir_name(owner));
+        if let Some(sub) = sub {
+            if !valid_workspace_name(sub) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "invalid sub-workspace name",
+                ));
+            }
+            rel.push(sub);
+        }
+        Ok(rel)
+    }
+
+    /// Absolute path of a workspace (it may not exist yet).
+    pub fn path(&self, owner: &str, sub: Option<&str>) -> io::Result<PathBuf> {
+        Ok(self.root.join(Self::relative(owner, sub)?))
+    }
+
+    /// Open (creating on first use) the workspace of `owner`, or its
+    /// sub-workspace `sub`.
+    pub fn open(&self, owner: &str, sub: Option<&str>) -> io::Result<Workspace> {
+        let rel = Self::relative(owner, sub)?;
+        let root = Dir::open_ambient_dir(&self.root, ambient_authority())?;
+        root.create_dir_all(&rel)?;
+        let dir = root.open_dir(&rel)?;
+        Ok(Workspace {
+            path: self.root.join(&rel),
+            dir,
+        })
+    }
+
+    /// The edit-history directory of a workspace, outside every workspace.
+    pub fn history(&self, owner: &str, sub: Option<&str>) -> io::Result<Dir> {
+        let mut rel = PathBuf::from(Self::owner_dir_name(owner));
+        rel.push(match sub {
+            Some(s) if valid_workspace_name(s) => format!("w_{s}"),
+            Some(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "invalid sub-workspace name",
+                ));
+            }
+            None => "main".to_string(),
+        });
+        let root = Dir::open_ambient_dir(&self.history_root, ambient_authority())?;
+        root.create_dir_all(&rel)?;
+        root.open_dir(&rel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_get_distinct_directories_created_on_first_use() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(&tmp.path().join("ws"), &tmp.path().join("hist")).unwrap();
+        assert_eq!(Workspaces::owner_dir_name("alice"), "u_alice");
+        assert_ne!(
+            Workspaces::owner_dir_name("a/b"),
+            Workspaces::owner_dir_name("a_b")
+        );
+        assert!(Workspaces::owner_dir_name("../etc").starts_with("e_"));
+        let a = ws.open("alice", None).unwrap();
+        a.dir.write("f.txt", "x").unwrap();
+        assert!(a.path.join("f.txt").exists());
+        let sub = ws.open("alice", Some("proj")).unwrap();
+        assert_eq!(sub.path, a.path.join("proj"));
+        assert!(ws.open("alice", Some("..")).is_err());
+        assert!(ws.history("alice", None).is_ok());
+    }
+}
