@@ -102,6 +102,11 @@ impl Application {
         self.state.shutdown.clone()
     }
 
+    /// The live registry: tools registered here are served at once.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.state.engine.registry().clone()
+    }
+
     pub fn backend(&self) -> &'static str {
         self.state.store.backend()
     }

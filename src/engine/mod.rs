@@ -3,6 +3,7 @@
 //! of DESIGN.md in order. Reading this file top to bottom is following a call
 //! through toolgate.
 
+pub mod gates;
 mod postprocess;
 
 use std::collections::HashMap;
@@ -145,8 +146,23 @@ impl Engine {
                 return Ok(outcome);
             }
 
-            // 3. Permission, 4. confidence gate: filled by the safety issue.
-            let arguments = self.permission_and_confidence(&tool, &req.call.arguments)?;
+            // 3. Permission: filled by the safety issue.
+
+            // 4. Confidence gate: a refused call is a recorded failure the
+            //    model can reconsider.
+            let arguments = match gates::confidence(
+                tool.definition.capability.min_confidence,
+                &req.call.arguments,
+            ) {
+                Ok(arguments) => arguments,
+                Err(error) => {
+                    let name = tool.definition.name.clone();
+                    return self
+                        .record_refusal(req, &name, error)
+                        .await
+                        .map_err(Rejection::from);
+                }
+            };
 
             // 5. Validate the arguments against the compiled input schema.
             validate_arguments(&tool, &arguments)?;
@@ -247,16 +263,6 @@ impl Engine {
             }
         }
         Ok(Some(outcome))
-    }
-
-    /// Steps 3 and 4. Until the safety issue fills them, every call is
-    /// allowed and the arguments pass through unchanged.
-    fn permission_and_confidence(
-        &self,
-        _tool: &RegisteredTool,
-        arguments: &Value,
-    ) -> Result<Value, Rejection> {
-        Ok(arguments.clone())
     }
 
     fn claim_in_flight(&self, req: &CallRequest) -> Option<InFlightGuard<'_>> {
@@ -452,6 +458,7 @@ impl Engine {
     pub async fn record_refusal(
         &self,
         req: CallRequest,
+        tool_name: &str,
         error: ToolError,
     ) -> Result<CallOutcome, StoreError> {
         if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {

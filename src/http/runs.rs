@@ -205,9 +205,10 @@ async fn execute_run(
             .err()
             .map(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false));
         let task = tokio::spawn(async move {
+            let requested = request.call.name.clone();
             if let Some(error) = refused {
                 return engine
-                    .record_refusal(request, error)
+                    .record_refusal(request, &requested, error)
                     .await
                     .map_err(Rejection::from);
             }
@@ -228,12 +229,12 @@ async fn execute_run(
                         false,
                     );
                     engine
-                        .record_refusal(retry, error)
+                        .record_refusal(retry, &name, error)
                         .await
                         .map_err(Rejection::from)
                 }
-                Err(Rejection::InvalidArguments { error, .. }) => engine
-                    .record_refusal(retry, *error)
+                Err(Rejection::InvalidArguments { tool, error }) => engine
+                    .record_refusal(retry, &tool, *error)
                     .await
                     .map_err(Rejection::from),
                 other => other,

@@ -5,10 +5,21 @@ use serde_json::{Value, json};
 
 use super::ToolDefinition;
 
-/// The description a model sees. The single place later gates (confidence
-/// hint, level-0 warning) extend, so every listing format agrees.
+/// The description a model sees, in every listing format alike: the tool's
+/// own text plus the safety contract it must know before calling.
 pub fn model_description(def: &ToolDefinition) -> String {
-    def.description.clone()
+    let mut text = def.description.trim_end().to_string();
+    let min = def.capability.min_confidence;
+    if min > 0 {
+        text.push_str(&format!(
+            "\n[Safety] requires {} (integer 0-100) in input, min={min}",
+            crate::engine::gates::CONFIDENCE_FIELD
+        ));
+    }
+    if def.metadata.destructive && def.capability.safety_level() == 0 {
+        text.push_str("\n[Warning] destructive and neither previewable (dry-run) nor reversible: its effects cannot be undone");
+    }
+    text
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
@@ -131,6 +142,26 @@ mod tests {
             },
             capability: ToolCapability::default(),
         }
+    }
+
+    #[test]
+    fn descriptions_carry_the_safety_contract() {
+        let mut d = def();
+        assert_eq!(model_description(&d), "Echo <input> & more");
+        d.capability.min_confidence = 70;
+        d.metadata.destructive = true;
+        let text = model_description(&d);
+        assert!(text.contains("[Safety] requires _confidence (integer 0-100) in input, min=70"));
+        assert!(text.contains("[Warning] destructive"));
+        for format in [
+            ListingFormat::Openai,
+            ListingFormat::Anthropic,
+            ListingFormat::Mcp,
+        ] {
+            assert!(render(&d, format).to_string().contains("min=70"));
+        }
+        d.capability.reversible = true;
+        assert!(!model_description(&d).contains("[Warning]"));
     }
 
     #[test]

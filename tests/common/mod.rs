@@ -25,6 +25,7 @@ pub struct TestApp {
     pub shutdown: tokio_util::sync::CancellationToken,
     pub data_dir: tempfile::TempDir,
     pub pg: Option<PgDatabase>,
+    pub registry: std::sync::Arc<toolgate::tools::Registry>,
     handle: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -123,6 +124,7 @@ impl TestApp {
             .clone()
             .expect("test apps use a generated key");
         let shutdown = app.shutdown_token();
+        let registry = app.registry();
         let handle = tokio::spawn(app.run());
         TestApp {
             base,
@@ -132,6 +134,7 @@ impl TestApp {
             shutdown,
             data_dir,
             pg,
+            registry,
             handle,
         }
     }
