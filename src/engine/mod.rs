@@ -451,10 +451,11 @@ impl Engine {
         })
     }
 
-    /// Record a call that was refused before it could run (unknown tool,
-    /// invalid arguments) as a failed call with its result, for entry points
-    /// that must answer every call in-stream (AG-UI runs). A call id already
-    /// recorded answers with its stored outcome.
+    /// Record a call that was refused before it could run as a failed call
+    /// with its result: gate refusals (confidence), and for entry points that
+    /// must answer every call in-stream (AG-UI runs) unknown tools and
+    /// invalid arguments too. A call id already recorded answers with its
+    /// stored outcome.
     pub async fn record_refusal(
         &self,
         req: CallRequest,
@@ -472,9 +473,9 @@ impl Engine {
                 req.call.id
             )));
         }
-        self.write_ahead(&req, &req.call.name).await?;
+        self.write_ahead(&req, tool_name).await?;
         let output =
-            postprocess::failure_output(&req.call.name, &req.call.id, &req.call.arguments, error);
+            postprocess::failure_output(tool_name, &req.call.id, &req.call.arguments, error);
         self.finish(
             &req.owner,
             &req.thread_id,
