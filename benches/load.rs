@@ -1,1 +1,419 @@
-fn main() {}
+//! Load benchmark: the real server in-process on 127.0.0.1:0, driven over
+//! loopback HTTP by N keep-alive connections, each sending requests one
+//! after another.
+//!
+//!   cargo bench --bench load [-- --connections 64 --seconds 10]
+//!
+//! Env: BENCH_CONNECTIONS, BENCH_SECONDS, TOOLGATE_TEST_PG (the Postgres
+//! admin URL), and any TOOLGATE_SECTION__KEY setting (e.g.
+//! TOOLGATE_STORAGE__WRITER_LINGER_MS=2). Scenarios, all in one run:
+//!   (a) GET /healthz (baseline: HTTP + routing, no auth, no storage)
+//!   (b) POST /v1/threads/{t}/tool-calls `echo` on SQLite, one thread per connection
+//!   (c) the same on Postgres (a fresh database, dropped at the end)
+//!
+//! The server runs on its own multi-thread runtime (own OS thread), the load
+//! generator on another, so they do not share a scheduler. Requests started
+//! during the 1 s warm-up, or finished after the window, are not counted.
+
+use std::future::Future;
+use std::sync::mpsc as std_mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::Connection;
+use tokio_util::sync::CancellationToken;
+use toolgate::config::Settings;
+use toolgate::startup::Application;
+
+const WARMUP: Duration = Duration::from_secs(1);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Upper bound per connection and scenario, whatever the duration.
+const MAX_REQUESTS_PER_CONNECTION: u64 = 1_000_000;
+const PG_ADMIN_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+struct Options {
+    connections: usize,
+    seconds: u64,
+}
+
+impl Options {
+    /// Flags win over the environment; unknown arguments (cargo passes
+    /// `--bench`) are ignored.
+    fn parse() -> Options {
+        let env = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(default)
+        };
+        let mut opts = Options {
+            connections: env("BENCH_CONNECTIONS", 64) as usize,
+            seconds: env("BENCH_SECONDS", 10),
+        };
+        let args: Vec<String> = std::env::args().collect();
+        for pair in args.windows(2) {
+            match (pair[0].as_str(), pair[1].parse::<u64>()) {
+                ("--connections", Ok(n)) => opts.connections = n as usize,
+                ("--seconds", Ok(n)) => opts.seconds = n,
+                _ => {}
+            }
+        }
+        opts.connections = opts.connections.max(1);
+        opts.seconds = opts.seconds.max(1);
+        opts
+    }
+}
+
+/// A server on its own runtime and OS thread.
+struct Server {
+    base: String,
+    token: String,
+    shutdown: CancellationToken,
+    thread: JoinHandle<()>,
+    _data_dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(database_url: Option<String>) -> anyhow::Result<Server> {
+        let data_dir = tempfile::tempdir()?;
+        let mut settings = Settings::load(None)?;
+        settings.server.bind = "127.0.0.1:0".parse()?;
+        settings.storage.data_dir = data_dir.path().to_path_buf();
+        settings.storage.database_url = database_url.map(Into::into);
+        let (ready_tx, ready_rx) = std_mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .thread_name("server")
+                .enable_all()
+                .build()
+                .expect("server runtime");
+            rt.block_on(async move {
+                let app = match Application::build(settings).await {
+                    Ok(app) => app,
+                    Err(e) => return ready_tx.send(Err(e)).unwrap(),
+                };
+                let token = app
+                    .dev_token
+                    .clone()
+                    .expect("a generated key mints a dev token");
+                ready_tx
+                    .send(Ok((
+                        format!("http://{}", app.local_addr()),
+                        token,
+                        app.shutdown_token(),
+                    )))
+                    .unwrap();
+                if let Err(e) = app.run().await {
+                    eprintln!("server stopped with an error: {e:#}");
+                }
+            });
+        });
+        let (base, token, shutdown) = ready_rx.recv()??;
+        Ok(Server {
+            base,
+            token,
+            shutdown,
+            thread,
+            _data_dir: data_dir,
+        })
+    }
+
+    fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.thread.join();
+    }
+}
+
+/// A database created for this run, dropped at the end.
+struct PgDatabase {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl PgDatabase {
+    async fn create() -> anyhow::Result<PgDatabase> {
+        let admin_url =
+            std::env::var("TOOLGATE_TEST_PG").unwrap_or_else(|_| PG_ADMIN_DEFAULT.to_string());
+        let name = format!("toolgate_bench_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = tokio::time::timeout(
+            Duration::from_secs(5),
+            sqlx::PgConnection::connect(&admin_url),
+        )
+        .await??;
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await?;
+        let base = admin_url
+            .rsplit_once('/')
+            .map(|(b, _)| b)
+            .unwrap_or(&admin_url);
+        Ok(PgDatabase {
+            url: format!("{base}/{name}"),
+            admin_url,
+            name,
+        })
+    }
+
+    async fn drop_database(self) {
+        match sqlx::PgConnection::connect(&self.admin_url).await {
+            Ok(mut conn) => {
+                let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+                if let Err(e) = sqlx::query(&sql).execute(&mut conn).await {
+                    eprintln!("could not drop {}: {e}", self.name);
+                }
+            }
+            Err(e) => eprintln!("could not drop {}: {e}", self.name),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    /// Durations of the requests started and finished inside the window.
+    latencies: Vec<Duration>,
+    /// Non-2xx answers and transport errors, warm-up included.
+    errors: u64,
+    first_error: Option<String>,
+}
+
+struct Row {
+    name: &'static str,
+    requests: usize,
+    rps: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+/// The q-quantile of sorted durations (nearest rank), in milliseconds.
+fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1e3
+}
+
+/// Drive `connections` loops of `request(client, connection, i)` for the
+/// warm-up plus `window`.
+async fn measure<F, Fut>(
+    name: &'static str,
+    connections: usize,
+    window: Duration,
+    request: F,
+) -> Row
+where
+    F: Fn(reqwest::Client, usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<reqwest::Response, reqwest::Error>> + Send,
+{
+    let begin = Instant::now() + WARMUP;
+    let end = begin + window;
+    let mut tasks = Vec::with_capacity(connections);
+    for conn in 0..connections {
+        let request = request.clone();
+        tasks.push(tokio::spawn(async move {
+            // One client per connection: its pool holds exactly one
+            // keep-alive connection, since requests are sequential.
+            let client = reqwest::Client::builder()
+                .pool_max_idle_per_host(1)
+                .timeout(REQUEST_TIMEOUT)
+                .build()
+                .expect("http client");
+            let mut tally = Tally::default();
+            for i in 0..MAX_REQUESTS_PER_CONNECTION {
+                let started = Instant::now();
+                if started >= end {
+                    break;
+                }
+                let outcome = match request(client.clone(), conn, i).await {
+                    Ok(resp) if resp.status().is_success() => {
+                        resp.bytes().await.map(drop).map_err(|e| e.to_string())
+                    }
+                    Ok(resp) => {
+                        let status = resp.status();
+                        Err(format!(
+                            "{status}: {}",
+                            resp.text().await.unwrap_or_default()
+                        ))
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                let finished = Instant::now();
+                match outcome {
+                    Ok(()) if started >= begin && finished <= end => {
+                        tally.latencies.push(finished - started)
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        tally.errors += 1;
+                        tally.first_error.get_or_insert(e);
+                    }
+                }
+            }
+            tally
+        }));
+    }
+    let mut all = Tally::default();
+    for task in tasks {
+        let mut t = task.await.expect("load task");
+        all.latencies.append(&mut t.latencies);
+        all.errors += t.errors;
+        if all.first_error.is_none() {
+            all.first_error = t.first_error;
+        }
+    }
+    all.latencies.sort_unstable();
+    Row {
+        name,
+        requests: all.latencies.len(),
+        rps: all.latencies.len() as f64 / window.as_secs_f64(),
+        p50_ms: quantile_ms(&all.latencies, 0.50),
+        p99_ms: quantile_ms(&all.latencies, 0.99),
+        errors: all.errors,
+        first_error: all.first_error,
+    }
+}
+
+fn healthz(
+    server: &Server,
+) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
+    let url = format!("{}/healthz", server.base);
+    move |client, _, _| client.get(&url)
+}
+
+/// `echo` calls with unique ids, one thread per connection.
+fn echo_call(
+    server: &Server,
+    tag: &'static str,
+) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
+    let (base, token) = (server.base.clone(), server.token.clone());
+    move |client, conn, i| {
+        client
+            .post(format!("{base}/v1/threads/bench-{tag}-{conn}/tool-calls"))
+            .bearer_auth(&token)
+            .json(&json!({"id": format!("call-{conn}-{i}"), "name": "echo", "arguments": {"text": "hi"}}))
+    }
+}
+
+async fn run_scenario(
+    name: &'static str,
+    opts: &Options,
+    build: impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder
+    + Clone
+    + Send
+    + Sync
+    + 'static,
+) -> Row {
+    let row = measure(
+        name,
+        opts.connections,
+        Duration::from_secs(opts.seconds),
+        move |client, conn, i| build(client, conn, i).send(),
+    )
+    .await;
+    eprintln!("  done: {name}");
+    row
+}
+
+fn main() -> anyhow::Result<()> {
+    let opts = Options::parse();
+    let settings = Settings::load(None)?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!("toolgate load benchmark");
+    println!(
+        "  machine: {cores} cores; server and load generator in one process, separate tokio runtimes ({cores} workers each), loopback"
+    );
+    println!(
+        "  connections: {}, window: {} s per scenario after {} s warm-up, sequential requests per connection",
+        opts.connections,
+        opts.seconds,
+        WARMUP.as_secs()
+    );
+    println!(
+        "  writer_max_batch: {}, writer_linger_ms: {}, logging: off",
+        settings.storage.writer_max_batch, settings.storage.writer_linger_ms
+    );
+
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("load")
+        .enable_all()
+        .build()?;
+    let mut rows = Vec::new();
+
+    let sqlite = Server::start(None)?;
+    rows.push(client_rt.block_on(run_scenario(
+        "GET /healthz (baseline)",
+        &opts,
+        healthz(&sqlite),
+    )));
+    rows.push(client_rt.block_on(run_scenario(
+        "POST tool-calls echo, SQLite",
+        &opts,
+        echo_call(&sqlite, "sqlite"),
+    )));
+    sqlite.stop();
+
+    let mut skipped = None;
+    match client_rt.block_on(PgDatabase::create()) {
+        Ok(db) => {
+            let server = Server::start(Some(db.url.clone()));
+            match server {
+                Ok(server) => {
+                    rows.push(client_rt.block_on(run_scenario(
+                        "POST tool-calls echo, Postgres",
+                        &opts,
+                        echo_call(&server, "pg"),
+                    )));
+                    server.stop();
+                }
+                Err(e) => skipped = Some(format!("the server did not start on Postgres: {e:#}")),
+            }
+            client_rt.block_on(db.drop_database());
+        }
+        Err(e) => {
+            skipped = Some(format!(
+                "Postgres is unreachable ({e:#}); set TOOLGATE_TEST_PG to its admin URL"
+            ))
+        }
+    }
+
+    let baseline = rows[0].rps;
+    println!();
+    println!(
+        "| {:<32} | {:>9} | {:>9} | {:>8} | {:>8} | {:>6} | {:>10} |",
+        "scenario", "requests", "req/s", "p50 ms", "p99 ms", "errors", "÷ baseline"
+    );
+    println!(
+        "|{:-<34}|{:->11}|{:->11}|{:->10}|{:->10}|{:->8}|{:->12}|",
+        "", "", "", "", "", "", ""
+    );
+    for r in &rows {
+        println!(
+            "| {:<32} | {:>9} | {:>9.0} | {:>8.2} | {:>8.2} | {:>6} | {:>10.2} |",
+            r.name,
+            r.requests,
+            r.rps,
+            r.p50_ms,
+            r.p99_ms,
+            r.errors,
+            r.rps / baseline
+        );
+    }
+    if let Some(reason) = skipped {
+        println!("\n(c) skipped: {reason}");
+    }
+    for r in rows.iter().filter(|r| r.errors > 0) {
+        println!(
+            "\n{}: {} errors; first: {}",
+            r.name,
+            r.errors,
+            r.first_error.as_deref().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
