@@ -100,6 +100,12 @@ impl Default for AuthSettings {
 pub struct ToolSettings {
     pub timeout_secs: u64,
     pub wait_max_ms: u64,
+    /// Calls running at once, all owners together; beyond it: 429.
+    pub max_concurrent_calls: usize,
+    /// Calls running at once for one owner; beyond it: 429.
+    pub max_concurrent_calls_per_owner: usize,
+    /// Most calls one batch may carry.
+    pub max_batch_calls: usize,
 }
 
 impl Default for ToolSettings {
@@ -107,6 +113,9 @@ impl Default for ToolSettings {
         ToolSettings {
             timeout_secs: 120,
             wait_max_ms: 60_000,
+            max_concurrent_calls: 256,
+            max_concurrent_calls_per_owner: 64,
+            max_batch_calls: 64,
         }
     }
 }

@@ -74,6 +74,7 @@ impl Application {
             );
         }
         let listener = TcpListener::bind(settings.server.bind).await?;
+        let limits_settings = settings.tools.clone();
         let state = AppState {
             engine,
             store,
@@ -82,6 +83,10 @@ impl Application {
             keys: Arc::new(keys),
             settings: Arc::new(settings),
             metrics: crate::telemetry::metrics_handle(),
+            limits: Arc::new(crate::engine::limits::Limits::new(
+                limits_settings.max_concurrent_calls,
+                limits_settings.max_concurrent_calls_per_owner,
+            )),
             shutdown: CancellationToken::new(),
         };
         Ok(Application {

@@ -4,6 +4,7 @@
 //! through toolgate.
 
 pub mod gates;
+pub mod limits;
 mod postprocess;
 
 use std::collections::HashMap;
@@ -167,6 +168,25 @@ impl Engine {
             // 5. Validate the arguments against the compiled input schema.
             validate_arguments(&tool, &arguments)?;
 
+            // A dry run previews and changes nothing: only tools that
+            // declare it can, and it needs no checkpoint.
+            if req.call.dry_run && !tool.definition.capability.dry_run {
+                let name = tool.definition.name.clone();
+                let error = ToolError::new(
+                    codes::DRY_RUN_UNSUPPORTED,
+                    format!(
+                        "{name} cannot preview its effects (safety level {})",
+                        tool.definition.capability.safety_level()
+                    ),
+                    false,
+                )
+                .with_hint("call it without dry_run, or choose a tool that supports dry runs");
+                return self
+                    .record_refusal(req, &name, error)
+                    .await
+                    .map_err(Rejection::from);
+            }
+
             // 6. Human checkpoint: filled by the safety issue.
 
             // 7. Write-ahead: the call is recorded `running` before it runs.
@@ -186,6 +206,13 @@ impl Engine {
             let executed = self
                 .run_tool(&req, &tool, arguments.clone(), guard.cancel.clone())
                 .await;
+            // A dry run never leaves an undo record: nothing happened.
+            let executed = executed.map(|mut s| {
+                if req.call.dry_run {
+                    s.undo = None;
+                }
+                s
+            });
 
             // 9. Undo capture, 10. post-process, 11. one transaction with the
             //    tool message and TOOL_CALL_RESULT.
@@ -364,26 +391,21 @@ impl Engine {
         // lost call.
         let handle = {
             let tool = tool.tool.clone();
-            tokio::spawn(async move { tool.execute(arguments, ctx).await })
+            let dry_run = req.call.dry_run;
+            tokio::spawn(async move {
+                if dry_run {
+                    tool.dry_run(arguments, ctx).await.map(|preview| {
+                        let mut result =
+                            serde_json::to_value(preview).expect("dry-run results serialize");
+                        result["dry_run"] = Value::Bool(true);
+                        ToolSuccess::complete(result)
+                    })
+                } else {
+                    tool.execute(arguments, ctx).await
+                }
+            })
         };
-        let timeout = self.config.tool_timeout;
-        let result = match tokio::time::timeout(timeout, handle).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(join_error)) => Err(ToolError::new(
-                codes::EXECUTION_FAILED,
-                format!("the tool stopped unexpectedly: {join_error}"),
-                false,
-            )),
-            Err(_) => {
-                cancel.cancel();
-                Err(ToolError::new(
-                    codes::TIMEOUT,
-                    format!("the tool did not finish within {} ms", timeout.as_millis()),
-                    true,
-                )
-                .with_hint("retry with a smaller workload or a shorter operation"))
-            }
-        };
+        let result = await_tool(handle, self.config.tool_timeout, &cancel).await;
         // Progress events must be in the log before the result.
         let _ = progress_task.await;
         let status = match &result {
@@ -506,6 +528,59 @@ impl Engine {
             tracing::warn!(thread_id = %record.thread_id, tool_call_id = %record.id, "finished interrupted tool call");
         }
         Ok(count)
+    }
+}
+
+/// How long a cancelled or timed-out tool may take to stop by itself (and
+/// report what it did) before its task is aborted.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Wait for a tool's task until it finishes, times out, or is cancelled.
+/// Whatever happens, the task is gone when this returns, so its progress
+/// sender is dropped and no late event can follow the result.
+async fn await_tool(
+    mut handle: tokio::task::JoinHandle<Result<ToolSuccess, ToolError>>,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<ToolSuccess, ToolError> {
+    let stopped = |code: &str, message: String, retryable: bool| {
+        Err(ToolError::new(code, message, retryable))
+    };
+    let joined = |r: Result<Result<ToolSuccess, ToolError>, tokio::task::JoinError>| match r {
+        Ok(result) => result,
+        Err(join_error) => Err(ToolError::new(
+            codes::EXECUTION_FAILED,
+            format!("the tool stopped unexpectedly: {join_error}"),
+            false,
+        )),
+    };
+    let reason = tokio::select! {
+        r = &mut handle => return joined(r),
+        _ = tokio::time::sleep(timeout) => codes::TIMEOUT,
+        _ = cancel.cancelled() => codes::CANCELLED,
+    };
+    cancel.cancel();
+    // The tool sees the cancellation and may stop cleanly with its own report.
+    let own_report = match tokio::time::timeout(STOP_GRACE, &mut handle).await {
+        Ok(r) => Some(joined(r)),
+        Err(_) => {
+            handle.abort();
+            let _ = handle.await;
+            None
+        }
+    };
+    if reason == codes::TIMEOUT {
+        return Err(ToolError::new(
+            codes::TIMEOUT,
+            format!("the tool did not finish within {} ms", timeout.as_millis()),
+            true,
+        )
+        .with_hint("retry with a smaller workload or a shorter operation"));
+    }
+    match own_report {
+        Some(Err(e)) if e.code == codes::CANCELLED => Err(e),
+        Some(Ok(done)) => Ok(done), // finished just as it was cancelled
+        _ => stopped(codes::CANCELLED, "the call was cancelled".into(), false),
     }
 }
 

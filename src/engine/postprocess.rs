@@ -26,10 +26,27 @@ pub fn build_output(
             },
             result: success.result.clone(),
             error: None,
-            ui_hints: tool.tool.ui_hints(arguments, &success.result),
+            ui_hints: if success.result.get("dry_run") == Some(&Value::Bool(true)) {
+                Some(dry_run_hints(&success.result))
+            } else {
+                tool.tool.ui_hints(arguments, &success.result)
+            },
         },
         Err(error) => failure_output(&tool.definition.name, call_id, arguments, error.clone()),
     }
+}
+
+/// A dry run shows what would be affected and the preview itself.
+fn dry_run_hints(result: &Value) -> Value {
+    let would_affect = result["would_affect"].as_str().unwrap_or_default();
+    let preview = result["preview"].as_str().unwrap_or_default();
+    hints::code_block(
+        Some(&format!("Dry run: would affect {would_affect}")),
+        preview,
+        Some("diff"),
+        None,
+        None,
+    )
 }
 
 pub fn failure_output(

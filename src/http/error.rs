@@ -31,6 +31,11 @@ pub enum ApiError {
         detail: String,
         extra: Map<String, Value>,
     },
+    #[error("{detail}")]
+    TooManyRequests {
+        detail: String,
+        retry_after_secs: u64,
+    },
     #[error("{0}")]
     Unavailable(String),
     #[error(transparent)]
@@ -84,6 +89,11 @@ impl ApiError {
                 "unprocessable",
                 title.clone(),
             ),
+            ApiError::TooManyRequests { .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-requests",
+                "Too many concurrent calls".into(),
+            ),
             ApiError::Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -120,10 +130,11 @@ pub fn problem_response(status: StatusCode, body: Map<String, Value>) -> Respons
     resp
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The status and problem document this error answers with.
+    pub fn to_problem(&self) -> (StatusCode, Map<String, Value>) {
         let (status, slug, title) = self.parts();
-        let detail = match &self {
+        let detail = match self {
             // Internal details are logged, never echoed to the client.
             ApiError::Internal(e) => {
                 tracing::error!(error = ?e, "internal error");
@@ -134,12 +145,27 @@ impl IntoResponse for ApiError {
         let mut body = problem_body(status, slug, &title, &detail);
         match self {
             ApiError::BadRequest { errors, .. } if !errors.is_empty() => {
-                body.insert("errors".into(), Value::Array(errors));
+                body.insert("errors".into(), Value::Array(errors.clone()));
             }
-            ApiError::Unprocessable { extra, .. } => body.extend(extra),
+            ApiError::Unprocessable { extra, .. } => body.extend(extra.clone()),
             _ => {}
         }
+        (status, body)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = self.to_problem();
+        let detail = body["detail"].as_str().unwrap_or_default().to_string();
         let mut resp = problem_response(status, body);
+        if let ApiError::TooManyRequests {
+            retry_after_secs, ..
+        } = &self
+        {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+        }
         if status == StatusCode::UNAUTHORIZED {
             let challenge = format!(
                 "Bearer realm=\"toolgate\", error=\"invalid_token\", error_description=\"{}\"",

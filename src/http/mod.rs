@@ -2,6 +2,7 @@
 //! Handlers are thin: they authenticate, parse, and hand over to the engine
 //! or the store.
 
+mod batches;
 pub mod error;
 mod events;
 mod health;
@@ -41,6 +42,7 @@ pub struct AppState {
     pub keys: Arc<Keys>,
     pub settings: Arc<Settings>,
     pub metrics: PrometheusHandle,
+    pub limits: Arc<crate::engine::limits::Limits>,
     /// Cancelled at shutdown: open SSE streams end with RUN_FINISHED.
     pub shutdown: CancellationToken,
 }
@@ -73,6 +75,22 @@ impl FromRequestParts<AppState> for AuthUser {
             .verify(token)
             .map_err(|e| ApiError::Unauthorized(e.to_string()))?;
         Ok(AuthUser { owner: claims.sub })
+    }
+}
+
+impl AppState {
+    /// Slots for `n` calls of `owner`, or a 429 that says which limit.
+    pub fn acquire(
+        &self,
+        owner: &str,
+        n: usize,
+    ) -> Result<crate::engine::limits::Permit, ApiError> {
+        self.limits
+            .try_acquire(owner, n)
+            .map_err(|e| ApiError::TooManyRequests {
+                detail: e.to_string(),
+                retry_after_secs: 1,
+            })
     }
 }
 
@@ -128,6 +146,7 @@ pub fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(threads::routes())
         .merge(events::routes())
+        .merge(batches::routes())
         .merge(runs::routes())
         .merge(tools::routes());
     Router::new()

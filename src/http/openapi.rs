@@ -13,6 +13,8 @@ use super::AppState;
     info(title = "toolgate", description = "Tool execution for agent backends: gated, stored, streamed as AG-UI events."),
     paths(
         super::threads::post_tool_call,
+        super::threads::cancel_tool_call,
+        super::batches::post_batch,
         super::threads::post_message,
         super::threads::get_history,
         super::threads::get_context,

@@ -80,10 +80,15 @@ pub async fn post_run(
         }
     }
     check_owner(&state, &user, &thread).await?;
+    // A run executes its calls one at a time: one slot, held to the end.
+    let permit = state.acquire(&user.owner, 1)?;
     let (tx, rx) = mpsc::channel(64);
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
-    tokio::spawn(run(state.clone(), user.owner, input, tx));
+    tokio::spawn(async move {
+        run(state.clone(), user.owner, input, tx).await;
+        drop(permit);
+    });
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()))
 }
 
@@ -193,6 +198,7 @@ async fn execute_run(
             run_id: Some(input.run_id.clone()),
             parent_message_id: Some(parent_id.clone()),
             workspace: None,
+            dry_run: false,
         };
         let request = CallRequest {
             owner: owner.to_string(),

@@ -21,6 +21,10 @@ use crate::store::{NewEvent, NewMessage, Role, StoredMessage, WriteOp, WriteUnit
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/threads/{thread_id}/tool-calls", post(post_tool_call))
+        .route(
+            "/threads/{thread_id}/tool-calls/{tool_call_id}/cancel",
+            post(cancel_tool_call),
+        )
         .route("/threads/{thread_id}/messages", post(post_message))
         .route("/threads/{thread_id}/history", get(get_history))
         .route("/threads/{thread_id}/context", get(get_context))
@@ -162,6 +166,7 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "Call id reused with other arguments", content_type = "application/problem+json"),
         (status = 413, description = "Body too large", content_type = "application/problem+json"),
+        (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
         (status = 422, description = "Invalid call envelope (errors name the JSON pointer), unknown tool or invalid arguments (these carry `tool_error` and `tool_response`)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -174,6 +179,7 @@ pub async fn post_tool_call(
     let thread = ThreadId::parse(thread_id)?;
     let call = calls::parse(&body).map_err(parse_error_to_api)?;
     check_owner(&state, &user, &thread).await?;
+    let permit = state.acquire(&user.owner, 1)?;
     let request = CallRequest {
         owner: user.owner,
         thread_id: thread.0,
@@ -181,12 +187,17 @@ pub async fn post_tool_call(
         observer: None,
     };
     // The pipeline runs in its own task: a client that disconnects does not
-    // cancel a call half-way; its result is still stored and streamed.
+    // cancel a call half-way; its result is still stored and streamed. The
+    // slot is held until the call ends.
     let engine = state.engine.clone();
-    let outcome = tokio::spawn(async move { engine.execute(request).await })
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))?
-        .map_err(rejection_to_api)?;
+    let outcome = tokio::spawn(async move {
+        let outcome = engine.execute(request).await;
+        drop(permit);
+        outcome
+    })
+    .await
+    .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))?
+    .map_err(rejection_to_api)?;
     Ok((StatusCode::OK, axum::Json(ToolCallResponse::from(outcome))).into_response())
 }
 
@@ -473,4 +484,49 @@ pub async fn get_context(
             ContextFormat::Anthropic => crate::protocol::context::anthropic(&messages),
         },
     ))
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CancelAccepted {
+    pub tool_call_id: String,
+    /// Always true: the call was running and has been told to stop. Its
+    /// result (`CANCELLED`, or what it finished with) follows as usual.
+    pub cancelling: bool,
+}
+
+/// Cancel a running call.
+///
+/// The tool is told to stop (bash: its process group is killed); the call
+/// ends with `CANCELLED` and its result is stored and streamed as usual.
+#[utoipa::path(post, path = "/v1/threads/{thread_id}/tool-calls/{tool_call_id}/cancel", tag = "tool calls",
+    params(("thread_id" = String, Path,), ("tool_call_id" = String, Path,)),
+    responses(
+        (status = 202, description = "The call is being cancelled", body = CancelAccepted),
+        (status = 404, description = "No such call in this thread", content_type = "application/problem+json"),
+        (status = 409, description = "The call is not running (finished, or running in another process)", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn cancel_tool_call(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path((thread_id, tool_call_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    require_thread(&state, &user, &thread).await?;
+    if state.engine.cancel(&thread.0, &tool_call_id) {
+        let body = CancelAccepted {
+            tool_call_id,
+            cancelling: true,
+        };
+        return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
+    }
+    match state.store.tool_call(&thread.0, &tool_call_id).await? {
+        None => Err(ApiError::NotFound(format!(
+            "no tool call {tool_call_id:?} in this thread"
+        ))),
+        Some(record) => Err(ApiError::Conflict(format!(
+            "tool call {tool_call_id:?} is not running here (status {})",
+            record.status.as_str()
+        ))),
+    }
 }

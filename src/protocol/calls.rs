@@ -28,6 +28,8 @@ pub struct IncomingCall {
     pub parent_message_id: Option<String>,
     /// The sub-workspace the call works in; `None` is the owner's main one.
     pub workspace: Option<String>,
+    /// Preview the effects instead of causing them (tools with dry-run).
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -152,6 +154,16 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
     })?;
     let run_id = optional_id(obj, "run_id")?;
     let parent_message_id = optional_id(obj, "parent_message_id")?;
+    let dry_run = match obj.get("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(err(
+                "/dry_run",
+                format!("must be a boolean, got {}", kind(other)),
+            ));
+        }
+    };
     let workspace = match obj.get("workspace") {
         None | Some(Value::Null) => None,
         Some(Value::String(w)) if valid_workspace_name(w) => Some(w.clone()),
@@ -191,6 +203,7 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
             run_id,
             parent_message_id,
             workspace,
+            dry_run,
         });
     }
 
@@ -204,6 +217,7 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
             run_id,
             parent_message_id,
             workspace,
+            dry_run,
         });
     }
     if let Some(t) = obj.get("type") {
@@ -228,6 +242,7 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
         run_id,
         parent_message_id,
         workspace,
+        dry_run,
     })
 }
 
@@ -253,6 +268,8 @@ pub struct NativeCall {
     pub parent_message_id: Option<String>,
     /// Sub-workspace of the owner to work in.
     pub workspace: Option<String>,
+    /// Preview instead of executing: `{would_affect, preview, estimated_impact}`.
+    pub dry_run: Option<bool>,
 }
 
 /// OpenAI shape, as the model produced it (`arguments` is JSON text).

@@ -80,6 +80,7 @@ pub mod codes {
     pub const CANCELLED: &str = "CANCELLED";
     pub const INTERRUPTED: &str = "INTERRUPTED";
     pub const EXECUTION_FAILED: &str = "EXECUTION_FAILED";
+    pub const DRY_RUN_UNSUPPORTED: &str = "DRY_RUN_UNSUPPORTED";
 }
 
 /// Reversal record of a reversible tool's execution (seed 000 `UndoInfo`).

@@ -1,0 +1,229 @@
+//! `POST /v1/threads/{thread_id}/batches`: several calls in one request.
+//! Consecutive concurrency-safe calls run in parallel, the others one at a
+//! time in order; results come back in request order.
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::routing::post;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ApiJson};
+use super::threads::{ToolCallResponse, parse_error_to_api, rejection_to_api};
+use super::{AppState, AuthUser, ThreadId, check_owner};
+use crate::engine::CallRequest;
+use crate::protocol::calls::{self, IncomingCall};
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/threads/{thread_id}/batches", post(post_batch))
+}
+
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"calls": [
+    {"id": "c1", "name": "echo", "arguments": {"text": "a"}},
+    {"id": "c2", "type": "tool_use", "name": "echo", "input": {"text": "b"}}]}))]
+pub struct BatchRequest {
+    /// Tool calls in any accepted shape, executed as one run.
+    #[schema(value_type = Vec<Object>)]
+    pub calls: Vec<Value>,
+    /// The run the calls belong to (for rollback); generated when absent.
+    pub run_id: Option<String>,
+}
+
+/// One call's answer: its result, or the problem that refused it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BatchItem {
+    pub index: usize,
+    pub tool_call_id: Option<String>,
+    /// HTTP status this call would have had on its own.
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<ToolCallResponse>,
+    /// A problem document, when the call was refused before running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub problem: Option<Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BatchResponse {
+    pub run_id: String,
+    /// In request order.
+    pub results: Vec<BatchItem>,
+}
+
+/// Execute several calls as one run.
+///
+/// Consecutive concurrency-safe calls (per the tool's metadata) run in
+/// parallel; any other call runs alone, after the ones before it. One
+/// refused call does not stop the others.
+#[utoipa::path(post, path = "/v1/threads/{thread_id}/batches", tag = "tool calls",
+    params(("thread_id" = String, Path,)),
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "Every call answered, in request order", body = BatchResponse),
+        (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
+        (status = 422, description = "Malformed batch (not a list, too many calls, bad run_id)", content_type = "application/problem+json"),
+        (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn post_batch(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(thread_id): Path<String>,
+    ApiJson(body): ApiJson<BatchRequest>,
+) -> Result<axum::Json<BatchResponse>, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    let max = state.settings.tools.max_batch_calls;
+    if body.calls.is_empty() || body.calls.len() > max {
+        return Err(unprocessable(format!(
+            "a batch carries 1 to {max} calls, got {}",
+            body.calls.len()
+        )));
+    }
+    let run_id = match body.run_id {
+        Some(r) if calls::valid_id(&r) => r,
+        Some(_) => {
+            return Err(unprocessable(
+                "run_id must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+            ));
+        }
+        None => format!("batch_{}", uuid::Uuid::now_v7().simple()),
+    };
+    check_owner(&state, &user, &thread).await?;
+
+    // Parse every call first; a malformed one is answered, not executed.
+    let parsed: Vec<Result<IncomingCall, ApiError>> = body
+        .calls
+        .iter()
+        .map(|raw| {
+            calls::parse(raw).map_err(parse_error_to_api).map(|mut c| {
+                c.run_id = Some(c.run_id.unwrap_or_else(|| run_id.clone()));
+                c
+            })
+        })
+        .collect();
+    let safe: Vec<bool> = parsed
+        .iter()
+        .map(|c| {
+            c.as_ref()
+                .ok()
+                .and_then(|c| state.engine.registry().resolve(&c.name))
+                .is_some_and(|t| t.definition.metadata.concurrency_safe)
+        })
+        .collect();
+    let groups = group_consecutive_safe(&safe);
+    let widest = groups.iter().map(Vec::len).max().unwrap_or(1);
+    let permit = state.acquire(&user.owner, widest)?;
+
+    let mut results: Vec<Option<BatchItem>> = (0..parsed.len()).map(|_| None).collect();
+    let mut parsed: Vec<Option<Result<IncomingCall, ApiError>>> =
+        parsed.into_iter().map(Some).collect();
+    for group in groups {
+        let mut tasks = Vec::with_capacity(group.len());
+        for index in group {
+            match parsed[index].take().expect("each call is taken once") {
+                Err(problem) => results[index] = Some(refused(index, None, problem)),
+                Ok(call) => {
+                    let engine = state.engine.clone();
+                    let request = CallRequest {
+                        owner: user.owner.clone(),
+                        thread_id: thread.0.clone(),
+                        call,
+                        observer: None,
+                    };
+                    let id = request.call.id.clone();
+                    // Each call in its own task: a client that leaves does not
+                    // cut a call half-way.
+                    tasks.push((
+                        index,
+                        id,
+                        tokio::spawn(async move { engine.execute(request).await }),
+                    ));
+                }
+            }
+        }
+        for (index, id, task) in tasks {
+            let item = match task.await {
+                Ok(Ok(outcome)) => BatchItem {
+                    index,
+                    tool_call_id: Some(id),
+                    status: 200,
+                    result: Some(ToolCallResponse::from(outcome)),
+                    problem: None,
+                },
+                Ok(Err(rejection)) => refused(index, Some(id), rejection_to_api(rejection)),
+                Err(e) => refused(
+                    index,
+                    Some(id),
+                    ApiError::Internal(anyhow::anyhow!("call task failed: {e}")),
+                ),
+            };
+            results[index] = Some(item);
+        }
+    }
+    drop(permit);
+    Ok(axum::Json(BatchResponse {
+        run_id,
+        results: results
+            .into_iter()
+            .map(|r| r.expect("every call answered"))
+            .collect(),
+    }))
+}
+
+fn unprocessable(detail: String) -> ApiError {
+    ApiError::Unprocessable {
+        title: "Invalid batch".into(),
+        detail,
+        extra: Default::default(),
+    }
+}
+
+/// The problem document the call would have got on its own.
+fn refused(index: usize, tool_call_id: Option<String>, problem: ApiError) -> BatchItem {
+    let (status, body) = problem.to_problem();
+    BatchItem {
+        index,
+        tool_call_id,
+        status: status.as_u16(),
+        result: None,
+        problem: Some(Value::Object(body)),
+    }
+}
+
+/// Indices grouped so that a run of consecutive concurrency-safe calls is
+/// one group and every other call is a group of its own.
+fn group_consecutive_safe(safe: &[bool]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, &is_safe) in safe.iter().enumerate() {
+        match groups.last_mut() {
+            Some(last) if is_safe && safe[last[0]] => last.push(i),
+            _ => groups.push(vec![i]),
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_consecutive_safe;
+
+    #[test]
+    fn consecutive_safe_calls_share_a_group() {
+        assert_eq!(
+            group_consecutive_safe(&[true, true, false, true, false, false, true, true, true]),
+            vec![
+                vec![0, 1],
+                vec![2],
+                vec![3],
+                vec![4],
+                vec![5],
+                vec![6, 7, 8]
+            ]
+        );
+        assert!(group_consecutive_safe(&[]).is_empty());
+    }
+}

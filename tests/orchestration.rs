@@ -1,0 +1,277 @@
+//! Batches, concurrency limits, cancellation and dry runs, over HTTP.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::{Backend, TestApp};
+use serde_json::{Value, json};
+use toolgate::tools::{
+    DryRunResult, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError, ToolMetadata,
+    ToolSuccess,
+};
+
+fn definition(name: &str, concurrency_safe: bool, dry_run: bool) -> ToolDefinition {
+    ToolDefinition {
+        name: name.into(),
+        description: format!("test tool {name}"),
+        input_schema: json!({"type": "object", "properties": {"tag": {"type": "string"}}}),
+        output_schema: None,
+        aliases: vec![],
+        metadata: ToolMetadata {
+            concurrency_safe,
+            ..ToolMetadata::default()
+        },
+        capability: ToolCapability {
+            dry_run,
+            ..ToolCapability::default()
+        },
+    }
+}
+
+/// Concurrency-safe: every call waits until `parties` calls are inside at
+/// once. Run one after another they would never get there, so success
+/// proves they overlapped, whatever the machine's speed.
+struct Rendezvous {
+    barrier: Arc<tokio::sync::Barrier>,
+}
+
+#[async_trait]
+impl Tool for Rendezvous {
+    fn definition(&self) -> ToolDefinition {
+        definition("rendezvous", true, false)
+    }
+    async fn execute(&self, args: Value, _ctx: ToolContext) -> Result<ToolSuccess, ToolError> {
+        match tokio::time::timeout(Duration::from_secs(20), self.barrier.wait()).await {
+            Ok(_) => Ok(ToolSuccess::complete(json!({"met": args["tag"]}))),
+            Err(_) => Err(ToolError::new(
+                "ALONE",
+                "the other calls never arrived",
+                false,
+            )),
+        }
+    }
+}
+
+/// Not concurrency-safe: logs when it enters and leaves.
+struct Exclusive {
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+#[async_trait]
+impl Tool for Exclusive {
+    fn definition(&self) -> ToolDefinition {
+        definition("exclusive", false, true)
+    }
+    async fn execute(&self, args: Value, _ctx: ToolContext) -> Result<ToolSuccess, ToolError> {
+        let tag = args["tag"].as_str().unwrap_or_default().to_string();
+        self.log.lock().unwrap().push(format!("start {tag}"));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        self.log.lock().unwrap().push(format!("end {tag}"));
+        Ok(ToolSuccess::complete(json!({"done": tag})))
+    }
+    async fn dry_run(&self, args: Value, _ctx: ToolContext) -> Result<DryRunResult, ToolError> {
+        Ok(DryRunResult {
+            would_affect: format!("item {}", args["tag"].as_str().unwrap_or_default()),
+            preview: "- old\n+ new\n".into(),
+            estimated_impact: json!({"items": 1}),
+        })
+    }
+}
+
+async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let log = Arc::new(Mutex::new(vec![]));
+    app.registry
+        .register(Arc::new(Rendezvous {
+            barrier: Arc::new(tokio::sync::Barrier::new(3)),
+        }))
+        .unwrap();
+    app.registry
+        .register(Arc::new(Exclusive { log: log.clone() }))
+        .unwrap();
+    let batch = json!({"calls": [
+        {"id": "p1", "name": "rendezvous", "arguments": {"tag": "1"}},
+        {"id": "p2", "type": "tool_use", "name": "rendezvous", "input": {"tag": "2"}},
+        {"id": "p3", "type": "function", "function": {"name": "rendezvous", "arguments": "{\"tag\":\"3\"}"}},
+        {"id": "x1", "name": "exclusive", "arguments": {"tag": "a"}},
+        {"id": "bad", "name": "nope", "arguments": {}},
+        {"id": "x2", "name": "exclusive", "arguments": {"tag": "b"}},
+        {"name": "echo"},
+    ]});
+    let resp = app.post("/v1/threads/b/batches", &batch).await;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    let results = body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 7);
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["index"], i, "request order");
+    }
+    for r in &results[..3] {
+        assert_eq!(r["status"], 200);
+        assert_eq!(
+            r["result"]["tool_agent_output"]["status"], "success",
+            "the three met: they ran in parallel: {r}"
+        );
+    }
+    assert_eq!(results[4]["status"], 422);
+    assert_eq!(results[4]["problem"]["code"], "TOOL_NOT_FOUND");
+    assert_eq!(results[6]["status"], 422);
+    assert_eq!(results[6]["problem"]["errors"][0]["pointer"], "/id");
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["start a", "end a", "start b", "end b"],
+        "exclusive calls one at a time, in order"
+    );
+    let run_id = body["run_id"].as_str().unwrap();
+    assert!(run_id.starts_with("batch_"));
+    assert_eq!(
+        app.history("b").await.len(),
+        5,
+        "refused calls store nothing; the five that ran do"
+    );
+
+    let too_many = json!({"calls": (0..65).map(|i| json!({"id": format!("c{i}"), "name": "echo", "arguments": {"text": "x"}})).collect::<Vec<_>>()});
+    assert_eq!(
+        app.post("/v1/threads/b/batches", &too_many).await.status(),
+        422
+    );
+    assert_eq!(
+        app.post("/v1/threads/b/batches", &json!({"calls": []}))
+            .await
+            .status(),
+        422
+    );
+}
+
+async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 1).await;
+    let mut sse = app.events("l", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let long = {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url("/v1/threads/l/tool-calls"),
+            app.token.clone(),
+        );
+        tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"id": "long", "name": "wait", "arguments": {"ms": 20000}}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    };
+    sse.until("TOOL_CALL_END").await;
+
+    let busy = app
+        .post(
+            "/v1/threads/l/tool-calls",
+            &json!({"id": "next", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(busy.status(), 429);
+    assert_eq!(busy.headers()["retry-after"], "1");
+    let p: Value = busy.json().await.unwrap();
+    assert!(p["detail"].as_str().unwrap().contains("this owner"), "{p}");
+    // Another owner is not held back by this owner's limit.
+    let other = app.token_for("someone-else");
+    let r = app
+        .post_as(
+            &other,
+            "/v1/threads/other/tool-calls",
+            &json!({"id": "o", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+
+    let cancel = app
+        .post("/v1/threads/l/tool-calls/long/cancel", &json!({}))
+        .await;
+    assert_eq!(cancel.status(), 202);
+    let (status, out) = long.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(out["tool_agent_output"]["status"], "failure");
+    assert_eq!(out["tool_agent_output"]["error"]["code"], "CANCELLED");
+    let result = sse.until("TOOL_CALL_RESULT").await.pop().unwrap();
+    assert_eq!(result.data["metadata"]["error"]["code"], "CANCELLED");
+
+    let (s, _) = app
+        .call(
+            "l",
+            json!({"id": "next", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "the cancelled call freed its slot");
+    assert_eq!(
+        app.post("/v1/threads/l/tool-calls/long/cancel", &json!({}))
+            .await
+            .status(),
+        409
+    );
+    assert_eq!(
+        app.post("/v1/threads/l/tool-calls/ghost/cancel", &json!({}))
+            .await
+            .status(),
+        404
+    );
+}
+
+async fn dry_runs_preview_and_change_nothing(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let log = Arc::new(Mutex::new(vec![]));
+    app.registry
+        .register(Arc::new(Exclusive { log: log.clone() }))
+        .unwrap();
+    let (s, out) = app
+        .call(
+            "d",
+            json!({"id": "d1", "name": "exclusive", "arguments": {"tag": "z"}, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let result = &out["tool_agent_output"]["result"];
+    assert_eq!(result["dry_run"], true);
+    assert_eq!(result["would_affect"], "item z");
+    assert_eq!(result["preview"], "- old\n+ new\n");
+    assert_eq!(result["estimated_impact"], json!({"items": 1}));
+    assert!(log.lock().unwrap().is_empty(), "the tool did not execute");
+    assert!(
+        out["ui_schema"]["fallback_text"]
+            .as_str()
+            .unwrap()
+            .contains("Dry run"),
+        "{}",
+        out["ui_schema"]
+    );
+
+    let (s, out) = app
+        .call(
+            "d",
+            json!({"id": "d2", "name": "echo", "arguments": {"text": "x"}, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        out["tool_agent_output"]["error"]["code"],
+        "DRY_RUN_UNSUPPORTED"
+    );
+    let (s, p) = app
+        .call(
+            "d",
+            json!({"id": "d3", "name": "echo", "arguments": {"text": "x"}, "dry_run": "yes"}),
+        )
+        .await;
+    assert_eq!(s, 422, "{p}");
+}
+
+both_backends!(
+    batches_run_safe_calls_together_and_the_rest_in_order,
+    limits_answer_429_and_cancellation_frees_the_slot,
+    dry_runs_preview_and_change_nothing,
+);
