@@ -1,0 +1,616 @@
+//! Interop with the real AG-UI client library, not our reading of the spec:
+//! the stock `@ag-ui/client` `HttpAgent` (pinned in tests/agui/package.json)
+//! drives `POST /v1/threads/{t}/runs`, and every event of the thread stream
+//! is checked with `@ag-ui/core`'s own schemas and the client's enforcement
+//! and verification stages. Nothing is fixed up between toolgate and the
+//! library: a warning from the client (it strips or translates what it does
+//! not accept) fails the test like an error does.
+//!
+//! Needs Node.js 18+ and npm; `npm ci` runs in tests/agui when its
+//! node_modules is missing or stale.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{Backend, TestApp};
+use serde_json::{Value, json};
+use tokio::process::Command;
+use tokio::sync::OnceCell;
+
+const NPM_CI_TIMEOUT: Duration = Duration::from_secs(300);
+const SCRIPT_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn agui_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agui")
+}
+
+struct Output {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Output {
+    fn describe(&self) -> String {
+        format!(
+            "exit {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+
+    /// The one JSON line a script prints.
+    fn report(&self) -> Value {
+        let line = self
+            .stdout
+            .lines()
+            .rev()
+            .find(|l| l.trim_start().starts_with('{'))
+            .unwrap_or_else(|| panic!("no JSON report line; {}", self.describe()));
+        serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("report is not JSON ({e}); {}", self.describe()))
+    }
+}
+
+/// Runs a program in tests/agui, killed if it outlives `limit`.
+async fn run_bounded(
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    limit: Duration,
+) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(agui_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        // The client's warnings are what tells us it fixed something up.
+        .env_remove("SUPPRESS_TRANSFORMATION_WARNINGS");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap_or_else(|e| {
+        panic!(
+            "cannot start `{program}` ({e}): the AG-UI interop test needs Node.js 18+ and npm on PATH"
+        )
+    });
+    // On timeout the future, and with it the child, is dropped: kill_on_drop
+    // ends the process.
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("`{program} {}` ran longer than {limit:?}", args.join(" ")))
+        .unwrap_or_else(|e| panic!("`{program}` failed: {e}"));
+    Output {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The exact version package.json pins for a dependency.
+fn pinned(name: &str) -> String {
+    let text = std::fs::read_to_string(agui_dir().join("package.json")).unwrap();
+    let manifest: Value = serde_json::from_str(&text).unwrap();
+    manifest["dependencies"][name]
+        .as_str()
+        .unwrap_or_else(|| panic!("package.json pins {name}"))
+        .to_string()
+}
+
+fn installed(name: &str) -> Option<String> {
+    let path = agui_dir()
+        .join("node_modules")
+        .join(name)
+        .join("package.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let manifest: Value = serde_json::from_str(&text).ok()?;
+    manifest["version"].as_str().map(str::to_string)
+}
+
+/// Node and npm are present and the pinned packages are installed: runs
+/// `npm ci` once per test binary when node_modules is missing or stale.
+async fn node_ready() {
+    static READY: OnceCell<()> = OnceCell::const_new();
+    READY
+        .get_or_init(|| async {
+            let node = run_bounded("node", &["--version"], &[], SCRIPT_TIMEOUT).await;
+            assert!(node.status.success(), "node --version: {}", node.describe());
+            let major: u32 = node
+                .stdout
+                .trim()
+                .trim_start_matches('v')
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or(0);
+            assert!(
+                major >= 18,
+                "Node.js 18+ is needed (global fetch), found {}",
+                node.stdout.trim()
+            );
+            let stale = ["@ag-ui/client", "@ag-ui/core", "rxjs", "zod"]
+                .iter()
+                .any(|p| installed(p) != Some(pinned(p)));
+            if stale {
+                let npm = run_bounded(
+                    "npm",
+                    &["ci", "--no-audit", "--no-fund"],
+                    &[],
+                    NPM_CI_TIMEOUT,
+                )
+                .await;
+                assert!(
+                    npm.status.success(),
+                    "npm ci in tests/agui failed: {}",
+                    npm.describe()
+                );
+                for p in ["@ag-ui/client", "@ag-ui/core"] {
+                    assert_eq!(installed(p), Some(pinned(p)), "{p} after npm ci");
+                }
+            }
+        })
+        .await;
+}
+
+async fn run_script(app: &TestApp, script: &str, args: &[&str]) -> Output {
+    let mut all = vec![script, "--base", &app.base];
+    all.extend_from_slice(args);
+    run_bounded(
+        "node",
+        &all,
+        &[("TOOLGATE_TOKEN", app.token.as_str())],
+        SCRIPT_TIMEOUT,
+    )
+    .await
+}
+
+fn strs(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("array expected: {v}"))
+        .iter()
+        .map(|x| x.as_str().unwrap_or(""))
+        .collect()
+}
+
+/// Checks a stream.mjs report: every event passed the schemas, and the
+/// client's enforcement and verification took the sequence without a word.
+fn assert_stream_valid(out: &Output, what: &str) -> Value {
+    let report = out.report();
+    assert!(
+        out.status.success(),
+        "{what}: @ag-ui/core or the client rejected the thread stream\nfailures: {}\nverify: {}\nwarnings: {}\n{}",
+        report["failures"],
+        report["verify"],
+        report["warnings"],
+        out.describe()
+    );
+    assert_eq!(report["failures"], json!([]), "{what}");
+    assert_eq!(report["verify"]["ok"], true, "{what}: {}", report["verify"]);
+    assert_eq!(report["warnings"], json!([]), "{what}");
+    assert_eq!(
+        report["verify"]["accepted"], report["count"],
+        "{what}: the client let every event through"
+    );
+    report
+}
+
+/// The events naming one tool call at the top level, in stream order
+/// (progress CUSTOMs carry the id inside `value` and are not among them).
+fn call_events<'a>(events: &'a [Value], call_id: &str) -> Vec<(usize, &'a Value)> {
+    events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["toolCallId"] == call_id)
+        .collect()
+}
+
+/// Runs tests/agui/run.mjs (two HttpAgent turns) and returns its report;
+/// any error or client warning fails the test.
+async fn drive_http_agent(app: &TestApp, thread: &str, run_id: &str) -> Value {
+    let out = run_script(app, "run.mjs", &["--thread", thread, "--run-id", run_id]).await;
+    let report = out.report();
+    assert!(
+        out.status.success(),
+        "HttpAgent did not accept the run\nwarnings: {}\n{}",
+        report["warnings"],
+        out.describe()
+    );
+    assert_eq!(report["warnings"], json!([]), "the client fixed nothing up");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_agent_runs_backend_tools_and_leaves_frontend_calls() {
+    node_ready().await;
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let thread = "agui-interop-1";
+    let run_id = "run-agui-interop-1";
+
+    // A live subscriber during the run: RUN_STARTED plus four events for
+    // each of the two backend calls, at least.
+    let live = {
+        let base = app.base.clone();
+        let token = app.token.clone();
+        tokio::spawn(async move {
+            let args = [
+                "stream.mjs",
+                "--base",
+                &base,
+                "--thread",
+                thread,
+                "--after",
+                "0",
+                "--min-events",
+                "9",
+                "--idle-ms",
+                "2500",
+                "--timeout-ms",
+                "30000",
+            ];
+            run_bounded(
+                "node",
+                &args,
+                &[("TOOLGATE_TOKEN", token.as_str())],
+                SCRIPT_TIMEOUT,
+            )
+            .await
+        })
+    };
+
+    let report = drive_http_agent(&app, thread, run_id).await;
+    let ids = &report["ids"];
+    let (user_id, assistant_id) = (
+        ids["user"].as_str().unwrap(),
+        ids["assistant"].as_str().unwrap(),
+    );
+    let (echo_id, wait_id, frontend_id) = (
+        ids["echo"].as_str().unwrap(),
+        ids["wait"].as_str().unwrap(),
+        ids["frontend"].as_str().unwrap(),
+    );
+
+    // Framing of the run: RUN_STARTED … exactly one RUN_FINISHED, last.
+    let types = strs(&report["types"]);
+    let events = report["events"].as_array().unwrap();
+    assert_eq!(types.first(), Some(&"RUN_STARTED"), "{types:?}");
+    assert_eq!(types.last(), Some(&"RUN_FINISHED"), "{types:?}");
+    assert_eq!(types.iter().filter(|t| **t == "RUN_FINISHED").count(), 1);
+    assert!(!types.contains(&"RUN_ERROR"), "{types:?}");
+    assert_eq!(events[0]["threadId"], thread);
+    assert_eq!(events[0]["runId"], run_id);
+    let finished = &report["runFinished"];
+    assert_eq!(finished["threadId"], thread);
+    assert_eq!(finished["runId"], run_id);
+
+    // Each backend call: START, END, RESULT in that order, echo first, the
+    // start naming the tool and the assistant message that made the call.
+    // TOOL_CALL_ARGS is today also sent between START and END; it should
+    // not be, since the client already holds these arguments and appends
+    // the delta to them (see http_agent_keeps_the_tool_call_arguments_it_sent),
+    // so its presence is tolerated here, in its place, and not required.
+    // The thread stream below carries the full quartet with the arguments.
+    let mut result_at = Vec::new();
+    for (call_id, name, args) in [
+        (echo_id, "echo", json!({"text": "hi"})),
+        (wait_id, "wait", json!({"ms": 50})),
+    ] {
+        let evs = call_events(events, call_id);
+        let kinds: Vec<&str> = evs
+            .iter()
+            .filter(|(_, e)| e["type"] != "CUSTOM")
+            .map(|(_, e)| e["type"].as_str().unwrap())
+            .collect();
+        let without_args: Vec<&str> = kinds
+            .iter()
+            .copied()
+            .filter(|k| *k != "TOOL_CALL_ARGS")
+            .collect();
+        assert_eq!(
+            without_args,
+            ["TOOL_CALL_START", "TOOL_CALL_END", "TOOL_CALL_RESULT"],
+            "{name}: {types:?}"
+        );
+        if kinds.len() == 4 {
+            assert_eq!(kinds[1], "TOOL_CALL_ARGS", "{name}: {types:?}");
+            let delta: Value = serde_json::from_str(evs[1].1["delta"].as_str().unwrap()).unwrap();
+            assert_eq!(delta, args, "{name} arguments");
+        }
+        let start = evs[0].1;
+        assert_eq!(start["toolCallName"], name);
+        assert_eq!(start["parentMessageId"], assistant_id);
+        result_at.push((evs[0].0, evs.last().unwrap().0));
+    }
+    assert!(
+        result_at[0].1 < result_at[1].0,
+        "echo finished before wait started: {types:?}"
+    );
+    // Progress of `wait`, if any arrived, is CUSTOM tool_call.progress.
+    for e in events.iter().filter(|e| e["type"] == "CUSTOM") {
+        assert_eq!(e["name"], "tool_call.progress", "{e}");
+        assert_eq!(e["value"]["toolCallId"], wait_id, "{e}");
+    }
+
+    // The results, as the client handed them to the subscriber.
+    let results = report["toolCallResults"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[0]["toolCallId"], echo_id);
+    assert_eq!(results[0]["content"], "{\"text\":\"hi\"}");
+    assert_eq!(results[1]["toolCallId"], wait_id);
+    let waited: Value = serde_json::from_str(results[1]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(waited["waited_ms"], 50);
+    for (r, name) in results.iter().zip(["echo", "wait"]) {
+        let meta = &r["metadata"];
+        assert_eq!(meta["status"], "success", "{name}: {meta}");
+        assert_eq!(meta["toolName"], name, "{meta}");
+        assert_eq!(
+            meta["ui_schema"]["version"], "ui_schema/1",
+            "{name}: {meta}"
+        );
+        assert_eq!(meta["ui_schema"]["catalog"], "core/1", "{name}: {meta}");
+    }
+
+    // The frontend tool's call is left to the application, untouched.
+    assert!(
+        call_events(events, frontend_id).is_empty(),
+        "the frontend call was not executed: {types:?}"
+    );
+    assert_eq!(
+        finished["outcome"],
+        json!({"type": "success", "pendingToolCallIds": [frontend_id]})
+    );
+    assert_eq!(report["finishedParams"]["outcome"], "success");
+    assert_eq!(
+        report["finishedParams"]["pendingToolCallIds"],
+        json!([frontend_id]),
+        "the client reads the pending call from the outcome"
+    );
+
+    // The agent's messages after the run: its own two, plus one tool message
+    // per executed call, with the assistant's tool calls not duplicated.
+    let messages = report["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool"], "{messages:?}");
+    assert_eq!(messages[0]["id"], user_id);
+    assert_eq!(messages[1]["id"], assistant_id);
+    let call_ids: Vec<&str> = messages[1]["toolCalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(call_ids, [echo_id, wait_id, frontend_id], "{}", messages[1]);
+    assert_eq!(messages[2]["toolCallId"], echo_id);
+    assert_eq!(messages[2]["content"], "{\"text\":\"hi\"}");
+    assert_eq!(messages[3]["toolCallId"], wait_id);
+    assert_eq!(messages[2]["id"], results[0]["messageId"]);
+    assert_eq!(messages[3]["id"], results[1]["messageId"]);
+    for (m, r) in messages[2..].iter().zip(results) {
+        assert_eq!(
+            m["metadata"]["ui_schema"], r["metadata"]["ui_schema"],
+            "the client keeps ui_schema on its tool message"
+        );
+    }
+
+    // Second turn: the application answered its own tool and ran again;
+    // toolgate had nothing left to execute.
+    let second = &report["second"];
+    let answer_id = ids["frontendAnswer"].as_str().unwrap();
+    let second_run = ids["secondRun"].as_str().unwrap();
+    assert_eq!(
+        strs(&second["types"]),
+        ["RUN_STARTED", "RUN_FINISHED"],
+        "{second}"
+    );
+    assert_eq!(second["runFinished"]["threadId"], thread);
+    assert_eq!(second["runFinished"]["runId"], second_run);
+    assert_eq!(second["runFinished"]["outcome"], json!({"type": "success"}));
+    assert_eq!(second["finishedParams"]["outcome"], "success");
+    assert_eq!(second["finishedParams"]["pendingToolCallIds"], json!([]));
+
+    // The thread recorded the same conversation, the answer last.
+    let history = app.history(thread).await;
+    let roles: Vec<&str> = history
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool", "tool", "tool"],
+        "{history:?}"
+    );
+    assert_eq!(history[0]["id"], user_id);
+    assert_eq!(
+        history[0]["content"],
+        "Echo hi, wait a little, then ask me."
+    );
+    assert_eq!(history[1]["id"], assistant_id);
+    let recorded: Vec<&str> = history[1]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(recorded, [echo_id, wait_id, frontend_id]);
+    assert_eq!(
+        history[1]["tool_calls"][0]["arguments"],
+        json!({"text": "hi"})
+    );
+    for (m, (call_id, r)) in history[2..4]
+        .iter()
+        .zip([echo_id, wait_id].into_iter().zip(results))
+    {
+        assert_eq!(m["tool_call_id"], call_id);
+        assert_eq!(m["id"], r["messageId"]);
+        assert_eq!(m["content"], r["content"]);
+        assert_eq!(
+            m["ui_schema"], r["metadata"]["ui_schema"],
+            "same UI live and replayed"
+        );
+    }
+    assert_eq!(history[4]["id"], answer_id);
+    assert_eq!(history[4]["tool_call_id"], frontend_id);
+    assert_eq!(history[4]["content"], "{\"confirmed\":true}");
+
+    // The thread stream, seen live during the runs, is valid AG-UI.
+    let live = live.await.unwrap();
+    let live_report = assert_stream_valid(&live, "live thread stream");
+    let calls = [
+        (echo_id, json!({"text": "hi"})),
+        (wait_id, json!({"ms": 50})),
+    ];
+    assert_thread_stream(&live_report, thread, &calls, false);
+    let live_events = live_report["events"].as_array().unwrap();
+    assert!(
+        call_events(live_events, frontend_id).is_empty(),
+        "the frontend call left no trace in the thread's event log"
+    );
+
+    // Replayed from the log with a snapshot first: valid too.
+    let replay = run_script(
+        &app,
+        "stream.mjs",
+        &[
+            "--thread",
+            thread,
+            "--after",
+            "0",
+            "--snapshot",
+            "true",
+            "--min-events",
+            "10",
+            "--idle-ms",
+            "2500",
+            "--timeout-ms",
+            "15000",
+        ],
+    )
+    .await;
+    let replay_report = assert_stream_valid(&replay, "replayed thread stream");
+    assert_thread_stream(&replay_report, thread, &calls, true);
+    let snapshot = &replay_report["events"][1];
+    let snap_roles: Vec<&str> = snapshot["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        snap_roles,
+        ["user", "assistant", "tool", "tool", "tool"],
+        "{snapshot}"
+    );
+    for (i, r) in [(2, &results[0]), (3, &results[1])] {
+        let m = &snapshot["messages"][i];
+        assert_eq!(m["toolCallId"], r["toolCallId"]);
+        assert_eq!(m["metadata"]["ui_schema"], r["metadata"]["ui_schema"]);
+    }
+    assert_eq!(
+        replay_report["events"].as_array().unwrap()[2..],
+        live_report["events"].as_array().unwrap()[1..],
+        "replay and live carry the same logged events"
+    );
+
+    app.stop().await;
+}
+
+/// Shape of a thread stream: RUN_STARTED on the thread, (a snapshot), then
+/// logged events with increasing ids holding both calls' four events.
+fn assert_thread_stream(report: &Value, thread: &str, calls: &[(&str, Value)], snapshot: bool) {
+    let types = strs(&report["types"]);
+    let events = report["events"].as_array().unwrap();
+    assert_eq!(types[0], "RUN_STARTED", "{types:?}");
+    assert_eq!(events[0]["threadId"], thread);
+    let first_logged = if snapshot {
+        assert_eq!(types[1], "MESSAGES_SNAPSHOT", "{types:?}");
+        2
+    } else {
+        1
+    };
+    assert!(
+        !types.contains(&"RUN_FINISHED") && !types.contains(&"RUN_ERROR"),
+        "the subscription stays open: {types:?}"
+    );
+    let ids: Vec<i64> = report["ids"].as_array().unwrap()[first_logged..]
+        .iter()
+        .map(|i| {
+            i.as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("logged events carry numeric ids: {}", report["ids"]))
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=ids.len() as i64).collect::<Vec<_>>(),
+        "ids count up from 1"
+    );
+    for (call_id, args) in calls {
+        let evs = call_events(events, call_id);
+        let kinds: Vec<&str> = evs
+            .iter()
+            .filter(|(_, e)| e["type"] != "CUSTOM")
+            .map(|(_, e)| e["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "TOOL_CALL_START",
+                "TOOL_CALL_ARGS",
+                "TOOL_CALL_END",
+                "TOOL_CALL_RESULT"
+            ],
+            "{call_id}: {types:?}"
+        );
+        let delta: Value = serde_json::from_str(evs[1].1["delta"].as_str().unwrap()).unwrap();
+        assert_eq!(delta, *args, "{call_id} arguments");
+    }
+    assert!(
+        report["heartbeats"].as_u64().unwrap_or(0) >= 1,
+        "a heartbeat comment arrived and did not disturb parsing: {}",
+        report["heartbeats"]
+    );
+}
+
+/// FINDING: the run stream re-announces, with TOOL_CALL_START/ARGS/END, the
+/// tool calls the client itself sent in the assistant message. The stock
+/// HttpAgent (1.0.0) keeps an existing call on TOOL_CALL_START and appends
+/// every TOOL_CALL_ARGS delta to the arguments it already holds, so after the
+/// run its assistant message carries `{"text":"hi"}{"text":"hi"}`: invalid
+/// JSON that the application sends back to its model on the next turn. No
+/// validation error or warning is raised. Un-ignore once the run stream stops
+/// sending TOOL_CALL_ARGS for calls that came from `RunAgentInput.messages`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known interop bug: POST /runs re-streams TOOL_CALL_ARGS for calls the client sent and HttpAgent doubles their arguments (fix belongs in src/http/runs.rs)"]
+async fn http_agent_keeps_the_tool_call_arguments_it_sent() {
+    node_ready().await;
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let report = drive_http_agent(&app, "agui-interop-2", "run-agui-interop-2").await;
+    let sent = [
+        ("echo", json!({"text": "hi"})),
+        ("wait", json!({"ms": 50})),
+        ("show_confirmation", json!({"question": "Done?"})),
+    ];
+    for turn in [&report, &report["second"]] {
+        let assistant = &turn["messages"][1];
+        assert_eq!(assistant["role"], "assistant");
+        let calls = assistant["toolCalls"].as_array().unwrap();
+        assert_eq!(calls.len(), sent.len(), "{assistant}");
+        for (call, (name, args)) in calls.iter().zip(&sent) {
+            assert_eq!(call["function"]["name"], *name);
+            let text = call["function"]["arguments"].as_str().unwrap();
+            let parsed: Value = serde_json::from_str(text).unwrap_or_else(|e| {
+                panic!(
+                    "the client's copy of the {name} arguments is no longer JSON ({e}): {text:?}"
+                )
+            });
+            assert_eq!(parsed, *args, "{name}");
+        }
+    }
+    app.stop().await;
+}
