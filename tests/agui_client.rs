@@ -577,16 +577,11 @@ fn assert_thread_stream(report: &Value, thread: &str, calls: &[(&str, Value)], s
     );
 }
 
-/// FINDING: the run stream re-announces, with TOOL_CALL_START/ARGS/END, the
-/// tool calls the client itself sent in the assistant message. The stock
-/// HttpAgent (1.0.0) keeps an existing call on TOOL_CALL_START and appends
-/// every TOOL_CALL_ARGS delta to the arguments it already holds, so after the
-/// run its assistant message carries `{"text":"hi"}{"text":"hi"}`: invalid
-/// JSON that the application sends back to its model on the next turn. No
-/// validation error or warning is raised. Un-ignore once the run stream stops
-/// sending TOOL_CALL_ARGS for calls that came from `RunAgentInput.messages`.
+/// The stock HttpAgent (1.0.0) keeps an existing call on TOOL_CALL_START and
+/// appends every TOOL_CALL_ARGS delta to the arguments it already holds. The
+/// run stream therefore sends no TOOL_CALL_ARGS for the calls the client
+/// itself sent; this guards against `{"text":"hi"}{"text":"hi"}` coming back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known interop bug: POST /runs re-streams TOOL_CALL_ARGS for calls the client sent and HttpAgent doubles their arguments (fix belongs in src/http/runs.rs)"]
 async fn http_agent_keeps_the_tool_call_arguments_it_sent() {
     node_ready().await;
     let app = TestApp::spawn(Backend::Sqlite).await;

@@ -248,6 +248,12 @@ async fn execute_run(
         });
         // Forward the call's events as they commit, until the call is done.
         while let Some(event) = observed.recv().await {
+            // The client sent this call itself: re-sending its arguments
+            // makes an AG-UI client append them to the copy it holds. The
+            // thread's event log keeps the full START/ARGS/END/RESULT.
+            if matches!(event.body, EventBody::ToolCallArgs { .. }) {
+                continue;
+            }
             emit(tx, &event).await;
         }
         task.await
