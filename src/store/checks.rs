@@ -65,9 +65,9 @@ pub(crate) fn call_not_changed(
 ) -> StoreError {
     match current {
         None => StoreError::NotFound(format!("tool call {id:?} in thread {:?}", unit.thread_id)),
-        Some(status) => {
-            StoreError::Conflict(format!("tool call {id:?} is not {wanted} (status {status})"))
-        }
+        Some(status) => StoreError::Conflict(format!(
+            "tool call {id:?} is not {wanted} (status {status})"
+        )),
     }
 }
 

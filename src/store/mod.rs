@@ -443,8 +443,7 @@ pub trait Store: Send + Sync + 'static {
     /// Pending approvals of every owner with `expires_at_ms <= now_ms`, the
     /// longest expired first, at most `limit` (for the expiry sweeper, which
     /// decides each one `Expired` in a unit of its thread).
-    async fn expired_approvals(&self, now_ms: i64, limit: i64)
-    -> StoreResult<Vec<ApprovalRecord>>;
+    async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>>;
 
     /// Audit entries matching `filter`, newest first (by id).
     async fn audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>>;
@@ -458,8 +457,12 @@ pub trait Store: Send + Sync + 'static {
     async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>>;
 
     /// Store (insert or replace) the permission rules of `owner`.
-    async fn put_owner_rules(&self, owner: &str, rules: &Value, updated_at_ms: i64)
-    -> StoreResult<()>;
+    async fn put_owner_rules(
+        &self,
+        owner: &str,
+        rules: &Value,
+        updated_at_ms: i64,
+    ) -> StoreResult<()>;
 
     /// Events with `seq > after`, ascending, at most `limit`.
     async fn events_after(

@@ -21,12 +21,12 @@ use sqlx::sqlite::{
 };
 use sqlx::{Acquire, Row, SqliteConnection};
 
+use super::checks::Reservation;
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, FinishedToolCall,
     NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store, StoreError, StoreResult,
     StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
 };
-use super::checks::Reservation;
 
 /// How long a statement waits for SQLite's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -295,9 +295,7 @@ async fn apply_unit(conn: &mut SqliteConnection, unit: &WriteUnit) -> StoreResul
             }
             WriteOp::FinishToolCall(finished) => finish_tool_call(conn, unit, finished).await?,
             WriteOp::StartPendingCall { id } => start_pending_call(conn, unit, id).await?,
-            WriteOp::MarkUndone { id, undone_by } => {
-                mark_undone(conn, unit, id, undone_by).await?
-            }
+            WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by).await?,
             WriteOp::InsertMessage(message) => {
                 insert_message(conn, unit, message, next_message_seq).await?;
                 receipt
@@ -548,17 +546,16 @@ async fn decide_approval(
     if done.rows_affected() == 1 {
         return Ok(());
     }
-    let current = sqlx::query(
-        "SELECT status, expires_at_ms FROM approvals WHERE id = $1 AND thread_id = $2",
-    )
-    .bind(decision.id)
-    .bind(&unit.thread_id)
-    .fetch_optional(&mut *conn)
-    .await?
-    .map(|row| -> StoreResult<(String, i64)> {
-        Ok((row.try_get("status")?, row.try_get("expires_at_ms")?))
-    })
-    .transpose()?;
+    let current =
+        sqlx::query("SELECT status, expires_at_ms FROM approvals WHERE id = $1 AND thread_id = $2")
+            .bind(decision.id)
+            .bind(&unit.thread_id)
+            .fetch_optional(&mut *conn)
+            .await?
+            .map(|row| -> StoreResult<(String, i64)> {
+                Ok((row.try_get("status")?, row.try_get("expires_at_ms")?))
+            })
+            .transpose()?;
     Err(checks::approval_not_decided(unit, decision.id, current))
 }
 
@@ -783,11 +780,7 @@ impl Store for SqliteStore {
         rows.iter().map(approval_from_row).collect()
     }
 
-    async fn expired_approvals(
-        &self,
-        now_ms: i64,
-        limit: i64,
-    ) -> StoreResult<Vec<ApprovalRecord>> {
+    async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
         if limit <= 0 {
             return Ok(Vec::new());
         }
@@ -818,7 +811,9 @@ impl Store for SqliteStore {
             ("tool_call_id", &filter.tool_call_id),
         ] {
             if let Some(value) = value {
-                query.push(format_args!(" AND {column} = ")).push_bind(value);
+                query
+                    .push(format_args!(" AND {column} = "))
+                    .push_bind(value);
             }
         }
         if let Some(since) = filter.since_ms {
@@ -830,7 +825,9 @@ impl Store for SqliteStore {
         if let Some(before) = filter.before_id {
             query.push(" AND id < ").push_bind(before);
         }
-        query.push(" ORDER BY id DESC LIMIT ").push_bind(filter.limit);
+        query
+            .push(" ORDER BY id DESC LIMIT ")
+            .push_bind(filter.limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter().map(audit_from_row).collect()
     }
