@@ -18,9 +18,9 @@ use toolgate::store::postgres::PgStore;
 use toolgate::store::sqlite::SqliteStore;
 use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
-    CallStatus, DynStore, FinishedToolCall, NewEvent, NewMessage, NewToolCall, Role, Store,
-    StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp,
-    WriteUnit,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DynStore,
+    FinishedToolCall, NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store, StoreError,
+    StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -51,14 +51,58 @@ impl Target {
     /// Run raw SQL against the database, bypassing the store (to stage a
     /// state the store itself never produces).
     async fn execute(&self, sql: &str) {
+        self.try_execute(sql).await.unwrap();
+    }
+
+    /// Run raw SQL against the (migrated) database; the database's answer.
+    async fn try_execute(&self, sql: &str) -> Result<(), sqlx::Error> {
         match self {
             Target::Sqlite(path) => {
                 let store = SqliteStore::open_file(path).await.unwrap();
-                sqlx::raw_sql(sql).execute(store.pool()).await.unwrap();
+                sqlx::raw_sql(sql).execute(store.pool()).await.map(drop)
             }
             Target::Postgres(url) => {
                 let store = PgStore::connect(url).await.unwrap();
-                sqlx::raw_sql(sql).execute(store.pool()).await.unwrap();
+                sqlx::raw_sql(sql).execute(store.pool()).await.map(drop)
+            }
+        }
+    }
+
+    /// Bring the (fresh) database to migration 0001 only, as a release
+    /// before the safety features left it, with sqlx's own file-based
+    /// migrator (what `sqlx migrate run` would record), then run `sql` on it
+    /// without the store.
+    async fn stage_at_0001(&self, sql: &str) {
+        let only_0001 = tempfile::tempdir().unwrap();
+        let (flavour, name) = match self {
+            Target::Sqlite(_) => ("sqlite", "0001_init.sql"),
+            Target::Postgres(_) => ("postgres", "0001_init.sql"),
+        };
+        let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("migrations")
+            .join(flavour)
+            .join(name);
+        std::fs::copy(&source, only_0001.path().join(name)).unwrap();
+        let migrator = sqlx::migrate::Migrator::new(only_0001.path())
+            .await
+            .unwrap();
+        assert_eq!(migrator.iter().count(), 1);
+        match self {
+            Target::Sqlite(path) => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(path)
+                    .create_if_missing(true)
+                    .foreign_keys(true);
+                let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+                migrator.run(&pool).await.unwrap();
+                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+                pool.close().await;
+            }
+            Target::Postgres(url) => {
+                let pool = sqlx::PgPool::connect(url).await.unwrap();
+                migrator.run(&pool).await.unwrap();
+                sqlx::raw_sql(sql).execute(&pool).await.unwrap();
+                pool.close().await;
             }
         }
     }
@@ -199,11 +243,23 @@ on_both_backends! {
         writer_reports_a_unit_failure_to_its_caller_only,
         writer_fails_every_caller_of_a_failed_batch,
         writer_finishes_queued_work_after_every_handle_is_dropped,
+        a_pending_call_starts_then_finishes,
+        a_denied_pending_call_finishes_without_running,
+        approvals_are_listed_and_decided_once,
+        expired_approvals_are_listed_across_owners,
+        audit_entries_commit_or_roll_back_with_their_unit,
+        audit_filters_and_keyset_pages,
+        run_calls_keep_the_recorded_order,
+        undo_links_are_recorded_once,
+        owner_rules_round_trip_and_overwrite,
     ],
     target: [
         two_handles_on_one_database_serialise_their_writes,
         data_survives_reopening,
         a_constraint_violation_rolls_back_only_its_unit,
+        the_audit_log_is_append_only,
+        pending_work_survives_a_restart_untouched,
+        a_0001_database_migrates_with_its_data,
     ],
 }
 
@@ -236,6 +292,8 @@ fn new_call(id: &str) -> NewToolCall {
         run_id: format!("run-{id}"),
         tool_name: "project_cli".to_owned(),
         args: json!({"module": "calendar", "method": "read", "input": {"day": "2026-04-21"}}),
+        status: CallStatus::Running,
+        undo_of: None,
         created_at_ms: 1_700_000_000_000,
     }
 }
@@ -382,6 +440,8 @@ async fn a_unit_records_a_running_call_and_its_events(store: DynStore) {
             message_id: None,
             created_at_ms: call.created_at_ms,
             finished_at_ms: None,
+            undo_of: None,
+            undone_by: None,
         })
     );
     assert!(store.tool_call("t", "call_2").await.unwrap().is_none());
@@ -981,6 +1041,8 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
             message_id: None,
             created_at_ms: call.created_at_ms,
             finished_at_ms: None,
+            undo_of: None,
+            undone_by: None,
         }
     };
     assert_eq!(running, [expected("t", "alice"), expected("u", "bob")]);
@@ -1181,6 +1243,42 @@ impl Store for Observed {
     }
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.running_tool_calls().await
+    }
+    async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
+        self.inner.run_calls(thread_id, run_id).await
+    }
+    async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>> {
+        self.inner.approval(id).await
+    }
+    async fn approvals(
+        &self,
+        owner: &str,
+        status: Option<ApprovalStatus>,
+        limit: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>> {
+        self.inner.approvals(owner, status, limit).await
+    }
+    async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
+        self.inner.expired_approvals(now_ms, limit).await
+    }
+    async fn audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
+        self.inner.audit(filter).await
+    }
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
+        self.inner.append_audit(entry).await
+    }
+    async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>> {
+        self.inner.owner_rules(owner).await
+    }
+    async fn put_owner_rules(
+        &self,
+        owner: &str,
+        rules: &Value,
+        updated_at_ms: i64,
+    ) -> StoreResult<()> {
+        self.inner
+            .put_owner_rules(owner, rules, updated_at_ms)
+            .await
     }
     async fn events_after(
         &self,
@@ -1580,6 +1678,1355 @@ async fn a_constraint_violation_rolls_back_only_its_unit(target: Target) {
     assert!(store.tool_call("t", "c1").await.unwrap().is_none());
     assert!(store.tool_call("u", "c1").await.unwrap().is_some());
     assert_eq!(store.last_event_seq("t").await.unwrap(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Safety features: pending calls, approvals, audit log, runs, undo, rules.
+
+fn pending_call(id: &str) -> NewToolCall {
+    NewToolCall {
+        status: CallStatus::PendingApproval,
+        ..new_call(id)
+    }
+}
+
+fn approval(id: &str, thread: &str, owner: &str, call: &str, created: i64) -> ApprovalRecord {
+    ApprovalRecord {
+        id: id.to_owned(),
+        thread_id: thread.to_owned(),
+        owner: owner.to_owned(),
+        tool_call_id: call.to_owned(),
+        tool_name: "bash".to_owned(),
+        arguments: json!({"command": "rm -rf build/"}),
+        reason: "requires_checkpoint".to_owned(),
+        preview: Some(json!({"would_delete": ["build/a.o", "build/b.o"]})),
+        request: json!({"call": {"id": call, "name": "bash"}, "observer": null}),
+        status: ApprovalStatus::Pending,
+        decided_by: None,
+        decision_reason: None,
+        created_at_ms: created,
+        expires_at_ms: created + 60_000,
+        decided_at_ms: None,
+    }
+}
+
+fn decide(id: &str, status: ApprovalStatus, at: i64) -> WriteOp {
+    WriteOp::DecideApproval {
+        id: id.to_owned(),
+        status,
+        decided_by: Some("operator".to_owned()),
+        reason: Some(format!("decided {}", status.as_str())),
+        decided_at_ms: at,
+    }
+}
+
+fn audit_entry(owner: &str, thread: Option<&str>, action: &str, at_ms: i64) -> NewAuditEntry {
+    NewAuditEntry {
+        at_ms,
+        owner: owner.to_owned(),
+        thread_id: thread.map(str::to_owned),
+        tool_call_id: None,
+        tool_name: None,
+        action: action.to_owned(),
+        operation: None,
+        verdict: None,
+        rule: None,
+        approval_id: None,
+        outcome: None,
+        duration_ms: None,
+        detail: json!({}),
+    }
+}
+
+fn filter(owner: &str) -> AuditFilter {
+    AuditFilter {
+        owner: owner.to_owned(),
+        limit: 100,
+        ..AuditFilter::default()
+    }
+}
+
+fn audit_ids(entries: &[AuditEntry]) -> Vec<i64> {
+    entries.iter().map(|e| e.id).collect()
+}
+
+fn call_ids(calls: &[ToolCallRecord]) -> Vec<&str> {
+    calls.iter().map(|c| c.id.as_str()).collect()
+}
+
+async fn status_of(store: &DynStore, thread: &str, id: &str) -> CallStatus {
+    store
+        .tool_call(thread, id)
+        .await
+        .unwrap()
+        .expect("call recorded")
+        .status
+}
+
+async fn a_pending_call_starts_then_finishes(store: DynStore) {
+    let receipt = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(pending_call("c1")),
+                WriteOp::InsertApproval(approval("ap1", "t", "alice", "c1", 1_000)),
+                events(1),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(seqs(&receipt.events), [1]);
+    let record = store.tool_call("t", "c1").await.unwrap().unwrap();
+    assert_eq!(record.status, CallStatus::PendingApproval);
+    assert_eq!(record.finished_at_ms, None);
+    assert!(!CallStatus::PendingApproval.is_finished());
+    // Waiting for a decision is not running.
+    assert!(store.running_tool_calls().await.unwrap().is_empty());
+
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                decide("ap1", ApprovalStatus::Approved, 2_000),
+                WriteOp::StartPendingCall { id: "c1".into() },
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status_of(&store, "t", "c1").await, CallStatus::Running);
+    assert_eq!(call_ids(&store.running_tool_calls().await.unwrap()), ["c1"]);
+
+    // Starting twice is a conflict, and takes the rest of its unit with it.
+    let again = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![events(1), WriteOp::StartPendingCall { id: "c1".into() }],
+        ),
+    )
+    .await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    assert_eq!(store.last_event_seq("t").await.unwrap(), 1);
+    let unknown = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::StartPendingCall { id: "nope".into() }],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(unknown, Err(StoreError::NotFound(_))),
+        "{unknown:?}"
+    );
+    // Another thread's call is not found from this thread.
+    let elsewhere = apply_one(
+        &store,
+        unit(
+            "u",
+            "alice",
+            vec![WriteOp::StartPendingCall { id: "c1".into() }],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(elsewhere, Err(StoreError::NotFound(_))),
+        "{elsewhere:?}"
+    );
+
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::FinishToolCall(finished("c1", CallStatus::Success))],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status_of(&store, "t", "c1").await, CallStatus::Success);
+    let finished_start = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::StartPendingCall { id: "c1".into() }],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(finished_start, Err(StoreError::Conflict(_))),
+        "{finished_start:?}"
+    );
+    assert!(store.running_tool_calls().await.unwrap().is_empty());
+}
+
+async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(pending_call("c1")),
+                WriteOp::InsertApproval(approval("ap1", "t", "alice", "c1", 1_000)),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    // Deny: the decision, the call's end, its message and an audit entry.
+    let mut end = finished("c1", CallStatus::Failure);
+    end.undo = None;
+    let receipt = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                decide("ap1", ApprovalStatus::Denied, 2_000),
+                WriteOp::FinishToolCall(end.clone()),
+                WriteOp::InsertMessage(message(&end.message_id, Role::Tool, "denied")),
+                WriteOp::AppendAudit(audit_entry("alice", Some("t"), "approval.decided", 2_000)),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(receipt.audit_ids.len(), 1);
+    let record = store.tool_call("t", "c1").await.unwrap().unwrap();
+    assert_eq!(record.status, CallStatus::Failure);
+    assert_eq!(record.output, Some(end.output));
+    assert_eq!(record.finished_at_ms, Some(end.finished_at_ms));
+    assert_eq!(
+        store.approval("ap1").await.unwrap().unwrap().status,
+        ApprovalStatus::Denied
+    );
+
+    // A finished call neither starts nor finishes again.
+    for op in [
+        WriteOp::StartPendingCall { id: "c1".into() },
+        WriteOp::FinishToolCall(finished("c1", CallStatus::Success)),
+    ] {
+        let refused = apply_one(&store, unit("t", "alice", vec![op])).await;
+        assert!(
+            matches!(refused, Err(StoreError::Conflict(_))),
+            "{refused:?}"
+        );
+    }
+
+    // Calls are recorded only as running or pending; pending is no end.
+    let mut done_call = new_call("c2");
+    done_call.status = CallStatus::Success;
+    let refused = apply_one(
+        &store,
+        unit("t", "alice", vec![WriteOp::InsertToolCall(done_call)]),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert!(store.tool_call("t", "c2").await.unwrap().is_none());
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::InsertToolCall(pending_call("c3"))],
+        ),
+    )
+    .await
+    .unwrap();
+    let refused = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::FinishToolCall(finished(
+                "c3",
+                CallStatus::PendingApproval,
+            ))],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        status_of(&store, "t", "c3").await,
+        CallStatus::PendingApproval
+    );
+}
+
+async fn approvals_are_listed_and_decided_once(store: DynStore) {
+    let a1 = approval("ap1", "t", "alice", "c1", 1_000);
+    let a2 = approval("ap2", "t", "alice", "c2", 3_000);
+    let mut a3 = approval("ap3", "u", "alice", "c1", 2_000);
+    a3.preview = None;
+    a3.reason = "ask: bash(rm *)".into();
+    let b1 = approval("bp1", "v", "bob", "c1", 4_000);
+    for (thread, owner, record) in [
+        ("t", "alice", &a1),
+        ("t", "alice", &a2),
+        ("u", "alice", &a3),
+        ("v", "bob", &b1),
+    ] {
+        apply_one(
+            &store,
+            unit(
+                thread,
+                owner,
+                vec![
+                    WriteOp::InsertToolCall(pending_call(&record.tool_call_id)),
+                    WriteOp::InsertApproval(record.clone()),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(store.approval("ap3").await.unwrap().as_ref(), Some(&a3));
+    assert_eq!(store.approval("ap1").await.unwrap().as_ref(), Some(&a1));
+    assert!(store.approval("nope").await.unwrap().is_none());
+
+    // A duplicate id conflicts, even in another thread; the unit rolls back.
+    let duplicate = apply_one(
+        &store,
+        unit(
+            "w",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(pending_call("c9")),
+                WriteOp::InsertApproval(approval("ap1", "w", "alice", "c9", 9_000)),
+            ],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(duplicate, Err(StoreError::Conflict(_))),
+        "{duplicate:?}"
+    );
+    assert!(store.tool_call("w", "c9").await.unwrap().is_none());
+    assert_eq!(store.approval("ap1").await.unwrap().as_ref(), Some(&a1));
+    // An approval must belong to its unit's thread and owner.
+    for stray in [
+        approval("ap8", "other", "alice", "c1", 1),
+        approval("ap8", "t", "mallory", "c1", 1),
+    ] {
+        let refused = apply_one(
+            &store,
+            unit("t", "alice", vec![WriteOp::InsertApproval(stray)]),
+        )
+        .await;
+        assert!(
+            matches!(refused, Err(StoreError::Conflict(_))),
+            "{refused:?}"
+        );
+    }
+    assert!(store.approval("ap8").await.unwrap().is_none());
+
+    // Newest first; filtered by status; limited; owners kept apart.
+    let ids = |records: Vec<ApprovalRecord>| -> Vec<String> {
+        records.into_iter().map(|r| r.id).collect()
+    };
+    assert_eq!(
+        ids(store.approvals("alice", None, 10).await.unwrap()),
+        ["ap2", "ap3", "ap1"]
+    );
+    assert_eq!(
+        ids(store.approvals("alice", None, 2).await.unwrap()),
+        ["ap2", "ap3"]
+    );
+    assert!(store.approvals("alice", None, 0).await.unwrap().is_empty());
+    assert_eq!(
+        ids(store.approvals("bob", None, 10).await.unwrap()),
+        ["bp1"]
+    );
+    assert!(store.approvals("carol", None, 10).await.unwrap().is_empty());
+
+    // Decide: the fields are stored, and a second decision conflicts.
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![decide("ap1", ApprovalStatus::Approved, 1_500)],
+        ),
+    )
+    .await
+    .unwrap();
+    let decided = store.approval("ap1").await.unwrap().unwrap();
+    assert_eq!(
+        decided,
+        ApprovalRecord {
+            status: ApprovalStatus::Approved,
+            decided_by: Some("operator".into()),
+            decision_reason: Some("decided approved".into()),
+            decided_at_ms: Some(1_500),
+            ..a1.clone()
+        }
+    );
+    for second in [
+        ApprovalStatus::Denied,
+        ApprovalStatus::Approved,
+        ApprovalStatus::Expired,
+    ] {
+        let twice = apply_one(
+            &store,
+            unit("t", "alice", vec![events(1), decide("ap1", second, 1_600)]),
+        )
+        .await;
+        assert!(matches!(twice, Err(StoreError::Conflict(_))), "{twice:?}");
+    }
+    assert_eq!(store.approval("ap1").await.unwrap().unwrap(), decided);
+    assert_eq!(store.last_event_seq("t").await.unwrap(), 0);
+
+    // Two decisions racing in one batch: the first wins, the second conflicts.
+    let results = store
+        .apply_batch(&[
+            unit(
+                "t",
+                "alice",
+                vec![decide("ap2", ApprovalStatus::Denied, 3_100)],
+            ),
+            unit(
+                "t",
+                "alice",
+                vec![decide("ap2", ApprovalStatus::Approved, 3_200)],
+            ),
+        ])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    assert!(
+        matches!(results[1], Err(StoreError::Conflict(_))),
+        "{:?}",
+        results[1]
+    );
+    assert_eq!(
+        store.approval("ap2").await.unwrap().unwrap().status,
+        ApprovalStatus::Denied
+    );
+
+    // Deciding "pending" is no decision; unknown ids and other threads'
+    // approvals are not found.
+    let pending = apply_one(
+        &store,
+        unit(
+            "u",
+            "alice",
+            vec![decide("ap3", ApprovalStatus::Pending, 2_500)],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(pending, Err(StoreError::Conflict(_))),
+        "{pending:?}"
+    );
+    let unknown = apply_one(
+        &store,
+        unit(
+            "u",
+            "alice",
+            vec![decide("nope", ApprovalStatus::Approved, 2_500)],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(unknown, Err(StoreError::NotFound(_))),
+        "{unknown:?}"
+    );
+    let elsewhere = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![decide("ap3", ApprovalStatus::Approved, 2_500)],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(elsewhere, Err(StoreError::NotFound(_))),
+        "{elsewhere:?}"
+    );
+
+    // Approving (or denying) at or after the deadline fails, even before the
+    // sweeper marked it; expiring then works, once.
+    for late in [ApprovalStatus::Approved, ApprovalStatus::Denied] {
+        let refused = apply_one(
+            &store,
+            unit("u", "alice", vec![decide("ap3", late, a3.expires_at_ms)]),
+        )
+        .await;
+        assert!(
+            matches!(refused, Err(StoreError::Conflict(_))),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(
+        store.approval("ap3").await.unwrap().unwrap().status,
+        ApprovalStatus::Pending
+    );
+    apply_one(
+        &store,
+        unit(
+            "u",
+            "alice",
+            vec![WriteOp::DecideApproval {
+                id: "ap3".into(),
+                status: ApprovalStatus::Expired,
+                decided_by: None,
+                reason: None,
+                decided_at_ms: a3.expires_at_ms + 5,
+            }],
+        ),
+    )
+    .await
+    .unwrap();
+    let expired = store.approval("ap3").await.unwrap().unwrap();
+    assert_eq!(expired.status, ApprovalStatus::Expired);
+    assert_eq!(expired.decided_by, None);
+    assert_eq!(expired.decided_at_ms, Some(a3.expires_at_ms + 5));
+    let approve_after_expiry = apply_one(
+        &store,
+        unit(
+            "u",
+            "alice",
+            vec![decide("ap3", ApprovalStatus::Approved, 2_100)],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(approve_after_expiry, Err(StoreError::Conflict(_))),
+        "{approve_after_expiry:?}"
+    );
+
+    assert_eq!(
+        ids(store
+            .approvals("alice", Some(ApprovalStatus::Pending), 10)
+            .await
+            .unwrap()),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        ids(store
+            .approvals("alice", Some(ApprovalStatus::Approved), 10)
+            .await
+            .unwrap()),
+        ["ap1"]
+    );
+    assert_eq!(
+        ids(store
+            .approvals("alice", Some(ApprovalStatus::Denied), 10)
+            .await
+            .unwrap()),
+        ["ap2"]
+    );
+    assert_eq!(
+        ids(store
+            .approvals("alice", Some(ApprovalStatus::Expired), 10)
+            .await
+            .unwrap()),
+        ["ap3"]
+    );
+    assert_eq!(
+        ids(store
+            .approvals("bob", Some(ApprovalStatus::Pending), 10)
+            .await
+            .unwrap()),
+        ["bp1"]
+    );
+}
+
+async fn expired_approvals_are_listed_across_owners(store: DynStore) {
+    // Deadlines: a 61_000, b 62_000, c 63_000 (decided), d 64_000, e 70_000.
+    let mut records = Vec::new();
+    for (id, thread, owner, created) in [
+        ("d", "t1", "alice", 4_000),
+        ("b", "t2", "bob", 2_000),
+        ("a", "t1", "alice", 1_000),
+        ("c", "t3", "carol", 3_000),
+        ("e", "t2", "bob", 10_000),
+    ] {
+        let record = approval(id, thread, owner, &format!("call_{id}"), created);
+        apply_one(
+            &store,
+            unit(
+                thread,
+                owner,
+                vec![
+                    WriteOp::InsertToolCall(pending_call(&record.tool_call_id)),
+                    WriteOp::InsertApproval(record.clone()),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+        records.push(record);
+    }
+    apply_one(
+        &store,
+        unit(
+            "t3",
+            "carol",
+            vec![decide("c", ApprovalStatus::Denied, 3_500)],
+        ),
+    )
+    .await
+    .unwrap();
+
+    let ids = |records: Vec<ApprovalRecord>| -> Vec<String> {
+        records.into_iter().map(|r| r.id).collect()
+    };
+    assert!(
+        store
+            .expired_approvals(60_999, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        ids(store.expired_approvals(61_000, 10).await.unwrap()),
+        ["a"]
+    );
+    assert_eq!(
+        ids(store.expired_approvals(65_000, 10).await.unwrap()),
+        ["a", "b", "d"]
+    );
+    assert_eq!(
+        ids(store.expired_approvals(65_000, 2).await.unwrap()),
+        ["a", "b"]
+    );
+    assert!(store.expired_approvals(65_000, 0).await.unwrap().is_empty());
+    let all = store.expired_approvals(i64::MAX, 10).await.unwrap();
+    assert_eq!(ids(all.clone()), ["a", "b", "d", "e"]);
+    // Full records, with what the sweeper needs to write in their thread.
+    assert_eq!(all[1], records[1]);
+
+    // The sweeper expires one; it leaves the list.
+    apply_one(
+        &store,
+        unit(
+            "t1",
+            "alice",
+            vec![decide("a", ApprovalStatus::Expired, 65_000)],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ids(store.expired_approvals(65_000, 10).await.unwrap()),
+        ["b", "d"]
+    );
+}
+
+async fn audit_entries_commit_or_roll_back_with_their_unit(store: DynStore) {
+    let mut executed = audit_entry("alice", Some("t"), "call.executed", 1_000);
+    executed.tool_call_id = Some("c1".into());
+    executed.tool_name = Some("bash".into());
+    executed.operation = Some("shell.exec".into());
+    executed.verdict = Some("allow".into());
+    executed.rule = Some("allow: bash(ls *)".into());
+    executed.outcome = Some("success".into());
+    executed.duration_ms = Some(12);
+    executed.detail = tricky_json();
+    let receipt = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(new_call("c1")),
+                WriteOp::AppendAudit(executed.clone()),
+                events(1),
+                WriteOp::AppendAudit(audit_entry("alice", None, "note", 1_001)),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(receipt.audit_ids.len(), 2);
+    assert!(receipt.audit_ids[0] < receipt.audit_ids[1]);
+    let stored = store.audit(&filter("alice")).await.unwrap();
+    assert_eq!(
+        audit_ids(&stored),
+        [receipt.audit_ids[1], receipt.audit_ids[0]]
+    );
+    assert_eq!(
+        stored[1],
+        AuditEntry {
+            id: receipt.audit_ids[0],
+            at_ms: executed.at_ms,
+            owner: executed.owner.clone(),
+            thread_id: executed.thread_id.clone(),
+            tool_call_id: executed.tool_call_id.clone(),
+            tool_name: executed.tool_name.clone(),
+            action: executed.action.clone(),
+            operation: executed.operation.clone(),
+            verdict: executed.verdict.clone(),
+            rule: executed.rule.clone(),
+            approval_id: None,
+            outcome: executed.outcome.clone(),
+            duration_ms: executed.duration_ms,
+            detail: executed.detail.clone(),
+        }
+    );
+    assert_eq!(stored[0].thread_id, None);
+
+    // A unit that fails after its audit entry leaves no entry behind, in a
+    // batch whose other units (and their entries) commit.
+    let results = store
+        .apply_batch(&[
+            unit(
+                "t",
+                "alice",
+                vec![
+                    WriteOp::AppendAudit(audit_entry("alice", Some("t"), "call.executed", 2_000)),
+                    WriteOp::InsertToolCall(new_call("c1")), // duplicate
+                ],
+            ),
+            unit(
+                "u",
+                "alice",
+                vec![WriteOp::AppendAudit(audit_entry(
+                    "alice",
+                    Some("u"),
+                    "call.refused",
+                    2_001,
+                ))],
+            ),
+            unit(
+                "t",
+                "bob", // not bob's thread
+                vec![WriteOp::AppendAudit(audit_entry(
+                    "bob",
+                    Some("t"),
+                    "x",
+                    2_002,
+                ))],
+            ),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(results[0], Err(StoreError::Conflict(_))),
+        "{:?}",
+        results[0]
+    );
+    assert_eq!(results[1].as_ref().unwrap().audit_ids.len(), 1);
+    assert!(
+        matches!(results[2], Err(StoreError::NotOwner)),
+        "{:?}",
+        results[2]
+    );
+    let after = store.audit(&filter("alice")).await.unwrap();
+    assert_eq!(after.len(), 3);
+    assert_eq!(after[0].action, "call.refused");
+    assert!(after.iter().all(|e| e.at_ms != 2_000));
+    assert!(store.audit(&filter("bob")).await.unwrap().is_empty());
+
+    // An entry must name its unit's owner, and its thread if any.
+    for stray in [
+        audit_entry("mallory", Some("t"), "x", 3_000),
+        audit_entry("alice", Some("elsewhere"), "x", 3_000),
+    ] {
+        let refused = apply_one(
+            &store,
+            unit("t", "alice", vec![WriteOp::AppendAudit(stray)]),
+        )
+        .await;
+        assert!(
+            matches!(refused, Err(StoreError::Conflict(_))),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(store.audit(&filter("alice")).await.unwrap().len(), 3);
+    assert!(store.audit(&filter("mallory")).await.unwrap().is_empty());
+
+    // Thread-less actions are appended on their own.
+    let id = store
+        .append_audit(&audit_entry("alice", None, "rules.updated", 4_000))
+        .await
+        .unwrap();
+    let newest = store.audit(&filter("alice")).await.unwrap().remove(0);
+    assert_eq!((newest.id, newest.action.as_str()), (id, "rules.updated"));
+    assert!(id > after[0].id);
+}
+
+async fn audit_filters_and_keyset_pages(store: DynStore) {
+    // 30 entries for alice over two threads, three tools, three actions;
+    // a few for bob.
+    for i in 0..30i64 {
+        let thread = if i % 2 == 0 { "t" } else { "u" };
+        let mut entry = audit_entry(
+            "alice",
+            Some(thread),
+            ["call.executed", "call.refused", "approval.requested"][(i % 3) as usize],
+            1_000 + i,
+        );
+        entry.tool_name = Some(["bash", "read_file", "project_cli"][(i % 3) as usize].to_owned());
+        entry.tool_call_id = Some(format!("c{}", i / 5));
+        entry.detail = json!({"i": i});
+        apply_one(
+            &store,
+            unit(thread, "alice", vec![WriteOp::AppendAudit(entry)]),
+        )
+        .await
+        .unwrap();
+    }
+    for i in 0..3i64 {
+        let mut entry = audit_entry("bob", Some("v"), "call.executed", 1_000 + i);
+        entry.tool_name = Some("bash".into());
+        apply_one(&store, unit("v", "bob", vec![WriteOp::AppendAudit(entry)]))
+            .await
+            .unwrap();
+    }
+    let is = |entries: &[AuditEntry]| -> Vec<i64> {
+        entries
+            .iter()
+            .map(|e| e.detail["i"].as_i64().unwrap())
+            .collect()
+    };
+
+    let all = store.audit(&filter("alice")).await.unwrap();
+    assert_eq!(is(&all), (0..30).rev().collect::<Vec<_>>());
+    assert!(all.windows(2).all(|w| w[0].id > w[1].id));
+    assert_eq!(store.audit(&filter("bob")).await.unwrap().len(), 3);
+
+    let with = |f: AuditFilter| {
+        let store = store.clone();
+        async move { store.audit(&f).await.unwrap() }
+    };
+    let by_thread = with(AuditFilter {
+        thread_id: Some("u".into()),
+        ..filter("alice")
+    })
+    .await;
+    assert_eq!(
+        is(&by_thread),
+        (0..30).rev().filter(|i| i % 2 == 1).collect::<Vec<_>>()
+    );
+    let by_tool = with(AuditFilter {
+        tool_name: Some("read_file".into()),
+        ..filter("alice")
+    })
+    .await;
+    assert_eq!(
+        is(&by_tool),
+        (0..30).rev().filter(|i| i % 3 == 1).collect::<Vec<_>>()
+    );
+    let by_action = with(AuditFilter {
+        action: Some("approval.requested".into()),
+        ..filter("alice")
+    })
+    .await;
+    assert_eq!(
+        is(&by_action),
+        (0..30).rev().filter(|i| i % 3 == 2).collect::<Vec<_>>()
+    );
+    let by_call = with(AuditFilter {
+        tool_call_id: Some("c2".into()),
+        ..filter("alice")
+    })
+    .await;
+    assert_eq!(is(&by_call), [14, 13, 12, 11, 10]);
+    let window = with(AuditFilter {
+        since_ms: Some(1_010),
+        until_ms: Some(1_014),
+        ..filter("alice")
+    })
+    .await;
+    assert_eq!(is(&window), [13, 12, 11, 10]);
+    let combined = with(AuditFilter {
+        thread_id: Some("t".into()),
+        tool_name: Some("bash".into()),
+        since_ms: Some(1_003),
+        ..filter("alice")
+    })
+    .await;
+    assert_eq!(is(&combined), [24, 18, 12, 6]);
+    // Another owner's filter never sees alice's entries, whatever else matches.
+    let foreign = with(AuditFilter {
+        thread_id: Some("t".into()),
+        ..filter("bob")
+    })
+    .await;
+    assert!(foreign.is_empty());
+    assert!(
+        with(AuditFilter {
+            limit: 0,
+            ..filter("alice")
+        })
+        .await
+        .is_empty()
+    );
+
+    // Keyset pages of 7, newest first, with and without a filter.
+    let mut pages = Vec::new();
+    let mut before = None;
+    loop {
+        let page = with(AuditFilter {
+            before_id: before,
+            limit: 7,
+            ..filter("alice")
+        })
+        .await;
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 7);
+        before = Some(page.last().unwrap().id);
+        pages.push(is(&page));
+    }
+    assert_eq!(pages.len(), 5);
+    assert_eq!(pages[0], [29, 28, 27, 26, 25, 24, 23]);
+    assert_eq!(pages.concat(), (0..30).rev().collect::<Vec<_>>());
+    let first = with(AuditFilter {
+        thread_id: Some("t".into()),
+        limit: 4,
+        ..filter("alice")
+    })
+    .await;
+    assert_eq!(is(&first), [28, 26, 24, 22]);
+    let second = with(AuditFilter {
+        thread_id: Some("t".into()),
+        limit: 4,
+        before_id: Some(first.last().unwrap().id),
+        ..filter("alice")
+    })
+    .await;
+    assert_eq!(is(&second), [20, 18, 16, 14]);
+}
+
+async fn the_audit_log_is_append_only(target: Target) {
+    let store = target.open().await;
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::AppendAudit(audit_entry(
+                "alice",
+                Some("t"),
+                "call.executed",
+                1,
+            ))],
+        ),
+    )
+    .await
+    .unwrap();
+    for sql in [
+        "UPDATE audit_log SET outcome = 'forged'",
+        "UPDATE audit_log SET owner = 'mallory' WHERE action = 'call.executed'",
+        "DELETE FROM audit_log",
+        "DELETE FROM audit_log WHERE owner = 'alice'",
+    ] {
+        let refused = target.try_execute(sql).await;
+        let message = match &refused {
+            Err(sqlx::Error::Database(db)) => db.message().to_owned(),
+            other => panic!("{sql}: {other:?}"),
+        };
+        assert!(
+            message.contains("audit log is append-only"),
+            "{sql}: {message}"
+        );
+    }
+    if let Target::Postgres(_) = target {
+        let refused = target.try_execute("TRUNCATE audit_log").await;
+        assert!(refused.is_err(), "TRUNCATE: {refused:?}");
+    }
+    let entries = store.audit(&filter("alice")).await.unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].outcome, None);
+    // Inserting is what the log is for.
+    target
+        .execute(
+            "INSERT INTO audit_log (at_ms, owner, action, detail) \
+             VALUES (2, 'alice', 'manual', '{}')",
+        )
+        .await;
+    assert_eq!(store.audit(&filter("alice")).await.unwrap().len(), 2);
+}
+
+async fn run_calls_keep_the_recorded_order(store: DynStore) {
+    // Same millisecond everywhere; ids not in alphabetical order.
+    let call = |id: &str, run: &str| NewToolCall {
+        run_id: run.to_owned(),
+        ..new_call(id)
+    };
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(call("zeta", "r1")),
+                WriteOp::InsertToolCall(call("alpha", "r1")),
+                WriteOp::InsertToolCall(call("other", "r2")),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    // A failing unit reserves ordinals and gives them back.
+    let failed = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(call("ghost", "r1")),
+                WriteOp::InsertToolCall(call("zeta", "r1")),
+            ],
+        ),
+    )
+    .await;
+    assert!(matches!(failed, Err(StoreError::Conflict(_))), "{failed:?}");
+    let results = store
+        .apply_batch(&[
+            unit(
+                "t",
+                "alice",
+                vec![WriteOp::InsertToolCall(call("mid", "r1"))],
+            ),
+            unit(
+                "u",
+                "alice",
+                vec![WriteOp::InsertToolCall(call("beta", "r1"))],
+            ),
+            unit(
+                "t",
+                "alice",
+                vec![WriteOp::InsertToolCall(pending_call_in("aaa", "r1"))],
+            ),
+        ])
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::FinishToolCall(finished(
+                "alpha",
+                CallStatus::Success,
+            ))],
+        ),
+    )
+    .await
+    .unwrap();
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::InsertToolCall(call("last", "r1"))],
+        ),
+    )
+    .await
+    .unwrap();
+
+    let run = store.run_calls("t", "r1").await.unwrap();
+    assert_eq!(call_ids(&run), ["zeta", "alpha", "mid", "aaa", "last"]);
+    assert_eq!(run[1].status, CallStatus::Success);
+    assert_eq!(run[3].status, CallStatus::PendingApproval);
+    assert_eq!(
+        call_ids(&store.run_calls("t", "r2").await.unwrap()),
+        ["other"]
+    );
+    assert_eq!(
+        call_ids(&store.run_calls("u", "r1").await.unwrap()),
+        ["beta"]
+    );
+    assert!(store.run_calls("t", "r3").await.unwrap().is_empty());
+    assert!(store.run_calls("nowhere", "r1").await.unwrap().is_empty());
+}
+
+fn pending_call_in(id: &str, run: &str) -> NewToolCall {
+    NewToolCall {
+        run_id: run.to_owned(),
+        ..pending_call(id)
+    }
+}
+
+async fn undo_links_are_recorded_once(store: DynStore) {
+    apply_one(
+        &store,
+        unit("t", "alice", vec![WriteOp::InsertToolCall(new_call("c1"))]),
+    )
+    .await
+    .unwrap();
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::FinishToolCall(finished("c1", CallStatus::Success))],
+        ),
+    )
+    .await
+    .unwrap();
+    let undo_call = NewToolCall {
+        undo_of: Some("c1".into()),
+        ..new_call("undo_c1")
+    };
+    apply_one(
+        &store,
+        unit("t", "alice", vec![WriteOp::InsertToolCall(undo_call)]),
+    )
+    .await
+    .unwrap();
+    let mut end = finished("undo_c1", CallStatus::Success);
+    end.undo = None;
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::FinishToolCall(end),
+                WriteOp::MarkUndone {
+                    id: "c1".into(),
+                    undone_by: "undo_c1".into(),
+                },
+                WriteOp::AppendAudit(audit_entry("alice", Some("t"), "call.undone", 5)),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    let undone = store.tool_call("t", "c1").await.unwrap().unwrap();
+    assert_eq!(undone.undone_by.as_deref(), Some("undo_c1"));
+    assert_eq!(undone.undo_of, None);
+    assert_eq!(undone.status, CallStatus::Success);
+    let undoing = store.tool_call("t", "undo_c1").await.unwrap().unwrap();
+    assert_eq!(undoing.undo_of.as_deref(), Some("c1"));
+    assert_eq!(undoing.undone_by, None);
+
+    // Twice: a conflict, rolling back the rest of the unit.
+    let twice = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::AppendAudit(audit_entry("alice", Some("t"), "call.undone", 6)),
+                WriteOp::MarkUndone {
+                    id: "c1".into(),
+                    undone_by: "another".into(),
+                },
+            ],
+        ),
+    )
+    .await;
+    assert!(matches!(twice, Err(StoreError::Conflict(_))), "{twice:?}");
+    assert_eq!(
+        store
+            .tool_call("t", "c1")
+            .await
+            .unwrap()
+            .unwrap()
+            .undone_by
+            .as_deref(),
+        Some("undo_c1")
+    );
+    assert_eq!(store.audit(&filter("alice")).await.unwrap().len(), 1);
+    for (thread, id) in [("t", "nope"), ("u", "c1")] {
+        let unknown = apply_one(
+            &store,
+            unit(
+                thread,
+                "alice",
+                vec![WriteOp::MarkUndone {
+                    id: id.into(),
+                    undone_by: "x".into(),
+                }],
+            ),
+        )
+        .await;
+        assert!(
+            matches!(unknown, Err(StoreError::NotFound(_))),
+            "{unknown:?}"
+        );
+    }
+}
+
+async fn owner_rules_round_trip_and_overwrite(store: DynStore) {
+    assert_eq!(store.owner_rules("alice").await.unwrap(), None);
+    let rules = json!({
+        "deny": ["bash(rm -rf /*)"],
+        "ask": ["bash(git push *)", "write_file(/etc/**)"],
+        "allow": ["read_file(**)"],
+        "whitelist": null,
+        "note": "ünïcode \u{1f512}"
+    });
+    store.put_owner_rules("alice", &rules, 1_000).await.unwrap();
+    assert_eq!(
+        store.owner_rules("alice").await.unwrap(),
+        Some(rules.clone())
+    );
+    assert_eq!(store.owner_rules("bob").await.unwrap(), None);
+
+    let replaced = json!({"allow": [], "deny": ["*"]});
+    store
+        .put_owner_rules("alice", &replaced, 2_000)
+        .await
+        .unwrap();
+    assert_eq!(store.owner_rules("alice").await.unwrap(), Some(replaced));
+    store
+        .put_owner_rules("bob", &json!([]), 2_000)
+        .await
+        .unwrap();
+    assert_eq!(store.owner_rules("bob").await.unwrap(), Some(json!([])));
+    assert_ne!(store.owner_rules("alice").await.unwrap(), Some(json!([])));
+}
+
+async fn pending_work_survives_a_restart_untouched(target: Target) {
+    let store = target.open().await;
+    let record = approval("ap1", "t", "alice", "c1", 1_000);
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(pending_call("c1")),
+                WriteOp::InsertApproval(record.clone()),
+                WriteOp::InsertToolCall(new_call("c2")),
+                WriteOp::AppendAudit(audit_entry("alice", Some("t"), "approval.requested", 1)),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    let before = store.tool_call("t", "c1").await.unwrap().unwrap();
+    drop(store);
+
+    let store = target.open().await;
+    store.ready().await.unwrap();
+    // Start-up recovery sees only the call that was running.
+    assert_eq!(call_ids(&store.running_tool_calls().await.unwrap()), ["c2"]);
+    assert_eq!(store.tool_call("t", "c1").await.unwrap(), Some(before));
+    assert_eq!(store.approval("ap1").await.unwrap(), Some(record.clone()));
+    assert_eq!(
+        store
+            .approvals("alice", Some(ApprovalStatus::Pending), 10)
+            .await
+            .unwrap(),
+        [record]
+    );
+    assert_eq!(store.audit(&filter("alice")).await.unwrap().len(), 1);
+    // And the approval can still be decided and the call started.
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                decide("ap1", ApprovalStatus::Approved, 2_000),
+                WriteOp::StartPendingCall { id: "c1".into() },
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(store.running_tool_calls().await.unwrap().len(), 2);
+}
+
+async fn a_0001_database_migrates_with_its_data(target: Target) {
+    // A database left by the release before the safety features: two calls
+    // in one millisecond (ids out of order), one still running.
+    target
+        .stage_at_0001(
+            "INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq) \
+             VALUES ('t', 'alice', 1, 2, 1), ('u', 'bob', 1, 0, 0); \
+             INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
+                 output, undo, message_id, created_at_ms, finished_at_ms) VALUES \
+             ('t', 'b', 'alice', 'r1', 'echo', '{\"x\":1}', 'success', '{\"ok\":true}', \
+                 '{\"method\":\"delete\"}', 'm1', 100, 150), \
+             ('t', 'a', 'alice', 'r1', 'echo', '{\"x\":2}', 'running', NULL, NULL, NULL, 100, NULL), \
+             ('t', 'c', 'alice', 'r1', 'echo', '{}', 'failure', '{}', NULL, NULL, 90, 95), \
+             ('u', 'a', 'bob', 'r9', 'echo', '{}', 'running', NULL, NULL, NULL, 5, NULL); \
+             INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, \
+                 created_at_ms) VALUES ('t', 1, 'm1', 'tool', '{\"ok\":true}', '{}', 'b', 150); \
+             INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) VALUES \
+             ('t', 1, 'CUSTOM', '{}', 1), ('t', 2, 'CUSTOM', '{}', 2);",
+        )
+        .await;
+
+    let store = target.open().await;
+    store.ready().await.unwrap();
+    let b = store.tool_call("t", "b").await.unwrap().unwrap();
+    assert_eq!(b.status, CallStatus::Success);
+    assert_eq!(b.args, json!({"x": 1}));
+    assert_eq!(b.output, Some(json!({"ok": true})));
+    assert_eq!(b.undo, Some(json!({"method": "delete"})));
+    assert_eq!((b.undo_of, b.undone_by), (None, None));
+    assert_eq!(b.finished_at_ms, Some(150));
+    let mut running = store.running_tool_calls().await.unwrap();
+    running.sort_by(|x, y| x.thread_id.cmp(&y.thread_id));
+    assert_eq!(
+        running
+            .iter()
+            .map(|c| (c.thread_id.as_str(), c.id.as_str()))
+            .collect::<Vec<_>>(),
+        [("t", "a"), ("u", "a")]
+    );
+    // Old calls are numbered by (created_at_ms, id); new ones follow.
+    assert_eq!(
+        call_ids(&store.run_calls("t", "r1").await.unwrap()),
+        ["c", "a", "b"]
+    );
+    let receipt = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(pending_call_in("0new", "r1")),
+                events(1),
+                WriteOp::InsertMessage(message("m2", Role::User, "hi")),
+                WriteOp::AppendAudit(audit_entry("alice", Some("t"), "approval.requested", 1)),
+                WriteOp::InsertApproval(approval("ap1", "t", "alice", "0new", 1)),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(seqs(&receipt.events), [3]);
+    assert_eq!(receipt.messages, [("m2".to_owned(), 2)]);
+    assert_eq!(
+        call_ids(&store.run_calls("t", "r1").await.unwrap()),
+        ["c", "a", "b", "0new"]
+    );
+    assert_eq!(
+        status_of(&store, "t", "0new").await,
+        CallStatus::PendingApproval
+    );
+    apply_one(
+        &store,
+        unit("u", "bob", vec![WriteOp::InsertToolCall(new_call("z"))]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(call_ids(&store.run_calls("u", "r9").await.unwrap()), ["a"]);
+    assert!(target.try_execute("DELETE FROM audit_log").await.is_err());
+    drop(store);
+    // Reopening a migrated database applies nothing twice.
+    let store = target.open().await;
+    store.ready().await.unwrap();
+    assert_eq!(store.audit(&filter("alice")).await.unwrap().len(), 1);
 }
 
 // ---------------------------------------------------------------------------

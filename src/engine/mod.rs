@@ -352,6 +352,8 @@ impl Engine {
                     run_id: call.run_id.clone().unwrap_or_else(|| call.id.clone()),
                     tool_name: name.to_string(),
                     args: call.arguments.clone(),
+                    status: CallStatus::Running,
+                    undo_of: None,
                     created_at_ms: now_ms(),
                 }),
                 WriteOp::AppendEvents(events.iter().map(new_event).collect()),

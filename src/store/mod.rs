@@ -1,10 +1,12 @@
-//! Durable state: threads, messages, tool calls and the per-thread event log.
+//! Durable state: threads, messages, tool calls, the per-thread event log,
+//! approvals, the append-only audit log and owners' permission rules.
 //!
 //! One [`Store`] interface with two implementations (embedded SQLite, the
 //! default; Postgres, for production). Writes a request waits for go through
 //! the group-commit [`writer::Writer`]: many callers' [`WriteUnit`]s share one
 //! transaction, and each caller is answered only after that commit.
 
+mod checks;
 pub mod postgres;
 pub mod sqlite;
 pub mod writer;
@@ -72,6 +74,8 @@ impl Role {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CallStatus {
+    /// Recorded, waiting for a human decision (an approval); not started.
+    PendingApproval,
     Running,
     Success,
     Failure,
@@ -81,6 +85,7 @@ pub enum CallStatus {
 impl CallStatus {
     pub fn as_str(self) -> &'static str {
         match self {
+            CallStatus::PendingApproval => "pending_approval",
             CallStatus::Running => "running",
             CallStatus::Success => "success",
             CallStatus::Failure => "failure",
@@ -90,12 +95,22 @@ impl CallStatus {
 
     pub fn parse(s: &str) -> Option<CallStatus> {
         Some(match s {
+            "pending_approval" => CallStatus::PendingApproval,
             "running" => CallStatus::Running,
             "success" => CallStatus::Success,
             "failure" => CallStatus::Failure,
             "partial" => CallStatus::Partial,
             _ => return None,
         })
+    }
+
+    /// Whether the call has ended (success, failure or partial): it has an
+    /// output and a tool message.
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            CallStatus::Success | CallStatus::Failure | CallStatus::Partial
+        )
     }
 }
 
@@ -164,15 +179,25 @@ pub struct ToolCallRecord {
     pub message_id: Option<String>,
     pub created_at_ms: i64,
     pub finished_at_ms: Option<i64>,
+    /// The id of the call (same thread) this call undoes, if it is an undo.
+    pub undo_of: Option<String>,
+    /// The id of the call that undid this one ([`WriteOp::MarkUndone`]).
+    pub undone_by: Option<String>,
 }
 
-/// A new call, recorded `running` before it executes (write-ahead).
+/// A new call, recorded before it executes (write-ahead): `running`, or
+/// `pending_approval` when it must wait for a decision first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewToolCall {
     pub id: String,
     pub run_id: String,
     pub tool_name: String,
     pub args: Value,
+    /// [`CallStatus::Running`] or [`CallStatus::PendingApproval`]; any other
+    /// status fails the unit with `Conflict`.
+    pub status: CallStatus,
+    /// The id of the call (same thread) this call undoes.
+    pub undo_of: Option<String>,
     pub created_at_ms: i64,
 }
 
@@ -188,19 +213,169 @@ pub struct FinishedToolCall {
     pub finished_at_ms: i64,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Denied,
+    Expired,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Expired => "expired",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ApprovalStatus> {
+        Some(match s {
+            "pending" => ApprovalStatus::Pending,
+            "approved" => ApprovalStatus::Approved,
+            "denied" => ApprovalStatus::Denied,
+            "expired" => ApprovalStatus::Expired,
+            _ => return None,
+        })
+    }
+}
+
+/// A request for a human decision on one call (the checkpoint gate).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRecord {
+    /// Globally unique.
+    pub id: String,
+    pub thread_id: String,
+    pub owner: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub arguments: Value,
+    /// Why it needs approval: the matching rule, or `"requires_checkpoint"`.
+    pub reason: String,
+    /// The dry-run preview, when the tool offers one.
+    pub preview: Option<Value>,
+    /// What the engine needs to resume the call (opaque to the store).
+    pub request: Value,
+    pub status: ApprovalStatus,
+    pub decided_by: Option<String>,
+    pub decision_reason: Option<String>,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub decided_at_ms: Option<i64>,
+}
+
+/// One entry of the append-only audit log, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    /// Assigned by the store: global, increasing in insertion order (ids of
+    /// rolled-back entries may be skipped).
+    pub id: i64,
+    pub at_ms: i64,
+    pub owner: String,
+    pub thread_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    /// What happened: `call.executed`, `call.refused`, `approval.requested`,
+    /// `approval.decided`, `call.undone`, `run.rolled_back`, …
+    pub action: String,
+    /// The tool's `audit_operation`.
+    pub operation: Option<String>,
+    /// The permission verdict: `allow`, `ask` or `deny`.
+    pub verdict: Option<String>,
+    /// The rule that decided the verdict.
+    pub rule: Option<String>,
+    pub approval_id: Option<String>,
+    pub outcome: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub detail: Value,
+}
+
+/// An audit entry to append; the store assigns `id`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAuditEntry {
+    pub at_ms: i64,
+    pub owner: String,
+    pub thread_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub action: String,
+    pub operation: Option<String>,
+    pub verdict: Option<String>,
+    pub rule: Option<String>,
+    pub approval_id: Option<String>,
+    pub outcome: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub detail: Value,
+}
+
+/// Which audit entries [`Store::audit`] returns: those of `owner` matching
+/// every field that is set, newest first, at most `limit`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AuditFilter {
+    /// Required: entries of other owners are never returned.
+    pub owner: String,
+    pub thread_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub action: Option<String>,
+    pub tool_call_id: Option<String>,
+    /// `at_ms >= since_ms`.
+    pub since_ms: Option<i64>,
+    /// `at_ms < until_ms`.
+    pub until_ms: Option<i64>,
+    /// Keyset cursor: only entries with `id < before_id` (pass the smallest
+    /// id of the previous page).
+    pub before_id: Option<i64>,
+    pub limit: i64,
+}
+
 /// One operation of a [`WriteUnit`], applied in order.
+///
+/// Every op acts inside the unit's thread: calls and approvals of other
+/// threads are not found. An op whose record names another thread or owner
+/// than its unit fails the unit with `Conflict`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WriteOp {
-    /// Insert the tool call as `running`. A duplicate (thread, id) fails the
-    /// unit with [`StoreError::Conflict`].
+    /// Insert the tool call with its status (`running` or
+    /// `pending_approval`). A duplicate (thread, id) fails the unit with
+    /// [`StoreError::Conflict`]. The call gets the thread's next ordinal
+    /// (the order of [`Store::run_calls`]).
     InsertToolCall(NewToolCall),
-    /// Mark a running call finished. Fails with `NotFound` if it is not
-    /// recorded, `Conflict` if it is no longer running.
+    /// Mark a `running` or `pending_approval` call finished (a denied or
+    /// expired call is finished without ever running). Fails with `NotFound`
+    /// if it is not recorded, `Conflict` if it is already finished or the
+    /// given status is not a terminal one.
     FinishToolCall(FinishedToolCall),
+    /// Start an approved call: `pending_approval` → `running`. `NotFound` if
+    /// it is not recorded, `Conflict` if it is not pending.
+    StartPendingCall { id: String },
+    /// Record that call `id` was undone by call `undone_by`. `NotFound` if
+    /// it is not recorded, `Conflict` if it is already marked undone.
+    MarkUndone { id: String, undone_by: String },
     /// Append a message; a duplicate (thread, id) fails with `Conflict`.
     InsertMessage(NewMessage),
     /// Append events to the thread's log, in order.
     AppendEvents(Vec<NewEvent>),
+    /// Record an approval request. Its thread and owner must be the unit's;
+    /// a duplicate id fails with `Conflict`.
+    InsertApproval(ApprovalRecord),
+    /// Decide a pending approval: `status` is `Approved`, `Denied` or
+    /// `Expired`. `NotFound` if the thread has no such approval, `Conflict`
+    /// if it is no longer pending (decided twice, or already expired). A
+    /// human decision (`Approved`/`Denied`) at or after `expires_at_ms` is a
+    /// `Conflict` as well, even before the sweeper marked it expired.
+    DecideApproval {
+        id: String,
+        status: ApprovalStatus,
+        decided_by: Option<String>,
+        reason: Option<String>,
+        decided_at_ms: i64,
+    },
+    /// Append an audit entry, committed with the rest of the unit. Its owner
+    /// must be the unit's, its thread (if any) the unit's thread.
+    AppendAudit(NewAuditEntry),
 }
 
 /// Everything one caller needs written atomically, for one thread. The
@@ -221,6 +396,8 @@ pub struct UnitReceipt {
     pub events: Vec<StoredEvent>,
     /// (message id, seq) of each inserted message, in order.
     pub messages: Vec<(String, i64)>,
+    /// The ids of the appended audit entries, in order.
+    pub audit_ids: Vec<i64>,
 }
 
 #[async_trait]
@@ -241,7 +418,51 @@ pub trait Store: Send + Sync + 'static {
     async fn tool_call(&self, thread_id: &str, id: &str) -> StoreResult<Option<ToolCallRecord>>;
 
     /// Every call still `running` (left by a crash when called at start-up).
+    /// Calls in `pending_approval` are not listed: they never started, and
+    /// survive a restart untouched.
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>>;
+
+    /// The calls of run `run_id` in the thread, in the order they were
+    /// recorded (stable even for calls recorded in the same millisecond or
+    /// the same unit).
+    async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>>;
+
+    /// One approval by id (any thread, any owner: the caller checks the
+    /// owner), `None` if unknown.
+    async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>>;
+
+    /// The approvals of `owner`, only those with `status` when given, newest
+    /// first (by `created_at_ms`, then id), at most `limit`.
+    async fn approvals(
+        &self,
+        owner: &str,
+        status: Option<ApprovalStatus>,
+        limit: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>>;
+
+    /// Pending approvals of every owner with `expires_at_ms <= now_ms`, the
+    /// longest expired first, at most `limit` (for the expiry sweeper, which
+    /// decides each one `Expired` in a unit of its thread).
+    async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>>;
+
+    /// Audit entries matching `filter`, newest first (by id).
+    async fn audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Append one audit entry on its own, for actions that change nothing
+    /// thread-scoped (e.g. an owner's rules); returns its id. Entries that
+    /// record a unit's writes go in the unit ([`WriteOp::AppendAudit`]).
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64>;
+
+    /// The permission rules of `owner` as last stored, `None` if never set.
+    async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>>;
+
+    /// Store (insert or replace) the permission rules of `owner`.
+    async fn put_owner_rules(
+        &self,
+        owner: &str,
+        rules: &Value,
+        updated_at_ms: i64,
+    ) -> StoreResult<()>;
 
     /// Events with `seq > after`, ascending, at most `limit`.
     async fn events_after(

@@ -21,9 +21,11 @@ use sqlx::sqlite::{
 };
 use sqlx::{Acquire, Row, SqliteConnection};
 
+use super::checks::Reservation;
 use super::{
-    CallStatus, FinishedToolCall, NewEvent, NewMessage, NewToolCall, Role, Store, StoreError,
-    StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, FinishedToolCall,
+    NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store, StoreError, StoreResult,
+    StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
 };
 
 /// How long a statement waits for SQLite's write lock before failing.
@@ -34,11 +36,18 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `sqlx::migrate!` lives behind sqlx's `macros` feature, which this crate
 /// does not enable; the files are embedded here instead. Version, description
 /// and checksum match what `migrate!` would record.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../migrations/sqlite/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "safety",
+        include_str!("../../migrations/sqlite/0002_safety.sql"),
+    ),
+];
 
 #[derive(Debug)]
 struct Embedded;
@@ -65,18 +74,28 @@ impl<'s> MigrationSource<'s> for Embedded {
 }
 
 /// Create the unit's thread (for its owner) or lock and bump its counters,
-/// reserving the seqs of the unit's events and messages; returns the owner
-/// and the new last seqs. A unit of another owner rolls this back.
+/// reserving the seqs of the unit's events and messages and the ordinals of
+/// its calls; returns the owner and the new last values. A unit of another
+/// owner rolls this back.
 const RESERVE_SEQS: &str = "\
-INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq) \
-VALUES ($1, $2, $3, $4, $5) \
+INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq, \
+    last_call_ordinal) \
+VALUES ($1, $2, $3, $4, $5, $6) \
 ON CONFLICT (id) DO UPDATE SET \
     last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
-    last_message_seq = threads.last_message_seq + excluded.last_message_seq \
-RETURNING owner, last_event_seq, last_message_seq";
+    last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
+    last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
+RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal";
 
 const TOOL_CALL_COLUMNS: &str = "thread_id, id, owner, run_id, tool_name, args, status, output, \
-     undo, message_id, created_at_ms, finished_at_ms";
+     undo, message_id, created_at_ms, finished_at_ms, undo_of, undone_by";
+
+const APPROVAL_COLUMNS: &str = "id, thread_id, owner, tool_call_id, tool_name, arguments, \
+     reason, preview, request, status, decided_by, decision_reason, created_at_ms, \
+     expires_at_ms, decided_at_ms";
+
+const AUDIT_COLUMNS: &str = "id, at_ms, owner, thread_id, tool_call_id, tool_name, action, \
+     operation, verdict, rule, approval_id, outcome, duration_ms, detail";
 
 const MESSAGE_COLUMNS: &str =
     "thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms";
@@ -161,6 +180,52 @@ fn tool_call_from_row(row: &SqliteRow) -> StoreResult<ToolCallRecord> {
         message_id: row.try_get("message_id")?,
         created_at_ms: row.try_get("created_at_ms")?,
         finished_at_ms: row.try_get("finished_at_ms")?,
+        undo_of: row.try_get("undo_of")?,
+        undone_by: row.try_get("undone_by")?,
+    })
+}
+
+fn approval_from_row(row: &SqliteRow) -> StoreResult<ApprovalRecord> {
+    let status: String = row.try_get("status")?;
+    Ok(ApprovalRecord {
+        id: row.try_get("id")?,
+        thread_id: row.try_get("thread_id")?,
+        owner: row.try_get("owner")?,
+        tool_call_id: row.try_get("tool_call_id")?,
+        tool_name: row.try_get("tool_name")?,
+        arguments: parse_json(
+            "approvals.arguments",
+            &row.try_get::<String, _>("arguments")?,
+        )?,
+        reason: row.try_get("reason")?,
+        preview: parse_opt_json("approvals.preview", row.try_get("preview")?)?,
+        request: parse_json("approvals.request", &row.try_get::<String, _>("request")?)?,
+        status: ApprovalStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown approval status {status:?}")))?,
+        decided_by: row.try_get("decided_by")?,
+        decision_reason: row.try_get("decision_reason")?,
+        created_at_ms: row.try_get("created_at_ms")?,
+        expires_at_ms: row.try_get("expires_at_ms")?,
+        decided_at_ms: row.try_get("decided_at_ms")?,
+    })
+}
+
+fn audit_from_row(row: &SqliteRow) -> StoreResult<AuditEntry> {
+    Ok(AuditEntry {
+        id: row.try_get("id")?,
+        at_ms: row.try_get("at_ms")?,
+        owner: row.try_get("owner")?,
+        thread_id: row.try_get("thread_id")?,
+        tool_call_id: row.try_get("tool_call_id")?,
+        tool_name: row.try_get("tool_name")?,
+        action: row.try_get("action")?,
+        operation: row.try_get("operation")?,
+        verdict: row.try_get("verdict")?,
+        rule: row.try_get("rule")?,
+        approval_id: row.try_get("approval_id")?,
+        outcome: row.try_get("outcome")?,
+        duration_ms: row.try_get("duration_ms")?,
+        detail: parse_json("audit_log.detail", &row.try_get::<String, _>("detail")?)?,
     })
 }
 
@@ -201,42 +266,36 @@ fn unit_error(err: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
 
 /// Apply one unit on `conn` (already inside the unit's savepoint).
 async fn apply_unit(conn: &mut SqliteConnection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
-    let event_count: usize = unit
-        .ops
-        .iter()
-        .map(|op| match op {
-            WriteOp::AppendEvents(events) => events.len(),
-            _ => 0,
-        })
-        .sum();
-    let message_count = unit
-        .ops
-        .iter()
-        .filter(|op| matches!(op, WriteOp::InsertMessage(_)))
-        .count();
+    let reserved = Reservation::of(unit);
 
     // Create the thread or bump its counters: this reserves the unit's seqs.
     let row = sqlx::query(RESERVE_SEQS)
         .bind(&unit.thread_id)
         .bind(&unit.owner)
         .bind(crate::protocol::now_ms())
-        .bind(event_count as i64)
-        .bind(message_count as i64)
+        .bind(reserved.events)
+        .bind(reserved.messages)
+        .bind(reserved.calls)
         .fetch_one(&mut *conn)
         .await?;
     let owner: String = row.try_get("owner")?;
     if owner != unit.owner {
         return Err(StoreError::NotOwner);
     }
-    let mut next_event_seq = row.try_get::<i64, _>("last_event_seq")? - event_count as i64 + 1;
-    let mut next_message_seq =
-        row.try_get::<i64, _>("last_message_seq")? - message_count as i64 + 1;
+    let mut next_event_seq = row.try_get::<i64, _>("last_event_seq")? - reserved.events + 1;
+    let mut next_message_seq = row.try_get::<i64, _>("last_message_seq")? - reserved.messages + 1;
+    let mut next_ordinal = row.try_get::<i64, _>("last_call_ordinal")? - reserved.calls + 1;
 
     let mut receipt = UnitReceipt::default();
     for op in &unit.ops {
         match op {
-            WriteOp::InsertToolCall(call) => insert_tool_call(conn, unit, call).await?,
+            WriteOp::InsertToolCall(call) => {
+                insert_tool_call(conn, unit, call, next_ordinal).await?;
+                next_ordinal += 1;
+            }
             WriteOp::FinishToolCall(finished) => finish_tool_call(conn, unit, finished).await?,
+            WriteOp::StartPendingCall { id } => start_pending_call(conn, unit, id).await?,
+            WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by).await?,
             WriteOp::InsertMessage(message) => {
                 insert_message(conn, unit, message, next_message_seq).await?;
                 receipt
@@ -251,6 +310,27 @@ async fn apply_unit(conn: &mut SqliteConnection, unit: &WriteUnit) -> StoreResul
                     next_event_seq += 1;
                 }
             }
+            WriteOp::InsertApproval(approval) => insert_approval(conn, unit, approval).await?,
+            WriteOp::DecideApproval {
+                id,
+                status,
+                decided_by,
+                reason,
+                decided_at_ms,
+            } => {
+                let decision = Decision {
+                    id,
+                    status: *status,
+                    decided_by: decided_by.as_deref(),
+                    reason: reason.as_deref(),
+                    decided_at_ms: *decided_at_ms,
+                };
+                decide_approval(conn, unit, decision).await?
+            }
+            WriteOp::AppendAudit(entry) => {
+                checks::audit_fits_unit(unit, entry)?;
+                receipt.audit_ids.push(insert_audit(conn, entry).await?);
+            }
         }
     }
     Ok(receipt)
@@ -260,10 +340,12 @@ async fn insert_tool_call(
     conn: &mut SqliteConnection,
     unit: &WriteUnit,
     call: &NewToolCall,
+    ordinal: i64,
 ) -> StoreResult<()> {
+    checks::insertable_call_status(&call.id, call.status)?;
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-         created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7) \
+         created_at_ms, undo_of, ordinal) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
          ON CONFLICT (thread_id, id) DO NOTHING",
     )
     .bind(&unit.thread_id)
@@ -272,7 +354,10 @@ async fn insert_tool_call(
     .bind(&call.run_id)
     .bind(&call.tool_name)
     .bind(json_text(&call.args))
+    .bind(call.status.as_str())
     .bind(call.created_at_ms)
+    .bind(&call.undo_of)
+    .bind(ordinal)
     .execute(&mut *conn)
     .await
     .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
@@ -285,21 +370,31 @@ async fn insert_tool_call(
     Ok(())
 }
 
+/// The status of call `id` in the unit's thread, `None` if not recorded.
+async fn call_status(
+    conn: &mut SqliteConnection,
+    unit: &WriteUnit,
+    id: &str,
+) -> StoreResult<Option<String>> {
+    Ok(
+        sqlx::query_scalar("SELECT status FROM tool_calls WHERE thread_id = $1 AND id = $2")
+            .bind(&unit.thread_id)
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?,
+    )
+}
+
 async fn finish_tool_call(
     conn: &mut SqliteConnection,
     unit: &WriteUnit,
     finished: &FinishedToolCall,
 ) -> StoreResult<()> {
-    if finished.status == CallStatus::Running {
-        return Err(StoreError::Conflict(format!(
-            "tool call {:?} cannot be finished with status running",
-            finished.id
-        )));
-    }
+    checks::finishing_call_status(&finished.id, finished.status)?;
     let done = sqlx::query(
         "UPDATE tool_calls SET status = $3, output = $4, undo = $5, message_id = $6, \
          finished_at_ms = $7 \
-         WHERE thread_id = $1 AND id = $2 AND status = 'running'",
+         WHERE thread_id = $1 AND id = $2 AND status IN ('running', 'pending_approval')",
     )
     .bind(&unit.thread_id)
     .bind(&finished.id)
@@ -313,22 +408,181 @@ async fn finish_tool_call(
     if done.rows_affected() == 1 {
         return Ok(());
     }
-    let status: Option<String> =
-        sqlx::query_scalar("SELECT status FROM tool_calls WHERE thread_id = $1 AND id = $2")
+    let current = call_status(conn, unit, &finished.id).await?;
+    Err(checks::call_not_changed(
+        unit,
+        &finished.id,
+        current,
+        "running or pending approval",
+    ))
+}
+
+async fn start_pending_call(
+    conn: &mut SqliteConnection,
+    unit: &WriteUnit,
+    id: &str,
+) -> StoreResult<()> {
+    let done = sqlx::query(
+        "UPDATE tool_calls SET status = 'running' \
+         WHERE thread_id = $1 AND id = $2 AND status = 'pending_approval'",
+    )
+    .bind(&unit.thread_id)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    if done.rows_affected() == 1 {
+        return Ok(());
+    }
+    let current = call_status(conn, unit, id).await?;
+    Err(checks::call_not_changed(
+        unit,
+        id,
+        current,
+        "pending approval",
+    ))
+}
+
+async fn mark_undone(
+    conn: &mut SqliteConnection,
+    unit: &WriteUnit,
+    id: &str,
+    undone_by: &str,
+) -> StoreResult<()> {
+    let done = sqlx::query(
+        "UPDATE tool_calls SET undone_by = $3 \
+         WHERE thread_id = $1 AND id = $2 AND undone_by IS NULL",
+    )
+    .bind(&unit.thread_id)
+    .bind(id)
+    .bind(undone_by)
+    .execute(&mut *conn)
+    .await?;
+    if done.rows_affected() == 1 {
+        return Ok(());
+    }
+    let current: Option<Option<String>> =
+        sqlx::query_scalar("SELECT undone_by FROM tool_calls WHERE thread_id = $1 AND id = $2")
             .bind(&unit.thread_id)
-            .bind(&finished.id)
+            .bind(id)
             .fetch_optional(&mut *conn)
             .await?;
-    Err(match status {
-        None => StoreError::NotFound(format!(
-            "tool call {:?} in thread {:?}",
-            finished.id, unit.thread_id
-        )),
-        Some(status) => StoreError::Conflict(format!(
-            "tool call {:?} is no longer running (status {status})",
-            finished.id
+    Err(match current {
+        None => StoreError::NotFound(format!("tool call {id:?} in thread {:?}", unit.thread_id)),
+        Some(by) => StoreError::Conflict(format!(
+            "tool call {id:?} is already undone (by {:?})",
+            by.unwrap_or_default()
         )),
     })
+}
+
+async fn insert_approval(
+    conn: &mut SqliteConnection,
+    unit: &WriteUnit,
+    approval: &ApprovalRecord,
+) -> StoreResult<()> {
+    checks::approval_fits_unit(unit, approval)?;
+    let done = sqlx::query(&format!(
+        "INSERT INTO approvals ({APPROVAL_COLUMNS}) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+         ON CONFLICT (id) DO NOTHING"
+    ))
+    .bind(&approval.id)
+    .bind(&approval.thread_id)
+    .bind(&approval.owner)
+    .bind(&approval.tool_call_id)
+    .bind(&approval.tool_name)
+    .bind(json_text(&approval.arguments))
+    .bind(&approval.reason)
+    .bind(approval.preview.as_ref().map(json_text))
+    .bind(json_text(&approval.request))
+    .bind(approval.status.as_str())
+    .bind(&approval.decided_by)
+    .bind(&approval.decision_reason)
+    .bind(approval.created_at_ms)
+    .bind(approval.expires_at_ms)
+    .bind(approval.decided_at_ms)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| unit_error(e, || format!("approval {:?}", approval.id)))?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::Conflict(format!(
+            "approval {:?} already exists",
+            approval.id
+        )));
+    }
+    Ok(())
+}
+
+/// The fields of [`WriteOp::DecideApproval`].
+struct Decision<'a> {
+    id: &'a str,
+    status: ApprovalStatus,
+    decided_by: Option<&'a str>,
+    reason: Option<&'a str>,
+    decided_at_ms: i64,
+}
+
+async fn decide_approval(
+    conn: &mut SqliteConnection,
+    unit: &WriteUnit,
+    decision: Decision<'_>,
+) -> StoreResult<()> {
+    checks::decision_status(decision.id, decision.status)?;
+    // A human decision must come before the deadline; expiry may come late.
+    let done = sqlx::query(
+        "UPDATE approvals SET status = $3, decided_by = $4, decision_reason = $5, \
+         decided_at_ms = $6 \
+         WHERE id = $1 AND thread_id = $2 AND status = 'pending' \
+           AND ($3 = 'expired' OR expires_at_ms > $6)",
+    )
+    .bind(decision.id)
+    .bind(&unit.thread_id)
+    .bind(decision.status.as_str())
+    .bind(decision.decided_by)
+    .bind(decision.reason)
+    .bind(decision.decided_at_ms)
+    .execute(&mut *conn)
+    .await?;
+    if done.rows_affected() == 1 {
+        return Ok(());
+    }
+    let current =
+        sqlx::query("SELECT status, expires_at_ms FROM approvals WHERE id = $1 AND thread_id = $2")
+            .bind(decision.id)
+            .bind(&unit.thread_id)
+            .fetch_optional(&mut *conn)
+            .await?
+            .map(|row| -> StoreResult<(String, i64)> {
+                Ok((row.try_get("status")?, row.try_get("expires_at_ms")?))
+            })
+            .transpose()?;
+    Err(checks::approval_not_decided(unit, decision.id, current))
+}
+
+/// Append one audit entry; returns its id.
+async fn insert_audit(conn: &mut SqliteConnection, entry: &NewAuditEntry) -> StoreResult<i64> {
+    let id = sqlx::query_scalar(
+        "INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, \
+         operation, verdict, rule, approval_id, outcome, duration_ms, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
+    )
+    .bind(entry.at_ms)
+    .bind(&entry.owner)
+    .bind(&entry.thread_id)
+    .bind(&entry.tool_call_id)
+    .bind(&entry.tool_name)
+    .bind(&entry.action)
+    .bind(&entry.operation)
+    .bind(&entry.verdict)
+    .bind(&entry.rule)
+    .bind(&entry.approval_id)
+    .bind(&entry.outcome)
+    .bind(entry.duration_ms)
+    .bind(json_text(&entry.detail))
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| unit_error(e, || format!("audit entry {:?}", entry.action)))?;
+    Ok(id)
 }
 
 async fn insert_message(
@@ -480,6 +734,137 @@ impl Store for SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(tool_call_from_row).collect()
+    }
+
+    async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND run_id = $2 \
+             ORDER BY ordinal"
+        ))
+        .bind(thread_id)
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(tool_call_from_row).collect()
+    }
+
+    async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(approval_from_row).transpose()
+    }
+
+    async fn approvals(
+        &self,
+        owner: &str,
+        status: Option<ApprovalStatus>,
+        limit: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals \
+             WHERE owner = $1 AND ($2 IS NULL OR status = $2) \
+             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+        ))
+        .bind(owner)
+        .bind(status.map(ApprovalStatus::as_str))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(approval_from_row).collect()
+    }
+
+    async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals \
+             WHERE status = 'pending' AND expires_at_ms <= $1 \
+             ORDER BY expires_at_ms, id LIMIT $2"
+        ))
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(approval_from_row).collect()
+    }
+
+    async fn audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
+        if filter.limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut query = sqlx::QueryBuilder::new(format!(
+            "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE owner = "
+        ));
+        query.push_bind(&filter.owner);
+        for (column, value) in [
+            ("thread_id", &filter.thread_id),
+            ("tool_name", &filter.tool_name),
+            ("action", &filter.action),
+            ("tool_call_id", &filter.tool_call_id),
+        ] {
+            if let Some(value) = value {
+                query
+                    .push(format_args!(" AND {column} = "))
+                    .push_bind(value);
+            }
+        }
+        if let Some(since) = filter.since_ms {
+            query.push(" AND at_ms >= ").push_bind(since);
+        }
+        if let Some(until) = filter.until_ms {
+            query.push(" AND at_ms < ").push_bind(until);
+        }
+        if let Some(before) = filter.before_id {
+            query.push(" AND id < ").push_bind(before);
+        }
+        query
+            .push(" ORDER BY id DESC LIMIT ")
+            .push_bind(filter.limit);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter().map(audit_from_row).collect()
+    }
+
+    async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
+        let mut conn = self.pool.acquire().await?;
+        insert_audit(&mut conn, entry).await
+    }
+
+    async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>> {
+        let rules: Option<String> =
+            sqlx::query_scalar("SELECT rules FROM owner_permissions WHERE owner = $1")
+                .bind(owner)
+                .fetch_optional(&self.pool)
+                .await?;
+        rules
+            .map(|text| parse_json("owner_permissions.rules", &text))
+            .transpose()
+    }
+
+    async fn put_owner_rules(
+        &self,
+        owner: &str,
+        rules: &Value,
+        updated_at_ms: i64,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO owner_permissions (owner, rules, updated_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (owner) DO UPDATE SET \
+                 rules = excluded.rules, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(owner)
+        .bind(json_text(rules))
+        .bind(updated_at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     async fn events_after(

@@ -1,0 +1,123 @@
+//! What both backends check the same way: op arguments that need no
+//! database, the counters a unit reserves, and the error a conditional
+//! update that touched no row stands for.
+
+use super::{
+    ApprovalRecord, ApprovalStatus, CallStatus, NewAuditEntry, StoreError, StoreResult, WriteOp,
+    WriteUnit,
+};
+
+/// How many event seqs, message seqs and call ordinals a unit reserves.
+pub(crate) struct Reservation {
+    pub events: i64,
+    pub messages: i64,
+    pub calls: i64,
+}
+
+impl Reservation {
+    pub fn of(unit: &WriteUnit) -> Reservation {
+        let mut r = Reservation {
+            events: 0,
+            messages: 0,
+            calls: 0,
+        };
+        for op in &unit.ops {
+            match op {
+                WriteOp::AppendEvents(events) => r.events += events.len() as i64,
+                WriteOp::InsertMessage(_) => r.messages += 1,
+                WriteOp::InsertToolCall(_) => r.calls += 1,
+                _ => {}
+            }
+        }
+        r
+    }
+}
+
+pub(crate) fn insertable_call_status(id: &str, status: CallStatus) -> StoreResult<()> {
+    match status {
+        CallStatus::Running | CallStatus::PendingApproval => Ok(()),
+        other => Err(StoreError::Conflict(format!(
+            "tool call {id:?} cannot be recorded with status {}",
+            other.as_str()
+        ))),
+    }
+}
+
+pub(crate) fn finishing_call_status(id: &str, status: CallStatus) -> StoreResult<()> {
+    if status.is_finished() {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(format!(
+            "tool call {id:?} cannot be finished with status {}",
+            status.as_str()
+        )))
+    }
+}
+
+/// The error for a call-changing op that matched no row: `NotFound` when the
+/// call is not recorded in the thread, otherwise `Conflict` naming the state
+/// (`current` is its status, `wanted` what the op needed).
+pub(crate) fn call_not_changed(
+    unit: &WriteUnit,
+    id: &str,
+    current: Option<String>,
+    wanted: &str,
+) -> StoreError {
+    match current {
+        None => StoreError::NotFound(format!("tool call {id:?} in thread {:?}", unit.thread_id)),
+        Some(status) => StoreError::Conflict(format!(
+            "tool call {id:?} is not {wanted} (status {status})"
+        )),
+    }
+}
+
+pub(crate) fn approval_fits_unit(unit: &WriteUnit, approval: &ApprovalRecord) -> StoreResult<()> {
+    if approval.thread_id != unit.thread_id || approval.owner != unit.owner {
+        return Err(StoreError::Conflict(format!(
+            "approval {:?} names thread {:?} of {:?}, but its unit writes thread {:?} of {:?}",
+            approval.id, approval.thread_id, approval.owner, unit.thread_id, unit.owner
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn decision_status(id: &str, status: ApprovalStatus) -> StoreResult<()> {
+    if status == ApprovalStatus::Pending {
+        return Err(StoreError::Conflict(format!(
+            "approval {id:?} cannot be decided as pending"
+        )));
+    }
+    Ok(())
+}
+
+/// The error for a decision that matched no pending approval; `current` is
+/// the approval's (status, expires_at_ms) if it is in the unit's thread.
+pub(crate) fn approval_not_decided(
+    unit: &WriteUnit,
+    id: &str,
+    current: Option<(String, i64)>,
+) -> StoreError {
+    match current {
+        None => StoreError::NotFound(format!("approval {id:?} in thread {:?}", unit.thread_id)),
+        Some((status, _)) if status != ApprovalStatus::Pending.as_str() => StoreError::Conflict(
+            format!("approval {id:?} is no longer pending (status {status})"),
+        ),
+        Some((_, expires_at_ms)) => StoreError::Conflict(format!(
+            "approval {id:?} expired at {expires_at_ms} ms and can no longer be decided"
+        )),
+    }
+}
+
+pub(crate) fn audit_fits_unit(unit: &WriteUnit, entry: &NewAuditEntry) -> StoreResult<()> {
+    let thread_ok = entry
+        .thread_id
+        .as_ref()
+        .is_none_or(|thread| *thread == unit.thread_id);
+    if entry.owner != unit.owner || !thread_ok {
+        return Err(StoreError::Conflict(format!(
+            "audit entry {:?} names thread {:?} of {:?}, but its unit writes thread {:?} of {:?}",
+            entry.action, entry.thread_id, entry.owner, unit.thread_id, unit.owner
+        )));
+    }
+    Ok(())
+}
