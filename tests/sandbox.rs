@@ -68,7 +68,15 @@ fn harness_with(settings: SandboxSettings, kernel: Option<KernelSupport>) -> Har
     let paths = SystemPaths::default().hide(&data_dir);
     let sandbox = Arc::new(match kernel {
         Some(kernel) => Sandbox::with_kernel(&settings, paths, kernel),
-        None => Sandbox::with_paths(&settings, paths),
+        None => {
+            let sandbox = Sandbox::with_paths(&settings, paths);
+            assert!(
+                sandbox.status().bash_enabled,
+                "these tests need a kernel with Landlock and seccomp: {:?}",
+                sandbox.status().warnings
+            );
+            sandbox
+        }
     });
     Harness {
         _tmp: tmp,
@@ -263,26 +271,49 @@ async fn another_owners_workspace_is_neither_readable_nor_writable() {
 
 // ---------------------------------------------------------------- writes
 
+/// Removes what a failed confinement would have let a command create, so
+/// a broken sandbox fails the tests without littering the host.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 #[tokio::test]
 async fn writes_outside_the_workspace_fail_and_leave_nothing() {
     let h = harness();
-    let escape = format!("/tmp/escape_{}", uuid::Uuid::new_v4().simple());
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let escape = PathBuf::from(format!("/tmp/escape_{id}"));
+    let copied = PathBuf::from(format!("/tmp/escape_{id}_copy"));
+    let _cleanup = Cleanup(vec![escape.clone(), copied.clone()]);
     let beside = h.data_dir.join("beside.txt");
+    // A file of the service's, reached through a symlink planted in the
+    // workspace.
+    let victim = h.data_dir.join("victim.txt");
+    std::fs::write(&victim, "intact\n").unwrap();
     let result = h
         .run(&format!(
-            "echo x > {escape}; touch {}; echo y > ../escape; ln -s /etc/passwd link && echo z >> link; cp /etc/hostname /tmp/",
-            beside.display()
+            "echo x > {}; touch {}; echo y > ../escape; ln -s {} link && echo z >> link; cp /etc/hostname {}",
+            escape.display(),
+            beside.display(),
+            victim.display(),
+            copied.display()
         ))
         .await;
-    assert!(!Path::new(&escape).exists());
+    assert!(!escape.exists());
+    assert!(!copied.exists());
     assert!(!beside.exists());
     assert!(!h.workspaces.root().join("escape").exists());
-    assert!(
-        !std::fs::read_to_string("/etc/passwd")
-            .unwrap()
-            .ends_with("z\n")
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "intact\n");
+    assert_eq!(
+        stderr(&result).matches("Permission denied").count(),
+        5,
+        "{result}"
     );
-    assert!(stderr(&result).contains("Permission denied"), "{result}");
 }
 
 #[tokio::test]
@@ -304,19 +335,20 @@ async fn writes_inside_the_workspace_work() {
 async fn each_command_has_a_private_temporary_directory_inside_the_workspace() {
     let h = harness();
     let ws = h.workspace("alice");
+    let outside = PathBuf::from(format!("/tmp/escape_{}", uuid::Uuid::new_v4().simple()));
+    let _cleanup = Cleanup(vec![outside.clone()]);
     let result = h
-        .run(
-            "echo $TMPDIR; echo data > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; mktemp; echo x > /tmp/t",
-        )
+        .run(&format!(
+            "echo $TMPDIR; echo data > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; mktemp; echo x > {}",
+            outside.display()
+        ))
         .await;
     let out = stdout(&result);
     let tmpdir = PathBuf::from(out.lines().next().unwrap());
     assert!(tmpdir.starts_with(ws.join(".toolgate-tmp")), "{out}");
     assert!(out.contains("data\n"), "{out}");
-    assert!(
-        stderr(&result).contains("/tmp/t: Permission denied"),
-        "{result}"
-    );
+    assert!(stderr(&result).contains("Permission denied"), "{result}");
+    assert!(!outside.exists());
     // Removed afterwards, and the next command gets another one.
     assert!(!tmpdir.exists());
     assert!(!ws.join(".toolgate-tmp").exists());
