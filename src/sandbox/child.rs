@@ -31,6 +31,8 @@ pub(crate) struct Confinement {
     /// The Landlock ruleset to enforce, `None` to run without Landlock.
     pub landlock_fd: Option<RawFd>,
     pub filters: Option<Arc<Filters>>,
+    /// The service's pid, to notice it died before PR_SET_PDEATHSIG was set.
+    pub parent_pid: libc::pid_t,
 }
 
 fn check(rc: libc::c_long) -> io::Result<()> {
@@ -121,6 +123,13 @@ impl Confinement {
             // A new session is a new process group (killable as one) with
             // no controlling terminal (nothing can prompt on /dev/tty).
             check(libc::setsid() as libc::c_long)?;
+            // If the service dies, its command dies with it rather than
+            // run on unsupervised. (This reaches the main process only;
+            // its own children are orphaned.)
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
+            if libc::getppid() != self.parent_pid {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
 
             set_limit(libc::RLIMIT_CPU, self.limits.cpu_secs)?;
             set_limit(libc::RLIMIT_FSIZE, self.limits.file_size_bytes)?;

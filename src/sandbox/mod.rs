@@ -9,7 +9,9 @@
 //!   group, plus any process that moved to another group of the session
 //!   (found through /proc). Leaving the session is denied by seccomp, so
 //!   background grandchildren neither outlive the command nor hold its
-//!   pipes open.
+//!   pipes open. Should the service itself die, the main process gets
+//!   SIGKILL (`PR_SET_PDEATHSIG`, tied to the thread that spawned it: call
+//!   `run` from a runtime worker or a thread that outlives the command).
 //! - **No terminal, no input**: stdin is /dev/null; the environment is
 //!   cleared and rebuilt from an allow-list (see [`base_environment`])
 //!   that turns pagers, editors and credential prompts off. The service's
@@ -463,6 +465,7 @@ impl Sandbox {
             },
             landlock_fd: ruleset.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
             filters: self.filters.clone(),
+            parent_pid: std::process::id() as libc::pid_t,
         };
 
         let mut command = tokio::process::Command::new(&spec.argv[0]);

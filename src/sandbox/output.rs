@@ -90,8 +90,28 @@ impl CappedText {
                 None => return,
             }
         }
-        for c in rest.chars() {
-            self.push_tail(c);
+        if rest.len() <= self.tail_cap {
+            // Few enough bytes, so few enough characters: one by one.
+            for c in rest.chars() {
+                self.push_tail(c);
+            }
+            return;
+        }
+        // A large chunk: only its last `tail_cap` characters can survive,
+        // the rest is counted without being copied.
+        let count = rest.chars().count();
+        self.total_chars += count;
+        if count >= self.tail_cap {
+            self.tail.clear();
+            let start = match self.tail_cap {
+                0 => rest.len(),
+                n => rest.char_indices().rev().nth(n - 1).map_or(0, |(i, _)| i),
+            };
+            self.tail.extend(rest[start..].chars());
+        } else {
+            let overflow = (self.tail.len() + count).saturating_sub(self.tail_cap);
+            self.tail.drain(..overflow);
+            self.tail.extend(rest.chars());
         }
     }
 
@@ -201,6 +221,21 @@ mod tests {
     fn invalid_bytes_become_replacement_characters() {
         let t = capture(100, &[b"a\xffb", b"\xe2\x82"]);
         assert_eq!(t.render(), "a\u{FFFD}b\u{FFFD}");
+    }
+
+    #[test]
+    fn large_and_small_chunks_give_the_same_text() {
+        let data: String = (0..5000).map(|i| ['a', 'é', '→', 'z'][i % 4]).collect();
+        let whole = capture(101, &[data.as_bytes()]);
+        let pieces: Vec<&[u8]> = data.as_bytes().chunks(7).collect();
+        let small = capture(101, &pieces);
+        let mixed = capture(101, &[&data.as_bytes()[..4000], &data.as_bytes()[4000..]]);
+        assert_eq!(whole.render(), small.render());
+        assert_eq!(whole.render(), mixed.render());
+        assert_eq!(whole.total_chars(), 5000);
+        assert_eq!(small.total_chars(), 5000);
+        let expected_tail: String = data.chars().skip(5000 - 51).collect();
+        assert!(whole.render().ends_with(&expected_tail));
     }
 
     #[test]
