@@ -346,3 +346,67 @@ impl Tool for Bash {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::registry::check_definition;
+
+    fn tool(settings: SandboxSettings) -> (tempfile::TempDir, Bash) {
+        let tmp = tempfile::tempdir().unwrap();
+        let workspaces =
+            Workspaces::new(&tmp.path().join("ws"), &tmp.path().join("history")).unwrap();
+        let bash = Bash {
+            sandbox: Arc::new(Sandbox::new(&settings)),
+            workspaces: Arc::new(workspaces),
+            settings,
+        };
+        (tmp, bash)
+    }
+
+    #[test]
+    fn the_definition_registers_and_bounds_the_timeout_by_the_settings() {
+        let (_tmp, bash) = tool(SandboxSettings {
+            bash_max_timeout_ms: 1234,
+            ..SandboxSettings::default()
+        });
+        let def = bash.definition();
+        let validator = check_definition(&def).unwrap();
+        assert_eq!(
+            def.input_schema["properties"]["timeout_ms"]["maximum"],
+            1234
+        );
+        assert!(validator.is_valid(&json!({"command": "ls", "timeout_ms": 1234})));
+        assert!(!validator.is_valid(&json!({"command": "ls", "timeout_ms": 1235})));
+        assert!(def.description.contains("1234"));
+    }
+
+    #[test]
+    fn bash_is_preferred_when_present() {
+        let expected = if Path::new("/bin/bash").is_file() || Path::new("/usr/bin/bash").is_file() {
+            "bash"
+        } else {
+            "sh"
+        };
+        assert!(shell().ends_with(expected));
+    }
+
+    #[test]
+    fn cwd_escapes_are_caught_before_touching_the_disk() {
+        let (_tmp, bash) = tool(SandboxSettings::default());
+        let ws = bash.workspaces.open("alice", None).unwrap();
+        for cwd in ["/", "/etc", "..", "a/../..", "./../x", "missing/../../.."] {
+            let err = resolve_cwd(&ws, Some(cwd)).unwrap_err();
+            assert_eq!(err.code, SECURITY_VIOLATION, "{cwd}");
+        }
+        for cwd in [None, Some(""), Some("."), Some("./")] {
+            let (path, shown) = resolve_cwd(&ws, cwd).unwrap();
+            assert_eq!(path, ws.path);
+            assert_eq!(shown, ".");
+        }
+        assert_eq!(
+            resolve_cwd(&ws, Some("missing")).unwrap_err().code,
+            DIRECTORY_NOT_FOUND
+        );
+    }
+}
