@@ -49,6 +49,17 @@
 //! Where the kernel lacks Landlock, `landlock = require` refuses to run
 //! anything ([`SandboxError::Unavailable`]) and `best_effort` runs with
 //! everything else. [`Sandbox::status`] reports which case holds.
+//!
+//! `setsid` is used instead of `process_group(0)`: it gives the same
+//! killable group, and also drops the controlling terminal (a service
+//! started from a shell would otherwise let commands prompt on it).
+//!
+//! Known limits: Landlock does not govern `stat`, path traversal or
+//! directory listing granted on a split tree, so names (not contents) of
+//! hidden entries such as /etc/ssh are visible; /etc entries created after
+//! start-up are not readable until restart; other processes' command lines
+//! in /proc are readable; 32-bit binaries are killed by the seccomp
+//! architecture check.
 
 mod child;
 mod filesystem;
