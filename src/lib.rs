@@ -13,6 +13,7 @@ pub mod engine;
 pub mod events;
 pub mod http;
 pub mod protocol;
+pub mod sandbox;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -1,0 +1,738 @@
+//! The command sandbox: runs one argv, confined to a workspace, and returns
+//! its output. It knows nothing of tools; tools hand it a [`CommandSpec`]
+//! and do not know which confinement is in force.
+//!
+//! What a command gets:
+//! - **Its own session** (`setsid` before exec): a new process group with no
+//!   controlling terminal. On timeout, cancellation, and also when the
+//!   command's main process exits, the whole session is SIGKILLed: the
+//!   group, plus any process that moved to another group of the session
+//!   (found through /proc). Leaving the session is denied by seccomp, so
+//!   background grandchildren neither outlive the command nor hold its
+//!   pipes open. Should the service itself die, the main process gets
+//!   SIGKILL (`PR_SET_PDEATHSIG`, tied to the thread that spawned it: call
+//!   `run` from a runtime worker or a thread that outlives the command).
+//! - **No terminal, no input**: stdin is /dev/null; the environment is
+//!   cleared and rebuilt from an allow-list (see [`base_environment`])
+//!   that turns pagers, editors and credential prompts off. The service's
+//!   own variables (`DATABASE_URL`, `TOOLGATE_*`, keys) never reach it.
+//! - **Landlock** (when the kernel has it): writes only beneath the
+//!   workspace; reads beneath the workspace and the read-only system paths
+//!   of [`SystemPaths`] (programs, libraries, /etc minus its secrets,
+//!   /proc, CPU and cgroup information); execution from the program trees
+//!   and the workspace; /dev/null, /dev/zero, /dev/full, /dev/random and
+//!   /dev/urandom read-write. No /tmp, no /dev/shm, no /dev/tty. With ABI
+//!   ≥ 4 and network = deny, TCP bind/connect are refused too; with ABI ≥ 6
+//!   the command cannot signal processes outside it or reach abstract UNIX
+//!   sockets created outside it. Landlock also keeps it from ptrace-ing
+//!   (or reading /proc/<pid>/environ of) processes outside it.
+//! - **A private temporary directory inside the workspace**:
+//!   `<workspace>/.toolgate-tmp/<uuid>`, created before the command and
+//!   removed after it; `TMPDIR`, `TMP`, `TEMP` point there. Nothing is
+//!   shared between commands or with the host's /tmp, and writing there is
+//!   writing in the workspace, the only writable place.
+//! - **seccomp**: always denied (EPERM) `setsid`, io_uring (it performs
+//!   socket and file operations that bypass seccomp) and the kernel keyring
+//!   calls; with network = deny, `socket()` of every family (EACCES; UNIX
+//!   too: before Landlock ABI 9 nothing else keeps a command from
+//!   connecting to a pathname socket such as the database's) and datagram
+//!   or non-UNIX `socketpair()`. On x86-64, x32 syscalls are refused and
+//!   foreign-ABI (i386) syscalls kill the process.
+//! - **Resource limits** (soft = hard): CPU seconds, file size, processes,
+//!   open files, and no core dumps. Note: Linux never enforces
+//!   RLIMIT_NPROC for uid 0, and for another uid it counts every process
+//!   and thread of that user, the service's included.
+//! - **No privileges**: `no_new_privs`, and every capability dropped
+//!   (bounding, ambient, inheritable, permitted, effective) — as root,
+//!   the command is root without its powers, and cannot raise its limits.
+//!
+//! Where the kernel lacks Landlock, `landlock = require` refuses to run
+//! anything ([`SandboxError::Unavailable`]) and `best_effort` runs with
+//! everything else. [`Sandbox::status`] reports which case holds.
+//!
+//! `setsid` is used instead of `process_group(0)`: it gives the same
+//! killable group, and also drops the controlling terminal (a service
+//! started from a shell would otherwise let commands prompt on it).
+//!
+//! Known limits: Landlock does not govern `stat`, path traversal or
+//! directory listing granted on a split tree, so names (not contents) of
+//! hidden entries such as /etc/ssh are visible; /etc entries created after
+//! start-up are not readable until restart; other processes' command lines
+//! in /proc are readable; 32-bit binaries are killed by the seccomp
+//! architecture check.
+
+mod child;
+mod filesystem;
+mod output;
+mod paths;
+mod session;
+mod syscalls;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use serde::Serialize;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
+
+use crate::config::{LandlockMode, NetworkPolicy, SandboxSettings};
+
+pub use output::omission_marker;
+pub use paths::SystemPaths;
+
+use child::{Confinement, Limits};
+use output::CappedText;
+use session::{SessionGuard, kill_session};
+
+/// `PATH` of every command.
+pub const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Where the per-command temporary directories live, inside the workspace.
+pub const TMP_DIR_NAME: &str = ".toolgate-tmp";
+
+/// How long the pipes are still read once the command's processes are
+/// dead: enough to drain what they wrote, not enough to hang on a
+/// descriptor something else kept open.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// What the kernel offers the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSupport {
+    /// Landlock ABI version, `None` without Landlock.
+    pub landlock_abi: Option<i32>,
+    pub seccomp: bool,
+}
+
+impl KernelSupport {
+    /// Asks the running kernel.
+    pub fn probe() -> Self {
+        KernelSupport {
+            landlock_abi: filesystem::probe_abi(),
+            seccomp: syscalls::probe(),
+        }
+    }
+}
+
+/// One command to run. Commands are data until the last moment: `argv` is
+/// passed to `execve` as it is, nothing builds shell text.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// Program and arguments; the program is looked up in [`PATH`] when it
+    /// has no `/`.
+    pub argv: Vec<String>,
+    /// Working directory; must be the workspace or beneath it.
+    pub cwd: PathBuf,
+    /// The only writable tree (and `HOME`).
+    pub workspace: PathBuf,
+    /// Added to (and overriding) the allow-listed environment.
+    pub env: BTreeMap<String, String>,
+    pub timeout: Duration,
+    pub cancel: CancellationToken,
+    /// Characters kept per stream (half from the start, half from the end).
+    pub output_cap: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CommandOutput {
+    pub stdout: String,
+    pub stderr: String,
+    /// `None` when killed by a signal.
+    pub exit_code: Option<i32>,
+    /// The signal that ended the command, if one did.
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    pub duration_ms: u64,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    /// Characters the command wrote, kept or not.
+    pub stdout_chars: usize,
+    pub stderr_chars: usize,
+    /// The pipes were still open after every process of the command was
+    /// killed (a descriptor passed outside it); what they held afterwards
+    /// is lost.
+    pub output_incomplete: bool,
+}
+
+impl CommandOutput {
+    /// Whether anything was printed at all.
+    pub fn has_output(&self) -> bool {
+        self.stdout_chars > 0 || self.stderr_chars > 0
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The configured confinement cannot be provided on this host.
+    #[error("the command sandbox is unavailable: {0}")]
+    Unavailable(String),
+    #[error("invalid command: {0}")]
+    InvalidSpec(String),
+    /// Preparing the confinement (temporary directory, Landlock ruleset)
+    /// failed.
+    #[error("could not prepare the sandbox: {0}")]
+    Setup(String),
+    /// fork/exec failed: the program does not exist, or the kernel refused
+    /// a confinement step.
+    #[error("could not start `{program}`: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct LandlockStatus {
+    /// `require` or `best_effort`.
+    #[schema(value_type = String)]
+    pub mode: LandlockMode,
+    pub available: bool,
+    /// ABI version the kernel offers.
+    pub abi: Option<i32>,
+    /// Whether commands run under Landlock.
+    pub enforced: bool,
+    /// TCP bind/connect also refused by Landlock (ABI ≥ 4, network = deny).
+    pub tcp_denied: bool,
+    /// Signals and abstract UNIX sockets scoped to the command (ABI ≥ 6).
+    pub scoped: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct SeccompStatus {
+    pub available: bool,
+    pub active: bool,
+    /// What the filters refuse.
+    pub denied: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct RlimitStatus {
+    pub cpu_secs: u64,
+    pub file_size_bytes: u64,
+    pub max_processes: u64,
+    /// False when the service runs as root: Linux exempts uid 0.
+    pub max_processes_enforced: bool,
+    pub max_open_files: u64,
+    pub core_bytes: u64,
+}
+
+/// What confinement commands get on this host; for start-up logs,
+/// `/readyz` and `/v1/workspace`.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct SandboxStatus {
+    /// Whether commands may run at all.
+    pub bash_enabled: bool,
+    pub landlock: LandlockStatus,
+    /// `deny` or `allow`.
+    #[schema(value_type = String)]
+    pub network: NetworkPolicy,
+    pub seccomp: SeccompStatus,
+    pub rlimits: RlimitStatus,
+    pub capabilities_dropped: bool,
+    /// Readable (and for programs executable) system trees.
+    pub read_only_paths: Vec<String>,
+    /// Never readable, even beneath a granted tree.
+    pub hidden_paths: Vec<String>,
+    /// `TMPDIR` of a command, relative to its workspace.
+    pub tmpdir: String,
+    /// Why commands are refused, or run less confined than configured.
+    pub warnings: Vec<String>,
+}
+
+pub struct Sandbox {
+    settings: SandboxSettings,
+    kernel: KernelSupport,
+    rules: Vec<paths::Rule>,
+    filters: Option<Arc<syscalls::Filters>>,
+    status: SandboxStatus,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("status", &self.status)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The allow-listed environment of every command, before the per-command
+/// entries (`HOME`, `TMPDIR`, …) and the caller's extras. Everything that
+/// could wait for a human is turned off.
+pub fn base_environment() -> BTreeMap<String, String> {
+    [
+        ("PATH", PATH),
+        ("LANG", "C.UTF-8"),
+        ("LC_ALL", "C.UTF-8"),
+        ("TERM", "dumb"),
+        ("PAGER", "cat"),
+        ("GIT_PAGER", "cat"),
+        ("MANPAGER", "cat"),
+        ("SYSTEMD_PAGER", "cat"),
+        ("PSQL_PAGER", "cat"),
+        ("AWS_PAGER", ""),
+        ("EDITOR", "true"),
+        ("VISUAL", "true"),
+        ("GIT_EDITOR", "true"),
+        ("GIT_SEQUENCE_EDITOR", "true"),
+        ("GIT_TERMINAL_PROMPT", "0"),
+        ("GIT_ASKPASS", ""),
+        ("SSH_ASKPASS", ""),
+        ("SSH_ASKPASS_REQUIRE", "never"),
+        ("GCM_INTERACTIVE", "never"),
+        ("DEBIAN_FRONTEND", "noninteractive"),
+        ("CI", "1"),
+        ("NO_COLOR", "1"),
+        ("PIP_NO_INPUT", "1"),
+        ("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
+        ("NPM_CONFIG_YES", "true"),
+        ("NPM_CONFIG_UPDATE_NOTIFIER", "false"),
+        ("NO_UPDATE_NOTIFIER", "1"),
+        ("PYTHONUNBUFFERED", "1"),
+        ("PYTHONDONTWRITEBYTECODE", "1"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+impl Sandbox {
+    /// A sandbox with the default system paths, probing the kernel.
+    pub fn new(settings: &SandboxSettings) -> Sandbox {
+        Self::with_paths(settings, SystemPaths::default())
+    }
+
+    /// A sandbox with these system paths (typically the defaults with the
+    /// service's data directory and configuration hidden), probing the
+    /// kernel.
+    pub fn with_paths(settings: &SandboxSettings, paths: SystemPaths) -> Sandbox {
+        Self::with_kernel(settings, paths, KernelSupport::probe())
+    }
+
+    /// A sandbox that uses at most what `kernel` says is there (tests use
+    /// it to see the behaviour on a kernel without Landlock).
+    pub fn with_kernel(
+        settings: &SandboxSettings,
+        paths: SystemPaths,
+        kernel: KernelSupport,
+    ) -> Sandbox {
+        let deny_network = settings.network == NetworkPolicy::Deny;
+        let mut warnings = Vec::new();
+        let filters = if kernel.seccomp {
+            match syscalls::build(deny_network) {
+                Ok(filters) => Some(Arc::new(filters)),
+                Err(e) => {
+                    warnings.push(format!("seccomp filters do not compile here: {e}"));
+                    None
+                }
+            }
+        } else {
+            warnings.push("the kernel offers no seccomp filters".into());
+            None
+        };
+        let landlock_available = kernel.landlock_abi.is_some();
+        let mut bash_enabled = true;
+        if !landlock_available {
+            match settings.landlock {
+                LandlockMode::Require => {
+                    bash_enabled = false;
+                    warnings.push(
+                        "the kernel has no Landlock and sandbox.landlock = require: commands are refused"
+                            .into(),
+                    );
+                }
+                LandlockMode::BestEffort => warnings.push(
+                    "the kernel has no Landlock: commands run without file-system confinement (sandbox.landlock = best_effort)"
+                        .into(),
+                ),
+            }
+        }
+        if deny_network && filters.is_none() {
+            bash_enabled = false;
+            warnings.push(
+                "sandbox.network = deny needs seccomp, which is unavailable: commands are refused"
+                    .into(),
+            );
+        }
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        if root {
+            warnings.push(
+                "running as root: RLIMIT_NPROC is not enforced (Linux exempts uid 0); capabilities are dropped"
+                    .into(),
+            );
+        }
+        let abi = kernel.landlock_abi.unwrap_or(0);
+        let rules = paths::rules(&paths);
+        let status = SandboxStatus {
+            bash_enabled,
+            landlock: LandlockStatus {
+                mode: settings.landlock,
+                available: landlock_available,
+                abi: kernel.landlock_abi,
+                enforced: landlock_available,
+                tcp_denied: landlock_available && deny_network && abi >= 4,
+                scoped: landlock_available && abi >= 6,
+            },
+            network: settings.network,
+            seccomp: SeccompStatus {
+                available: kernel.seccomp,
+                active: filters.is_some(),
+                denied: filters
+                    .as_ref()
+                    .map(|f| f.denied.clone())
+                    .unwrap_or_default(),
+            },
+            rlimits: RlimitStatus {
+                cpu_secs: settings.cpu_secs,
+                file_size_bytes: settings.file_size_bytes,
+                max_processes: settings.max_processes,
+                max_processes_enforced: !root,
+                max_open_files: settings.max_open_files,
+                core_bytes: 0,
+            },
+            capabilities_dropped: true,
+            read_only_paths: paths
+                .exec
+                .iter()
+                .chain(&paths.read)
+                .map(|p| p.display().to_string())
+                .collect(),
+            hidden_paths: paths
+                .hidden
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect(),
+            tmpdir: format!("{TMP_DIR_NAME}/<per-command id>"),
+            warnings,
+        };
+        Sandbox {
+            settings: settings.clone(),
+            kernel,
+            rules,
+            filters,
+            status,
+        }
+    }
+
+    pub fn status(&self) -> SandboxStatus {
+        self.status.clone()
+    }
+
+    /// Runs one command to completion, timeout or cancellation.
+    pub async fn run(&self, spec: CommandSpec) -> Result<CommandOutput, SandboxError> {
+        if !self.status.bash_enabled {
+            return Err(SandboxError::Unavailable(self.status.warnings.join("; ")));
+        }
+        validate(&spec)?;
+        let workspace = spec.workspace.canonicalize().map_err(|e| {
+            SandboxError::InvalidSpec(format!("workspace {}: {e}", spec.workspace.display()))
+        })?;
+        let cwd = spec
+            .cwd
+            .canonicalize()
+            .map_err(|e| SandboxError::InvalidSpec(format!("cwd {}: {e}", spec.cwd.display())))?;
+        if !cwd.starts_with(&workspace) {
+            return Err(SandboxError::InvalidSpec(format!(
+                "cwd {} is outside the workspace",
+                cwd.display()
+            )));
+        }
+
+        let tmp = TempDir::create(&workspace)?;
+        let mut env = base_environment();
+        let home = workspace.display().to_string();
+        let tmpdir = tmp.path.display().to_string();
+        env.insert("HOME".into(), home);
+        for key in ["TMPDIR", "TMP", "TEMP"] {
+            env.insert(key.into(), tmpdir.clone());
+        }
+        env.extend(spec.env.clone());
+
+        let ruleset = match self.kernel.landlock_abi {
+            Some(abi) => Some(
+                filesystem::ruleset(
+                    abi,
+                    &self.rules,
+                    &workspace,
+                    self.settings.network == NetworkPolicy::Deny,
+                )
+                .map_err(|e| SandboxError::Setup(format!("Landlock: {e}")))?,
+            ),
+            None => None,
+        };
+        let confinement = Confinement {
+            limits: Limits {
+                cpu_secs: self.settings.cpu_secs,
+                file_size_bytes: self.settings.file_size_bytes,
+                max_processes: self.settings.max_processes,
+                max_open_files: self.settings.max_open_files,
+            },
+            landlock_fd: ruleset.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+            filters: self.filters.clone(),
+            parent_pid: std::process::id() as libc::pid_t,
+        };
+
+        let mut command = tokio::process::Command::new(&spec.argv[0]);
+        command
+            .args(&spec.argv[1..])
+            .current_dir(&cwd)
+            .env_clear()
+            .envs(&env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: `apply` only makes raw system calls on data prepared
+        // above (see child.rs); the ruleset descriptor stays open until
+        // spawn returns.
+        unsafe {
+            command.pre_exec(move || confinement.apply());
+        }
+        let started = Instant::now();
+        let spawned = command.spawn();
+        drop(command);
+        drop(ruleset);
+        let mut child = spawned.map_err(|source| SandboxError::Spawn {
+            program: spec.argv[0].clone(),
+            source,
+        })?;
+        let sid = child.id().map(|id| id as i32).unwrap_or(0);
+        // Declared after `child`, so dropped first: the session is killed
+        // while the leader is not yet reaped and its id cannot be reused.
+        let mut guard = SessionGuard { sid, armed: true };
+
+        let mut stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        let mut out = CappedText::new(spec.output_cap);
+        let mut err = CappedText::new(spec.output_cap);
+        let mut timed_out = false;
+        let mut cancelled = false;
+        let mut output_incomplete = false;
+        let status = {
+            let reading = async {
+                tokio::join!(
+                    pump(stdout.as_mut(), &mut out),
+                    pump(stderr.as_mut(), &mut err)
+                )
+            };
+            tokio::pin!(reading);
+            let mut read_all = false;
+            let deadline = tokio::time::sleep(spec.timeout);
+            tokio::pin!(deadline);
+            let exited = loop {
+                tokio::select! {
+                    _ = &mut reading, if !read_all => read_all = true,
+                    status = child.wait() => break status.ok(),
+                    _ = &mut deadline => {
+                        timed_out = true;
+                        break None;
+                    }
+                    _ = spec.cancel.cancelled() => {
+                        cancelled = true;
+                        break None;
+                    }
+                }
+            };
+            // Whatever happened, nothing of the command survives it: the
+            // main process may have exited leaving background jobs.
+            let _ = tokio::task::spawn_blocking(move || kill_session(sid)).await;
+            let status = match exited {
+                Some(status) => Some(status),
+                None => child.wait().await.ok(),
+            };
+            guard.armed = false;
+            if !read_all
+                && tokio::time::timeout(DRAIN_GRACE, &mut reading)
+                    .await
+                    .is_err()
+            {
+                output_incomplete = true;
+            }
+            status
+        };
+        out.finish();
+        err.finish();
+        let duration_ms = started.elapsed().as_millis() as u64;
+        drop(tmp);
+
+        use std::os::unix::process::ExitStatusExt;
+        Ok(CommandOutput {
+            stdout: out.render(),
+            stderr: err.render(),
+            exit_code: status.and_then(|s| s.code()),
+            signal: status.and_then(|s| s.signal()),
+            timed_out,
+            cancelled,
+            duration_ms,
+            stdout_truncated: out.omitted_chars() > 0,
+            stderr_truncated: err.omitted_chars() > 0,
+            stdout_chars: out.total_chars(),
+            stderr_chars: err.total_chars(),
+            output_incomplete,
+        })
+    }
+}
+
+fn validate(spec: &CommandSpec) -> Result<(), SandboxError> {
+    let invalid = |m: String| Err(SandboxError::InvalidSpec(m));
+    if spec.argv.is_empty() || spec.argv[0].is_empty() {
+        return invalid("argv is empty".into());
+    }
+    if spec.argv.iter().any(|a| a.contains('\0')) {
+        return invalid("an argument contains a NUL byte".into());
+    }
+    for (key, value) in &spec.env {
+        if key.is_empty() || key.contains(['=', '\0']) || value.contains('\0') {
+            return invalid(format!("invalid environment variable {key:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// Reads a pipe to its end into a capped buffer.
+async fn pump<R: AsyncRead + Unpin>(reader: Option<&mut R>, into: &mut CappedText) {
+    let Some(reader) = reader else {
+        return;
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => into.push_bytes(&buf[..n]),
+        }
+    }
+}
+
+/// The per-command temporary directory, removed (through the workspace's
+/// capability, so a symlink planted by the command cannot redirect the
+/// removal) when dropped.
+struct TempDir {
+    workspace: Option<Dir>,
+    relative: PathBuf,
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn create(workspace: &Path) -> Result<TempDir, SandboxError> {
+        let setup = |e: std::io::Error| SandboxError::Setup(format!("temporary directory: {e}"));
+        let dir = Dir::open_ambient_dir(workspace, ambient_authority()).map_err(setup)?;
+        let relative = Path::new(TMP_DIR_NAME).join(uuid::Uuid::new_v4().simple().to_string());
+        // A concurrent command may remove the (empty) parent between the
+        // two steps of create_dir_all; once more is enough.
+        if dir.create_dir_all(&relative).is_err() {
+            dir.create_dir_all(&relative).map_err(setup)?;
+        }
+        Ok(TempDir {
+            path: workspace.join(&relative),
+            relative,
+            workspace: Some(dir),
+        })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.workspace.take() {
+            let _ = dir.remove_dir_all(&self.relative);
+            // Only when empty: another command may be using it.
+            let _ = dir.remove_dir(TMP_DIR_NAME);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> SandboxSettings {
+        SandboxSettings::default()
+    }
+
+    #[test]
+    fn status_without_landlock_depends_on_the_mode() {
+        let no_landlock = KernelSupport {
+            landlock_abi: None,
+            seccomp: true,
+        };
+        let strict = Sandbox::with_kernel(&settings(), SystemPaths::default(), no_landlock);
+        assert!(!strict.status().bash_enabled);
+        assert!(!strict.status().landlock.enforced);
+        let lenient = Sandbox::with_kernel(
+            &SandboxSettings {
+                landlock: LandlockMode::BestEffort,
+                ..settings()
+            },
+            SystemPaths::default(),
+            no_landlock,
+        );
+        assert!(lenient.status().bash_enabled);
+        assert!(
+            lenient
+                .status()
+                .warnings
+                .iter()
+                .any(|w| w.contains("without file-system confinement"))
+        );
+    }
+
+    #[test]
+    fn network_deny_without_seccomp_refuses() {
+        let kernel = KernelSupport {
+            landlock_abi: Some(7),
+            seccomp: false,
+        };
+        let sandbox = Sandbox::with_kernel(&settings(), SystemPaths::default(), kernel);
+        assert!(!sandbox.status().bash_enabled);
+        let allow = SandboxSettings {
+            network: NetworkPolicy::Allow,
+            ..settings()
+        };
+        let sandbox = Sandbox::with_kernel(&allow, SystemPaths::default(), kernel);
+        assert!(sandbox.status().bash_enabled);
+        assert!(!sandbox.status().seccomp.active);
+    }
+
+    #[tokio::test]
+    async fn refuses_to_run_when_landlock_is_required_but_missing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sandbox = Sandbox::with_kernel(
+            &settings(),
+            SystemPaths::default(),
+            KernelSupport {
+                landlock_abi: None,
+                seccomp: true,
+            },
+        );
+        let err = sandbox
+            .run(CommandSpec {
+                argv: vec!["true".into()],
+                cwd: tmp.path().into(),
+                workspace: tmp.path().into(),
+                env: BTreeMap::new(),
+                timeout: Duration::from_secs(5),
+                cancel: CancellationToken::new(),
+                output_cap: 100,
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, SandboxError::Unavailable(ref m) if m.contains("Landlock")));
+    }
+
+    #[test]
+    fn the_environment_turns_prompts_off_and_carries_no_secrets() {
+        let env = base_environment();
+        assert_eq!(env["GIT_TERMINAL_PROMPT"], "0");
+        assert_eq!(env["PAGER"], "cat");
+        assert!(
+            env.keys()
+                .all(|k| !k.starts_with("TOOLGATE") && k != "DATABASE_URL")
+        );
+    }
+}

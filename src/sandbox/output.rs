@@ -1,0 +1,246 @@
+//! Capped capture of one output stream: the first half of the cap and the
+//! last half are kept, whatever the command prints in between is counted
+//! and dropped. Memory stays bounded by the cap however much is printed.
+
+use std::collections::VecDeque;
+
+/// Text of one stream, decoded lossily (invalid UTF-8 becomes U+FFFD,
+/// sequences split across reads are joined first).
+#[derive(Debug)]
+pub(crate) struct CappedText {
+    head_cap: usize,
+    tail_cap: usize,
+    head: String,
+    head_chars: usize,
+    tail: VecDeque<char>,
+    total_chars: usize,
+    /// The start of a UTF-8 sequence cut by the end of the last read.
+    pending: Vec<u8>,
+    scratch: Vec<u8>,
+}
+
+impl CappedText {
+    /// Keeps at most `cap` characters: `cap / 2` from the start, the rest
+    /// from the end.
+    pub(crate) fn new(cap: usize) -> Self {
+        let head_cap = cap / 2;
+        CappedText {
+            head_cap,
+            tail_cap: cap - head_cap,
+            head: String::new(),
+            head_chars: 0,
+            tail: VecDeque::new(),
+            total_chars: 0,
+            pending: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push_bytes(&mut self, bytes: &[u8]) {
+        if self.pending.is_empty() {
+            self.decode(bytes);
+        } else {
+            let mut joined = std::mem::take(&mut self.scratch);
+            joined.clear();
+            joined.append(&mut self.pending);
+            joined.extend_from_slice(bytes);
+            self.decode(&joined);
+            self.scratch = joined;
+        }
+    }
+
+    /// The stream ended: a dangling partial sequence is invalid.
+    pub(crate) fn finish(&mut self) {
+        if !self.pending.is_empty() {
+            self.pending.clear();
+            self.push_char(char::REPLACEMENT_CHARACTER);
+        }
+    }
+
+    fn decode(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.utf8_chunks().peekable();
+        while let Some(chunk) = chunks.next() {
+            self.push_str(chunk.valid());
+            let invalid = chunk.invalid();
+            if invalid.is_empty() {
+                continue;
+            }
+            let last = chunks.peek().is_none();
+            let incomplete =
+                matches!(std::str::from_utf8(invalid), Err(e) if e.error_len().is_none());
+            if last && incomplete {
+                self.pending.extend_from_slice(invalid);
+            } else {
+                self.push_char(char::REPLACEMENT_CHARACTER);
+            }
+        }
+    }
+
+    fn push_str(&mut self, s: &str) {
+        let mut rest = s;
+        while self.head_chars < self.head_cap {
+            let mut chars = rest.chars();
+            match chars.next() {
+                Some(c) => {
+                    self.head.push(c);
+                    self.head_chars += 1;
+                    self.total_chars += 1;
+                    rest = chars.as_str();
+                }
+                None => return,
+            }
+        }
+        if rest.len() <= self.tail_cap {
+            // Few enough bytes, so few enough characters: one by one.
+            for c in rest.chars() {
+                self.push_tail(c);
+            }
+            return;
+        }
+        // A large chunk: only its last `tail_cap` characters can survive,
+        // the rest is counted without being copied.
+        let count = rest.chars().count();
+        self.total_chars += count;
+        if count >= self.tail_cap {
+            self.tail.clear();
+            let start = match self.tail_cap {
+                0 => rest.len(),
+                n => rest.char_indices().rev().nth(n - 1).map_or(0, |(i, _)| i),
+            };
+            self.tail.extend(rest[start..].chars());
+        } else {
+            let overflow = (self.tail.len() + count).saturating_sub(self.tail_cap);
+            self.tail.drain(..overflow);
+            self.tail.extend(rest.chars());
+        }
+    }
+
+    fn push_char(&mut self, c: char) {
+        if self.head_chars < self.head_cap {
+            self.head.push(c);
+            self.head_chars += 1;
+            self.total_chars += 1;
+        } else {
+            self.push_tail(c);
+        }
+    }
+
+    fn push_tail(&mut self, c: char) {
+        self.total_chars += 1;
+        if self.tail_cap == 0 {
+            return;
+        }
+        if self.tail.len() == self.tail_cap {
+            self.tail.pop_front();
+        }
+        self.tail.push_back(c);
+    }
+
+    /// Characters received, kept or not.
+    pub(crate) fn total_chars(&self) -> usize {
+        self.total_chars
+    }
+
+    pub(crate) fn omitted_chars(&self) -> usize {
+        self.total_chars - self.head_chars - self.tail.len()
+    }
+
+    /// Head, a marker line naming what was dropped, tail.
+    pub(crate) fn render(&self) -> String {
+        let omitted = self.omitted_chars();
+        let mut out = String::with_capacity(self.head.len() + self.tail.len() + 64);
+        out.push_str(&self.head);
+        if omitted > 0 {
+            out.push_str(&omission_marker(omitted));
+        }
+        out.extend(self.tail.iter());
+        out
+    }
+}
+
+/// The line that stands for dropped output.
+pub fn omission_marker(omitted: usize) -> String {
+    format!("\n… [{omitted} characters omitted] …\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capture(cap: usize, parts: &[&[u8]]) -> CappedText {
+        let mut t = CappedText::new(cap);
+        for p in parts {
+            t.push_bytes(p);
+        }
+        t.finish();
+        t
+    }
+
+    #[test]
+    fn short_output_is_kept_whole() {
+        let t = capture(100, &[b"hello ", b"world\n"]);
+        assert_eq!(t.render(), "hello world\n");
+        assert_eq!(t.omitted_chars(), 0);
+        assert_eq!(t.total_chars(), 12);
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail_around_a_marker() {
+        let data: String = (0..1000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let t = capture(10, &[data.as_bytes()]);
+        assert_eq!(t.omitted_chars(), 990);
+        assert_eq!(
+            t.render(),
+            format!("{}{}{}", &data[..5], omission_marker(990), &data[995..])
+        );
+    }
+
+    #[test]
+    fn exactly_the_cap_is_not_truncated() {
+        let t = capture(6, &[b"abcdef"]);
+        assert_eq!(t.render(), "abcdef");
+        assert_eq!(t.omitted_chars(), 0);
+    }
+
+    #[test]
+    fn caps_count_characters_not_bytes() {
+        let t = capture(4, &["ééééé".as_bytes()]);
+        assert_eq!(t.render(), format!("éé{}éé", omission_marker(1)));
+    }
+
+    #[test]
+    fn sequences_split_across_reads_are_joined() {
+        let bytes = "→x".as_bytes();
+        let t = capture(100, &[&bytes[..1], &bytes[1..2], &bytes[2..]]);
+        assert_eq!(t.render(), "→x");
+    }
+
+    #[test]
+    fn invalid_bytes_become_replacement_characters() {
+        let t = capture(100, &[b"a\xffb", b"\xe2\x82"]);
+        assert_eq!(t.render(), "a\u{FFFD}b\u{FFFD}");
+    }
+
+    #[test]
+    fn large_and_small_chunks_give_the_same_text() {
+        let data: String = (0..5000).map(|i| ['a', 'é', '→', 'z'][i % 4]).collect();
+        let whole = capture(101, &[data.as_bytes()]);
+        let pieces: Vec<&[u8]> = data.as_bytes().chunks(7).collect();
+        let small = capture(101, &pieces);
+        let mixed = capture(101, &[&data.as_bytes()[..4000], &data.as_bytes()[4000..]]);
+        assert_eq!(whole.render(), small.render());
+        assert_eq!(whole.render(), mixed.render());
+        assert_eq!(whole.total_chars(), 5000);
+        assert_eq!(small.total_chars(), 5000);
+        let expected_tail: String = data.chars().skip(5000 - 51).collect();
+        assert!(whole.render().ends_with(&expected_tail));
+    }
+
+    #[test]
+    fn a_zero_cap_keeps_only_the_marker() {
+        let t = capture(0, &[b"abc"]);
+        assert_eq!(t.render(), omission_marker(3));
+    }
+}

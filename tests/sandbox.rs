@@ -1,0 +1,974 @@
+//! The command sandbox and the `bash` tool, from the attacker's side: real
+//! commands try to read secrets, write outside the workspace, reach the
+//! network, outlive their timeout, or smuggle shell text through `cwd`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use toolgate::config::{LandlockMode, NetworkPolicy, SandboxSettings};
+use toolgate::protocol::ui_schema;
+use toolgate::sandbox::{
+    CommandOutput, CommandSpec, KernelSupport, Sandbox, SandboxError, SystemPaths,
+};
+use toolgate::tools::builtin::Bash;
+use toolgate::tools::{PermissionClass, ProgressSink, Tool, ToolContext, ToolError, ToolSuccess};
+use toolgate::workspace::Workspaces;
+
+const DB_SECRET: &str = "postgres://toolgate:hunter2-db-secret@127.0.0.1:5432/toolgate";
+const SIGNING_SECRET: &str = "signing-key-secret-7f3a";
+
+/// The service's secrets are in the test process's environment, as they
+/// would be in the server's. Every test calls this first, so the variables
+/// are set before any test spawns anything.
+fn init() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: runs before any test thread reads the environment or
+        // spawns a process (every test calls init() first; Once blocks the
+        // others until this returns).
+        unsafe {
+            std::env::set_var("DATABASE_URL", DB_SECRET);
+            std::env::set_var("TOOLGATE_AUTH__HS256_SECRET", SIGNING_SECRET);
+            std::env::set_var("TOOLGATE_X", "toolgate-x-secret");
+        }
+    });
+}
+
+struct Harness {
+    _tmp: tempfile::TempDir,
+    /// Stands in for the service's data directory: holds the workspaces,
+    /// and secrets no command may read.
+    data_dir: PathBuf,
+    workspaces: Arc<Workspaces>,
+    sandbox: Arc<Sandbox>,
+    settings: SandboxSettings,
+}
+
+fn settings() -> SandboxSettings {
+    SandboxSettings {
+        bash_default_timeout_ms: 10_000,
+        bash_max_timeout_ms: 60_000,
+        ..SandboxSettings::default()
+    }
+}
+
+fn harness_with(settings: SandboxSettings, kernel: Option<KernelSupport>) -> Harness {
+    init();
+    let tmp = tempfile::tempdir().unwrap();
+    let data_dir = tmp.path().canonicalize().unwrap().join("data");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    std::fs::write(data_dir.join("signing.key"), SIGNING_SECRET).unwrap();
+    let workspaces = Arc::new(
+        Workspaces::new(&data_dir.join("workspaces"), &data_dir.join("edit-history")).unwrap(),
+    );
+    let paths = SystemPaths::default().hide(&data_dir);
+    let sandbox = Arc::new(match kernel {
+        Some(kernel) => Sandbox::with_kernel(&settings, paths, kernel),
+        None => {
+            let sandbox = Sandbox::with_paths(&settings, paths);
+            assert!(
+                sandbox.status().bash_enabled,
+                "these tests need a kernel with Landlock and seccomp: {:?}",
+                sandbox.status().warnings
+            );
+            sandbox
+        }
+    });
+    Harness {
+        _tmp: tmp,
+        data_dir,
+        workspaces,
+        sandbox,
+        settings,
+    }
+}
+
+fn harness() -> Harness {
+    harness_with(settings(), None)
+}
+
+fn ctx(owner: &str, sub: Option<&str>, cancel: CancellationToken) -> ToolContext {
+    ToolContext {
+        owner: owner.into(),
+        thread_id: "thread".into(),
+        call_id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+        workspace: sub.map(String::from),
+        cancel,
+        progress: ProgressSink::default(),
+    }
+}
+
+impl Harness {
+    fn tool(&self) -> Bash {
+        Bash {
+            sandbox: self.sandbox.clone(),
+            workspaces: self.workspaces.clone(),
+            settings: self.settings.clone(),
+        }
+    }
+
+    fn workspace(&self, owner: &str) -> PathBuf {
+        self.workspaces.open(owner, None).unwrap().path
+    }
+
+    async fn call(&self, args: Value) -> Result<ToolSuccess, ToolError> {
+        self.tool()
+            .execute(args, ctx("alice", None, CancellationToken::new()))
+            .await
+    }
+
+    /// Runs `command` as alice and expects it to have run.
+    async fn run(&self, command: &str) -> Value {
+        match self.call(json!({ "command": command })).await {
+            Ok(success) => success.result,
+            Err(e) => panic!("{command}: {e:?}"),
+        }
+    }
+
+    /// Runs an argv directly through the sandbox, in alice's workspace.
+    async fn sandbox_run(&self, argv: &[&str], timeout: Duration) -> CommandOutput {
+        let ws = self.workspace("alice");
+        self.sandbox
+            .run(CommandSpec {
+                argv: argv.iter().map(|s| s.to_string()).collect(),
+                cwd: ws.clone(),
+                workspace: ws,
+                env: BTreeMap::new(),
+                timeout,
+                cancel: CancellationToken::new(),
+                output_cap: 10_000,
+            })
+            .await
+            .unwrap()
+    }
+}
+
+fn stdout(result: &Value) -> &str {
+    result["stdout"].as_str().unwrap()
+}
+
+fn stderr(result: &Value) -> &str {
+    result["stderr"].as_str().unwrap()
+}
+
+/// Alive and not a zombie.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string();
+            state != "Z" && state != "X"
+        }
+        Err(_) => false,
+    }
+}
+
+async fn assert_dies(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} survived the command"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn pids(text: &str) -> Vec<i32> {
+    text.split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+// ---------------------------------------------------------------- secrets
+
+#[tokio::test]
+async fn the_services_environment_never_reaches_a_command() {
+    let h = harness();
+    assert_eq!(std::env::var("DATABASE_URL").unwrap(), DB_SECRET);
+    let result = h.run("env; echo ---; set").await;
+    let all = format!("{}{}", stdout(&result), stderr(&result));
+    assert!(all.contains("PATH=/usr/local/bin:/usr/bin:/bin"), "{all}");
+    for leaked in ["DATABASE_URL", "TOOLGATE", "hunter2", SIGNING_SECRET] {
+        assert!(!all.contains(leaked), "{leaked} leaked:\n{all}");
+    }
+    let ws = h.workspace("alice");
+    assert!(all.contains(&format!("HOME={}", ws.display())), "{all}");
+}
+
+#[tokio::test]
+async fn the_services_process_memory_and_environment_are_out_of_reach() {
+    let h = harness();
+    let me = std::process::id();
+    let result = h
+        .run(&format!(
+            "cat /proc/{me}/environ; cat /proc/$PPID/environ; head -c 64 /proc/{me}/mem; ls /proc/{me}/fd"
+        ))
+        .await;
+    let all = format!("{}{}", stdout(&result), stderr(&result));
+    assert!(!all.contains("hunter2"), "{all}");
+    assert!(stderr(&result).contains("Permission denied"), "{all}");
+}
+
+#[tokio::test]
+async fn a_command_cannot_signal_the_service() {
+    let h = harness();
+    let me = std::process::id();
+    let result = h.run(&format!("kill -0 {me} && echo SIGNALLED")).await;
+    assert!(!stdout(&result).contains("SIGNALLED"), "{result}");
+    assert_ne!(result["exit_code"], 0);
+}
+
+#[tokio::test]
+async fn host_secrets_and_the_data_directory_are_unreadable() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    let secret = h.data_dir.join("signing.key");
+    let result = h
+        .run(&format!(
+            "cat {}; cat ../../signing.key; cat /etc/shadow; ls {}",
+            secret.display(),
+            h.data_dir.display()
+        ))
+        .await;
+    let all = format!("{}{}", stdout(&result), stderr(&result));
+    assert!(!all.contains(SIGNING_SECRET), "{all}");
+    assert!(!all.contains("root:"), "{all}");
+    assert_eq!(all.matches("Permission denied").count(), 4, "{all}");
+    assert!(ws.starts_with(&h.data_dir));
+
+    // System paths stay usable.
+    let result = h.run("head -1 /etc/passwd && ls /usr/bin | head -1").await;
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert!(stdout(&result).starts_with("root:"), "{result}");
+}
+
+#[tokio::test]
+async fn another_owners_workspace_is_neither_readable_nor_writable() {
+    let h = harness();
+    let bob = h.workspace("bob");
+    std::fs::write(bob.join("notes.txt"), "bob's private notes").unwrap();
+    h.workspace("alice");
+    let result = h
+        .run("cat ../u_bob/notes.txt; ls ../u_bob; echo pwned > ../u_bob/notes.txt; echo x > ../u_bob/new; mkdir ../sibling; rm -f ../u_bob/notes.txt")
+        .await;
+    let all = format!("{}{}", stdout(&result), stderr(&result));
+    assert!(!all.contains("private notes"), "{all}");
+    assert_eq!(
+        std::fs::read_to_string(bob.join("notes.txt")).unwrap(),
+        "bob's private notes"
+    );
+    assert!(!bob.join("new").exists());
+    assert!(!h.workspaces.root().join("sibling").exists());
+}
+
+// ---------------------------------------------------------------- writes
+
+/// Removes what a failed confinement would have let a command create, so
+/// a broken sandbox fails the tests without littering the host.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+#[tokio::test]
+async fn writes_outside_the_workspace_fail_and_leave_nothing() {
+    let h = harness();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let escape = PathBuf::from(format!("/tmp/escape_{id}"));
+    let copied = PathBuf::from(format!("/tmp/escape_{id}_copy"));
+    let _cleanup = Cleanup(vec![escape.clone(), copied.clone()]);
+    let beside = h.data_dir.join("beside.txt");
+    // A file of the service's, reached through a symlink planted in the
+    // workspace.
+    let victim = h.data_dir.join("victim.txt");
+    std::fs::write(&victim, "intact\n").unwrap();
+    let result = h
+        .run(&format!(
+            "echo x > {}; touch {}; echo y > ../escape; ln -s {} link && echo z >> link; cp /etc/hostname {}",
+            escape.display(),
+            beside.display(),
+            victim.display(),
+            copied.display()
+        ))
+        .await;
+    assert!(!escape.exists());
+    assert!(!copied.exists());
+    assert!(!beside.exists());
+    assert!(!h.workspaces.root().join("escape").exists());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "intact\n");
+    assert_eq!(
+        stderr(&result).matches("Permission denied").count(),
+        5,
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn writes_inside_the_workspace_work() {
+    let h = harness();
+    let result = h
+        .run("mkdir -p a/b && echo hello > a/b/f.txt && ln -s a/b/f.txt l && cat l && mv a/b/f.txt a/g.txt && echo ok")
+        .await;
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(stdout(&result), "hello\nok\n");
+    let ws = h.workspace("alice");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a/g.txt")).unwrap(),
+        "hello\n"
+    );
+}
+
+#[tokio::test]
+async fn each_command_has_a_private_temporary_directory_inside_the_workspace() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    let outside = PathBuf::from(format!("/tmp/escape_{}", uuid::Uuid::new_v4().simple()));
+    let _cleanup = Cleanup(vec![outside.clone()]);
+    let result = h
+        .run(&format!(
+            "echo $TMPDIR; echo data > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; mktemp; echo x > {}",
+            outside.display()
+        ))
+        .await;
+    let out = stdout(&result);
+    let tmpdir = PathBuf::from(out.lines().next().unwrap());
+    assert!(tmpdir.starts_with(ws.join(".toolgate-tmp")), "{out}");
+    assert!(out.contains("data\n"), "{out}");
+    assert!(stderr(&result).contains("Permission denied"), "{result}");
+    assert!(!outside.exists());
+    // Removed afterwards, and the next command gets another one.
+    assert!(!tmpdir.exists());
+    assert!(!ws.join(".toolgate-tmp").exists());
+    let again = h.run("echo $TMPDIR").await;
+    assert_ne!(stdout(&again).trim(), tmpdir.to_str().unwrap());
+}
+
+// ---------------------------------------------------------------- network
+
+/// A listener standing in for the database, outside the workspace.
+async fn run_with_network(policy: NetworkPolicy) -> (Value, Option<Value>) {
+    let h = harness_with(
+        SandboxSettings {
+            network: policy,
+            ..settings()
+        },
+        None,
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tcp = h
+        .run(&format!(
+            "exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED"
+        ))
+        .await;
+    // A pathname UNIX socket outside the workspace (like Postgres's
+    // /var/run/postgresql/.s.PGSQL.5432).
+    let socket = h.data_dir.join("db.sock");
+    let _unix = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let unix = if Path::new("/usr/bin/python3").exists() {
+        Some(
+            h.run(&format!(
+                "/usr/bin/python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect(\"{}\"); print(\"CONNECTED\")'",
+                socket.display()
+            ))
+            .await,
+        )
+    } else {
+        None
+    };
+    drop(listener);
+    (tcp, unix)
+}
+
+#[tokio::test]
+async fn network_deny_refuses_tcp_and_unix_sockets() {
+    let (tcp, unix) = run_with_network(NetworkPolicy::Deny).await;
+    assert_ne!(tcp["exit_code"], 0, "{tcp}");
+    assert!(!stdout(&tcp).contains("CONNECTED"));
+    assert!(stderr(&tcp).contains("Permission denied"), "{tcp}");
+    if let Some(unix) = unix {
+        assert_ne!(unix["exit_code"], 0, "{unix}");
+        assert!(!stdout(&unix).contains("CONNECTED"), "{unix}");
+    }
+}
+
+#[tokio::test]
+async fn network_deny_also_refuses_the_local_database_port() {
+    let h = harness();
+    let result = h
+        .run("exec 3<>/dev/tcp/127.0.0.1/5432 && echo CONNECTED")
+        .await;
+    assert!(!stdout(&result).contains("CONNECTED"), "{result}");
+    assert_ne!(result["exit_code"], 0);
+}
+
+#[tokio::test]
+async fn network_allow_lets_commands_connect() {
+    let (tcp, _) = run_with_network(NetworkPolicy::Allow).await;
+    assert_eq!(tcp["exit_code"], 0, "{tcp}");
+    assert_eq!(stdout(&tcp), "CONNECTED\n");
+}
+
+#[tokio::test]
+async fn socket_pairs_for_local_ipc_still_work_under_network_deny() {
+    let h = harness();
+    if !Path::new("/usr/bin/python3").exists() {
+        return;
+    }
+    let result = h
+        .run("/usr/bin/python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"hi\"); print(b.recv(2).decode())'")
+        .await;
+    assert_eq!(stdout(&result), "hi\n", "{result}");
+}
+
+// ---------------------------------------------------------------- processes
+
+#[tokio::test]
+async fn a_timeout_kills_background_grandchildren_too() {
+    let h = harness();
+    let started = Instant::now();
+    let out = h
+        .call(json!({"command": "sleep 30 & echo $!; sleep 30", "timeout_ms": 1000}))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(out.partial, "timed out after printing: partial");
+    let result = out.result;
+    assert_eq!(result["timed_out"], true);
+    assert_eq!(result["exit_code"], Value::Null);
+    assert_eq!(result["error"]["code"], "TIMEOUT");
+    let pid = pids(stdout(&result))[0];
+    assert_dies(pid).await;
+}
+
+#[tokio::test]
+async fn processes_that_change_group_are_killed_too() {
+    let h = harness();
+    let started = Instant::now();
+    // Job control puts the background job in a process group of its own,
+    // out of reach of a kill of the command's group.
+    let out = h
+        .call(json!({
+            "command": "set -m; sleep 30 & echo $!; ps -o pgid= -p $!; echo $$; sleep 30",
+            "timeout_ms": 1500
+        }))
+        .await
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let numbers = pids(stdout(&out.result));
+    assert_eq!(numbers.len(), 3, "{}", out.result);
+    let (job, job_group, shell) = (numbers[0], numbers[1], numbers[2]);
+    assert_eq!(job, job_group, "the job leads its own group");
+    assert_ne!(job_group, shell);
+    assert_dies(job).await;
+}
+
+#[tokio::test]
+async fn background_jobs_die_when_the_command_ends() {
+    let h = harness();
+    let started = Instant::now();
+    // The pipes stay open in the background job: without killing it the
+    // call would wait for it.
+    let result = h.run("sleep 30 & echo $!").await;
+    assert!(started.elapsed() < Duration::from_secs(5), "{result}");
+    assert_eq!(result["exit_code"], 0);
+    assert_dies(pids(stdout(&result))[0]).await;
+}
+
+#[tokio::test]
+async fn leaving_the_session_is_refused() {
+    let h = harness();
+    let result = h.run("setsid sleep 30 & sleep 0.3; echo done").await;
+    assert!(stderr(&result).contains("not permitted"), "{result}");
+}
+
+#[tokio::test]
+async fn a_silent_timeout_is_a_timeout_error() {
+    let h = harness();
+    let err = h
+        .call(json!({"command": "sleep 5", "timeout_ms": 300}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "TIMEOUT");
+    assert!(err.hint.unwrap().contains("timeout_ms"));
+}
+
+#[tokio::test]
+async fn cancellation_kills_the_command() {
+    let h = harness();
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        trigger.cancel();
+    });
+    let ws = h.workspace("alice");
+    let pidfile = ws.join("pid");
+    let started = Instant::now();
+    let err = h
+        .tool()
+        .execute(
+            json!({"command": "sleep 30 & echo $! > pid; sleep 30"}),
+            ctx("alice", None, cancel),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "CANCELLED");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let pid: i32 = std::fs::read_to_string(pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_dies(pid).await;
+}
+
+#[tokio::test]
+async fn a_dropped_run_leaves_nothing_running() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    let run = h.call(json!({"command": "sleep 30 & echo $! > pid; sleep 30"}));
+    let _ = tokio::time::timeout(Duration::from_millis(500), run).await;
+    let pid: i32 = std::fs::read_to_string(ws.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_dies(pid).await;
+}
+
+// ---------------------------------------------------------------- non-interactive
+
+#[tokio::test]
+async fn nothing_waits_for_a_human() {
+    let h = harness();
+    let started = Instant::now();
+    let result = h
+        .run("cat; read line; echo \"read:$?\"; tty; echo $PAGER $GIT_TERMINAL_PROMPT $EDITOR; cat /dev/tty")
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let out = stdout(&result);
+    assert!(out.contains("read:1\n"), "{out}");
+    assert!(out.contains("not a tty\n"), "{out}");
+    assert!(out.contains("cat 0 true\n"), "{out}");
+    assert!(stderr(&result).contains("/dev/tty"), "{result}");
+}
+
+#[tokio::test]
+async fn git_neither_pages_nor_prompts() {
+    let h = harness();
+    let result = h
+        .run(
+            "git --version && git init -q repo && cd repo && git config user.name a && git config user.email a@b && git commit -q --allow-empty -m one && git log --oneline | wc -l && git commit --amend --allow-empty -q && echo amended",
+        )
+        .await;
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert!(stdout(&result).starts_with("git version"), "{result}");
+    assert!(stdout(&result).ends_with("1\namended\n"), "{result}");
+}
+
+// ---------------------------------------------------------------- results
+
+#[tokio::test]
+async fn exit_codes_and_streams_are_reported_apart() {
+    let h = harness();
+    let out = h
+        .call(json!({"command": "echo out; echo err >&2; exit 3"}))
+        .await
+        .unwrap();
+    assert!(!out.partial, "a non-zero exit is a complete result");
+    let r = out.result;
+    assert_eq!(r["exit_code"], 3);
+    assert_eq!(r["stdout"], "out\n");
+    assert_eq!(r["stderr"], "err\n");
+    assert_eq!(r["timed_out"], false);
+    assert_eq!(r["cwd"], ".");
+    assert_eq!(r["command"], "echo out; echo err >&2; exit 3");
+    assert!(r["shell"].as_str().unwrap().ends_with("sh"));
+    assert!(r["duration_ms"].as_u64().is_some());
+
+    let killed = h.run("kill -9 $$").await;
+    assert_eq!(killed["exit_code"], Value::Null);
+    assert_eq!(killed["signal"], 9);
+}
+
+#[tokio::test]
+async fn long_output_keeps_head_and_tail_and_is_partial() {
+    let h = harness_with(
+        SandboxSettings {
+            output_cap_chars: 1000,
+            ..settings()
+        },
+        None,
+    );
+    let out = h
+        .call(json!({"command": "yes | head -c 200000; echo; echo THE-END"}))
+        .await
+        .unwrap();
+    assert!(out.partial);
+    let r = &out.result;
+    assert_eq!(r["stdout_truncated"], true);
+    assert_eq!(r["stderr_truncated"], false);
+    let text = stdout(r);
+    assert!(text.starts_with("y\ny\ny\n"), "{text}");
+    assert!(text.ends_with("y\n\nTHE-END\n"), "{text}");
+    // 200000 + "\n" + "THE-END\n" = 200009 characters, 1000 kept.
+    assert!(
+        text.contains("\n… [199009 characters omitted] …\n"),
+        "{text}"
+    );
+    assert!(text.chars().count() < 1100);
+}
+
+#[tokio::test]
+async fn invalid_utf8_is_replaced_not_fatal() {
+    let h = harness();
+    let result = h.run("printf 'a\\377b\\n'").await;
+    assert_eq!(stdout(&result), "a\u{FFFD}b\n");
+}
+
+#[tokio::test]
+async fn results_compile_to_a_command_output_view() {
+    let h = harness();
+    let tool = h.tool();
+    let args = json!({"command": "echo hi"});
+    let result = h.call(args.clone()).await.unwrap().result;
+    let hints = tool.ui_hints(&args, &result).unwrap();
+    assert_eq!(hints["view"], "core.command_output");
+    let ui = ui_schema::compile(&hints).unwrap();
+    assert!(ui.to_string().contains("CommandOutput"), "{ui}");
+}
+
+#[tokio::test]
+async fn metadata_says_what_the_tool_is() {
+    let h = harness();
+    let def = h.tool().definition();
+    assert_eq!(def.name, "bash");
+    assert!(!def.metadata.read_only);
+    assert!(!def.metadata.concurrency_safe);
+    assert!(def.metadata.destructive);
+    assert_eq!(def.metadata.permission_class, PermissionClass::Bash);
+    assert_eq!(def.metadata.audit_operation, "execute");
+    assert!(!def.capability.reversible);
+    assert!(!def.capability.dry_run);
+}
+
+// ---------------------------------------------------------------- arguments
+
+#[tokio::test]
+async fn the_schema_bounds_the_timeout_and_requires_a_command() {
+    let h = harness();
+    let def = h.tool().definition();
+    let validator = jsonschema::validator_for(&def.input_schema).unwrap();
+    assert!(validator.is_valid(&json!({"command": "ls"})));
+    assert!(validator.is_valid(&json!({"command": "ls", "timeout_ms": 60_000, "cwd": "a"})));
+    let too_long = json!({"command": "ls", "timeout_ms": 60_001});
+    let error = validator.iter_errors(&too_long).next().unwrap();
+    assert_eq!(error.instance_path.to_string(), "/timeout_ms");
+    assert!(error.to_string().contains("60000"), "{error}");
+    for bad in [
+        json!({}),
+        json!({"command": ""}),
+        json!({"command": "ls", "timeout_ms": 0}),
+        json!({"command": "ls", "timeout_ms": 1.5}),
+        json!({"command": "ls", "shell": "/bin/zsh"}),
+        json!({"command": ["ls"]}),
+    ] {
+        assert!(!validator.is_valid(&bad), "{bad}");
+    }
+    // The tool checks again: it may be called without the pipeline.
+    let err = h
+        .call(json!({"command": "ls", "timeout_ms": 60_001}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "INVALID_ARGUMENTS");
+    let err = h.call(json!({"command": "   "})).await.unwrap_err();
+    assert_eq!(err.code, "INVALID_ARGUMENTS");
+}
+
+#[tokio::test]
+async fn cwd_runs_inside_the_workspace() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    std::fs::create_dir_all(ws.join("src/deep")).unwrap();
+    std::os::unix::fs::symlink("src/deep", ws.join("shortcut")).unwrap();
+    for (cwd, shown) in [
+        ("src/deep", "src/deep"),
+        ("src/../src", "src"),
+        ("shortcut", "src/deep"),
+        (".", "."),
+    ] {
+        let r = h
+            .call(json!({"command": "pwd", "cwd": cwd}))
+            .await
+            .unwrap()
+            .result;
+        assert_eq!(r["cwd"], shown);
+        let expected = if shown == "." {
+            ws.clone()
+        } else {
+            ws.join(shown)
+        };
+        assert_eq!(stdout(&r).trim(), expected.to_str().unwrap());
+    }
+}
+
+#[tokio::test]
+async fn cwd_outside_the_workspace_is_a_security_violation() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    h.workspace("bob");
+    std::os::unix::fs::symlink("/etc", ws.join("etc-link")).unwrap();
+    std::os::unix::fs::symlink("../u_bob", ws.join("bob-link")).unwrap();
+    for cwd in [
+        "/etc",
+        "/",
+        "..",
+        "../u_bob",
+        "a/../../..",
+        "etc-link",
+        "bob-link",
+        "etc-link/ssl",
+    ] {
+        let err = h
+            .call(json!({"command": "touch marker; pwd", "cwd": cwd}))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, "SECURITY_VIOLATION", "{cwd}: {err:?}");
+    }
+    assert!(!h.workspace("bob").join("marker").exists());
+}
+
+#[tokio::test]
+async fn a_missing_or_non_directory_cwd_is_a_clear_error() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    std::fs::write(ws.join("file.txt"), "x").unwrap();
+    let err = h
+        .call(json!({"command": "pwd", "cwd": "nope/deeper"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "DIRECTORY_NOT_FOUND");
+    assert!(err.message.contains("nope/deeper"), "{}", err.message);
+    let err = h
+        .call(json!({"command": "pwd", "cwd": "file.txt"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "NOT_A_DIRECTORY");
+}
+
+#[tokio::test]
+async fn shell_text_in_cwd_is_a_directory_name_not_code() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    let evil = "$(touch pwned);x`touch pwned2`";
+    let err = h
+        .call(json!({"command": "pwd", "cwd": evil}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, "DIRECTORY_NOT_FOUND");
+    std::fs::create_dir(ws.join(evil)).unwrap();
+    let r = h
+        .call(json!({"command": "pwd", "cwd": evil}))
+        .await
+        .unwrap()
+        .result;
+    assert_eq!(r["cwd"], evil);
+    assert_eq!(stdout(&r).trim(), ws.join(evil).to_str().unwrap());
+    assert!(!ws.join("pwned").exists() && !ws.join("pwned2").exists());
+    assert!(!ws.join(evil).join("pwned").exists());
+}
+
+#[tokio::test]
+async fn a_command_that_looks_like_an_option_is_still_a_command() {
+    let h = harness();
+    let r = h.run("--version").await;
+    assert_eq!(r["exit_code"], 127, "{r}");
+    assert!(!stdout(&r).contains("GNU bash"), "{r}");
+}
+
+#[tokio::test]
+async fn sub_workspaces_are_separate_directories() {
+    let h = harness();
+    let r = h
+        .tool()
+        .execute(
+            json!({"command": "pwd; echo x > f"}),
+            ctx("alice", Some("proj"), CancellationToken::new()),
+        )
+        .await
+        .unwrap()
+        .result;
+    let sub = h.workspace("alice").join("proj");
+    assert_eq!(stdout(&r).trim(), sub.to_str().unwrap());
+    assert!(sub.join("f").exists());
+}
+
+// ---------------------------------------------------------------- limits
+
+#[tokio::test]
+async fn resource_limits_are_in_force_and_cannot_be_raised() {
+    let h = harness_with(
+        SandboxSettings {
+            cpu_secs: 17,
+            file_size_bytes: 1024 * 1024,
+            max_open_files: 256,
+            max_processes: 300,
+            ..settings()
+        },
+        None,
+    );
+    let r = h
+        .run("ulimit -n; ulimit -f; ulimit -t; ulimit -u; ulimit -c; ulimit -n 4096 && echo RAISED")
+        .await;
+    assert_eq!(stdout(&r), "256\n1024\n17\n300\n0\n", "{r}");
+    assert!(!stdout(&r).contains("RAISED"));
+
+    let r = h
+        .run("head -c 2000000 /dev/zero > big; echo \"rc=$?\"; stat -c %s big")
+        .await;
+    assert!(stdout(&r).starts_with("rc=153\n"), "{r}"); // 128 + SIGXFSZ
+    assert!(stdout(&r).ends_with("1048576\n"), "{r}");
+}
+
+#[tokio::test]
+async fn commands_hold_no_capabilities() {
+    let h = harness();
+    let r = h
+        .run("grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status")
+        .await;
+    let lines: Vec<&str> = stdout(&r).lines().collect();
+    assert_eq!(lines.len(), 4, "{r}");
+    assert!(lines.iter().all(|l| l.ends_with("0000000000000000")), "{r}");
+}
+
+// ---------------------------------------------------------------- the sandbox alone
+
+#[tokio::test]
+async fn without_landlock_require_refuses_and_best_effort_runs() {
+    let no_landlock = Some(KernelSupport {
+        landlock_abi: None,
+        seccomp: true,
+    });
+    let h = harness_with(settings(), no_landlock);
+    assert!(!h.sandbox.status().bash_enabled);
+    let err = h.call(json!({"command": "echo hi"})).await.unwrap_err();
+    assert_eq!(err.code, "SANDBOX_UNAVAILABLE");
+    assert!(err.message.contains("Landlock"), "{}", err.message);
+
+    let h = harness_with(
+        SandboxSettings {
+            landlock: LandlockMode::BestEffort,
+            ..settings()
+        },
+        no_landlock,
+    );
+    let status = h.sandbox.status();
+    assert!(status.bash_enabled && !status.landlock.enforced);
+    assert_eq!(h.run("echo hi").await["stdout"], "hi\n");
+}
+
+#[tokio::test]
+async fn the_status_reports_what_is_enforced_here() {
+    let h = harness();
+    let status = h.sandbox.status();
+    let kernel = KernelSupport::probe();
+    assert_eq!(status.landlock.available, kernel.landlock_abi.is_some());
+    assert_eq!(status.landlock.abi, kernel.landlock_abi);
+    assert_eq!(status.bash_enabled, kernel.landlock_abi.is_some());
+    assert!(status.seccomp.active);
+    assert_eq!(status.rlimits.max_open_files, 1024);
+    let json = serde_json::to_value(&status).unwrap();
+    assert_eq!(json["network"], "deny");
+    assert_eq!(json["landlock"]["mode"], "require");
+}
+
+#[tokio::test]
+async fn the_sandbox_rejects_a_cwd_outside_the_workspace() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    let err = h
+        .sandbox
+        .run(CommandSpec {
+            argv: vec!["/bin/pwd".into()],
+            cwd: h.data_dir.clone(),
+            workspace: ws,
+            env: BTreeMap::new(),
+            timeout: Duration::from_secs(5),
+            cancel: CancellationToken::new(),
+            output_cap: 100,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SandboxError::InvalidSpec(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn argv_is_passed_as_is() {
+    let h = harness();
+    let out = h
+        .sandbox_run(
+            &[
+                "/usr/bin/printf",
+                "[%s]\\n",
+                "$(id)",
+                "a b",
+                "; rm -rf ~",
+                "*",
+            ],
+            Duration::from_secs(5),
+        )
+        .await;
+    assert_eq!(out.stdout, "[$(id)]\n[a b]\n[; rm -rf ~]\n[*]\n");
+    let missing = h
+        .sandbox
+        .run(CommandSpec {
+            argv: vec!["no-such-program-xyz".into()],
+            cwd: h.workspace("alice"),
+            workspace: h.workspace("alice"),
+            env: BTreeMap::new(),
+            timeout: Duration::from_secs(5),
+            cancel: CancellationToken::new(),
+            output_cap: 100,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, SandboxError::Spawn { .. }), "{missing:?}");
+}
+
+#[tokio::test]
+async fn extra_environment_is_added_on_top_of_the_allow_list() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    let out = h
+        .sandbox
+        .run(CommandSpec {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "echo \"$TOOL_INPUT_NAME|$PAGER\"".into(),
+            ],
+            cwd: ws.clone(),
+            workspace: ws,
+            env: BTreeMap::from([("TOOL_INPUT_NAME".to_string(), "$(id) ; x".to_string())]),
+            timeout: Duration::from_secs(5),
+            cancel: CancellationToken::new(),
+            output_cap: 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "$(id) ; x|cat\n");
+}
