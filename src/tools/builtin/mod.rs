@@ -1,7 +1,11 @@
 //! Tools that ship with toolgate.
 
 mod echo;
+mod files;
 mod wait;
 
 pub use echo::Echo;
+pub use files::{
+    ApplyDiff, EditFile, Glob, Grep, ReadFile, UndoEdit, WorkspacePath, WriteFile, file_tools,
+};
 pub use wait::Wait;
