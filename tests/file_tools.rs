@@ -759,6 +759,40 @@ async fn write_overwrites_and_keeps_the_mode() {
         .permissions()
         .mode();
     assert_eq!(mode & 0o777, 0o750);
+    // The same content again: nothing to write, nothing to undo.
+    let again = ok(
+        &world.write_file(),
+        &world,
+        json!({"path": "run.sh", "content": "new"}),
+    )
+    .await;
+    assert_eq!(again.result["unchanged"], true);
+    assert!(again.undo.is_none());
+}
+
+#[tokio::test]
+async fn a_cancelled_call_changes_nothing() {
+    let world = World::new();
+    world.write("f.txt", "a\n");
+    let before = world.whole_snapshot();
+    let ctx = world.ctx();
+    ctx.cancel.cancel();
+    let error = world
+        .write_file()
+        .execute(json!({"path": "f.txt", "content": "b"}), ctx.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, "CANCELLED");
+    let error = world
+        .edit_file()
+        .execute(
+            json!({"path": "f.txt", "old_string": "a", "new_string": "b"}),
+            ctx,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, "CANCELLED");
+    assert_eq!(before, world.whole_snapshot());
 }
 
 #[tokio::test]

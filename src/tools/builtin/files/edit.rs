@@ -7,9 +7,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use similar::TextDiff;
 
-use super::change::{Change, numbered, text_of, with_current};
+use super::change::{Change, line_ending_of, numbered, text_of, with_current};
 use super::write::{diff_hints, reversible_capability};
-use super::{WorkspacePath, blocking, codes, confine, open_history, open_workspace, parse_args};
+use super::{
+    WorkspacePath, blocking, cancelled, codes, confine, open_history, open_workspace, parse_args,
+};
 use crate::tools::{
     DryRunResult, PermissionClass, Tool, ToolContext, ToolDefinition, ToolError, ToolMetadata,
     ToolSuccess,
@@ -68,14 +70,14 @@ fn apply_edit(path: &WorkspacePath, text: &str, args: &Args) -> Result<(String, 
         ));
     }
     let (mut old, mut new) = (args.old_string.clone(), args.new_string.clone());
-    // Models write "\n"; a CRLF file has "\r\n". Match it in the file's own
-    // line endings, and keep them.
-    if !text.contains(old.as_str()) && text.contains("\r\n") && old.contains('\n') {
+    // Models write "\n"; a CRLF file has "\r\n". Match in the file's own
+    // line endings, and keep them in what is inserted.
+    if line_ending_of(text) == "\r\n" {
         let crlf = |s: &str| s.replace("\r\n", "\n").replace('\n', "\r\n");
-        if text.contains(crlf(&old).as_str()) {
+        if !text.contains(old.as_str()) && text.contains(crlf(&old).as_str()) {
             old = crlf(&old);
-            new = crlf(&new);
         }
+        new = crlf(&new);
     }
     let starts: Vec<usize> = text.match_indices(old.as_str()).map(|(i, _)| i).collect();
     let line_at = |offset: usize| text[..offset].matches('\n').count() + 1;
@@ -333,6 +335,8 @@ impl Tool for EditFile {
             if diff.truncated {
                 result["diff_truncated"] = json!(true);
             }
+            // A call cancelled or timed out while this ran must not change the file.
+            cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
             let undo = change.commit(ws, &history, "edit_file")?;
             Ok(ToolSuccess {
@@ -391,6 +395,8 @@ mod tests {
         let (out, _) =
             apply_edit(&path(), "a\r\nb\r\nc\r\n", &args("a\nb", "x\ny", false)).unwrap();
         assert_eq!(out, "x\r\ny\r\nc\r\n");
+        let (out, _) = apply_edit(&path(), "a\r\nb\r\n", &args("b", "b\nc", false)).unwrap();
+        assert_eq!(out, "a\r\nb\r\nc\r\n");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::change::{Change, numbered, text_of, with_current};
 use super::write::{diff_hints, reversible_capability};
-use super::{WorkspacePath, blocking, codes, open_history, open_workspace, parse_args};
+use super::{WorkspacePath, blocking, cancelled, codes, open_history, open_workspace, parse_args};
 use crate::tools::{
     DryRunResult, PermissionClass, Tool, ToolContext, ToolDefinition, ToolError, ToolMetadata,
     ToolSuccess,
@@ -518,6 +518,8 @@ impl Tool for ApplyDiff {
             if diff.truncated {
                 result["diff_truncated"] = json!(true);
             }
+            // A call cancelled or timed out while this ran must not change the file.
+            cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
             let undo = change.commit(ws, &history, "apply_diff")?;
             Ok(ToolSuccess {

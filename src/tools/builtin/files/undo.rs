@@ -8,7 +8,9 @@ use super::change::{
     atomic_write, create_dirs, diff, history_error, remove_empty_dirs, with_current,
 };
 use super::write::diff_hints;
-use super::{WorkspacePath, blocking, codes, confine, open_history, open_workspace, parse_args};
+use super::{
+    WorkspacePath, blocking, cancelled, codes, confine, open_history, open_workspace, parse_args,
+};
 use crate::tools::{
     PermissionClass, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError, ToolMetadata,
     ToolSuccess,
@@ -130,6 +132,7 @@ impl Tool for UndoEdit {
                     )
                     .with_hint("Read the file to check, then call undo_edit again with force: true to restore anyway."));
                 }
+                cancelled(&ctx)?;
                 let restored: Option<&[u8]> = entry.header.existed.then_some(entry.before.as_slice());
                 let created_dirs: Vec<WorkspacePath> = entry
                     .header

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::change::{Change, with_current};
-use super::{WorkspacePath, blocking, open_history, open_workspace, parse_args};
+use super::{WorkspacePath, blocking, cancelled, open_history, open_workspace, parse_args};
 use crate::config::LineEndings;
 use crate::protocol::ui_schema::hints;
 use crate::tools::{
@@ -153,6 +153,8 @@ impl Tool for WriteFile {
                 result["unchanged"] = json!(true);
                 return Ok(ToolSuccess::complete(result));
             }
+            // A call cancelled or timed out while this ran must not change the file.
+            cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
             let undo = change.commit(ws, &history, "write_file")?;
             Ok(ToolSuccess {
