@@ -1491,3 +1491,83 @@ async fn definitions_register_and_declare_their_safety() {
     );
     assert!(world.glob().definition().metadata.concurrency_safe);
 }
+
+#[tokio::test]
+async fn every_success_has_ui_hints_that_compile() {
+    let world = World::new();
+    world.write("src/a.rs", "fn a() {}\n");
+    world.write("empty.txt", "");
+    world.write("sub/x.txt", "x\n");
+    let calls: Vec<(Box<dyn Tool>, Value)> = vec![
+        (Box::new(world.read_file()), json!({"path": "src/a.rs"})),
+        (Box::new(world.read_file()), json!({"path": "empty.txt"})),
+        (Box::new(world.read_file()), json!({"path": "."})),
+        (Box::new(world.read_file()), json!({"path": "sub"})),
+        (
+            Box::new(world.write_file()),
+            json!({"path": "w.txt", "content": "one"}),
+        ),
+        (
+            Box::new(world.write_file()),
+            json!({"path": "w.txt", "content": "one"}),
+        ),
+        (
+            Box::new(world.edit_file()),
+            json!({"path": "w.txt", "old_string": "one", "new_string": "two"}),
+        ),
+        (
+            Box::new(world.apply_diff()),
+            json!({"path": "w.txt", "diff": "@@ -1 +1 @@\n-two\n+three\n"}),
+        ),
+        (Box::new(world.undo_edit()), json!({"path": "w.txt"})),
+        (Box::new(world.glob()), json!({"pattern": "**/*"})),
+        (Box::new(world.glob()), json!({"pattern": "nothing*"})),
+        (Box::new(world.grep()), json!({"pattern": "fn"})),
+        (
+            Box::new(world.grep()),
+            json!({"pattern": "fn", "output_mode": "content"}),
+        ),
+        (Box::new(world.grep()), json!({"pattern": "zzz"})),
+    ];
+    for (tool, args) in calls {
+        let success = ok(tool.as_ref(), &world, args.clone()).await;
+        let hints = tool
+            .ui_hints(&args, &success.result)
+            .unwrap_or_else(|| panic!("{} {args}: no ui_hints", tool.definition().name));
+        toolgate::protocol::ui_schema::compile(&hints).unwrap_or_else(|e| {
+            panic!(
+                "{} {args}: hints {hints} do not compile: {e:?}",
+                tool.definition().name
+            )
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_edits_of_one_file_are_serialised() {
+    let world = Arc::new(World::new());
+    let original: String = (0..16).map(|i| format!("k{i}\n")).collect();
+    world.write("f.txt", &original);
+    let mut tasks = vec![];
+    for i in 0..16 {
+        let world = world.clone();
+        tasks.push(tokio::spawn(async move {
+            world
+                .edit_file()
+                .execute(
+                    json!({"path": "f.txt", "old_string": format!("k{i}\n"), "new_string": format!("K{i}\n")}),
+                    world.ctx(),
+                )
+                .await
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let edited: String = (0..16).map(|i| format!("K{i}\n")).collect();
+    assert_eq!(world.read("f.txt"), edited.as_bytes(), "no edit was lost");
+    for _ in 0..16 {
+        ok(&world.undo_edit(), &world, json!({"path": "f.txt"})).await;
+    }
+    assert_eq!(world.read("f.txt"), original.as_bytes());
+}
