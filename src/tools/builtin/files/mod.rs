@@ -4,13 +4,38 @@
 //! Each opens the caller's workspace per call
 //! (`Workspaces::open(owner, sub)`) and touches files only through its
 //! `cap_std::fs::Dir` (see [`confine`]): never `std::fs` on a joined path.
-//! The work is blocking I/O, run on tokio's blocking pool.
+//! The work is blocking I/O, run on tokio's blocking pool; a call whose
+//! token is cancelled (or timed out) before its commit changes nothing.
 //!
 //! Changes (`write_file`, `edit_file`, `apply_diff`) share one path
 //! ([`change`]): compute the new content, then either preview it (dry run:
 //! a unified diff, nothing touched) or record the old content in the
 //! per-file history and replace the file atomically (temporary file in the
 //! same directory, then rename). `undo_edit` pops that history.
+//!
+//! Decisions, for users of the tools:
+//! - Paths are relative to the workspace root. `..` is refused outright
+//!   (even `a/../b`). An absolute path is accepted only if it lies inside
+//!   the workspace (it is made relative); any other is `SECURITY_VIOLATION`.
+//!   Symbolic links are followed only while they stay inside; a write to a
+//!   link writes its target (inside), never replaces the link.
+//! - `read_file`: at most 2,000 lines per call, lines cut at 2,000
+//!   characters; directories list at most 1,000 entries, sorted by name.
+//! - Changes load files of at most [`MAX_EDIT_BYTES`]; `write_file`
+//!   normalises to the configured line endings and adds a final newline
+//!   (an empty file stays empty); `edit_file` and `apply_diff` keep a file's
+//!   own line endings. Rewriting identical content records nothing.
+//! - History: up to 20 entries per file, on disk under
+//!   `Workspaces::history(owner, sub)`. A change's `UndoInfo` input is
+//!   `{"path", "entry"}`: it undoes that change only while it is the newest,
+//!   and, like a plain `undo_edit {path}`, refuses (`UNDO_CONFLICT`) when the
+//!   file was changed by other means since, unless `force`.
+//! - `glob`: files (and links, not followed) whose path below `path`
+//!   matches; newest modification first, then by path; at most 1,000.
+//! - `glob`/`grep` walks: `.gitignore` and `.ignore` apply (repository or
+//!   not), `.git` is skipped, other hidden files are searched, at most
+//!   100,000 entries are visited. `grep` searches in path order, skips
+//!   binary files, returns at most `head_limit` entries (default 250).
 
 #![allow(clippy::result_large_err)]
 
