@@ -2,8 +2,12 @@
 
 mod bash;
 mod echo;
+mod files;
 mod wait;
 
 pub use bash::Bash;
 pub use echo::Echo;
+pub use files::{
+    ApplyDiff, EditFile, Glob, Grep, ReadFile, UndoEdit, WorkspacePath, WriteFile, file_tools,
+};
 pub use wait::Wait;

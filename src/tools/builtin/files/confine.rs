@@ -1,0 +1,432 @@
+//! Keeping every file operation inside the workspace.
+//!
+//! Two layers, so that neither alone has to be perfect:
+//!
+//! 1. [`WorkspacePath::parse`] refuses, before anything is opened, what is
+//!    never a workspace path: a `..` component, an absolute path outside the
+//!    workspace, a NUL byte. An absolute path *inside* the workspace is
+//!    accepted and made relative (models copy paths out of `pwd` output).
+//! 2. Every open goes through the workspace's `cap_std::fs::Dir`, which
+//!    resolves paths with openat2 `RESOLVE_BENEATH`: a symbolic link (or a
+//!    `/proc` magic link) that leads out fails in the kernel, with no
+//!    check-then-use window. cap-std reports that as a `PermissionDenied`
+//!    without an OS error code ("a path led outside of the filesystem");
+//!    [`io_error`] turns it into `SECURITY_VIOLATION`.
+//!
+//! Renames replace a final symbolic link instead of following it, so a write
+//! must first find out what a link at the target names: [`resolve_target`]
+//! follows final links by hand, through the `Dir`, and refuses one that
+//! leaves.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use cap_std::fs::{Dir, File, Metadata, OpenOptions, OpenOptionsExt};
+
+use super::codes;
+use crate::tools::ToolError;
+
+/// A path inside a workspace: relative, normalised (no `.`, no `..`), with
+/// the empty path standing for the workspace root.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct WorkspacePath {
+    rel: PathBuf,
+}
+
+impl WorkspacePath {
+    pub fn root() -> Self {
+        WorkspacePath {
+            rel: PathBuf::new(),
+        }
+    }
+
+    /// Parse a path as given by a model. `workspace` is the workspace's
+    /// absolute path, used only to make an absolute path inside it relative.
+    pub fn parse(raw: &str, workspace: &Path) -> Result<Self, ToolError> {
+        if raw.contains('\0') {
+            return Err(ToolError::new(
+                codes::INVALID_ARGUMENTS,
+                "the path contains a NUL byte",
+                false,
+            ));
+        }
+        let given = Path::new(raw);
+        let relative = if given.has_root() {
+            match given.strip_prefix(workspace) {
+                Ok(rest) => rest,
+                Err(_) => {
+                    return Err(security_violation(
+                        raw,
+                        "absolute paths outside the workspace are not allowed",
+                    ));
+                }
+            }
+        } else {
+            given
+        };
+        let mut rel = PathBuf::new();
+        for component in relative.components() {
+            match component {
+                Component::Normal(part) => rel.push(part),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    return Err(security_violation(
+                        raw,
+                        "'..' is not allowed in workspace paths",
+                    ));
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(security_violation(
+                        raw,
+                        "absolute paths outside the workspace are not allowed",
+                    ));
+                }
+            }
+        }
+        Ok(WorkspacePath { rel })
+    }
+
+    /// From a path already known to be relative and normalised (built from
+    /// directory entries or a resolved link).
+    pub(super) fn from_normalised(rel: PathBuf) -> Self {
+        debug_assert!(rel.components().all(|c| matches!(c, Component::Normal(_))));
+        WorkspacePath { rel }
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.rel.as_os_str().is_empty()
+    }
+
+    /// The path to hand to the `Dir` (`.` for the root).
+    pub fn as_path(&self) -> &Path {
+        if self.is_root() {
+            Path::new(".")
+        } else {
+            &self.rel
+        }
+    }
+
+    /// The relative path, empty for the root.
+    pub fn rel(&self) -> &Path {
+        &self.rel
+    }
+
+    pub fn join(&self, name: &std::ffi::OsStr) -> WorkspacePath {
+        WorkspacePath {
+            rel: self.rel.join(name),
+        }
+    }
+
+    pub fn parent(&self) -> Option<WorkspacePath> {
+        if self.is_root() {
+            return None;
+        }
+        Some(WorkspacePath {
+            rel: self.rel.parent().map(Path::to_path_buf).unwrap_or_default(),
+        })
+    }
+
+    pub fn file_name(&self) -> Option<&std::ffi::OsStr> {
+        self.rel.file_name()
+    }
+
+    /// `/`-separated, `.` for the root: how paths appear in results.
+    pub fn display(&self) -> String {
+        if self.is_root() {
+            ".".to_string()
+        } else {
+            self.rel.to_string_lossy().into_owned()
+        }
+    }
+}
+
+pub(super) fn security_violation(path: &str, why: &str) -> ToolError {
+    ToolError::new(
+        codes::SECURITY_VIOLATION,
+        format!("'{path}' is outside the workspace: {why}"),
+        false,
+    )
+    .with_hint("Use a path relative to the workspace root, without '..'.")
+}
+
+/// cap-std's "a path led outside of the filesystem" (no OS code), or the
+/// kernel's EXDEV from openat2 `RESOLVE_BENEATH`.
+pub fn is_escape(err: &io::Error) -> bool {
+    (err.kind() == io::ErrorKind::PermissionDenied && err.raw_os_error().is_none())
+        || err.raw_os_error() == Some(libc::EXDEV)
+}
+
+/// Map an I/O error on `path` to a tool error. Messages name the workspace
+/// path only: never a host path, never a link's target.
+pub fn io_error(err: io::Error, path: &WorkspacePath) -> ToolError {
+    let shown = path.display();
+    if is_escape(&err) {
+        return security_violation(
+            &shown,
+            "it leads out of the workspace (through a symbolic link or an absolute path)",
+        );
+    }
+    match err.kind() {
+        io::ErrorKind::NotFound => ToolError::new(
+            codes::FILE_NOT_FOUND,
+            format!("'{shown}' does not exist"),
+            false,
+        )
+        .with_hint("Use glob to find files by name, or read_file on a directory to list it."),
+        io::ErrorKind::IsADirectory => directory_not_file(path),
+        io::ErrorKind::NotADirectory => ToolError::new(
+            codes::NOT_A_DIRECTORY,
+            format!("a component of '{shown}' is a file, not a directory"),
+            false,
+        ),
+        io::ErrorKind::PermissionDenied => ToolError::new(
+            codes::PERMISSION_DENIED,
+            format!("permission denied on '{shown}'"),
+            false,
+        ),
+        _ if err.raw_os_error() == Some(libc::ELOOP) => ToolError::new(
+            codes::IO_ERROR,
+            format!("'{shown}': too many levels of symbolic links"),
+            false,
+        ),
+        _ => ToolError::new(
+            codes::IO_ERROR,
+            format!("'{shown}': {}", io::Error::from(err.kind())),
+            false,
+        ),
+    }
+}
+
+pub fn directory_not_file(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        codes::DIRECTORY_NOT_FILE,
+        format!("'{}' is a directory, not a file", path.display()),
+        false,
+    )
+    .with_hint("read_file on a directory lists it; glob finds files inside it.")
+}
+
+/// Open an existing regular file for reading. FIFOs and devices are refused
+/// (opening a FIFO would block); the open is non-blocking and the type is
+/// checked again on the open handle, so a swap after the first check gains
+/// nothing.
+pub fn open_regular(dir: &Dir, path: &WorkspacePath) -> Result<(File, Metadata), ToolError> {
+    let meta = dir
+        .metadata(path.as_path())
+        .map_err(|e| io_error(e, path))?;
+    if meta.is_dir() {
+        return Err(directory_not_file(path));
+    }
+    if !meta.is_file() {
+        return Err(not_regular(path));
+    }
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY);
+    let file = dir
+        .open_with(path.as_path(), &options)
+        .map_err(|e| io_error(e, path))?;
+    let meta = file.metadata().map_err(|e| io_error(e, path))?;
+    if !meta.is_file() {
+        return Err(not_regular(path));
+    }
+    Ok((file, meta))
+}
+
+fn not_regular(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        codes::NOT_A_REGULAR_FILE,
+        format!(
+            "'{}' is not a regular file (a FIFO, socket or device)",
+            path.display()
+        ),
+        false,
+    )
+}
+
+/// The file a write to `path` lands on. A final symbolic link is followed,
+/// through the `Dir`, as long as it stays inside; one that leads out (or
+/// is absolute) is a `SECURITY_VIOLATION`. A path that does not exist yet
+/// resolves to itself.
+pub fn resolve_target(dir: &Dir, path: &WorkspacePath) -> Result<WorkspacePath, ToolError> {
+    let mut current = path.clone();
+    for _ in 0..40 {
+        let meta = match dir.symlink_metadata(current.as_path()) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(current),
+            Err(e) => return Err(io_error(e, path)),
+        };
+        if !meta.file_type().is_symlink() {
+            return Ok(current);
+        }
+        // Where the link would lead, checked by the kernel: an escape fails
+        // here whatever the link's shape.
+        match dir.metadata(current.as_path()) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error(e, path)),
+        }
+        let target = dir
+            .read_link_contents(current.as_path())
+            .map_err(|e| io_error(e, path))?;
+        if target.has_root() {
+            return Err(security_violation(
+                &path.display(),
+                "it is a symbolic link to an absolute path",
+            ));
+        }
+        // The link's directory, with its own links resolved (beneath the
+        // Dir), so that `..` in the target means what the kernel means.
+        let parent = current.parent().unwrap_or_else(WorkspacePath::root);
+        let base = if parent.is_root() {
+            PathBuf::new()
+        } else {
+            dir.canonicalize(parent.as_path())
+                .map_err(|e| io_error(e, path))?
+                .components()
+                .filter(|c| matches!(c, Component::Normal(_)))
+                .collect()
+        };
+        let mut resolved = base;
+        for component in target.components() {
+            match component {
+                Component::Normal(part) => resolved.push(part),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !resolved.pop() {
+                        return Err(security_violation(
+                            &path.display(),
+                            "it is a symbolic link that leads out of the workspace",
+                        ));
+                    }
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(security_violation(
+                        &path.display(),
+                        "it is a symbolic link to an absolute path",
+                    ));
+                }
+            }
+        }
+        if resolved.as_os_str().is_empty() {
+            return Err(directory_not_file(path));
+        }
+        current = WorkspacePath::from_normalised(resolved);
+    }
+    Err(ToolError::new(
+        codes::IO_ERROR,
+        format!("'{}': too many levels of symbolic links", path.display()),
+        false,
+    ))
+}
+
+/// Names in the parent directory close to the missing file's name, for a
+/// `FILE_NOT_FOUND` hint.
+pub fn similar_names(dir: &Dir, path: &WorkspacePath) -> Vec<String> {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return vec![];
+    };
+    let parent = path.parent().unwrap_or_else(WorkspacePath::root);
+    let Ok(entries) = dir.read_dir(parent.as_path()) else {
+        return vec![];
+    };
+    let names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .take(10_000)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    similar::get_close_matches(name.as_str(), &refs, 3, 0.6)
+        .into_iter()
+        .map(|n| parent.join(std::ffi::OsStr::new(n)).display())
+        .collect()
+}
+
+/// `io_error`, with close names in the hint when the file is missing.
+pub fn not_found_aware(err: io::Error, dir: &Dir, path: &WorkspacePath) -> ToolError {
+    let missing = err.kind() == io::ErrorKind::NotFound;
+    let mut tool_error = io_error(err, path);
+    if missing {
+        let close = similar_names(dir, path);
+        if !close.is_empty() {
+            tool_error = tool_error.with_hint(format!(
+                "Did you mean {}? Otherwise use glob to find files by name.",
+                close
+                    .iter()
+                    .map(|c| format!("'{c}'"))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ));
+        }
+    }
+    tool_error
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ws() -> PathBuf {
+        PathBuf::from("/srv/ws/u_alice")
+    }
+
+    #[test]
+    fn relative_paths_are_normalised() {
+        let p = WorkspacePath::parse("./a//b/./c.txt", &ws()).unwrap();
+        assert_eq!(p.display(), "a/b/c.txt");
+        assert!(WorkspacePath::parse("", &ws()).unwrap().is_root());
+        assert!(WorkspacePath::parse(".", &ws()).unwrap().is_root());
+    }
+
+    #[test]
+    fn parent_components_and_outside_absolute_paths_are_violations() {
+        for bad in [
+            "..",
+            "../x",
+            "a/../../x",
+            "a/../b",
+            "/etc/passwd",
+            "/srv/ws/u_bob/x",
+            "/srv/ws/u_alice2/x",
+            "/srv/ws/u_alice/../u_bob/x",
+            "/proc/self/environ",
+        ] {
+            let err = WorkspacePath::parse(bad, &ws()).unwrap_err();
+            assert_eq!(err.code, codes::SECURITY_VIOLATION, "{bad}");
+        }
+    }
+
+    #[test]
+    fn absolute_paths_inside_the_workspace_become_relative() {
+        let p = WorkspacePath::parse("/srv/ws/u_alice/src/main.rs", &ws()).unwrap();
+        assert_eq!(p.display(), "src/main.rs");
+        assert!(
+            WorkspacePath::parse("/srv/ws/u_alice", &ws())
+                .unwrap()
+                .is_root()
+        );
+    }
+
+    #[test]
+    fn nul_bytes_are_invalid_arguments() {
+        let err = WorkspacePath::parse("a\0b", &ws()).unwrap_err();
+        assert_eq!(err.code, codes::INVALID_ARGUMENTS);
+    }
+
+    #[test]
+    fn cap_std_escapes_are_recognised() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("ws")).unwrap();
+        std::os::unix::fs::symlink("/etc", tmp.path().join("ws/link")).unwrap();
+        std::os::unix::fs::symlink("..", tmp.path().join("ws/up")).unwrap();
+        let dir =
+            Dir::open_ambient_dir(tmp.path().join("ws"), cap_std::ambient_authority()).unwrap();
+        for path in ["link/passwd", "up/x", "/etc/passwd"] {
+            let err = dir.open(path).unwrap_err();
+            assert!(is_escape(&err), "{path}: {err:?}");
+        }
+        let missing = dir.open("missing").unwrap_err();
+        assert!(!is_escape(&missing));
+    }
+}

@@ -1,0 +1,249 @@
+//! The workspace file tools: `read_file`, `write_file`, `edit_file`,
+//! `apply_diff`, `undo_edit`, `glob`, `grep`.
+//!
+//! Each opens the caller's workspace per call
+//! (`Workspaces::open(owner, sub)`) and touches files only through its
+//! `cap_std::fs::Dir` (see [`confine`]): never `std::fs` on a joined path.
+//! The work is blocking I/O, run on tokio's blocking pool; a call whose
+//! token is cancelled (or timed out) before its commit changes nothing.
+//!
+//! Changes (`write_file`, `edit_file`, `apply_diff`) share one path
+//! ([`change`]): compute the new content, then either preview it (dry run:
+//! a unified diff, nothing touched) or record the old content in the
+//! per-file history and replace the file atomically (temporary file in the
+//! same directory, then rename). `undo_edit` pops that history.
+//!
+//! Decisions, for users of the tools:
+//! - Paths are relative to the workspace root. `..` is refused outright
+//!   (even `a/../b`). An absolute path is accepted only if it lies inside
+//!   the workspace (it is made relative); any other is `SECURITY_VIOLATION`.
+//!   Symbolic links are followed only while they stay inside; a write to a
+//!   link writes its target (inside), never replaces the link.
+//! - `read_file`: at most 2,000 lines per call, lines cut at 2,000
+//!   characters; directories list at most 1,000 entries, sorted by name.
+//! - Changes load files of at most [`MAX_EDIT_BYTES`]; `write_file`
+//!   normalises to the configured line endings and adds a final newline
+//!   (an empty file stays empty); `edit_file` and `apply_diff` keep a file's
+//!   own line endings. Rewriting identical content records nothing.
+//! - History: up to 20 entries per file, on disk under
+//!   `Workspaces::history(owner, sub)`. A change's `UndoInfo` input is
+//!   `{"path", "entry"}`: it undoes that change only while it is the newest,
+//!   and, like a plain `undo_edit {path}`, refuses (`UNDO_CONFLICT`) when the
+//!   file was changed by other means since, unless `force`.
+//! - `glob`: files (and links, not followed) whose path below `path`
+//!   matches; newest modification first, then by path; at most 1,000.
+//! - `glob`/`grep` walks: `.gitignore` and `.ignore` apply (repository or
+//!   not), `.git` is skipped, other hidden files are searched, at most
+//!   100,000 entries are visited. `grep` searches in path order, skips
+//!   binary files, returns at most `head_limit` entries (default 250).
+
+#![allow(clippy::result_large_err)]
+
+mod change;
+mod confine;
+mod edit;
+mod history;
+mod patch;
+mod read;
+mod search;
+mod undo;
+mod walk;
+mod write;
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use confine::WorkspacePath;
+pub use edit::EditFile;
+pub use patch::ApplyDiff;
+pub use read::ReadFile;
+pub use search::{Glob, Grep};
+pub use undo::UndoEdit;
+pub use write::WriteFile;
+
+use crate::config::WorkspaceSettings;
+use crate::tools::{Tool, ToolContext, ToolError};
+use crate::workspace::{Workspace, Workspaces};
+
+/// Error codes of the file tools.
+pub mod codes {
+    pub use crate::protocol::tool_output::codes::{CANCELLED, EXECUTION_FAILED, INVALID_ARGUMENTS};
+    /// `..`, an absolute path outside the workspace, or a link leading out.
+    pub const SECURITY_VIOLATION: &str = "SECURITY_VIOLATION";
+    pub const FILE_NOT_FOUND: &str = "FILE_NOT_FOUND";
+    /// A directory where a file is expected.
+    pub const DIRECTORY_NOT_FILE: &str = "DIRECTORY_NOT_FILE";
+    /// A file where a directory is expected.
+    pub const NOT_A_DIRECTORY: &str = "NOT_A_DIRECTORY";
+    /// A FIFO, socket or device.
+    pub const NOT_A_REGULAR_FILE: &str = "NOT_A_REGULAR_FILE";
+    /// NUL bytes or invalid UTF-8.
+    pub const BINARY_FILE: &str = "BINARY_FILE";
+    pub const FILE_TOO_LARGE: &str = "FILE_TOO_LARGE";
+    pub const OFFSET_OUT_OF_RANGE: &str = "OFFSET_OUT_OF_RANGE";
+    pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
+    pub const IO_ERROR: &str = "IO_ERROR";
+    pub const STRING_NOT_FOUND: &str = "STRING_NOT_FOUND";
+    pub const AMBIGUOUS_MATCH: &str = "AMBIGUOUS_MATCH";
+    /// The change would leave the file as it is.
+    pub const NO_CHANGE: &str = "NO_CHANGE";
+    pub const INVALID_DIFF: &str = "INVALID_DIFF";
+    pub const DIFF_DOES_NOT_APPLY: &str = "DIFF_DOES_NOT_APPLY";
+    pub const NOTHING_TO_UNDO: &str = "NOTHING_TO_UNDO";
+    /// The file changed since the change being undone, or newer changes
+    /// would have to be undone first.
+    pub const UNDO_CONFLICT: &str = "UNDO_CONFLICT";
+    pub const INVALID_PATTERN: &str = "INVALID_PATTERN";
+}
+
+/// Files larger than this are not loaded for a change (write, edit, diff,
+/// undo); `read_file` streams and has no such limit.
+pub const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;
+
+/// All seven file tools over one set of workspaces.
+pub fn file_tools(workspaces: Arc<Workspaces>, settings: &WorkspaceSettings) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadFile::new(workspaces.clone())),
+        Arc::new(WriteFile::new(workspaces.clone(), settings.line_endings)),
+        Arc::new(EditFile::new(workspaces.clone())),
+        Arc::new(ApplyDiff::new(workspaces.clone())),
+        Arc::new(UndoEdit::new(workspaces.clone())),
+        Arc::new(Glob::new(workspaces.clone())),
+        Arc::new(Grep::new(workspaces)),
+    ]
+}
+
+fn parse_args<T: DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+    serde_json::from_value(args)
+        .map_err(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false))
+}
+
+/// Run file work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        ToolError::new(
+            codes::EXECUTION_FAILED,
+            format!("the file operation failed: {e}"),
+            false,
+        )
+    })?
+}
+
+fn open_workspace(workspaces: &Workspaces, ctx: &ToolContext) -> Result<Workspace, ToolError> {
+    workspaces
+        .open(&ctx.owner, ctx.workspace.as_deref())
+        .map_err(|e| workspace_error(e, "workspace"))
+}
+
+fn open_history(
+    workspaces: &Workspaces,
+    ctx: &ToolContext,
+) -> Result<history::EditHistory, ToolError> {
+    workspaces
+        .history(&ctx.owner, ctx.workspace.as_deref())
+        .map(history::EditHistory::new)
+        .map_err(|e| workspace_error(e, "edit history"))
+}
+
+fn workspace_error(e: std::io::Error, what: &str) -> ToolError {
+    if e.kind() == std::io::ErrorKind::InvalidInput {
+        ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false)
+    } else {
+        ToolError::new(
+            codes::IO_ERROR,
+            format!("cannot open the {what}: {}", std::io::Error::from(e.kind())),
+            true,
+        )
+    }
+}
+
+fn cancelled(ctx: &ToolContext) -> Result<(), ToolError> {
+    if ctx.cancel.is_cancelled() {
+        Err(ToolError::new(
+            codes::CANCELLED,
+            "the call was cancelled",
+            false,
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The language of a file, by extension or well-known name.
+pub fn language_of(path: &WorkspacePath) -> Option<&'static str> {
+    let name = path.file_name()?.to_str()?;
+    let by_name = match name {
+        "Dockerfile" | "Containerfile" => Some("dockerfile"),
+        "Makefile" | "makefile" | "GNUmakefile" => Some("makefile"),
+        "CMakeLists.txt" => Some("cmake"),
+        "Cargo.lock" => Some("toml"),
+        _ => None,
+    };
+    if by_name.is_some() {
+        return by_name;
+    }
+    let ext = name.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "rs" => "rust",
+        "py" | "pyi" => "python",
+        "js" | "mjs" | "cjs" => "javascript",
+        "jsx" => "jsx",
+        "ts" | "mts" | "cts" => "typescript",
+        "tsx" => "tsx",
+        "go" => "go",
+        "java" => "java",
+        "kt" | "kts" => "kotlin",
+        "scala" => "scala",
+        "c" | "h" => "c",
+        "cc" | "cpp" | "cxx" | "hpp" | "hh" | "hxx" => "cpp",
+        "cs" => "csharp",
+        "rb" => "ruby",
+        "php" => "php",
+        "swift" => "swift",
+        "lua" => "lua",
+        "r" => "r",
+        "dart" => "dart",
+        "sh" | "bash" => "bash",
+        "zsh" => "zsh",
+        "fish" => "fish",
+        "ps1" => "powershell",
+        "sql" => "sql",
+        "html" | "htm" => "html",
+        "css" => "css",
+        "scss" => "scss",
+        "vue" => "vue",
+        "svelte" => "svelte",
+        "json" => "json",
+        "yaml" | "yml" => "yaml",
+        "toml" => "toml",
+        "xml" | "svg" => "xml",
+        "ini" | "cfg" => "ini",
+        "md" | "markdown" => "markdown",
+        "proto" => "protobuf",
+        "graphql" | "gql" => "graphql",
+        "tf" => "hcl",
+        "txt" => "text",
+        "csv" => "csv",
+        "diff" | "patch" => "diff",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn languages_by_extension_and_name() {
+        let p = |s: &str| WorkspacePath::parse(s, std::path::Path::new("/w")).unwrap();
+        assert_eq!(language_of(&p("src/main.rs")), Some("rust"));
+        assert_eq!(language_of(&p("a/B.TSX")), Some("tsx"));
+        assert_eq!(language_of(&p("Dockerfile")), Some("dockerfile"));
+        assert_eq!(language_of(&p("noext")), None);
+        assert_eq!(language_of(&p(".")), None);
+    }
+}

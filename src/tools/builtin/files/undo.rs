@@ -1,0 +1,197 @@
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::change::{
+    atomic_write, create_dirs, diff, history_error, remove_empty_dirs, with_current,
+};
+use super::write::diff_hints;
+use super::{
+    WorkspacePath, blocking, cancelled, codes, confine, open_history, open_workspace, parse_args,
+};
+use crate::tools::{
+    PermissionClass, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError, ToolMetadata,
+    ToolSuccess,
+};
+use crate::workspace::Workspaces;
+
+/// `undo_edit`: restore a file to its state before the last change made by
+/// `write_file`, `edit_file` or `apply_diff`.
+pub struct UndoEdit {
+    workspaces: Arc<Workspaces>,
+}
+
+impl UndoEdit {
+    pub fn new(workspaces: Arc<Workspaces>) -> Self {
+        UndoEdit { workspaces }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    path: String,
+    /// The history entry a call's UndoInfo names: undo exactly that change,
+    /// and only if it is still the newest.
+    #[serde(default)]
+    entry: Option<u64>,
+    /// Restore even though the file changed since the change being undone.
+    #[serde(default)]
+    force: bool,
+}
+
+#[async_trait]
+impl Tool for UndoEdit {
+    fn definition(&self) -> ToolDefinition {
+        ToolDefinition {
+            name: "undo_edit".into(),
+            description: "Undo the last change that write_file, edit_file or apply_diff made to \
+                a file: restore its previous content, or remove it if that change created it. \
+                Repeat to go further back (up to 20 changes per file). Refuses when the file \
+                was changed by other means since, unless force is true."
+                .into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "minLength": 1,
+                             "description": "File path relative to the workspace root."},
+                    "entry": {"type": "integer", "minimum": 1,
+                              "description": "Undo this history entry (from a change's undo record) and only if it is the file's newest."},
+                    "force": {"type": "boolean", "default": false,
+                              "description": "Restore even if the file was changed since by something else; those changes are lost."}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+            output_schema: None,
+            aliases: vec![],
+            metadata: ToolMetadata {
+                concurrency_safe: false,
+                read_only: false,
+                destructive: false,
+                permission_class: PermissionClass::File,
+                audit_operation: "write".into(),
+                search_hint: Some("revert the last file change".into()),
+                ..ToolMetadata::default()
+            },
+            capability: ToolCapability {
+                affected_resources: vec!["file".into()],
+                ..ToolCapability::default()
+            },
+        }
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolSuccess, ToolError> {
+        let args: Args = parse_args(args)?;
+        let workspaces = self.workspaces.clone();
+        blocking(move || {
+            let ws = open_workspace(&workspaces, &ctx)?;
+            let history = open_history(&workspaces, &ctx)?;
+            let path = WorkspacePath::parse(&args.path, &ws.path)?;
+            with_current(&ws, &path, |current| {
+                let target = &current.target;
+                let entry = history
+                    .latest(target)
+                    .map_err(history_error)?
+                    .ok_or_else(|| nothing_to_undo(&path))?;
+                if let Some(wanted) = args.entry
+                    && wanted != entry.seq
+                {
+                    return Err(if history.contains(target, wanted).map_err(history_error)? {
+                        ToolError::new(
+                            codes::UNDO_CONFLICT,
+                            format!(
+                                "'{}' was changed again after that change (newest entry {}, this one {wanted}); undo the newer changes first",
+                                path.display(),
+                                entry.seq
+                            ),
+                            false,
+                        )
+                    } else {
+                        ToolError::new(
+                            codes::NOTHING_TO_UNDO,
+                            format!(
+                                "entry {wanted} of '{}' is not in the history: it was undone already, or dropped as too old",
+                                path.display()
+                            ),
+                            false,
+                        )
+                    });
+                }
+                if !args.force && !entry.header.left(current.before.as_deref()) {
+                    return Err(ToolError::new(
+                        codes::UNDO_CONFLICT,
+                        format!(
+                            "'{}' was changed since its last {} by something else (or removed); undoing would lose that",
+                            path.display(),
+                            entry.header.tool
+                        ),
+                        false,
+                    )
+                    .with_hint("Read the file to check, then call undo_edit again with force: true to restore anyway."));
+                }
+                cancelled(&ctx)?;
+                let restored: Option<&[u8]> = entry.header.existed.then_some(entry.before.as_slice());
+                let created_dirs: Vec<WorkspacePath> = entry
+                    .header
+                    .created_dirs
+                    .iter()
+                    .filter_map(|d| WorkspacePath::parse(d, &ws.path).ok())
+                    .collect();
+                match restored {
+                    Some(bytes) => {
+                        if current.before.is_none() {
+                            create_dirs(&ws.dir, &current.missing_dirs)?;
+                        }
+                        atomic_write(&ws.dir, target, bytes, entry.header.mode)
+                            .map_err(|e| confine::io_error(e, &path))?;
+                    }
+                    None => {
+                        if current.before.is_some() {
+                            ws.dir
+                                .remove_file(target.as_path())
+                                .map_err(|e| confine::io_error(e, &path))?;
+                        }
+                        remove_empty_dirs(&ws.dir, &created_dirs);
+                    }
+                }
+                history.remove(target, entry.seq).map_err(history_error)?;
+                let shown = diff(target, current.before.as_deref(), restored.unwrap_or_default());
+                let remaining = history.count(target).map_err(history_error)?;
+                let mut result = json!({
+                    "path": path.display(),
+                    "undone": entry.header.tool,
+                    "entry": entry.seq,
+                    "action": if restored.is_some() { "restored" } else { "removed" },
+                    "bytes": restored.map_or(0, <[u8]>::len),
+                    "lines_added": shown.added,
+                    "lines_removed": shown.removed,
+                    "diff": shown.text,
+                    "remaining_undo_steps": remaining,
+                });
+                if shown.truncated {
+                    result["diff_truncated"] = json!(true);
+                }
+                Ok(ToolSuccess::complete(result))
+            })
+        })
+        .await
+    }
+
+    fn ui_hints(&self, _args: &Value, result: &Value) -> Option<Value> {
+        diff_hints(result)
+    }
+}
+
+fn nothing_to_undo(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        codes::NOTHING_TO_UNDO,
+        format!(
+            "there is no change of '{}' to undo (only changes made by write_file, edit_file and apply_diff are recorded)",
+            path.display()
+        ),
+        false,
+    )
+}

@@ -1,0 +1,273 @@
+//! A directory walk for `glob` and `grep` that never leaves the workspace.
+//!
+//! It reads directories through `cap_std` handles only (each subdirectory is
+//! opened relative to its parent's handle, beneath it), never follows a
+//! symbolic link (links are reported as links, their targets are not
+//! visited), and applies `.gitignore` and `.ignore` files found inside the
+//! workspace with the `ignore` crate's matcher. The `ignore` crate's own
+//! walker is not used: it walks by ambient paths with `std::fs` and reads
+//! ignore files from directories above its root, which here would be
+//! outside the workspace.
+//!
+//! Rules: `.git` directories are skipped; other hidden files are visited;
+//! `.ignore` overrides `.gitignore` of the same directory and deeper files
+//! override shallower ones (as in ripgrep); ignore files apply whether or
+//! not the workspace is a git repository.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt};
+use ignore::Match;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+use super::confine::{WorkspacePath, io_error};
+use super::{cancelled, codes};
+use crate::tools::{ToolContext, ToolError};
+
+/// Deeper directories are not entered.
+const MAX_DEPTH: usize = 64;
+/// Ignore files larger than this are not read.
+const MAX_IGNORE_FILE: u64 = 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+pub struct Entry<'a> {
+    /// The directory holding the entry: open the entry through it.
+    pub parent: &'a Dir,
+    pub name: &'a OsStr,
+    pub path: WorkspacePath,
+    pub kind: Kind,
+    /// The entry's own metadata (a link's, not its target's).
+    pub meta: Option<Metadata>,
+}
+
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub visited: usize,
+    /// The walk stopped at `max_entries`.
+    pub truncated: bool,
+    /// Directories that could not be read (skipped).
+    pub unreadable: usize,
+}
+
+struct Level {
+    dir: PathBuf,
+    /// `.ignore` first: it takes precedence over `.gitignore`.
+    matchers: Vec<Gitignore>,
+}
+
+struct Walker<'c, F> {
+    ctx: &'c ToolContext,
+    max_entries: usize,
+    want_meta: bool,
+    visit: F,
+    summary: Summary,
+    levels: Vec<Level>,
+}
+
+/// Walk the directory `start` (depth first, names sorted), calling `visit`
+/// for every entry not ignored; directories are entered after their visit.
+pub fn walk<F>(
+    root: &Dir,
+    start: &WorkspacePath,
+    ctx: &ToolContext,
+    max_entries: usize,
+    want_meta: bool,
+    visit: F,
+) -> Result<Summary, ToolError>
+where
+    F: FnMut(&Entry<'_>) -> ControlFlow<()>,
+{
+    let handle = open_dir(root, start)?;
+    let mut walker = Walker {
+        ctx,
+        max_entries,
+        want_meta,
+        visit,
+        summary: Summary::default(),
+        levels: vec![],
+    };
+    // Ignore files of the directories above `start`, up to the workspace root.
+    let mut ancestors = vec![];
+    let mut next = start.parent();
+    while let Some(dir) = next {
+        next = dir.parent();
+        ancestors.push(dir);
+    }
+    for ancestor in ancestors.into_iter().rev() {
+        if let Ok(dir) = root.open_dir(ancestor.as_path()) {
+            walker.levels.push(load_ignores(&dir, ancestor.rel()));
+        }
+    }
+    let _ = walker.walk_dir(&handle, start, 0)?;
+    Ok(walker.summary)
+}
+
+/// Open a directory of the workspace (`NOT_A_DIRECTORY` for a file).
+pub fn open_dir(root: &Dir, path: &WorkspacePath) -> Result<Dir, ToolError> {
+    if path.is_root() {
+        return root.try_clone().map_err(|e| io_error(e, path));
+    }
+    let meta = root
+        .metadata(path.as_path())
+        .map_err(|e| io_error(e, path))?;
+    if !meta.is_dir() {
+        return Err(ToolError::new(
+            codes::NOT_A_DIRECTORY,
+            format!("'{}' is a file, not a directory", path.display()),
+            false,
+        ));
+    }
+    root.open_dir(path.as_path()).map_err(|e| io_error(e, path))
+}
+
+fn load_ignores(dir: &Dir, rel: &Path) -> Level {
+    let mut matchers = vec![];
+    for name in [".ignore", ".gitignore"] {
+        let Ok(meta) = dir.symlink_metadata(name) else {
+            continue;
+        };
+        if !meta.is_file() || meta.len() > MAX_IGNORE_FILE {
+            continue;
+        }
+        let mut text = String::new();
+        let Ok(file) = dir.open(name) else { continue };
+        if file
+            .take(MAX_IGNORE_FILE)
+            .read_to_string(&mut text)
+            .is_err()
+        {
+            continue;
+        }
+        let mut builder = GitignoreBuilder::new(".");
+        for line in text.lines() {
+            // A malformed pattern is skipped, as git does.
+            let _ = builder.add_line(None, line);
+        }
+        if let Ok(matcher) = builder.build() {
+            matchers.push(matcher);
+        }
+    }
+    Level {
+        dir: rel.to_path_buf(),
+        matchers,
+    }
+}
+
+impl<F> Walker<'_, F>
+where
+    F: FnMut(&Entry<'_>) -> ControlFlow<()>,
+{
+    fn ignored(&self, path: &Path, is_dir: bool) -> bool {
+        for level in self.levels.iter().rev() {
+            let rel = path.strip_prefix(&level.dir).unwrap_or(path);
+            for matcher in &level.matchers {
+                match matcher.matched(rel, is_dir) {
+                    Match::Ignore(_) => return true,
+                    Match::Whitelist(_) => return false,
+                    Match::None => {}
+                }
+            }
+        }
+        false
+    }
+
+    fn walk_dir(
+        &mut self,
+        handle: &Dir,
+        rel: &WorkspacePath,
+        depth: usize,
+    ) -> Result<ControlFlow<()>, ToolError> {
+        self.levels.push(load_ignores(handle, rel.rel()));
+        let flow = self.walk_entries(handle, rel, depth);
+        self.levels.pop();
+        flow
+    }
+
+    fn walk_entries(
+        &mut self,
+        handle: &Dir,
+        rel: &WorkspacePath,
+        depth: usize,
+    ) -> Result<ControlFlow<()>, ToolError> {
+        let Ok(read) = handle.entries() else {
+            self.summary.unreadable += 1;
+            return Ok(ControlFlow::Continue(()));
+        };
+        let mut entries: Vec<(OsString, cap_std::fs::DirEntry)> = read
+            .filter_map(Result::ok)
+            .map(|e| (e.file_name(), e))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, entry) in entries {
+            cancelled(self.ctx)?;
+            if self.summary.visited >= self.max_entries {
+                self.summary.truncated = true;
+                return Ok(ControlFlow::Break(()));
+            }
+            self.summary.visited += 1;
+            let Ok(file_type) = entry.file_type() else {
+                continue;
+            };
+            let kind = if file_type.is_symlink() {
+                Kind::Symlink
+            } else if file_type.is_dir() {
+                Kind::Dir
+            } else if file_type.is_file() {
+                Kind::File
+            } else {
+                Kind::Other
+            };
+            if kind == Kind::Dir && name == ".git" {
+                continue;
+            }
+            let path = rel.join(&name);
+            if self.ignored(path.rel(), kind == Kind::Dir) {
+                continue;
+            }
+            let meta = if self.want_meta {
+                entry.metadata().ok()
+            } else {
+                None
+            };
+            let visit = Entry {
+                parent: handle,
+                name: &name,
+                path: path.clone(),
+                kind,
+                meta,
+            };
+            if (self.visit)(&visit).is_break() {
+                return Ok(ControlFlow::Break(()));
+            }
+            if kind == Kind::Dir && depth < MAX_DEPTH {
+                // O_NOFOLLOW: a directory swapped for a link meanwhile is
+                // not entered.
+                let mut options = OpenOptions::new();
+                options
+                    .read(true)
+                    .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+                let Ok(sub) = handle
+                    .open_with(&name, &options)
+                    .map(|f| Dir::from_std_file(f.into_std()))
+                else {
+                    self.summary.unreadable += 1;
+                    continue;
+                };
+                if self.walk_dir(&sub, &path, depth + 1)?.is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+        }
+        Ok(ControlFlow::Continue(()))
+    }
+}

@@ -1,0 +1,221 @@
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::change::{Change, with_current};
+use super::{WorkspacePath, blocking, cancelled, open_history, open_workspace, parse_args};
+use crate::config::LineEndings;
+use crate::protocol::ui_schema::hints;
+use crate::tools::{
+    DryRunResult, PermissionClass, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError,
+    ToolMetadata, ToolSuccess,
+};
+use crate::workspace::Workspaces;
+
+/// `write_file`: create or replace a file with the given text.
+pub struct WriteFile {
+    workspaces: Arc<Workspaces>,
+    line_endings: LineEndings,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    path: String,
+    content: String,
+}
+
+impl WriteFile {
+    pub fn new(workspaces: Arc<Workspaces>, line_endings: LineEndings) -> Self {
+        WriteFile {
+            workspaces,
+            line_endings,
+        }
+    }
+
+    fn eol(&self) -> &'static str {
+        match self.line_endings {
+            LineEndings::Lf => "\n",
+            LineEndings::Crlf => "\r\n",
+        }
+    }
+}
+
+/// The configured line endings throughout, and a final one unless empty.
+pub fn normalise(content: &str, eol: &str) -> String {
+    let lf = content.replace("\r\n", "\n");
+    let mut out = if eol == "\n" {
+        lf
+    } else {
+        lf.replace('\n', eol)
+    };
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push_str(eol);
+    }
+    out
+}
+
+/// Shared by `execute` and `dry_run`: compute the change, then `finish` it.
+async fn plan_then<T: Send + 'static>(
+    tool: &WriteFile,
+    args: Value,
+    ctx: ToolContext,
+    finish: impl FnOnce(Change, &crate::workspace::Workspace, &ToolContext) -> Result<T, ToolError>
+    + Send
+    + 'static,
+) -> Result<T, ToolError> {
+    let args: Args = parse_args(args)?;
+    let workspaces = tool.workspaces.clone();
+    let eol = tool.eol();
+    blocking(move || {
+        let ws = open_workspace(&workspaces, &ctx)?;
+        let path = WorkspacePath::parse(&args.path, &ws.path)?;
+        let content = normalise(&args.content, eol);
+        with_current(&ws, &path, |current| {
+            finish(current.change(content.into_bytes()), &ws, &ctx)
+        })
+    })
+    .await
+}
+
+#[async_trait]
+impl Tool for WriteFile {
+    fn definition(&self) -> ToolDefinition {
+        ToolDefinition {
+            name: "write_file".into(),
+            description: format!(
+                "Create a file, or replace its whole content, in the workspace. Parent directories \
+                 are created. Line endings are normalised to {} and a final newline is added. \
+                 Replacing is atomic and can be undone with undo_edit. To change part of an \
+                 existing file prefer edit_file or apply_diff; read the file first if it exists.",
+                match self.line_endings {
+                    LineEndings::Lf => "LF",
+                    LineEndings::Crlf => "CRLF",
+                }
+            ),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "minLength": 1,
+                             "description": "File path relative to the workspace root, e.g. 'src/main.rs'. No '..'."},
+                    "content": {"type": "string",
+                                "description": "The complete new content of the file."}
+                },
+                "required": ["path", "content"],
+                "additionalProperties": false
+            }),
+            output_schema: None,
+            aliases: vec![],
+            metadata: ToolMetadata {
+                concurrency_safe: false,
+                read_only: false,
+                // Overwrites are kept in the edit history and undone by undo_edit.
+                destructive: false,
+                permission_class: PermissionClass::File,
+                audit_operation: "write".into(),
+                search_hint: Some("create or overwrite a file".into()),
+                ..ToolMetadata::default()
+            },
+            capability: reversible_capability(),
+        }
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolSuccess, ToolError> {
+        let history_source = self.workspaces.clone();
+        let line_endings = match self.line_endings {
+            LineEndings::Lf => "lf",
+            LineEndings::Crlf => "crlf",
+        };
+        plan_then(self, args, ctx, move |change, ws, ctx| {
+            let diff = change.diff();
+            let lines = change.after.iter().filter(|b| **b == b'\n').count();
+            let mut result = json!({
+                "path": change.current.requested.display(),
+                "bytes_written": change.after.len(),
+                "lines": lines,
+                "created": change.created(),
+                "overwritten": !change.created(),
+                "line_endings": line_endings,
+                "lines_added": diff.added,
+                "lines_removed": diff.removed,
+                "diff": diff.text,
+            });
+            if change.current.target != change.current.requested {
+                result["resolved_path"] = json!(change.current.target.display());
+            }
+            if diff.truncated {
+                result["diff_truncated"] = json!(true);
+            }
+            if change.unchanged() {
+                result["bytes_written"] = json!(0);
+                result["unchanged"] = json!(true);
+                return Ok(ToolSuccess::complete(result));
+            }
+            // A call cancelled or timed out while this ran must not change the file.
+            cancelled(ctx)?;
+            let history = open_history(&history_source, ctx)?;
+            let undo = change.commit(ws, &history, "write_file")?;
+            Ok(ToolSuccess {
+                result,
+                partial: false,
+                undo: Some(undo),
+            })
+        })
+        .await
+    }
+
+    async fn dry_run(&self, args: Value, ctx: ToolContext) -> Result<DryRunResult, ToolError> {
+        plan_then(self, args, ctx, |change, _, _| Ok(change.dry_run())).await
+    }
+
+    fn ui_hints(&self, _args: &Value, result: &Value) -> Option<Value> {
+        diff_hints(result)
+    }
+}
+
+pub fn reversible_capability() -> ToolCapability {
+    ToolCapability {
+        dry_run: true,
+        reversible: true,
+        undo_method: Some("tool".into()),
+        undo_tool_name: Some("undo_edit".into()),
+        min_confidence: 0,
+        affected_resources: vec!["file".into()],
+    }
+}
+
+/// `hints::diff` from a change result (`path`, `diff`, `lines_added`,
+/// `lines_removed`, `created`).
+pub fn diff_hints(result: &Value) -> Option<Value> {
+    let path = result.get("path")?.as_str()?;
+    let diff = result.get("diff")?.as_str()?;
+    let added = result["lines_added"].as_u64().unwrap_or(0);
+    let removed = result["lines_removed"].as_u64().unwrap_or(0);
+    let verb = if result["created"].as_bool() == Some(true) {
+        "created"
+    } else if result["unchanged"].as_bool() == Some(true) {
+        "unchanged"
+    } else {
+        "changed"
+    };
+    Some(hints::diff(
+        path,
+        diff,
+        &format!("1 file {verb}, +{added} -{removed}"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalisation_sets_line_endings_and_a_final_newline() {
+        assert_eq!(normalise("a\r\nb", "\n"), "a\nb\n");
+        assert_eq!(normalise("a\nb\r\n", "\r\n"), "a\r\nb\r\n");
+        assert_eq!(normalise("a", "\r\n"), "a\r\n");
+        assert_eq!(normalise("", "\n"), "");
+    }
+}
