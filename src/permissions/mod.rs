@@ -1,5 +1,7 @@
 //! Permission rules. Built up in steps; `decide` arrives with the rule sets.
-// Nothing outside the module uses the lexer until `decide` exists.
+// Nothing outside the module uses these until `decide` exists.
 #![allow(dead_code)]
 
+mod command;
+mod dangerous;
 mod shell;
