@@ -2,6 +2,9 @@
 // Nothing outside the module uses these until `decide` exists.
 #![allow(dead_code)]
 
+mod bash;
 mod command;
 mod dangerous;
+mod file;
 mod shell;
+mod web;
