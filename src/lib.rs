@@ -12,6 +12,7 @@ pub mod config;
 pub mod engine;
 pub mod events;
 pub mod http;
+pub mod permissions;
 pub mod protocol;
 pub mod sandbox;
 pub mod startup;

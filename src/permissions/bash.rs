@@ -1,0 +1,401 @@
+//! `bash(…)` specifiers: `git status` (exactly this command), `npm run
+//! test *` or `npm run test:*` (this prefix, then anything), `*` (every
+//! command). They match word by word, so `git status *` never matches `git
+//! statusx`; a `*` inside a word (`*.log`) matches within that word only.
+//!
+//! Two questions are asked of a pattern. Deny and ask rules ask "could this
+//! command be one the rule names?" ([`BashSpec::may_match`]): every wrapper
+//! layer counts, and a word computed at run time could be anything. Allow
+//! rules ask "is it certainly one the rule names?" ([`BashSpec::surely_matches`]):
+//! only the innermost command counts, and only a `*` vouches for a computed
+//! word.
+
+use super::command::{self, Piece};
+use super::shell::{self, Redirect, Word};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BashSpec {
+    /// `*` or `:*`: every command.
+    All,
+    Pattern(BashPattern),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BashPattern {
+    words: Vec<PatternWord>,
+    redirects: Vec<Redirect>,
+    /// The words as lexed (to tell whether the pattern starts with a
+    /// wrapper).
+    lexed: Vec<Word>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PatternWord {
+    /// A lone unquoted `*`: any number of words, none included.
+    Star,
+    /// A word; unquoted `*` inside it match any characters.
+    Text { text: String, stars: Vec<usize> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Surely,
+    Maybe,
+}
+
+pub(crate) fn parse(spec: &str) -> Result<BashSpec, String> {
+    let (body, prefix) = match spec.strip_suffix(":*") {
+        Some(body) => (body, true),
+        None => (spec, false),
+    };
+    if body.trim().is_empty() {
+        return if prefix {
+            Ok(BashSpec::All)
+        } else {
+            Err("it is empty".into())
+        };
+    }
+    let lexed = shell::lex(body, &mut 0, 0);
+    if let Some(error) = lexed.errors.first() {
+        return Err(format!("it cannot be read as a command: {error}"));
+    }
+    let mut pieces = lexed.pieces.into_iter().filter(|p| !p.shadow);
+    let (Some(piece), None) = (pieces.next(), pieces.next()) else {
+        return Err("it holds several commands (`&&`, `;`, `|`, `$( … )` …); a rule names one command, and compound commands are checked piece by piece".into());
+    };
+    if piece.words.is_empty() {
+        return Err("it has redirections but no command".into());
+    }
+    let mut words: Vec<PatternWord> = piece
+        .words
+        .iter()
+        .map(|w| {
+            if w.text == "*" && w.stars == [0] {
+                PatternWord::Star
+            } else {
+                PatternWord::Text {
+                    text: w.text.clone(),
+                    stars: w.stars.clone(),
+                }
+            }
+        })
+        .collect();
+    if prefix {
+        words.push(PatternWord::Star);
+    }
+    if piece.redirects.is_empty() && words.iter().all(|w| *w == PatternWord::Star) {
+        return Ok(BashSpec::All);
+    }
+    Ok(BashSpec::Pattern(BashPattern {
+        words,
+        redirects: piece.redirects,
+        lexed: piece.words,
+    }))
+}
+
+impl BashSpec {
+    /// Deny and ask rules: could `piece`, at any wrapper layer, be a
+    /// command this pattern names?
+    pub fn may_match(&self, piece: &Piece) -> bool {
+        let BashSpec::Pattern(pattern) = self else {
+            return true;
+        };
+        piece.layers.iter().any(|layer| {
+            if pattern.matches(&layer.words, layer.open_ended, Mode::Maybe) {
+                return true;
+            }
+            // `/bin/rm` is `rm` to a deny rule (never to an allow rule:
+            // `./git` may be anything).
+            match layer.words.first().and_then(command::command_name) {
+                Some(name) if name != layer.words[0].text && pattern.names_bare_command() => {
+                    let mut words = layer.words.clone();
+                    words[0].text = name.to_string();
+                    pattern.matches(&words, layer.open_ended, Mode::Maybe)
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// Allow rules: is the command `piece` really runs certainly one this
+    /// pattern names?
+    pub fn surely_matches(&self, piece: &Piece) -> bool {
+        let BashSpec::Pattern(pattern) = self else {
+            return true;
+        };
+        let Some(layer) = piece.layers.last() else {
+            return false;
+        };
+        piece.opaque.is_none()
+            && pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
+            && pattern.covers_redirects(&piece.redirects)
+    }
+
+    /// The wrapper or assignment a pattern starts with, which commands lose
+    /// before allow rules see them (so an allow rule starting with one can
+    /// never match).
+    pub fn leading_wrapper(&self) -> Option<String> {
+        let BashSpec::Pattern(pattern) = self else {
+            return None;
+        };
+        command::peeled_prefix(&pattern.lexed)
+    }
+}
+
+impl BashPattern {
+    fn names_bare_command(&self) -> bool {
+        matches!(self.words.first(), Some(PatternWord::Text { text, .. }) if !text.contains('/'))
+    }
+
+    /// A redirection that could change something must be written in the
+    /// rule, unless the rule ends in `*` and the redirection reads, or
+    /// writes a plain path inside the workspace (`> out.txt`, not
+    /// `>> ~/.bashrc` or `> /etc/x`).
+    fn covers_redirects(&self, redirects: &[Redirect]) -> bool {
+        let open = self.words.last() == Some(&PatternWord::Star);
+        redirects.iter().filter(|r| !r.harmless()).all(|r| {
+            let written = r.target.literal
+                && self.redirects.iter().any(|p| {
+                    p.normalised_op() == r.normalised_op() && p.target.text == r.target.text
+                });
+            written || (open && (!r.writes() || stays_inside(&r.target)))
+        })
+    }
+
+    /// Word-sequence matching. `open_ended`: unknown words follow (xargs).
+    fn matches(&self, words: &[Word], open_ended: bool, mode: Mode) -> bool {
+        let pattern = &self.words;
+        let (m, n) = (pattern.len(), words.len());
+        let all_stars = |from: usize| pattern[from..].iter().all(|p| *p == PatternWord::Star);
+        // fits[i][j]: pattern[i..] matches words[j..] (then the unknown
+        // tail, if open-ended).
+        let mut fits = vec![vec![false; n + 1]; m + 1];
+        for (i, row) in fits.iter_mut().enumerate() {
+            row[n] = match (open_ended, mode) {
+                (false, _) => all_stars(i),
+                // Some tail could complete any pattern.
+                (true, Mode::Maybe) => true,
+                // Every tail must fit: only a `*` absorbs it.
+                (true, Mode::Surely) => i < m && all_stars(i),
+            };
+        }
+        for j in (0..n).rev() {
+            for i in (0..m).rev() {
+                let word = &words[j];
+                fits[i][j] = match &pattern[i] {
+                    PatternWord::Star => fits[i + 1][j] || fits[i][j + 1],
+                    PatternWord::Text { text, stars } => {
+                        if word.literal {
+                            glob_word(text, stars, &word.text) && fits[i + 1][j + 1]
+                        } else if mode == Mode::Surely {
+                            // Only the very same text vouches for a computed word.
+                            word.text == *text && fits[i + 1][j + 1]
+                        } else {
+                            // A computed word may expand to any words, or none.
+                            (i..=m).any(|k| fits[k][j + 1])
+                        }
+                    }
+                };
+            }
+        }
+        fits[0][0]
+    }
+}
+
+/// A literal relative path without `..`.
+fn stays_inside(target: &Word) -> bool {
+    let text = target.text.as_str();
+    target.literal
+        && !text.is_empty()
+        && !text.starts_with('/')
+        && !text.starts_with('~')
+        && !text.split('/').any(|c| c == "..")
+}
+
+/// `text` with `*` at the char indices `stars` against `candidate`.
+fn glob_word(text: &str, stars: &[usize], candidate: &str) -> bool {
+    if stars.is_empty() {
+        return text == candidate;
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let mut segments = Vec::new();
+    let mut start = 0;
+    for &star in stars {
+        segments.push(chars[start..star].iter().collect::<String>());
+        start = star + 1;
+    }
+    segments.push(chars[start..].iter().collect::<String>());
+    let (first, rest) = segments.split_first().expect("at least two segments");
+    let (last, middle) = rest.split_last().expect("at least two segments");
+    let Some(mut remaining) = candidate.strip_prefix(first.as_str()) else {
+        return false;
+    };
+    for segment in middle {
+        match remaining.find(segment.as_str()) {
+            Some(at) => remaining = &remaining[at + segment.len()..],
+            None => return false,
+        }
+    }
+    remaining.len() >= last.len() && remaining.ends_with(last.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::command::analyse;
+    use super::*;
+
+    fn spec(s: &str) -> BashSpec {
+        parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    /// Allowed when every piece that needs allowing is surely matched.
+    fn allows(rule: &str, command: &str) -> bool {
+        let spec = spec(rule);
+        analyse(command)
+            .pieces
+            .iter()
+            .filter(|p| !p.transparent && !p.shadow)
+            .all(|p| spec.surely_matches(p))
+    }
+
+    /// The last piece only (the one after a pipe).
+    fn allows_last(rule: &str, command: &str) -> bool {
+        let analysis = analyse(command);
+        spec(rule).surely_matches(analysis.pieces.last().unwrap())
+    }
+
+    fn denies(rule: &str, command: &str) -> bool {
+        let spec = spec(rule);
+        analyse(command).pieces.iter().any(|p| spec.may_match(p))
+    }
+
+    #[test]
+    fn exact_commands() {
+        assert!(allows("git status", "git status"));
+        assert!(allows("git status", "  git   status "));
+        assert!(allows("git status", "git 'status'"));
+        assert!(!allows("git status", "git status -s"));
+        assert!(!allows("git status", "git statusx"));
+        assert!(!allows("git status", "git"));
+    }
+
+    #[test]
+    fn prefixes_on_word_boundaries() {
+        for rule in ["npm run test *", "npm run test:*"] {
+            assert!(allows(rule, "npm run test"), "{rule}");
+            assert!(allows(rule, "npm run test -- --watch"), "{rule}");
+            assert!(!allows(rule, "npm run testx"), "{rule}");
+            assert!(!allows(rule, "npm run tes"), "{rule}");
+        }
+        assert!(allows("git status *", "git status --short"));
+        assert!(!allows("git status *", "git statusx"));
+        assert!(allows("git * main", "git push origin main"));
+        assert!(!allows("git * main", "git push origin main2"));
+    }
+
+    #[test]
+    fn globs_inside_words() {
+        assert!(allows("cat *.md", "cat README.md"));
+        assert!(!allows("cat *.md", "cat README.md.sh"));
+        assert!(allows("git checkout feature/*", "git checkout feature/x"));
+        assert!(allows("echo '*'", "echo '*'"));
+        assert!(!allows("echo '*'", "echo hello"));
+        assert!(glob_word("a*b*c", &[1, 3], "aXbYc"));
+        assert!(!glob_word("a*a", &[1], "a"));
+    }
+
+    #[test]
+    fn everything() {
+        assert_eq!(spec("*"), BashSpec::All);
+        assert_eq!(spec(":*"), BashSpec::All);
+        assert!(allows("*", "anything at all | even this"));
+    }
+
+    #[test]
+    fn computed_words_need_a_star_to_be_allowed() {
+        assert!(allows("echo *", "echo $HOME"));
+        assert!(!allows("echo hi", "echo $X"));
+        assert!(!allows("cat *.txt", "cat $FILE"));
+        assert!(allows("cat *.txt", "cat *.txt"));
+        assert!(!allows("ls *", "$CMD x"));
+    }
+
+    #[test]
+    fn computed_words_may_be_denied() {
+        assert!(denies("rm -rf /", "rm -rf $TARGET"));
+        assert!(denies("git push *", "git $SUB origin"));
+        assert!(denies("rm *", "$(echo rm) x"));
+        assert!(!denies("rm *", "echo $X"));
+    }
+
+    #[test]
+    fn wrappers_count_for_deny_not_for_allow() {
+        assert!(denies("rm *", "timeout 5 rm x"));
+        assert!(denies("sudo *", "sudo ls"));
+        assert!(denies("timeout *", "timeout 5 ls"));
+        assert!(allows("ls", "timeout 5 ls"));
+        assert!(!allows("timeout *", "timeout 5 rm -rf x"));
+        assert_eq!(
+            spec("timeout 5 make").leading_wrapper().as_deref(),
+            Some("timeout")
+        );
+        assert_eq!(
+            spec("FOO=1 make").leading_wrapper().as_deref(),
+            Some("FOO=1")
+        );
+        assert_eq!(spec("make *").leading_wrapper(), None);
+        assert_eq!(spec("env").leading_wrapper(), None);
+    }
+
+    #[test]
+    fn paths_to_a_command() {
+        assert!(denies("rm *", "/bin/rm x"));
+        assert!(!allows("git status", "/tmp/git status"));
+        assert!(!allows("git status", "./git status"));
+    }
+
+    #[test]
+    fn open_ended_xargs() {
+        assert!(allows_last("rm *", "ls | xargs rm"));
+        assert!(allows_last("rm -f *", "ls | xargs rm -f"));
+        assert!(!allows_last("rm -f", "ls | xargs rm -f"));
+        assert!(!allows_last("rm", "ls | xargs rm"));
+        assert!(denies("rm -rf /", "echo / | xargs rm -rf"));
+        assert!(!denies("rm -rf /", "echo / | xargs rm -f"));
+    }
+
+    #[test]
+    fn redirections() {
+        assert!(allows("make", "make 2>&1"));
+        assert!(allows("make", "make > /dev/null 2>&1"));
+        assert!(!allows("echo hi", "echo hi > ~/.bashrc"));
+        assert!(allows("echo hi > out.txt", "echo hi >out.txt"));
+        assert!(allows("echo *", "echo hi > out.txt"));
+        assert!(allows("git diff *", "git diff > patches/a.patch 2>&1"));
+        assert!(allows("wc *", "wc -l < /etc/passwd"));
+        assert!(!allows("echo *", "echo hi >> ~/.bashrc"));
+        assert!(!allows("echo *", "echo hi > /etc/hosts"));
+        assert!(!allows("echo *", "echo hi > ../x"));
+        assert!(!allows("echo *", "echo hi > $OUT"));
+        assert!(allows("echo * > /tmp/x", "echo hi > /tmp/x"));
+        assert!(!allows("python3", "python3 <<EOF\nimport os\nEOF"));
+        assert!(denies("rm -rf /", ">x rm -rf /"));
+    }
+
+    #[test]
+    fn sensitive_assignments_defeat_specific_rules() {
+        assert!(!allows("git status", "PATH=/tmp/evil git status"));
+        assert!(!allows("git status", "GIT_EXTERNAL_DIFF=x git status"));
+        assert!(allows("git status", "LANG=C git status"));
+        assert!(allows("*", "PATH=/tmp/evil git status"));
+    }
+
+    #[test]
+    fn bad_specifiers() {
+        assert!(parse("git status && rm x").is_err());
+        assert!(parse("echo $(date)").is_err());
+        assert!(parse("echo 'open").is_err());
+        assert!(parse("> out").is_err());
+        assert!(parse("").is_err());
+    }
+}

@@ -1,0 +1,618 @@
+//! Permission rules: may this call run (`allow`), wait for a human
+//! (`ask`), or not run at all (`deny`)? Pure and synchronous — no I/O — so
+//! the pipeline can ask it for every call (step 3 of the one pipeline).
+//!
+//! Two parties write rules: the deployment (operator configuration) and the
+//! owner of the thread. [`decide`] reads them together: every deny rule
+//! (deployment's first, then owner's), then every ask rule, then every
+//! allow rule; the first that matches decides. When none does, the tool's
+//! nature decides ([`Defaults`]). A built-in list of dangerous shell
+//! commands is never allowed automatically, whatever the allow rules or
+//! defaults say.
+//!
+//! A rule is `tool` or `tool(specifier)`; the tool's permission class says
+//! how the specifier is read:
+//!
+//! | class | subject | specifier |
+//! |---|---|---|
+//! | `bash` | `arguments.command` | `git status`, `npm run test *`, `npm run test:*`, `*` |
+//! | `file` | `arguments.path` | gitignore-style glob: `**/.env`, `secrets/**`, `src/*.rs` |
+//! | `webfetch` | `arguments.url` | `domain:example.com`, `example.com`, `*.example.com` |
+//! | `readonly`, `generic` | — | a bare tool name only (see below) |
+//!
+//! Choices worth knowing:
+//! - Compound shell commands are split (`&&`, `||`, `;`, `|`, `&`, newlines,
+//!   subshells, `$( … )`, backticks, `<( … )`, unquoted heredoc bodies,
+//!   `bash -c`/`sh -c`/`su -c`/`eval`/`env -S`/`watch` payloads, `find
+//!   -exec`) and wrappers peeled (`timeout`, `nice`, `nohup`, `time`,
+//!   `stdbuf`, `ionice`, `env`, `setsid`, leading assignments, `command`,
+//!   `builtin`, `exec`, `xargs`, `sudo`/`doas`/`pkexec`). Deny and ask rules
+//!   see every wrapper layer (so `bash(sudo *)` works, and `/bin/rm` is `rm`
+//!   to them); allow rules see only the command that really runs, and must
+//!   cover every piece. An allow rule that starts with a wrapper is a parse
+//!   error, since it could never match.
+//! - A word computed at run time (`$X`, `$(…)`, globs) can be anything: a
+//!   deny rule treats it as possibly matching, an allow rule only vouches for
+//!   it with a `*`. A command whose name is computed, or that cannot be read
+//!   reliably, counts as dangerous. `xargs` commands get unknown trailing
+//!   arguments: only a rule ending in `*` allows them.
+//! - Redirections: an exact rule (`bash(make)`) allows only harmless ones
+//!   (`2>&1`, `>/dev/null`) unless the rule spells them out; a rule ending in
+//!   `*` also allows reading and writing plain workspace paths (`> out.txt`),
+//!   not `>> ~/.bashrc` or `> /etc/x`.
+//! - Some commands run code no rule names: `PATH=… git status`,
+//!   `LD_PRELOAD=…`, `GIT_*=…`, `git -c core.pager=…`. No specific allow rule
+//!   vouches for them, and an allow default becomes `ask`; only a bare
+//!   `bash` (or `bash(*)`) allow covers them.
+//! - File rules may use the groups `read` (read-only file tools) and `write`
+//!   (file tools that write). A deny or ask path rule on `read`, or on a
+//!   built-in read tool (`read_file`, `glob`, `grep`), also covers writes of
+//!   the same path: what may not be read may not be overwritten either. (A
+//!   bare `deny: grep` stays about grep.) `decide` knows no other tool names:
+//!   a runtime read tool's deny rules cover writes only through `read`.
+//! - `readonly` and `generic` tools have no subject. A bare rule applies to
+//!   them; a deny or ask rule with a specifier applies to every call of the
+//!   tool (it fails closed, and says so in the reason); an allow rule with a
+//!   specifier never matches.
+//! - `generic` tools fall to [`Defaults`] by their nature like every other
+//!   class (`Defaults::other` for a tool neither read-only nor destructive);
+//!   set `other` to `ask` for the seed's "rules, then ask" behaviour.
+
+mod bash;
+mod command;
+mod dangerous;
+mod file;
+mod rules;
+mod shell;
+mod web;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+pub use rules::{Rule, RuleError, RuleSet, RuleSetError};
+
+use crate::tools::PermissionClass;
+use command::{Analysis, Piece};
+use file::PathSubject;
+use rules::{Known, known};
+
+/// What happens to a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// What happens to a call no rule matches, by the tool's nature. A
+/// destructive tool takes `destructive` even if it also claims to be
+/// read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Defaults {
+    pub destructive: Verdict,
+    pub read_only: Verdict,
+    pub other: Verdict,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            destructive: Verdict::Ask,
+            read_only: Verdict::Allow,
+            other: Verdict::Allow,
+        }
+    }
+}
+
+/// The outcome, with what decided it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Decision {
+    pub verdict: Verdict,
+    /// The deciding rule as `list: rule` (`deny: bash(rm *)`); several,
+    /// comma-separated, when the pieces of a compound command were allowed
+    /// by different rules; `None` for defaults and the dangerous list.
+    pub rule: Option<String>,
+    /// `deployment`, `owner`, `default` or `dangerous`.
+    pub source: String,
+    /// One or two sentences a model (or a person approving) can act on.
+    pub reason: String,
+}
+
+/// What `decide` needs to know about a call.
+#[derive(Debug, Clone, Copy)]
+pub struct CallFacts<'a> {
+    /// The canonical name (aliases resolved).
+    pub tool_name: &'a str,
+    pub class: PermissionClass,
+    pub read_only: bool,
+    pub destructive: bool,
+    pub arguments: &'a Value,
+}
+
+pub const SOURCE_DEPLOYMENT: &str = "deployment";
+pub const SOURCE_OWNER: &str = "owner";
+pub const SOURCE_DEFAULT: &str = "default";
+pub const SOURCE_DANGEROUS: &str = "dangerous";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum List {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl List {
+    fn name(self) -> &'static str {
+        match self {
+            List::Allow => "allow",
+            List::Ask => "ask",
+            List::Deny => "deny",
+        }
+    }
+}
+
+/// What the rules look at, read once per call.
+enum Subject {
+    /// `None`: no `command` string.
+    Bash(Option<Analysis>),
+    /// `None`: a `path` that is not a string. A missing path is the
+    /// workspace itself (`glob`, `grep` default to it).
+    File(Option<PathSubject>),
+    /// The URL's host; `None` when missing or not readable unambiguously.
+    Web(Option<String>),
+    Plain,
+}
+
+impl Subject {
+    fn of(call: &CallFacts) -> Subject {
+        let arg = |key: &str| call.arguments.get(key);
+        match call.class {
+            PermissionClass::Bash => {
+                Subject::Bash(arg("command").and_then(Value::as_str).map(command::analyse))
+            }
+            PermissionClass::File => Subject::File(match arg("path") {
+                None | Some(Value::Null) => Some(file::subject(".")),
+                Some(Value::String(path)) => Some(file::subject(path)),
+                Some(_) => None,
+            }),
+            PermissionClass::Webfetch => {
+                Subject::Web(arg("url").and_then(Value::as_str).and_then(web::host_of))
+            }
+            PermissionClass::Readonly | PermissionClass::Generic => Subject::Plain,
+        }
+    }
+}
+
+/// Why a deny or ask rule matched, for the reason sentence.
+struct Hit {
+    /// The piece of a compound command the rule names.
+    piece: Option<String>,
+    note: Option<String>,
+}
+
+/// Decide one call. See the module documentation for the rule language.
+pub fn decide(
+    deployment: &RuleSet,
+    owner: &RuleSet,
+    defaults: &Defaults,
+    call: &CallFacts,
+) -> Decision {
+    let subject = Subject::of(call);
+    let parties = [(SOURCE_DEPLOYMENT, deployment), (SOURCE_OWNER, owner)];
+
+    for (list, verdict) in [(List::Deny, Verdict::Deny), (List::Ask, Verdict::Ask)] {
+        for (source, set) in parties {
+            let rules = if list == List::Deny {
+                &set.deny
+            } else {
+                &set.ask
+            };
+            for rule in rules {
+                if let Some(hit) = may_match(rule, call, &subject, list) {
+                    return Decision {
+                        verdict,
+                        rule: Some(format!("{}: {}", list.name(), rule.as_str())),
+                        source: source.to_string(),
+                        reason: rule_reason(list, source, rule, call, &hit),
+                    };
+                }
+            }
+        }
+    }
+
+    let allow: Vec<(&'static str, &Rule)> = parties
+        .iter()
+        .flat_map(|(source, set)| set.allow.iter().map(move |rule| (*source, rule)))
+        .filter(|(_, rule)| names_call(rule, call, List::Allow).is_some())
+        .collect();
+    let allowed = match &subject {
+        Subject::Bash(analysis) => bash_allow(&allow, analysis.as_ref()),
+        _ => allow
+            .iter()
+            .find(|(_, rule)| surely_matches(rule, &subject))
+            .map(|found| vec![*found])
+            .ok_or(None),
+    };
+
+    let decision = match allowed {
+        Ok(rules) => {
+            let source = if rules.iter().any(|(s, _)| *s == SOURCE_OWNER) {
+                SOURCE_OWNER
+            } else {
+                SOURCE_DEPLOYMENT
+            };
+            let names: Vec<String> = rules
+                .iter()
+                .map(|(_, r)| format!("allow: {}", r.as_str()))
+                .collect();
+            let party = if rules.iter().all(|(s, _)| *s == SOURCE_OWNER) {
+                "the owner's"
+            } else if rules.iter().all(|(s, _)| *s == SOURCE_DEPLOYMENT) {
+                "the deployment's"
+            } else {
+                "the deployment's and the owner's"
+            };
+            let plural = if names.len() > 1 { "rules" } else { "rule" };
+            let listed = names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(" and ");
+            Decision {
+                verdict: Verdict::Allow,
+                rule: Some(names.join(", ")),
+                source: source.to_string(),
+                reason: format!(
+                    "{} is allowed by {party} {plural} {listed}.",
+                    capitalise(&describe(call))
+                ),
+            }
+        }
+        Err(uncovered) => default_decision(defaults, call, &subject, uncovered),
+    };
+    if decision.verdict != Verdict::Allow {
+        return decision;
+    }
+    safety_net(decision, call, &subject)
+}
+
+/// Does `rule` name this call's tool (directly, by group, or as a read
+/// rule that also covers writes)?
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Name,
+    Group,
+    ReadCoversWrite,
+}
+
+fn names_call(rule: &Rule, call: &CallFacts, list: List) -> Option<Via> {
+    if rule.tool() == call.tool_name {
+        return Some(Via::Name);
+    }
+    if call.class != PermissionClass::File {
+        return None;
+    }
+    match rule.tool() {
+        "read" if call.read_only => Some(Via::Group),
+        "write" if !call.read_only => Some(Via::Group),
+        // Only path rules: a bare `deny: grep` is about grep, not about
+        // every path in the workspace.
+        tool if list != List::Allow
+            && !call.read_only
+            && rule.specifier().is_some()
+            && (tool == "read" || known(tool) == Some(Known::FileRead)) =>
+        {
+            Some(Via::ReadCoversWrite)
+        }
+        _ => None,
+    }
+}
+
+/// Deny and ask rules: could this call be one the rule names?
+fn may_match(rule: &Rule, call: &CallFacts, subject: &Subject, list: List) -> Option<Hit> {
+    let via = names_call(rule, call, list)?;
+    let via_note = (via == Via::ReadCoversWrite).then(|| {
+        format!(
+            "a {} rule on reading `{}` also covers writing it",
+            list.name(),
+            rule.specifier().unwrap_or_default()
+        )
+    });
+    let hit = |piece: Option<String>| Hit {
+        piece,
+        note: via_note.clone(),
+    };
+    let Some(spec) = rule.spec() else {
+        return Some(hit(None));
+    };
+    // A specifier that cannot be read for this class covers every call: a
+    // deny rule must not silently match nothing.
+    let unreadable = |message: &str| Hit {
+        piece: None,
+        note: Some(format!(
+            "its specifier `{}` cannot be read for a {} tool ({message}), so it covers every call",
+            spec.raw,
+            class_name(call.class)
+        )),
+    };
+    match subject {
+        Subject::Bash(None) | Subject::File(None) => None,
+        Subject::Bash(Some(analysis)) => match &spec.bash {
+            Err(message) => Some(unreadable(message)),
+            Ok(bash::BashSpec::All) => Some(hit(None)),
+            Ok(pattern) => analysis
+                .pieces
+                .iter()
+                .find(|piece| pattern.may_match(piece))
+                .map(|piece| hit(Some(piece.text.clone()))),
+        },
+        Subject::File(Some(path)) => match &spec.file {
+            Err(message) => Some(unreadable(message)),
+            Ok(pattern) => pattern.may_match(path).then(|| hit(None)),
+        },
+        Subject::Web(host) => match &spec.web {
+            Err(message) => Some(unreadable(message)),
+            Ok(domain) => host
+                .as_deref()
+                .filter(|h| domain.matches(h))
+                .map(|_| hit(None)),
+        },
+        Subject::Plain => Some(unreadable("it has no argument rules can look at")),
+    }
+}
+
+/// Allow rules outside bash: does the rule certainly cover this call?
+fn surely_matches(rule: &Rule, subject: &Subject) -> bool {
+    let Some(spec) = rule.spec() else {
+        return true;
+    };
+    match subject {
+        Subject::File(Some(path)) => spec.file.as_ref().is_ok_and(|p| p.surely_matches(path)),
+        Subject::Web(Some(host)) => spec.web.as_ref().is_ok_and(|d| d.matches(host)),
+        _ => false,
+    }
+}
+
+/// Allow rules for a command line: every piece that runs must be covered
+/// (the first rule covering it counts). `Err` names a piece none covers.
+fn bash_allow<'r>(
+    allow: &[(&'static str, &'r Rule)],
+    analysis: Option<&Analysis>,
+) -> Result<Vec<(&'static str, &'r Rule)>, Option<String>> {
+    let covers_all = |rule: &Rule| {
+        rule.spec()
+            .is_none_or(|spec| matches!(spec.bash, Ok(bash::BashSpec::All)))
+    };
+    let needed: Vec<&Piece> = analysis
+        .map(|a| {
+            a.pieces
+                .iter()
+                .filter(|p| !p.transparent && !p.shadow)
+                .collect()
+        })
+        .unwrap_or_default();
+    if needed.is_empty() {
+        return allow
+            .iter()
+            .find(|(_, rule)| covers_all(rule))
+            .map(|found| vec![*found])
+            .ok_or(None);
+    }
+    let mut used: Vec<(&'static str, &Rule)> = Vec::new();
+    for piece in needed {
+        let found = allow.iter().find(|(_, rule)| match rule.spec() {
+            None => true,
+            Some(spec) => spec
+                .bash
+                .as_ref()
+                .is_ok_and(|pattern| pattern.surely_matches(piece)),
+        });
+        let Some(found) = found else {
+            return Err(Some(piece.text.clone()));
+        };
+        if !used.iter().any(|(_, r)| std::ptr::eq(*r, found.1)) {
+            used.push(*found);
+        }
+    }
+    Ok(used)
+}
+
+fn default_decision(
+    defaults: &Defaults,
+    call: &CallFacts,
+    subject: &Subject,
+    uncovered: Option<String>,
+) -> Decision {
+    let (verdict, nature) = if call.destructive {
+        (defaults.destructive, "destructive")
+    } else if call.read_only || call.class == PermissionClass::Readonly {
+        (defaults.read_only, "read-only")
+    } else {
+        (defaults.other, "neither read-only nor destructive")
+    };
+    let unmatched = match (subject, uncovered) {
+        (Subject::Bash(Some(analysis)), Some(piece)) if analysis.pieces.len() > 1 => {
+            format!(
+                "No allow rule covers `{}`, part of this command",
+                clip(&piece)
+            )
+        }
+        _ => format!("No rule matches {}", describe(call)),
+    };
+    let outcome = match verdict {
+        Verdict::Allow => "it is allowed",
+        Verdict::Ask => "it needs approval",
+        Verdict::Deny => "it is refused",
+    };
+    Decision {
+        verdict,
+        rule: None,
+        source: SOURCE_DEFAULT.to_string(),
+        reason: format!(
+            "{unmatched}; `{}` is {nature}, so by default {outcome}.",
+            call.tool_name
+        ),
+    }
+}
+
+/// An allowed call that is dangerous, or that no rule could really vouch
+/// for, needs approval after all.
+fn safety_net(decision: Decision, call: &CallFacts, subject: &Subject) -> Decision {
+    let by = match &decision.rule {
+        Some(rule) => format!("by `{rule}`"),
+        None => "by default".to_string(),
+    };
+    if let Subject::Bash(Some(analysis)) = subject {
+        let mut hazards = dangerous::hazards(analysis);
+        if let Some(problem) = analysis.malformed.first() {
+            hazards.insert(
+                0,
+                dangerous::Hazard {
+                    piece: String::new(),
+                    reason: format!("it cannot be read reliably ({problem})"),
+                },
+            );
+        }
+        if let Some(hazard) = hazards.first() {
+            let what = if hazard.piece.is_empty() || hazard.piece == command_text(call) {
+                "This command".to_string()
+            } else {
+                format!("`{}`", clip(&hazard.piece))
+            };
+            return Decision {
+                verdict: Verdict::Ask,
+                rule: None,
+                source: SOURCE_DANGEROUS.to_string(),
+                reason: format!(
+                    "{what} is on the built-in list of dangerous commands: {}. It would be allowed {by}, but dangerous commands are never allowed automatically, so it needs approval.",
+                    hazard.reason
+                ),
+            };
+        }
+    }
+    if decision.source != SOURCE_DEFAULT {
+        return decision;
+    }
+    let doubt = match subject {
+        Subject::Bash(Some(analysis)) => analysis.pieces.iter().find_map(|p| p.opaque.clone()),
+        Subject::Web(None) => {
+            Some("its URL has no host that can be read unambiguously".to_string())
+        }
+        _ => None,
+    };
+    match doubt {
+        Some(doubt) => Decision {
+            verdict: Verdict::Ask,
+            rule: None,
+            source: SOURCE_DEFAULT.to_string(),
+            reason: format!(
+                "No rule matches {}; it would be allowed by default, but {doubt}, so it needs approval.",
+                describe(call)
+            ),
+        },
+        None => decision,
+    }
+}
+
+fn rule_reason(list: List, source: &str, rule: &Rule, call: &CallFacts, hit: &Hit) -> String {
+    let party = if source == SOURCE_OWNER {
+        "The owner's"
+    } else {
+        "The deployment's"
+    };
+    let what = match &hit.piece {
+        Some(piece) if piece != command_text(call).trim() => {
+            format!("`{}` (part of this command)", clip(piece))
+        }
+        _ => describe(call),
+    };
+    let action = match list {
+        List::Deny => "forbids",
+        List::Ask => "requires approval for",
+        List::Allow => "allows",
+    };
+    let note = hit
+        .note
+        .as_ref()
+        .map(|n| format!(" ({n})"))
+        .unwrap_or_default();
+    let advice = match list {
+        List::Deny => " Do not retry it; find another way or ask the user.",
+        List::Ask => " It waits for a person to approve it.",
+        List::Allow => "",
+    };
+    format!(
+        "{party} rule `{}: {}` {action} {what}{note}.{advice}",
+        list.name(),
+        rule.as_str()
+    )
+}
+
+fn command_text<'a>(call: &CallFacts<'a>) -> &'a str {
+    call.arguments
+        .get("command")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .trim()
+}
+
+/// The call in a few words: `git status`, `read_file on secrets/a`.
+fn describe(call: &CallFacts) -> String {
+    let arg = |key: &str| call.arguments.get(key).and_then(Value::as_str);
+    match call.class {
+        PermissionClass::Bash => match arg("command") {
+            Some(command) => format!("`{}`", clip(command.trim())),
+            None => format!("`{}` without a command", call.tool_name),
+        },
+        PermissionClass::File => format!(
+            "`{}` on `{}`",
+            call.tool_name,
+            clip(arg("path").unwrap_or("."))
+        ),
+        PermissionClass::Webfetch => {
+            format!(
+                "`{}` of `{}`",
+                call.tool_name,
+                clip(arg("url").unwrap_or("(no url)"))
+            )
+        }
+        PermissionClass::Readonly | PermissionClass::Generic => format!("`{}`", call.tool_name),
+    }
+}
+
+fn class_name(class: PermissionClass) -> &'static str {
+    match class {
+        PermissionClass::Bash => "bash",
+        PermissionClass::File => "file",
+        PermissionClass::Webfetch => "webfetch",
+        PermissionClass::Readonly => "readonly",
+        PermissionClass::Generic => "generic",
+    }
+}
+
+/// At most 160 characters of a command or path, on one line.
+fn clip(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .map(|c| if c == '\n' { ' ' } else { c })
+        .collect();
+    if one_line.chars().count() <= 160 {
+        return one_line;
+    }
+    let cut: String = one_line.chars().take(157).collect();
+    format!("{cut}…")
+}
+
+fn capitalise(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1152 @@
+//! A conservative lexer for the part of bash syntax that matters to
+//! permission rules: where one command ends and the next begins, what each
+//! word is after quote removal, and which words the shell would still expand
+//! at run time.
+//!
+//! It is not a shell. Where it cannot follow the syntax (an unterminated
+//! quote, a stray `)`), it records an error and carries on, so the caller can
+//! refuse to vouch for the command instead of guessing. Everything that runs
+//! a command of its own (`$( … )`, backticks, `<( … )`, unquoted heredoc
+//! bodies, arithmetic that might be a subshell) becomes a piece of its own.
+
+/// How deep substitutions, backticks and `bash -c` payloads may nest before
+/// the command is declared unreadable.
+pub(crate) const MAX_DEPTH: usize = 24;
+
+/// One shell word after quote removal.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Word {
+    /// Quotes and escapes removed; expansions kept verbatim (`$HOME`,
+    /// `$(date)`), so rules written the same way compare equal.
+    pub text: String,
+    /// The shell passes `text` through unchanged: no parameter, command or
+    /// arithmetic expansion, no glob, tilde or brace expansion.
+    pub literal: bool,
+    /// Contains a parameter, command or arithmetic substitution: its value
+    /// is computed when the command runs.
+    pub computed: bool,
+    /// Some part of it was quoted or escaped (so `"if"` is no keyword).
+    pub quoted: bool,
+    /// Char indices in `text` of unquoted `*` (rule patterns use them).
+    pub stars: Vec<usize>,
+    /// `NAME=value` with an unquoted `NAME=`: an assignment when it leads a
+    /// command.
+    pub assignment: bool,
+}
+
+impl Word {
+    /// An unquoted, literal word equal to `keyword` (`if`, `{`, `!` …).
+    pub fn is_keyword(&self, keyword: &str) -> bool {
+        self.literal && !self.quoted && self.text == keyword
+    }
+
+    /// The variable name of an assignment word.
+    pub fn assigned_name(&self) -> Option<&str> {
+        if !self.assignment {
+            return None;
+        }
+        let name = self.text.split('=').next()?;
+        Some(name.strip_suffix('+').unwrap_or(name))
+    }
+}
+
+/// A redirection: `2>>`, `&>`, `<<`, `>&` … and its target word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Redirect {
+    pub op: String,
+    pub target: Word,
+}
+
+impl Redirect {
+    /// Writes somewhere (as opposed to reading or duplicating a descriptor).
+    pub fn writes(&self) -> bool {
+        let op = self.op.trim_start_matches(|c: char| c.is_ascii_digit());
+        matches!(op, ">" | ">>" | ">|" | "&>" | "&>>" | "<>")
+            || (op == ">&" && !is_fd(&self.target))
+    }
+
+    /// Cannot change anything a rule cares about: discarding output, or
+    /// duplicating one descriptor onto another (`2>&1`).
+    pub fn harmless(&self) -> bool {
+        let op = self.op.trim_start_matches(|c: char| c.is_ascii_digit());
+        self.target.literal
+            && (self.target.text == "/dev/null" || (op.ends_with('&') && is_fd(&self.target)))
+    }
+
+    /// The operator without a default descriptor (`1>` is `>`, `0<` is `<`).
+    pub fn normalised_op(&self) -> &str {
+        if let Some(rest) = self.op.strip_prefix('1') {
+            if rest.starts_with('>') {
+                return rest;
+            }
+        }
+        if let Some(rest) = self.op.strip_prefix('0') {
+            if rest.starts_with('<') {
+                return rest;
+            }
+        }
+        &self.op
+    }
+}
+
+fn is_fd(word: &Word) -> bool {
+    word.literal
+        && (word.text == "-"
+            || (!word.text.is_empty() && word.text.bytes().all(|b| b.is_ascii_digit())))
+}
+
+/// One simple command as the lexer saw it: words, redirections, and where
+/// it stands in its pipeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawPiece {
+    pub words: Vec<Word>,
+    pub redirects: Vec<Redirect>,
+    /// The source text of the piece, trimmed.
+    pub text: String,
+    /// Pieces joined by `|` share a pipeline id; `stage` is the position.
+    pub pipeline: usize,
+    pub stage: usize,
+    /// Found only by reading `$(( … ))` as if it were a subshell: checked
+    /// against deny rules and the dangerous list, never needs an allow rule.
+    pub shadow: bool,
+}
+
+/// The pieces of a command line, in the order the lexer finished them
+/// (substitutions before the command that contains them).
+#[derive(Debug, Default)]
+pub(crate) struct Lexed {
+    pub pieces: Vec<RawPiece>,
+    pub errors: Vec<String>,
+}
+
+/// Split `src` into pieces. `next_pipeline` numbers pipelines across several
+/// calls (payloads of `bash -c` are lexed separately); `depth` counts how
+/// deeply this text is nested already.
+pub(crate) fn lex(src: &str, next_pipeline: &mut usize, depth: usize) -> Lexed {
+    let mut lexer = Lexer {
+        src: src.chars().collect(),
+        pos: 0,
+        depth,
+        shadow: false,
+        next_pipeline: *next_pipeline,
+        out: Lexed::default(),
+        heredocs: Vec::new(),
+    };
+    lexer.list(None);
+    *next_pipeline = lexer.next_pipeline;
+    lexer.out
+}
+
+struct Lexer {
+    src: Vec<char>,
+    pos: usize,
+    depth: usize,
+    /// Pieces found here are shadows (see [`RawPiece::shadow`]).
+    shadow: bool,
+    next_pipeline: usize,
+    out: Lexed,
+    /// Heredocs opened on the current line: (delimiter, strip tabs, quoted).
+    heredocs: Vec<(String, bool, bool)>,
+}
+
+/// A piece being built.
+struct Builder {
+    words: Vec<Word>,
+    redirects: Vec<Redirect>,
+    start: Option<usize>,
+    end: usize,
+    pipeline: usize,
+    stage: usize,
+}
+
+#[derive(Default)]
+struct WordBuilder {
+    word: Word,
+    /// Some quoting seen before the first `=` (so no assignment).
+    quoted_before_eq: bool,
+    brace: bool,
+    /// An unquoted `[` was seen (a later `]` makes a glob).
+    bracket: bool,
+}
+
+impl WordBuilder {
+    fn new() -> Self {
+        WordBuilder {
+            word: Word {
+                literal: true,
+                ..Word::default()
+            },
+            ..WordBuilder::default()
+        }
+    }
+
+    fn push(&mut self, c: char) {
+        self.word.text.push(c);
+    }
+
+    fn push_quoted(&mut self, c: char) {
+        self.word.quoted = true;
+        if !self.word.text.contains('=') {
+            self.quoted_before_eq = true;
+        }
+        self.word.text.push(c);
+    }
+
+    fn push_computed(&mut self, raw: &str) {
+        self.word.literal = false;
+        self.word.computed = true;
+        if !self.word.text.contains('=') {
+            self.quoted_before_eq = true;
+        }
+        self.word.text.push_str(raw);
+    }
+
+    fn finish(mut self) -> Word {
+        if self.brace && self.word.text != "{" && self.word.text != "}" {
+            self.word.literal = false;
+        }
+        self.word
+    }
+}
+
+fn is_blank(c: char) -> bool {
+    c == ' ' || c == '\t'
+}
+
+/// Ends an unquoted word.
+fn is_meta(c: char) -> bool {
+    matches!(
+        c,
+        ' ' | '\t' | '\n' | ';' | '&' | '|' | '(' | ')' | '<' | '>'
+    )
+}
+
+fn is_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+impl Lexer {
+    fn peek(&self) -> Option<char> {
+        self.src.get(self.pos).copied()
+    }
+
+    fn peek_at(&self, n: usize) -> Option<char> {
+        self.src.get(self.pos + n).copied()
+    }
+
+    fn slice(&self, from: usize, to: usize) -> String {
+        let to = to.min(self.src.len());
+        self.src[from.min(to)..to].iter().collect()
+    }
+
+    fn error(&mut self, message: impl Into<String>) {
+        self.out.errors.push(message.into());
+    }
+
+    fn new_builder(&mut self) -> Builder {
+        let pipeline = self.next_pipeline;
+        self.next_pipeline += 1;
+        Builder {
+            words: Vec::new(),
+            redirects: Vec::new(),
+            start: None,
+            end: 0,
+            pipeline,
+            stage: 0,
+        }
+    }
+
+    fn finish(&mut self, b: &mut Builder) {
+        if b.words.is_empty() && b.redirects.is_empty() {
+            return;
+        }
+        let start = b.start.unwrap_or(b.end);
+        let text = self.slice(start, b.end).trim().to_string();
+        self.out.pieces.push(RawPiece {
+            words: std::mem::take(&mut b.words),
+            redirects: std::mem::take(&mut b.redirects),
+            text,
+            pipeline: b.pipeline,
+            stage: b.stage,
+            shadow: self.shadow,
+        });
+        b.start = None;
+    }
+
+    /// Run `f` one level deeper, unless that is too deep.
+    fn nested(&mut self, f: impl FnOnce(&mut Lexer)) -> bool {
+        if self.depth >= MAX_DEPTH {
+            self.error("the command nests substitutions too deeply to be checked");
+            return false;
+        }
+        self.depth += 1;
+        f(self);
+        self.depth -= 1;
+        true
+    }
+
+    /// Lex a separate text (backtick content, a heredoc body) with the same
+    /// pipeline numbering, one level deeper. `quoted_body`: the text is the
+    /// inside of double quotes (only substitutions matter).
+    fn sub_lex(&mut self, text: &str, quoted_body: bool, shadow: bool) {
+        if self.depth >= MAX_DEPTH {
+            self.error("the command nests substitutions too deeply to be checked");
+            return;
+        }
+        let mut sub = Lexer {
+            src: text.chars().collect(),
+            pos: 0,
+            depth: self.depth + 1,
+            shadow: self.shadow || shadow,
+            next_pipeline: self.next_pipeline,
+            out: Lexed::default(),
+            heredocs: Vec::new(),
+        };
+        if quoted_body {
+            let mut scratch = WordBuilder::new();
+            sub.double_quoted(&mut scratch, None);
+        } else {
+            sub.list(None);
+        }
+        self.next_pipeline = sub.next_pipeline;
+        self.out.pieces.extend(sub.out.pieces);
+        // Reading arithmetic as commands is a guess: its failures say
+        // nothing about the command itself.
+        if !sub.shadow {
+            self.out.errors.extend(sub.out.errors);
+        }
+    }
+
+    /// Skip blanks and line continuations.
+    fn skip_blanks(&mut self) {
+        loop {
+            match self.peek() {
+                Some(c) if is_blank(c) => self.pos += 1,
+                Some('\\') if self.peek_at(1) == Some('\n') => self.pos += 2,
+                _ => return,
+            }
+        }
+    }
+
+    /// A command list, up to `closer` (`)` for subshells and `$( … )`) or
+    /// the end of the text.
+    fn list(&mut self, closer: Option<char>) {
+        let mut b = self.new_builder();
+        loop {
+            self.skip_blanks();
+            let Some(c) = self.peek() else {
+                if closer.is_some() {
+                    self.error("a `(` or `$(` is never closed");
+                }
+                self.finish(&mut b);
+                return;
+            };
+            if Some(c) == closer {
+                self.pos += 1;
+                self.finish(&mut b);
+                return;
+            }
+            let at = self.pos;
+            match c {
+                '\n' => {
+                    self.pos += 1;
+                    self.finish(&mut b);
+                    self.read_heredocs();
+                    b = self.new_builder();
+                }
+                ';' => {
+                    self.pos += 1;
+                    if matches!(self.peek(), Some(';') | Some('&')) {
+                        self.pos += 1;
+                        if self.peek() == Some('&') {
+                            self.pos += 1;
+                        }
+                    }
+                    self.finish(&mut b);
+                    b = self.new_builder();
+                }
+                '&' if self.peek_at(1) == Some('>') => self.redirect(&mut b, String::new()),
+                '&' => {
+                    self.pos += if self.peek_at(1) == Some('&') { 2 } else { 1 };
+                    self.finish(&mut b);
+                    b = self.new_builder();
+                }
+                '|' => {
+                    self.pos += 1;
+                    if self.peek() == Some('|') {
+                        self.pos += 1;
+                        self.finish(&mut b);
+                        b = self.new_builder();
+                    } else {
+                        if self.peek() == Some('&') {
+                            self.pos += 1;
+                        }
+                        let (pipeline, stage) = (b.pipeline, b.stage);
+                        self.finish(&mut b);
+                        b = Builder {
+                            words: Vec::new(),
+                            redirects: Vec::new(),
+                            start: None,
+                            end: self.pos,
+                            pipeline,
+                            stage: stage + 1,
+                        };
+                    }
+                }
+                '(' if b.words.is_empty() && b.redirects.is_empty() => {
+                    // A subshell (or `((` arithmetic, read the same way).
+                    self.pos += 1;
+                    self.nested(|l| l.list(Some(')')));
+                    b = self.new_builder();
+                }
+                '(' if b
+                    .words
+                    .last()
+                    .is_some_and(|w| w.assignment && w.text.ends_with('=')) =>
+                {
+                    // An array assignment: `a=( … )`.
+                    self.pos += 1;
+                    loop {
+                        while matches!(self.peek(), Some(c) if is_blank(c) || c == '\n') {
+                            self.pos += 1;
+                        }
+                        match self.peek() {
+                            None => {
+                                self.error("an array `(` is never closed");
+                                break;
+                            }
+                            Some(')') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            Some(c) if is_meta(c) && !matches!(c, '<' | '>') => self.pos += 1,
+                            Some(_) => {
+                                let before = self.pos;
+                                self.word();
+                                if self.pos == before {
+                                    self.pos += 1;
+                                }
+                            }
+                        }
+                    }
+                    let raw = self.slice(at, self.pos);
+                    if let Some(last) = b.words.last_mut() {
+                        last.text.push_str(&raw);
+                        last.literal = false;
+                        last.computed = true;
+                    }
+                    b.end = self.pos;
+                }
+                '(' => {
+                    // `name()` starts a function definition: the name is no
+                    // command. Anything else here is a syntax error.
+                    self.pos += 1;
+                    self.skip_blanks();
+                    if self.peek() == Some(')') {
+                        self.pos += 1;
+                        b.words.clear();
+                        b.start = None;
+                    } else {
+                        self.error("unexpected `(` inside a command");
+                        self.finish(&mut b);
+                        b = self.new_builder();
+                    }
+                }
+                ')' => {
+                    self.pos += 1;
+                    self.error("a `)` closes nothing");
+                    self.finish(&mut b);
+                    b = self.new_builder();
+                }
+                '#' => {
+                    while !matches!(self.peek(), None | Some('\n')) {
+                        self.pos += 1;
+                    }
+                }
+                '<' | '>' if self.peek_at(1) != Some('(') => self.redirect(&mut b, String::new()),
+                _ => {
+                    let word = self.word();
+                    let fd_prefix = !word.quoted
+                        && word.literal
+                        && !word.text.is_empty()
+                        && word.text.bytes().all(|c| c.is_ascii_digit())
+                        && matches!(self.peek(), Some('<') | Some('>'))
+                        && self.peek_at(1) != Some('(');
+                    b.start.get_or_insert(at);
+                    if fd_prefix {
+                        self.redirect(&mut b, word.text);
+                    } else {
+                        b.words.push(word);
+                        b.end = self.pos;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A redirection operator at `pos` (after an optional descriptor
+    /// number), then its target word.
+    fn redirect(&mut self, b: &mut Builder, mut op: String) {
+        b.start.get_or_insert(self.pos - op.chars().count());
+        let c = self.peek().unwrap_or('>');
+        self.pos += 1;
+        op.push(c);
+        match c {
+            '&' => {
+                // `&>` or `&>>`
+                self.pos += 1;
+                op.push('>');
+                if self.peek() == Some('>') {
+                    self.pos += 1;
+                    op.push('>');
+                }
+            }
+            '>' => {
+                if let Some(n @ ('>' | '|' | '&')) = self.peek() {
+                    self.pos += 1;
+                    op.push(n);
+                }
+            }
+            _ => match self.peek() {
+                Some('<') => {
+                    self.pos += 1;
+                    op.push('<');
+                    if let Some(n @ ('<' | '-')) = self.peek() {
+                        self.pos += 1;
+                        op.push(n);
+                    }
+                }
+                Some(n @ ('&' | '>')) => {
+                    self.pos += 1;
+                    op.push(n);
+                }
+                _ => {}
+            },
+        }
+        self.skip_blanks();
+        let target = match self.peek() {
+            Some(c) if !is_meta(c) || (matches!(c, '<' | '>') && self.peek_at(1) == Some('(')) => {
+                self.word()
+            }
+            _ => {
+                self.error(format!("the redirection `{op}` has no target"));
+                Word::default()
+            }
+        };
+        if op.ends_with("<<") || op.ends_with("<<-") {
+            let delimiter = target.text.clone();
+            self.heredocs
+                .push((delimiter, op.ends_with('-'), target.quoted));
+        }
+        b.redirects.push(Redirect { op, target });
+        b.end = self.pos;
+    }
+
+    /// After a newline: consume the bodies of the heredocs opened on the
+    /// line just ended. An unquoted body expands `$( … )` and backticks.
+    fn read_heredocs(&mut self) {
+        for (delimiter, strip_tabs, quoted) in std::mem::take(&mut self.heredocs) {
+            let mut body = String::new();
+            while self.pos < self.src.len() {
+                let start = self.pos;
+                while !matches!(self.peek(), None | Some('\n')) {
+                    self.pos += 1;
+                }
+                let line = self.slice(start, self.pos);
+                if self.peek() == Some('\n') {
+                    self.pos += 1;
+                }
+                let compared = if strip_tabs {
+                    line.trim_start_matches('\t')
+                } else {
+                    &line
+                };
+                if compared == delimiter {
+                    break;
+                }
+                body.push_str(&line);
+                body.push('\n');
+            }
+            if !quoted {
+                self.sub_lex(&body, true, false);
+            }
+        }
+    }
+
+    /// One word, starting at `pos` (which is no metacharacter, except the
+    /// `<(` / `>(` of a process substitution).
+    fn word(&mut self) -> Word {
+        let mut w = WordBuilder::new();
+        let start = self.pos;
+        while let Some(c) = self.peek() {
+            match c {
+                '<' | '>' if self.pos == start && self.peek_at(1) == Some('(') => {
+                    let from = self.pos;
+                    self.pos += 2;
+                    self.nested(|l| l.list(Some(')')));
+                    let raw = self.slice(from, self.pos);
+                    w.push_computed(&raw);
+                }
+                c if is_meta(c) => break,
+                '\\' => {
+                    self.pos += 1;
+                    match self.peek() {
+                        Some('\n') => self.pos += 1,
+                        Some(e) => {
+                            w.push_quoted(e);
+                            self.pos += 1;
+                        }
+                        None => w.push('\\'),
+                    }
+                }
+                '\'' => {
+                    self.pos += 1;
+                    w.word.quoted = true;
+                    w.quoted_before_eq |= !w.word.text.contains('=');
+                    loop {
+                        match self.peek() {
+                            None => {
+                                self.error("a single quote is never closed");
+                                break;
+                            }
+                            Some('\'') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            Some(q) => {
+                                w.push_quoted(q);
+                                self.pos += 1;
+                            }
+                        }
+                    }
+                }
+                '"' => {
+                    self.pos += 1;
+                    w.word.quoted = true;
+                    w.quoted_before_eq |= !w.word.text.contains('=');
+                    self.double_quoted(&mut w, Some('"'));
+                }
+                '$' => self.dollar(&mut w, false),
+                '`' => self.backtick(&mut w),
+                '*' | '?' => {
+                    if c == '*' {
+                        let index = w.word.text.chars().count();
+                        w.word.stars.push(index);
+                    }
+                    w.word.literal = false;
+                    w.push(c);
+                    self.pos += 1;
+                }
+                // A bracket expression only when closed (`[[`, `]]` and a
+                // lone `[` are plain words).
+                '[' => {
+                    w.bracket = true;
+                    w.push(c);
+                    self.pos += 1;
+                }
+                ']' => {
+                    if w.bracket {
+                        w.word.literal = false;
+                    }
+                    w.push(c);
+                    self.pos += 1;
+                }
+                '~' if w.word.text.is_empty()
+                    || (w.word.assignment && w.word.text.ends_with('=')) =>
+                {
+                    w.word.literal = false;
+                    w.push(c);
+                    self.pos += 1;
+                }
+                '{' | '}' => {
+                    w.brace = true;
+                    w.push(c);
+                    self.pos += 1;
+                }
+                '=' => {
+                    if !w.word.assignment && !w.quoted_before_eq && !w.word.text.contains('=') {
+                        let name = w.word.text.strip_suffix('+').unwrap_or(&w.word.text);
+                        w.word.assignment = is_name(name);
+                    }
+                    w.push(c);
+                    self.pos += 1;
+                }
+                _ => {
+                    w.push(c);
+                    self.pos += 1;
+                }
+            }
+        }
+        w.finish()
+    }
+
+    /// The inside of double quotes, up to `terminator` (None: the end of the
+    /// text, for heredoc bodies).
+    fn double_quoted(&mut self, w: &mut WordBuilder, terminator: Option<char>) {
+        loop {
+            let Some(c) = self.peek() else {
+                if terminator.is_some() {
+                    self.error("a double quote is never closed");
+                }
+                return;
+            };
+            if Some(c) == terminator {
+                self.pos += 1;
+                return;
+            }
+            match c {
+                '\\' => match self.peek_at(1) {
+                    Some('\n') => self.pos += 2,
+                    Some(e @ ('$' | '`' | '"' | '\\')) => {
+                        w.push_quoted(e);
+                        self.pos += 2;
+                    }
+                    _ => {
+                        w.push_quoted('\\');
+                        self.pos += 1;
+                    }
+                },
+                '$' => self.dollar(w, true),
+                '`' => self.backtick(w),
+                _ => {
+                    w.push_quoted(c);
+                    self.pos += 1;
+                }
+            }
+        }
+    }
+
+    /// `$` and what follows it.
+    fn dollar(&mut self, w: &mut WordBuilder, in_double_quotes: bool) {
+        let from = self.pos;
+        self.pos += 1;
+        match self.peek() {
+            Some('\'') if !in_double_quotes => {
+                self.pos += 1;
+                self.ansi_c(w);
+            }
+            Some('"') if !in_double_quotes => {
+                self.pos += 1;
+                w.word.quoted = true;
+                self.double_quoted(w, Some('"'));
+            }
+            Some('(') if self.peek_at(1) == Some('(') => {
+                self.pos += 2;
+                self.arithmetic();
+                let raw = self.slice(from, self.pos);
+                w.push_computed(&raw);
+            }
+            Some('(') => {
+                self.pos += 1;
+                self.nested(|l| l.list(Some(')')));
+                let raw = self.slice(from, self.pos);
+                w.push_computed(&raw);
+            }
+            Some('{') => {
+                self.pos += 1;
+                self.parameter_expansion();
+                let raw = self.slice(from, self.pos);
+                w.push_computed(&raw);
+            }
+            Some(c) if c == '_' || c.is_ascii_alphabetic() => {
+                while matches!(self.peek(), Some(c) if c == '_' || c.is_ascii_alphanumeric()) {
+                    self.pos += 1;
+                }
+                let raw = self.slice(from, self.pos);
+                w.push_computed(&raw);
+            }
+            Some(c) if c.is_ascii_digit() || "@*#?$!-".contains(c) => {
+                self.pos += 1;
+                let raw = self.slice(from, self.pos);
+                w.push_computed(&raw);
+            }
+            _ => {
+                if in_double_quotes {
+                    w.push_quoted('$');
+                } else {
+                    w.push('$');
+                }
+            }
+        }
+    }
+
+    /// `$'…'`: decode the escapes bash decodes; anything unusual makes the
+    /// word non-literal rather than guessed.
+    fn ansi_c(&mut self, w: &mut WordBuilder) {
+        w.word.quoted = true;
+        loop {
+            match self.peek() {
+                None => {
+                    self.error("a `$'` quote is never closed");
+                    return;
+                }
+                Some('\'') => {
+                    self.pos += 1;
+                    return;
+                }
+                Some('\\') => {
+                    self.pos += 1;
+                    let Some(e) = self.peek() else { continue };
+                    self.pos += 1;
+                    let decoded = match e {
+                        'n' => Some('\n'),
+                        't' => Some('\t'),
+                        'r' => Some('\r'),
+                        '\\' | '\'' | '"' | '?' => Some(e),
+                        'x' => {
+                            let mut hex = String::new();
+                            while hex.len() < 2
+                                && matches!(self.peek(), Some(h) if h.is_ascii_hexdigit())
+                            {
+                                hex.push(self.peek().unwrap_or('0'));
+                                self.pos += 1;
+                            }
+                            u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32)
+                        }
+                        '0'..='7' => {
+                            let mut oct = String::from(e);
+                            while oct.len() < 3 && matches!(self.peek(), Some('0'..='7')) {
+                                oct.push(self.peek().unwrap_or('0'));
+                                self.pos += 1;
+                            }
+                            u32::from_str_radix(&oct, 8).ok().and_then(char::from_u32)
+                        }
+                        _ => None,
+                    };
+                    match decoded {
+                        Some(d) => w.push_quoted(d),
+                        None => {
+                            w.word.literal = false;
+                            w.push_quoted('\\');
+                            w.push_quoted(e);
+                        }
+                    }
+                }
+                Some(c) => {
+                    w.push_quoted(c);
+                    self.pos += 1;
+                }
+            }
+        }
+    }
+
+    /// After `$((`: up to the matching `))`. Substitutions inside run; and
+    /// because bash may read `$((…))` as `$( (…) )`, the content is also
+    /// read as commands, as shadows.
+    fn arithmetic(&mut self) {
+        let content_start = self.pos;
+        let mut depth = 0usize;
+        let mut scratch = WordBuilder::new();
+        loop {
+            match self.peek() {
+                None => {
+                    self.error("a `$((` is never closed");
+                    break;
+                }
+                Some('(') => {
+                    depth += 1;
+                    self.pos += 1;
+                }
+                Some(')') if depth == 0 => {
+                    if self.peek_at(1) == Some(')') {
+                        self.pos += 2;
+                    } else {
+                        self.error("a `$((` is closed by a single `)`");
+                        self.pos += 1;
+                    }
+                    break;
+                }
+                Some(')') => {
+                    depth -= 1;
+                    self.pos += 1;
+                }
+                Some('$') => self.dollar(&mut scratch, true),
+                Some('`') => self.backtick(&mut scratch),
+                Some('\\') => self.pos += 2,
+                Some(_) => self.pos += 1,
+            }
+        }
+        if !self.shadow {
+            let end = self.pos.saturating_sub(2).max(content_start);
+            let content = self.slice(content_start, end);
+            self.sub_lex(&format!("({content})"), false, true);
+        }
+    }
+
+    /// After `${`: up to the matching `}`, lexing what runs inside.
+    fn parameter_expansion(&mut self) {
+        let mut scratch = WordBuilder::new();
+        loop {
+            match self.peek() {
+                None => {
+                    self.error("a `${` is never closed");
+                    return;
+                }
+                Some('}') => {
+                    self.pos += 1;
+                    return;
+                }
+                Some('\\') => self.pos += 2,
+                Some('\'') => {
+                    self.pos += 1;
+                    while !matches!(self.peek(), None | Some('\'')) {
+                        self.pos += 1;
+                    }
+                    self.pos += 1;
+                }
+                Some('"') => {
+                    self.pos += 1;
+                    self.double_quoted(&mut scratch, Some('"'));
+                }
+                Some('$') => self.dollar(&mut scratch, true),
+                Some('`') => self.backtick(&mut scratch),
+                Some(_) => self.pos += 1,
+            }
+        }
+    }
+
+    /// A backtick substitution: its content (with `\``, `\\`, `\$`
+    /// unescaped) is lexed as commands of its own.
+    fn backtick(&mut self, w: &mut WordBuilder) {
+        let from = self.pos;
+        self.pos += 1;
+        let mut content = String::new();
+        loop {
+            match self.peek() {
+                None => {
+                    self.error("a backtick is never closed");
+                    break;
+                }
+                Some('`') => {
+                    self.pos += 1;
+                    break;
+                }
+                Some('\\') => {
+                    match self.peek_at(1) {
+                        Some(e @ ('`' | '\\' | '$')) => content.push(e),
+                        Some(e) => {
+                            content.push('\\');
+                            content.push(e);
+                        }
+                        None => content.push('\\'),
+                    }
+                    self.pos += 2;
+                }
+                Some(c) => {
+                    content.push(c);
+                    self.pos += 1;
+                }
+            }
+        }
+        self.sub_lex(&content, false, false);
+        let raw = self.slice(from, self.pos.min(self.src.len()));
+        w.push_computed(&raw);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pieces(src: &str) -> Vec<String> {
+        let mut n = 0;
+        let lexed = lex(src, &mut n, 0);
+        assert!(lexed.errors.is_empty(), "{src}: {:?}", lexed.errors);
+        lexed
+            .pieces
+            .iter()
+            .filter(|p| !p.shadow)
+            .map(|p| {
+                p.words
+                    .iter()
+                    .map(|w| w.text.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
+    fn errors(src: &str) -> Vec<String> {
+        let mut n = 0;
+        lex(src, &mut n, 0).errors
+    }
+
+    #[test]
+    fn operators_split_commands() {
+        assert_eq!(pieces("git status && rm -rf /"), ["git status", "rm -rf /"]);
+        assert_eq!(
+            pieces("a || b; c & d | e |& f"),
+            ["a", "b", "c", "d", "e", "f"]
+        );
+        assert_eq!(pieces("a\nb\n\nc"), ["a", "b", "c"]);
+        assert_eq!(pieces("a&&b;c"), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn quoted_operators_do_not_split() {
+        assert_eq!(pieces(r#"echo "a && b; c | d""#), ["echo a && b; c | d"]);
+        assert_eq!(pieces("echo 'x; rm -rf /'"), ["echo x; rm -rf /"]);
+        assert_eq!(pieces(r"echo a\;b \&\& c"), ["echo a;b && c"]);
+    }
+
+    #[test]
+    fn substitutions_become_pieces() {
+        assert_eq!(pieces("echo $(rm -rf /)"), ["rm -rf /", "echo $(rm -rf /)"]);
+        assert_eq!(pieces("echo `rm -rf /`"), ["rm -rf /", "echo `rm -rf /`"]);
+        assert_eq!(
+            pieces(r#"echo "$(id) and `whoami`""#),
+            ["id", "whoami", "echo $(id) and `whoami`"]
+        );
+        assert_eq!(
+            pieces("diff <(ls a) >(cat)"),
+            ["ls a", "cat", "diff <(ls a) >(cat)"]
+        );
+        assert_eq!(pieces("echo ${X:-$(id)}"), ["id", "echo ${X:-$(id)}"]);
+        assert_eq!(
+            pieces("echo $(echo $(id))"),
+            ["id", "echo $(id)", "echo $(echo $(id))"]
+        );
+        // Single quotes keep everything literal.
+        assert_eq!(pieces("echo '$(id)'"), ["echo $(id)"]);
+    }
+
+    #[test]
+    fn subshells_and_groups() {
+        assert_eq!(pieces("(cd x && rm -rf y)"), ["cd x", "rm -rf y"]);
+        assert_eq!(pieces("f() { rm -rf /; }; f"), ["{ rm -rf /", "}", "f"]);
+    }
+
+    #[test]
+    fn words_after_quote_removal() {
+        let mut n = 0;
+        let lexed = lex(
+            r#""r"m -rf '/' $'\x72m' $HOME *.txt ~ a{b,c} FOO=1 "X"=1"#,
+            &mut n,
+            0,
+        );
+        let words = &lexed.pieces[0].words;
+        let texts: Vec<_> = words.iter().map(|w| w.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            [
+                "rm", "-rf", "/", "rm", "$HOME", "*.txt", "~", "a{b,c}", "FOO=1", "X=1"
+            ]
+        );
+        let literal: Vec<_> = words.iter().map(|w| w.literal).collect();
+        assert_eq!(
+            literal,
+            [
+                true, true, true, true, false, false, false, false, true, true
+            ]
+        );
+        assert!(words[4].computed && !words[5].computed);
+        assert!(words[8].assignment && !words[9].assignment);
+        assert_eq!(words[5].stars, [0]);
+    }
+
+    #[test]
+    fn brackets_are_globs_only_when_closed() {
+        let mut n = 0;
+        let lexed = lex("[[ -f x ]] && [ -d y ] && ls a[12] '[x]'", &mut n, 0);
+        let literal: Vec<Vec<bool>> = lexed
+            .pieces
+            .iter()
+            .map(|p| p.words.iter().map(|w| w.literal).collect())
+            .collect();
+        assert_eq!(
+            literal,
+            [vec![true; 4], vec![true; 4], vec![true, false, true]]
+        );
+    }
+
+    #[test]
+    fn redirections_are_not_words() {
+        let mut n = 0;
+        let lexed = lex("make 2>&1 >out.txt <in &>/dev/null >> log", &mut n, 0);
+        let p = &lexed.pieces[0];
+        assert_eq!(p.words.len(), 1);
+        let ops: Vec<_> = p
+            .redirects
+            .iter()
+            .map(|r| (r.op.as_str(), r.target.text.as_str()))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                ("2>&", "1"),
+                (">", "out.txt"),
+                ("<", "in"),
+                ("&>", "/dev/null"),
+                (">>", "log")
+            ]
+        );
+        assert!(
+            p.redirects[0].harmless() && !p.redirects[1].harmless() && p.redirects[3].harmless()
+        );
+        // A redirection before the command does not hide the command.
+        let lexed = lex(">out rm -rf /", &mut n, 0);
+        assert_eq!(lexed.pieces[0].words[0].text, "rm");
+    }
+
+    #[test]
+    fn heredocs() {
+        assert_eq!(
+            pieces("cat <<'EOF'\nrm -rf /\n$(id)\nEOF\nls"),
+            ["cat", "ls"]
+        );
+        assert_eq!(
+            pieces("cat <<EOF\nhello $(id)\nEOF\nls"),
+            ["cat", "id", "ls"]
+        );
+        assert_eq!(pieces("cat <<-EOF\n\tx\n\tEOF\nls"), ["cat", "ls"]);
+    }
+
+    #[test]
+    fn pipelines_are_numbered() {
+        let mut n = 0;
+        let lexed = lex("curl x | tee a | sh; ls", &mut n, 0);
+        let stages: Vec<_> = lexed.pieces.iter().map(|p| (p.pipeline, p.stage)).collect();
+        assert_eq!(stages[0..3], [(0, 0), (0, 1), (0, 2)]);
+        assert_ne!(stages[3].0, 0);
+    }
+
+    #[test]
+    fn arithmetic_is_also_read_as_commands() {
+        let mut n = 0;
+        let lexed = lex("echo $((rm -rf / ))", &mut n, 0);
+        assert!(
+            lexed
+                .pieces
+                .iter()
+                .any(|p| p.shadow && p.words[0].text == "rm")
+        );
+        assert_eq!(pieces("echo $((1 + $(id)))"), ["id", "echo $((1 + $(id)))"]);
+    }
+
+    #[test]
+    fn comments() {
+        assert_eq!(pieces("ls # && rm -rf /\npwd"), ["ls", "pwd"]);
+        assert_eq!(pieces("echo a#b"), ["echo a#b"]);
+    }
+
+    #[test]
+    fn malformed_input_is_reported_not_guessed() {
+        assert!(!errors("echo 'unterminated").is_empty());
+        assert!(!errors("echo \"unterminated").is_empty());
+        assert!(!errors("echo $(ls").is_empty());
+        assert!(!errors("echo `ls").is_empty());
+        assert!(!errors("ls )").is_empty());
+        assert!(!errors("ls >").is_empty());
+        let deep = "$(".repeat(100) + &")".repeat(100);
+        assert!(!errors(&deep).is_empty());
+        // Nothing here panics or loops.
+        for src in [
+            "\\", "$", "${", "$((", "'", "\"", "`", "<(", "((", "&>", "2>&", "a=(", "$'\\x", "}",
+        ] {
+            let mut n = 0;
+            let _ = lex(src, &mut n, 0);
+        }
+    }
+}
