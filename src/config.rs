@@ -20,6 +20,8 @@ pub struct Settings {
     pub tools: ToolSettings,
     pub workspace: WorkspaceSettings,
     pub sandbox: SandboxSettings,
+    pub permissions: PermissionSettings,
+    pub approvals: ApprovalSettings,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -206,6 +208,52 @@ impl Default for SandboxSettings {
             bash_default_timeout_ms: 120_000,
             bash_max_timeout_ms: 600_000,
             output_cap_chars: 30_000,
+        }
+    }
+}
+
+/// The deployment's permission rules (`tool` or `tool(specifier)`),
+/// evaluated deny → ask → allow before each owner's own rules of the same
+/// kind; and the verdict for calls no rule matches, by the tool's nature.
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(default)]
+pub struct PermissionSettings {
+    pub allow: Vec<String>,
+    pub ask: Vec<String>,
+    pub deny: Vec<String>,
+    pub defaults: crate::permissions::Defaults,
+}
+
+impl PermissionSettings {
+    /// Parse the rules; a bad rule names its list and index.
+    pub fn engine_config(&self) -> anyhow::Result<crate::engine::PermissionConfig> {
+        let rules = crate::permissions::RuleSet::from_lists(&self.allow, &self.ask, &self.deny)
+            .map_err(|e| anyhow::anyhow!("permissions: {e}"))?;
+        Ok(crate::engine::PermissionConfig {
+            rules,
+            defaults: self.defaults,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default)]
+pub struct ApprovalSettings {
+    /// Whether calls that need approval may be approved (by their owner or a
+    /// token with `approver_scope`). Off: they are denied, never allowed.
+    pub enabled: bool,
+    /// Seconds an approval stays open before it expires.
+    pub ttl_secs: u64,
+    /// Tokens with this scope may see and decide any owner's approvals.
+    pub approver_scope: String,
+}
+
+impl Default for ApprovalSettings {
+    fn default() -> Self {
+        ApprovalSettings {
+            enabled: true,
+            ttl_secs: 900,
+            approver_scope: "toolgate:approve".into(),
         }
     }
 }

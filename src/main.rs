@@ -39,6 +39,9 @@ enum Command {
         /// Lifetime, e.g. 1h, 30m, 7d.
         #[arg(long, default_value = "24h")]
         ttl: humantime::Duration,
+        /// Space-separated scopes, e.g. `toolgate:approve` for an approver.
+        #[arg(long)]
+        scope: Option<String>,
     },
     /// Print the OpenAPI document.
     Openapi,
@@ -55,9 +58,12 @@ async fn main() -> anyhow::Result<()> {
         Command::Openapi => {
             print!("{}", toolgate::http::openapi::document_json());
         }
-        Command::Token { sub, ttl } => {
+        Command::Token { sub, ttl, scope } => {
             let keys = toolgate::auth::Keys::load(&settings.auth, &settings.storage.data_dir)?;
-            println!("{}", keys.mint(&sub, ttl.as_secs())?);
+            println!(
+                "{}",
+                keys.mint_scoped(&sub, ttl.as_secs(), scope.as_deref())?
+            );
         }
         Command::Migrate => {
             toolgate::telemetry::init_logging(settings.server.json_logs);

@@ -11,11 +11,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{KeySource, Keys};
 use crate::config::Settings;
-use crate::engine::{Engine, EngineConfig, publish_hook};
+use crate::engine::{ApprovalSettings, Engine, EngineConfig, publish_hook};
 use crate::events::EventBus;
 use crate::http::{self, AppState};
+use crate::sandbox::{Sandbox, SystemPaths};
 use crate::store::writer::{Writer, WriterConfig};
 use crate::tools::{Registry, builtin};
+use crate::workspace::Workspaces;
 
 pub struct Application {
     listener: TcpListener,
@@ -23,14 +25,64 @@ pub struct Application {
     pub dev_token: Option<String>,
 }
 
+/// The workspaces and the command sandbox, as configured.
+pub fn workspace_and_sandbox(
+    settings: &Settings,
+) -> anyhow::Result<(Arc<Workspaces>, Arc<Sandbox>)> {
+    let data_dir = &settings.storage.data_dir;
+    let workspaces = Arc::new(Workspaces::new(
+        &settings.workspace.root(data_dir),
+        &settings.workspace.history_root(data_dir),
+    )?);
+    // Commands never see the service's data (database file, signing key,
+    // edit history) nor other owners' workspaces.
+    let paths = SystemPaths::default()
+        .hide(data_dir)
+        .hide(settings.workspace.root(data_dir));
+    let sandbox = Arc::new(Sandbox::with_paths(&settings.sandbox, paths));
+    for warning in &sandbox.status().warnings {
+        tracing::warn!("sandbox: {warning}");
+    }
+    Ok((workspaces, sandbox))
+}
+
 /// The registry with the built-in tools.
-pub fn builtin_registry(settings: &Settings) -> anyhow::Result<Arc<Registry>> {
+pub fn builtin_registry(
+    settings: &Settings,
+    workspaces: &Arc<Workspaces>,
+    sandbox: &Arc<Sandbox>,
+) -> anyhow::Result<Arc<Registry>> {
     let registry = Registry::new();
     registry.register(Arc::new(builtin::Echo))?;
     registry.register(Arc::new(builtin::Wait {
         max_ms: settings.tools.wait_max_ms,
     }))?;
+    registry.register(Arc::new(builtin::Bash {
+        sandbox: sandbox.clone(),
+        workspaces: workspaces.clone(),
+        settings: settings.sandbox.clone(),
+    }))?;
+    for tool in builtin::file_tools(workspaces.clone(), &settings.workspace) {
+        registry.register(tool)?;
+    }
     Ok(Arc::new(registry))
+}
+
+/// Expires approvals past their deadline, once a second, until shutdown.
+fn spawn_expiry_sweeper(engine: Arc<Engine>, shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {
+                    if let Err(e) = engine.expire_due().await {
+                        tracing::warn!(error = %e, "approval expiry sweep failed");
+                    }
+                }
+            }
+        }
+    });
 }
 
 impl Application {
@@ -57,13 +109,20 @@ impl Application {
             },
             publish_hook(bus.clone()),
         );
-        let registry = builtin_registry(&settings)?;
+        let (workspaces, sandbox) = workspace_and_sandbox(&settings)?;
+        let registry = builtin_registry(&settings, &workspaces, &sandbox)?;
+        let tool_timeout = Duration::from_secs(settings.tools.timeout_secs.max(1));
         let engine = Arc::new(Engine::new(
             registry,
             store.clone(),
             writer.clone(),
             EngineConfig {
-                tool_timeout: Duration::from_secs(settings.tools.timeout_secs.max(1)),
+                tool_timeout,
+                approvals: ApprovalSettings {
+                    enabled: settings.approvals.enabled,
+                    ttl: Duration::from_secs(settings.approvals.ttl_secs.max(1)),
+                },
+                permissions: settings.permissions.engine_config()?,
             },
         ));
         let recovered = engine.recover_interrupted().await?;
@@ -88,7 +147,10 @@ impl Application {
                 limits_settings.max_concurrent_calls_per_owner,
             )),
             shutdown: CancellationToken::new(),
+            workspaces,
+            sandbox,
         };
+        spawn_expiry_sweeper(state.engine.clone(), state.shutdown.clone());
         Ok(Application {
             listener,
             state,

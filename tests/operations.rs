@@ -29,9 +29,18 @@ async fn health_readiness_and_metrics(backend: Backend) {
         Backend::Sqlite => "sqlite",
         Backend::Postgres => "postgres",
     };
+    assert_eq!(ready["status"], "ready", "{ready}");
+    assert_eq!(ready["database"], name);
+    assert_eq!(ready["migrations"], "applied");
     assert_eq!(
-        ready,
-        json!({"status": "ready", "database": name, "migrations": "applied"})
+        ready["sandbox"]["bash_enabled"], true,
+        "this kernel has Landlock: {ready}"
+    );
+    assert_eq!(ready["sandbox"]["landlock"]["enforced"], true);
+    assert_eq!(ready["sandbox"]["network"], "deny");
+    assert!(
+        ready["sandbox"].get("hidden_paths").is_none(),
+        "no server paths on an unauthenticated endpoint"
     );
 
     let (s, _) = app
@@ -160,7 +169,28 @@ async fn tool_listings_and_system_prompt() {
     let by_alias = app.get_json("/v1/tools/sleep?format=anthropic").await;
     assert_eq!(by_alias["name"], "wait");
     let xml = app.get_json("/v1/system-prompt?format=xml").await;
-    assert_eq!(xml["tool_count"], 2);
+    let names: Vec<String> = native["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "apply_diff",
+            "bash",
+            "echo",
+            "edit_file",
+            "glob",
+            "grep",
+            "read_file",
+            "undo_edit",
+            "wait",
+            "write_file"
+        ]
+    );
+    assert_eq!(xml["tool_count"], names.len());
     assert!(
         xml["prompt"]
             .as_str()

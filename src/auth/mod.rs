@@ -19,6 +19,9 @@ pub struct Claims {
     pub iat: u64,
     pub aud: String,
     pub iss: String,
+    /// Space-separated scopes, e.g. `toolgate:approve`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -134,6 +137,16 @@ impl Keys {
 
     /// Sign a token for `sub` valid for `ttl_secs`.
     pub fn mint(&self, sub: &str, ttl_secs: u64) -> anyhow::Result<String> {
+        self.mint_scoped(sub, ttl_secs, None)
+    }
+
+    /// Sign a token carrying `scope` (space-separated scopes).
+    pub fn mint_scoped(
+        &self,
+        sub: &str,
+        ttl_secs: u64,
+        scope: Option<&str>,
+    ) -> anyhow::Result<String> {
         let encoding = self.encoding.as_ref().ok_or_else(|| {
             anyhow::anyhow!("no private key configured: set auth.private_key_pem to mint tokens")
         })?;
@@ -148,6 +161,7 @@ impl Keys {
             exp: now + ttl_secs,
             aud: self.audience.clone(),
             iss: self.issuer.clone(),
+            scope: scope.map(str::to_string),
         };
         Ok(jsonwebtoken::encode(
             &Header::new(self.algorithm),
@@ -266,6 +280,7 @@ mod tests {
             iat: unix_now() - 20,
             aud: "toolgate".into(),
             iss: "toolgate".into(),
+            scope: None,
         };
         let expired = jsonwebtoken::encode(
             &Header::new(Algorithm::HS256),

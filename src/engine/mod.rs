@@ -3,9 +3,12 @@
 //! of DESIGN.md in order. Reading this file top to bottom is following a call
 //! through toolgate.
 
+mod approvals;
+mod audit;
 pub mod gates;
 pub mod limits;
 mod postprocess;
+mod undo;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,22 +25,73 @@ use crate::protocol::now_ms;
 use crate::protocol::tool_output::{FieldError, ToolAgentOutput, ToolError, codes};
 use crate::store::writer::Writer;
 use crate::store::{
-    CallStatus, DynStore, FinishedToolCall, NewEvent, NewMessage, NewToolCall, Role, StoreError,
-    StoredEvent, ToolCallRecord, WriteOp, WriteUnit,
+    ApprovalRecord, CallStatus, DynStore, FinishedToolCall, NewEvent, NewMessage, NewToolCall,
+    Role, StoreError, StoredEvent, ToolCallRecord, WriteOp, WriteUnit,
 };
 use crate::tools::registry::RegisteredTool;
 use crate::tools::{ProgressSink, Registry, ToolContext, ToolSuccess};
 
+pub use approvals::{ApprovalError, ApprovalSettings, Decision};
 pub use postprocess::compile_ui;
+pub use undo::{RollbackReport, RollbackStep, UndoError};
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Longest a tool may run before it is stopped with `TIMEOUT`.
     pub tool_timeout: Duration,
+    pub approvals: ApprovalSettings,
+    pub permissions: PermissionConfig,
+}
+
+/// The deployment's permission rules and defaults (owners add their own).
+#[derive(Debug, Clone, Default)]
+pub struct PermissionConfig {
+    pub rules: crate::permissions::RuleSet,
+    pub defaults: crate::permissions::Defaults,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Ask => "ask",
+            Verdict::Deny => "deny",
+        }
+    }
+}
+
+/// Step 3's answer, as the rest of the pipeline and the audit log use it.
+#[derive(Debug, Clone)]
+pub struct Permission {
+    pub verdict: Verdict,
+    /// The rule that decided, e.g. `deny: bash(rm *)`; `None` for defaults.
+    pub rule: Option<String>,
+    pub reason: String,
+}
+
+impl From<crate::permissions::Decision> for Permission {
+    fn from(d: crate::permissions::Decision) -> Self {
+        Permission {
+            verdict: match d.verdict {
+                crate::permissions::Verdict::Allow => Verdict::Allow,
+                crate::permissions::Verdict::Ask => Verdict::Ask,
+                crate::permissions::Verdict::Deny => Verdict::Deny,
+            },
+            rule: d.rule,
+            reason: d.reason,
+        }
+    }
 }
 
 /// One call handed to the pipeline.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CallRequest {
     pub owner: String,
     pub thread_id: String,
@@ -45,6 +99,28 @@ pub struct CallRequest {
     /// Receives every event of this call once it has committed (the AG-UI
     /// run endpoint streams them).
     pub observer: Option<mpsc::UnboundedSender<Event>>,
+    /// Set when this call undoes another one (the undo endpoint).
+    pub undo_of: Option<String>,
+}
+
+impl CallRequest {
+    pub fn new(owner: &str, thread_id: &str, call: IncomingCall) -> Self {
+        CallRequest {
+            owner: owner.to_string(),
+            thread_id: thread_id.to_string(),
+            call,
+            observer: None,
+            undo_of: None,
+        }
+    }
+}
+
+/// How a call left the pipeline: finished (ran, failed, or refused by a
+/// gate), or waiting for a human decision.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Executed {
+    Finished(CallOutcome),
+    AwaitingApproval(ApprovalRecord),
 }
 
 /// The finished call as every entry point reports it.
@@ -111,6 +187,9 @@ pub struct Engine {
     writer: Writer,
     config: EngineConfig,
     in_flight: Mutex<HashMap<CallKey, InFlight>>,
+    /// Announces every call this process finishes (for callers that wait on
+    /// an approval's outcome).
+    finished: tokio::sync::broadcast::Sender<CallKey>,
 }
 
 impl Engine {
@@ -126,6 +205,7 @@ impl Engine {
             writer,
             config,
             in_flight: Mutex::new(HashMap::new()),
+            finished: tokio::sync::broadcast::channel(1024).0,
         }
     }
 
@@ -133,36 +213,43 @@ impl Engine {
         &self.registry
     }
 
-    /// Run one call through the pipeline. Refusals before the write-ahead
-    /// record are `Err(Rejection)` and change nothing; everything after it
-    /// (including a tool's own failure) is an `Ok` outcome that is stored.
-    pub async fn execute(&self, req: CallRequest) -> Result<CallOutcome, Rejection> {
+    /// Run one call through the pipeline. Refusals before anything is
+    /// recorded (unknown tool, invalid arguments, id conflicts) are
+    /// `Err(Rejection)` and change nothing; everything else, including a
+    /// gate's refusal and a tool's own failure, is recorded and streamed.
+    pub async fn execute(&self, req: CallRequest) -> Result<Executed, Rejection> {
         // 1. Resolve the tool by name or alias.
         let tool = self.resolve(&req.call.name)?;
 
         loop {
             // 2. Idempotency: a call id seen before in this thread answers
             //    with its stored outcome and runs nothing again.
-            if let Some(outcome) = self.recorded_outcome(&req, &tool).await? {
-                return Ok(outcome);
+            if let Some(recorded) = self.recorded(&req, &tool).await? {
+                return Ok(recorded);
             }
 
-            // 3. Permission: filled by the safety issue.
+            // 3. Permission: deployment and owner rules, deny → ask → allow.
+            let permission = self.permission(&req, &tool).await?;
+            if permission.verdict == Verdict::Deny {
+                let error = ToolError::new(
+                    codes::PERMISSION_DENIED,
+                    format!(
+                        "{} is not permitted: {}",
+                        tool.definition.name, permission.reason
+                    ),
+                    false,
+                )
+                .with_hint("do not retry this call; ask the user or choose another action");
+                return self.refuse(req, &tool, error, &permission).await;
+            }
 
-            // 4. Confidence gate: a refused call is a recorded failure the
-            //    model can reconsider.
+            // 4. Confidence gate: the model must state its confidence.
             let arguments = match gates::confidence(
                 tool.definition.capability.min_confidence,
                 &req.call.arguments,
             ) {
                 Ok(arguments) => arguments,
-                Err(error) => {
-                    let name = tool.definition.name.clone();
-                    return self
-                        .record_refusal(req, &name, error)
-                        .await
-                        .map_err(Rejection::from);
-                }
+                Err(error) => return self.refuse(req, &tool, error, &permission).await,
             };
 
             // 5. Validate the arguments against the compiled input schema.
@@ -171,29 +258,41 @@ impl Engine {
             // A dry run previews and changes nothing: only tools that
             // declare it can, and it needs no checkpoint.
             if req.call.dry_run && !tool.definition.capability.dry_run {
-                let name = tool.definition.name.clone();
                 let error = ToolError::new(
                     codes::DRY_RUN_UNSUPPORTED,
                     format!(
-                        "{name} cannot preview its effects (safety level {})",
+                        "{} cannot preview its effects (safety level {})",
+                        tool.definition.name,
                         tool.definition.capability.safety_level()
                     ),
                     false,
                 )
                 .with_hint("call it without dry_run, or choose a tool that supports dry runs");
-                return self
-                    .record_refusal(req, &name, error)
-                    .await
-                    .map_err(Rejection::from);
+                return self.refuse(req, &tool, error, &permission).await;
             }
 
-            // 6. Human checkpoint: filled by the safety issue.
+            // 6. Human checkpoint: a tool that requires one, or an `ask`
+            //    verdict, waits for a decision instead of running.
+            let needs_checkpoint =
+                tool.definition.metadata.requires_checkpoint || permission.verdict == Verdict::Ask;
+            if needs_checkpoint && !req.call.dry_run {
+                match self
+                    .request_approval(req.clone(), &tool, arguments, &permission)
+                    .await?
+                {
+                    Some(executed) => return Ok(executed),
+                    None => continue, // the id was recorded meanwhile
+                }
+            }
 
             // 7. Write-ahead: the call is recorded `running` before it runs.
-            let Some(guard) = self.claim_in_flight(&req) else {
+            let Some(guard) = self.claim_in_flight(&req.thread_id, &req.call.id) else {
                 continue; // someone started the same id a moment ago: wait for it
             };
-            match self.write_ahead(&req, &tool.definition.name).await {
+            match self
+                .write_ahead(&req, &tool.definition.name, CallStatus::Running, vec![])
+                .await
+            {
                 Ok(()) => {}
                 Err(StoreError::Conflict(_)) => {
                     drop(guard);
@@ -202,34 +301,65 @@ impl Engine {
                 Err(e) => return Err(e.into()),
             }
 
-            // 8. Execute with timeout, cancellation and progress events.
-            let executed = self
-                .run_tool(&req, &tool, arguments.clone(), guard.cancel.clone())
-                .await;
-            // A dry run never leaves an undo record: nothing happened.
-            let executed = executed.map(|mut s| {
-                if req.call.dry_run {
-                    s.undo = None;
-                }
-                s
-            });
-
-            // 9. Undo capture, 10. post-process, 11. one transaction with the
-            //    tool message and TOOL_CALL_RESULT.
-            let output = postprocess::build_output(&tool, &req.call.id, &arguments, &executed);
-            let undo = executed.as_ref().ok().and_then(|s| s.undo.clone());
+            // 8.–11. Execute, capture undo, post-process, store and stream.
             let outcome = self
-                .finish(
-                    &req.owner,
-                    &req.thread_id,
-                    output,
-                    undo,
-                    req.observer.as_ref(),
-                )
+                .run_and_finish(&req, &tool, arguments, &guard, &permission, None)
                 .await;
             drop(guard);
-            return outcome.map_err(Rejection::from);
+            return outcome.map(Executed::Finished).map_err(Rejection::from);
         }
+    }
+
+    /// Steps 8–11 for a call already recorded `running` (by the write-ahead,
+    /// or by an approval's decision).
+    async fn run_and_finish(
+        &self,
+        req: &CallRequest,
+        tool: &Arc<RegisteredTool>,
+        arguments: Value,
+        guard: &InFlightGuard<'_>,
+        permission: &Permission,
+        approval_id: Option<&str>,
+    ) -> Result<CallOutcome, StoreError> {
+        // 8. Execute with timeout, cancellation and progress events.
+        let started = Instant::now();
+        let executed = self
+            .run_tool(req, tool, arguments.clone(), guard.cancel.clone())
+            .await;
+        // 9. Undo capture (a dry run has nothing to undo).
+        let undo = executed
+            .as_ref()
+            .ok()
+            .and_then(|s| s.undo.clone())
+            .filter(|_| !req.call.dry_run);
+        // 10. Post-process.
+        let output = postprocess::build_output(tool, &req.call.id, &arguments, &executed);
+        // 11. One transaction: result, message, event, audit (and the undo link).
+        let mut extra = vec![WriteOp::AppendAudit(audit::executed(
+            req,
+            tool,
+            &output,
+            permission,
+            approval_id,
+            started.elapsed(),
+        ))];
+        if let Some(original) = &req.undo_of
+            && output.status != crate::protocol::tool_output::ToolStatus::Failure
+        {
+            extra.push(WriteOp::MarkUndone {
+                id: original.clone(),
+                undone_by: req.call.id.clone(),
+            });
+        }
+        self.finish(
+            &req.owner,
+            &req.thread_id,
+            output,
+            undo,
+            req.observer.as_ref(),
+            extra,
+        )
+        .await
     }
 
     fn resolve(&self, name: &str) -> Result<Arc<RegisteredTool>, Rejection> {
@@ -241,11 +371,13 @@ impl Engine {
             })
     }
 
-    async fn recorded_outcome(
+    /// Step 2: the recorded outcome of this call id, if any. Waits for a call
+    /// still running in this process.
+    async fn recorded(
         &self,
         req: &CallRequest,
         tool: &RegisteredTool,
-    ) -> Result<Option<CallOutcome>, Rejection> {
+    ) -> Result<Option<Executed>, Rejection> {
         let key = (req.thread_id.clone(), req.call.id.clone());
         let record = loop {
             // A call running here: wait for it to finish, then read its record.
@@ -283,17 +415,17 @@ impl Engine {
                 });
             }
         };
-        let outcome = outcome_from_record(&record)?;
-        if let Some(observer) = &req.observer {
-            for event in replay_events(&record, &outcome) {
-                let _ = observer.send(event);
-            }
+        if record.status == CallStatus::PendingApproval {
+            let approval = self.pending_approval_of(&record).await?;
+            return Ok(Some(Executed::AwaitingApproval(approval)));
         }
-        Ok(Some(outcome))
+        let outcome = outcome_from_record(&record)?;
+        observe(req.observer.as_ref(), replay_events(&record, &outcome));
+        Ok(Some(Executed::Finished(outcome)))
     }
 
-    fn claim_in_flight(&self, req: &CallRequest) -> Option<InFlightGuard<'_>> {
-        let key = (req.thread_id.clone(), req.call.id.clone());
+    fn claim_in_flight(&self, thread_id: &str, call_id: &str) -> Option<InFlightGuard<'_>> {
+        let key = (thread_id.to_string(), call_id.to_string());
         let mut map = self.in_flight.lock().expect("in-flight lock");
         if map.contains_key(&key) {
             return None;
@@ -327,9 +459,10 @@ impl Engine {
         }
     }
 
-    async fn write_ahead(&self, req: &CallRequest, name: &str) -> Result<(), StoreError> {
+    /// The TOOL_CALL_START/ARGS/END announcing a call.
+    fn announce(req: &CallRequest, name: &str) -> Vec<Event> {
         let call = &req.call;
-        let events = vec![
+        vec![
             Event::new(EventBody::ToolCallStart {
                 tool_call_id: call.id.clone(),
                 tool_call_name: name.to_string(),
@@ -342,25 +475,50 @@ impl Engine {
             Event::new(EventBody::ToolCallEnd {
                 tool_call_id: call.id.clone(),
             }),
-        ];
-        let unit = WriteUnit {
-            thread_id: req.thread_id.clone(),
-            owner: req.owner.clone(),
-            ops: vec![
-                WriteOp::InsertToolCall(NewToolCall {
-                    id: call.id.clone(),
-                    run_id: call.run_id.clone().unwrap_or_else(|| call.id.clone()),
-                    tool_name: name.to_string(),
-                    args: call.arguments.clone(),
-                    status: CallStatus::Running,
-                    undo_of: None,
-                    created_at_ms: now_ms(),
-                }),
-                WriteOp::AppendEvents(events.iter().map(new_event).collect()),
-            ],
-        };
-        self.writer.write(unit).await?;
-        observe(req.observer.as_ref(), events);
+        ]
+    }
+
+    /// Record the call with `status` and announce it, in one transaction
+    /// with `extra` operations (approval, audit).
+    async fn write_ahead(
+        &self,
+        req: &CallRequest,
+        name: &str,
+        status: CallStatus,
+        extra: Vec<WriteOp>,
+    ) -> Result<(), StoreError> {
+        let mut events = Self::announce(req, name);
+        let mut ops = vec![WriteOp::InsertToolCall(NewToolCall {
+            id: req.call.id.clone(),
+            run_id: req
+                .call
+                .run_id
+                .clone()
+                .unwrap_or_else(|| req.call.id.clone()),
+            tool_name: name.to_string(),
+            args: req.call.arguments.clone(),
+            status,
+            undo_of: req.undo_of.clone(),
+            created_at_ms: now_ms(),
+        })];
+        let mut extra_events = Vec::new();
+        for op in extra {
+            match op {
+                WriteOp::AppendEvents(evs) => extra_events.extend(evs),
+                other => ops.push(other),
+            }
+        }
+        let mut new_events: Vec<NewEvent> = events.iter().map(new_event).collect();
+        new_events.extend(extra_events);
+        ops.push(WriteOp::AppendEvents(new_events));
+        self.writer
+            .write(WriteUnit {
+                thread_id: req.thread_id.clone(),
+                owner: req.owner.clone(),
+                ops,
+            })
+            .await?;
+        observe(req.observer.as_ref(), std::mem::take(&mut events));
         Ok(())
     }
 
@@ -407,7 +565,13 @@ impl Engine {
                 }
             })
         };
-        let result = await_tool(handle, self.config.tool_timeout, &cancel).await;
+        let limit = tool
+            .tool
+            .max_duration()
+            .map_or(self.config.tool_timeout, |d| {
+                d.max(self.config.tool_timeout)
+            });
+        let result = await_tool(handle, limit, &cancel).await;
         // Progress events must be in the log before the result.
         let _ = progress_task.await;
         let status = match &result {
@@ -422,8 +586,9 @@ impl Engine {
         result
     }
 
-    /// Step 11: one transaction with the call's end, its tool message and the
-    /// TOOL_CALL_RESULT event; observers hear of it only after commit.
+    /// Step 11: one transaction with the call's end, its tool message, the
+    /// TOOL_CALL_RESULT event and `extra` operations (audit, approval
+    /// decision, undo link); observers hear of it only after commit.
     async fn finish(
         &self,
         owner: &str,
@@ -431,6 +596,7 @@ impl Engine {
         output: ToolAgentOutput,
         undo: Option<crate::protocol::tool_output::UndoInfo>,
         observer: Option<&mpsc::UnboundedSender<Event>>,
+        extra: Vec<WriteOp>,
     ) -> Result<CallOutcome, StoreError> {
         let message_id = format!("msg_{}", uuid::Uuid::now_v7().simple());
         let ui_schema = compile_ui(&output);
@@ -442,31 +608,35 @@ impl Engine {
         };
         let stored_output = serde_json::to_value(&output).expect("outputs serialize");
         let now = now_ms();
-        let unit = WriteUnit {
-            thread_id: thread_id.to_string(),
-            owner: owner.to_string(),
-            ops: vec![
-                WriteOp::FinishToolCall(FinishedToolCall {
-                    id: output.tool_call_id.clone(),
-                    status,
-                    output: stored_output.clone(),
-                    undo: undo.map(|u| serde_json::to_value(u).expect("undo serializes")),
-                    message_id: message_id.clone(),
-                    finished_at_ms: now,
-                }),
-                WriteOp::InsertMessage(NewMessage {
-                    id: message_id.clone(),
-                    role: Role::Tool,
-                    content: output.text_projection(),
-                    metadata: json!({ "tool_agent_output": stored_output }),
-                    tool_call_id: Some(output.tool_call_id.clone()),
-                    created_at_ms: now,
-                }),
-                WriteOp::AppendEvents(vec![new_event(&event)]),
-            ],
-        };
-        self.writer.write(unit).await?;
+        let mut ops = extra;
+        ops.push(WriteOp::FinishToolCall(FinishedToolCall {
+            id: output.tool_call_id.clone(),
+            status,
+            output: stored_output.clone(),
+            undo: undo.map(|u| serde_json::to_value(u).expect("undo serializes")),
+            message_id: message_id.clone(),
+            finished_at_ms: now,
+        }));
+        ops.push(WriteOp::InsertMessage(NewMessage {
+            id: message_id.clone(),
+            role: Role::Tool,
+            content: output.text_projection(),
+            metadata: json!({ "tool_agent_output": stored_output }),
+            tool_call_id: Some(output.tool_call_id.clone()),
+            created_at_ms: now,
+        }));
+        ops.push(WriteOp::AppendEvents(vec![new_event(&event)]));
+        self.writer
+            .write(WriteUnit {
+                thread_id: thread_id.to_string(),
+                owner: owner.to_string(),
+                ops,
+            })
+            .await?;
         observe(observer, vec![event]);
+        let _ = self
+            .finished
+            .send((thread_id.to_string(), output.tool_call_id.clone()));
         Ok(CallOutcome {
             output,
             ui_schema,
@@ -475,29 +645,52 @@ impl Engine {
         })
     }
 
-    /// Record a call that was refused before it could run as a failed call
-    /// with its result: gate refusals (confidence), and for entry points that
-    /// must answer every call in-stream (AG-UI runs) unknown tools and
-    /// invalid arguments too. A call id already recorded answers with its
-    /// stored outcome.
+    /// A gate refused the call: it is recorded as a failed call with its
+    /// result and an audit entry, so the model (and the history) sees why.
+    async fn refuse(
+        &self,
+        req: CallRequest,
+        tool: &RegisteredTool,
+        error: ToolError,
+        permission: &Permission,
+    ) -> Result<Executed, Rejection> {
+        let audit = audit::refused(
+            &req,
+            &tool.definition.name,
+            Some(&tool.definition.metadata.audit_operation),
+            &error,
+            Some(permission),
+        );
+        self.record_refusal(req, &tool.definition.name, error, audit)
+            .await
+            .map(Executed::Finished)
+            .map_err(Rejection::from)
+    }
+
+    /// Record a refused call as a failed call with its result: gate refusals,
+    /// and for entry points that must answer every call in-stream (AG-UI
+    /// runs) unknown tools and invalid arguments too. A call id already
+    /// recorded answers with its stored outcome.
     pub async fn record_refusal(
         &self,
         req: CallRequest,
         tool_name: &str,
         error: ToolError,
+        audit: crate::store::NewAuditEntry,
     ) -> Result<CallOutcome, StoreError> {
         if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {
-            if record.status != CallStatus::Running {
+            if record.status.is_finished() {
                 let outcome = outcome_from_record(&record)?;
                 observe(req.observer.as_ref(), replay_events(&record, &outcome));
                 return Ok(outcome);
             }
             return Err(StoreError::Conflict(format!(
-                "tool call {} is still running",
+                "tool call {} is still open",
                 req.call.id
             )));
         }
-        self.write_ahead(&req, tool_name).await?;
+        self.write_ahead(&req, tool_name, CallStatus::Running, vec![])
+            .await?;
         let output =
             postprocess::failure_output(tool_name, &req.call.id, &req.call.arguments, error);
         self.finish(
@@ -506,13 +699,27 @@ impl Engine {
             output,
             None,
             req.observer.as_ref(),
+            vec![WriteOp::AppendAudit(audit)],
         )
         .await
     }
 
+    /// A refusal an entry point records itself (AG-UI runs: unknown tool,
+    /// invalid arguments).
+    pub async fn record_rejected_call(
+        &self,
+        req: CallRequest,
+        error: ToolError,
+    ) -> Result<CallOutcome, StoreError> {
+        let name = req.call.name.clone();
+        let audit = audit::refused(&req, &name, None, &error, None);
+        self.record_refusal(req, &name, error, audit).await
+    }
+
     /// Start-up: calls left `running` by a crash are finished as
     /// `failure`/`INTERRUPTED`, with their TOOL_CALL_RESULT, so nothing
-    /// silently disappears. Returns how many were finished.
+    /// silently disappears. Calls waiting for approval are left waiting.
+    /// Returns how many were finished.
     pub async fn recover_interrupted(&self) -> Result<usize, StoreError> {
         let running = self.store.running_tool_calls().await?;
         let count = running.len();
@@ -525,11 +732,75 @@ impl Engine {
             .with_hint("check the current state before retrying with a new tool call id");
             let output =
                 postprocess::failure_output(&record.tool_name, &record.id, &record.args, error);
-            self.finish(&record.owner, &record.thread_id, output, None, None)
-                .await?;
+            let audit = audit::interrupted(&record);
+            self.finish(
+                &record.owner,
+                &record.thread_id,
+                output,
+                None,
+                None,
+                vec![WriteOp::AppendAudit(audit)],
+            )
+            .await?;
             tracing::warn!(thread_id = %record.thread_id, tool_call_id = %record.id, "finished interrupted tool call");
         }
         Ok(count)
+    }
+
+    /// Step 3: the permission verdict for this call.
+    async fn permission(
+        &self,
+        req: &CallRequest,
+        tool: &RegisteredTool,
+    ) -> Result<Permission, Rejection> {
+        let owner_rules = match self.store.owner_rules(&req.owner).await? {
+            Some(v) => serde_json::from_value(v)
+                .map_err(|e| StoreError::Corrupt(format!("owner rules: {e}")))?,
+            None => crate::permissions::RuleSet::default(),
+        };
+        let meta = &tool.definition.metadata;
+        let facts = crate::permissions::CallFacts {
+            tool_name: &tool.definition.name,
+            class: meta.permission_class,
+            read_only: meta.read_only,
+            destructive: meta.destructive,
+            arguments: &req.call.arguments,
+        };
+        let decision = crate::permissions::decide(
+            &self.config.permissions.rules,
+            &owner_rules,
+            &self.config.permissions.defaults,
+            &facts,
+        );
+        Ok(Permission::from(decision))
+    }
+
+    /// Wait until the call is finished (it may be waiting for an approval),
+    /// at most `wait`. `None` when it is still open then.
+    pub async fn wait_finished(
+        &self,
+        thread_id: &str,
+        call_id: &str,
+        wait: Duration,
+    ) -> Result<Option<CallOutcome>, StoreError> {
+        let mut finished = self.finished.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(record) = self.store.tool_call(thread_id, call_id).await?
+                && record.status.is_finished()
+            {
+                return outcome_from_record(&record).map(Some);
+            }
+            loop {
+                match tokio::time::timeout_at(deadline, finished.recv()).await {
+                    Err(_) => return Ok(None),
+                    Ok(Ok((t, c))) if t == thread_id && c == call_id => break,
+                    Ok(Ok(_)) => continue,
+                    // Missed some announcements: look at the store again.
+                    Ok(Err(_)) => break,
+                }
+            }
+        }
     }
 }
 

@@ -10,9 +10,11 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiJson};
-use super::threads::{ToolCallResponse, parse_error_to_api, rejection_to_api};
+use super::threads::{
+    PendingApprovalResponse, ToolCallResponse, parse_error_to_api, rejection_to_api,
+};
 use super::{AppState, AuthUser, ThreadId, check_owner};
-use crate::engine::CallRequest;
+use crate::engine::{CallRequest, Executed};
 use crate::protocol::calls::{self, IncomingCall};
 
 pub fn routes() -> Router<AppState> {
@@ -41,6 +43,9 @@ pub struct BatchItem {
     pub status: u16,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<ToolCallResponse>,
+    /// Set (status 202) when the call waits for a human decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<PendingApprovalResponse>,
     /// A problem document, when the call was refused before running.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
@@ -128,12 +133,7 @@ pub async fn post_batch(
                 Err(problem) => results[index] = Some(refused(index, None, problem)),
                 Ok(call) => {
                     let engine = state.engine.clone();
-                    let request = CallRequest {
-                        owner: user.owner.clone(),
-                        thread_id: thread.0.clone(),
-                        call,
-                        observer: None,
-                    };
+                    let request = CallRequest::new(&user.owner, &thread.0, call);
                     let id = request.call.id.clone();
                     // Each call in its own task: a client that leaves does not
                     // cut a call half-way.
@@ -147,11 +147,24 @@ pub async fn post_batch(
         }
         for (index, id, task) in tasks {
             let item = match task.await {
-                Ok(Ok(outcome)) => BatchItem {
+                Ok(Ok(Executed::Finished(outcome))) => BatchItem {
                     index,
                     tool_call_id: Some(id),
                     status: 200,
                     result: Some(ToolCallResponse::from(outcome)),
+                    pending: None,
+                    problem: None,
+                },
+                Ok(Ok(Executed::AwaitingApproval(approval))) => BatchItem {
+                    index,
+                    tool_call_id: Some(id),
+                    status: 202,
+                    result: None,
+                    pending: Some(PendingApprovalResponse {
+                        status: "pending_approval".into(),
+                        tool_call_id: approval.tool_call_id.clone(),
+                        approval: approval.into(),
+                    }),
                     problem: None,
                 },
                 Ok(Err(rejection)) => refused(index, Some(id), rejection_to_api(rejection)),
@@ -190,6 +203,7 @@ fn refused(index: usize, tool_call_id: Option<String>, problem: ApiError) -> Bat
         tool_call_id,
         status: status.as_u16(),
         result: None,
+        pending: None,
         problem: Some(Value::Object(body)),
     }
 }

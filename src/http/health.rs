@@ -31,12 +31,17 @@ pub async fn healthz() -> axum::Json<Health> {
     })
 }
 
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct Readiness {
+    /// `ready`, or `degraded` when commands cannot run (see `sandbox.warnings`).
     pub status: String,
     /// `sqlite` or `postgres`.
     pub database: String,
     pub migrations: String,
+    /// Which confinement commands run under (without file-system paths:
+    /// this endpoint is unauthenticated; /v1/workspace has the detail).
+    #[schema(value_type = Object)]
+    pub sandbox: serde_json::Value,
 }
 
 /// The database is reachable and every migration is applied.
@@ -45,11 +50,22 @@ pub struct Readiness {
     (status = 503, description = "Database unreachable or migrations missing", content_type = "application/problem+json")))]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readiness>, ApiError> {
     match state.store.ready().await {
-        Ok(()) => Ok(axum::Json(Readiness {
-            status: "ready".into(),
-            database: state.store.backend().into(),
-            migrations: "applied".into(),
-        })),
+        Ok(()) => {
+            let status = state.sandbox.status();
+            let bash_enabled = status.bash_enabled;
+            let mut sandbox = serde_json::to_value(status).unwrap_or_default();
+            if let Some(obj) = sandbox.as_object_mut() {
+                for key in ["hidden_paths", "read_only_paths", "tmpdir"] {
+                    obj.remove(key);
+                }
+            }
+            Ok(axum::Json(Readiness {
+                status: if bash_enabled { "ready" } else { "degraded" }.into(),
+                database: state.store.backend().into(),
+                migrations: "applied".into(),
+                sandbox,
+            }))
+        }
         Err(e) => {
             tracing::warn!(error = %e, "not ready");
             Err(ApiError::Unavailable(format!(

@@ -2,6 +2,8 @@
 //! Handlers are thin: they authenticate, parse, and hand over to the engine
 //! or the store.
 
+mod approvals;
+mod audit;
 mod batches;
 pub mod error;
 mod events;
@@ -10,6 +12,7 @@ pub mod openapi;
 mod runs;
 mod threads;
 mod tools;
+mod workspace;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +46,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     pub metrics: PrometheusHandle,
     pub limits: Arc<crate::engine::limits::Limits>,
+    pub workspaces: Arc<crate::workspace::Workspaces>,
+    pub sandbox: Arc<crate::sandbox::Sandbox>,
     /// Cancelled at shutdown: open SSE streams end with RUN_FINISHED.
     pub shutdown: CancellationToken,
 }
@@ -51,6 +56,14 @@ pub struct AppState {
 #[derive(Debug, Clone)]
 pub struct AuthUser {
     pub owner: String,
+    /// Scopes of the token (`scope` claim, space-separated).
+    pub scopes: Vec<String>,
+}
+
+impl AuthUser {
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope)
+    }
 }
 
 impl FromRequestParts<AppState> for AuthUser {
@@ -74,7 +87,16 @@ impl FromRequestParts<AppState> for AuthUser {
             .keys
             .verify(token)
             .map_err(|e| ApiError::Unauthorized(e.to_string()))?;
-        Ok(AuthUser { owner: claims.sub })
+        Ok(AuthUser {
+            owner: claims.sub,
+            scopes: claims
+                .scope
+                .as_deref()
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_string)
+                .collect(),
+        })
     }
 }
 
@@ -147,6 +169,9 @@ pub fn router(state: AppState) -> Router {
         .merge(threads::routes())
         .merge(events::routes())
         .merge(batches::routes())
+        .merge(approvals::routes())
+        .merge(audit::routes())
+        .merge(workspace::routes())
         .merge(runs::routes())
         .merge(tools::routes());
     Router::new()

@@ -14,6 +14,15 @@ use super::AppState;
     paths(
         super::threads::post_tool_call,
         super::threads::cancel_tool_call,
+        super::threads::undo_tool_call,
+        super::threads::rollback_run,
+        super::approvals::list_approvals,
+        super::approvals::get_approval,
+        super::approvals::decide,
+        super::approvals::get_permissions,
+        super::approvals::put_permissions,
+        super::audit::get_audit,
+        super::workspace::get_workspace,
         super::batches::post_batch,
         super::threads::post_message,
         super::threads::get_history,
@@ -41,6 +50,10 @@ use super::AppState;
         (name = "events", description = "AG-UI event stream (SSE)"),
         (name = "ag-ui", description = "AG-UI agent endpoint"),
         (name = "tools", description = "The tool registry"),
+        (name = "approvals", description = "Human checkpoint: calls waiting for a decision"),
+        (name = "permissions", description = "Permission rules"),
+        (name = "audit", description = "Append-only audit log"),
+        (name = "workspace", description = "The caller's workspace and its confinement"),
         (name = "operations", description = "Health, readiness, metrics"),
     )
 )]

@@ -16,8 +16,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::error::{ApiError, ApiJson};
 use super::{AppState, AuthUser, ThreadId, check_owner};
-use crate::engine::{CallRequest, Rejection};
-use crate::protocol::agui::{Event, EventBody, Message, RunAgentInput, RunOutcome};
+use crate::engine::{CallRequest, Executed, Rejection};
+use crate::protocol::agui::{Event, EventBody, Interrupt, Message, RunAgentInput, RunOutcome};
 use crate::protocol::calls::{self, CallShape, IncomingCall};
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{ToolError, codes};
@@ -111,9 +111,18 @@ async fn run(state: AppState, owner: String, input: RunAgentInput, tx: Tx) {
     )
     .await;
     match execute_run(&state, &owner, &input, &tx).await {
-        Ok(pending) => {
-            let outcome = RunOutcome::Success {
-                pending_tool_call_ids: (!pending.is_empty()).then_some(pending),
+        Ok(finished) => {
+            // Calls waiting for approval pause the run (AG-UI interrupt);
+            // the next run answers them once decided.
+            let outcome = if finished.interrupts.is_empty() {
+                RunOutcome::Success {
+                    pending_tool_call_ids: (!finished.frontend.is_empty())
+                        .then_some(finished.frontend),
+                }
+            } else {
+                RunOutcome::Interrupt {
+                    interrupts: finished.interrupts,
+                }
             };
             emit(
                 &tx,
@@ -148,13 +157,12 @@ async fn run(state: AppState, owner: String, input: RunAgentInput, tx: Tx) {
     }
 }
 
-/// Returns the ids of frontend tool calls left for the application.
 async fn execute_run(
     state: &AppState,
     owner: &str,
     input: &RunAgentInput,
     tx: &Tx,
-) -> Result<Vec<String>, ApiError> {
+) -> Result<Finished, ApiError> {
     record_new_messages(state, owner, input).await?;
 
     let Some((parent_id, tool_calls)) = input.messages.iter().rev().find_map(|m| match m {
@@ -165,7 +173,10 @@ async fn execute_run(
         } if !calls.is_empty() => Some((id.clone(), calls.clone())),
         _ => None,
     }) else {
-        return Ok(vec![]);
+        return Ok(Finished {
+            frontend: vec![],
+            interrupts: vec![],
+        });
     };
     let answered: HashSet<&str> = input
         .messages
@@ -177,6 +188,7 @@ async fn execute_run(
         .collect();
     let frontend: HashSet<&str> = input.tools.iter().map(|t| t.name.as_str()).collect();
     let mut pending_frontend = Vec::new();
+    let mut interrupts = Vec::new();
 
     for tc in tool_calls {
         if answered.contains(tc.id.as_str()) {
@@ -200,51 +212,41 @@ async fn execute_run(
             workspace: None,
             dry_run: false,
         };
-        let request = CallRequest {
-            owner: owner.to_string(),
-            thread_id: input.thread_id.clone(),
-            call,
-            observer: Some(observer),
-        };
+        let mut request = CallRequest::new(owner, &input.thread_id, call);
+        request.observer = Some(observer);
         let engine = state.engine.clone();
         let refused = parsed_args
             .err()
             .map(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false));
         let task = tokio::spawn(async move {
-            let requested = request.call.name.clone();
             if let Some(error) = refused {
                 return engine
-                    .record_refusal(request, &requested, error)
+                    .record_rejected_call(request, error)
                     .await
+                    .map(Executed::Finished)
                     .map_err(Rejection::from);
             }
-            let retry = CallRequest {
-                owner: request.owner.clone(),
-                thread_id: request.thread_id.clone(),
-                call: request.call.clone(),
-                observer: request.observer.clone(),
+            let mut retry =
+                CallRequest::new(&request.owner, &request.thread_id, request.call.clone());
+            retry.observer = request.observer.clone();
+            // In a stream every call gets an answer: refusals are recorded.
+            let refusal = match engine.execute(request).await {
+                Err(Rejection::ToolNotFound { name, available }) => ToolError::new(
+                    codes::TOOL_NOT_FOUND,
+                    format!(
+                        "no tool named {name:?}; available tools: {}",
+                        available.join(", ")
+                    ),
+                    false,
+                ),
+                Err(Rejection::InvalidArguments { error, .. }) => *error,
+                other => return other,
             };
-            match engine.execute(request).await {
-                Err(Rejection::ToolNotFound { name, available }) => {
-                    let error = ToolError::new(
-                        codes::TOOL_NOT_FOUND,
-                        format!(
-                            "no tool named {name:?}; available tools: {}",
-                            available.join(", ")
-                        ),
-                        false,
-                    );
-                    engine
-                        .record_refusal(retry, &name, error)
-                        .await
-                        .map_err(Rejection::from)
-                }
-                Err(Rejection::InvalidArguments { tool, error }) => engine
-                    .record_refusal(retry, &tool, *error)
-                    .await
-                    .map_err(Rejection::from),
-                other => other,
-            }
+            engine
+                .record_rejected_call(retry, refusal)
+                .await
+                .map(Executed::Finished)
+                .map_err(Rejection::from)
         });
         // Forward the call's events as they commit, until the call is done.
         while let Some(event) = observed.recv().await {
@@ -256,11 +258,37 @@ async fn execute_run(
             }
             emit(tx, &event).await;
         }
-        task.await
+        let executed = task
+            .await
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("call task failed: {e}")))?
             .map_err(super::threads::rejection_to_api)?;
+        if let Executed::AwaitingApproval(approval) = executed {
+            let mut metadata = serde_json::Map::new();
+            metadata.insert("approvalId".into(), json!(approval.id));
+            metadata.insert("expiresAtMs".into(), json!(approval.expires_at_ms));
+            interrupts.push(Interrupt {
+                id: approval.id.clone(),
+                reason: "approval_required".into(),
+                message: Some(format!(
+                    "{} needs a human approval: {}",
+                    approval.tool_name, approval.reason
+                )),
+                tool_call_id: Some(approval.tool_call_id.clone()),
+                metadata: Some(metadata),
+            });
+        }
     }
-    Ok(pending_frontend)
+    Ok(Finished {
+        frontend: pending_frontend,
+        interrupts,
+    })
+}
+
+/// How a run ended: frontend calls left for the application, and calls
+/// waiting for a human decision.
+struct Finished {
+    frontend: Vec<String>,
+    interrupts: Vec<Interrupt>,
 }
 
 /// Messages of the input the thread has not recorded yet (by id).

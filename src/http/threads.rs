@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
-use crate::engine::{CallOutcome, CallRequest, Rejection};
+use crate::engine::{CallOutcome, CallRequest, Executed, Rejection, UndoError};
 use crate::protocol::agui::{Event, EventBody};
 use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
 use crate::protocol::now_ms;
@@ -24,6 +24,14 @@ pub fn routes() -> Router<AppState> {
         .route(
             "/threads/{thread_id}/tool-calls/{tool_call_id}/cancel",
             post(cancel_tool_call),
+        )
+        .route(
+            "/threads/{thread_id}/tool-calls/{tool_call_id}/undo",
+            post(undo_tool_call),
+        )
+        .route(
+            "/threads/{thread_id}/runs/{run_id}/rollback",
+            post(rollback_run),
         )
         .route("/threads/{thread_id}/messages", post(post_message))
         .route("/threads/{thread_id}/history", get(get_history))
@@ -157,10 +165,11 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
 /// durable. Re-posting a recorded id returns the stored outcome and runs
 /// nothing; the same id with other arguments is a 409.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/tool-calls", tag = "tool calls",
-    params(("thread_id" = String, Path, description = "Thread id, [A-Za-z0-9_.:-]{1,128}")),
+    params(("thread_id" = String, Path, description = "Thread id, [A-Za-z0-9_.:-]{1,128}"), WaitQuery),
     request_body = ToolCallRequest,
     responses(
         (status = 200, description = "The call ran (or was recorded before); result stored and streamed", body = ToolCallResponse),
+        (status = 202, description = "The call waits for a human decision (see /v1/approvals)", body = PendingApprovalResponse),
         (status = 400, description = "Malformed JSON", content_type = "application/problem+json"),
         (status = 401, description = "Missing or invalid token", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
@@ -174,18 +183,15 @@ pub async fn post_tool_call(
     State(state): State<AppState>,
     user: AuthUser,
     Path(thread_id): Path<String>,
+    ApiQuery(q): ApiQuery<WaitQuery>,
     ApiJson(body): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
+    let wait = q.wait()?;
     let call = calls::parse(&body).map_err(parse_error_to_api)?;
     check_owner(&state, &user, &thread).await?;
     let permit = state.acquire(&user.owner, 1)?;
-    let request = CallRequest {
-        owner: user.owner,
-        thread_id: thread.0,
-        call,
-        observer: None,
-    };
+    let request = CallRequest::new(&user.owner, &thread.0, call);
     // The pipeline runs in its own task: a client that disconnects does not
     // cancel a call half-way; its result is still stored and streamed. The
     // slot is held until the call ends.
@@ -198,7 +204,75 @@ pub async fn post_tool_call(
     .await
     .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))?
     .map_err(rejection_to_api)?;
-    Ok((StatusCode::OK, axum::Json(ToolCallResponse::from(outcome))).into_response())
+    executed_response(&state, &thread.0, outcome, wait).await
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitQuery {
+    /// Seconds (0–300) to wait for a call that needs approval to be decided
+    /// and finished before answering 202.
+    pub wait: Option<u64>,
+}
+
+impl WaitQuery {
+    fn wait(&self) -> Result<std::time::Duration, ApiError> {
+        match self.wait {
+            None => Ok(std::time::Duration::ZERO),
+            Some(s) if s <= 300 => Ok(std::time::Duration::from_secs(s)),
+            Some(s) => Err(ApiError::invalid_param(
+                "wait",
+                format!("must be between 0 and 300 seconds, got {s}"),
+            )),
+        }
+    }
+}
+
+/// A call waiting for a human decision.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PendingApprovalResponse {
+    /// Always `pending_approval`.
+    pub status: String,
+    pub tool_call_id: String,
+    pub approval: super::approvals::ApprovalView,
+}
+
+/// 200 with the outcome, or 202 while the call waits for approval (after
+/// waiting up to `wait` for the decision and the result).
+pub async fn executed_response(
+    state: &AppState,
+    thread_id: &str,
+    executed: Executed,
+    wait: std::time::Duration,
+) -> Result<Response, ApiError> {
+    match executed {
+        Executed::Finished(outcome) => {
+            Ok((StatusCode::OK, axum::Json(ToolCallResponse::from(outcome))).into_response())
+        }
+        Executed::AwaitingApproval(approval) => {
+            if !wait.is_zero()
+                && let Some(outcome) = state
+                    .engine
+                    .wait_finished(thread_id, &approval.tool_call_id, wait)
+                    .await?
+            {
+                return Ok(
+                    (StatusCode::OK, axum::Json(ToolCallResponse::from(outcome))).into_response(),
+                );
+            }
+            let current = state
+                .store
+                .approval(&approval.id)
+                .await?
+                .unwrap_or(approval);
+            let body = PendingApprovalResponse {
+                status: "pending_approval".into(),
+                tool_call_id: current.tool_call_id.clone(),
+                approval: current.into(),
+            };
+            Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response())
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema, PartialEq)]
@@ -529,4 +603,99 @@ pub async fn cancel_tool_call(
             record.status.as_str()
         ))),
     }
+}
+
+fn undo_error(e: UndoError) -> ApiError {
+    match e {
+        UndoError::NotFound(_) | UndoError::RunNotFound(_) => ApiError::NotFound(e.to_string()),
+        UndoError::AlreadyUndone { .. } | UndoError::AlreadyRolledBack(_) => {
+            ApiError::Conflict(e.to_string())
+        }
+        UndoError::NotUndoable { .. } => ApiError::Unprocessable {
+            title: "Not undoable".into(),
+            detail: e.to_string(),
+            extra: Map::new(),
+        },
+        UndoError::Irreversible { ref guide, .. } => {
+            let mut extra = Map::new();
+            extra.insert("manual_guide".into(), json!(guide));
+            ApiError::Unprocessable {
+                title: "Irreversible".into(),
+                detail: e.to_string(),
+                extra,
+            }
+        }
+        UndoError::Rejected(r) => rejection_to_api(r),
+        UndoError::Store(s) => s.into(),
+    }
+}
+
+/// Undo a call.
+///
+/// Runs the call's recorded undo as a new call `undo_<id>`, linked to it,
+/// through the same pipeline and gates, and streams it. Undoing twice is
+/// refused.
+#[utoipa::path(post, path = "/v1/threads/{thread_id}/tool-calls/{tool_call_id}/undo", tag = "tool calls",
+    params(("thread_id" = String, Path,), ("tool_call_id" = String, Path,)),
+    responses(
+        (status = 200, description = "The undo ran; its outcome", body = ToolCallResponse),
+        (status = 202, description = "The undo waits for approval", body = PendingApprovalResponse),
+        (status = 404, description = "No such call", content_type = "application/problem+json"),
+        (status = 409, description = "Already undone", content_type = "application/problem+json"),
+        (status = 422, description = "Not undoable (failed, not reversible) or irreversible (with `manual_guide`)", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn undo_tool_call(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path((thread_id, tool_call_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    require_thread(&state, &user, &thread).await?;
+    let permit = state.acquire(&user.owner, 1)?;
+    let engine = state.engine.clone();
+    let (owner, thread_id) = (user.owner.clone(), thread.0.clone());
+    let executed = tokio::spawn(async move {
+        let r = engine.undo(&owner, &thread_id, &tool_call_id).await;
+        drop(permit);
+        r
+    })
+    .await
+    .map_err(|e| ApiError::Internal(anyhow::anyhow!("undo task failed: {e}")))?
+    .map_err(undo_error)?;
+    executed_response(&state, &thread.0, executed, std::time::Duration::ZERO).await
+}
+
+/// Roll back a run.
+///
+/// Undoes every reversible call of the run in reverse order; irreversible
+/// calls are reported with their manual guide. The report is recorded in
+/// the audit log.
+#[utoipa::path(post, path = "/v1/threads/{thread_id}/runs/{run_id}/rollback", tag = "tool calls",
+    params(("thread_id" = String, Path,), ("run_id" = String, Path,)),
+    responses(
+        (status = 200, description = "Each call's step", body = crate::engine::RollbackReport),
+        (status = 404, description = "No such run in this thread", content_type = "application/problem+json"),
+        (status = 409, description = "Already rolled back", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn rollback_run(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> Result<axum::Json<crate::engine::RollbackReport>, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    require_thread(&state, &user, &thread).await?;
+    let permit = state.acquire(&user.owner, 1)?;
+    let engine = state.engine.clone();
+    let (owner, thread_id) = (user.owner.clone(), thread.0.clone());
+    let report = tokio::spawn(async move {
+        let r = engine.rollback(&owner, &thread_id, &run_id).await;
+        drop(permit);
+        r
+    })
+    .await
+    .map_err(|e| ApiError::Internal(anyhow::anyhow!("rollback task failed: {e}")))?
+    .map_err(undo_error)?;
+    Ok(axum::Json(report))
 }

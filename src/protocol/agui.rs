@@ -121,7 +121,25 @@ pub enum RunOutcome {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pending_tool_call_ids: Option<Vec<String>>,
     },
+    /// Paused: calls wait for a human decision (toolgate approvals).
+    Interrupt {
+        interrupts: Vec<Interrupt>,
+    },
     Cancelled,
+}
+
+/// Something a run needs from outside before it can continue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interrupt {
+    pub id: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Map<String, Value>>,
 }
 
 /// An AG-UI message (snapshot, `RunAgentInput.messages`).

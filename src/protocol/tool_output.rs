@@ -81,6 +81,9 @@ pub mod codes {
     pub const INTERRUPTED: &str = "INTERRUPTED";
     pub const EXECUTION_FAILED: &str = "EXECUTION_FAILED";
     pub const DRY_RUN_UNSUPPORTED: &str = "DRY_RUN_UNSUPPORTED";
+    pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
+    pub const APPROVAL_DENIED: &str = "APPROVAL_DENIED";
+    pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
 }
 
 /// Reversal record of a reversible tool's execution (seed 000 `UndoInfo`).

@@ -195,6 +195,13 @@ pub trait Tool: Send + Sync + 'static {
         ))
     }
 
+    /// The longest a call may legitimately run, for tools that take their
+    /// own timeout argument (bash). The pipeline's limit is then the larger
+    /// of this and its configured tool timeout.
+    fn max_duration(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// The ui_hints for a successful result; `None` when the action has no
     /// stable template. Called by the post-processor, never by the caller.
     fn ui_hints(&self, _args: &Value, _result: &Value) -> Option<Value> {

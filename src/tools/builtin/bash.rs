@@ -336,6 +336,12 @@ impl Tool for Bash {
         })
     }
 
+    fn max_duration(&self) -> Option<Duration> {
+        // The command's own timeout ends it first; a little slack to kill
+        // its session and collect the output.
+        Some(Duration::from_millis(self.settings.bash_max_timeout_ms) + Duration::from_secs(5))
+    }
+
     fn ui_hints(&self, _args: &Value, result: &Value) -> Option<Value> {
         Some(hints::command_output(
             result["command"].as_str().unwrap_or_default(),

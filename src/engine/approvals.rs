@@ -1,0 +1,466 @@
+//! The human checkpoint (step 6): a call that needs approval is recorded as
+//! `pending_approval` with an approval record, announced with a `CUSTOM
+//! tool_call.approval_required` event (with its dry-run preview when the
+//! tool has one), and waits. Approval resumes it at step 8; denial or expiry
+//! finish it as a failure. Everything is in the database, so pending
+//! approvals survive a restart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+use super::{
+    CallRequest, Engine, Executed, Permission, Rejection, audit, new_event, observe, postprocess,
+};
+use crate::protocol::agui::{Event, EventBody};
+use crate::protocol::calls::{CallShape, IncomingCall};
+use crate::protocol::now_ms;
+use crate::protocol::tool_output::{ToolError, codes};
+use crate::store::{ApprovalRecord, ApprovalStatus, CallStatus, StoreError, WriteOp, WriteUnit};
+use crate::tools::registry::RegisteredTool;
+use crate::tools::{ProgressSink, ToolContext};
+
+#[derive(Debug, Clone)]
+pub struct ApprovalSettings {
+    /// Whether anyone may approve (the owner, or a token with the approver
+    /// scope). When false, every call that needs approval is denied: never
+    /// a silent allow.
+    pub enabled: bool,
+    /// How long an approval stays open before it expires.
+    pub ttl: Duration,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Approve,
+    Deny,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    #[error("no such approval")]
+    NotFound,
+    #[error("the approval is already {0}")]
+    AlreadyDecided(&'static str),
+    #[error("the approval expired before it was decided")]
+    Expired,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// How long a dry-run preview for an approval may take.
+const PREVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn status_word(s: ApprovalStatus) -> &'static str {
+    match s {
+        ApprovalStatus::Pending => "pending",
+        ApprovalStatus::Approved => "approved",
+        ApprovalStatus::Denied => "denied",
+        ApprovalStatus::Expired => "expired",
+    }
+}
+
+impl Engine {
+    /// Record the call as waiting for approval. `Ok(None)` when the call id
+    /// was recorded meanwhile (the caller looks again).
+    pub(super) async fn request_approval(
+        &self,
+        req: CallRequest,
+        tool: &Arc<RegisteredTool>,
+        arguments: Value,
+        permission: &Permission,
+    ) -> Result<Option<Executed>, Rejection> {
+        if !self.config.approvals.enabled {
+            let error = ToolError::new(
+                codes::APPROVAL_DENIED,
+                format!(
+                    "{} needs a human approval and no approver is configured, so it is denied",
+                    tool.definition.name
+                ),
+                false,
+            )
+            .with_hint("do not retry; tell the user this action needs an approver");
+            return self.refuse(req, tool, error, permission).await.map(Some);
+        }
+        let now = now_ms();
+        let reason = if tool.definition.metadata.requires_checkpoint {
+            "requires_checkpoint".to_string()
+        } else {
+            permission
+                .rule
+                .clone()
+                .unwrap_or_else(|| format!("ask: {}", permission.reason))
+        };
+        let preview = if tool.definition.capability.dry_run {
+            self.preview(&req, tool, &arguments).await
+        } else {
+            None
+        };
+        let approval = ApprovalRecord {
+            id: format!("apr_{}", uuid::Uuid::now_v7().simple()),
+            thread_id: req.thread_id.clone(),
+            owner: req.owner.clone(),
+            tool_call_id: req.call.id.clone(),
+            tool_name: tool.definition.name.clone(),
+            arguments: arguments.clone(),
+            reason: reason.clone(),
+            preview: preview.clone(),
+            request: json!({
+                "arguments": arguments,
+                "call_arguments": req.call.arguments,
+                "run_id": req.call.run_id,
+                "parent_message_id": req.call.parent_message_id,
+                "workspace": req.call.workspace,
+                "undo_of": req.undo_of,
+                "verdict": permission.verdict.as_str(),
+                "rule": permission.rule,
+            }),
+            status: ApprovalStatus::Pending,
+            decided_by: None,
+            decision_reason: None,
+            created_at_ms: now,
+            expires_at_ms: now + self.config.approvals.ttl.as_millis() as i64,
+            decided_at_ms: None,
+        };
+        let mut value = json!({
+            "approvalId": approval.id,
+            "toolCallId": approval.tool_call_id,
+            "toolName": approval.tool_name,
+            "arguments": arguments,
+            "reason": reason,
+            "expiresAt": approval.expires_at_ms,
+        });
+        if let Some(p) = &preview {
+            value["preview"] = p.clone();
+        }
+        let event = Event::new(EventBody::Custom {
+            name: "tool_call.approval_required".into(),
+            value,
+        });
+        let extra = vec![
+            WriteOp::InsertApproval(approval.clone()),
+            WriteOp::AppendAudit(audit::approval_requested(
+                &approval,
+                &tool.definition.metadata.audit_operation,
+                permission,
+            )),
+            WriteOp::AppendEvents(vec![new_event(&event)]),
+        ];
+        match self
+            .write_ahead(
+                &req,
+                &tool.definition.name,
+                CallStatus::PendingApproval,
+                extra,
+            )
+            .await
+        {
+            Ok(()) => {
+                observe(req.observer.as_ref(), vec![event]);
+                Ok(Some(Executed::AwaitingApproval(approval)))
+            }
+            Err(StoreError::Conflict(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The dry-run preview shown with an approval request; best effort.
+    async fn preview(
+        &self,
+        req: &CallRequest,
+        tool: &RegisteredTool,
+        arguments: &Value,
+    ) -> Option<Value> {
+        let ctx = ToolContext {
+            owner: req.owner.clone(),
+            thread_id: req.thread_id.clone(),
+            call_id: req.call.id.clone(),
+            workspace: req.call.workspace.clone(),
+            cancel: Default::default(),
+            progress: ProgressSink::default(),
+        };
+        match tokio::time::timeout(PREVIEW_TIMEOUT, tool.tool.dry_run(arguments.clone(), ctx)).await
+        {
+            Ok(Ok(p)) => serde_json::to_value(p).ok(),
+            _ => None,
+        }
+    }
+
+    /// The open approval of a call recorded `pending_approval`.
+    pub(super) async fn pending_approval_of(
+        &self,
+        record: &crate::store::ToolCallRecord,
+    ) -> Result<ApprovalRecord, StoreError> {
+        self.store
+            .approvals(&record.owner, Some(ApprovalStatus::Pending), 10_000)
+            .await?
+            .into_iter()
+            .find(|a| a.tool_call_id == record.id && a.thread_id == record.thread_id)
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("pending call {} has no open approval", record.id))
+            })
+    }
+
+    /// An approval visible to `by`: its owner, or anyone with the approver
+    /// scope. Anyone else is told it does not exist.
+    pub async fn approval_for(
+        &self,
+        id: &str,
+        by: &str,
+        approver: bool,
+    ) -> Result<ApprovalRecord, ApprovalError> {
+        match self.store.approval(id).await? {
+            Some(a) if a.owner == by || approver => Ok(a),
+            _ => Err(ApprovalError::NotFound),
+        }
+    }
+
+    /// Decide an open approval. Approving resumes the call (it runs in the
+    /// background and streams its result as usual); denying finishes it
+    /// with `APPROVAL_DENIED`.
+    pub async fn decide(
+        self: &Arc<Self>,
+        id: &str,
+        by: &str,
+        approver: bool,
+        decision: Decision,
+        reason: Option<String>,
+    ) -> Result<ApprovalRecord, ApprovalError> {
+        let approval = self.approval_for(id, by, approver).await?;
+        if approval.status != ApprovalStatus::Pending {
+            return Err(ApprovalError::AlreadyDecided(status_word(approval.status)));
+        }
+        if now_ms() >= approval.expires_at_ms {
+            self.expire(&approval).await?;
+            return Err(ApprovalError::Expired);
+        }
+        let now = now_ms();
+        let decide_op = |status| WriteOp::DecideApproval {
+            id: approval.id.clone(),
+            status,
+            decided_by: Some(by.to_string()),
+            reason: reason.clone(),
+            decided_at_ms: now,
+        };
+        let conflict = |e: StoreError| match e {
+            StoreError::Conflict(_) => ApprovalError::AlreadyDecided("decided"),
+            other => ApprovalError::Store(other),
+        };
+        match decision {
+            Decision::Deny => {
+                let mut message = format!("a human denied {}", approval.tool_name);
+                if let Some(r) = &reason {
+                    message.push_str(&format!(": {r}"));
+                }
+                let error = ToolError::new(codes::APPROVAL_DENIED, message, false)
+                    .with_hint("do not retry the same call; ask the user how to proceed");
+                let output = postprocess::failure_output(
+                    &approval.tool_name,
+                    &approval.tool_call_id,
+                    &approval.arguments,
+                    error,
+                );
+                let extra = vec![
+                    decide_op(ApprovalStatus::Denied),
+                    WriteOp::AppendAudit(audit::approval_decided(
+                        &approval,
+                        "denied",
+                        Some(by),
+                        reason.as_deref(),
+                    )),
+                ];
+                self.finish(
+                    &approval.owner,
+                    &approval.thread_id,
+                    output,
+                    None,
+                    None,
+                    extra,
+                )
+                .await
+                .map_err(conflict)?;
+            }
+            Decision::Approve => {
+                let (started_tx, started_rx) = oneshot::channel();
+                let engine = self.clone();
+                let approval_for_task = approval.clone();
+                let extra = vec![
+                    decide_op(ApprovalStatus::Approved),
+                    WriteOp::StartPendingCall {
+                        id: approval.tool_call_id.clone(),
+                    },
+                    WriteOp::AppendAudit(audit::approval_decided(
+                        &approval,
+                        "approved",
+                        Some(by),
+                        reason.as_deref(),
+                    )),
+                ];
+                // The call runs in its own task: the decision's HTTP request
+                // returns once the call has started.
+                tokio::spawn(
+                    async move { engine.resume(approval_for_task, extra, started_tx).await },
+                );
+                started_rx
+                    .await
+                    .map_err(|_| ApprovalError::Store(StoreError::WriterClosed))?
+                    .map_err(conflict)?;
+            }
+        }
+        Ok(self.store.approval(id).await?.unwrap_or(approval))
+    }
+
+    /// Approved: mark it running (with the decision, atomically) and run
+    /// steps 8–11.
+    async fn resume(
+        self: Arc<Self>,
+        approval: ApprovalRecord,
+        decision_ops: Vec<WriteOp>,
+        started: oneshot::Sender<Result<(), StoreError>>,
+    ) {
+        let Some(guard) = self.claim_in_flight(&approval.thread_id, &approval.tool_call_id) else {
+            let _ = started.send(Err(StoreError::Conflict(
+                "the call is already running".into(),
+            )));
+            return;
+        };
+        let r = &approval.request;
+        let text = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_string);
+        let req = CallRequest {
+            owner: approval.owner.clone(),
+            thread_id: approval.thread_id.clone(),
+            call: IncomingCall {
+                id: approval.tool_call_id.clone(),
+                name: approval.tool_name.clone(),
+                arguments: r
+                    .get("call_arguments")
+                    .cloned()
+                    .unwrap_or_else(|| approval.arguments.clone()),
+                shape: CallShape::Native,
+                run_id: text("run_id"),
+                parent_message_id: text("parent_message_id"),
+                workspace: text("workspace"),
+                dry_run: false,
+            },
+            observer: None,
+            undo_of: text("undo_of"),
+        };
+        let permission = Permission {
+            verdict: match r.get("verdict").and_then(Value::as_str) {
+                Some("ask") => super::Verdict::Ask,
+                _ => super::Verdict::Allow,
+            },
+            rule: text("rule"),
+            reason: approval.reason.clone(),
+        };
+        let written = self
+            .writer
+            .write(WriteUnit {
+                thread_id: approval.thread_id.clone(),
+                owner: approval.owner.clone(),
+                ops: decision_ops,
+            })
+            .await;
+        let failed = written.is_err();
+        let _ = started.send(written.map(|_| ()));
+        if failed {
+            return;
+        }
+        let arguments = r
+            .get("arguments")
+            .cloned()
+            .unwrap_or_else(|| approval.arguments.clone());
+        let result = match self.registry.resolve(&approval.tool_name) {
+            Some(tool) => self
+                .run_and_finish(
+                    &req,
+                    &tool,
+                    arguments,
+                    &guard,
+                    &permission,
+                    Some(&approval.id),
+                )
+                .await
+                .map(|_| ()),
+            None => {
+                // Unregistered while it waited: finish it, don't leave it open.
+                let error = ToolError::new(
+                    codes::TOOL_NOT_FOUND,
+                    format!("{} is no longer registered", approval.tool_name),
+                    false,
+                );
+                let output = postprocess::failure_output(
+                    &approval.tool_name,
+                    &approval.tool_call_id,
+                    &arguments,
+                    error,
+                );
+                self.finish(&req.owner, &req.thread_id, output, None, None, vec![])
+                    .await
+                    .map(|_| ())
+            }
+        };
+        if let Err(e) = result {
+            tracing::error!(error = %e, approval_id = %approval.id, "approved call could not be finished");
+        }
+        drop(guard);
+    }
+
+    /// Finish an open approval as expired (`APPROVAL_EXPIRED`). Losing a race
+    /// with a decision is fine: whoever committed first wins.
+    async fn expire(&self, approval: &ApprovalRecord) -> Result<(), StoreError> {
+        let error = ToolError::new(
+            codes::APPROVAL_EXPIRED,
+            format!(
+                "nobody decided on {} before the approval expired",
+                approval.tool_name
+            ),
+            true,
+        )
+        .with_hint("ask the user to be ready to approve, then call again with a new tool call id");
+        let output = postprocess::failure_output(
+            &approval.tool_name,
+            &approval.tool_call_id,
+            &approval.arguments,
+            error,
+        );
+        let extra = vec![
+            WriteOp::DecideApproval {
+                id: approval.id.clone(),
+                status: ApprovalStatus::Expired,
+                decided_by: None,
+                reason: None,
+                decided_at_ms: now_ms(),
+            },
+            WriteOp::AppendAudit(audit::approval_decided(approval, "expired", None, None)),
+        ];
+        match self
+            .finish(
+                &approval.owner,
+                &approval.thread_id,
+                output,
+                None,
+                None,
+                extra,
+            )
+            .await
+        {
+            Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Expire every approval past its deadline; returns how many.
+    pub async fn expire_due(&self) -> Result<usize, StoreError> {
+        let due = self.store.expired_approvals(now_ms(), 100).await?;
+        for approval in &due {
+            self.expire(approval).await?;
+        }
+        Ok(due.len())
+    }
+}

@@ -1,0 +1,176 @@
+//! Audit entries for every decision and execution. They commit in the same
+//! transaction as what they record, and they never carry arguments or
+//! results: who, which tool, what was decided and how it ended.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{CallRequest, Permission};
+use crate::protocol::now_ms;
+use crate::protocol::tool_output::{ToolAgentOutput, ToolError};
+use crate::store::{ApprovalRecord, NewAuditEntry, ToolCallRecord};
+use crate::tools::registry::RegisteredTool;
+
+fn entry(owner: &str, thread_id: &str, call_id: &str, tool: &str, action: &str) -> NewAuditEntry {
+    NewAuditEntry {
+        at_ms: now_ms(),
+        owner: owner.to_string(),
+        thread_id: Some(thread_id.to_string()),
+        tool_call_id: Some(call_id.to_string()),
+        tool_name: Some(tool.to_string()),
+        action: action.to_string(),
+        operation: None,
+        verdict: None,
+        rule: None,
+        approval_id: None,
+        outcome: None,
+        duration_ms: None,
+        detail: json!({}),
+    }
+}
+
+fn with_permission(mut e: NewAuditEntry, permission: Option<&Permission>) -> NewAuditEntry {
+    if let Some(p) = permission {
+        e.verdict = Some(p.verdict.as_str().to_string());
+        e.rule = p.rule.clone();
+    }
+    e
+}
+
+pub fn executed(
+    req: &CallRequest,
+    tool: &RegisteredTool,
+    output: &ToolAgentOutput,
+    permission: &Permission,
+    approval_id: Option<&str>,
+    took: Duration,
+) -> NewAuditEntry {
+    let action = match (&req.undo_of, req.call.dry_run) {
+        (_, true) => "call.dry_run",
+        (Some(_), _) => "call.undo",
+        _ => "call.executed",
+    };
+    let mut e = with_permission(
+        entry(
+            &req.owner,
+            &req.thread_id,
+            &req.call.id,
+            &tool.definition.name,
+            action,
+        ),
+        Some(permission),
+    );
+    e.operation = Some(tool.definition.metadata.audit_operation.clone());
+    e.approval_id = approval_id.map(str::to_string);
+    e.outcome = Some(output.status.as_str().to_string());
+    e.duration_ms = Some(took.as_millis() as i64);
+    let mut detail = json!({"run_id": req.call.run_id});
+    if let Some(err) = &output.error {
+        detail["error_code"] = json!(err.code);
+    }
+    if let Some(original) = &req.undo_of {
+        detail["undo_of"] = json!(original);
+    }
+    e.detail = detail;
+    e
+}
+
+pub fn refused(
+    req: &CallRequest,
+    tool_name: &str,
+    operation: Option<&str>,
+    error: &ToolError,
+    permission: Option<&Permission>,
+) -> NewAuditEntry {
+    let mut e = with_permission(
+        entry(
+            &req.owner,
+            &req.thread_id,
+            &req.call.id,
+            tool_name,
+            "call.refused",
+        ),
+        permission,
+    );
+    e.operation = operation.map(str::to_string);
+    e.outcome = Some("failure".into());
+    e.detail = json!({"error_code": error.code, "run_id": req.call.run_id});
+    e
+}
+
+pub fn interrupted(record: &ToolCallRecord) -> NewAuditEntry {
+    let mut e = entry(
+        &record.owner,
+        &record.thread_id,
+        &record.id,
+        &record.tool_name,
+        "call.interrupted",
+    );
+    e.outcome = Some("failure".into());
+    e.detail = json!({"error_code": "INTERRUPTED"});
+    e
+}
+
+pub fn approval_requested(
+    approval: &ApprovalRecord,
+    operation: &str,
+    permission: &Permission,
+) -> NewAuditEntry {
+    let mut e = with_permission(
+        entry(
+            &approval.owner,
+            &approval.thread_id,
+            &approval.tool_call_id,
+            &approval.tool_name,
+            "approval.requested",
+        ),
+        Some(permission),
+    );
+    e.operation = Some(operation.to_string());
+    e.approval_id = Some(approval.id.clone());
+    e.detail = json!({"reason": approval.reason, "expires_at_ms": approval.expires_at_ms});
+    e
+}
+
+pub fn approval_decided(
+    approval: &ApprovalRecord,
+    decision: &str,
+    by: Option<&str>,
+    reason: Option<&str>,
+) -> NewAuditEntry {
+    let mut e = entry(
+        &approval.owner,
+        &approval.thread_id,
+        &approval.tool_call_id,
+        &approval.tool_name,
+        "approval.decided",
+    );
+    e.approval_id = Some(approval.id.clone());
+    e.outcome = Some(decision.to_string());
+    e.detail = json!({"decided_by": by, "reason": reason});
+    e
+}
+
+pub fn rolled_back(
+    owner: &str,
+    thread_id: &str,
+    run_id: &str,
+    steps: &serde_json::Value,
+) -> NewAuditEntry {
+    NewAuditEntry {
+        at_ms: now_ms(),
+        owner: owner.to_string(),
+        thread_id: Some(thread_id.to_string()),
+        tool_call_id: None,
+        tool_name: None,
+        action: "run.rolled_back".into(),
+        operation: None,
+        verdict: None,
+        rule: None,
+        approval_id: None,
+        outcome: None,
+        duration_ms: None,
+        detail: json!({"run_id": run_id, "steps": steps}),
+    }
+}

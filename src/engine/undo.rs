@@ -1,0 +1,238 @@
+//! Undo and rollback (seed 000 `Reversible`, saga style). A reversible tool
+//! leaves an `UndoInfo` with its call; undoing runs that undo as a new call,
+//! linked to the original, through the same pipeline and gates. Rolling a
+//! run back undoes its reversible calls in reverse order and reports the
+//! irreversible ones with their manual guide.
+
+use serde::Serialize;
+use serde_json::json;
+use utoipa::ToSchema;
+
+use super::{CallRequest, Engine, Executed, Rejection, audit};
+use crate::protocol::calls::{CallShape, IncomingCall};
+use crate::protocol::tool_output::UndoInfo;
+use crate::store::{CallStatus, StoreError, ToolCallRecord, WriteOp, WriteUnit};
+
+#[derive(Debug, thiserror::Error)]
+pub enum UndoError {
+    #[error("no tool call {0:?} in this thread")]
+    NotFound(String),
+    #[error("tool call {id:?} cannot be undone: {why}")]
+    NotUndoable { id: String, why: String },
+    #[error("tool call {id:?} is irreversible; to revert it by hand: {guide}")]
+    Irreversible { id: String, guide: String },
+    #[error("tool call {id:?} was already undone by {by:?}")]
+    AlreadyUndone { id: String, by: String },
+    #[error("run {0:?} has no tool calls in this thread")]
+    RunNotFound(String),
+    #[error("run {0:?} was already rolled back: nothing is left to undo")]
+    AlreadyRolledBack(String),
+    #[error(transparent)]
+    Rejected(Rejection),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What rolling back did with one call of the run.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RollbackStep {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    /// `undone`, `undo_failed`, `irreversible`, `already_undone`,
+    /// `awaiting_approval`, or `skipped` (nothing to undo).
+    pub action: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undo_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manual_guide: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RollbackReport {
+    pub run_id: String,
+    /// In the order they were undone: the run's calls, newest first.
+    pub steps: Vec<RollbackStep>,
+}
+
+/// The id of the call that undoes `id`: stable, so a repeated undo request
+/// finds the same call instead of running the undo twice.
+fn undo_call_id(id: &str) -> String {
+    let prefix = "undo_";
+    let keep = 128 - prefix.len();
+    let cut: String = id.chars().take(keep).collect();
+    format!("{prefix}{cut}")
+}
+
+fn undo_info(record: &ToolCallRecord) -> Result<UndoInfo, UndoError> {
+    let id = record.id.clone();
+    if !matches!(record.status, CallStatus::Success | CallStatus::Partial) {
+        return Err(UndoError::NotUndoable {
+            id,
+            why: format!("it did not succeed (status {})", record.status.as_str()),
+        });
+    }
+    if let Some(by) = &record.undone_by {
+        return Err(UndoError::AlreadyUndone { id, by: by.clone() });
+    }
+    let Some(undo) = &record.undo else {
+        return Err(UndoError::NotUndoable {
+            id,
+            why: format!(
+                "{} left nothing to undo (it is not reversible, or changed nothing)",
+                record.tool_name
+            ),
+        });
+    };
+    let info: UndoInfo =
+        serde_json::from_value(undo.clone()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    if info.irreversible {
+        return Err(UndoError::Irreversible {
+            id,
+            guide: info
+                .manual_guide
+                .clone()
+                .unwrap_or_else(|| "no guide was given".into()),
+        });
+    }
+    Ok(info)
+}
+
+impl Engine {
+    /// Undo one call: its undo runs as a new call `undo_<id>` through the
+    /// whole pipeline. Undoing twice is refused.
+    pub async fn undo(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        id: &str,
+    ) -> Result<Executed, UndoError> {
+        let record = self
+            .store
+            .tool_call(thread_id, id)
+            .await?
+            .ok_or_else(|| UndoError::NotFound(id.to_string()))?;
+        let info = undo_info(&record)?;
+        let call = IncomingCall {
+            id: undo_call_id(id),
+            name: info.tool_name.clone(),
+            arguments: info.input.clone(),
+            shape: CallShape::Native,
+            run_id: None,
+            parent_message_id: None,
+            workspace: None,
+            dry_run: false,
+        };
+        let mut req = CallRequest::new(owner, thread_id, call);
+        req.undo_of = Some(id.to_string());
+        self.execute(req).await.map_err(UndoError::Rejected)
+    }
+
+    /// Undo every reversible call of a run, newest first. The report is
+    /// itself recorded in the audit log.
+    pub async fn rollback(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<RollbackReport, UndoError> {
+        let calls = self.store.run_calls(thread_id, run_id).await?;
+        if calls.is_empty() {
+            return Err(UndoError::RunNotFound(run_id.to_string()));
+        }
+        // Undo calls are not part of the run they undo.
+        let originals: Vec<&ToolCallRecord> =
+            calls.iter().filter(|c| c.undo_of.is_none()).collect();
+        let reversible_left = originals
+            .iter()
+            .filter(|c| {
+                c.undo.is_some()
+                    && c.undone_by.is_none()
+                    && matches!(c.status, CallStatus::Success | CallStatus::Partial)
+            })
+            .count();
+        let undone_before = originals.iter().filter(|c| c.undone_by.is_some()).count();
+        if reversible_left == 0 && undone_before > 0 {
+            return Err(UndoError::AlreadyRolledBack(run_id.to_string()));
+        }
+        let mut steps = Vec::new();
+        for record in originals.into_iter().rev() {
+            let mut step = RollbackStep {
+                tool_call_id: record.id.clone(),
+                tool_name: record.tool_name.clone(),
+                action: String::new(),
+                undo_call_id: None,
+                manual_guide: None,
+                detail: None,
+            };
+            match undo_info(record) {
+                Err(UndoError::Irreversible { guide, .. }) => {
+                    step.action = "irreversible".into();
+                    step.manual_guide = Some(guide);
+                }
+                Err(UndoError::AlreadyUndone { by, .. }) => {
+                    step.action = "already_undone".into();
+                    step.undo_call_id = Some(by);
+                }
+                Err(e @ UndoError::NotUndoable { .. }) => {
+                    step.action = "skipped".into();
+                    step.detail = Some(e.to_string());
+                }
+                Err(e) => return Err(e),
+                Ok(_) => {
+                    step.undo_call_id = Some(undo_call_id(&record.id));
+                    match self.undo(owner, thread_id, &record.id).await {
+                        Ok(Executed::Finished(outcome)) if outcome.output.error.is_none() => {
+                            step.action = "undone".into()
+                        }
+                        Ok(Executed::Finished(outcome)) => {
+                            step.action = "undo_failed".into();
+                            step.detail = outcome
+                                .output
+                                .error
+                                .map(|e| format!("{}: {}", e.code, e.message));
+                        }
+                        Ok(Executed::AwaitingApproval(a)) => {
+                            step.action = "awaiting_approval".into();
+                            step.detail = Some(format!("approval {}", a.id));
+                        }
+                        Err(e) => {
+                            step.action = "undo_failed".into();
+                            step.detail = Some(e.to_string());
+                        }
+                    }
+                }
+            }
+            steps.push(step);
+        }
+        let report = RollbackReport {
+            run_id: run_id.to_string(),
+            steps,
+        };
+        self.writer
+            .write(WriteUnit {
+                thread_id: thread_id.to_string(),
+                owner: owner.to_string(),
+                ops: vec![WriteOp::AppendAudit(audit::rolled_back(
+                    owner,
+                    thread_id,
+                    run_id,
+                    &json!(report.steps),
+                ))],
+            })
+            .await?;
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::undo_call_id;
+
+    #[test]
+    fn undo_ids_are_stable_and_bounded() {
+        assert_eq!(undo_call_id("call_1"), "undo_call_1");
+        assert_eq!(undo_call_id(&"x".repeat(128)).len(), 128);
+    }
+}

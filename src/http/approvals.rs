@@ -1,0 +1,315 @@
+//! `/v1/approvals` (the human checkpoint) and `/v1/permissions` (an owner's
+//! own rules).
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ApiJson, ApiQuery};
+use super::{AppState, AuthUser};
+use crate::engine::{ApprovalError, Decision};
+use crate::protocol::now_ms;
+use crate::store::{ApprovalRecord, ApprovalStatus, NewAuditEntry};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/approvals", get(list_approvals))
+        .route("/approvals/{approval_id}", get(get_approval))
+        .route("/approvals/{approval_id}/decision", post(decide))
+        .route("/permissions", get(get_permissions).put(put_permissions))
+}
+
+/// An approval as its owner and approvers see it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalView {
+    pub id: String,
+    pub owner: String,
+    pub thread_id: String,
+    pub tool_call_id: String,
+    pub tool_name: String,
+    /// What would run.
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+    /// Why it needs approval: the matching rule or `requires_checkpoint`.
+    pub reason: String,
+    /// The tool's dry-run preview, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub preview: Option<Value>,
+    /// `pending`, `approved`, `denied` or `expired`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_reason: Option<String>,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at_ms: Option<i64>,
+}
+
+fn status_name(s: ApprovalStatus) -> &'static str {
+    match s {
+        ApprovalStatus::Pending => "pending",
+        ApprovalStatus::Approved => "approved",
+        ApprovalStatus::Denied => "denied",
+        ApprovalStatus::Expired => "expired",
+    }
+}
+
+impl From<ApprovalRecord> for ApprovalView {
+    fn from(a: ApprovalRecord) -> Self {
+        ApprovalView {
+            status: status_name(a.status).into(),
+            id: a.id,
+            owner: a.owner,
+            thread_id: a.thread_id,
+            tool_call_id: a.tool_call_id,
+            tool_name: a.tool_name,
+            arguments: a.arguments,
+            reason: a.reason,
+            preview: a.preview,
+            decided_by: a.decided_by,
+            decision_reason: a.decision_reason,
+            created_at_ms: a.created_at_ms,
+            expires_at_ms: a.expires_at_ms,
+            decided_at_ms: a.decided_at_ms,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ApprovalsQuery {
+    /// `pending`, `approved`, `denied` or `expired`; all when absent.
+    pub status: Option<String>,
+    /// 1–200, default 50.
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ApprovalList {
+    /// Newest first.
+    pub approvals: Vec<ApprovalView>,
+}
+
+fn is_approver(state: &AppState, user: &AuthUser) -> bool {
+    user.has_scope(&state.settings.approvals.approver_scope)
+}
+
+/// The caller's approvals.
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
+    responses((status = 200, body = ApprovalList),
+        (status = 400, description = "Bad status or limit", content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn list_approvals(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(q): ApiQuery<ApprovalsQuery>,
+) -> Result<axum::Json<ApprovalList>, ApiError> {
+    let status = match q.status.as_deref() {
+        None => None,
+        Some("pending") => Some(ApprovalStatus::Pending),
+        Some("approved") => Some(ApprovalStatus::Approved),
+        Some("denied") => Some(ApprovalStatus::Denied),
+        Some("expired") => Some(ApprovalStatus::Expired),
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "status",
+                format!("must be pending, approved, denied or expired, got {other:?}"),
+            ));
+        }
+    };
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(ApiError::invalid_param(
+            "limit",
+            format!("must be between 1 and 200, got {limit}"),
+        ));
+    }
+    let approvals = state.store.approvals(&user.owner, status, limit).await?;
+    Ok(axum::Json(ApprovalList {
+        approvals: approvals.into_iter().map(Into::into).collect(),
+    }))
+}
+
+fn approval_error(e: ApprovalError) -> ApiError {
+    match e {
+        ApprovalError::NotFound => ApiError::NotFound("approval not found".into()),
+        ApprovalError::AlreadyDecided(_) | ApprovalError::Expired => {
+            ApiError::Conflict(e.to_string())
+        }
+        ApprovalError::Store(s) => s.into(),
+    }
+}
+
+/// One approval (its owner, or a token with the approver scope).
+#[utoipa::path(get, path = "/v1/approvals/{approval_id}", tag = "approvals",
+    params(("approval_id" = String, Path,)),
+    responses((status = 200, body = ApprovalView),
+        (status = 404, description = "No such approval for this caller", content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_approval(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(id): Path<String>,
+) -> Result<axum::Json<ApprovalView>, ApiError> {
+    let approval = state
+        .engine
+        .approval_for(&id, &user.owner, is_approver(&state, &user))
+        .await
+        .map_err(approval_error)?;
+    Ok(axum::Json(approval.into()))
+}
+
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequest {
+    pub decision: Decision,
+    /// Shown to the model with a denial, and kept in the audit log.
+    pub reason: Option<String>,
+}
+
+/// Approve or deny a waiting call.
+///
+/// Approve: the call runs now and its result streams as usual. Deny: it
+/// ends with `APPROVAL_DENIED`. Only the owner, or a token with the approver
+/// scope, decides; a decided or expired approval cannot be decided again.
+#[utoipa::path(post, path = "/v1/approvals/{approval_id}/decision", tag = "approvals",
+    params(("approval_id" = String, Path,)),
+    request_body = DecisionRequest,
+    responses((status = 200, description = "The decided approval", body = ApprovalView),
+        (status = 404, description = "No such approval for this caller", content_type = "application/problem+json"),
+        (status = 409, description = "Already decided, or expired", content_type = "application/problem+json"),
+        (status = 422, description = "Bad decision", content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn decide(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<DecisionRequest>,
+) -> Result<axum::Json<ApprovalView>, ApiError> {
+    if body.reason.as_ref().is_some_and(|r| r.len() > 2000) {
+        return Err(ApiError::Unprocessable {
+            title: "Invalid decision".into(),
+            detail: "reason must be at most 2000 characters".into(),
+            extra: Map::new(),
+        });
+    }
+    let approval = state
+        .engine
+        .decide(
+            &id,
+            &user.owner,
+            is_approver(&state, &user),
+            body.decision,
+            body.reason,
+        )
+        .await
+        .map_err(approval_error)?;
+    Ok(axum::Json(approval.into()))
+}
+
+#[derive(Debug, Deserialize, Serialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"allow": ["bash(git status)", "bash(npm run test *)"], "ask": [], "deny": ["write_file(**/.env)"]}))]
+pub struct RuleLists {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub ask: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PermissionsView {
+    /// The deployment's rules: evaluated before the owner's of the same kind.
+    pub deployment: RuleLists,
+    /// The caller's own rules.
+    pub owner: RuleLists,
+    /// Verdicts when nothing matches: by the tool's nature.
+    #[schema(value_type = Object)]
+    pub defaults: Value,
+}
+
+fn stored_lists(v: Option<Value>) -> RuleLists {
+    v.and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default()
+}
+
+async fn view(state: &AppState, owner: &str) -> Result<PermissionsView, ApiError> {
+    let p = &state.settings.permissions;
+    Ok(PermissionsView {
+        deployment: RuleLists {
+            allow: p.allow.clone(),
+            ask: p.ask.clone(),
+            deny: p.deny.clone(),
+        },
+        owner: stored_lists(state.store.owner_rules(owner).await?),
+        defaults: json!(p.defaults),
+    })
+}
+
+/// The rules that apply to the caller.
+#[utoipa::path(get, path = "/v1/permissions", tag = "permissions",
+    responses((status = 200, body = PermissionsView)),
+    security(("bearer" = [])))]
+pub async fn get_permissions(
+    State(state): State<AppState>,
+    user: AuthUser,
+) -> Result<axum::Json<PermissionsView>, ApiError> {
+    Ok(axum::Json(view(&state, &user.owner).await?))
+}
+
+/// Replace the caller's own rules.
+///
+/// Rules are `tool` or `tool(specifier)`; evaluated deny → ask → allow,
+/// the deployment's before the owner's, first match wins. A rule that does
+/// not parse is refused with its list and index.
+#[utoipa::path(put, path = "/v1/permissions", tag = "permissions",
+    request_body = RuleLists,
+    responses((status = 200, body = PermissionsView),
+        (status = 422, description = "A rule does not parse", content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn put_permissions(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiJson(body): ApiJson<RuleLists>,
+) -> Result<axum::Json<PermissionsView>, ApiError> {
+    let value = json!(body);
+    if let Err(e) = serde_json::from_value::<crate::permissions::RuleSet>(value.clone()) {
+        return Err(ApiError::Unprocessable {
+            title: "Invalid rule".into(),
+            detail: e.to_string(),
+            extra: Map::new(),
+        });
+    }
+    let now = now_ms();
+    state
+        .store
+        .put_owner_rules(&user.owner, &value, now)
+        .await?;
+    state
+        .store
+        .append_audit(&NewAuditEntry {
+            at_ms: now,
+            owner: user.owner.clone(),
+            thread_id: None,
+            tool_call_id: None,
+            tool_name: None,
+            action: "permissions.updated".into(),
+            operation: None,
+            verdict: None,
+            rule: None,
+            approval_id: None,
+            outcome: None,
+            duration_ms: None,
+            detail: json!({"rules": value}),
+        })
+        .await?;
+    Ok(axum::Json(view(&state, &user.owner).await?))
+}

@@ -1,0 +1,121 @@
+//! `GET /v1/audit`: the caller's append-only audit log.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::error::{ApiError, ApiQuery};
+use super::{AppState, AuthUser};
+use crate::store::{AuditEntry, AuditFilter};
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/audit", get(get_audit))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    pub thread_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub tool_call_id: Option<String>,
+    /// e.g. `call.executed`, `call.refused`, `approval.requested`, `approval.decided`, `call.undo`, `run.rolled_back`.
+    pub action: Option<String>,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// Keyset cursor: entries older than this id (`next_before` of the previous page).
+    pub before: Option<i64>,
+    /// 1–500, default 100.
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AuditRecord {
+    pub id: i64,
+    pub at_ms: i64,
+    pub owner: String,
+    pub thread_id: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub tool_name: Option<String>,
+    pub action: String,
+    pub operation: Option<String>,
+    pub verdict: Option<String>,
+    pub rule: Option<String>,
+    pub approval_id: Option<String>,
+    pub outcome: Option<String>,
+    pub duration_ms: Option<i64>,
+    #[schema(value_type = Object)]
+    pub detail: Value,
+}
+
+impl From<AuditEntry> for AuditRecord {
+    fn from(e: AuditEntry) -> Self {
+        AuditRecord {
+            id: e.id,
+            at_ms: e.at_ms,
+            owner: e.owner,
+            thread_id: e.thread_id,
+            tool_call_id: e.tool_call_id,
+            tool_name: e.tool_name,
+            action: e.action,
+            operation: e.operation,
+            verdict: e.verdict,
+            rule: e.rule,
+            approval_id: e.approval_id,
+            outcome: e.outcome,
+            duration_ms: e.duration_ms,
+            detail: e.detail,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AuditPage {
+    /// Newest first.
+    pub entries: Vec<AuditRecord>,
+    /// Pass as `before` for the next (older) page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_before: Option<i64>,
+}
+
+/// Every decision and execution of the caller's calls, newest first.
+#[utoipa::path(get, path = "/v1/audit", tag = "audit", params(AuditQuery),
+    responses((status = 200, body = AuditPage),
+        (status = 400, description = "Bad filter", content_type = "application/problem+json")),
+    security(("bearer" = [])))]
+pub async fn get_audit(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(q): ApiQuery<AuditQuery>,
+) -> Result<axum::Json<AuditPage>, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::invalid_param(
+            "limit",
+            format!("must be between 1 and 500, got {limit}"),
+        ));
+    }
+    let entries = state
+        .store
+        .audit(&AuditFilter {
+            owner: user.owner,
+            thread_id: q.thread_id,
+            tool_name: q.tool_name,
+            action: q.action,
+            tool_call_id: q.tool_call_id,
+            since_ms: q.since_ms,
+            until_ms: q.until_ms,
+            before_id: q.before,
+            limit,
+        })
+        .await?;
+    let next_before = (entries.len() as i64 == limit)
+        .then(|| entries.last().map(|e| e.id))
+        .flatten();
+    Ok(axum::Json(AuditPage {
+        entries: entries.into_iter().map(Into::into).collect(),
+        next_before,
+    }))
+}
