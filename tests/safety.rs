@@ -667,4 +667,87 @@ both_backends!(
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,
     bash_runs_confined_and_cancellation_kills_it,
+    approver_scope_and_ag_ui_interrupts,
 );
+
+async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["write_file".into()]).await;
+    let ws = app.get_json("/v1/workspace").await;
+    assert_eq!(ws["sandbox"]["landlock"]["enforced"], true, "{ws}");
+    assert_eq!(ws["limits"]["bash_max_timeout_ms"], 600_000);
+    assert_eq!(ws["limits"]["line_endings"], "lf");
+    let sub = app.get_json("/v1/workspace?workspace=proj").await;
+    assert!(sub["root"].as_str().unwrap().ends_with("/proj"));
+    assert_eq!(app.get("/v1/workspace?workspace=..").await.status(), 400);
+
+    // An AG-UI run whose call needs approval ends interrupted.
+    let input = json!({
+        "threadId": "r", "runId": "run-1", "state": {}, "tools": [], "context": [], "forwardedProps": {},
+        "messages": [
+            {"id": "u1", "role": "user", "content": "write it"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "w1", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"r.txt\",\"content\":\"r\"}"}}]}
+        ]
+    });
+    let resp = app
+        .client
+        .post(app.url("/v1/threads/r/runs"))
+        .bearer_auth(&app.token)
+        .json(&input)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = common::SseReader::new(resp);
+    let frames = sse.until("RUN_FINISHED").await;
+    let kinds: Vec<&str> = frames.iter().map(|f| f.kind()).collect();
+    assert_eq!(kinds.first(), Some(&"RUN_STARTED"));
+    assert!(
+        kinds.contains(&"CUSTOM"),
+        "approval_required announced: {kinds:?}"
+    );
+    assert!(
+        !kinds.contains(&"TOOL_CALL_RESULT"),
+        "nothing ran: {kinds:?}"
+    );
+    let finished = &frames.last().unwrap().data;
+    assert_eq!(finished["outcome"]["type"], "interrupt", "{finished}");
+    let interrupt = &finished["outcome"]["interrupts"][0];
+    assert_eq!(interrupt["toolCallId"], "w1");
+    assert_eq!(interrupt["reason"], "approval_required");
+    let approval_id = interrupt["id"].as_str().unwrap().to_string();
+
+    // A token with the approver scope decides an approval it does not own;
+    // a plain token of another owner cannot even see it.
+    let stranger = app.token_for("stranger");
+    let r = app
+        .client
+        .get(app.url(&format!("/v1/approvals/{approval_id}")))
+        .bearer_auth(&stranger)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let keys = toolgate::auth::Keys::load(&app.settings.auth, app.data_dir.path()).unwrap();
+    let approver = keys
+        .mint_scoped("ops", 600, Some("toolgate:approve"))
+        .unwrap();
+    let r = app
+        .post_as(
+            &approver,
+            &format!("/v1/approvals/{approval_id}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let decided: Value = r.json().await.unwrap();
+    assert_eq!(decided["decided_by"], "ops");
+    let out = loop {
+        let (s, out) = app.call("r", json!({"id": "w1", "name": "write_file", "arguments": {"path": "r.txt", "content": "r"}})).await;
+        if s == 200 {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+}
