@@ -149,6 +149,7 @@ impl Application {
             shutdown: CancellationToken::new(),
             workspaces,
             sandbox,
+            thread_owners: Default::default(),
         };
         spawn_expiry_sweeper(state.engine.clone(), state.shutdown.clone());
         Ok(Application {

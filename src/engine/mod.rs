@@ -190,6 +190,9 @@ pub struct Engine {
     /// Announces every call this process finishes (for callers that wait on
     /// an approval's outcome).
     finished: tokio::sync::broadcast::Sender<CallKey>,
+    /// Owners' permission rules, read once and dropped when they change
+    /// through this process (`forget_owner_rules`).
+    owner_rules: Mutex<HashMap<String, Arc<crate::permissions::RuleSet>>>,
 }
 
 impl Engine {
@@ -206,6 +209,7 @@ impl Engine {
             config,
             in_flight: Mutex::new(HashMap::new()),
             finished: tokio::sync::broadcast::channel(1024).0,
+            owner_rules: Mutex::new(HashMap::new()),
         }
     }
 
@@ -221,12 +225,17 @@ impl Engine {
         // 1. Resolve the tool by name or alias.
         let tool = self.resolve(&req.call.name)?;
 
+        // The first pass is optimistic: a new call id is the common case,
+        // and the write-ahead's unique key finds a recorded one anyway
+        // (Conflict → look again, this time in the store).
+        let mut optimistic = true;
         loop {
             // 2. Idempotency: a call id seen before in this thread answers
             //    with its stored outcome and runs nothing again.
-            if let Some(recorded) = self.recorded(&req, &tool).await? {
+            if let Some(recorded) = self.recorded(&req, &tool, optimistic).await? {
                 return Ok(recorded);
             }
+            optimistic = false;
 
             // 3. Permission: deployment and owner rules, deny → ask → allow.
             let permission = self.permission(&req, &tool).await?;
@@ -377,8 +386,10 @@ impl Engine {
         &self,
         req: &CallRequest,
         tool: &RegisteredTool,
+        optimistic: bool,
     ) -> Result<Option<Executed>, Rejection> {
         let key = (req.thread_id.clone(), req.call.id.clone());
+        let mut optimistic = optimistic;
         let record = loop {
             // A call running here: wait for it to finish, then read its record.
             let waiting = self
@@ -387,6 +398,10 @@ impl Engine {
                 .expect("in-flight lock")
                 .get(&key)
                 .map(|f| f.done.clone());
+            if optimistic && waiting.is_none() {
+                return Ok(None);
+            }
+            optimistic = false;
             if let Some(mut done) = waiting {
                 let _ = done.wait_for(|finished| *finished).await;
             }
@@ -679,6 +694,12 @@ impl Engine {
         audit: crate::store::NewAuditEntry,
     ) -> Result<CallOutcome, StoreError> {
         if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {
+            if record.args != req.call.arguments {
+                return Err(StoreError::Conflict(format!(
+                    "tool call {:?} is already recorded in this thread with other arguments; use a new id for a new call",
+                    req.call.id
+                )));
+            }
             if record.status.is_finished() {
                 let outcome = outcome_from_record(&record)?;
                 observe(req.observer.as_ref(), replay_events(&record, &outcome));
@@ -753,11 +774,7 @@ impl Engine {
         req: &CallRequest,
         tool: &RegisteredTool,
     ) -> Result<Permission, Rejection> {
-        let owner_rules = match self.store.owner_rules(&req.owner).await? {
-            Some(v) => serde_json::from_value(v)
-                .map_err(|e| StoreError::Corrupt(format!("owner rules: {e}")))?,
-            None => crate::permissions::RuleSet::default(),
-        };
+        let owner_rules = self.owner_rules(&req.owner).await?;
         let meta = &tool.definition.metadata;
         let facts = crate::permissions::CallFacts {
             tool_name: &tool.definition.name,
@@ -768,11 +785,37 @@ impl Engine {
         };
         let decision = crate::permissions::decide(
             &self.config.permissions.rules,
-            &owner_rules,
+            owner_rules.as_ref(),
             &self.config.permissions.defaults,
             &facts,
         );
         Ok(Permission::from(decision))
+    }
+
+    async fn owner_rules(
+        &self,
+        owner: &str,
+    ) -> Result<Arc<crate::permissions::RuleSet>, StoreError> {
+        if let Some(rules) = self.owner_rules.lock().expect("rules lock").get(owner) {
+            return Ok(rules.clone());
+        }
+        let rules = match self.store.owner_rules(owner).await? {
+            Some(v) => serde_json::from_value(v)
+                .map_err(|e| StoreError::Corrupt(format!("owner rules: {e}")))?,
+            None => crate::permissions::RuleSet::default(),
+        };
+        let rules = Arc::new(rules);
+        let mut cache = self.owner_rules.lock().expect("rules lock");
+        if cache.len() >= 10_000 {
+            cache.clear();
+        }
+        cache.insert(owner.to_string(), rules.clone());
+        Ok(rules)
+    }
+
+    /// The owner's rules changed: read them again on the next call.
+    pub fn forget_owner_rules(&self, owner: &str) {
+        self.owner_rules.lock().expect("rules lock").remove(owner);
     }
 
     /// Wait until the call is finished (it may be waiting for an approval),

@@ -293,6 +293,7 @@ pub async fn put_permissions(
         .store
         .put_owner_rules(&user.owner, &value, now)
         .await?;
+    state.engine.forget_owner_rules(&user.owner);
     state
         .store
         .append_audit(&NewAuditEntry {

@@ -47,6 +47,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     pub limits: Arc<crate::engine::limits::Limits>,
     pub workspaces: Arc<crate::workspace::Workspaces>,
+    /// Threads whose owner is known (owners never change).
+    pub thread_owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
     pub sandbox: Arc<crate::sandbox::Sandbox>,
     /// Cancelled at shutdown: open SSE streams end with RUN_FINISHED.
     pub shutdown: CancellationToken,
@@ -136,13 +138,34 @@ impl ThreadId {
 }
 
 /// The thread must not belong to someone else. Another owner's thread looks
-/// exactly like a missing one.
+/// exactly like a missing one. A thread's owner never changes, so known
+/// owners are remembered.
 pub async fn check_owner(
     state: &AppState,
     user: &AuthUser,
     thread: &ThreadId,
 ) -> Result<bool, ApiError> {
-    match state.store.thread_owner(&thread.0).await? {
+    let known = state
+        .thread_owners
+        .lock()
+        .expect("owners lock")
+        .get(&thread.0)
+        .cloned();
+    let owner = match known {
+        Some(owner) => Some(owner),
+        None => {
+            let owner = state.store.thread_owner(&thread.0).await?;
+            if let Some(o) = &owner {
+                let mut cache = state.thread_owners.lock().expect("owners lock");
+                if cache.len() >= 100_000 {
+                    cache.clear();
+                }
+                cache.insert(thread.0.clone(), o.clone());
+            }
+            owner
+        }
+    };
+    match owner {
         Some(owner) if owner == user.owner => Ok(true),
         Some(_) => Err(ApiError::thread_not_found()),
         None => Ok(false),
