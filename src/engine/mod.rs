@@ -859,9 +859,6 @@ async fn await_tool(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> Result<ToolSuccess, ToolError> {
-    let stopped = |code: &str, message: String, retryable: bool| {
-        Err(ToolError::new(code, message, retryable))
-    };
     let joined = |r: Result<Result<ToolSuccess, ToolError>, tokio::task::JoinError>| match r {
         Ok(result) => result,
         Err(join_error) => Err(ToolError::new(
@@ -896,7 +893,11 @@ async fn await_tool(
     match own_report {
         Some(Err(e)) if e.code == codes::CANCELLED => Err(e),
         Some(Ok(done)) => Ok(done), // finished just as it was cancelled
-        _ => stopped(codes::CANCELLED, "the call was cancelled".into(), false),
+        _ => Err(ToolError::new(
+            codes::CANCELLED,
+            "the call was cancelled",
+            false,
+        )),
     }
 }
 

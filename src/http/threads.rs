@@ -190,21 +190,30 @@ pub async fn post_tool_call(
     let wait = q.wait()?;
     let call = calls::parse(&body).map_err(parse_error_to_api)?;
     check_owner(&state, &user, &thread).await?;
-    let permit = state.acquire(&user.owner, 1)?;
     let request = CallRequest::new(&user.owner, &thread.0, call);
-    // The pipeline runs in its own task: a client that disconnects does not
-    // cancel a call half-way; its result is still stored and streamed. The
-    // slot is held until the call ends.
     let engine = state.engine.clone();
-    let outcome = tokio::spawn(async move {
-        let outcome = engine.execute(request).await;
+    let outcome = with_slot(&state, &user, async move { engine.execute(request).await })
+        .await?
+        .map_err(rejection_to_api)?;
+    executed_response(&state, &thread.0, outcome, wait).await
+}
+
+/// Run engine work in its own task, holding one of the owner's call slots
+/// until it ends: a client that disconnects does not cut a call half-way,
+/// and its result is still stored and streamed.
+async fn with_slot<T: Send + 'static>(
+    state: &AppState,
+    user: &AuthUser,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = state.acquire(&user.owner, 1)?;
+    tokio::spawn(async move {
+        let result = work.await;
         drop(permit);
-        outcome
+        result
     })
     .await
-    .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))?
-    .map_err(rejection_to_api)?;
-    executed_response(&state, &thread.0, outcome, wait).await
+    .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -652,16 +661,12 @@ pub async fn undo_tool_call(
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     require_thread(&state, &user, &thread).await?;
-    let permit = state.acquire(&user.owner, 1)?;
     let engine = state.engine.clone();
     let (owner, thread_id) = (user.owner.clone(), thread.0.clone());
-    let executed = tokio::spawn(async move {
-        let r = engine.undo(&owner, &thread_id, &tool_call_id).await;
-        drop(permit);
-        r
+    let executed = with_slot(&state, &user, async move {
+        engine.undo(&owner, &thread_id, &tool_call_id).await
     })
-    .await
-    .map_err(|e| ApiError::Internal(anyhow::anyhow!("undo task failed: {e}")))?
+    .await?
     .map_err(undo_error)?;
     executed_response(&state, &thread.0, executed, std::time::Duration::ZERO).await
 }
@@ -686,16 +691,12 @@ pub async fn rollback_run(
 ) -> Result<axum::Json<crate::engine::RollbackReport>, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     require_thread(&state, &user, &thread).await?;
-    let permit = state.acquire(&user.owner, 1)?;
     let engine = state.engine.clone();
     let (owner, thread_id) = (user.owner.clone(), thread.0.clone());
-    let report = tokio::spawn(async move {
-        let r = engine.rollback(&owner, &thread_id, &run_id).await;
-        drop(permit);
-        r
+    let report = with_slot(&state, &user, async move {
+        engine.rollback(&owner, &thread_id, &run_id).await
     })
-    .await
-    .map_err(|e| ApiError::Internal(anyhow::anyhow!("rollback task failed: {e}")))?
+    .await?
     .map_err(undo_error)?;
     Ok(axum::Json(report))
 }
