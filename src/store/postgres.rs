@@ -688,11 +688,23 @@ async fn apply_plan(
         .bind(c.iter().map(|r| r.call.id.as_str()).collect::<Vec<_>>())
         .bind(c.iter().map(|r| r.owner).collect::<Vec<_>>())
         .bind(c.iter().map(|r| r.call.run_id.as_str()).collect::<Vec<_>>())
-        .bind(c.iter().map(|r| r.call.tool_name.as_str()).collect::<Vec<_>>())
-        .bind(c.iter().map(|r| json_text(&r.call.args)).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|r| r.call.tool_name.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|r| json_text(&r.call.args))
+                .collect::<Vec<_>>(),
+        )
         .bind(c.iter().map(|r| r.call.status.as_str()).collect::<Vec<_>>())
         .bind(c.iter().map(|r| r.call.created_at_ms).collect::<Vec<_>>())
-        .bind(c.iter().map(|r| r.call.undo_of.as_deref()).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|r| r.call.undo_of.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .bind(c.iter().map(|r| r.ordinal).collect::<Vec<_>>())
         .execute(&mut *conn)
         .await?;
@@ -715,15 +727,31 @@ async fn apply_plan(
         )
         .bind(f.iter().map(|r| r.thread_id).collect::<Vec<_>>())
         .bind(f.iter().map(|r| r.finished.id.as_str()).collect::<Vec<_>>())
-        .bind(f.iter().map(|r| r.finished.status.as_str()).collect::<Vec<_>>())
-        .bind(f.iter().map(|r| json_text(&r.finished.output)).collect::<Vec<_>>())
+        .bind(
+            f.iter()
+                .map(|r| r.finished.status.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            f.iter()
+                .map(|r| json_text(&r.finished.output))
+                .collect::<Vec<_>>(),
+        )
         .bind(
             f.iter()
                 .map(|r| r.finished.undo.as_ref().map(json_text))
                 .collect::<Vec<_>>(),
         )
-        .bind(f.iter().map(|r| r.finished.message_id.as_str()).collect::<Vec<_>>())
-        .bind(f.iter().map(|r| r.finished.finished_at_ms).collect::<Vec<_>>())
+        .bind(
+            f.iter()
+                .map(|r| r.finished.message_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            f.iter()
+                .map(|r| r.finished.finished_at_ms)
+                .collect::<Vec<_>>(),
+        )
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != f.len() as u64 {
@@ -746,15 +774,31 @@ async fn apply_plan(
         .bind(m.iter().map(|r| r.thread_id).collect::<Vec<_>>())
         .bind(m.iter().map(|r| r.seq).collect::<Vec<_>>())
         .bind(m.iter().map(|r| r.message.id.as_str()).collect::<Vec<_>>())
-        .bind(m.iter().map(|r| r.message.role.as_str()).collect::<Vec<_>>())
-        .bind(m.iter().map(|r| r.message.content.as_str()).collect::<Vec<_>>())
-        .bind(m.iter().map(|r| json_text(&r.message.metadata)).collect::<Vec<_>>())
+        .bind(
+            m.iter()
+                .map(|r| r.message.role.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            m.iter()
+                .map(|r| r.message.content.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            m.iter()
+                .map(|r| json_text(&r.message.metadata))
+                .collect::<Vec<_>>(),
+        )
         .bind(
             m.iter()
                 .map(|r| r.message.tool_call_id.as_deref())
                 .collect::<Vec<_>>(),
         )
-        .bind(m.iter().map(|r| r.message.created_at_ms).collect::<Vec<_>>())
+        .bind(
+            m.iter()
+                .map(|r| r.message.created_at_ms)
+                .collect::<Vec<_>>(),
+        )
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != m.len() as u64 {
@@ -771,7 +815,11 @@ async fn apply_plan(
         )
         .bind(e.iter().map(|r| r.thread_id).collect::<Vec<_>>())
         .bind(e.iter().map(|r| r.seq).collect::<Vec<_>>())
-        .bind(e.iter().map(|r| r.event.event_type.as_str()).collect::<Vec<_>>())
+        .bind(
+            e.iter()
+                .map(|r| r.event.event_type.as_str())
+                .collect::<Vec<_>>(),
+        )
         .bind(e.iter().map(|r| r.event.data.as_str()).collect::<Vec<_>>())
         .bind(e.iter().map(|r| r.event.created_at_ms).collect::<Vec<_>>())
         .execute(&mut *conn)
@@ -798,13 +846,21 @@ async fn apply_plan(
         .bind(a.iter().map(|e| e.at_ms).collect::<Vec<_>>())
         .bind(a.iter().map(|e| e.owner.as_str()).collect::<Vec<_>>())
         .bind(a.iter().map(|e| e.thread_id.as_deref()).collect::<Vec<_>>())
-        .bind(a.iter().map(|e| e.tool_call_id.as_deref()).collect::<Vec<_>>())
+        .bind(
+            a.iter()
+                .map(|e| e.tool_call_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .bind(a.iter().map(|e| e.tool_name.as_deref()).collect::<Vec<_>>())
         .bind(a.iter().map(|e| e.action.as_str()).collect::<Vec<_>>())
         .bind(a.iter().map(|e| e.operation.as_deref()).collect::<Vec<_>>())
         .bind(a.iter().map(|e| e.verdict.as_deref()).collect::<Vec<_>>())
         .bind(a.iter().map(|e| e.rule.as_deref()).collect::<Vec<_>>())
-        .bind(a.iter().map(|e| e.approval_id.as_deref()).collect::<Vec<_>>())
+        .bind(
+            a.iter()
+                .map(|e| e.approval_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .bind(a.iter().map(|e| e.outcome.as_deref()).collect::<Vec<_>>())
         .bind(a.iter().map(|e| e.duration_ms).collect::<Vec<_>>())
         .bind(a.iter().map(|e| json_text(&e.detail)).collect::<Vec<_>>())

@@ -818,10 +818,7 @@ async fn apply_plan(
                 .push_bind(json_text(&entry.detail));
         });
         query.push(" RETURNING id");
-        let mut ids: Vec<i64> = query
-            .build_query_scalar()
-            .fetch_all(&mut *conn)
-            .await?;
+        let mut ids: Vec<i64> = query.build_query_scalar().fetch_all(&mut *conn).await?;
         // Rows get increasing ids in VALUES order; RETURNING's order is
         // unspecified.
         ids.sort_unstable();
