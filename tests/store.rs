@@ -3348,6 +3348,9 @@ fn call_of(unit: &WriteUnit) -> String {
     }
 }
 
+/// Whether an error is the one a test expects.
+type ErrorCheck = fn(&StoreError) -> bool;
+
 async fn a_failing_unit_in_a_large_batch_fails_alone(store: DynStore) {
     claim(&store, "t-bob", "bob").await;
     apply_one(&store, write_ahead("t-a", "recorded"))
@@ -3357,7 +3360,7 @@ async fn a_failing_unit_in_a_large_batch_fails_alone(store: DynStore) {
 
     // Each failure in the middle of a batch of 30 good units: the others
     // commit with gap-free seqs, the failing one gets its error alone.
-    let failures: Vec<(WriteUnit, fn(&StoreError) -> bool)> = vec![
+    let failures: Vec<(WriteUnit, ErrorCheck)> = vec![
         (write_ahead("t-bob", "x"), |e| {
             matches!(e, StoreError::NotOwner)
         }),
