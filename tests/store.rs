@@ -252,6 +252,9 @@ on_both_backends! {
         run_calls_keep_the_recorded_order,
         undo_links_are_recorded_once,
         owner_rules_round_trip_and_overwrite,
+        a_large_batch_across_threads_commits_in_thread_then_unit_order,
+        a_failing_unit_in_a_large_batch_fails_alone,
+        duplicate_and_dependent_ids_within_one_batch,
     ],
     target: [
         two_handles_on_one_database_serialise_their_writes,
@@ -3141,4 +3144,377 @@ fn with_database_replaces_only_the_database_name() {
         with_database("postgres://u@h/db?sslmode=disable", "x"),
         "postgres://u@h/x?sslmode=disable"
     );
+}
+
+// ---------------------------------------------------------------------------
+// Large batches (the set-based fast path of apply_batch, and its fallback).
+
+fn audit_in(thread: &str, call: &str, at_ms: i64) -> NewAuditEntry {
+    let mut entry = audit_entry("alice", Some(thread), "call.executed", at_ms);
+    entry.tool_call_id = Some(call.to_owned());
+    entry
+}
+
+/// A write-ahead unit: the call, 3 events, an audit entry.
+fn write_ahead(thread: &str, call: &str) -> WriteUnit {
+    let mut c = new_call(call);
+    c.run_id = format!("run-{thread}");
+    unit(
+        thread,
+        "alice",
+        vec![
+            WriteOp::InsertToolCall(c),
+            WriteOp::AppendEvents(vec![
+                event("TOOL_CALL_START", 1),
+                event("TOOL_CALL_ARGS", 2),
+                event("TOOL_CALL_END", 3),
+            ]),
+            WriteOp::AppendAudit(audit_in(thread, call, 1)),
+        ],
+    )
+}
+
+/// A result unit: finish, tool message, 1 event, an audit entry.
+fn result_of(thread: &str, call: &str) -> WriteUnit {
+    let mut m = message(&format!("msg-{call}"), Role::Tool, "done");
+    m.tool_call_id = Some(call.to_owned());
+    unit(
+        thread,
+        "alice",
+        vec![
+            WriteOp::FinishToolCall(finished(call, CallStatus::Success)),
+            WriteOp::InsertMessage(m),
+            WriteOp::AppendEvents(vec![event("TOOL_CALL_RESULT", 4)]),
+            WriteOp::AppendAudit(audit_in(thread, call, 2)),
+        ],
+    )
+}
+
+/// Per thread, the units of `units` in batch order, as (unit index).
+fn indices_of(units: &[WriteUnit], thread: &str) -> Vec<usize> {
+    (0..units.len())
+        .filter(|&i| units[i].thread_id == thread)
+        .collect()
+}
+
+async fn a_large_batch_across_threads_commits_in_thread_then_unit_order(store: DynStore) {
+    let threads = ["t-c", "t-a", "t-d", "t-b"];
+    // A thread that already has history: its seqs continue.
+    apply_one(&store, write_ahead("t-b", "old")).await.unwrap();
+    apply_one(&store, result_of("t-b", "old")).await.unwrap();
+
+    // 64 units, threads interleaved.
+    let calls: Vec<(String, String)> = (0..64)
+        .map(|i| (threads[i % 4].to_owned(), format!("call-{i}")))
+        .collect();
+    let batch: Vec<WriteUnit> = calls.iter().map(|(t, c)| write_ahead(t, c)).collect();
+    let receipts: Vec<UnitReceipt> = store
+        .apply_batch(&batch)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+
+    // Per thread: 3 seqs per unit, contiguous in unit order, after history.
+    for thread in threads {
+        let before = if thread == "t-b" { 4 } else { 0 };
+        let mine = indices_of(&batch, thread);
+        let got: Vec<i64> = mine
+            .iter()
+            .flat_map(|&i| seqs(&receipts[i].events))
+            .collect();
+        let want: Vec<i64> = (before + 1..=before + 3 * mine.len() as i64).collect();
+        assert_eq!(got, want, "{thread}");
+        for &i in &mine {
+            assert!(receipts[i].events.iter().all(|e| e.thread_id == thread));
+            assert_eq!(
+                receipts[i]
+                    .events
+                    .iter()
+                    .map(|e| e.event_type.as_str())
+                    .collect::<Vec<_>>(),
+                ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
+            );
+            assert!(receipts[i].messages.is_empty());
+        }
+        // The stored log is what the receipts say.
+        let stored = store.events_after(thread, before, 1000).await.unwrap();
+        let receipted: Vec<StoredEvent> = mine
+            .iter()
+            .flat_map(|&i| receipts[i].events.clone())
+            .collect();
+        assert_eq!(stored, receipted, "{thread}");
+        assert_eq!(
+            store.last_event_seq(thread).await.unwrap(),
+            before + 3 * mine.len() as i64
+        );
+        // Ordinals: the calls of the run in unit order.
+        let run = store
+            .run_calls(thread, &format!("run-{thread}"))
+            .await
+            .unwrap();
+        let history = if thread == "t-b" { vec!["old"] } else { vec![] };
+        let want_calls: Vec<&str> = history
+            .into_iter()
+            .chain(mine.iter().map(|&i| calls[i].1.as_str()))
+            .collect();
+        assert_eq!(call_ids(&run), want_calls, "{thread}");
+    }
+
+    // Audit ids: one per unit, increasing in apply order (by thread, then
+    // unit), and stored as receipted.
+    let mut apply_order: Vec<usize> = (0..batch.len()).collect();
+    apply_order.sort_by(|&a, &b| batch[a].thread_id.cmp(&batch[b].thread_id));
+    let ids: Vec<i64> = apply_order
+        .iter()
+        .map(|&i| {
+            assert_eq!(receipts[i].audit_ids.len(), 1);
+            receipts[i].audit_ids[0]
+        })
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let mut listed = filter("alice");
+    listed.action = Some("call.executed".into());
+    listed.limit = 1000;
+    let entries = store.audit(&listed).await.unwrap();
+    for &i in &apply_order {
+        let id = receipts[i].audit_ids[0];
+        let entry = entries.iter().find(|e| e.id == id).expect("stored");
+        assert_eq!(entry.tool_call_id.as_deref(), Some(calls[i].1.as_str()));
+        assert_eq!(entry.thread_id.as_deref(), Some(calls[i].0.as_str()));
+    }
+
+    // The results of all 64 calls in one batch, in another order.
+    let mut results: Vec<WriteUnit> = calls.iter().map(|(t, c)| result_of(t, c)).collect();
+    results.reverse();
+    let receipts: Vec<UnitReceipt> = store
+        .apply_batch(&results)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    for thread in threads {
+        let (events_before, messages_before) = if thread == "t-b" { (4, 1) } else { (0, 0) };
+        let mine = indices_of(&results, thread);
+        let n = mine.len() as i64;
+        let got_messages: Vec<(String, i64)> = mine
+            .iter()
+            .flat_map(|&i| receipts[i].messages.clone())
+            .collect();
+        let want_messages: Vec<(String, i64)> = mine
+            .iter()
+            .zip(messages_before + 1..)
+            .map(|(&i, seq)| (format!("msg-{}", call_of(&results[i])), seq))
+            .collect();
+        assert_eq!(got_messages, want_messages, "{thread}");
+        let got_events: Vec<i64> = mine
+            .iter()
+            .flat_map(|&i| seqs(&receipts[i].events))
+            .collect();
+        let first = events_before + 3 * n + 1;
+        assert_eq!(
+            got_events,
+            (first..first + n).collect::<Vec<_>>(),
+            "{thread}"
+        );
+        let stored = store.all_messages(thread).await.unwrap();
+        assert_eq!(
+            message_seqs(&stored),
+            (1..=messages_before + n).collect::<Vec<_>>()
+        );
+        for &i in &mine {
+            let call = call_of(&results[i]);
+            let record = store.tool_call(thread, &call).await.unwrap().unwrap();
+            assert_eq!(record.status, CallStatus::Success);
+            assert_eq!(record.message_id, Some(format!("msg-{call}")));
+            assert_eq!(
+                record.output,
+                Some(finished(&call, CallStatus::Success).output)
+            );
+            assert_eq!(receipts[i].audit_ids.len(), 1);
+        }
+    }
+    assert!(store.running_tool_calls().await.unwrap().is_empty());
+}
+
+/// The call id a write-ahead or result unit is about.
+fn call_of(unit: &WriteUnit) -> String {
+    match &unit.ops[0] {
+        WriteOp::InsertToolCall(call) => call.id.clone(),
+        WriteOp::FinishToolCall(finished) => finished.id.clone(),
+        other => panic!("not a call unit: {other:?}"),
+    }
+}
+
+/// Whether an error is the one a test expects.
+type ErrorCheck = fn(&StoreError) -> bool;
+
+async fn a_failing_unit_in_a_large_batch_fails_alone(store: DynStore) {
+    claim(&store, "t-bob", "bob").await;
+    apply_one(&store, write_ahead("t-a", "recorded"))
+        .await
+        .unwrap();
+    let threads = ["t-a", "t-b", "t-c"];
+
+    // Each failure in the middle of a batch of 30 good units: the others
+    // commit with gap-free seqs, the failing one gets its error alone.
+    let failures: Vec<(WriteUnit, ErrorCheck)> = vec![
+        (write_ahead("t-bob", "x"), |e| {
+            matches!(e, StoreError::NotOwner)
+        }),
+        (write_ahead("t-a", "recorded"), |e| {
+            matches!(e, StoreError::Conflict(_))
+        }),
+        (result_of("t-b", "never-recorded"), |e| {
+            matches!(e, StoreError::NotFound(_))
+        }),
+        (
+            unit(
+                "t-c",
+                "alice",
+                vec![
+                    events(2),
+                    WriteOp::AppendAudit(audit_entry("bob", Some("t-c"), "call.executed", 1)),
+                ],
+            ),
+            |e| matches!(e, StoreError::Conflict(_)),
+        ),
+    ];
+    let mut round = 0;
+    for (bad, is_expected) in failures {
+        round += 1;
+        let mut batch: Vec<WriteUnit> = (0..30)
+            .map(|i| write_ahead(threads[i % 3], &format!("r{round}-call-{i}")))
+            .collect();
+        batch.insert(15, bad);
+        let last_before: Vec<i64> = futures_last_seqs(&store, &threads).await;
+        let results = store.apply_batch(&batch).await.expect("the batch commits");
+        assert_eq!(results.len(), 31);
+        let err = results[15].as_ref().expect_err("the bad unit fails");
+        assert!(is_expected(err), "round {round}: {err:?}");
+        for (i, result) in results.iter().enumerate() {
+            if i != 15 {
+                assert!(result.is_ok(), "round {round}, unit {i}: {result:?}");
+            }
+        }
+        for (thread, before) in threads.iter().zip(last_before) {
+            let got: Vec<i64> = indices_of(&batch, thread)
+                .into_iter()
+                .filter(|&i| i != 15)
+                .flat_map(|i| seqs(&results[i].as_ref().unwrap().events))
+                .collect();
+            let after = store.last_event_seq(thread).await.unwrap();
+            assert_eq!(got, (before + 1..=after).collect::<Vec<_>>(), "{thread}");
+            assert_eq!(
+                seqs(&store.events_after(thread, 0, 10_000).await.unwrap()),
+                (1..=after).collect::<Vec<_>>(),
+                "{thread}"
+            );
+        }
+    }
+    assert!(store.tool_call("t-bob", "x").await.unwrap().is_none());
+    assert_eq!(store.last_event_seq("t-bob").await.unwrap(), 0);
+}
+
+async fn futures_last_seqs(store: &DynStore, threads: &[&str]) -> Vec<i64> {
+    let mut out = Vec::new();
+    for thread in threads {
+        out.push(store.last_event_seq(thread).await.unwrap());
+    }
+    out
+}
+
+async fn claim(store: &DynStore, thread: &str, owner: &str) {
+    store.claim_thread(thread, owner).await.unwrap();
+}
+
+async fn duplicate_and_dependent_ids_within_one_batch(store: DynStore) {
+    // The same call id twice, the same message id twice, one call finished
+    // twice, one finished before it is recorded, one recorded then finished
+    // by a later unit: exactly the per-unit outcomes.
+    let mut dup_message = message("m-dup", Role::User, "again");
+    dup_message.metadata = json!({"second": true});
+    let batch = vec![
+        write_ahead("t", "c1"),
+        write_ahead("t", "c1"),
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::InsertMessage(message(
+                "m-dup",
+                Role::User,
+                "first",
+            ))],
+        ),
+        unit("t", "alice", vec![WriteOp::InsertMessage(dup_message)]),
+        result_of("t", "c1"),
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::FinishToolCall(finished("c1", CallStatus::Failure))],
+        ),
+        result_of("t", "c2"),
+        write_ahead("t", "c2"),
+    ];
+    let results = store.apply_batch(&batch).await.unwrap();
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    assert!(
+        matches!(results[1], Err(StoreError::Conflict(_))),
+        "{:?}",
+        results[1]
+    );
+    assert_eq!(results[2].as_ref().unwrap().messages, [("m-dup".into(), 1)]);
+    assert!(
+        matches!(results[3], Err(StoreError::Conflict(_))),
+        "{:?}",
+        results[3]
+    );
+    assert_eq!(
+        results[4].as_ref().unwrap().messages,
+        [("msg-c1".into(), 2)]
+    );
+    assert!(
+        matches!(results[5], Err(StoreError::Conflict(_))),
+        "{:?}",
+        results[5]
+    );
+    assert!(
+        matches!(results[6], Err(StoreError::NotFound(_))),
+        "{:?}",
+        results[6]
+    );
+    assert!(results[7].is_ok(), "{:?}", results[7]);
+
+    assert_eq!(seqs(&results[0].as_ref().unwrap().events), [1, 2, 3]);
+    assert_eq!(seqs(&results[4].as_ref().unwrap().events), [4]);
+    assert_eq!(seqs(&results[7].as_ref().unwrap().events), [5, 6, 7]);
+    assert_eq!(
+        seqs(&store.events_after("t", 0, 100).await.unwrap()),
+        [1, 2, 3, 4, 5, 6, 7]
+    );
+    assert_eq!(status_of(&store, "t", "c1").await, CallStatus::Success);
+    assert_eq!(status_of(&store, "t", "c2").await, CallStatus::Running);
+    let messages = store.all_messages("t").await.unwrap();
+    assert_eq!(message_seqs(&messages), [1, 2]);
+    assert_eq!(messages[0].content, "first");
+    assert_eq!(
+        call_ids(&store.run_calls("t", "run-t").await.unwrap()),
+        ["c1", "c2"]
+    );
+
+    // A call recorded and finished by later units of one batch: no
+    // failure, so the fast path applies it.
+    let results = store
+        .apply_batch(&[write_ahead("t", "c3"), result_of("t", "c3")])
+        .await
+        .unwrap();
+    assert_eq!(seqs(&results[0].as_ref().unwrap().events), [8, 9, 10]);
+    assert_eq!(seqs(&results[1].as_ref().unwrap().events), [11]);
+    assert_eq!(
+        results[1].as_ref().unwrap().messages,
+        [("msg-c3".into(), 3)]
+    );
+    assert_eq!(status_of(&store, "t", "c3").await, CallStatus::Success);
 }

@@ -6,6 +6,7 @@
 //! the group-commit [`writer::Writer`]: many callers' [`WriteUnit`]s share one
 //! transaction, and each caller is answered only after that commit.
 
+mod batch;
 mod checks;
 pub mod postgres;
 pub mod sqlite;

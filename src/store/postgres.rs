@@ -15,6 +15,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
 use sqlx::types::Json;
 use sqlx::{Acquire, PgConnection, Row};
 
+use super::batch::{Plan, Reserved};
 use super::checks::Reservation;
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, FinishedToolCall,
@@ -606,6 +607,272 @@ async fn insert_events(
         .collect())
 }
 
+fn json_text(value: &Value) -> String {
+    value.to_string()
+}
+
+/// The fast path of [`Store::apply_batch`]: the whole batch in one
+/// statement per table (rows bound as arrays and `UNNEST`ed), no savepoints.
+/// `None` when some unit would fail: the caller rolls back and goes unit by
+/// unit.
+async fn apply_plan(
+    conn: &mut PgConnection,
+    plan: &Plan<'_>,
+) -> StoreResult<Option<Vec<UnitReceipt>>> {
+    // Create the threads or bump (and lock) them, in apply order, like the
+    // per-unit path: every writer locks threads in the same order.
+    let ids: Vec<&str> = plan.threads.iter().map(|t| t.id).collect();
+    let owners: Vec<&str> = plan.threads.iter().map(|t| t.owner).collect();
+    let events: Vec<i64> = plan.threads.iter().map(|t| t.events).collect();
+    let messages: Vec<i64> = plan.threads.iter().map(|t| t.messages).collect();
+    let calls: Vec<i64> = plan.threads.iter().map(|t| t.calls).collect();
+    let returned = sqlx::query(
+        "INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq, \
+             last_call_ordinal) \
+         SELECT u.id, u.owner, $1, u.events, u.messages, u.calls \
+         FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[]) \
+             WITH ORDINALITY AS u (id, owner, events, messages, calls, ord) \
+         ORDER BY u.ord \
+         ON CONFLICT (id) DO UPDATE SET \
+             last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
+             last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
+             last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
+         RETURNING id, owner, last_event_seq, last_message_seq, last_call_ordinal",
+    )
+    .bind(crate::protocol::now_ms())
+    .bind(&ids)
+    .bind(&owners)
+    .bind(&events)
+    .bind(&messages)
+    .bind(&calls)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut reserved: std::collections::HashMap<String, (String, Reserved)> =
+        std::collections::HashMap::with_capacity(returned.len());
+    for row in returned {
+        reserved.insert(
+            row.try_get("id")?,
+            (
+                row.try_get("owner")?,
+                Reserved {
+                    last_event_seq: row.try_get("last_event_seq")?,
+                    last_message_seq: row.try_get("last_message_seq")?,
+                    last_call_ordinal: row.try_get("last_call_ordinal")?,
+                },
+            ),
+        );
+    }
+    let mut counters = Vec::with_capacity(plan.threads.len());
+    for thread in &plan.threads {
+        match reserved.get(thread.id) {
+            Some((owner, r)) if owner == thread.owner => counters.push(*r),
+            _ => return Ok(None), // another owner's thread
+        }
+    }
+    let rows = plan.rows(&counters);
+
+    if !rows.calls.is_empty() {
+        let c = &rows.calls;
+        let done = sqlx::query(
+            "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
+                 created_at_ms, undo_of, ordinal) \
+             SELECT u.thread_id, u.id, u.owner, u.run_id, u.tool_name, u.args::JSONB, u.status, \
+                 u.created_at_ms, u.undo_of, u.ordinal \
+             FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
+                 $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[]) \
+                 AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
+                     undo_of, ordinal) \
+             ON CONFLICT (thread_id, id) DO NOTHING",
+        )
+        .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
+        .bind(c.iter().map(|r| r.call.id.as_str()).collect::<Vec<_>>())
+        .bind(c.iter().map(|r| r.owner).collect::<Vec<_>>())
+        .bind(c.iter().map(|r| r.call.run_id.as_str()).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|r| r.call.tool_name.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|r| json_text(&r.call.args))
+                .collect::<Vec<_>>(),
+        )
+        .bind(c.iter().map(|r| r.call.status.as_str()).collect::<Vec<_>>())
+        .bind(c.iter().map(|r| r.call.created_at_ms).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|r| r.call.undo_of.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(c.iter().map(|r| r.ordinal).collect::<Vec<_>>())
+        .execute(&mut *conn)
+        .await?;
+        if done.rows_affected() != c.len() as u64 {
+            return Ok(None); // a call already recorded
+        }
+    }
+
+    if !rows.finishes.is_empty() {
+        let f = &rows.finishes;
+        let done = sqlx::query(
+            "UPDATE tool_calls AS t SET status = u.status, output = u.output::JSONB, \
+                 undo = u.undo::JSONB, message_id = u.message_id, \
+                 finished_at_ms = u.finished_at_ms \
+             FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
+                 $6::TEXT[], $7::BIGINT[]) \
+                 AS u (thread_id, id, status, output, undo, message_id, finished_at_ms) \
+             WHERE t.thread_id = u.thread_id AND t.id = u.id \
+                 AND t.status IN ('running', 'pending_approval')",
+        )
+        .bind(f.iter().map(|r| r.thread_id).collect::<Vec<_>>())
+        .bind(f.iter().map(|r| r.finished.id.as_str()).collect::<Vec<_>>())
+        .bind(
+            f.iter()
+                .map(|r| r.finished.status.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            f.iter()
+                .map(|r| json_text(&r.finished.output))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            f.iter()
+                .map(|r| r.finished.undo.as_ref().map(json_text))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            f.iter()
+                .map(|r| r.finished.message_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            f.iter()
+                .map(|r| r.finished.finished_at_ms)
+                .collect::<Vec<_>>(),
+        )
+        .execute(&mut *conn)
+        .await?;
+        if done.rows_affected() != f.len() as u64 {
+            return Ok(None); // a call not recorded, or not running
+        }
+    }
+
+    if !rows.messages.is_empty() {
+        let m = &rows.messages;
+        let done = sqlx::query(
+            "INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, \
+                 created_at_ms) \
+             SELECT u.thread_id, u.seq, u.id, u.role, u.content, u.metadata::JSONB, \
+                 u.tool_call_id, u.created_at_ms \
+             FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
+                 $6::TEXT[], $7::TEXT[], $8::BIGINT[]) \
+                 AS u (thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms) \
+             ON CONFLICT (thread_id, id) DO NOTHING",
+        )
+        .bind(m.iter().map(|r| r.thread_id).collect::<Vec<_>>())
+        .bind(m.iter().map(|r| r.seq).collect::<Vec<_>>())
+        .bind(m.iter().map(|r| r.message.id.as_str()).collect::<Vec<_>>())
+        .bind(
+            m.iter()
+                .map(|r| r.message.role.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            m.iter()
+                .map(|r| r.message.content.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            m.iter()
+                .map(|r| json_text(&r.message.metadata))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            m.iter()
+                .map(|r| r.message.tool_call_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            m.iter()
+                .map(|r| r.message.created_at_ms)
+                .collect::<Vec<_>>(),
+        )
+        .execute(&mut *conn)
+        .await?;
+        if done.rows_affected() != m.len() as u64 {
+            return Ok(None); // a message id already used
+        }
+    }
+
+    if !rows.events.is_empty() {
+        let e = &rows.events;
+        sqlx::query(
+            "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) \
+             SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], \
+                 $5::BIGINT[])",
+        )
+        .bind(e.iter().map(|r| r.thread_id).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| r.seq).collect::<Vec<_>>())
+        .bind(
+            e.iter()
+                .map(|r| r.event.event_type.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(e.iter().map(|r| r.event.data.as_str()).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| r.event.created_at_ms).collect::<Vec<_>>())
+        .execute(&mut *conn)
+        .await?;
+    }
+
+    let mut audit_ids: Vec<i64> = Vec::new();
+    if !rows.audits.is_empty() {
+        let a = &rows.audits;
+        audit_ids = sqlx::query_scalar(
+            "INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, \
+                 operation, verdict, rule, approval_id, outcome, duration_ms, detail) \
+             SELECT u.at_ms, u.owner, u.thread_id, u.tool_call_id, u.tool_name, u.action, \
+                 u.operation, u.verdict, u.rule, u.approval_id, u.outcome, u.duration_ms, \
+                 u.detail::JSONB \
+             FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
+                 $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[], $10::TEXT[], $11::TEXT[], \
+                 $12::BIGINT[], $13::TEXT[]) WITH ORDINALITY \
+                 AS u (at_ms, owner, thread_id, tool_call_id, tool_name, action, operation, \
+                     verdict, rule, approval_id, outcome, duration_ms, detail, ord) \
+             ORDER BY u.ord \
+             RETURNING id",
+        )
+        .bind(a.iter().map(|e| e.at_ms).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| e.owner.as_str()).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| e.thread_id.as_deref()).collect::<Vec<_>>())
+        .bind(
+            a.iter()
+                .map(|e| e.tool_call_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(a.iter().map(|e| e.tool_name.as_deref()).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| e.action.as_str()).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| e.operation.as_deref()).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| e.verdict.as_deref()).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| e.rule.as_deref()).collect::<Vec<_>>())
+        .bind(
+            a.iter()
+                .map(|e| e.approval_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(a.iter().map(|e| e.outcome.as_deref()).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| e.duration_ms).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| json_text(&e.detail)).collect::<Vec<_>>())
+        .fetch_all(&mut *conn)
+        .await?;
+        // The sequence hands out increasing ids in insertion (ORDER BY)
+        // order; RETURNING's order is unspecified.
+        audit_ids.sort_unstable();
+    }
+    Ok(Some(rows.into_receipts(&audit_ids)))
+}
+
 /// Whether a unit's error concerns that unit alone (its savepoint is rolled
 /// back and the batch goes on) rather than the connection or the database
 /// (the whole batch fails, so a locked or broken database is not retried unit
@@ -901,6 +1168,28 @@ impl Store for PgStore {
         if units.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(plan) = Plan::new(units, apply_order(units)) {
+            let mut tx = self.pool.begin().await?;
+            match apply_plan(&mut tx, &plan).await {
+                Ok(Some(receipts)) => {
+                    tx.commit().await?;
+                    return Ok(receipts.into_iter().map(Ok).collect());
+                }
+                // A unit would fail (or a statement did): start over unit by
+                // unit, which decides each unit's outcome.
+                Ok(None) | Err(_) => tx.rollback().await?,
+            }
+        }
+        self.apply_unit_by_unit(units).await
+    }
+}
+
+impl PgStore {
+    /// The per-unit path: each unit under its own savepoint.
+    async fn apply_unit_by_unit(
+        &self,
+        units: &[WriteUnit],
+    ) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
             (0..units.len()).map(|_| None).collect();
         let mut tx = self.pool.begin().await?;

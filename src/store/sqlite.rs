@@ -19,8 +19,9 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Acquire, Row, SqliteConnection};
+use sqlx::{Acquire, QueryBuilder, Row, Sqlite, SqliteConnection};
 
+use super::batch::{Plan, Reserved};
 use super::checks::Reservation;
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, FinishedToolCall,
@@ -643,6 +644,189 @@ async fn insert_event(
     })
 }
 
+/// How many parameters one statement may bind (SQLite's default
+/// `SQLITE_MAX_VARIABLE_NUMBER` since 3.32).
+const MAX_PARAMS: usize = 32766;
+
+/// The rows of a multi-row statement binding `columns` parameters per row,
+/// in chunks that fit [`MAX_PARAMS`].
+fn chunks<T>(rows: &[T], columns: usize) -> std::slice::Chunks<'_, T> {
+    rows.chunks((MAX_PARAMS / columns).max(1))
+}
+
+/// The fast path of [`Store::apply_batch`]: the whole batch in a few
+/// multi-row statements (one per table and chunk), no savepoints. `None`
+/// when some unit would fail: the caller rolls back and goes unit by unit.
+async fn apply_plan(
+    conn: &mut SqliteConnection,
+    plan: &Plan<'_>,
+) -> StoreResult<Option<Vec<UnitReceipt>>> {
+    // Create the threads or bump their counters, in apply order.
+    let now = crate::protocol::now_ms();
+    let mut reserved: std::collections::HashMap<String, (String, Reserved)> =
+        std::collections::HashMap::with_capacity(plan.threads.len());
+    for chunk in chunks(&plan.threads, 6) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq, \
+             last_call_ordinal) ",
+        );
+        query.push_values(chunk, |mut row, thread| {
+            row.push_bind(thread.id)
+                .push_bind(thread.owner)
+                .push_bind(now)
+                .push_bind(thread.events)
+                .push_bind(thread.messages)
+                .push_bind(thread.calls);
+        });
+        query.push(
+            " ON CONFLICT (id) DO UPDATE SET \
+                 last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
+                 last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
+                 last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
+             RETURNING id, owner, last_event_seq, last_message_seq, last_call_ordinal",
+        );
+        for row in query.build().fetch_all(&mut *conn).await? {
+            reserved.insert(
+                row.try_get("id")?,
+                (
+                    row.try_get("owner")?,
+                    Reserved {
+                        last_event_seq: row.try_get("last_event_seq")?,
+                        last_message_seq: row.try_get("last_message_seq")?,
+                        last_call_ordinal: row.try_get("last_call_ordinal")?,
+                    },
+                ),
+            );
+        }
+    }
+    let mut counters = Vec::with_capacity(plan.threads.len());
+    for thread in &plan.threads {
+        match reserved.get(thread.id) {
+            Some((owner, r)) if owner == thread.owner => counters.push(*r),
+            _ => return Ok(None), // another owner's thread
+        }
+    }
+    let rows = plan.rows(&counters);
+
+    let mut inserted = 0;
+    for chunk in chunks(&rows.calls, 10) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
+             created_at_ms, undo_of, ordinal) ",
+        );
+        query.push_values(chunk, |mut row, c| {
+            row.push_bind(c.thread_id)
+                .push_bind(&c.call.id)
+                .push_bind(c.owner)
+                .push_bind(&c.call.run_id)
+                .push_bind(&c.call.tool_name)
+                .push_bind(json_text(&c.call.args))
+                .push_bind(c.call.status.as_str())
+                .push_bind(c.call.created_at_ms)
+                .push_bind(&c.call.undo_of)
+                .push_bind(c.ordinal);
+        });
+        query.push(" ON CONFLICT (thread_id, id) DO NOTHING");
+        inserted += query.build().execute(&mut *conn).await?.rows_affected();
+    }
+    if inserted != rows.calls.len() as u64 {
+        return Ok(None); // a call already recorded
+    }
+
+    let mut finished = 0;
+    for chunk in chunks(&rows.finishes, 7) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "WITH f (thread_id, id, status, output, undo, message_id, finished_at_ms) AS (",
+        );
+        query.push_values(chunk, |mut row, f| {
+            row.push_bind(f.thread_id)
+                .push_bind(&f.finished.id)
+                .push_bind(f.finished.status.as_str())
+                .push_bind(json_text(&f.finished.output))
+                .push_bind(f.finished.undo.as_ref().map(json_text))
+                .push_bind(&f.finished.message_id)
+                .push_bind(f.finished.finished_at_ms);
+        });
+        query.push(
+            ") UPDATE tool_calls SET status = f.status, output = f.output, undo = f.undo, \
+                 message_id = f.message_id, finished_at_ms = f.finished_at_ms \
+             FROM f WHERE tool_calls.thread_id = f.thread_id AND tool_calls.id = f.id \
+                 AND tool_calls.status IN ('running', 'pending_approval')",
+        );
+        finished += query.build().execute(&mut *conn).await?.rows_affected();
+    }
+    if finished != rows.finishes.len() as u64 {
+        return Ok(None); // a call not recorded, or not running
+    }
+
+    let mut inserted = 0;
+    for chunk in chunks(&rows.messages, 8) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, \
+             created_at_ms) ",
+        );
+        query.push_values(chunk, |mut row, m| {
+            row.push_bind(m.thread_id)
+                .push_bind(m.seq)
+                .push_bind(&m.message.id)
+                .push_bind(m.message.role.as_str())
+                .push_bind(&m.message.content)
+                .push_bind(json_text(&m.message.metadata))
+                .push_bind(&m.message.tool_call_id)
+                .push_bind(m.message.created_at_ms);
+        });
+        query.push(" ON CONFLICT (thread_id, id) DO NOTHING");
+        inserted += query.build().execute(&mut *conn).await?.rows_affected();
+    }
+    if inserted != rows.messages.len() as u64 {
+        return Ok(None); // a message id already used
+    }
+
+    for chunk in chunks(&rows.events, 5) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) ",
+        );
+        query.push_values(chunk, |mut row, e| {
+            row.push_bind(e.thread_id)
+                .push_bind(e.seq)
+                .push_bind(&e.event.event_type)
+                .push_bind(&e.event.data)
+                .push_bind(e.event.created_at_ms);
+        });
+        query.build().execute(&mut *conn).await?;
+    }
+
+    let mut audit_ids: Vec<i64> = Vec::with_capacity(rows.audits.len());
+    for chunk in chunks(&rows.audits, 13) {
+        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, \
+             operation, verdict, rule, approval_id, outcome, duration_ms, detail) ",
+        );
+        query.push_values(chunk, |mut row, entry| {
+            row.push_bind(entry.at_ms)
+                .push_bind(&entry.owner)
+                .push_bind(&entry.thread_id)
+                .push_bind(&entry.tool_call_id)
+                .push_bind(&entry.tool_name)
+                .push_bind(&entry.action)
+                .push_bind(&entry.operation)
+                .push_bind(&entry.verdict)
+                .push_bind(&entry.rule)
+                .push_bind(&entry.approval_id)
+                .push_bind(&entry.outcome)
+                .push_bind(entry.duration_ms)
+                .push_bind(json_text(&entry.detail));
+        });
+        query.push(" RETURNING id");
+        let mut ids: Vec<i64> = query.build_query_scalar().fetch_all(&mut *conn).await?;
+        // Rows get increasing ids in VALUES order; RETURNING's order is
+        // unspecified.
+        ids.sort_unstable();
+        audit_ids.extend(ids);
+    }
+    Ok(Some(rows.into_receipts(&audit_ids)))
+}
+
 /// Whether a unit's error concerns that unit alone (its savepoint is rolled
 /// back and the batch goes on) rather than the connection or the database
 /// (the whole batch fails, so a locked or broken database is not retried unit
@@ -937,6 +1121,28 @@ impl Store for SqliteStore {
         if units.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(plan) = Plan::new(units, apply_order(units)) {
+            let mut tx = self.pool.begin().await?;
+            match apply_plan(&mut tx, &plan).await {
+                Ok(Some(receipts)) => {
+                    tx.commit().await?;
+                    return Ok(receipts.into_iter().map(Ok).collect());
+                }
+                // A unit would fail (or a statement did): start over unit by
+                // unit, which decides each unit's outcome.
+                Ok(None) | Err(_) => tx.rollback().await?,
+            }
+        }
+        self.apply_unit_by_unit(units).await
+    }
+}
+
+impl SqliteStore {
+    /// The per-unit path: each unit under its own savepoint.
+    async fn apply_unit_by_unit(
+        &self,
+        units: &[WriteUnit],
+    ) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
             (0..units.len()).map(|_| None).collect();
         let mut tx = self.pool.begin().await?;
