@@ -9,6 +9,7 @@
 //! TOOLGATE_STORAGE__WRITER_LINGER_MS=2). Scenarios, all in one run:
 //!   (a) GET /healthz (baseline: HTTP + routing, no auth, no storage)
 //!   (b) POST /v1/threads/{t}/tool-calls `echo` on SQLite, one thread per connection
+//!   (b2) `read_file` of a 1 MB file and `bash {command: "true"}`, same server
 //!   (c) the same on Postgres (a fresh database, dropped at the end)
 //!
 //! The server runs on its own multi-thread runtime (own OS thread), the load
@@ -81,6 +82,8 @@ impl Server {
         settings.server.bind = "127.0.0.1:0".parse()?;
         settings.storage.data_dir = data_dir.path().to_path_buf();
         settings.storage.database_url = database_url.map(Into::into);
+        // The bash scenario runs `true`: allow exactly that without approval.
+        settings.permissions.allow = vec!["bash(true)".into()];
         let (ready_tx, ready_rx) = std_mpsc::channel();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -117,6 +120,14 @@ impl Server {
             thread,
             _data_dir: data_dir,
         })
+    }
+
+    /// Put a file in the dev owner's workspace.
+    fn put_file(&self, name: &str, contents: &[u8]) -> anyhow::Result<()> {
+        let dir = self._data_dir.path().join("workspaces").join("u_dev");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(name), contents)?;
+        Ok(())
     }
 
     fn stop(self) {
@@ -298,6 +309,29 @@ fn echo_call(
     }
 }
 
+/// Any tool call with unique ids, one thread per connection.
+fn tool_call(
+    server: &Server,
+    tag: &'static str,
+    name: &'static str,
+    arguments: serde_json::Value,
+) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
+    let (base, token) = (server.base.clone(), server.token.clone());
+    move |client, conn, i| {
+        client
+            .post(format!("{base}/v1/threads/bench-{tag}-{conn}/tool-calls"))
+            .bearer_auth(&token)
+            .json(&json!({"id": format!("call-{conn}-{i}"), "name": name, "arguments": arguments}))
+    }
+}
+
+/// 2,000 lines of 523 characters + newline (≈ 1 MB) that `read_file`
+/// returns whole: its window is 2,000 lines of at most 2,000 characters.
+fn one_mb_text() -> Vec<u8> {
+    let line = format!("{}\n", "x".repeat(523));
+    line.repeat(2000).into_bytes()
+}
+
 async fn run_scenario(
     name: &'static str,
     opts: &Options,
@@ -355,6 +389,22 @@ fn main() -> anyhow::Result<()> {
         "POST tool-calls echo, SQLite",
         &opts,
         echo_call(&sqlite, "sqlite"),
+    )));
+    sqlite.put_file("big.txt", &one_mib_text())?;
+    rows.push(client_rt.block_on(run_scenario(
+        "POST read_file 1 MiB, SQLite",
+        &opts,
+        tool_call(
+            &sqlite,
+            "read",
+            "read_file",
+            json!({"path": "big.txt", "limit": 2048}),
+        ),
+    )));
+    rows.push(client_rt.block_on(run_scenario(
+        "POST bash `true`, SQLite",
+        &opts,
+        tool_call(&sqlite, "bash", "bash", json!({"command": "true"})),
     )));
     sqlite.stop();
 
