@@ -390,16 +390,11 @@ fn main() -> anyhow::Result<()> {
         &opts,
         echo_call(&sqlite, "sqlite"),
     )));
-    sqlite.put_file("big.txt", &one_mib_text())?;
+    sqlite.put_file("big.txt", &one_mb_text())?;
     rows.push(client_rt.block_on(run_scenario(
-        "POST read_file 1 MiB, SQLite",
+        "POST read_file 1 MB, SQLite",
         &opts,
-        tool_call(
-            &sqlite,
-            "read",
-            "read_file",
-            json!({"path": "big.txt", "limit": 2048}),
-        ),
+        tool_call(&sqlite, "read", "read_file", json!({"path": "big.txt"})),
     )));
     rows.push(client_rt.block_on(run_scenario(
         "POST bash `true`, SQLite",
