@@ -81,8 +81,14 @@ impl Tool for Exclusive {
     }
 }
 
+/// The test tools are generic (they declare no permission class), so they
+/// ask by default; these tests allow them by a deployment rule.
+fn allow_test_tools(s: &mut toolgate::config::Settings) {
+    s.permissions.allow = vec!["rendezvous".into(), "exclusive".into()];
+}
+
 async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend) {
-    let app = TestApp::spawn(backend).await;
+    let app = TestApp::spawn_with(backend, allow_test_tools).await;
     let log = Arc::new(Mutex::new(vec![]));
     app.registry
         .register(Arc::new(Rendezvous {
@@ -223,7 +229,7 @@ async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
 }
 
 async fn dry_runs_preview_and_change_nothing(backend: Backend) {
-    let app = TestApp::spawn(backend).await;
+    let app = TestApp::spawn_with(backend, allow_test_tools).await;
     let log = Arc::new(Mutex::new(vec![]));
     app.registry
         .register(Arc::new(Exclusive { log: log.clone() }))

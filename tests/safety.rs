@@ -41,7 +41,8 @@ impl Tool for Deploy {
 }
 
 async fn confidence_gate_missing_low_and_ok(backend: Backend) {
-    let app = TestApp::spawn(backend).await;
+    // `deploy` is a generic tool: without a rule it would ask first.
+    let app = TestApp::spawn_with(backend, |s| s.permissions.allow = vec!["deploy".into()]).await;
     let seen = Arc::new(Mutex::new(vec![]));
     app.registry
         .register(Arc::new(Deploy { seen: seen.clone() }))
@@ -660,8 +661,29 @@ async fn bash_runs_confined_and_cancellation_kills_it(backend: Backend) {
     assert_eq!(error_code(&out), "CANCELLED", "{out}");
 }
 
+async fn generic_tools_ask_without_a_rule(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    app.registry
+        .register(Arc::new(Deploy {
+            seen: Arc::new(Mutex::new(vec![])),
+        }))
+        .unwrap();
+    let (s, out) = app
+        .call("gen", json!({"id": "g1", "name": "deploy", "arguments": {"service": "api", "_confidence": 90}}))
+        .await;
+    assert_eq!(s, 202, "generic: rules, then ask: {out}");
+    assert!(
+        out["approval"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("generic"),
+        "{out}"
+    );
+}
+
 both_backends!(
     confidence_gate_missing_low_and_ok,
+    generic_tools_ask_without_a_rule,
     permission_rules_deny_ask_allow,
     approvals_approve_deny_expire_and_survive_restart,
     approvals_expire_and_no_approver_means_deny,

@@ -430,6 +430,15 @@ fn default_decision(
         (defaults.destructive, "destructive")
     } else if call.read_only || call.class == PermissionClass::Readonly {
         (defaults.read_only, "read-only")
+    } else if call.class == PermissionClass::Generic {
+        // A generic tool says nothing about what it touches: rules, then
+        // ask (or the stricter `other` default, when that is deny).
+        let verdict = if defaults.other == Verdict::Deny {
+            Verdict::Deny
+        } else {
+            Verdict::Ask
+        };
+        (verdict, "a generic tool, neither read-only nor destructive")
     } else {
         (defaults.other, "neither read-only nor destructive")
     };

@@ -786,21 +786,24 @@ fn readonly_tools_are_allowed_by_default_but_rules_apply() {
 }
 
 #[test]
-fn generic_tools_fall_to_defaults_by_nature() {
+fn generic_tools_ask_when_no_rule_matches() {
+    // "generic — rules then ask", even with an allow default for others.
     let d = owner(&none(), &PROJECT_CLI, json!({}));
-    assert_eq!((d.verdict, d.source.as_str()), (Verdict::Allow, "default"));
+    assert_eq!((d.verdict, d.source.as_str()), (Verdict::Ask, "default"));
+    assert!(d.reason.contains("a generic tool"), "{}", d.reason);
     let d = owner(&none(), &DROP_TABLE, json!({}));
     assert_eq!((d.verdict, d.source.as_str()), (Verdict::Ask, "default"));
+    let allowed = owner(&rules(&["project_cli"], &[], &[]), &PROJECT_CLI, json!({}));
+    assert_eq!(allowed.verdict, Verdict::Allow, "a rule still allows it");
     let strict = Defaults {
-        other: Verdict::Ask,
+        other: Verdict::Deny,
         ..Defaults::default()
     };
     let d = decide_with(&none(), &none(), &strict, &PROJECT_CLI, &json!({}));
-    assert_eq!(d.verdict, Verdict::Ask);
-    assert!(
-        d.reason.contains("neither read-only nor destructive"),
-        "{}",
-        d.reason
+    assert_eq!(
+        d.verdict,
+        Verdict::Deny,
+        "a deny default stays the stricter"
     );
 }
 
