@@ -9,7 +9,7 @@
 //! TOOLGATE_STORAGE__WRITER_LINGER_MS=2). Scenarios, all in one run:
 //!   (a) GET /healthz (baseline: HTTP + routing, no auth, no storage)
 //!   (b) POST /v1/threads/{t}/tool-calls `echo` on SQLite, one thread per connection
-//!   (b2) `read_file` of a 1 MB file and `bash {command: "true"}`, same server
+//!   (b2) `bash {command: "true"}` and `read_file` of a 1 MB file, same server
 //!   (c) the same on Postgres (a fresh database, dropped at the end)
 //!
 //! The server runs on its own multi-thread runtime (own OS thread), the load
@@ -390,16 +390,18 @@ fn main() -> anyhow::Result<()> {
         &opts,
         echo_call(&sqlite, "sqlite"),
     )));
+    // bash before read_file: the megabyte responses grow this process (server
+    // and load generator share it), and every command forks a copy of it.
+    rows.push(client_rt.block_on(run_scenario(
+        "POST bash `true`, SQLite",
+        &opts,
+        tool_call(&sqlite, "bash", "bash", json!({"command": "true"})),
+    )));
     sqlite.put_file("big.txt", &one_mb_text())?;
     rows.push(client_rt.block_on(run_scenario(
         "POST read_file 1 MB, SQLite",
         &opts,
         tool_call(&sqlite, "read", "read_file", json!({"path": "big.txt"})),
-    )));
-    rows.push(client_rt.block_on(run_scenario(
-        "POST bash `true`, SQLite",
-        &opts,
-        tool_call(&sqlite, "bash", "bash", json!({"command": "true"})),
     )));
     sqlite.stop();
 
