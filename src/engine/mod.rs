@@ -502,7 +502,7 @@ impl Engine {
         status: CallStatus,
         extra: Vec<WriteOp>,
     ) -> Result<(), StoreError> {
-        let mut events = Self::announce(req, name);
+        let events = Self::announce(req, name);
         let mut ops = vec![WriteOp::InsertToolCall(NewToolCall {
             id: req.call.id.clone(),
             run_id: req
@@ -533,7 +533,7 @@ impl Engine {
                 ops,
             })
             .await?;
-        observe(req.observer.as_ref(), std::mem::take(&mut events));
+        observe(req.observer.as_ref(), events);
         Ok(())
     }
 

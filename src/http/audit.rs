@@ -4,7 +4,6 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiQuery};
@@ -31,50 +30,10 @@ pub struct AuditQuery {
     pub limit: Option<i64>,
 }
 
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct AuditRecord {
-    pub id: i64,
-    pub at_ms: i64,
-    pub owner: String,
-    pub thread_id: Option<String>,
-    pub tool_call_id: Option<String>,
-    pub tool_name: Option<String>,
-    pub action: String,
-    pub operation: Option<String>,
-    pub verdict: Option<String>,
-    pub rule: Option<String>,
-    pub approval_id: Option<String>,
-    pub outcome: Option<String>,
-    pub duration_ms: Option<i64>,
-    #[schema(value_type = Object)]
-    pub detail: Value,
-}
-
-impl From<AuditEntry> for AuditRecord {
-    fn from(e: AuditEntry) -> Self {
-        AuditRecord {
-            id: e.id,
-            at_ms: e.at_ms,
-            owner: e.owner,
-            thread_id: e.thread_id,
-            tool_call_id: e.tool_call_id,
-            tool_name: e.tool_name,
-            action: e.action,
-            operation: e.operation,
-            verdict: e.verdict,
-            rule: e.rule,
-            approval_id: e.approval_id,
-            outcome: e.outcome,
-            duration_ms: e.duration_ms,
-            detail: e.detail,
-        }
-    }
-}
-
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct AuditPage {
     /// Newest first.
-    pub entries: Vec<AuditRecord>,
+    pub entries: Vec<AuditEntry>,
     /// Pass as `before` for the next (older) page.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_before: Option<i64>,
@@ -115,7 +74,7 @@ pub async fn get_audit(
         .then(|| entries.last().map(|e| e.id))
         .flatten();
     Ok(axum::Json(AuditPage {
-        entries: entries.into_iter().map(Into::into).collect(),
+        entries,
         next_before,
     }))
 }

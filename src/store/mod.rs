@@ -268,8 +268,9 @@ pub struct ApprovalRecord {
     pub decided_at_ms: Option<i64>,
 }
 
-/// One entry of the append-only audit log, as stored.
-#[derive(Debug, Clone, PartialEq)]
+/// One entry of the append-only audit log, as stored (and as `GET
+/// /v1/audit` returns it).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct AuditEntry {
     /// Assigned by the store: global, increasing in insertion order (ids of
     /// rolled-back entries may be skipped).
@@ -280,7 +281,7 @@ pub struct AuditEntry {
     pub tool_call_id: Option<String>,
     pub tool_name: Option<String>,
     /// What happened: `call.executed`, `call.refused`, `approval.requested`,
-    /// `approval.decided`, `call.undone`, `run.rolled_back`, …
+    /// `approval.decided`, `call.undo`, `run.rolled_back`, …
     pub action: String,
     /// The tool's `audit_operation`.
     pub operation: Option<String>,
@@ -291,6 +292,7 @@ pub struct AuditEntry {
     pub approval_id: Option<String>,
     pub outcome: Option<String>,
     pub duration_ms: Option<i64>,
+    #[schema(value_type = Object)]
     pub detail: Value,
 }
 
