@@ -36,6 +36,9 @@ const PG_ADMIN_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 struct Options {
     connections: usize,
     seconds: u64,
+    /// Run only the scenarios whose label contains this text (the baseline
+    /// always runs): `--only echo`, or BENCH_ONLY.
+    only: Option<String>,
 }
 
 impl Options {
@@ -51,12 +54,14 @@ impl Options {
         let mut opts = Options {
             connections: env("BENCH_CONNECTIONS", 64) as usize,
             seconds: env("BENCH_SECONDS", 10),
+            only: std::env::var("BENCH_ONLY").ok().filter(|v| !v.is_empty()),
         };
         let args: Vec<String> = std::env::args().collect();
         for pair in args.windows(2) {
             match (pair[0].as_str(), pair[1].parse::<u64>()) {
                 ("--connections", Ok(n)) => opts.connections = n as usize,
                 ("--seconds", Ok(n)) => opts.seconds = n,
+                ("--only", _) => opts.only = Some(pair[1].clone()),
                 _ => {}
             }
         }
@@ -189,6 +194,47 @@ struct Tally {
     first_error: Option<String>,
 }
 
+/// Sums of the writer's histograms from `/metrics`.
+#[derive(Debug, Clone, Copy, Default)]
+struct WriterFigures {
+    batches: f64,
+    units: f64,
+    busy_seconds: f64,
+    wall_seconds: f64,
+}
+
+impl WriterFigures {
+    async fn read(base: &str) -> Option<WriterFigures> {
+        let text = reqwest::get(format!("{base}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Some(WriterFigures {
+            batches: value("toolgate_writer_batch_units_count"),
+            units: value("toolgate_writer_batch_units_sum"),
+            busy_seconds: value("toolgate_writer_batch_seconds_sum"),
+            wall_seconds: 0.0,
+        })
+    }
+
+    fn since(self, before: WriterFigures, wall: Duration) -> Option<WriterFigures> {
+        let batches = self.batches - before.batches;
+        (batches > 0.0).then_some(WriterFigures {
+            batches,
+            units: self.units - before.units,
+            busy_seconds: self.busy_seconds - before.busy_seconds,
+            wall_seconds: wall.as_secs_f64(),
+        })
+    }
+}
+
 struct Row {
     name: &'static str,
     requests: usize,
@@ -197,6 +243,8 @@ struct Row {
     p99_ms: f64,
     errors: u64,
     first_error: Option<String>,
+    /// The group-commit writer over the scenario (warm-up included).
+    writer: Option<WriterFigures>,
 }
 
 /// The q-quantile of sorted durations (nearest rank), in milliseconds.
@@ -285,6 +333,7 @@ where
         p99_ms: quantile_ms(&all.latencies, 0.99),
         errors: all.errors,
         first_error: all.first_error,
+        writer: None,
     }
 }
 
@@ -335,21 +384,35 @@ fn one_mb_text() -> Vec<u8> {
 async fn run_scenario(
     name: &'static str,
     opts: &Options,
+    server: &Server,
     build: impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder
     + Clone
     + Send
     + Sync
     + 'static,
-) -> Row {
-    let row = measure(
+) -> Option<Row> {
+    let baseline = name.contains("baseline");
+    if let Some(only) = &opts.only
+        && !baseline
+        && !name.contains(only.as_str())
+    {
+        return None;
+    }
+    let before = WriterFigures::read(&server.base).await;
+    let started = Instant::now();
+    let mut row = measure(
         name,
         opts.connections,
         Duration::from_secs(opts.seconds),
         move |client, conn, i| build(client, conn, i).send(),
     )
     .await;
+    let after = WriterFigures::read(&server.base).await;
+    if let (Some(before), Some(after)) = (before, after) {
+        row.writer = after.since(before, started.elapsed());
+    }
     eprintln!("  done: {name}");
-    row
+    Some(row)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -380,27 +443,31 @@ fn main() -> anyhow::Result<()> {
     let mut rows = Vec::new();
 
     let sqlite = Server::start(None)?;
-    rows.push(client_rt.block_on(run_scenario(
+    rows.extend(client_rt.block_on(run_scenario(
         "GET /healthz (baseline)",
         &opts,
+        &sqlite,
         healthz(&sqlite),
     )));
-    rows.push(client_rt.block_on(run_scenario(
+    rows.extend(client_rt.block_on(run_scenario(
         "POST tool-calls echo, SQLite",
         &opts,
+        &sqlite,
         echo_call(&sqlite, "sqlite"),
     )));
     // bash before read_file: the megabyte responses grow this process (server
     // and load generator share it), and every command forks a copy of it.
-    rows.push(client_rt.block_on(run_scenario(
+    rows.extend(client_rt.block_on(run_scenario(
         "POST bash `true`, SQLite",
         &opts,
+        &sqlite,
         tool_call(&sqlite, "bash", "bash", json!({"command": "true"})),
     )));
     sqlite.put_file("big.txt", &one_mb_text())?;
-    rows.push(client_rt.block_on(run_scenario(
+    rows.extend(client_rt.block_on(run_scenario(
         "POST read_file 1 MB, SQLite",
         &opts,
+        &sqlite,
         tool_call(&sqlite, "read", "read_file", json!({"path": "big.txt"})),
     )));
     sqlite.stop();
@@ -411,9 +478,10 @@ fn main() -> anyhow::Result<()> {
             let server = Server::start(Some(db.url.clone()));
             match server {
                 Ok(server) => {
-                    rows.push(client_rt.block_on(run_scenario(
+                    rows.extend(client_rt.block_on(run_scenario(
                         "POST tool-calls echo, Postgres",
                         &opts,
+                        &server,
                         echo_call(&server, "pg"),
                     )));
                     server.stop();
@@ -450,6 +518,27 @@ fn main() -> anyhow::Result<()> {
             r.errors,
             r.rps / baseline
         );
+    }
+    println!();
+    println!(
+        "| {:<32} | {:>9} | {:>11} | {:>9} | {:>11} |",
+        "group-commit writer", "batches/s", "units/batch", "ms/batch", "busy"
+    );
+    println!(
+        "|{:-<34}|{:->11}|{:->13}|{:->11}|{:->13}|",
+        "", "", "", "", ""
+    );
+    for r in &rows {
+        if let Some(w) = r.writer {
+            println!(
+                "| {:<32} | {:>9.0} | {:>11.1} | {:>9.2} | {:>10.0} % |",
+                r.name,
+                w.batches / w.wall_seconds,
+                w.units / w.batches,
+                1000.0 * w.busy_seconds / w.batches,
+                100.0 * w.busy_seconds / w.wall_seconds
+            );
+        }
     }
     if let Some(reason) = skipped {
         println!("\n(c) skipped: {reason}");

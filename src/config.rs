@@ -108,6 +108,9 @@ pub struct ToolSettings {
     pub max_concurrent_calls_per_owner: usize,
     /// Most calls one batch may carry.
     pub max_batch_calls: usize,
+    /// A read-only call's write-ahead shares its result's transaction when
+    /// the tool finishes within this many ms; 0 commits it first always.
+    pub announce_after_ms: u64,
 }
 
 impl Default for ToolSettings {
@@ -118,6 +121,7 @@ impl Default for ToolSettings {
             max_concurrent_calls: 256,
             max_concurrent_calls_per_owner: 64,
             max_batch_calls: 64,
+            announce_after_ms: 20,
         }
     }
 }

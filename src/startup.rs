@@ -118,6 +118,7 @@ impl Application {
             writer.clone(),
             EngineConfig {
                 tool_timeout,
+                announce_after: Duration::from_millis(settings.tools.announce_after_ms),
                 approvals: ApprovalSettings {
                     enabled: settings.approvals.enabled,
                     ttl: Duration::from_secs(settings.approvals.ttl_secs.max(1)),

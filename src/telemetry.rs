@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 /// Human-readable or JSON logs to stderr; `RUST_LOG` filters (default
@@ -29,6 +29,11 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .set_buckets(&[
                     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
                 ])
+                .expect("static buckets are valid")
+                .set_buckets_for_metric(
+                    Matcher::Full("toolgate_writer_batch_units".into()),
+                    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
+                )
                 .expect("static buckets are valid")
                 .build_recorder();
             let handle = recorder.handle();

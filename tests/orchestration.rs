@@ -276,8 +276,220 @@ async fn dry_runs_preview_and_change_nothing(backend: Backend) {
     assert_eq!(s, 422, "{p}");
 }
 
+/// Read-only, no progress: runs until the test releases it.
+struct Held {
+    entered: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Tool for Held {
+    fn definition(&self) -> ToolDefinition {
+        let mut def = definition("held", true, false);
+        def.metadata.read_only = true;
+        def
+    }
+    async fn execute(&self, args: Value, _ctx: ToolContext) -> Result<ToolSuccess, ToolError> {
+        self.entered.notify_one();
+        self.release.notified().await;
+        Ok(ToolSuccess::complete(json!({"released": args["tag"]})))
+    }
+}
+
+/// A read-only call that outlives `tools.announce_after_ms` is recorded and
+/// streamed while it still runs; its result follows in order.
+async fn a_long_read_only_call_is_announced_while_it_runs(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.allow = vec!["held".into()];
+        s.tools.announce_after_ms = 20;
+    })
+    .await;
+    let release = Arc::new(tokio::sync::Notify::new());
+    app.registry
+        .register(Arc::new(Held {
+            entered: Arc::new(tokio::sync::Notify::new()),
+            release: release.clone(),
+        }))
+        .unwrap();
+    let mut sse = app.events("held", "", None).await;
+    assert_eq!(
+        sse.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    let call = app.call(
+        "held",
+        json!({"id": "h1", "name": "held", "arguments": {"tag": "a"}}),
+    );
+    tokio::pin!(call);
+    let announced = tokio::select! {
+        frames = sse.until("TOOL_CALL_END") => frames,
+        (s, out) = &mut call => panic!("answered before it was announced: {s} {out}"),
+    };
+    let kinds: Vec<&str> = announced.iter().map(|f| f.kind()).collect();
+    assert_eq!(
+        kinds,
+        ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
+    );
+    // Events are published only after commit: the record was durable while
+    // the tool still ran.
+    release.notify_one();
+    let (s, out) = call.await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["result"], json!({"released": "a"}));
+    let result = sse.until("TOOL_CALL_RESULT").await;
+    assert_eq!(result.len(), 1, "only the result follows the announcement");
+    assert_eq!(result[0].id, Some(4));
+}
+
+/// With a long announce delay, progress alone forces the announcement: it
+/// precedes the first progress event, and the call is still running.
+async fn progress_announces_a_read_only_call_first(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tools.announce_after_ms = 600_000).await;
+    let mut sse = app.events("prog", "", None).await;
+    assert_eq!(
+        sse.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    let call = app.call(
+        "prog",
+        json!({"id": "p1", "name": "wait", "arguments": {"ms": 1500}}),
+    );
+    tokio::pin!(call);
+    let frames = tokio::select! {
+        frames = sse.until("CUSTOM") => frames,
+        (s, out) = &mut call => panic!("answered before any progress was streamed: {s} {out}"),
+    };
+    let kinds: Vec<&str> = frames.iter().map(|f| f.kind()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "CUSTOM"
+        ]
+    );
+    assert_eq!(frames[3].data["name"], "tool_call.progress");
+    let (s, out) = call.await;
+    assert_eq!(s, 200, "{out}");
+    let rest = sse.until("TOOL_CALL_RESULT").await;
+    assert!(
+        rest[..rest.len() - 1].iter().all(|f| f.kind() == "CUSTOM"),
+        "progress, then the result"
+    );
+    // Re-posting the id replays the stored outcome.
+    let (s, again) = app
+        .call(
+            "prog",
+            json!({"id": "p1", "name": "wait", "arguments": {"ms": 1500}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(again["replayed"], true);
+    assert_eq!(again["message_id"], out["message_id"]);
+}
+
+/// Within the announce delay a read-only call is not recorded yet: its
+/// record and its result commit together.
+async fn a_read_only_call_within_the_delay_commits_once(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.allow = vec!["held".into()];
+        s.tools.announce_after_ms = 600_000;
+    })
+    .await;
+    let (entered, release) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    app.registry
+        .register(Arc::new(Held {
+            entered: entered.clone(),
+            release: release.clone(),
+        }))
+        .unwrap();
+    let call = app.call(
+        "once",
+        json!({"id": "o1", "name": "held", "arguments": {"tag": "b"}}),
+    );
+    tokio::pin!(call);
+    tokio::select! {
+        _ = entered.notified() => {}
+        (s, out) = &mut call => panic!("answered before the tool ran: {s} {out}"),
+    }
+    // The tool runs; the thread's event log is still empty (a replay from
+    // the start shows nothing after RUN_STARTED).
+    let mut replay = app.events("once", "?after=0", None).await;
+    assert_eq!(
+        replay.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    let early = tokio::select! {
+        frame = replay.next(Duration::from_millis(300)) => frame,
+        (s, out) = &mut call => panic!("answered while held: {s} {out}"),
+    };
+    assert!(early.is_none(), "nothing is recorded yet: {early:?}");
+    release.notify_one();
+    let (s, out) = call.await;
+    assert_eq!(s, 200, "{out}");
+    let frames = replay.until("TOOL_CALL_RESULT").await;
+    let ids: Vec<i64> = frames.iter().map(|f| f.id.unwrap()).collect();
+    assert_eq!(ids, [1, 2, 3, 4]);
+}
+
+/// A quick read-only call is stored in one transaction, yet streams and
+/// replays exactly like any other: announcement then result, ids in order.
+async fn a_quick_read_only_call_streams_in_order(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tools.announce_after_ms = 600_000).await;
+    let mut sse = app.events("quick", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    for i in 0..3 {
+        let (s, out) = app
+            .call(
+                "quick",
+                json!({"id": format!("q{i}"), "name": "echo", "arguments": {"text": "x"}}),
+            )
+            .await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let frames = sse.until("TOOL_CALL_RESULT").await;
+        let kinds: Vec<&str> = frames.iter().map(|f| f.kind()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "TOOL_CALL_START",
+                "TOOL_CALL_ARGS",
+                "TOOL_CALL_END",
+                "TOOL_CALL_RESULT"
+            ]
+        );
+        ids.extend(frames.iter().map(|f| f.id.unwrap()));
+    }
+    assert_eq!(ids, (1..=12).collect::<Vec<i64>>());
+    let (s, again) = app
+        .call(
+            "quick",
+            json!({"id": "q1", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(again["replayed"], true);
+    let (s, _) = app
+        .call(
+            "quick",
+            json!({"id": "q1", "name": "echo", "arguments": {"text": "other"}}),
+        )
+        .await;
+    assert_eq!(s, 409);
+}
+
 both_backends!(
     batches_run_safe_calls_together_and_the_rest_in_order,
     limits_answer_429_and_cancellation_frees_the_slot,
     dry_runs_preview_and_change_nothing,
+    a_long_read_only_call_is_announced_while_it_runs,
+    progress_announces_a_read_only_call_first,
+    a_quick_read_only_call_streams_in_order,
+    a_read_only_call_within_the_delay_commits_once,
 );

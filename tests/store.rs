@@ -1225,6 +1225,8 @@ struct Observed {
     inner: DynStore,
     batches: AtomicUsize,
     fail: bool,
+    /// Panic instead of applying (a store bug): takes the writer down.
+    panic: bool,
 }
 
 #[async_trait]
@@ -1307,6 +1309,7 @@ impl Store for Observed {
     }
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         self.batches.fetch_add(1, Ordering::SeqCst);
+        assert!(!self.panic, "the store panics while applying a batch");
         if self.fail {
             return Err(StoreError::Database(sqlx::Error::Io(std::io::Error::new(
                 std::io::ErrorKind::ConnectionReset,
@@ -1343,6 +1346,7 @@ async fn writer_groups_concurrent_writes_and_hooks_before_acks(store: DynStore) 
         inner: store.clone(),
         batches: AtomicUsize::new(0),
         fail: false,
+        panic: false,
     });
     let log = Arc::new(HookLog::default());
     let writer = Writer::spawn(observed.clone(), WriterConfig::default(), log.hook());
@@ -1474,6 +1478,7 @@ async fn writer_fails_every_caller_of_a_failed_batch(store: DynStore) {
         inner: store.clone(),
         batches: AtomicUsize::new(0),
         fail: true,
+        panic: false,
     });
     let log = Arc::new(HookLog::default());
     let writer = Writer::spawn(failing.clone(), WriterConfig::default(), log.hook());
@@ -3107,27 +3112,35 @@ async fn sqlite_urls_open_files_and_memory() {
     assert!(dir.path().join("via-url.db").exists());
 }
 
-/// A writer whose task is gone answers `WriterClosed`.
+/// A writer whose thread is gone (a store that panicked) answers
+/// `WriterClosed`, to the callers of the batch and to every later one.
 #[test]
 fn writing_after_the_writer_task_is_gone_is_writer_closed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("toolgate.db");
-    let first = tokio::runtime::Runtime::new().unwrap();
-    let writer = first.block_on(async {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
         let store: DynStore = Arc::new(SqliteStore::open_file(&path).await.unwrap());
-        Writer::spawn(
-            store,
+        let panicking = Arc::new(Observed {
+            inner: store,
+            batches: AtomicUsize::new(0),
+            fail: false,
+            panic: true,
+        });
+        let writer = Writer::spawn(
+            panicking.clone(),
             WriterConfig::default(),
             Arc::new(|_: &[StoredEvent]| {}),
-        )
+        );
+        for _ in 0..2 {
+            let result = writer.write(unit("t", "alice", vec![events(1)])).await;
+            assert!(
+                matches!(result, Err(StoreError::WriterClosed)),
+                "{result:?}"
+            );
+        }
+        assert_eq!(panicking.batches.load(Ordering::SeqCst), 1);
     });
-    drop(first); // shuts the writer task down
-    let second = tokio::runtime::Runtime::new().unwrap();
-    let result = second.block_on(writer.write(unit("t", "alice", vec![events(1)])));
-    assert!(
-        matches!(result, Err(StoreError::WriterClosed)),
-        "{result:?}"
-    );
 }
 
 #[test]

@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::{
-    CallRequest, Engine, Executed, Permission, Rejection, audit, new_event, observe, postprocess,
+    CallRequest, Engine, Executed, Permission, Rejection, WriteAhead, audit, new_event, observe,
+    postprocess,
 };
 use crate::protocol::agui::{Event, EventBody};
 use crate::protocol::calls::{CallShape, IncomingCall};
@@ -384,6 +385,7 @@ impl Engine {
                     &guard,
                     &permission,
                     Some(&approval.id),
+                    WriteAhead::Written,
                 )
                 .await
                 .map(|_| ()),

@@ -39,6 +39,9 @@ pub use undo::{RollbackReport, RollbackStep, UndoError};
 pub struct EngineConfig {
     /// Longest a tool may run before it is stopped with `TIMEOUT`.
     pub tool_timeout: Duration,
+    /// How long a read-only call may run before its write-ahead is committed
+    /// on its own rather than with its result; zero: always first.
+    pub announce_after: Duration,
     pub approvals: ApprovalSettings,
     pub permissions: PermissionConfig,
 }
@@ -225,10 +228,14 @@ impl Engine {
         // 1. Resolve the tool by name or alias.
         let tool = self.resolve(&req.call.name)?;
 
-        // The first pass is optimistic: a new call id is the common case,
-        // and the write-ahead's unique key finds a recorded one anyway
-        // (Conflict → look again, this time in the store).
-        let mut optimistic = true;
+        // A read-only tool's write-ahead may be deferred (step 7); such a
+        // call looks its id up before running, so a repeated id answers at
+        // once instead of running the tool again first.
+        let deferred = tool.definition.metadata.read_only && !self.config.announce_after.is_zero();
+        // Otherwise the first pass is optimistic: a new call id is the
+        // common case, and the write-ahead's unique key finds a recorded one
+        // anyway (Conflict → look again, this time in the store).
+        let mut optimistic = !deferred;
         loop {
             // 2. Idempotency: a call id seen before in this thread answers
             //    with its stored outcome and runs nothing again.
@@ -295,32 +302,52 @@ impl Engine {
             }
 
             // 7. Write-ahead: the call is recorded `running` before it runs.
+            //    A read-only tool changes nothing outside toolgate, so its
+            //    record may wait: it is written with the result in one
+            //    transaction if the tool finishes within ANNOUNCE_AFTER, and
+            //    on its own as soon as it takes longer or reports progress.
             let Some(guard) = self.claim_in_flight(&req.thread_id, &req.call.id) else {
                 continue; // someone started the same id a moment ago: wait for it
             };
-            match self
-                .write_ahead(&req, &tool.definition.name, CallStatus::Running, vec![])
-                .await
-            {
-                Ok(()) => {}
-                Err(StoreError::Conflict(_)) => {
-                    drop(guard);
-                    continue; // recorded by another process between 2 and 7
+            let (unit, events) =
+                Self::write_ahead_unit(&req, &tool.definition.name, CallStatus::Running, vec![]);
+            let write_ahead = if deferred {
+                WriteAhead::deferred(self.writer.clone(), unit, events, req.observer.clone())
+            } else {
+                match self.commit_write_ahead(&req, unit, events).await {
+                    Ok(()) => WriteAhead::Written,
+                    Err(StoreError::Conflict(_)) => {
+                        drop(guard);
+                        continue; // recorded by another process between 2 and 7
+                    }
+                    Err(e) => return Err(e.into()),
                 }
-                Err(e) => return Err(e.into()),
-            }
+            };
 
             // 8.–11. Execute, capture undo, post-process, store and stream.
             let outcome = self
-                .run_and_finish(&req, &tool, arguments, &guard, &permission, None)
+                .run_and_finish(
+                    &req,
+                    &tool,
+                    arguments,
+                    &guard,
+                    &permission,
+                    None,
+                    write_ahead,
+                )
                 .await;
             drop(guard);
-            return outcome.map(Executed::Finished).map_err(Rejection::from);
+            match outcome {
+                // A deferred record met one written by another process.
+                Err(StoreError::Conflict(_)) if deferred => continue,
+                outcome => return outcome.map(Executed::Finished).map_err(Rejection::from),
+            }
         }
     }
 
     /// Steps 8–11 for a call already recorded `running` (by the write-ahead,
     /// or by an approval's decision).
+    #[allow(clippy::too_many_arguments)]
     async fn run_and_finish(
         &self,
         req: &CallRequest,
@@ -329,11 +356,18 @@ impl Engine {
         guard: &InFlightGuard<'_>,
         permission: &Permission,
         approval_id: Option<&str>,
+        write_ahead: WriteAhead,
     ) -> Result<CallOutcome, StoreError> {
         // 8. Execute with timeout, cancellation and progress events.
         let started = Instant::now();
         let executed = self
-            .run_tool(req, tool, arguments.clone(), guard.cancel.clone())
+            .run_tool(
+                req,
+                tool,
+                arguments.clone(),
+                guard.cancel.clone(),
+                &write_ahead,
+            )
             .await;
         // 9. Undo capture (a dry run has nothing to undo).
         let undo = executed
@@ -360,13 +394,16 @@ impl Engine {
                 undone_by: req.call.id.clone(),
             });
         }
-        self.finish(
+        // A write-ahead still deferred goes in the result's transaction.
+        let (mut ops, announced) = write_ahead.into_unwritten().unwrap_or_default();
+        ops.extend(extra);
+        let finishing = Self::finish_ops(&output, undo, ops, announced);
+        self.commit_finish(
             &req.owner,
             &req.thread_id,
             output,
-            undo,
             req.observer.as_ref(),
-            extra,
+            finishing,
         )
         .await
     }
@@ -502,6 +539,29 @@ impl Engine {
         status: CallStatus,
         extra: Vec<WriteOp>,
     ) -> Result<(), StoreError> {
+        let (unit, events) = Self::write_ahead_unit(req, name, status, extra);
+        self.commit_write_ahead(req, unit, events).await
+    }
+
+    async fn commit_write_ahead(
+        &self,
+        req: &CallRequest,
+        unit: WriteUnit,
+        events: Vec<Event>,
+    ) -> Result<(), StoreError> {
+        self.writer.write(unit).await?;
+        observe(req.observer.as_ref(), events);
+        Ok(())
+    }
+
+    /// The write-ahead's unit (the call's record, its announcement and
+    /// `extra` operations) and the announcement's events.
+    fn write_ahead_unit(
+        req: &CallRequest,
+        name: &str,
+        status: CallStatus,
+        extra: Vec<WriteOp>,
+    ) -> (WriteUnit, Vec<Event>) {
         let events = Self::announce(req, name);
         let mut ops = vec![WriteOp::InsertToolCall(NewToolCall {
             id: req.call.id.clone(),
@@ -526,15 +586,12 @@ impl Engine {
         let mut new_events: Vec<NewEvent> = events.iter().map(new_event).collect();
         new_events.extend(extra_events);
         ops.push(WriteOp::AppendEvents(new_events));
-        self.writer
-            .write(WriteUnit {
-                thread_id: req.thread_id.clone(),
-                owner: req.owner.clone(),
-                ops,
-            })
-            .await?;
-        observe(req.observer.as_ref(), events);
-        Ok(())
+        let unit = WriteUnit {
+            thread_id: req.thread_id.clone(),
+            owner: req.owner.clone(),
+            ops,
+        };
+        (unit, events)
     }
 
     async fn run_tool(
@@ -543,6 +600,7 @@ impl Engine {
         tool: &Arc<RegisteredTool>,
         arguments: Value,
         cancel: CancellationToken,
+        write_ahead: &WriteAhead,
     ) -> Result<ToolSuccess, ToolError> {
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let progress_task = tokio::spawn(forward_progress(
@@ -552,6 +610,7 @@ impl Engine {
             req.call.id.clone(),
             progress_rx,
             req.observer.clone(),
+            write_ahead.pending(),
         ));
         let ctx = ToolContext {
             owner: req.owner.clone(),
@@ -586,7 +645,24 @@ impl Engine {
             .map_or(self.config.tool_timeout, |d| {
                 d.max(self.config.tool_timeout)
             });
-        let result = await_tool(handle, limit, &cancel).await;
+        let finished = await_tool(handle, limit, &cancel);
+        let result = match write_ahead.pending() {
+            None => finished.await,
+            Some(pending) => {
+                tokio::pin!(finished);
+                tokio::select! {
+                    result = &mut finished => result,
+                    _ = tokio::time::sleep(self.config.announce_after) => {
+                        // Taking longer: announce it now. Should that fail,
+                        // the result's transaction tries again and answers.
+                        if let Err(e) = pending.ensure_written().await {
+                            tracing::debug!(error = %e, "deferred write-ahead not recorded");
+                        }
+                        finished.await
+                    }
+                }
+            }
+        };
         // Progress events must be in the log before the result.
         let _ = progress_task.await;
         let status = match &result {
@@ -613,17 +689,29 @@ impl Engine {
         observer: Option<&mpsc::UnboundedSender<Event>>,
         extra: Vec<WriteOp>,
     ) -> Result<CallOutcome, StoreError> {
+        let finishing = Self::finish_ops(&output, undo, extra, Vec::new());
+        self.commit_finish(owner, thread_id, output, observer, finishing)
+            .await
+    }
+
+    /// The result's unit: `ops` (and the events `announced` by them), then
+    /// the call's end, its tool message and the TOOL_CALL_RESULT event.
+    fn finish_ops(
+        output: &ToolAgentOutput,
+        undo: Option<crate::protocol::tool_output::UndoInfo>,
+        mut ops: Vec<WriteOp>,
+        announced: Vec<Event>,
+    ) -> Finishing {
         let message_id = format!("msg_{}", uuid::Uuid::now_v7().simple());
-        let ui_schema = compile_ui(&output);
-        let event = result_event(&output, &message_id, ui_schema.as_ref());
+        let ui_schema = compile_ui(output);
+        let event = result_event(output, &message_id, ui_schema.as_ref());
         let status = match output.status {
             crate::protocol::tool_output::ToolStatus::Success => CallStatus::Success,
             crate::protocol::tool_output::ToolStatus::Failure => CallStatus::Failure,
             crate::protocol::tool_output::ToolStatus::Partial => CallStatus::Partial,
         };
-        let stored_output = serde_json::to_value(&output).expect("outputs serialize");
+        let stored_output = serde_json::to_value(output).expect("outputs serialize");
         let now = now_ms();
-        let mut ops = extra;
         ops.push(WriteOp::FinishToolCall(FinishedToolCall {
             id: output.tool_call_id.clone(),
             status,
@@ -641,21 +729,42 @@ impl Engine {
             created_at_ms: now,
         }));
         ops.push(WriteOp::AppendEvents(vec![new_event(&event)]));
+        Finishing {
+            ops,
+            announced,
+            event,
+            message_id,
+            ui_schema,
+        }
+    }
+
+    /// Commit a result's unit; observers hear of `announced` (a deferred
+    /// write-ahead's events) and the result only after commit.
+    async fn commit_finish(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        output: ToolAgentOutput,
+        observer: Option<&mpsc::UnboundedSender<Event>>,
+        finishing: Finishing,
+    ) -> Result<CallOutcome, StoreError> {
         self.writer
             .write(WriteUnit {
                 thread_id: thread_id.to_string(),
                 owner: owner.to_string(),
-                ops,
+                ops: finishing.ops,
             })
             .await?;
-        observe(observer, vec![event]);
+        let mut events = finishing.announced;
+        events.push(finishing.event);
+        observe(observer, events);
         let _ = self
             .finished
             .send((thread_id.to_string(), output.tool_call_id.clone()));
         Ok(CallOutcome {
             output,
-            ui_schema,
-            message_id,
+            ui_schema: finishing.ui_schema,
+            message_id: finishing.message_id,
             replayed: false,
         })
     }
@@ -710,17 +819,20 @@ impl Engine {
                 req.call.id
             )));
         }
-        self.write_ahead(&req, tool_name, CallStatus::Running, vec![])
-            .await?;
+        // Nothing runs: the record and its result share one transaction.
+        let (unit, announced) =
+            Self::write_ahead_unit(&req, tool_name, CallStatus::Running, vec![]);
         let output =
             postprocess::failure_output(tool_name, &req.call.id, &req.call.arguments, error);
-        self.finish(
+        let mut ops = unit.ops;
+        ops.push(WriteOp::AppendAudit(audit));
+        let finishing = Self::finish_ops(&output, None, ops, announced);
+        self.commit_finish(
             &req.owner,
             &req.thread_id,
             output,
-            None,
             req.observer.as_ref(),
-            vec![WriteOp::AppendAudit(audit)],
+            finishing,
         )
         .await
     }
@@ -850,6 +962,83 @@ impl Engine {
 /// How long a cancelled or timed-out tool may take to stop by itself (and
 /// report what it did) before its task is aborted.
 const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The result's half of a call: what [`Engine::finish_ops`] prepared.
+struct Finishing {
+    ops: Vec<WriteOp>,
+    /// Events of `ops` before the result (a deferred write-ahead's).
+    announced: Vec<Event>,
+    event: Event,
+    message_id: String,
+    ui_schema: Option<Value>,
+}
+
+/// Step 7's record of a call about to run.
+enum WriteAhead {
+    /// Committed before the tool started.
+    Written,
+    /// A read-only call's record, not yet committed: it goes in with the
+    /// result, or on its own when the call runs long or reports progress.
+    Deferred(Arc<PendingWriteAhead>),
+}
+
+impl WriteAhead {
+    fn deferred(
+        writer: Writer,
+        unit: WriteUnit,
+        events: Vec<Event>,
+        observer: Option<mpsc::UnboundedSender<Event>>,
+    ) -> Self {
+        WriteAhead::Deferred(Arc::new(PendingWriteAhead {
+            writer,
+            unit,
+            events,
+            observer,
+            written: tokio::sync::OnceCell::new(),
+        }))
+    }
+
+    fn pending(&self) -> Option<Arc<PendingWriteAhead>> {
+        match self {
+            WriteAhead::Written => None,
+            WriteAhead::Deferred(pending) => Some(pending.clone()),
+        }
+    }
+
+    /// The operations and events of a record still uncommitted, for the
+    /// result's transaction; `None` once it is committed.
+    fn into_unwritten(self) -> Option<(Vec<WriteOp>, Vec<Event>)> {
+        match self {
+            WriteAhead::Deferred(pending) if !pending.written.initialized() => {
+                Some((pending.unit.ops.clone(), pending.events.clone()))
+            }
+            _ => None,
+        }
+    }
+}
+
+struct PendingWriteAhead {
+    writer: Writer,
+    unit: WriteUnit,
+    events: Vec<Event>,
+    observer: Option<mpsc::UnboundedSender<Event>>,
+    written: tokio::sync::OnceCell<()>,
+}
+
+impl PendingWriteAhead {
+    /// Commit the record now, once (concurrent callers wait for the one
+    /// write; a failed write may be tried again).
+    async fn ensure_written(&self) -> Result<(), StoreError> {
+        self.written
+            .get_or_try_init(|| async {
+                self.writer.write(self.unit.clone()).await?;
+                observe(self.observer.as_ref(), self.events.clone());
+                Ok::<(), StoreError>(())
+            })
+            .await
+            .map(|_| ())
+    }
+}
 
 /// Wait for a tool's task until it finishes, times out, or is cancelled.
 /// Whatever happens, the task is gone when this returns, so its progress
@@ -1051,8 +1240,16 @@ async fn forward_progress(
     call_id: String,
     mut rx: mpsc::UnboundedReceiver<crate::tools::Progress>,
     observer: Option<mpsc::UnboundedSender<Event>>,
+    pending: Option<Arc<PendingWriteAhead>>,
 ) {
     while let Some(p) = rx.recv().await {
+        // Progress follows the call's announcement in the log.
+        if let Some(pending) = &pending
+            && let Err(e) = pending.ensure_written().await
+        {
+            tracing::warn!(error = %e, "progress event not recorded: the call is not");
+            continue;
+        }
         let event = Event::new(EventBody::Custom {
             name: "tool_call.progress".into(),
             value: json!({"toolCallId": call_id, "progress": p.fraction, "detail": p.detail}),

@@ -94,6 +94,9 @@ const MESSAGE_COLUMNS: &str =
 
 pub struct PgStore {
     pool: PgPool,
+    /// One connection for [`Store::apply_batch`], used by the group-commit
+    /// writer alone.
+    batches: PgPool,
 }
 
 impl PgStore {
@@ -106,7 +109,16 @@ impl PgStore {
             .connect(url)
             .await?;
         Migrator::new(Embedded).await?.run(&pool).await?;
-        Ok(PgStore { pool })
+        // Connected on first use, by the writer's own runtime; no idle reaper
+        // (it would run on this one).
+        let batches = PgPoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_lazy(url)?;
+        Ok(PgStore { pool, batches })
     }
 
     /// The connection pool (e.g. for `LISTEN`/`NOTIFY`).
@@ -1169,7 +1181,7 @@ impl Store for PgStore {
             return Ok(Vec::new());
         }
         if let Some(plan) = Plan::new(units, apply_order(units)) {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.batches.begin().await?;
             match apply_plan(&mut tx, &plan).await {
                 Ok(Some(receipts)) => {
                     tx.commit().await?;
@@ -1192,7 +1204,7 @@ impl PgStore {
     ) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
             (0..units.len()).map(|_| None).collect();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.batches.begin().await?;
         for index in apply_order(units) {
             let mut savepoint = tx.begin().await?;
             match apply_unit(&mut savepoint, &units[index]).await {

@@ -71,10 +71,21 @@ impl fmt::Debug for Writer {
 }
 
 impl Writer {
-    /// Start the writer task on the current tokio runtime.
+    /// Start the writer on a thread of its own, with its own single-thread
+    /// runtime: a batch awaits the database several times (statements,
+    /// commit), and on the server's runtime each of those wake-ups would
+    /// queue behind every request being served, stretching each batch and
+    /// so every caller's wait.
     pub fn spawn(store: DynStore, config: WriterConfig, on_commit: CommitHook) -> Writer {
         let (jobs, queue) = mpsc::channel(config.channel_capacity.max(1));
-        tokio::spawn(run(store, config, on_commit, queue));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("the writer's runtime starts");
+        std::thread::Builder::new()
+            .name("toolgate-writer".into())
+            .spawn(move || runtime.block_on(run(store, config, on_commit, queue)))
+            .expect("the writer's thread starts");
         Writer { jobs }
     }
 
@@ -139,7 +150,11 @@ async fn commit_batch(
     units: &[WriteUnit],
     replies: &mut Vec<oneshot::Sender<StoreResult<UnitReceipt>>>,
 ) {
-    let results = match store.apply_batch(units).await {
+    let started = std::time::Instant::now();
+    let applied = store.apply_batch(units).await;
+    metrics::histogram!("toolgate_writer_batch_units").record(units.len() as f64);
+    metrics::histogram!("toolgate_writer_batch_seconds").record(started.elapsed().as_secs_f64());
+    let results = match applied {
         Ok(results) if results.len() == units.len() => results,
         Ok(results) => {
             // A store bug; the transaction did commit, but which unit got
