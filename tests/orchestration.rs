@@ -339,6 +339,21 @@ async fn a_long_read_only_call_is_announced_while_it_runs(backend: Backend) {
     let result = sse.until("TOOL_CALL_RESULT").await;
     assert_eq!(result.len(), 1, "only the result follows the announcement");
     assert_eq!(result[0].id, Some(4));
+
+    // Re-posting the id replays the stored outcome. The tool is not
+    // released again: a repeated run is stopped once its record conflicts.
+    let again = tokio::time::timeout(
+        Duration::from_secs(30),
+        app.call(
+            "held",
+            json!({"id": "h1", "name": "held", "arguments": {"tag": "a"}}),
+        ),
+    )
+    .await
+    .expect("a repeated id answers without the tool finishing");
+    assert_eq!(again.0, 200, "{}", again.1);
+    assert_eq!(again.1["replayed"], true);
+    assert_eq!(again.1["message_id"], out["message_id"]);
 }
 
 /// With a long announce delay, progress alone forces the announcement: it

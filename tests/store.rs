@@ -253,6 +253,7 @@ on_both_backends! {
         undo_links_are_recorded_once,
         owner_rules_round_trip_and_overwrite,
         a_large_batch_across_threads_commits_in_thread_then_unit_order,
+        a_call_recorded_and_finished_in_one_unit_is_stored_as_if_in_two,
         a_failing_unit_in_a_large_batch_fails_alone,
         duplicate_and_dependent_ids_within_one_batch,
     ],
@@ -3201,6 +3202,70 @@ fn result_of(thread: &str, call: &str) -> WriteUnit {
             WriteOp::AppendAudit(audit_in(thread, call, 2)),
         ],
     )
+}
+
+/// A read-only call's record and result in one unit (the engine's single
+/// transaction), in a large batch and alone: stored exactly as when the two
+/// halves commit apart.
+async fn a_call_recorded_and_finished_in_one_unit_is_stored_as_if_in_two(store: DynStore) {
+    let fused = |thread: &str, call: &str| {
+        let mut unit = write_ahead(thread, call);
+        unit.ops.extend(result_of(thread, call).ops);
+        unit
+    };
+    for (i, c) in ["a", "b"].iter().enumerate() {
+        apply_one(&store, write_ahead("two", c)).await.unwrap();
+        apply_one(&store, result_of("two", c)).await.unwrap();
+        if i == 0 {
+            apply_one(&store, fused("one", c)).await.unwrap();
+        }
+    }
+    let batch: Vec<WriteUnit> = (0..40)
+        .map(|i| fused(if i == 7 { "one" } else { "many" }, &format!("m{i}")))
+        .collect();
+    for result in store.apply_batch(&batch).await.unwrap() {
+        result.unwrap();
+    }
+    apply_one(&store, fused("one", "b")).await.unwrap();
+
+    for (thread, call) in [("one", "a"), ("one", "b"), ("many", "m3")] {
+        let got = store.tool_call(thread, call).await.unwrap().unwrap();
+        let want = store
+            .tool_call("two", if call == "m3" { "a" } else { call })
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.status, CallStatus::Success, "{thread}/{call}");
+        if call != "m3" {
+            assert_eq!(got.output, want.output);
+            assert_eq!(got.undo, want.undo);
+            assert_eq!(got.message_id, want.message_id);
+        } else {
+            assert_eq!(got.message_id.as_deref(), Some("msg-m3"));
+        }
+        assert_eq!(got.finished_at_ms, want.finished_at_ms);
+        assert_eq!(got.args, want.args);
+    }
+    // Recorded order (ordinals) as committed.
+    let order = |records: Vec<toolgate::store::ToolCallRecord>| {
+        records.into_iter().map(|r| r.id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        order(store.run_calls("one", "run-one").await.unwrap()),
+        ["a", "m7", "b"]
+    );
+    let many: Vec<String> = (0..40)
+        .filter(|&i| i != 7)
+        .map(|i| format!("m{i}"))
+        .collect();
+    assert_eq!(
+        order(store.run_calls("many", "run-many").await.unwrap()),
+        many
+    );
+    // Nothing is left running, and each thread's log is 4 events per call.
+    assert!(store.running_tool_calls().await.unwrap().is_empty());
+    assert_eq!(store.last_event_seq("one").await.unwrap(), 12);
+    assert_eq!(store.last_event_seq("many").await.unwrap(), 4 * 39);
 }
 
 /// Per thread, the units of `units` in batch order, as (unit index).

@@ -228,14 +228,14 @@ impl Engine {
         // 1. Resolve the tool by name or alias.
         let tool = self.resolve(&req.call.name)?;
 
-        // A read-only tool's write-ahead may be deferred (step 7); such a
-        // call looks its id up before running, so a repeated id answers at
-        // once instead of running the tool again first.
+        // A read-only tool's write-ahead may be deferred (step 7).
         let deferred = tool.definition.metadata.read_only && !self.config.announce_after.is_zero();
-        // Otherwise the first pass is optimistic: a new call id is the
-        // common case, and the write-ahead's unique key finds a recorded one
-        // anyway (Conflict → look again, this time in the store).
-        let mut optimistic = !deferred;
+        // The first pass is optimistic: a new call id is the common case,
+        // and the write-ahead's unique key finds a recorded one anyway
+        // (Conflict → look again, this time in the store). A deferred
+        // write-ahead finds it when it is committed: with the result, or
+        // after `announce_after`, when the repeated call is stopped.
+        let mut optimistic = true;
         loop {
             // 2. Idempotency: a call id seen before in this thread answers
             //    with its stored outcome and runs nothing again.
@@ -654,9 +654,15 @@ impl Engine {
                     result = &mut finished => result,
                     _ = tokio::time::sleep(self.config.announce_after) => {
                         // Taking longer: announce it now. Should that fail,
-                        // the result's transaction tries again and answers.
-                        if let Err(e) = pending.ensure_written().await {
-                            tracing::debug!(error = %e, "deferred write-ahead not recorded");
+                        // the result's transaction tries again and answers;
+                        // an id recorded meanwhile (a repeated call) stops
+                        // this run, whose result would not be stored.
+                        match pending.ensure_written().await {
+                            Ok(()) => {}
+                            Err(StoreError::Conflict(_)) => cancel.cancel(),
+                            Err(e) => {
+                                tracing::debug!(error = %e, "deferred write-ahead not recorded")
+                            }
                         }
                         finished.await
                     }

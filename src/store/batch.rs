@@ -55,6 +55,31 @@ pub(crate) struct CallRow<'a> {
     pub owner: &'a str,
     pub call: &'a NewToolCall,
     pub ordinal: i64,
+    /// The call's end, when the same batch finishes it: the row is then
+    /// inserted finished rather than inserted and updated.
+    pub finish: Option<&'a FinishedToolCall>,
+}
+
+impl CallRow<'_> {
+    pub fn status(&self) -> &'static str {
+        self.finish.map_or(self.call.status, |f| f.status).as_str()
+    }
+
+    pub fn output(&self) -> Option<&serde_json::Value> {
+        self.finish.map(|f| &f.output)
+    }
+
+    pub fn undo(&self) -> Option<&serde_json::Value> {
+        self.finish.and_then(|f| f.undo.as_ref())
+    }
+
+    pub fn message_id(&self) -> Option<&str> {
+        self.finish.map(|f| f.message_id.as_str())
+    }
+
+    pub fn finished_at_ms(&self) -> Option<i64> {
+        self.finish.map(|f| f.finished_at_ms)
+    }
 }
 
 pub(crate) struct FinishRow<'a> {
@@ -184,6 +209,8 @@ impl<'a> Plan<'a> {
             audit_units: Vec::new(),
             receipts: vec![UnitReceipt::default(); self.units.len()],
         };
+        // Calls inserted by the batch: (thread, id) → index in rows.calls.
+        let mut inserted: HashMap<(&str, &str), usize> = HashMap::new();
         for &index in &self.order {
             let unit = &self.units[index];
             let thread = unit.thread_id.as_str();
@@ -193,18 +220,26 @@ impl<'a> Plan<'a> {
             for op in &unit.ops {
                 match op {
                     WriteOp::InsertToolCall(call) => {
+                        inserted.insert((thread, call.id.as_str()), rows.calls.len());
                         rows.calls.push(CallRow {
                             thread_id: thread,
                             owner: &unit.owner,
                             call,
                             ordinal: *ordinal,
+                            finish: None,
                         });
                         *ordinal += 1;
                     }
-                    WriteOp::FinishToolCall(finished) => rows.finishes.push(FinishRow {
-                        thread_id: thread,
-                        finished,
-                    }),
+                    // Plan::new admits one change per call, after its insert.
+                    WriteOp::FinishToolCall(finished) => {
+                        match inserted.get(&(thread, finished.id.as_str())) {
+                            Some(&row) => rows.calls[row].finish = Some(finished),
+                            None => rows.finishes.push(FinishRow {
+                                thread_id: thread,
+                                finished,
+                            }),
+                        }
+                    }
                     WriteOp::InsertMessage(message) => {
                         rows.messages.push(MessageRow {
                             thread_id: thread,

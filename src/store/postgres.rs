@@ -687,13 +687,15 @@ async fn apply_plan(
         let c = &rows.calls;
         let done = sqlx::query(
             "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-                 created_at_ms, undo_of, ordinal) \
+                 created_at_ms, undo_of, ordinal, output, undo, message_id, finished_at_ms) \
              SELECT u.thread_id, u.id, u.owner, u.run_id, u.tool_name, u.args::JSONB, u.status, \
-                 u.created_at_ms, u.undo_of, u.ordinal \
+                 u.created_at_ms, u.undo_of, u.ordinal, u.output::JSONB, u.undo::JSONB, \
+                 u.message_id, u.finished_at_ms \
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
-                 $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[]) \
+                 $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[], \
+                 $11::TEXT[], $12::TEXT[], $13::TEXT[], $14::BIGINT[]) \
                  AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
-                     undo_of, ordinal) \
+                     undo_of, ordinal, output, undo, message_id, finished_at_ms) \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -710,7 +712,7 @@ async fn apply_plan(
                 .map(|r| json_text(&r.call.args))
                 .collect::<Vec<_>>(),
         )
-        .bind(c.iter().map(|r| r.call.status.as_str()).collect::<Vec<_>>())
+        .bind(c.iter().map(|r| r.status()).collect::<Vec<_>>())
         .bind(c.iter().map(|r| r.call.created_at_ms).collect::<Vec<_>>())
         .bind(
             c.iter()
@@ -718,6 +720,18 @@ async fn apply_plan(
                 .collect::<Vec<_>>(),
         )
         .bind(c.iter().map(|r| r.ordinal).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|r| r.output().map(json_text))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|r| r.undo().map(json_text))
+                .collect::<Vec<_>>(),
+        )
+        .bind(c.iter().map(|r| r.message_id()).collect::<Vec<_>>())
+        .bind(c.iter().map(|r| r.finished_at_ms()).collect::<Vec<_>>())
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != c.len() as u64 {

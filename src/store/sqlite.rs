@@ -40,6 +40,13 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Page cache of the batch connection: 64 MiB (negative: KiB).
 const BATCH_CACHE_SIZE: &str = "-65536";
 
+/// WAL pages after which a commit of the batch connection copies the WAL
+/// back into the database (SQLite's default is 1000). Pages rewritten by
+/// every batch (thread counters, the newest index leaves) are copied once
+/// per checkpoint, so fewer, larger checkpoints copy less in all; the WAL
+/// grows to about 40 MB between them.
+const BATCH_AUTOCHECKPOINT: &str = "10000";
+
 /// The migrations of `migrations/sqlite`, embedded in the binary.
 ///
 /// `sqlx::migrate!` lives behind sqlx's `macros` feature, which this crate
@@ -163,7 +170,11 @@ impl SqliteStore {
                 .min_connections(1)
                 .idle_timeout(None)
                 .max_lifetime(None)
-                .connect_with(options.pragma("cache_size", BATCH_CACHE_SIZE))
+                .connect_with(
+                    options
+                        .pragma("cache_size", BATCH_CACHE_SIZE)
+                        .pragma("wal_autocheckpoint", BATCH_AUTOCHECKPOINT),
+                )
                 .await?
         };
         Ok(SqliteStore { pool, batches })
@@ -732,10 +743,10 @@ async fn apply_plan(
     let rows = plan.rows(&counters);
 
     let mut inserted = 0;
-    for chunk in chunks(&rows.calls, 10) {
+    for chunk in chunks(&rows.calls, 14) {
         let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-             created_at_ms, undo_of, ordinal) ",
+             created_at_ms, undo_of, ordinal, output, undo, message_id, finished_at_ms) ",
         );
         query.push_values(chunk, |mut row, c| {
             row.push_bind(c.thread_id)
@@ -744,10 +755,14 @@ async fn apply_plan(
                 .push_bind(&c.call.run_id)
                 .push_bind(&c.call.tool_name)
                 .push_bind(json_text(&c.call.args))
-                .push_bind(c.call.status.as_str())
+                .push_bind(c.status())
                 .push_bind(c.call.created_at_ms)
                 .push_bind(&c.call.undo_of)
-                .push_bind(c.ordinal);
+                .push_bind(c.ordinal)
+                .push_bind(c.output().map(json_text))
+                .push_bind(c.undo().map(json_text))
+                .push_bind(c.message_id())
+                .push_bind(c.finished_at_ms());
         });
         query.push(" ON CONFLICT (thread_id, id) DO NOTHING");
         inserted += query.build().execute(&mut *conn).await?.rows_affected();
