@@ -304,7 +304,7 @@ impl Engine {
             // 7. Write-ahead: the call is recorded `running` before it runs.
             //    A read-only tool changes nothing outside toolgate, so its
             //    record may wait: it is written with the result in one
-            //    transaction if the tool finishes within ANNOUNCE_AFTER, and
+            //    transaction if the tool finishes within `announce_after`, and
             //    on its own as soon as it takes longer or reports progress.
             let Some(guard) = self.claim_in_flight(&req.thread_id, &req.call.id) else {
                 continue; // someone started the same id a moment ago: wait for it
