@@ -1012,11 +1012,15 @@ impl WriteAhead {
     }
 
     /// The operations and events of a record still uncommitted, for the
-    /// result's transaction; `None` once it is committed.
+    /// result's transaction; `None` once it is committed. Moved, not
+    /// copied, once the progress forwarder has let go of the record.
     fn into_unwritten(self) -> Option<(Vec<WriteOp>, Vec<Event>)> {
         match self {
             WriteAhead::Deferred(pending) if !pending.written.initialized() => {
-                Some((pending.unit.ops.clone(), pending.events.clone()))
+                Some(match Arc::try_unwrap(pending) {
+                    Ok(pending) => (pending.unit.ops, pending.events),
+                    Err(shared) => (shared.unit.ops.clone(), shared.events.clone()),
+                })
             }
             _ => None,
         }
