@@ -25,6 +25,16 @@ use super::{
     WriteOp, WriteUnit, checks,
 };
 
+/// The order in which a batch's units are applied: grouped by thread id
+/// (stable, so one thread's units keep their order). Every writer locks
+/// threads in the same order, which rules out lock-order deadlocks between
+/// concurrent batches.
+pub(crate) fn apply_order(units: &[WriteUnit]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..units.len()).collect();
+    order.sort_by(|&a, &b| units[a].thread_id.cmp(&units[b].thread_id));
+    order
+}
+
 /// One thread of the batch: what its units reserve together.
 pub(crate) struct ThreadTotals<'a> {
     pub id: &'a str,

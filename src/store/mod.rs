@@ -8,8 +8,10 @@
 
 mod batch;
 mod checks;
+mod db_error;
 pub mod postgres;
 pub mod sqlite;
+mod sqlite_writes;
 pub mod writer;
 
 use std::sync::Arc;

@@ -917,16 +917,6 @@ fn is_unit_local(err: &StoreError) -> bool {
     }
 }
 
-/// The order in which a batch's units are applied: grouped by thread id
-/// (stable, so one thread's units keep their order). Every writer locks
-/// threads in the same order, which rules out lock-order deadlocks between
-/// concurrent batches.
-fn apply_order(units: &[WriteUnit]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..units.len()).collect();
-    order.sort_by(|&a, &b| units[a].thread_id.cmp(&units[b].thread_id));
-    order
-}
-
 #[async_trait]
 impl Store for PgStore {
     fn backend(&self) -> &'static str {
@@ -1194,7 +1184,7 @@ impl Store for PgStore {
         if units.is_empty() {
             return Ok(Vec::new());
         }
-        if let Some(plan) = Plan::new(units, apply_order(units)) {
+        if let Some(plan) = Plan::new(units, super::batch::apply_order(units)) {
             let mut tx = self.batches.begin().await?;
             match apply_plan(&mut tx, &plan).await {
                 Ok(Some(receipts)) => {
@@ -1219,7 +1209,7 @@ impl PgStore {
         let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
             (0..units.len()).map(|_| None).collect();
         let mut tx = self.batches.begin().await?;
-        for index in apply_order(units) {
+        for index in super::batch::apply_order(units) {
             let mut savepoint = tx.begin().await?;
             match apply_unit(&mut savepoint, &units[index]).await {
                 Ok(receipt) => {

@@ -7,45 +7,35 @@
 //! database lock, waiting up to [`BUSY_TIMEOUT`] for another connection or
 //! process to finish.
 //!
-//! The group-commit writer's batches go through one connection of their own
-//! that stays open, so its page cache stays warm between batches (a pooled
-//! connection would find its cache invalidated by the other connections'
-//! writes); reads and the few other writes use a pool.
+//! The group-commit writer's batches and audit appends go through one
+//! connection of their own, run synchronously on the calling thread
+//! ([`sqlite_writes`](super::sqlite_writes)); reads and the few other writes
+//! use a pool.
 
 use std::borrow::Cow;
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
+use sqlx::Row;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Acquire, QueryBuilder, Row, Sqlite, SqliteConnection};
 
-use super::batch::{Plan, Reserved};
-use super::checks::Reservation;
+use super::sqlite_writes::WriteConnection;
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, FinishedToolCall,
-    NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store, StoreError, StoreResult,
-    StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, NewAuditEntry, Role,
+    Store, StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt,
+    WriteUnit,
 };
 
 /// How long a statement waits for SQLite's write lock before failing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Page cache of the batch connection: 64 MiB (negative: KiB).
-const BATCH_CACHE_SIZE: &str = "-65536";
-
-/// WAL pages after which a commit of the batch connection copies the WAL
-/// back into the database (SQLite's default is 1000). Pages rewritten by
-/// every batch (thread counters, the newest index leaves) are copied once
-/// per checkpoint, so fewer, larger checkpoints copy less in all; the WAL
-/// grows to about 40 MB between them.
-const BATCH_AUTOCHECKPOINT: &str = "10000";
 
 /// The migrations of `migrations/sqlite`, embedded in the binary.
 ///
@@ -89,20 +79,6 @@ impl<'s> MigrationSource<'s> for Embedded {
     }
 }
 
-/// Create the unit's thread (for its owner) or lock and bump its counters,
-/// reserving the seqs of the unit's events and messages and the ordinals of
-/// its calls; returns the owner and the new last values. A unit of another
-/// owner rolls this back.
-const RESERVE_SEQS: &str = "\
-INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq, \
-    last_call_ordinal) \
-VALUES ($1, $2, $3, $4, $5, $6) \
-ON CONFLICT (id) DO UPDATE SET \
-    last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
-    last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
-    last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
-RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal";
-
 const TOOL_CALL_COLUMNS: &str = "thread_id, id, owner, run_id, tool_name, args, status, output, \
      undo, message_id, created_at_ms, finished_at_ms, undo_of, undone_by";
 
@@ -118,9 +94,8 @@ const MESSAGE_COLUMNS: &str =
 
 pub struct SqliteStore {
     pool: SqlitePool,
-    /// One connection for [`Store::apply_batch`] (the pool itself when the
-    /// database lives in memory).
-    batches: SqlitePool,
+    /// The connection of [`Store::apply_batch`] and audit appends.
+    writes: Arc<WriteConnection>,
 }
 
 impl SqliteStore {
@@ -162,22 +137,16 @@ impl SqliteStore {
         }
         let pool = pool_options.connect_with(options.clone()).await?;
         Migrator::new(Embedded).await?.run(&pool).await?;
-        let batches = if in_memory {
-            pool.clone()
-        } else {
-            SqlitePoolOptions::new()
-                .max_connections(1)
-                .min_connections(1)
-                .idle_timeout(None)
-                .max_lifetime(None)
-                .connect_with(
-                    options
-                        .pragma("cache_size", BATCH_CACHE_SIZE)
-                        .pragma("wal_autocheckpoint", BATCH_AUTOCHECKPOINT),
-                )
-                .await?
-        };
-        Ok(SqliteStore { pool, batches })
+        // Opened after the migrations: it expects the schema in place.
+        let filename = options.get_filename().to_owned();
+        let writes =
+            tokio::task::spawn_blocking(move || WriteConnection::open(&filename, in_memory))
+                .await
+                .map_err(|e| StoreError::Corrupt(format!("opening the write connection: {e}")))??;
+        Ok(SqliteStore {
+            pool,
+            writes: Arc::new(writes),
+        })
     }
 
     /// The connection pool (for diagnostics and tests).
@@ -287,607 +256,6 @@ fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
         data: row.try_get("data")?,
         created_at_ms: row.try_get("created_at_ms")?,
     })
-}
-
-/// A failed statement inside a unit: unique violations are conflicts.
-fn unit_error(err: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
-    match &err {
-        sqlx::Error::Database(db) if db.is_unique_violation() => {
-            StoreError::Conflict(format!("{}: {}", what(), db.message()))
-        }
-        _ => StoreError::Database(err),
-    }
-}
-
-/// Apply one unit on `conn` (already inside the unit's savepoint).
-async fn apply_unit(conn: &mut SqliteConnection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
-    let reserved = Reservation::of(unit);
-
-    // Create the thread or bump its counters: this reserves the unit's seqs.
-    let row = sqlx::query(RESERVE_SEQS)
-        .bind(&unit.thread_id)
-        .bind(&unit.owner)
-        .bind(crate::protocol::now_ms())
-        .bind(reserved.events)
-        .bind(reserved.messages)
-        .bind(reserved.calls)
-        .fetch_one(&mut *conn)
-        .await?;
-    let owner: String = row.try_get("owner")?;
-    if owner != unit.owner {
-        return Err(StoreError::NotOwner);
-    }
-    let mut next_event_seq = row.try_get::<i64, _>("last_event_seq")? - reserved.events + 1;
-    let mut next_message_seq = row.try_get::<i64, _>("last_message_seq")? - reserved.messages + 1;
-    let mut next_ordinal = row.try_get::<i64, _>("last_call_ordinal")? - reserved.calls + 1;
-
-    let mut receipt = UnitReceipt::default();
-    for op in &unit.ops {
-        match op {
-            WriteOp::InsertToolCall(call) => {
-                insert_tool_call(conn, unit, call, next_ordinal).await?;
-                next_ordinal += 1;
-            }
-            WriteOp::FinishToolCall(finished) => finish_tool_call(conn, unit, finished).await?,
-            WriteOp::StartPendingCall { id } => start_pending_call(conn, unit, id).await?,
-            WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by).await?,
-            WriteOp::InsertMessage(message) => {
-                insert_message(conn, unit, message, next_message_seq).await?;
-                receipt
-                    .messages
-                    .push((message.id.clone(), next_message_seq));
-                next_message_seq += 1;
-            }
-            WriteOp::AppendEvents(events) => {
-                for event in events {
-                    let stored = insert_event(conn, unit, event, next_event_seq).await?;
-                    receipt.events.push(stored);
-                    next_event_seq += 1;
-                }
-            }
-            WriteOp::InsertApproval(approval) => insert_approval(conn, unit, approval).await?,
-            WriteOp::DecideApproval {
-                id,
-                status,
-                decided_by,
-                reason,
-                decided_at_ms,
-            } => {
-                let decision = Decision {
-                    id,
-                    status: *status,
-                    decided_by: decided_by.as_deref(),
-                    reason: reason.as_deref(),
-                    decided_at_ms: *decided_at_ms,
-                };
-                decide_approval(conn, unit, decision).await?
-            }
-            WriteOp::AppendAudit(entry) => {
-                checks::audit_fits_unit(unit, entry)?;
-                receipt.audit_ids.push(insert_audit(conn, entry).await?);
-            }
-        }
-    }
-    Ok(receipt)
-}
-
-async fn insert_tool_call(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    call: &NewToolCall,
-    ordinal: i64,
-) -> StoreResult<()> {
-    checks::insertable_call_status(&call.id, call.status)?;
-    let done = sqlx::query(
-        "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-         created_at_ms, undo_of, ordinal) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-         ON CONFLICT (thread_id, id) DO NOTHING",
-    )
-    .bind(&unit.thread_id)
-    .bind(&call.id)
-    .bind(&unit.owner)
-    .bind(&call.run_id)
-    .bind(&call.tool_name)
-    .bind(json_text(&call.args))
-    .bind(call.status.as_str())
-    .bind(call.created_at_ms)
-    .bind(&call.undo_of)
-    .bind(ordinal)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
-    if done.rows_affected() == 0 {
-        return Err(StoreError::Conflict(format!(
-            "tool call {:?} is already recorded in thread {:?}",
-            call.id, unit.thread_id
-        )));
-    }
-    Ok(())
-}
-
-/// The status of call `id` in the unit's thread, `None` if not recorded.
-async fn call_status(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    id: &str,
-) -> StoreResult<Option<String>> {
-    Ok(
-        sqlx::query_scalar("SELECT status FROM tool_calls WHERE thread_id = $1 AND id = $2")
-            .bind(&unit.thread_id)
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?,
-    )
-}
-
-async fn finish_tool_call(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    finished: &FinishedToolCall,
-) -> StoreResult<()> {
-    checks::finishing_call_status(&finished.id, finished.status)?;
-    let done = sqlx::query(
-        "UPDATE tool_calls SET status = $3, output = $4, undo = $5, message_id = $6, \
-         finished_at_ms = $7 \
-         WHERE thread_id = $1 AND id = $2 AND status IN ('running', 'pending_approval')",
-    )
-    .bind(&unit.thread_id)
-    .bind(&finished.id)
-    .bind(finished.status.as_str())
-    .bind(json_text(&finished.output))
-    .bind(finished.undo.as_ref().map(json_text))
-    .bind(&finished.message_id)
-    .bind(finished.finished_at_ms)
-    .execute(&mut *conn)
-    .await?;
-    if done.rows_affected() == 1 {
-        return Ok(());
-    }
-    let current = call_status(conn, unit, &finished.id).await?;
-    Err(checks::call_not_changed(
-        unit,
-        &finished.id,
-        current,
-        "running or pending approval",
-    ))
-}
-
-async fn start_pending_call(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    id: &str,
-) -> StoreResult<()> {
-    let done = sqlx::query(
-        "UPDATE tool_calls SET status = 'running' \
-         WHERE thread_id = $1 AND id = $2 AND status = 'pending_approval'",
-    )
-    .bind(&unit.thread_id)
-    .bind(id)
-    .execute(&mut *conn)
-    .await?;
-    if done.rows_affected() == 1 {
-        return Ok(());
-    }
-    let current = call_status(conn, unit, id).await?;
-    Err(checks::call_not_changed(
-        unit,
-        id,
-        current,
-        "pending approval",
-    ))
-}
-
-async fn mark_undone(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    id: &str,
-    undone_by: &str,
-) -> StoreResult<()> {
-    let done = sqlx::query(
-        "UPDATE tool_calls SET undone_by = $3 \
-         WHERE thread_id = $1 AND id = $2 AND undone_by IS NULL",
-    )
-    .bind(&unit.thread_id)
-    .bind(id)
-    .bind(undone_by)
-    .execute(&mut *conn)
-    .await?;
-    if done.rows_affected() == 1 {
-        return Ok(());
-    }
-    let current: Option<Option<String>> =
-        sqlx::query_scalar("SELECT undone_by FROM tool_calls WHERE thread_id = $1 AND id = $2")
-            .bind(&unit.thread_id)
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    Err(match current {
-        None => StoreError::NotFound(format!("tool call {id:?} in thread {:?}", unit.thread_id)),
-        Some(by) => StoreError::Conflict(format!(
-            "tool call {id:?} is already undone (by {:?})",
-            by.unwrap_or_default()
-        )),
-    })
-}
-
-async fn insert_approval(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    approval: &ApprovalRecord,
-) -> StoreResult<()> {
-    checks::approval_fits_unit(unit, approval)?;
-    let done = sqlx::query(&format!(
-        "INSERT INTO approvals ({APPROVAL_COLUMNS}) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
-         ON CONFLICT (id) DO NOTHING"
-    ))
-    .bind(&approval.id)
-    .bind(&approval.thread_id)
-    .bind(&approval.owner)
-    .bind(&approval.tool_call_id)
-    .bind(&approval.tool_name)
-    .bind(json_text(&approval.arguments))
-    .bind(&approval.reason)
-    .bind(approval.preview.as_ref().map(json_text))
-    .bind(json_text(&approval.request))
-    .bind(approval.status.as_str())
-    .bind(&approval.decided_by)
-    .bind(&approval.decision_reason)
-    .bind(approval.created_at_ms)
-    .bind(approval.expires_at_ms)
-    .bind(approval.decided_at_ms)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| unit_error(e, || format!("approval {:?}", approval.id)))?;
-    if done.rows_affected() == 0 {
-        return Err(StoreError::Conflict(format!(
-            "approval {:?} already exists",
-            approval.id
-        )));
-    }
-    Ok(())
-}
-
-/// The fields of [`WriteOp::DecideApproval`].
-struct Decision<'a> {
-    id: &'a str,
-    status: ApprovalStatus,
-    decided_by: Option<&'a str>,
-    reason: Option<&'a str>,
-    decided_at_ms: i64,
-}
-
-async fn decide_approval(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    decision: Decision<'_>,
-) -> StoreResult<()> {
-    checks::decision_status(decision.id, decision.status)?;
-    // A human decision must come before the deadline; expiry may come late.
-    let done = sqlx::query(
-        "UPDATE approvals SET status = $3, decided_by = $4, decision_reason = $5, \
-         decided_at_ms = $6 \
-         WHERE id = $1 AND thread_id = $2 AND status = 'pending' \
-           AND ($3 = 'expired' OR expires_at_ms > $6)",
-    )
-    .bind(decision.id)
-    .bind(&unit.thread_id)
-    .bind(decision.status.as_str())
-    .bind(decision.decided_by)
-    .bind(decision.reason)
-    .bind(decision.decided_at_ms)
-    .execute(&mut *conn)
-    .await?;
-    if done.rows_affected() == 1 {
-        return Ok(());
-    }
-    let current =
-        sqlx::query("SELECT status, expires_at_ms FROM approvals WHERE id = $1 AND thread_id = $2")
-            .bind(decision.id)
-            .bind(&unit.thread_id)
-            .fetch_optional(&mut *conn)
-            .await?
-            .map(|row| -> StoreResult<(String, i64)> {
-                Ok((row.try_get("status")?, row.try_get("expires_at_ms")?))
-            })
-            .transpose()?;
-    Err(checks::approval_not_decided(unit, decision.id, current))
-}
-
-/// Append one audit entry; returns its id.
-async fn insert_audit(conn: &mut SqliteConnection, entry: &NewAuditEntry) -> StoreResult<i64> {
-    let id = sqlx::query_scalar(
-        "INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, \
-         operation, verdict, rule, approval_id, outcome, duration_ms, detail) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
-    )
-    .bind(entry.at_ms)
-    .bind(&entry.owner)
-    .bind(&entry.thread_id)
-    .bind(&entry.tool_call_id)
-    .bind(&entry.tool_name)
-    .bind(&entry.action)
-    .bind(&entry.operation)
-    .bind(&entry.verdict)
-    .bind(&entry.rule)
-    .bind(&entry.approval_id)
-    .bind(&entry.outcome)
-    .bind(entry.duration_ms)
-    .bind(json_text(&entry.detail))
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(|e| unit_error(e, || format!("audit entry {:?}", entry.action)))?;
-    Ok(id)
-}
-
-async fn insert_message(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    message: &NewMessage,
-    seq: i64,
-) -> StoreResult<()> {
-    let done = sqlx::query(
-        "INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, \
-         created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-         ON CONFLICT (thread_id, id) DO NOTHING",
-    )
-    .bind(&unit.thread_id)
-    .bind(seq)
-    .bind(&message.id)
-    .bind(message.role.as_str())
-    .bind(&message.content)
-    .bind(json_text(&message.metadata))
-    .bind(&message.tool_call_id)
-    .bind(message.created_at_ms)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| unit_error(e, || format!("message {:?}", message.id)))?;
-    if done.rows_affected() == 0 {
-        return Err(StoreError::Conflict(format!(
-            "message {:?} already exists in thread {:?}",
-            message.id, unit.thread_id
-        )));
-    }
-    Ok(())
-}
-
-async fn insert_event(
-    conn: &mut SqliteConnection,
-    unit: &WriteUnit,
-    event: &NewEvent,
-    seq: i64,
-) -> StoreResult<StoredEvent> {
-    sqlx::query(
-        "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) \
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(&unit.thread_id)
-    .bind(seq)
-    .bind(&event.event_type)
-    .bind(&event.data)
-    .bind(event.created_at_ms)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| unit_error(e, || format!("event {seq}")))?;
-    Ok(StoredEvent {
-        thread_id: unit.thread_id.clone(),
-        seq,
-        event_type: event.event_type.clone(),
-        data: event.data.clone(),
-        created_at_ms: event.created_at_ms,
-    })
-}
-
-/// How many parameters one statement may bind (SQLite's default
-/// `SQLITE_MAX_VARIABLE_NUMBER` since 3.32).
-const MAX_PARAMS: usize = 32766;
-
-/// The rows of a multi-row statement binding `columns` parameters per row,
-/// in chunks that fit [`MAX_PARAMS`].
-fn chunks<T>(rows: &[T], columns: usize) -> std::slice::Chunks<'_, T> {
-    rows.chunks((MAX_PARAMS / columns).max(1))
-}
-
-/// The fast path of [`Store::apply_batch`]: the whole batch in a few
-/// multi-row statements (one per table and chunk), no savepoints. `None`
-/// when some unit would fail: the caller rolls back and goes unit by unit.
-async fn apply_plan(
-    conn: &mut SqliteConnection,
-    plan: &Plan<'_>,
-) -> StoreResult<Option<Vec<UnitReceipt>>> {
-    // Create the threads or bump their counters, in apply order.
-    let now = crate::protocol::now_ms();
-    let mut reserved: std::collections::HashMap<String, (String, Reserved)> =
-        std::collections::HashMap::with_capacity(plan.threads.len());
-    for chunk in chunks(&plan.threads, 6) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq, \
-             last_call_ordinal) ",
-        );
-        query.push_values(chunk, |mut row, thread| {
-            row.push_bind(thread.id)
-                .push_bind(thread.owner)
-                .push_bind(now)
-                .push_bind(thread.events)
-                .push_bind(thread.messages)
-                .push_bind(thread.calls);
-        });
-        query.push(
-            " ON CONFLICT (id) DO UPDATE SET \
-                 last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
-                 last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
-                 last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
-             RETURNING id, owner, last_event_seq, last_message_seq, last_call_ordinal",
-        );
-        for row in query.build().fetch_all(&mut *conn).await? {
-            reserved.insert(
-                row.try_get("id")?,
-                (
-                    row.try_get("owner")?,
-                    Reserved {
-                        last_event_seq: row.try_get("last_event_seq")?,
-                        last_message_seq: row.try_get("last_message_seq")?,
-                        last_call_ordinal: row.try_get("last_call_ordinal")?,
-                    },
-                ),
-            );
-        }
-    }
-    let mut counters = Vec::with_capacity(plan.threads.len());
-    for thread in &plan.threads {
-        match reserved.get(thread.id) {
-            Some((owner, r)) if owner == thread.owner => counters.push(*r),
-            _ => return Ok(None), // another owner's thread
-        }
-    }
-    let rows = plan.rows(&counters);
-
-    let mut inserted = 0;
-    for chunk in chunks(&rows.calls, 14) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-             created_at_ms, undo_of, ordinal, output, undo, message_id, finished_at_ms) ",
-        );
-        query.push_values(chunk, |mut row, c| {
-            row.push_bind(c.thread_id)
-                .push_bind(&c.call.id)
-                .push_bind(c.owner)
-                .push_bind(&c.call.run_id)
-                .push_bind(&c.call.tool_name)
-                .push_bind(json_text(&c.call.args))
-                .push_bind(c.status())
-                .push_bind(c.call.created_at_ms)
-                .push_bind(&c.call.undo_of)
-                .push_bind(c.ordinal)
-                .push_bind(c.output().map(json_text))
-                .push_bind(c.undo().map(json_text))
-                .push_bind(c.message_id())
-                .push_bind(c.finished_at_ms());
-        });
-        query.push(" ON CONFLICT (thread_id, id) DO NOTHING");
-        inserted += query.build().execute(&mut *conn).await?.rows_affected();
-    }
-    if inserted != rows.calls.len() as u64 {
-        return Ok(None); // a call already recorded
-    }
-
-    let mut finished = 0;
-    for chunk in chunks(&rows.finishes, 7) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "WITH f (thread_id, id, status, output, undo, message_id, finished_at_ms) AS (",
-        );
-        query.push_values(chunk, |mut row, f| {
-            row.push_bind(f.thread_id)
-                .push_bind(&f.finished.id)
-                .push_bind(f.finished.status.as_str())
-                .push_bind(json_text(&f.finished.output))
-                .push_bind(f.finished.undo.as_ref().map(json_text))
-                .push_bind(&f.finished.message_id)
-                .push_bind(f.finished.finished_at_ms);
-        });
-        query.push(
-            ") UPDATE tool_calls SET status = f.status, output = f.output, undo = f.undo, \
-                 message_id = f.message_id, finished_at_ms = f.finished_at_ms \
-             FROM f WHERE tool_calls.thread_id = f.thread_id AND tool_calls.id = f.id \
-                 AND tool_calls.status IN ('running', 'pending_approval')",
-        );
-        finished += query.build().execute(&mut *conn).await?.rows_affected();
-    }
-    if finished != rows.finishes.len() as u64 {
-        return Ok(None); // a call not recorded, or not running
-    }
-
-    let mut inserted = 0;
-    for chunk in chunks(&rows.messages, 8) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, \
-             created_at_ms) ",
-        );
-        query.push_values(chunk, |mut row, m| {
-            row.push_bind(m.thread_id)
-                .push_bind(m.seq)
-                .push_bind(&m.message.id)
-                .push_bind(m.message.role.as_str())
-                .push_bind(&m.message.content)
-                .push_bind(json_text(&m.message.metadata))
-                .push_bind(&m.message.tool_call_id)
-                .push_bind(m.message.created_at_ms);
-        });
-        query.push(" ON CONFLICT (thread_id, id) DO NOTHING");
-        inserted += query.build().execute(&mut *conn).await?.rows_affected();
-    }
-    if inserted != rows.messages.len() as u64 {
-        return Ok(None); // a message id already used
-    }
-
-    for chunk in chunks(&rows.events, 5) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) ",
-        );
-        query.push_values(chunk, |mut row, e| {
-            row.push_bind(e.thread_id)
-                .push_bind(e.seq)
-                .push_bind(&e.event.event_type)
-                .push_bind(&e.event.data)
-                .push_bind(e.event.created_at_ms);
-        });
-        query.build().execute(&mut *conn).await?;
-    }
-
-    let mut audit_ids: Vec<i64> = Vec::with_capacity(rows.audits.len());
-    for chunk in chunks(&rows.audits, 13) {
-        let mut query: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, \
-             operation, verdict, rule, approval_id, outcome, duration_ms, detail) ",
-        );
-        query.push_values(chunk, |mut row, entry| {
-            row.push_bind(entry.at_ms)
-                .push_bind(&entry.owner)
-                .push_bind(&entry.thread_id)
-                .push_bind(&entry.tool_call_id)
-                .push_bind(&entry.tool_name)
-                .push_bind(&entry.action)
-                .push_bind(&entry.operation)
-                .push_bind(&entry.verdict)
-                .push_bind(&entry.rule)
-                .push_bind(&entry.approval_id)
-                .push_bind(&entry.outcome)
-                .push_bind(entry.duration_ms)
-                .push_bind(json_text(&entry.detail));
-        });
-        query.push(" RETURNING id");
-        let mut ids: Vec<i64> = query.build_query_scalar().fetch_all(&mut *conn).await?;
-        // Rows get increasing ids in VALUES order; RETURNING's order is
-        // unspecified.
-        ids.sort_unstable();
-        audit_ids.extend(ids);
-    }
-    Ok(Some(rows.into_receipts(&audit_ids)))
-}
-
-/// Whether a unit's error concerns that unit alone (its savepoint is rolled
-/// back and the batch goes on) rather than the connection or the database
-/// (the whole batch fails, so a locked or broken database is not retried unit
-/// by unit).
-fn is_unit_local(err: &StoreError) -> bool {
-    match err {
-        StoreError::NotOwner | StoreError::Conflict(_) | StoreError::NotFound(_) => true,
-        // Constraint violations: the unit's data, not the database, is at fault.
-        StoreError::Database(sqlx::Error::Database(db)) => {
-            !matches!(db.kind(), sqlx::error::ErrorKind::Other)
-        }
-        _ => false,
-    }
-}
-
-/// The order in which a batch's units are applied: grouped by thread id
-/// (stable, so one thread's units keep their order). Every writer locks
-/// threads in the same order, which rules out lock-order deadlocks between
-/// concurrent batches.
-fn apply_order(units: &[WriteUnit]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..units.len()).collect();
-    order.sort_by(|&a, &b| units[a].thread_id.cmp(&units[b].thread_id));
-    order
 }
 
 #[async_trait]
@@ -1055,8 +423,11 @@ impl Store for SqliteStore {
     }
 
     async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
-        let mut conn = self.pool.acquire().await?;
-        insert_audit(&mut conn, entry).await
+        let writes = Arc::clone(&self.writes);
+        let entry = entry.clone();
+        tokio::task::spawn_blocking(move || writes.append_audit(&entry))
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("appending an audit entry: {e}")))?
     }
 
     async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>> {
@@ -1156,50 +527,7 @@ impl Store for SqliteStore {
     }
 
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
-        if units.is_empty() {
-            return Ok(Vec::new());
-        }
-        if let Some(plan) = Plan::new(units, apply_order(units)) {
-            let mut tx = self.batches.begin().await?;
-            match apply_plan(&mut tx, &plan).await {
-                Ok(Some(receipts)) => {
-                    tx.commit().await?;
-                    return Ok(receipts.into_iter().map(Ok).collect());
-                }
-                // A unit would fail (or a statement did): start over unit by
-                // unit, which decides each unit's outcome.
-                Ok(None) | Err(_) => tx.rollback().await?,
-            }
-        }
-        self.apply_unit_by_unit(units).await
-    }
-}
-
-impl SqliteStore {
-    /// The per-unit path: each unit under its own savepoint.
-    async fn apply_unit_by_unit(
-        &self,
-        units: &[WriteUnit],
-    ) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
-        let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
-            (0..units.len()).map(|_| None).collect();
-        let mut tx = self.batches.begin().await?;
-        for index in apply_order(units) {
-            let mut savepoint = tx.begin().await?;
-            match apply_unit(&mut savepoint, &units[index]).await {
-                Ok(receipt) => {
-                    savepoint.commit().await?;
-                    results[index] = Some(Ok(receipt));
-                }
-                Err(err) if is_unit_local(&err) => {
-                    savepoint.rollback().await?;
-                    results[index] = Some(Err(err));
-                }
-                // Dropping the transaction rolls everything back.
-                Err(err) => return Err(err),
-            }
-        }
-        tx.commit().await?;
-        Ok(results.into_iter().flatten().collect())
+        // Synchronous: the group-commit writer calls this on its own thread.
+        self.writes.apply_batch(units)
     }
 }

@@ -13,7 +13,6 @@
 //! withdraw its unit: once queued, it is written. When every [`Writer`]
 //! handle is dropped the task finishes the queued work and ends.
 
-use std::borrow::Cow;
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -21,6 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::db_error::DbError;
 use super::{DynStore, StoreError, StoreResult, StoredEvent, UnitReceipt, WriteUnit};
 
 #[derive(Debug, Clone)]
@@ -216,7 +216,7 @@ fn replicate(err: &StoreError) -> StoreError {
 fn replicate_sqlx(err: &sqlx::Error) -> sqlx::Error {
     use sqlx::Error as E;
     match err {
-        E::Database(db) => E::Database(Box::new(ReplicatedDbError::of(db.as_ref()))),
+        E::Database(db) => E::Database(Box::new(DbError::of(db.as_ref()))),
         E::Io(io) => E::Io(std::io::Error::new(io.kind(), io.to_string())),
         E::PoolTimedOut => E::PoolTimedOut,
         E::PoolClosed => E::PoolClosed,
@@ -227,93 +227,6 @@ fn replicate_sqlx(err: &sqlx::Error) -> sqlx::Error {
         E::Protocol(m) => E::Protocol(m.clone()),
         E::InvalidArgument(m) => E::InvalidArgument(m.clone()),
         other => E::Protocol(other.to_string()),
-    }
-}
-
-/// A database error seen by another caller of the same batch.
-#[derive(Debug)]
-struct ReplicatedDbError {
-    message: String,
-    code: Option<String>,
-    constraint: Option<String>,
-    table: Option<String>,
-    kind: ReplicatedKind,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum ReplicatedKind {
-    UniqueViolation,
-    ForeignKeyViolation,
-    NotNullViolation,
-    CheckViolation,
-    Other,
-}
-
-impl ReplicatedDbError {
-    fn of(db: &dyn sqlx::error::DatabaseError) -> Self {
-        use sqlx::error::ErrorKind as K;
-        ReplicatedDbError {
-            message: db.message().to_owned(),
-            code: db.code().map(Cow::into_owned),
-            constraint: db.constraint().map(str::to_owned),
-            table: db.table().map(str::to_owned),
-            kind: match db.kind() {
-                K::UniqueViolation => ReplicatedKind::UniqueViolation,
-                K::ForeignKeyViolation => ReplicatedKind::ForeignKeyViolation,
-                K::NotNullViolation => ReplicatedKind::NotNullViolation,
-                K::CheckViolation => ReplicatedKind::CheckViolation,
-                _ => ReplicatedKind::Other,
-            },
-        }
-    }
-}
-
-impl fmt::Display for ReplicatedDbError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for ReplicatedDbError {}
-
-impl sqlx::error::DatabaseError for ReplicatedDbError {
-    fn message(&self) -> &str {
-        &self.message
-    }
-
-    fn code(&self) -> Option<Cow<'_, str>> {
-        self.code.as_deref().map(Cow::Borrowed)
-    }
-
-    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
-        self
-    }
-
-    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-        self
-    }
-
-    fn constraint(&self) -> Option<&str> {
-        self.constraint.as_deref()
-    }
-
-    fn table(&self) -> Option<&str> {
-        self.table.as_deref()
-    }
-
-    fn kind(&self) -> sqlx::error::ErrorKind {
-        use sqlx::error::ErrorKind as K;
-        match self.kind {
-            ReplicatedKind::UniqueViolation => K::UniqueViolation,
-            ReplicatedKind::ForeignKeyViolation => K::ForeignKeyViolation,
-            ReplicatedKind::NotNullViolation => K::NotNullViolation,
-            ReplicatedKind::CheckViolation => K::CheckViolation,
-            ReplicatedKind::Other => K::Other,
-        }
     }
 }
 

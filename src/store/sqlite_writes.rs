@@ -1,0 +1,688 @@
+//! The SQLite store's writes: [`Store::apply_batch`](super::Store::apply_batch)
+//! and audit appends, on one connection of their own that runs statements
+//! synchronously on the calling thread (rusqlite, over the same SQLite library
+//! sqlx links).
+//!
+//! The group-commit writer calls this on its own thread, so a batch is a
+//! straight run of SQLite calls: no hand-off to a driver thread and back per
+//! statement, which under load cost more than the statements themselves.
+//! The connection stays open, so its page cache stays warm between batches
+//! (a pooled connection would find its cache invalidated by the other
+//! connections' writes). Statements are prepared once and cached.
+//!
+//! A transaction takes the write lock when it begins (`BEGIN IMMEDIATE`), so
+//! it never fails half-way on a lock another connection took first; it waits
+//! up to [`BUSY_TIMEOUT`](super::sqlite::BUSY_TIMEOUT) instead.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
+use serde_json::Value;
+
+use super::batch::{Plan, Reserved};
+use super::checks::{self, Reservation};
+use super::{
+    ApprovalRecord, ApprovalStatus, FinishedToolCall, NewAuditEntry, NewEvent, NewMessage,
+    NewToolCall, StoreError, StoreResult, StoredEvent, UnitReceipt, WriteOp, WriteUnit,
+};
+
+/// Page cache of the connection: 64 MiB (negative: KiB).
+const CACHE_SIZE_KIB: i64 = -65536;
+
+/// WAL pages after which a commit copies the WAL back into the database
+/// (SQLite's default is 1000). Pages rewritten by every batch (thread
+/// counters, the newest index leaves) are copied once per checkpoint, so
+/// fewer, larger checkpoints copy less in all; the WAL grows to about 40 MB
+/// between them.
+const AUTOCHECKPOINT_PAGES: i64 = 10_000;
+
+/// Prepared statements kept per connection (the batch paths use fewer).
+const STATEMENT_CACHE: usize = 32;
+
+/// Create the unit's thread (for its owner) or bump its counters, reserving
+/// the seqs of its events and messages and the ordinals of its calls; returns
+/// the owner and the new last values.
+const RESERVE_SEQS: &str = "\
+INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq, \
+    last_call_ordinal) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+ON CONFLICT (id) DO UPDATE SET \
+    last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
+    last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
+    last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
+RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal";
+
+const INSERT_CALL: &str = "\
+INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
+    undo_of, ordinal, output, undo, message_id, finished_at_ms) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+ON CONFLICT (thread_id, id) DO NOTHING";
+
+const FINISH_CALL: &str = "\
+UPDATE tool_calls SET status = ?3, output = ?4, undo = ?5, message_id = ?6, finished_at_ms = ?7 \
+WHERE thread_id = ?1 AND id = ?2 AND status IN ('running', 'pending_approval')";
+
+const INSERT_MESSAGE: &str = "\
+INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
+ON CONFLICT (thread_id, id) DO NOTHING";
+
+const INSERT_EVENT: &str = "\
+INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) \
+VALUES (?1, ?2, ?3, ?4, ?5)";
+
+const INSERT_AUDIT: &str = "\
+INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, operation, \
+    verdict, rule, approval_id, outcome, duration_ms, detail) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id";
+
+/// The store's write connection.
+pub(crate) struct WriteConnection {
+    conn: Mutex<Connection>,
+}
+
+impl WriteConnection {
+    /// Open the (already migrated) database at `path`, the file name the
+    /// pool opened; with `in_memory`, that of a shared-cache in-memory
+    /// database the pool keeps alive.
+    pub fn open(path: &Path, in_memory: bool) -> StoreResult<WriteConnection> {
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if in_memory {
+            flags |= OpenFlags::SQLITE_OPEN_MEMORY | OpenFlags::SQLITE_OPEN_SHARED_CACHE;
+        }
+        let conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_timeout(super::sqlite::BUSY_TIMEOUT)?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        conn.pragma_update(None, "temp_store", "memory")?;
+        if !in_memory {
+            // WAL mode is a property of the file (set when the pool opened
+            // it); synchronous, cache and checkpoints are per connection.
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            conn.pragma_update(None, "cache_size", CACHE_SIZE_KIB)?;
+            conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES)?;
+        }
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        Ok(WriteConnection {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock left no transaction open (a dropped
+        // rusqlite transaction rolls back), so the connection is usable.
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// [`Store::apply_batch`](super::Store::apply_batch), on the calling thread.
+    pub fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
+        if units.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.lock();
+        if let Some(plan) = Plan::new(units, super::batch::apply_order(units)) {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // A unit that would fail (or a failed statement) rolls the fast
+            // attempt back (dropping `tx`); the per-unit path then decides
+            // each unit's outcome.
+            if let Ok(Some(receipts)) = apply_plan(&tx, &plan) {
+                tx.commit()?;
+                return Ok(receipts.into_iter().map(Ok).collect());
+            }
+        }
+        apply_unit_by_unit(&mut conn, units)
+    }
+
+    /// Append one audit entry outside any unit; returns its id.
+    pub fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
+        insert_audit(&self.lock(), entry)
+    }
+}
+
+/// The per-unit path: each unit under its own savepoint.
+fn apply_unit_by_unit(
+    conn: &mut Connection,
+    units: &[WriteUnit],
+) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
+    let mut results: Vec<Option<StoreResult<UnitReceipt>>> =
+        (0..units.len()).map(|_| None).collect();
+    let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for index in super::batch::apply_order(units) {
+        let savepoint = tx.savepoint()?;
+        match apply_unit(&savepoint, &units[index]) {
+            Ok(receipt) => {
+                savepoint.commit()?;
+                results[index] = Some(Ok(receipt));
+            }
+            // Dropping the savepoint rolls the unit back.
+            Err(err) if is_unit_local(&err) => results[index] = Some(Err(err)),
+            // Dropping the transaction rolls everything back.
+            Err(err) => return Err(err),
+        }
+    }
+    tx.commit()?;
+    Ok(results.into_iter().flatten().collect())
+}
+
+/// Whether a unit's error concerns that unit alone (its savepoint is rolled
+/// back and the batch goes on) rather than the connection or the database
+/// (the whole batch fails, so a locked or broken database is not retried unit
+/// by unit).
+fn is_unit_local(err: &StoreError) -> bool {
+    match err {
+        StoreError::NotOwner | StoreError::Conflict(_) | StoreError::NotFound(_) => true,
+        // Constraint violations: the unit's data, not the database, is at fault.
+        StoreError::Database(sqlx::Error::Database(db)) => {
+            !matches!(db.kind(), sqlx::error::ErrorKind::Other)
+        }
+        _ => false,
+    }
+}
+
+fn json_text(value: &Value) -> String {
+    value.to_string()
+}
+
+/// A failed statement inside a unit: unique violations are conflicts.
+fn unit_error(err: rusqlite::Error, what: impl FnOnce() -> String) -> StoreError {
+    match err.sqlite_error().map(|e| e.extended_code) {
+        Some(
+            rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY,
+        ) => StoreError::Conflict(format!("{}: {err}", what())),
+        _ => err.into(),
+    }
+}
+
+/// Create the thread or bump its counters by `r`; returns the owner and the
+/// new last values.
+fn reserve(
+    conn: &Connection,
+    thread_id: &str,
+    owner: &str,
+    r: &Reservation,
+) -> StoreResult<(String, Reserved)> {
+    let mut statement = conn.prepare_cached(RESERVE_SEQS)?;
+    let row = statement.query_row(
+        params![
+            thread_id,
+            owner,
+            crate::protocol::now_ms(),
+            r.events,
+            r.messages,
+            r.calls
+        ],
+        |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                Reserved {
+                    last_event_seq: row.get(1)?,
+                    last_message_seq: row.get(2)?,
+                    last_call_ordinal: row.get(3)?,
+                },
+            ))
+        },
+    )?;
+    Ok(row)
+}
+
+/// Apply one unit (already inside the unit's savepoint).
+fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
+    let reservation = Reservation::of(unit);
+    let (owner, last) = reserve(conn, &unit.thread_id, &unit.owner, &reservation)?;
+    if owner != unit.owner {
+        return Err(StoreError::NotOwner);
+    }
+    let mut next_event_seq = last.last_event_seq - reservation.events + 1;
+    let mut next_message_seq = last.last_message_seq - reservation.messages + 1;
+    let mut next_ordinal = last.last_call_ordinal - reservation.calls + 1;
+
+    let mut receipt = UnitReceipt::default();
+    for op in &unit.ops {
+        match op {
+            WriteOp::InsertToolCall(call) => {
+                checks::insertable_call_status(&call.id, call.status)?;
+                if !insert_call(
+                    conn,
+                    (&unit.thread_id, &unit.owner),
+                    call,
+                    next_ordinal,
+                    None,
+                )? {
+                    return Err(StoreError::Conflict(format!(
+                        "tool call {:?} is already recorded in thread {:?}",
+                        call.id, unit.thread_id
+                    )));
+                }
+                next_ordinal += 1;
+            }
+            WriteOp::FinishToolCall(finished) => {
+                checks::finishing_call_status(&finished.id, finished.status)?;
+                if !finish_call(conn, &unit.thread_id, finished)? {
+                    let current = call_status(conn, unit, &finished.id)?;
+                    return Err(checks::call_not_changed(
+                        unit,
+                        &finished.id,
+                        current,
+                        "running or pending approval",
+                    ));
+                }
+            }
+            WriteOp::StartPendingCall { id } => start_pending_call(conn, unit, id)?,
+            WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by)?,
+            WriteOp::InsertMessage(message) => {
+                if !insert_message(conn, &unit.thread_id, message, next_message_seq)? {
+                    return Err(StoreError::Conflict(format!(
+                        "message {:?} already exists in thread {:?}",
+                        message.id, unit.thread_id
+                    )));
+                }
+                receipt
+                    .messages
+                    .push((message.id.clone(), next_message_seq));
+                next_message_seq += 1;
+            }
+            WriteOp::AppendEvents(events) => {
+                for event in events {
+                    insert_event(conn, &unit.thread_id, event, next_event_seq)?;
+                    receipt
+                        .events
+                        .push(stored_event(&unit.thread_id, event, next_event_seq));
+                    next_event_seq += 1;
+                }
+            }
+            WriteOp::InsertApproval(approval) => insert_approval(conn, unit, approval)?,
+            WriteOp::DecideApproval {
+                id,
+                status,
+                decided_by,
+                reason,
+                decided_at_ms,
+            } => decide_approval(
+                conn,
+                unit,
+                Decision {
+                    id,
+                    status: *status,
+                    decided_by: decided_by.as_deref(),
+                    reason: reason.as_deref(),
+                    decided_at_ms: *decided_at_ms,
+                },
+            )?,
+            WriteOp::AppendAudit(entry) => {
+                checks::audit_fits_unit(unit, entry)?;
+                receipt.audit_ids.push(insert_audit(conn, entry)?);
+            }
+        }
+    }
+    Ok(receipt)
+}
+
+fn stored_event(thread_id: &str, event: &NewEvent, seq: i64) -> StoredEvent {
+    StoredEvent {
+        thread_id: thread_id.to_owned(),
+        seq,
+        event_type: event.event_type.clone(),
+        data: event.data.clone(),
+        created_at_ms: event.created_at_ms,
+    }
+}
+
+/// Insert a call (finished already when `finish` is given); false when the
+/// thread already records a call with its id.
+fn insert_call(
+    conn: &Connection,
+    (thread_id, owner): (&str, &str),
+    call: &NewToolCall,
+    ordinal: i64,
+    finish: Option<&FinishedToolCall>,
+) -> StoreResult<bool> {
+    let status = finish.map_or(call.status, |f| f.status);
+    let changed = conn
+        .prepare_cached(INSERT_CALL)?
+        .execute(params![
+            thread_id,
+            call.id,
+            owner,
+            call.run_id,
+            call.tool_name,
+            json_text(&call.args),
+            status.as_str(),
+            call.created_at_ms,
+            call.undo_of,
+            ordinal,
+            finish.map(|f| json_text(&f.output)),
+            finish.and_then(|f| f.undo.as_ref().map(json_text)),
+            finish.map(|f| &f.message_id),
+            finish.map(|f| f.finished_at_ms),
+        ])
+        .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
+    Ok(changed == 1)
+}
+
+/// Finish a running or pending call; false when no such call matched.
+fn finish_call(conn: &Connection, thread_id: &str, f: &FinishedToolCall) -> StoreResult<bool> {
+    let changed = conn.prepare_cached(FINISH_CALL)?.execute(params![
+        thread_id,
+        f.id,
+        f.status.as_str(),
+        json_text(&f.output),
+        f.undo.as_ref().map(json_text),
+        f.message_id,
+        f.finished_at_ms,
+    ])?;
+    Ok(changed == 1)
+}
+
+/// The status of call `id` in the unit's thread, `None` if not recorded.
+fn call_status(conn: &Connection, unit: &WriteUnit, id: &str) -> StoreResult<Option<String>> {
+    Ok(conn
+        .prepare_cached("SELECT status FROM tool_calls WHERE thread_id = ?1 AND id = ?2")?
+        .query_row(params![unit.thread_id, id], |row| row.get(0))
+        .optional()?)
+}
+
+fn start_pending_call(conn: &Connection, unit: &WriteUnit, id: &str) -> StoreResult<()> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE tool_calls SET status = 'running' \
+             WHERE thread_id = ?1 AND id = ?2 AND status = 'pending_approval'",
+        )?
+        .execute(params![unit.thread_id, id])?;
+    if changed == 1 {
+        return Ok(());
+    }
+    let current = call_status(conn, unit, id)?;
+    Err(checks::call_not_changed(
+        unit,
+        id,
+        current,
+        "pending approval",
+    ))
+}
+
+fn mark_undone(conn: &Connection, unit: &WriteUnit, id: &str, undone_by: &str) -> StoreResult<()> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE tool_calls SET undone_by = ?3 \
+             WHERE thread_id = ?1 AND id = ?2 AND undone_by IS NULL",
+        )?
+        .execute(params![unit.thread_id, id, undone_by])?;
+    if changed == 1 {
+        return Ok(());
+    }
+    let current: Option<Option<String>> = conn
+        .prepare_cached("SELECT undone_by FROM tool_calls WHERE thread_id = ?1 AND id = ?2")?
+        .query_row(params![unit.thread_id, id], |row| row.get(0))
+        .optional()?;
+    Err(match current {
+        None => StoreError::NotFound(format!("tool call {id:?} in thread {:?}", unit.thread_id)),
+        Some(by) => StoreError::Conflict(format!(
+            "tool call {id:?} is already undone (by {:?})",
+            by.unwrap_or_default()
+        )),
+    })
+}
+
+fn insert_approval(
+    conn: &Connection,
+    unit: &WriteUnit,
+    approval: &ApprovalRecord,
+) -> StoreResult<()> {
+    checks::approval_fits_unit(unit, approval)?;
+    let changed = conn
+        .prepare_cached(
+            "INSERT INTO approvals (id, thread_id, owner, tool_call_id, tool_name, arguments, \
+             reason, preview, request, status, decided_by, decision_reason, created_at_ms, \
+             expires_at_ms, decided_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+             ON CONFLICT (id) DO NOTHING",
+        )?
+        .execute(params![
+            approval.id,
+            approval.thread_id,
+            approval.owner,
+            approval.tool_call_id,
+            approval.tool_name,
+            json_text(&approval.arguments),
+            approval.reason,
+            approval.preview.as_ref().map(json_text),
+            json_text(&approval.request),
+            approval.status.as_str(),
+            approval.decided_by,
+            approval.decision_reason,
+            approval.created_at_ms,
+            approval.expires_at_ms,
+            approval.decided_at_ms,
+        ])
+        .map_err(|e| unit_error(e, || format!("approval {:?}", approval.id)))?;
+    if changed == 0 {
+        return Err(StoreError::Conflict(format!(
+            "approval {:?} already exists",
+            approval.id
+        )));
+    }
+    Ok(())
+}
+
+/// The fields of [`WriteOp::DecideApproval`].
+struct Decision<'a> {
+    id: &'a str,
+    status: ApprovalStatus,
+    decided_by: Option<&'a str>,
+    reason: Option<&'a str>,
+    decided_at_ms: i64,
+}
+
+fn decide_approval(conn: &Connection, unit: &WriteUnit, decision: Decision<'_>) -> StoreResult<()> {
+    checks::decision_status(decision.id, decision.status)?;
+    // A human decision must come before the deadline; expiry may come late.
+    let changed = conn
+        .prepare_cached(
+            "UPDATE approvals SET status = ?3, decided_by = ?4, decision_reason = ?5, \
+             decided_at_ms = ?6 \
+             WHERE id = ?1 AND thread_id = ?2 AND status = 'pending' \
+               AND (?3 = 'expired' OR expires_at_ms > ?6)",
+        )?
+        .execute(params![
+            decision.id,
+            unit.thread_id,
+            decision.status.as_str(),
+            decision.decided_by,
+            decision.reason,
+            decision.decided_at_ms,
+        ])?;
+    if changed == 1 {
+        return Ok(());
+    }
+    let current = conn
+        .prepare_cached(
+            "SELECT status, expires_at_ms FROM approvals WHERE id = ?1 AND thread_id = ?2",
+        )?
+        .query_row(params![decision.id, unit.thread_id], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()?;
+    Err(checks::approval_not_decided(unit, decision.id, current))
+}
+
+/// Append one audit entry; returns its id.
+fn insert_audit(conn: &Connection, entry: &NewAuditEntry) -> StoreResult<i64> {
+    conn.prepare_cached(INSERT_AUDIT)?
+        .query_row(
+            params![
+                entry.at_ms,
+                entry.owner,
+                entry.thread_id,
+                entry.tool_call_id,
+                entry.tool_name,
+                entry.action,
+                entry.operation,
+                entry.verdict,
+                entry.rule,
+                entry.approval_id,
+                entry.outcome,
+                entry.duration_ms,
+                json_text(&entry.detail),
+            ],
+            |row| row.get(0),
+        )
+        .map_err(|e| unit_error(e, || format!("audit entry {:?}", entry.action)))
+}
+
+/// Insert a message at `seq`; false when the thread already has a message
+/// with its id.
+fn insert_message(
+    conn: &Connection,
+    thread_id: &str,
+    message: &NewMessage,
+    seq: i64,
+) -> StoreResult<bool> {
+    let changed = conn
+        .prepare_cached(INSERT_MESSAGE)?
+        .execute(params![
+            thread_id,
+            seq,
+            message.id,
+            message.role.as_str(),
+            message.content,
+            json_text(&message.metadata),
+            message.tool_call_id,
+            message.created_at_ms,
+        ])
+        .map_err(|e| unit_error(e, || format!("message {:?}", message.id)))?;
+    Ok(changed == 1)
+}
+
+fn insert_event(conn: &Connection, thread_id: &str, event: &NewEvent, seq: i64) -> StoreResult<()> {
+    conn.prepare_cached(INSERT_EVENT)?
+        .execute(params![
+            thread_id,
+            seq,
+            event.event_type,
+            event.data,
+            event.created_at_ms,
+        ])
+        .map_err(|e| unit_error(e, || format!("event {seq}")))?;
+    Ok(())
+}
+
+/// The fast path: the batch's rows with no savepoints, threads reserved once
+/// each. `None` when some unit would fail: the caller rolls back and goes
+/// unit by unit.
+fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<UnitReceipt>>> {
+    let mut counters = Vec::with_capacity(plan.threads.len());
+    for thread in &plan.threads {
+        let totals = Reservation {
+            events: thread.events,
+            messages: thread.messages,
+            calls: thread.calls,
+        };
+        let (owner, last) = reserve(tx, thread.id, thread.owner, &totals)?;
+        if owner != thread.owner {
+            return Ok(None); // another owner's thread
+        }
+        counters.push(last);
+    }
+    let rows = plan.rows(&counters);
+    // Units that reach the fast path were checked by the plan; a row that
+    // does not go in means a unit that must fail.
+    for c in &rows.calls {
+        if !insert_call(tx, (c.thread_id, c.owner), c.call, c.ordinal, c.finish)? {
+            return Ok(None); // a call already recorded
+        }
+    }
+    for f in &rows.finishes {
+        if !finish_call(tx, f.thread_id, f.finished)? {
+            return Ok(None); // a call not recorded, or not running
+        }
+    }
+    for m in &rows.messages {
+        if !insert_message(tx, m.thread_id, m.message, m.seq)? {
+            return Ok(None); // a message id already used
+        }
+    }
+    for e in &rows.events {
+        insert_event(tx, e.thread_id, e.event, e.seq)?;
+    }
+    let mut audit_ids = Vec::with_capacity(rows.audits.len());
+    for entry in &rows.audits {
+        audit_ids.push(insert_audit(tx, entry)?);
+    }
+    Ok(Some(rows.into_receipts(&audit_ids)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The write connection is where durability is decided: it must wait for
+    /// the disk on commit, enforce foreign keys and wait for a lock rather
+    /// than fail.
+    #[test]
+    fn the_write_connection_is_durable_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("writes.db");
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "journal_mode", "WAL")
+            .unwrap();
+        let writes = WriteConnection::open(&path, false).unwrap();
+        let conn = writes.lock();
+        let pragma = |name: &str| -> i64 {
+            conn.pragma_query_value(None, name, |row| row.get(0))
+                .unwrap()
+        };
+        assert_eq!(pragma("synchronous"), 2, "FULL");
+        assert_eq!(pragma("foreign_keys"), 1);
+        assert_eq!(pragma("busy_timeout"), 10_000);
+        assert_eq!(pragma("cache_size"), CACHE_SIZE_KIB);
+        assert_eq!(pragma("wal_autocheckpoint"), AUTOCHECKPOINT_PAGES);
+        let journal: String = conn
+            .pragma_query_value(None, "journal_mode", |row| row.get(0))
+            .unwrap();
+        assert_eq!(journal, "wal");
+    }
+
+    #[test]
+    fn sqlite_errors_keep_their_kind() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, v TEXT CHECK (v <> 'x'))")
+            .unwrap();
+        conn.execute("INSERT INTO t VALUES ('a', 'b')", []).unwrap();
+        let duplicate = conn
+            .execute("INSERT INTO t VALUES ('a', 'c')", [])
+            .unwrap_err();
+        assert!(matches!(
+            unit_error(duplicate, || "row a".into()),
+            StoreError::Conflict(m) if m.starts_with("row a: ")
+        ));
+        let check = conn
+            .execute("INSERT INTO t VALUES ('b', 'x')", [])
+            .unwrap_err();
+        match StoreError::from(check) {
+            StoreError::Database(sqlx::Error::Database(db)) => {
+                assert_eq!(db.kind(), sqlx::error::ErrorKind::CheckViolation);
+                assert!(
+                    db.message().contains("CHECK constraint failed"),
+                    "{}",
+                    db.message()
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let missing = conn
+            .execute("INSERT INTO nowhere VALUES (1)", [])
+            .unwrap_err();
+        let err = StoreError::from(missing);
+        assert!(
+            !is_unit_local(&err),
+            "a broken statement fails the batch: {err:?}"
+        );
+    }
+}
