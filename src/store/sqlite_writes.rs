@@ -16,6 +16,8 @@
 
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::mpsc;
+use std::time::Duration;
 
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
@@ -32,12 +34,14 @@ use super::{
 /// Page cache of the connection: 64 MiB (negative: KiB).
 const CACHE_SIZE_KIB: i64 = -65536;
 
-/// WAL pages after which a commit copies the WAL back into the database
-/// (SQLite's default is 1000). Pages rewritten by every batch (thread
-/// counters, the newest index leaves) are copied once per checkpoint, so
-/// fewer, larger checkpoints copy less in all; the WAL grows to about 40 MB
-/// between them.
+/// WAL pages after which a commit of the write connection itself copies
+/// the WAL back into the database (SQLite's default is 1000). Normally the
+/// [checkpointer](Checkpointer) gets there first; this is the safety net
+/// for when it cannot keep up.
 const AUTOCHECKPOINT_PAGES: i64 = 10_000;
+
+/// How often the checkpointer copies the WAL back into the database.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 
 /// Prepared statements kept per connection (the batch paths use fewer).
 const STATEMENT_CACHE: usize = 32;
@@ -82,6 +86,53 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id";
 /// The store's write connection.
 pub(crate) struct WriteConnection {
     conn: Mutex<Connection>,
+    /// Stops the checkpointer when the connection goes (file databases).
+    _checkpointer: Option<Checkpointer>,
+}
+
+/// A thread with a connection of its own that copies the WAL back into the
+/// database every [`CHECKPOINT_EVERY`] (a passive checkpoint: it waits for
+/// no reader or writer). A checkpoint then no longer runs inside a batch's
+/// commit, where it held up every caller of the batch (a 10,000-page copy
+/// every few hundred commits was the latency tail of the write path), and
+/// runs on a core the writer is not using.
+struct Checkpointer {
+    /// Dropping it ends the thread.
+    _stop: mpsc::Sender<()>,
+}
+
+impl Checkpointer {
+    fn start(path: &Path, flags: OpenFlags) -> StoreResult<Checkpointer> {
+        let conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_timeout(super::sqlite::BUSY_TIMEOUT)?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        let (stop, stopped) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("toolgate-checkpoint".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) =
+                    stopped.recv_timeout(CHECKPOINT_EVERY)
+                {
+                    checkpoint(&conn);
+                }
+            })
+            .map_err(|e| StoreError::Corrupt(format!("starting the checkpointer: {e}")))?;
+        Ok(Checkpointer { _stop: stop })
+    }
+}
+
+/// One passive checkpoint; reports the WAL's size as a gauge.
+fn checkpoint(conn: &Connection) {
+    let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+    });
+    match done {
+        Ok((wal_pages, copied)) => {
+            metrics::gauge!("toolgate_sqlite_wal_pages").set(wal_pages as f64);
+            tracing::trace!(wal_pages, copied, "checkpoint");
+        }
+        Err(err) => tracing::warn!(error = %err, "checkpoint failed"),
+    }
 }
 
 impl WriteConnection {
@@ -107,8 +158,14 @@ impl WriteConnection {
             conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES)?;
         }
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let checkpointer = if in_memory {
+            None // no WAL
+        } else {
+            Some(Checkpointer::start(path, flags)?)
+        };
         Ok(WriteConnection {
             conn: Mutex::new(conn),
+            _checkpointer: checkpointer,
         })
     }
 
@@ -647,6 +704,39 @@ mod tests {
             .pragma_query_value(None, "journal_mode", |row| row.get(0))
             .unwrap();
         assert_eq!(journal, "wal");
+    }
+
+    /// Committed pages reach the database file without any commit
+    /// checkpointing.
+    #[test]
+    fn the_checkpointer_copies_the_wal_into_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("checkpoint.db");
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "journal_mode", "WAL")
+            .unwrap();
+        let writes = WriteConnection::open(&path, false).unwrap();
+        let before = std::fs::metadata(&path).unwrap().len();
+        {
+            let conn = writes.lock();
+            conn.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE t (v TEXT); \
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000) \
+                 INSERT INTO t SELECT printf('%.1000c', 'x') FROM n;",
+            )
+            .unwrap();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::fs::metadata(&path).unwrap().len() < before + 1_000_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the database file stayed at {} bytes",
+                std::fs::metadata(&path).unwrap().len()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]
