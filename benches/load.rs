@@ -243,8 +243,25 @@ struct Row {
     p99_ms: f64,
     errors: u64,
     first_error: Option<String>,
+    /// CPU time of this whole process (server, load generator, writer) over
+    /// the window, per counted request, in µs (a Postgres server's own
+    /// processes are not included).
+    cpu_us_per_request: f64,
     /// The group-commit writer over the scenario (warm-up included).
     writer: Option<WriterFigures>,
+}
+
+/// CPU time (user + system) of this process so far.
+fn process_cpu() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a rusage for RUSAGE_SELF into the pointer,
+    // which points at a zeroed rusage we own.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// The q-quantile of sorted durations (nearest rank), in milliseconds.
@@ -270,6 +287,12 @@ where
 {
     let begin = Instant::now() + WARMUP;
     let end = begin + window;
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(begin.into()).await;
+        let at_begin = process_cpu();
+        tokio::time::sleep_until(end.into()).await;
+        process_cpu() - at_begin
+    });
     let mut tasks = Vec::with_capacity(connections);
     for conn in 0..connections {
         let request = request.clone();
@@ -325,7 +348,9 @@ where
         }
     }
     all.latencies.sort_unstable();
+    let cpu = cpu.await.expect("cpu sampler");
     Row {
+        cpu_us_per_request: cpu.as_secs_f64() * 1e6 / all.latencies.len().max(1) as f64,
         name,
         requests: all.latencies.len(),
         rps: all.latencies.len() as f64 / window.as_secs_f64(),
@@ -415,6 +440,11 @@ async fn run_scenario(
     Some(row)
 }
 
+/// mimalloc instead of the system allocator: the request path allocates
+/// many small, short-lived objects from several threads (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> anyhow::Result<()> {
     let opts = Options::parse();
     let settings = Settings::load(None)?;
@@ -500,23 +530,24 @@ fn main() -> anyhow::Result<()> {
     let baseline = rows[0].rps;
     println!();
     println!(
-        "| {:<32} | {:>9} | {:>9} | {:>8} | {:>8} | {:>6} | {:>10} |",
-        "scenario", "requests", "req/s", "p50 ms", "p99 ms", "errors", "÷ baseline"
+        "| {:<32} | {:>9} | {:>9} | {:>8} | {:>8} | {:>6} | {:>10} | {:>10} |",
+        "scenario", "requests", "req/s", "p50 ms", "p99 ms", "errors", "÷ baseline", "CPU µs/req"
     );
     println!(
-        "|{:-<34}|{:->11}|{:->11}|{:->10}|{:->10}|{:->8}|{:->12}|",
-        "", "", "", "", "", "", ""
+        "|{:-<34}|{:->11}|{:->11}|{:->10}|{:->10}|{:->8}|{:->12}|{:->12}|",
+        "", "", "", "", "", "", "", ""
     );
     for r in &rows {
         println!(
-            "| {:<32} | {:>9} | {:>9.0} | {:>8.2} | {:>8.2} | {:>6} | {:>10.2} |",
+            "| {:<32} | {:>9} | {:>9.0} | {:>8.2} | {:>8.2} | {:>6} | {:>10.2} | {:>10.0} |",
             r.name,
             r.requests,
             r.rps,
             r.p50_ms,
             r.p99_ms,
             r.errors,
-            r.rps / baseline
+            r.rps / baseline,
+            r.cpu_us_per_request
         );
     }
     println!();

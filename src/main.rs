@@ -47,6 +47,11 @@ enum Command {
     Openapi,
 }
 
+/// mimalloc instead of the system allocator: the request path allocates
+/// many small, short-lived objects from several threads (see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
