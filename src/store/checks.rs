@@ -121,3 +121,39 @@ pub(crate) fn audit_fits_unit(unit: &WriteUnit, entry: &NewAuditEntry) -> StoreR
     }
     Ok(())
 }
+
+/// The fields of a [`WriteOp::DecideApproval`].
+pub(crate) struct Decision<'a> {
+    pub id: &'a str,
+    pub status: ApprovalStatus,
+    pub decided_by: Option<&'a str>,
+    pub reason: Option<&'a str>,
+    pub decided_at_ms: i64,
+}
+
+impl<'a> Decision<'a> {
+    /// The decision `op` records, if it is a [`WriteOp::DecideApproval`].
+    pub fn of(op: &'a WriteOp) -> Option<Decision<'a>> {
+        match op {
+            WriteOp::DecideApproval {
+                id,
+                status,
+                decided_by,
+                reason,
+                decided_at_ms,
+            } => Some(Decision {
+                id,
+                status: *status,
+                decided_by: decided_by.as_deref(),
+                reason: reason.as_deref(),
+                decided_at_ms: *decided_at_ms,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// The error for an approval id that is already taken.
+pub(crate) fn approval_exists(id: &str) -> StoreError {
+    StoreError::Conflict(format!("approval {id:?} already exists"))
+}

@@ -496,6 +496,10 @@ pub trait Store: Send + Sync + 'static {
     /// Apply a batch of units in ONE transaction (each unit under its own
     /// savepoint). Returns one result per unit, in order. `Err` means the
     /// transaction as a whole failed (nothing committed).
+    ///
+    /// The SQLite store does the work synchronously on the calling thread
+    /// (the group-commit writer calls it on a thread of its own); other
+    /// callers should expect it to block for the length of a transaction.
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>>;
 }
 

@@ -16,7 +16,7 @@ use sqlx::types::Json;
 use sqlx::{Acquire, PgConnection, Row};
 
 use super::batch::{Plan, Reserved};
-use super::checks::Reservation;
+use super::checks::{Decision, Reservation};
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, FinishedToolCall,
     NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store, StoreError, StoreResult,
@@ -273,20 +273,8 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
                 receipt.events.extend(stored);
             }
             WriteOp::InsertApproval(approval) => insert_approval(conn, unit, approval).await?,
-            WriteOp::DecideApproval {
-                id,
-                status,
-                decided_by,
-                reason,
-                decided_at_ms,
-            } => {
-                let decision = Decision {
-                    id,
-                    status: *status,
-                    decided_by: decided_by.as_deref(),
-                    reason: reason.as_deref(),
-                    decided_at_ms: *decided_at_ms,
-                };
+            WriteOp::DecideApproval { .. } => {
+                let decision = Decision::of(op).expect("a DecideApproval op");
                 decide_approval(conn, unit, decision).await?
             }
             WriteOp::AppendAudit(entry) => {
@@ -467,21 +455,9 @@ async fn insert_approval(
     .await
     .map_err(|e| unit_error(e, || format!("approval {:?}", approval.id)))?;
     if done.rows_affected() == 0 {
-        return Err(StoreError::Conflict(format!(
-            "approval {:?} already exists",
-            approval.id
-        )));
+        return Err(checks::approval_exists(&approval.id));
     }
     Ok(())
-}
-
-/// The fields of [`WriteOp::DecideApproval`].
-struct Decision<'a> {
-    id: &'a str,
-    status: ApprovalStatus,
-    decided_by: Option<&'a str>,
-    reason: Option<&'a str>,
-    decided_at_ms: i64,
 }
 
 async fn decide_approval(

@@ -25,10 +25,10 @@ use rusqlite::{
 use serde_json::Value;
 
 use super::batch::{Plan, Reserved};
-use super::checks::{self, Reservation};
+use super::checks::{self, Decision, Reservation};
 use super::{
-    ApprovalRecord, ApprovalStatus, FinishedToolCall, NewAuditEntry, NewEvent, NewMessage,
-    NewToolCall, StoreError, StoreResult, StoredEvent, UnitReceipt, WriteOp, WriteUnit,
+    ApprovalRecord, FinishedToolCall, NewAuditEntry, NewEvent, NewMessage, NewToolCall, StoreError,
+    StoreResult, StoredEvent, UnitReceipt, WriteOp, WriteUnit,
 };
 
 /// Page cache of the connection: 64 MiB (negative: KiB).
@@ -354,23 +354,10 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                 }
             }
             WriteOp::InsertApproval(approval) => insert_approval(conn, unit, approval)?,
-            WriteOp::DecideApproval {
-                id,
-                status,
-                decided_by,
-                reason,
-                decided_at_ms,
-            } => decide_approval(
-                conn,
-                unit,
-                Decision {
-                    id,
-                    status: *status,
-                    decided_by: decided_by.as_deref(),
-                    reason: reason.as_deref(),
-                    decided_at_ms: *decided_at_ms,
-                },
-            )?,
+            WriteOp::DecideApproval { .. } => {
+                let decision = Decision::of(op).expect("a DecideApproval op");
+                decide_approval(conn, unit, decision)?
+            }
             WriteOp::AppendAudit(entry) => {
                 checks::audit_fits_unit(unit, entry)?;
                 receipt.audit_ids.push(insert_audit(conn, entry)?);
@@ -519,21 +506,9 @@ fn insert_approval(
         ])
         .map_err(|e| unit_error(e, || format!("approval {:?}", approval.id)))?;
     if changed == 0 {
-        return Err(StoreError::Conflict(format!(
-            "approval {:?} already exists",
-            approval.id
-        )));
+        return Err(checks::approval_exists(&approval.id));
     }
     Ok(())
-}
-
-/// The fields of [`WriteOp::DecideApproval`].
-struct Decision<'a> {
-    id: &'a str,
-    status: ApprovalStatus,
-    decided_by: Option<&'a str>,
-    reason: Option<&'a str>,
-    decided_at_ms: i64,
 }
 
 fn decide_approval(conn: &Connection, unit: &WriteUnit, decision: Decision<'_>) -> StoreResult<()> {
@@ -678,18 +653,24 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
 mod tests {
     use super::*;
 
-    /// The write connection is where durability is decided: it must wait for
-    /// the disk on commit, enforce foreign keys and wait for a lock rather
-    /// than fail.
-    #[test]
-    fn the_write_connection_is_durable_and_checked() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A new WAL-mode database file in `dir` and a write connection to it.
+    fn wal_database(dir: &tempfile::TempDir) -> (std::path::PathBuf, WriteConnection) {
         let path = dir.path().join("writes.db");
         Connection::open(&path)
             .unwrap()
             .pragma_update(None, "journal_mode", "WAL")
             .unwrap();
         let writes = WriteConnection::open(&path, false).unwrap();
+        (path, writes)
+    }
+
+    /// The write connection is where durability is decided: it must wait for
+    /// the disk on commit, enforce foreign keys and wait for a lock rather
+    /// than fail.
+    #[test]
+    fn the_write_connection_is_durable_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, writes) = wal_database(&dir);
         let conn = writes.lock();
         let pragma = |name: &str| -> i64 {
             conn.pragma_query_value(None, name, |row| row.get(0))
@@ -711,12 +692,7 @@ mod tests {
     #[test]
     fn the_checkpointer_copies_the_wal_into_the_database() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("checkpoint.db");
-        Connection::open(&path)
-            .unwrap()
-            .pragma_update(None, "journal_mode", "WAL")
-            .unwrap();
-        let writes = WriteConnection::open(&path, false).unwrap();
+        let (path, writes) = wal_database(&dir);
         let before = std::fs::metadata(&path).unwrap().len();
         {
             let conn = writes.lock();
