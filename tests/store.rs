@@ -256,6 +256,7 @@ on_both_backends! {
         a_call_recorded_and_finished_in_one_unit_is_stored_as_if_in_two,
         a_failing_unit_in_a_large_batch_fails_alone,
         duplicate_and_dependent_ids_within_one_batch,
+        pool_writes_and_batches_interleave,
     ],
     target: [
         two_handles_on_one_database_serialise_their_writes,
@@ -2868,6 +2869,60 @@ async fn undo_links_are_recorded_once(store: DynStore) {
             matches!(unknown, Err(StoreError::NotFound(_))),
             "{unknown:?}"
         );
+    }
+}
+
+/// Writes outside the writer (thread claims, owner rules, audit appends)
+/// run on other connections than the writer's batches; under contention
+/// both wait for each other's locks rather than fail.
+async fn pool_writes_and_batches_interleave(store: DynStore) {
+    let writer = Writer::spawn(store.clone(), WriterConfig::default(), Arc::new(|_| {}));
+    let mut tasks = Vec::new();
+    for i in 0..60 {
+        let writer = writer.clone();
+        tasks.push(tokio::spawn(async move {
+            writer
+                .write(unit(
+                    &format!("batch-{}", i % 6),
+                    "alice",
+                    vec![
+                        WriteOp::InsertToolCall(new_call(&format!("call_{i}"))),
+                        WriteOp::AppendEvents(vec![event("TOOL_CALL_START", i)]),
+                    ],
+                ))
+                .await
+                .map(drop)
+        }));
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("owner-{i}");
+            store.claim_thread(&format!("claimed-{i}"), &owner).await?;
+            store
+                .put_owner_rules(&owner, &json!({"allow": [format!("echo({i})")]}), i)
+                .await?;
+            store
+                .append_audit(&audit_entry(&owner, None, "rules_changed", i))
+                .await
+                .map(drop)
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap().expect("every write succeeds");
+    }
+    for i in 0..6 {
+        assert_eq!(
+            store.last_event_seq(&format!("batch-{i}")).await.unwrap(),
+            10
+        );
+    }
+    for i in [0, 59] {
+        let owner = format!("owner-{i}");
+        assert_eq!(
+            store.thread_owner(&format!("claimed-{i}")).await.unwrap(),
+            Some(owner.clone())
+        );
+        assert!(store.owner_rules(&owner).await.unwrap().is_some());
+        assert_eq!(store.audit(&filter(&owner)).await.unwrap().len(), 1);
     }
 }
 
