@@ -462,8 +462,10 @@ fn main() -> anyhow::Result<()> {
         WARMUP.as_secs()
     );
     println!(
-        "  writer_max_batch: {}, writer_linger_ms: {}, logging: off",
-        settings.storage.writer_max_batch, settings.storage.writer_linger_ms
+        "  writer_max_batch: {}, writer_linger_ms: {}, writer_nice: {}, logging: off",
+        settings.storage.writer_max_batch,
+        settings.storage.writer_linger_ms,
+        settings.storage.writer_nice
     );
 
     let client_rt = tokio::runtime::Builder::new_multi_thread()

@@ -55,6 +55,8 @@ pub struct StorageSettings {
     pub database_url: Option<SecretString>,
     pub writer_max_batch: usize,
     pub writer_linger_ms: u64,
+    /// The writer thread's nice value (-20..=19); 0 leaves it as inherited.
+    pub writer_nice: i32,
 }
 
 impl Default for StorageSettings {
@@ -64,6 +66,7 @@ impl Default for StorageSettings {
             database_url: None,
             writer_max_batch: 256,
             writer_linger_ms: 0,
+            writer_nice: -10,
         }
     }
 }

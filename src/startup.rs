@@ -105,6 +105,7 @@ impl Application {
             WriterConfig {
                 max_batch: settings.storage.writer_max_batch.max(1),
                 linger: Duration::from_millis(settings.storage.writer_linger_ms),
+                nice: writer_nice(settings.storage.writer_nice)?,
                 ..WriterConfig::default()
             },
             publish_hook(bus.clone()),
@@ -188,5 +189,29 @@ impl Application {
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await?;
         Ok(())
+    }
+}
+
+/// `storage.writer_nice` as the writer wants it: `None` for 0 (inherit).
+fn writer_nice(nice: i32) -> anyhow::Result<Option<i32>> {
+    anyhow::ensure!(
+        (-20..=19).contains(&nice),
+        "storage.writer_nice is {nice}; it must be between -20 and 19 (0 = inherit)"
+    );
+    Ok(Some(nice).filter(|&nice| nice != 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::writer_nice;
+
+    #[test]
+    fn writer_nice_is_checked_and_zero_inherits() {
+        assert_eq!(writer_nice(0).unwrap(), None);
+        assert_eq!(writer_nice(-10).unwrap(), Some(-10));
+        assert_eq!(writer_nice(19).unwrap(), Some(19));
+        let err = writer_nice(25).unwrap_err().to_string();
+        assert!(err.contains("storage.writer_nice is 25"), "{err}");
+        assert!(writer_nice(-21).is_err());
     }
 }

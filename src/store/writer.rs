@@ -33,6 +33,13 @@ pub struct WriterConfig {
     /// How long a batch waits for more units once it has its first; zero
     /// (the default) takes whatever is queued and commits at once.
     pub linger: Duration,
+    /// The writer thread's nice value (Linux; -20..=19, lower runs first);
+    /// `None` leaves it as inherited. Every write waits for this one
+    /// thread, so when the machine is busy it should not queue behind
+    /// request threads: a negative value needs `CAP_SYS_NICE` (or a fitting
+    /// `RLIMIT_NICE`); without it the writer runs at its inherited priority
+    /// and says so in the log.
+    pub nice: Option<i32>,
 }
 
 impl Default for WriterConfig {
@@ -41,6 +48,7 @@ impl Default for WriterConfig {
             max_batch: 256,
             channel_capacity: 4096,
             linger: Duration::ZERO,
+            nice: None,
         }
     }
 }
@@ -84,7 +92,12 @@ impl Writer {
             .expect("the writer's runtime starts");
         std::thread::Builder::new()
             .name("toolgate-writer".into())
-            .spawn(move || runtime.block_on(run(store, config, on_commit, queue)))
+            .spawn(move || {
+                if let Some(nice) = config.nice {
+                    set_thread_nice(nice);
+                }
+                runtime.block_on(run(store, config, on_commit, queue))
+            })
             .expect("the writer's thread starts");
         Writer { jobs }
     }
@@ -100,6 +113,32 @@ impl Writer {
             .map_err(|_| StoreError::WriterClosed)?;
         answer.await.map_err(|_| StoreError::WriterClosed)?
     }
+}
+
+/// Set the calling thread's nice value (on Linux a thread has its own).
+#[cfg(target_os = "linux")]
+fn set_thread_nice(nice: i32) {
+    // SAFETY: gettid and setpriority take plain integers and touch no
+    // memory of ours.
+    let done = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
+    };
+    if done == 0 {
+        tracing::debug!(nice, "writer thread priority set");
+    } else {
+        tracing::info!(
+            nice,
+            error = %std::io::Error::last_os_error(),
+            "could not set the writer thread's priority (a negative nice value needs \
+             CAP_SYS_NICE); it runs at its inherited priority"
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_thread_nice(nice: i32) {
+    tracing::info!(nice, "the writer thread's priority is only set on Linux");
 }
 
 async fn run(
@@ -233,6 +272,54 @@ fn replicate_sqlx(err: &sqlx::Error) -> sqlx::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The nice values of this process's writer threads.
+    #[cfg(target_os = "linux")]
+    fn writer_nice_values() -> Vec<i64> {
+        let mut values = Vec::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            if comm.trim() != "toolgate-writer" {
+                continue;
+            }
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // Fields after the command name, which ends with ')': state is
+            // field 3 of stat(5), nice field 19.
+            if let Some((_, rest)) = stat.rsplit_once(')') {
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                if let Some(nice) = fields.get(19 - 3).and_then(|f| f.parse().ok()) {
+                    values.push(nice);
+                }
+            }
+        }
+        values
+    }
+
+    /// A positive nice value needs no privilege, so this runs anywhere.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn the_writer_thread_takes_its_nice_value() {
+        let store: DynStore = Arc::new(
+            crate::store::sqlite::SqliteStore::connect_url("sqlite::memory:")
+                .await
+                .unwrap(),
+        );
+        let config = WriterConfig {
+            nice: Some(7),
+            ..WriterConfig::default()
+        };
+        let writer = Writer::spawn(store, config, Arc::new(|_| {}));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !writer_nice_values().contains(&7) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no writer thread at nice 7: {:?}",
+                writer_nice_values()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(writer);
+    }
 
     #[test]
     fn replicated_errors_keep_their_variant_and_message() {
