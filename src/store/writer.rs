@@ -131,7 +131,8 @@ fn set_thread_nice(nice: i32) {
             nice,
             error = %std::io::Error::last_os_error(),
             "could not set the writer thread's priority (a negative nice value needs \
-             CAP_SYS_NICE); it runs at its inherited priority"
+             CAP_SYS_NICE or RLIMIT_NICE of at least 20 - nice); it runs at its inherited \
+             priority"
         );
     }
 }
