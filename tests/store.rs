@@ -282,7 +282,7 @@ fn unit(thread: &str, owner: &str, ops: Vec<WriteOp>) -> WriteUnit {
 fn event(event_type: &str, n: i64) -> NewEvent {
     NewEvent {
         event_type: event_type.to_owned(),
-        data: format!(r#"{{"type":"{event_type}","n":{n}}}"#),
+        data: format!(r#"{{"type":"{event_type}","n":{n}}}"#).into(),
         created_at_ms: 1_700_000_000_000 + n,
     }
 }

@@ -1164,7 +1164,7 @@ fn validate_arguments(tool: &RegisteredTool, arguments: &Value) -> Result<(), Re
 fn new_event(event: &Event) -> NewEvent {
     NewEvent {
         event_type: event.type_name().to_string(),
-        data: event.to_json(),
+        data: event.to_json().into(),
         created_at_ms: event.timestamp,
     }
 }

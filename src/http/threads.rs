@@ -403,7 +403,7 @@ pub async fn post_message(
                     .iter()
                     .map(|e| NewEvent {
                         event_type: e.type_name().into(),
-                        data: e.to_json(),
+                        data: e.to_json().into(),
                         created_at_ms: e.timestamp,
                     })
                     .collect(),

@@ -146,14 +146,16 @@ pub struct NewMessage {
 }
 
 /// An event of the thread's log. `data` is the complete AG-UI event JSON text
-/// exactly as streamed (stored as text so a replay is byte-identical).
+/// exactly as streamed (stored as text so a replay is byte-identical); it is
+/// shared, not copied, between the unit that wrote it, the receipt, the bus
+/// and every subscriber (a result event can be megabytes).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
     pub thread_id: String,
     /// Per-thread position, 1-based, gap-free: the SSE `id:`.
     pub seq: i64,
     pub event_type: String,
-    pub data: String,
+    pub data: Arc<str>,
     pub created_at_ms: i64,
 }
 
@@ -161,7 +163,7 @@ pub struct StoredEvent {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {
     pub event_type: String,
-    pub data: String,
+    pub data: Arc<str>,
     pub created_at_ms: i64,
 }
 

@@ -213,7 +213,7 @@ fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
         thread_id: row.try_get("thread_id")?,
         seq: row.try_get("seq")?,
         event_type: row.try_get("event_type")?,
-        data: row.try_get("data")?,
+        data: row.try_get::<String, _>("data")?.into(),
         created_at_ms: row.try_get("created_at_ms")?,
     })
 }
@@ -566,7 +566,7 @@ async fn insert_events(
     }
     let seqs: Vec<i64> = (first_seq..).take(events.len()).collect();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+    let data: Vec<&str> = events.iter().map(|e| &*e.data).collect();
     let created: Vec<i64> = events.iter().map(|e| e.created_at_ms).collect();
     sqlx::query(
         "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) \
@@ -822,7 +822,7 @@ async fn apply_plan(
                 .map(|r| r.event.event_type.as_str())
                 .collect::<Vec<_>>(),
         )
-        .bind(e.iter().map(|r| r.event.data.as_str()).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| &*r.event.data).collect::<Vec<_>>())
         .bind(e.iter().map(|r| r.event.created_at_ms).collect::<Vec<_>>())
         .execute(&mut *conn)
         .await?;

@@ -253,7 +253,7 @@ fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
         thread_id: row.try_get("thread_id")?,
         seq: row.try_get("seq")?,
         event_type: row.try_get("event_type")?,
-        data: row.try_get("data")?,
+        data: row.try_get::<String, _>("data")?.into(),
         created_at_ms: row.try_get("created_at_ms")?,
     })
 }

@@ -35,10 +35,12 @@ use super::{
 const CACHE_SIZE_KIB: i64 = -65536;
 
 /// WAL pages after which a commit of the write connection itself copies
-/// the WAL back into the database (SQLite's default is 1000). Normally the
-/// [checkpointer](Checkpointer) gets there first; this is the safety net
-/// for when it cannot keep up.
-const AUTOCHECKPOINT_PAGES: i64 = 10_000;
+/// the WAL back into the database (SQLite's default is 1000): the safety
+/// net for when the [checkpointer](Checkpointer) cannot keep up (about
+/// 200 MB of WAL). Set lower, large results (a batch of megabyte files)
+/// would cross it at nearly every commit and the writer would copy the WAL
+/// itself while every caller of the batch waits.
+const AUTOCHECKPOINT_PAGES: i64 = 50_000;
 
 /// How often the checkpointer copies the WAL back into the database.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
