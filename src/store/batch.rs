@@ -21,8 +21,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    FinishedToolCall, NewAuditEntry, NewEvent, NewMessage, NewToolCall, StoredEvent, UnitReceipt,
-    WriteOp, WriteUnit, checks,
+    FinishedToolCall, NewAuditEntry, NewEvent, NewMessage, NewToolCall, UnitReceipt, WriteOp,
+    WriteUnit, checks,
 };
 
 /// The order in which a batch's units are applied: grouped by thread id
@@ -266,13 +266,7 @@ impl<'a> Plan<'a> {
                                 seq: *event_seq,
                                 event,
                             });
-                            receipt.events.push(StoredEvent {
-                                thread_id: unit.thread_id.clone(),
-                                seq: *event_seq,
-                                event_type: event.event_type.clone(),
-                                data: event.data.clone(),
-                                created_at_ms: event.created_at_ms,
-                            });
+                            receipt.events.push(event.stored(thread, *event_seq));
                             *event_seq += 1;
                         }
                     }

@@ -167,6 +167,19 @@ pub struct NewEvent {
     pub created_at_ms: i64,
 }
 
+impl NewEvent {
+    /// The event as appended at `seq` of `thread_id` (its data shared).
+    pub(crate) fn stored(&self, thread_id: &str, seq: i64) -> StoredEvent {
+        StoredEvent {
+            thread_id: thread_id.to_owned(),
+            seq,
+            event_type: self.event_type.clone(),
+            data: Arc::clone(&self.data),
+            created_at_ms: self.created_at_ms,
+        }
+    }
+}
+
 /// The idempotency and undo record of one tool call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCallRecord {

@@ -585,13 +585,7 @@ async fn insert_events(
     Ok(events
         .iter()
         .zip(seqs)
-        .map(|(event, seq)| StoredEvent {
-            thread_id: unit.thread_id.clone(),
-            seq,
-            event_type: event.event_type.clone(),
-            data: event.data.clone(),
-            created_at_ms: event.created_at_ms,
-        })
+        .map(|(event, seq)| event.stored(&unit.thread_id, seq))
         .collect())
 }
 

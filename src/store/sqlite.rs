@@ -142,7 +142,7 @@ impl SqliteStore {
         let writes =
             tokio::task::spawn_blocking(move || WriteConnection::open(&filename, in_memory))
                 .await
-                .map_err(|e| StoreError::Corrupt(format!("opening the write connection: {e}")))??;
+                .map_err(worker_crashed)??;
         Ok(SqliteStore {
             pool,
             writes: Arc::new(writes),
@@ -153,6 +153,13 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
+
+/// A blocking task that did not finish (it panicked, or the runtime is
+/// shutting down).
+fn worker_crashed(err: tokio::task::JoinError) -> StoreError {
+    tracing::error!(error = %err, "a SQLite write task did not finish");
+    StoreError::Database(sqlx::Error::WorkerCrashed)
 }
 
 fn json_text(value: &Value) -> String {
@@ -427,7 +434,7 @@ impl Store for SqliteStore {
         let entry = entry.clone();
         tokio::task::spawn_blocking(move || writes.append_audit(&entry))
             .await
-            .map_err(|e| StoreError::Corrupt(format!("appending an audit entry: {e}")))?
+            .map_err(worker_crashed)?
     }
 
     async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>> {

@@ -28,7 +28,7 @@ use super::batch::{Plan, Reserved};
 use super::checks::{self, Decision, Reservation};
 use super::{
     ApprovalRecord, FinishedToolCall, NewAuditEntry, NewEvent, NewMessage, NewToolCall, StoreError,
-    StoreResult, StoredEvent, UnitReceipt, WriteOp, WriteUnit,
+    StoreResult, UnitReceipt, WriteOp, WriteUnit,
 };
 
 /// Page cache of the connection: 64 MiB (negative: KiB).
@@ -351,7 +351,7 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                     insert_event(conn, &unit.thread_id, event, next_event_seq)?;
                     receipt
                         .events
-                        .push(stored_event(&unit.thread_id, event, next_event_seq));
+                        .push(event.stored(&unit.thread_id, next_event_seq));
                     next_event_seq += 1;
                 }
             }
@@ -367,16 +367,6 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
         }
     }
     Ok(receipt)
-}
-
-fn stored_event(thread_id: &str, event: &NewEvent, seq: i64) -> StoredEvent {
-    StoredEvent {
-        thread_id: thread_id.to_owned(),
-        seq,
-        event_type: event.event_type.clone(),
-        data: event.data.clone(),
-        created_at_ms: event.created_at_ms,
-    }
 }
 
 /// Insert a call (finished already when `finish` is given); false when the
