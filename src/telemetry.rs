@@ -40,6 +40,9 @@ pub fn metrics_handle() -> PrometheusHandle {
             // Another recorder may already be installed (embedding); then
             // ours simply records nothing.
             let _ = metrics::set_global_recorder(recorder);
+            // Gauges exist from the start, at zero, rather than appearing
+            // with their first change.
+            metrics::gauge!("toolgate_sse_subscribers").set(0.0);
             handle
         })
         .clone()

@@ -51,12 +51,22 @@ async fn health_readiness_and_metrics(backend: Backend) {
         .await;
     assert_eq!(s, 200);
     let _sse = app.events("m", "", None).await;
-    let text = reqwest::get(app.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // The stream counts itself once its task runs, which may be just after
+    // the client has the response headers.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let text = loop {
+        let text = reqwest::get(app.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let subscribers = sse_subscribers(&text);
+        if subscribers.is_some_and(|n| n >= 1.0) || std::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert!(text.contains("toolgate_http_requests_total{"), "{text}");
     assert!(
         text.contains("route=\"/v1/threads/{thread_id}/tool-calls\""),
@@ -70,7 +80,19 @@ async fn health_readiness_and_metrics(backend: Backend) {
         text.contains("toolgate_tool_call_duration_seconds"),
         "{text}"
     );
-    assert!(text.contains("toolgate_sse_subscribers"), "{text}");
+    let subscribers = sse_subscribers(&text);
+    assert!(
+        subscribers.is_some_and(|n| n >= 1.0),
+        "an open stream is counted: {text}"
+    );
+}
+
+/// The `toolgate_sse_subscribers` gauge in a `/metrics` text.
+fn sse_subscribers(metrics: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("toolgate_sse_subscribers "))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 /// Postgres only: the embedded SQLite file cannot become unreachable while open.
