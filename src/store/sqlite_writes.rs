@@ -152,17 +152,15 @@ impl WriteConnection {
         conn.busy_timeout(super::sqlite::BUSY_TIMEOUT)?;
         conn.pragma_update(None, "foreign_keys", true)?;
         conn.pragma_update(None, "temp_store", "memory")?;
-        if !in_memory {
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let checkpointer = if in_memory {
+            None // no WAL
+        } else {
             // WAL mode is a property of the file (set when the pool opened
             // it); synchronous, cache and checkpoints are per connection.
             conn.pragma_update(None, "synchronous", "FULL")?;
             conn.pragma_update(None, "cache_size", CACHE_SIZE_KIB)?;
             conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES)?;
-        }
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
-        let checkpointer = if in_memory {
-            None // no WAL
-        } else {
             Some(Checkpointer::start(path, flags)?)
         };
         Ok(WriteConnection {
