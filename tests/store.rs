@@ -265,6 +265,7 @@ on_both_backends! {
         the_audit_log_is_append_only,
         pending_work_survives_a_restart_untouched,
         a_0001_database_migrates_with_its_data,
+        the_schema_refuses_unknown_roles_and_statuses,
     ],
 }
 
@@ -3008,6 +3009,79 @@ async fn pending_work_survives_a_restart_untouched(target: Target) {
     assert_eq!(store.running_tool_calls().await.unwrap().len(), 2);
 }
 
+async fn the_schema_refuses_unknown_roles_and_statuses(target: Target) {
+    // The database itself refuses a role or status the service does not
+    // know (SQLite writes these checks as comparisons, Postgres as lists:
+    // the same values pass on both).
+    let store = target.open().await;
+    target
+        .execute("INSERT INTO threads (id, owner, created_at_ms) VALUES ('t', 'alice', 1)")
+        .await;
+    let message = |seq: i64, role: &str| {
+        format!(
+            "INSERT INTO messages (thread_id, seq, id, role, content, metadata, created_at_ms) \
+             VALUES ('t', {seq}, 'm{seq}', '{role}', 'x', '{{}}', 1)"
+        )
+    };
+    for (seq, role) in ["user", "assistant", "system", "tool"].iter().enumerate() {
+        target.execute(&message(seq as i64 + 1, role)).await;
+    }
+    for bad in ["bogus", "User", ""] {
+        assert!(
+            target.try_execute(&message(10, bad)).await.is_err(),
+            "role {bad:?} was stored"
+        );
+    }
+    let call = |n: i64, status: &str| {
+        format!(
+            "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
+                 created_at_ms, ordinal) \
+             VALUES ('t', 'c{n}', 'alice', 'r', 'echo', '{{}}', '{status}', 1, {n})"
+        )
+    };
+    let statuses = [
+        "pending_approval",
+        "running",
+        "success",
+        "failure",
+        "partial",
+    ];
+    for (n, status) in statuses.iter().enumerate() {
+        target.execute(&call(n as i64 + 1, status)).await;
+    }
+    for bad in ["done", "Running", ""] {
+        assert!(
+            target.try_execute(&call(10, bad)).await.is_err(),
+            "status {bad:?} was stored"
+        );
+    }
+    let roles: Vec<Role> = store
+        .all_messages("t")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.role)
+        .collect();
+    assert_eq!(
+        roles,
+        [Role::User, Role::Assistant, Role::System, Role::Tool]
+    );
+    let mut stored: Vec<CallStatus> = Vec::new();
+    for n in 1..=5 {
+        stored.push(status_of(&store, "t", &format!("c{n}")).await);
+    }
+    assert_eq!(
+        stored,
+        [
+            CallStatus::PendingApproval,
+            CallStatus::Running,
+            CallStatus::Success,
+            CallStatus::Failure,
+            CallStatus::Partial
+        ]
+    );
+}
+
 async fn a_0001_database_migrates_with_its_data(target: Target) {
     // A database left by the release before the safety features: two calls
     // in one millisecond (ids out of order), one still running.
@@ -3031,6 +3105,18 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
 
     let store = target.open().await;
     store.ready().await.unwrap();
+    let kept = store.all_messages("t").await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(
+        (
+            kept[0].id.as_str(),
+            kept[0].seq,
+            kept[0].role,
+            kept[0].content.as_str()
+        ),
+        ("m1", 1, Role::Tool, r#"{"ok":true}"#)
+    );
+    assert_eq!(kept[0].tool_call_id.as_deref(), Some("b"));
     let b = store.tool_call("t", "b").await.unwrap().unwrap();
     assert_eq!(b.status, CallStatus::Success);
     assert_eq!(b.args, json!({"x": 1}));

@@ -53,6 +53,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "safety",
         include_str!("../../migrations/sqlite/0002_safety.sql"),
     ),
+    (
+        3,
+        "checks without lists",
+        include_str!("../../migrations/sqlite/0003_checks_without_lists.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -49,8 +49,12 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(100);
 const STATEMENT_CACHE: usize = 32;
 
 /// Create the unit's thread (for its owner) or bump its counters, reserving
-/// the seqs of its events and messages and the ordinals of its calls; returns
-/// the owner and the new last values.
+/// the seqs of its events and messages and the ordinals of its calls;
+/// [`READ_SEQS`] then reads the owner and the new last values. Two
+/// statements rather than one with `RETURNING`: SQLite gathers `RETURNING`
+/// rows in a temporary b-tree that it creates and tears down at every
+/// execution, which cost the writer more than the second lookup of a page it
+/// has just written.
 const RESERVE_SEQS: &str = "\
 INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq, \
     last_call_ordinal) \
@@ -58,8 +62,10 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
 ON CONFLICT (id) DO UPDATE SET \
     last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
     last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
-    last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
-RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal";
+    last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal";
+
+const READ_SEQS: &str = "\
+SELECT owner, last_event_seq, last_message_seq, last_call_ordinal FROM threads WHERE id = ?1";
 
 const INSERT_CALL: &str = "\
 INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
@@ -83,7 +89,7 @@ VALUES (?1, ?2, ?3, ?4, ?5)";
 const INSERT_AUDIT: &str = "\
 INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, operation, \
     verdict, rule, approval_id, outcome, duration_ms, detail) \
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING id";
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 /// The store's write connection.
 pub(crate) struct WriteConnection {
@@ -264,27 +270,25 @@ fn reserve(
     owner: &str,
     r: &Reservation,
 ) -> StoreResult<(String, Reserved)> {
-    let mut statement = conn.prepare_cached(RESERVE_SEQS)?;
-    let row = statement.query_row(
-        params![
-            thread_id,
-            owner,
-            crate::protocol::now_ms(),
-            r.events,
-            r.messages,
-            r.calls
-        ],
-        |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                Reserved {
-                    last_event_seq: row.get(1)?,
-                    last_message_seq: row.get(2)?,
-                    last_call_ordinal: row.get(3)?,
-                },
-            ))
-        },
-    )?;
+    conn.prepare_cached(RESERVE_SEQS)?.execute(params![
+        thread_id,
+        owner,
+        crate::protocol::now_ms(),
+        r.events,
+        r.messages,
+        r.calls
+    ])?;
+    let mut statement = conn.prepare_cached(READ_SEQS)?;
+    let row = statement.query_row([thread_id], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            Reserved {
+                last_event_seq: row.get(1)?,
+                last_message_seq: row.get(2)?,
+                last_call_ordinal: row.get(3)?,
+            },
+        ))
+    })?;
     Ok(row)
 }
 
@@ -535,26 +539,25 @@ fn decide_approval(conn: &Connection, unit: &WriteUnit, decision: Decision<'_>) 
 
 /// Append one audit entry; returns its id.
 fn insert_audit(conn: &Connection, entry: &NewAuditEntry) -> StoreResult<i64> {
+    // The row id from the connection, not `RETURNING` (see RESERVE_SEQS).
     conn.prepare_cached(INSERT_AUDIT)?
-        .query_row(
-            params![
-                entry.at_ms,
-                entry.owner,
-                entry.thread_id,
-                entry.tool_call_id,
-                entry.tool_name,
-                entry.action,
-                entry.operation,
-                entry.verdict,
-                entry.rule,
-                entry.approval_id,
-                entry.outcome,
-                entry.duration_ms,
-                json_text(&entry.detail),
-            ],
-            |row| row.get(0),
-        )
-        .map_err(|e| unit_error(e, || format!("audit entry {:?}", entry.action)))
+        .execute(params![
+            entry.at_ms,
+            entry.owner,
+            entry.thread_id,
+            entry.tool_call_id,
+            entry.tool_name,
+            entry.action,
+            entry.operation,
+            entry.verdict,
+            entry.rule,
+            entry.approval_id,
+            entry.outcome,
+            entry.duration_ms,
+            json_text(&entry.detail),
+        ])
+        .map_err(|e| unit_error(e, || format!("audit entry {:?}", entry.action)))?;
+    Ok(conn.last_insert_rowid())
 }
 
 /// Insert a message at `seq`; false when the thread already has a message
