@@ -10,6 +10,7 @@ mod batch;
 mod checks;
 mod db_error;
 pub mod postgres;
+mod reads;
 pub mod sqlite;
 mod sqlite_writes;
 pub mod writer;

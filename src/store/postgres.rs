@@ -11,16 +11,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
-use sqlx::postgres::{PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Acquire, PgConnection, Row};
 
 use super::batch::{Plan, Reserved};
 use super::checks::{Decision, Reservation};
+use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, FinishedToolCall,
-    NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store, StoreError, StoreResult,
-    StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, FinishedToolCall, NewAuditEntry,
+    NewEvent, NewMessage, NewToolCall, Store, StoreError, StoreResult, StoredEvent, StoredMessage,
+    ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
 };
 
 /// The migrations of `migrations/postgres`, embedded in the binary.
@@ -79,19 +80,6 @@ ON CONFLICT (id) DO UPDATE SET \
     last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
 RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal";
 
-const TOOL_CALL_COLUMNS: &str = "thread_id, id, owner, run_id, tool_name, args, status, output, \
-     undo, message_id, created_at_ms, finished_at_ms, undo_of, undone_by";
-
-const APPROVAL_COLUMNS: &str = "id, thread_id, owner, tool_call_id, tool_name, arguments, \
-     reason, preview, request, status, decided_by, decision_reason, created_at_ms, \
-     expires_at_ms, decided_at_ms";
-
-const AUDIT_COLUMNS: &str = "id, at_ms, owner, thread_id, tool_call_id, tool_name, action, \
-     operation, verdict, rule, approval_id, outcome, duration_ms, detail";
-
-const MESSAGE_COLUMNS: &str =
-    "thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms";
-
 pub struct PgStore {
     pool: PgPool,
     /// One connection for [`Store::apply_batch`], used by the group-commit
@@ -100,6 +88,11 @@ pub struct PgStore {
 }
 
 impl PgStore {
+    /// The queries both backends share, over the read pool.
+    fn reads(&self) -> Reads<'_, sqlx::Postgres> {
+        Reads { pool: &self.pool }
+    }
+
     /// Connect a pool to `url` (`postgres://…`) and run pending migrations
     /// (under Postgres' migration lock, so replicas may start together).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
@@ -125,97 +118,6 @@ impl PgStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
-}
-
-fn tool_call_from_row(row: &PgRow) -> StoreResult<ToolCallRecord> {
-    let status: String = row.try_get("status")?;
-    Ok(ToolCallRecord {
-        thread_id: row.try_get("thread_id")?,
-        id: row.try_get("id")?,
-        owner: row.try_get("owner")?,
-        run_id: row.try_get("run_id")?,
-        tool_name: row.try_get("tool_name")?,
-        args: row.try_get::<Json<Value>, _>("args")?.0,
-        status: CallStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown tool call status {status:?}")))?,
-        output: row
-            .try_get::<Option<Json<Value>>, _>("output")?
-            .map(|j| j.0),
-        undo: row.try_get::<Option<Json<Value>>, _>("undo")?.map(|j| j.0),
-        message_id: row.try_get("message_id")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        finished_at_ms: row.try_get("finished_at_ms")?,
-        undo_of: row.try_get("undo_of")?,
-        undone_by: row.try_get("undone_by")?,
-    })
-}
-
-fn approval_from_row(row: &PgRow) -> StoreResult<ApprovalRecord> {
-    let status: String = row.try_get("status")?;
-    Ok(ApprovalRecord {
-        id: row.try_get("id")?,
-        thread_id: row.try_get("thread_id")?,
-        owner: row.try_get("owner")?,
-        tool_call_id: row.try_get("tool_call_id")?,
-        tool_name: row.try_get("tool_name")?,
-        arguments: row.try_get::<Json<Value>, _>("arguments")?.0,
-        reason: row.try_get("reason")?,
-        preview: row
-            .try_get::<Option<Json<Value>>, _>("preview")?
-            .map(|j| j.0),
-        request: row.try_get::<Json<Value>, _>("request")?.0,
-        status: ApprovalStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown approval status {status:?}")))?,
-        decided_by: row.try_get("decided_by")?,
-        decision_reason: row.try_get("decision_reason")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        expires_at_ms: row.try_get("expires_at_ms")?,
-        decided_at_ms: row.try_get("decided_at_ms")?,
-    })
-}
-
-fn audit_from_row(row: &PgRow) -> StoreResult<AuditEntry> {
-    Ok(AuditEntry {
-        id: row.try_get("id")?,
-        at_ms: row.try_get("at_ms")?,
-        owner: row.try_get("owner")?,
-        thread_id: row.try_get("thread_id")?,
-        tool_call_id: row.try_get("tool_call_id")?,
-        tool_name: row.try_get("tool_name")?,
-        action: row.try_get("action")?,
-        operation: row.try_get("operation")?,
-        verdict: row.try_get("verdict")?,
-        rule: row.try_get("rule")?,
-        approval_id: row.try_get("approval_id")?,
-        outcome: row.try_get("outcome")?,
-        duration_ms: row.try_get("duration_ms")?,
-        detail: row.try_get::<Json<Value>, _>("detail")?.0,
-    })
-}
-
-fn message_from_row(row: &PgRow) -> StoreResult<StoredMessage> {
-    let role: String = row.try_get("role")?;
-    Ok(StoredMessage {
-        thread_id: row.try_get("thread_id")?,
-        seq: row.try_get("seq")?,
-        id: row.try_get("id")?,
-        role: Role::parse(&role)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown message role {role:?}")))?,
-        content: row.try_get("content")?,
-        metadata: row.try_get::<Json<Value>, _>("metadata")?.0,
-        tool_call_id: row.try_get("tool_call_id")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-    })
-}
-
-fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
-    Ok(StoredEvent {
-        thread_id: row.try_get("thread_id")?,
-        seq: row.try_get("seq")?,
-        event_type: row.try_get("event_type")?,
-        data: row.try_get::<String, _>("data")?.into(),
-        created_at_ms: row.try_get("created_at_ms")?,
-    })
 }
 
 /// A failed statement inside a unit: unique violations are conflicts.
@@ -894,87 +796,31 @@ impl Store for PgStore {
     }
 
     async fn ready(&self) -> StoreResult<()> {
-        let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&self.pool)
-                .await?;
-        for &(version, description, _) in MIGRATIONS {
-            if !applied.contains(&version) {
-                return Err(StoreError::Corrupt(format!(
-                    "migration {version} ({description}) is not applied"
-                )));
-            }
-        }
-        Ok(())
+        self.reads().ready(MIGRATIONS).await
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT owner FROM threads WHERE id = $1")
-                .bind(thread_id)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
+        self.reads().thread_owner(thread_id).await
     }
 
     async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO threads (id, owner, created_at_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(thread_id)
-        .bind(owner)
-        .bind(crate::protocol::now_ms())
-        .execute(&self.pool)
-        .await?;
-        match self.thread_owner(thread_id).await? {
-            Some(existing) if existing == owner => Ok(()),
-            Some(_) => Err(StoreError::NotOwner),
-            None => Err(StoreError::NotFound(format!("thread {thread_id:?}"))),
-        }
+        self.reads().claim_thread(thread_id, owner).await
     }
 
     async fn tool_call(&self, thread_id: &str, id: &str) -> StoreResult<Option<ToolCallRecord>> {
-        let row = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND id = $2"
-        ))
-        .bind(thread_id)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(tool_call_from_row).transpose()
+        self.reads().tool_call(thread_id, id).await
     }
 
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE status = 'running' \
-             ORDER BY created_at_ms, thread_id, id"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(tool_call_from_row).collect()
+        self.reads().running_tool_calls().await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND run_id = $2 \
-             ORDER BY ordinal"
-        ))
-        .bind(thread_id)
-        .bind(run_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(tool_call_from_row).collect()
+        self.reads().run_calls(thread_id, run_id).await
     }
 
     async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>> {
-        let row = sqlx::query(&format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(approval_from_row).transpose()
+        self.reads().approval(id).await
     }
 
     async fn approvals(
@@ -983,72 +829,18 @@ impl Store for PgStore {
         status: Option<ApprovalStatus>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
-        if limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals \
-             WHERE owner = $1 AND ($2::TEXT IS NULL OR status = $2) \
-             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
-        ))
-        .bind(owner)
-        .bind(status.map(ApprovalStatus::as_str))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(approval_from_row).collect()
+        self.reads().approvals(owner, status, limit).await
     }
 
     async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
-        if limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals \
-             WHERE status = 'pending' AND expires_at_ms <= $1 \
-             ORDER BY expires_at_ms, id LIMIT $2"
-        ))
-        .bind(now_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(approval_from_row).collect()
+        self.reads().expired_approvals(now_ms, limit).await
     }
 
     async fn audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
-        if filter.limit <= 0 {
+        let Some(mut query) = audit_query(filter) else {
             return Ok(Vec::new());
-        }
-        let mut query = sqlx::QueryBuilder::new(format!(
-            "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE owner = "
-        ));
-        query.push_bind(&filter.owner);
-        for (column, value) in [
-            ("thread_id", &filter.thread_id),
-            ("tool_name", &filter.tool_name),
-            ("action", &filter.action),
-            ("tool_call_id", &filter.tool_call_id),
-        ] {
-            if let Some(value) = value {
-                query
-                    .push(format_args!(" AND {column} = "))
-                    .push_bind(value);
-            }
-        }
-        if let Some(since) = filter.since_ms {
-            query.push(" AND at_ms >= ").push_bind(since);
-        }
-        if let Some(until) = filter.until_ms {
-            query.push(" AND at_ms < ").push_bind(until);
-        }
-        if let Some(before) = filter.before_id {
-            query.push(" AND id < ").push_bind(before);
-        }
-        query
-            .push(" ORDER BY id DESC LIMIT ")
-            .push_bind(filter.limit);
-        let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter().map(audit_from_row).collect()
+        };
+        audit_entries(&query.build().fetch_all(&self.pool).await?)
     }
 
     async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
@@ -1057,12 +849,7 @@ impl Store for PgStore {
     }
 
     async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>> {
-        let rules: Option<Json<Value>> =
-            sqlx::query_scalar("SELECT rules FROM owner_permissions WHERE owner = $1")
-                .bind(owner)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(rules.map(|j| j.0))
+        self.reads().owner_rules(owner).await
     }
 
     async fn put_owner_rules(
@@ -1090,28 +877,11 @@ impl Store for PgStore {
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<StoredEvent>> {
-        if limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(
-            "SELECT thread_id, seq, event_type, data, created_at_ms FROM events \
-             WHERE thread_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        )
-        .bind(thread_id)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(event_from_row).collect()
+        self.reads().events_after(thread_id, after, limit).await
     }
 
     async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
-        let seq: Option<i64> =
-            sqlx::query_scalar("SELECT last_event_seq FROM threads WHERE id = $1")
-                .bind(thread_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(seq.unwrap_or(0))
+        self.reads().last_event_seq(thread_id).await
     }
 
     async fn messages_before(
@@ -1120,34 +890,11 @@ impl Store for PgStore {
         before: Option<i64>,
         limit: i64,
     ) -> StoreResult<Vec<StoredMessage>> {
-        if limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 AND seq < $2 \
-             ORDER BY seq DESC LIMIT $3"
-        ))
-        .bind(thread_id)
-        .bind(before.unwrap_or(i64::MAX))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut page = rows
-            .iter()
-            .map(message_from_row)
-            .collect::<StoreResult<Vec<_>>>()?;
-        page.reverse();
-        Ok(page)
+        self.reads().messages_before(thread_id, before, limit).await
     }
 
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 ORDER BY seq"
-        ))
-        .bind(thread_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(message_from_row).collect()
+        self.reads().all_messages(thread_id).await
     }
 
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {

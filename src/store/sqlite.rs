@@ -20,18 +20,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::Row;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+use super::reads::{Reads, audit_entries, audit_query};
 use super::sqlite_writes::WriteConnection;
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, NewAuditEntry, Role,
-    Store, StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt,
-    WriteUnit,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, NewAuditEntry, Store, StoreError,
+    StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteUnit,
 };
 
 /// How long a statement waits for SQLite's write lock before failing.
@@ -84,19 +82,6 @@ impl<'s> MigrationSource<'s> for Embedded {
     }
 }
 
-const TOOL_CALL_COLUMNS: &str = "thread_id, id, owner, run_id, tool_name, args, status, output, \
-     undo, message_id, created_at_ms, finished_at_ms, undo_of, undone_by";
-
-const APPROVAL_COLUMNS: &str = "id, thread_id, owner, tool_call_id, tool_name, arguments, \
-     reason, preview, request, status, decided_by, decision_reason, created_at_ms, \
-     expires_at_ms, decided_at_ms";
-
-const AUDIT_COLUMNS: &str = "id, at_ms, owner, thread_id, tool_call_id, tool_name, action, \
-     operation, verdict, rule, approval_id, outcome, duration_ms, detail";
-
-const MESSAGE_COLUMNS: &str =
-    "thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms";
-
 pub struct SqliteStore {
     pool: SqlitePool,
     /// The connection of [`Store::apply_batch`] and audit appends.
@@ -104,6 +89,11 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// The queries both backends share, over the read pool.
+    fn reads(&self) -> Reads<'_, sqlx::Sqlite> {
+        Reads { pool: &self.pool }
+    }
+
     /// Open (creating if missing) the database file at `path` and migrate it.
     pub async fn open_file(path: &Path) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::new()
@@ -171,105 +161,6 @@ fn json_text(value: &Value) -> String {
     value.to_string()
 }
 
-fn parse_json(column: &str, text: &str) -> StoreResult<Value> {
-    serde_json::from_str(text)
-        .map_err(|e| StoreError::Corrupt(format!("{column} is not valid JSON: {e}")))
-}
-
-fn parse_opt_json(column: &str, text: Option<String>) -> StoreResult<Option<Value>> {
-    text.map(|t| parse_json(column, &t)).transpose()
-}
-
-fn tool_call_from_row(row: &SqliteRow) -> StoreResult<ToolCallRecord> {
-    let status: String = row.try_get("status")?;
-    Ok(ToolCallRecord {
-        thread_id: row.try_get("thread_id")?,
-        id: row.try_get("id")?,
-        owner: row.try_get("owner")?,
-        run_id: row.try_get("run_id")?,
-        tool_name: row.try_get("tool_name")?,
-        args: parse_json("tool_calls.args", &row.try_get::<String, _>("args")?)?,
-        status: CallStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown tool call status {status:?}")))?,
-        output: parse_opt_json("tool_calls.output", row.try_get("output")?)?,
-        undo: parse_opt_json("tool_calls.undo", row.try_get("undo")?)?,
-        message_id: row.try_get("message_id")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        finished_at_ms: row.try_get("finished_at_ms")?,
-        undo_of: row.try_get("undo_of")?,
-        undone_by: row.try_get("undone_by")?,
-    })
-}
-
-fn approval_from_row(row: &SqliteRow) -> StoreResult<ApprovalRecord> {
-    let status: String = row.try_get("status")?;
-    Ok(ApprovalRecord {
-        id: row.try_get("id")?,
-        thread_id: row.try_get("thread_id")?,
-        owner: row.try_get("owner")?,
-        tool_call_id: row.try_get("tool_call_id")?,
-        tool_name: row.try_get("tool_name")?,
-        arguments: parse_json(
-            "approvals.arguments",
-            &row.try_get::<String, _>("arguments")?,
-        )?,
-        reason: row.try_get("reason")?,
-        preview: parse_opt_json("approvals.preview", row.try_get("preview")?)?,
-        request: parse_json("approvals.request", &row.try_get::<String, _>("request")?)?,
-        status: ApprovalStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown approval status {status:?}")))?,
-        decided_by: row.try_get("decided_by")?,
-        decision_reason: row.try_get("decision_reason")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-        expires_at_ms: row.try_get("expires_at_ms")?,
-        decided_at_ms: row.try_get("decided_at_ms")?,
-    })
-}
-
-fn audit_from_row(row: &SqliteRow) -> StoreResult<AuditEntry> {
-    Ok(AuditEntry {
-        id: row.try_get("id")?,
-        at_ms: row.try_get("at_ms")?,
-        owner: row.try_get("owner")?,
-        thread_id: row.try_get("thread_id")?,
-        tool_call_id: row.try_get("tool_call_id")?,
-        tool_name: row.try_get("tool_name")?,
-        action: row.try_get("action")?,
-        operation: row.try_get("operation")?,
-        verdict: row.try_get("verdict")?,
-        rule: row.try_get("rule")?,
-        approval_id: row.try_get("approval_id")?,
-        outcome: row.try_get("outcome")?,
-        duration_ms: row.try_get("duration_ms")?,
-        detail: parse_json("audit_log.detail", &row.try_get::<String, _>("detail")?)?,
-    })
-}
-
-fn message_from_row(row: &SqliteRow) -> StoreResult<StoredMessage> {
-    let role: String = row.try_get("role")?;
-    Ok(StoredMessage {
-        thread_id: row.try_get("thread_id")?,
-        seq: row.try_get("seq")?,
-        id: row.try_get("id")?,
-        role: Role::parse(&role)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown message role {role:?}")))?,
-        content: row.try_get("content")?,
-        metadata: parse_json("messages.metadata", &row.try_get::<String, _>("metadata")?)?,
-        tool_call_id: row.try_get("tool_call_id")?,
-        created_at_ms: row.try_get("created_at_ms")?,
-    })
-}
-
-fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
-    Ok(StoredEvent {
-        thread_id: row.try_get("thread_id")?,
-        seq: row.try_get("seq")?,
-        event_type: row.try_get("event_type")?,
-        data: row.try_get::<String, _>("data")?.into(),
-        created_at_ms: row.try_get("created_at_ms")?,
-    })
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
@@ -277,87 +168,31 @@ impl Store for SqliteStore {
     }
 
     async fn ready(&self) -> StoreResult<()> {
-        let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-                .fetch_all(&self.pool)
-                .await?;
-        for &(version, description, _) in MIGRATIONS {
-            if !applied.contains(&version) {
-                return Err(StoreError::Corrupt(format!(
-                    "migration {version} ({description}) is not applied"
-                )));
-            }
-        }
-        Ok(())
+        self.reads().ready(MIGRATIONS).await
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT owner FROM threads WHERE id = $1")
-                .bind(thread_id)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
+        self.reads().thread_owner(thread_id).await
     }
 
     async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO threads (id, owner, created_at_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(thread_id)
-        .bind(owner)
-        .bind(crate::protocol::now_ms())
-        .execute(&self.pool)
-        .await?;
-        match self.thread_owner(thread_id).await? {
-            Some(existing) if existing == owner => Ok(()),
-            Some(_) => Err(StoreError::NotOwner),
-            None => Err(StoreError::NotFound(format!("thread {thread_id:?}"))),
-        }
+        self.reads().claim_thread(thread_id, owner).await
     }
 
     async fn tool_call(&self, thread_id: &str, id: &str) -> StoreResult<Option<ToolCallRecord>> {
-        let row = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND id = $2"
-        ))
-        .bind(thread_id)
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(tool_call_from_row).transpose()
+        self.reads().tool_call(thread_id, id).await
     }
 
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE status = 'running' \
-             ORDER BY created_at_ms, thread_id, id"
-        ))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(tool_call_from_row).collect()
+        self.reads().running_tool_calls().await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND run_id = $2 \
-             ORDER BY ordinal"
-        ))
-        .bind(thread_id)
-        .bind(run_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(tool_call_from_row).collect()
+        self.reads().run_calls(thread_id, run_id).await
     }
 
     async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>> {
-        let row = sqlx::query(&format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"
-        ))
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(approval_from_row).transpose()
+        self.reads().approval(id).await
     }
 
     async fn approvals(
@@ -366,72 +201,18 @@ impl Store for SqliteStore {
         status: Option<ApprovalStatus>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
-        if limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals \
-             WHERE owner = $1 AND ($2 IS NULL OR status = $2) \
-             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
-        ))
-        .bind(owner)
-        .bind(status.map(ApprovalStatus::as_str))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(approval_from_row).collect()
+        self.reads().approvals(owner, status, limit).await
     }
 
     async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
-        if limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals \
-             WHERE status = 'pending' AND expires_at_ms <= $1 \
-             ORDER BY expires_at_ms, id LIMIT $2"
-        ))
-        .bind(now_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(approval_from_row).collect()
+        self.reads().expired_approvals(now_ms, limit).await
     }
 
     async fn audit(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
-        if filter.limit <= 0 {
+        let Some(mut query) = audit_query(filter) else {
             return Ok(Vec::new());
-        }
-        let mut query = sqlx::QueryBuilder::new(format!(
-            "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE owner = "
-        ));
-        query.push_bind(&filter.owner);
-        for (column, value) in [
-            ("thread_id", &filter.thread_id),
-            ("tool_name", &filter.tool_name),
-            ("action", &filter.action),
-            ("tool_call_id", &filter.tool_call_id),
-        ] {
-            if let Some(value) = value {
-                query
-                    .push(format_args!(" AND {column} = "))
-                    .push_bind(value);
-            }
-        }
-        if let Some(since) = filter.since_ms {
-            query.push(" AND at_ms >= ").push_bind(since);
-        }
-        if let Some(until) = filter.until_ms {
-            query.push(" AND at_ms < ").push_bind(until);
-        }
-        if let Some(before) = filter.before_id {
-            query.push(" AND id < ").push_bind(before);
-        }
-        query
-            .push(" ORDER BY id DESC LIMIT ")
-            .push_bind(filter.limit);
-        let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter().map(audit_from_row).collect()
+        };
+        audit_entries(&query.build().fetch_all(&self.pool).await?)
     }
 
     async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
@@ -443,14 +224,7 @@ impl Store for SqliteStore {
     }
 
     async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>> {
-        let rules: Option<String> =
-            sqlx::query_scalar("SELECT rules FROM owner_permissions WHERE owner = $1")
-                .bind(owner)
-                .fetch_optional(&self.pool)
-                .await?;
-        rules
-            .map(|text| parse_json("owner_permissions.rules", &text))
-            .transpose()
+        self.reads().owner_rules(owner).await
     }
 
     async fn put_owner_rules(
@@ -478,28 +252,11 @@ impl Store for SqliteStore {
         after: i64,
         limit: i64,
     ) -> StoreResult<Vec<StoredEvent>> {
-        if limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(
-            "SELECT thread_id, seq, event_type, data, created_at_ms FROM events \
-             WHERE thread_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-        )
-        .bind(thread_id)
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(event_from_row).collect()
+        self.reads().events_after(thread_id, after, limit).await
     }
 
     async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
-        let seq: Option<i64> =
-            sqlx::query_scalar("SELECT last_event_seq FROM threads WHERE id = $1")
-                .bind(thread_id)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(seq.unwrap_or(0))
+        self.reads().last_event_seq(thread_id).await
     }
 
     async fn messages_before(
@@ -508,34 +265,11 @@ impl Store for SqliteStore {
         before: Option<i64>,
         limit: i64,
     ) -> StoreResult<Vec<StoredMessage>> {
-        if limit <= 0 {
-            return Ok(Vec::new());
-        }
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 AND seq < $2 \
-             ORDER BY seq DESC LIMIT $3"
-        ))
-        .bind(thread_id)
-        .bind(before.unwrap_or(i64::MAX))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        let mut page = rows
-            .iter()
-            .map(message_from_row)
-            .collect::<StoreResult<Vec<_>>>()?;
-        page.reverse();
-        Ok(page)
+        self.reads().messages_before(thread_id, before, limit).await
     }
 
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 ORDER BY seq"
-        ))
-        .bind(thread_id)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(message_from_row).collect()
+        self.reads().all_messages(thread_id).await
     }
 
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {

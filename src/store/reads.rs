@@ -1,0 +1,462 @@
+//! The read side of both stores, written once.
+//!
+//! Both schemas have the same tables and columns and both drivers take `$N`
+//! parameters, so the queries are the same text; what differs is how a JSON
+//! column comes back (text to parse on SQLite, `JSONB` on Postgres), which
+//! [`JsonColumns`] answers per row type. Writes stay per backend: their
+//! statements, batching and locking differ.
+
+use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
+use sqlx::types::Json;
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
+
+use super::{
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, Role, StoreError,
+    StoreResult, StoredEvent, StoredMessage, ToolCallRecord,
+};
+
+const TOOL_CALL_COLUMNS: &str = "thread_id, id, owner, run_id, tool_name, args, status, output, \
+     undo, message_id, created_at_ms, finished_at_ms, undo_of, undone_by";
+
+pub(super) const APPROVAL_COLUMNS: &str = "id, thread_id, owner, tool_call_id, tool_name, \
+     arguments, reason, preview, request, status, decided_by, decision_reason, created_at_ms, \
+     expires_at_ms, decided_at_ms";
+
+const AUDIT_COLUMNS: &str = "id, at_ms, owner, thread_id, tool_call_id, tool_name, action, \
+     operation, verdict, rule, approval_id, outcome, duration_ms, detail";
+
+const MESSAGE_COLUMNS: &str =
+    "thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms";
+
+/// How a row type hands back a JSON column.
+pub(super) trait JsonColumns {
+    fn json(&self, column: &str) -> StoreResult<Value>;
+    fn opt_json(&self, column: &str) -> StoreResult<Option<Value>>;
+}
+
+/// A row of either backend, read column by column.
+pub(super) trait StoreRow: JsonColumns {
+    fn text(&self, column: &str) -> StoreResult<String>;
+    fn opt_text(&self, column: &str) -> StoreResult<Option<String>>;
+    fn int(&self, column: &str) -> StoreResult<i64>;
+    fn opt_int(&self, column: &str) -> StoreResult<Option<i64>>;
+}
+
+impl<R> StoreRow for R
+where
+    R: Row + JsonColumns,
+    for<'r> String: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'a> &'a str: ColumnIndex<R>,
+{
+    fn text(&self, column: &str) -> StoreResult<String> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn opt_text(&self, column: &str) -> StoreResult<Option<String>> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn int(&self, column: &str) -> StoreResult<i64> {
+        Ok(self.try_get(column)?)
+    }
+
+    fn opt_int(&self, column: &str) -> StoreResult<Option<i64>> {
+        Ok(self.try_get(column)?)
+    }
+}
+
+/// SQLite keeps JSON as text (checked by `json_valid()` on the way in).
+impl JsonColumns for SqliteRow {
+    fn json(&self, column: &str) -> StoreResult<Value> {
+        parse_json(column, &self.try_get::<String, _>(column)?)
+    }
+
+    fn opt_json(&self, column: &str) -> StoreResult<Option<Value>> {
+        self.try_get::<Option<String>, _>(column)?
+            .map(|text| parse_json(column, &text))
+            .transpose()
+    }
+}
+
+/// Postgres keeps JSON as `JSONB`.
+impl JsonColumns for PgRow {
+    fn json(&self, column: &str) -> StoreResult<Value> {
+        Ok(self.try_get::<Json<Value>, _>(column)?.0)
+    }
+
+    fn opt_json(&self, column: &str) -> StoreResult<Option<Value>> {
+        Ok(self.try_get::<Option<Json<Value>>, _>(column)?.map(|j| j.0))
+    }
+}
+
+fn parse_json(column: &str, text: &str) -> StoreResult<Value> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Corrupt(format!("{column} is not valid JSON: {e}")))
+}
+
+/// The store's queries over one pool.
+pub(super) struct Reads<'p, DB: Database> {
+    pub pool: &'p Pool<DB>,
+}
+
+impl<DB> Reads<'_, DB>
+where
+    DB: Database,
+    DB::Row: JsonColumns,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> String: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    for<'a> &'a str: ColumnIndex<DB::Row>,
+    usize: ColumnIndex<DB::Row>,
+{
+    /// Every migration in `migrations` is recorded as applied.
+    pub async fn ready(&self, migrations: &[(i64, &str, &str)]) -> StoreResult<()> {
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(self.pool)
+                .await?;
+        for &(version, description, _) in migrations {
+            if !applied.contains(&version) {
+                return Err(StoreError::Corrupt(format!(
+                    "migration {version} ({description}) is not applied"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT owner FROM threads WHERE id = $1")
+                .bind(thread_id)
+                .fetch_optional(self.pool)
+                .await?,
+        )
+    }
+
+    pub async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO threads (id, owner, created_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(thread_id)
+        .bind(owner)
+        .bind(crate::protocol::now_ms())
+        .execute(self.pool)
+        .await?;
+        match self.thread_owner(thread_id).await? {
+            Some(existing) if existing == owner => Ok(()),
+            Some(_) => Err(StoreError::NotOwner),
+            None => Err(StoreError::NotFound(format!("thread {thread_id:?}"))),
+        }
+    }
+
+    pub async fn tool_call(
+        &self,
+        thread_id: &str,
+        id: &str,
+    ) -> StoreResult<Option<ToolCallRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND id = $2"
+        ))
+        .bind(thread_id)
+        .bind(id)
+        .fetch_optional(self.pool)
+        .await?;
+        row.as_ref().map(tool_call_from_row).transpose()
+    }
+
+    pub async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE status = 'running' \
+             ORDER BY created_at_ms, thread_id, id"
+        ))
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(tool_call_from_row).collect()
+    }
+
+    pub async fn run_calls(
+        &self,
+        thread_id: &str,
+        run_id: &str,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND run_id = $2 \
+             ORDER BY ordinal"
+        ))
+        .bind(thread_id)
+        .bind(run_id)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(tool_call_from_row).collect()
+    }
+
+    pub async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool)
+        .await?;
+        row.as_ref().map(approval_from_row).transpose()
+    }
+
+    pub async fn approvals(
+        &self,
+        owner: &str,
+        status: Option<ApprovalStatus>,
+        limit: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        // CAST: Postgres must know the type of a parameter that is only
+        // compared with NULL.
+        let rows = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals \
+             WHERE owner = $1 AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
+             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+        ))
+        .bind(owner)
+        .bind(status.map(ApprovalStatus::as_str))
+        .bind(limit)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(approval_from_row).collect()
+    }
+
+    pub async fn expired_approvals(
+        &self,
+        now_ms: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals \
+             WHERE status = 'pending' AND expires_at_ms <= $1 \
+             ORDER BY expires_at_ms, id LIMIT $2"
+        ))
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(approval_from_row).collect()
+    }
+
+    pub async fn owner_rules(&self, owner: &str) -> StoreResult<Option<Value>> {
+        let row = sqlx::query("SELECT rules FROM owner_permissions WHERE owner = $1")
+            .bind(owner)
+            .fetch_optional(self.pool)
+            .await?;
+        row.map(|row| row.json("rules")).transpose()
+    }
+
+    pub async fn events_after(
+        &self,
+        thread_id: &str,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT thread_id, seq, event_type, data, created_at_ms FROM events \
+             WHERE thread_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(thread_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    pub async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
+        let seq: Option<i64> =
+            sqlx::query_scalar("SELECT last_event_seq FROM threads WHERE id = $1")
+                .bind(thread_id)
+                .fetch_optional(self.pool)
+                .await?;
+        Ok(seq.unwrap_or(0))
+    }
+
+    pub async fn messages_before(
+        &self,
+        thread_id: &str,
+        before: Option<i64>,
+        limit: i64,
+    ) -> StoreResult<Vec<StoredMessage>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 AND seq < $2 \
+             ORDER BY seq DESC LIMIT $3"
+        ))
+        .bind(thread_id)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(self.pool)
+        .await?;
+        let mut page = rows
+            .iter()
+            .map(message_from_row)
+            .collect::<StoreResult<Vec<_>>>()?;
+        page.reverse();
+        Ok(page)
+    }
+
+    pub async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 ORDER BY seq"
+        ))
+        .bind(thread_id)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(message_from_row).collect()
+    }
+}
+
+/// The audit query for `filter` (`None` for an empty page). The caller runs
+/// it on its pool and reads the rows with [`audit_entries`]: generic code
+/// cannot run a built query, whose arguments borrow the builder.
+pub(super) fn audit_query<DB>(filter: &AuditFilter) -> Option<sqlx::QueryBuilder<'_, DB>>
+where
+    DB: Database,
+    for<'q> String: Encode<'q, DB> + Type<DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
+    if filter.limit <= 0 {
+        return None;
+    }
+    let mut query = sqlx::QueryBuilder::new(format!(
+        "SELECT {AUDIT_COLUMNS} FROM audit_log WHERE owner = "
+    ));
+    query.push_bind(&filter.owner);
+    for (column, value) in [
+        ("thread_id", &filter.thread_id),
+        ("tool_name", &filter.tool_name),
+        ("action", &filter.action),
+        ("tool_call_id", &filter.tool_call_id),
+    ] {
+        if let Some(value) = value {
+            query
+                .push(format_args!(" AND {column} = "))
+                .push_bind(value);
+        }
+    }
+    if let Some(since) = filter.since_ms {
+        query.push(" AND at_ms >= ").push_bind(since);
+    }
+    if let Some(until) = filter.until_ms {
+        query.push(" AND at_ms < ").push_bind(until);
+    }
+    if let Some(before) = filter.before_id {
+        query.push(" AND id < ").push_bind(before);
+    }
+    query
+        .push(" ORDER BY id DESC LIMIT ")
+        .push_bind(filter.limit);
+    Some(query)
+}
+
+pub(super) fn audit_entries(rows: &[impl StoreRow]) -> StoreResult<Vec<AuditEntry>> {
+    rows.iter().map(audit_from_row).collect()
+}
+
+fn tool_call_from_row(row: &impl StoreRow) -> StoreResult<ToolCallRecord> {
+    let status = row.text("status")?;
+    Ok(ToolCallRecord {
+        thread_id: row.text("thread_id")?,
+        id: row.text("id")?,
+        owner: row.text("owner")?,
+        run_id: row.text("run_id")?,
+        tool_name: row.text("tool_name")?,
+        args: row.json("args")?,
+        status: CallStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown tool call status {status:?}")))?,
+        output: row.opt_json("output")?,
+        undo: row.opt_json("undo")?,
+        message_id: row.opt_text("message_id")?,
+        created_at_ms: row.int("created_at_ms")?,
+        finished_at_ms: row.opt_int("finished_at_ms")?,
+        undo_of: row.opt_text("undo_of")?,
+        undone_by: row.opt_text("undone_by")?,
+    })
+}
+
+fn approval_from_row(row: &impl StoreRow) -> StoreResult<ApprovalRecord> {
+    let status = row.text("status")?;
+    Ok(ApprovalRecord {
+        id: row.text("id")?,
+        thread_id: row.text("thread_id")?,
+        owner: row.text("owner")?,
+        tool_call_id: row.text("tool_call_id")?,
+        tool_name: row.text("tool_name")?,
+        arguments: row.json("arguments")?,
+        reason: row.text("reason")?,
+        preview: row.opt_json("preview")?,
+        request: row.json("request")?,
+        status: ApprovalStatus::parse(&status)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown approval status {status:?}")))?,
+        decided_by: row.opt_text("decided_by")?,
+        decision_reason: row.opt_text("decision_reason")?,
+        created_at_ms: row.int("created_at_ms")?,
+        expires_at_ms: row.int("expires_at_ms")?,
+        decided_at_ms: row.opt_int("decided_at_ms")?,
+    })
+}
+
+fn audit_from_row(row: &impl StoreRow) -> StoreResult<AuditEntry> {
+    Ok(AuditEntry {
+        id: row.int("id")?,
+        at_ms: row.int("at_ms")?,
+        owner: row.text("owner")?,
+        thread_id: row.opt_text("thread_id")?,
+        tool_call_id: row.opt_text("tool_call_id")?,
+        tool_name: row.opt_text("tool_name")?,
+        action: row.text("action")?,
+        operation: row.opt_text("operation")?,
+        verdict: row.opt_text("verdict")?,
+        rule: row.opt_text("rule")?,
+        approval_id: row.opt_text("approval_id")?,
+        outcome: row.opt_text("outcome")?,
+        duration_ms: row.opt_int("duration_ms")?,
+        detail: row.json("detail")?,
+    })
+}
+
+fn message_from_row(row: &impl StoreRow) -> StoreResult<StoredMessage> {
+    let role = row.text("role")?;
+    Ok(StoredMessage {
+        thread_id: row.text("thread_id")?,
+        seq: row.int("seq")?,
+        id: row.text("id")?,
+        role: Role::parse(&role)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown message role {role:?}")))?,
+        content: row.text("content")?,
+        metadata: row.json("metadata")?,
+        tool_call_id: row.opt_text("tool_call_id")?,
+        created_at_ms: row.int("created_at_ms")?,
+    })
+}
+
+fn event_from_row(row: &impl StoreRow) -> StoreResult<StoredEvent> {
+    Ok(StoredEvent {
+        thread_id: row.text("thread_id")?,
+        seq: row.int("seq")?,
+        event_type: row.text("event_type")?,
+        data: row.text("data")?.into(),
+        created_at_ms: row.int("created_at_ms")?,
+    })
+}
