@@ -19,8 +19,9 @@ use toolgate::store::sqlite::SqliteStore;
 use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DynStore,
-    FinishedToolCall, NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store, StoreError,
-    StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
+    FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store,
+    StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp,
+    WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -272,6 +273,11 @@ on_both_backends! {
 // ---------------------------------------------------------------------------
 // Builders.
 
+/// What a JSON text written to the store says, to compare with what it reads.
+fn value_of(text: &JsonText) -> Value {
+    serde_json::from_str(text.as_str()).expect("the store is given JSON")
+}
+
 fn unit(thread: &str, owner: &str, ops: Vec<WriteOp>) -> WriteUnit {
     WriteUnit {
         thread_id: thread.to_owned(),
@@ -297,7 +303,8 @@ fn new_call(id: &str) -> NewToolCall {
         id: id.to_owned(),
         run_id: format!("run-{id}"),
         tool_name: "project_cli".to_owned(),
-        args: json!({"module": "calendar", "method": "read", "input": {"day": "2026-04-21"}}),
+        args: json!({"module": "calendar", "method": "read", "input": {"day": "2026-04-21"}})
+            .into(),
         status: CallStatus::Running,
         undo_of: None,
         created_at_ms: 1_700_000_000_000,
@@ -308,8 +315,9 @@ fn finished(id: &str, status: CallStatus) -> FinishedToolCall {
     FinishedToolCall {
         id: id.to_owned(),
         status,
-        output: json!({"tool_call_id": id, "status": status.as_str(), "result": {"count": 1}}),
-        undo: Some(json!({"method": "delete", "input": {"id": "evt_1"}})),
+        output: json!({"tool_call_id": id, "status": status.as_str(), "result": {"count": 1}})
+            .into(),
+        undo: Some(json!({"method": "delete", "input": {"id": "evt_1"}}).into()),
         message_id: format!("msg-{id}"),
         finished_at_ms: 1_700_000_000_500,
     }
@@ -320,7 +328,7 @@ fn message(id: &str, role: Role, content: &str) -> NewMessage {
         id: id.to_owned(),
         role,
         content: content.to_owned(),
-        metadata: json!({"n": id}),
+        metadata: json!({"n": id}).into(),
         tool_call_id: None,
         created_at_ms: 1_700_000_000_000,
     }
@@ -439,7 +447,7 @@ async fn a_unit_records_a_running_call_and_its_events(store: DynStore) {
             owner: "alice".into(),
             run_id: call.run_id,
             tool_name: call.tool_name,
-            args: call.args,
+            args: value_of(&call.args),
             status: CallStatus::Running,
             output: None,
             undo: None,
@@ -471,7 +479,7 @@ async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
         id: done.message_id.clone(),
         role: Role::Tool,
         content: r#"{"count":1}"#.into(),
-        metadata: json!({"tool_agent_output": done.output}),
+        metadata: json!({"tool_agent_output": value_of(&done.output)}).into(),
         tool_call_id: Some("call_1".into()),
         created_at_ms: done.finished_at_ms,
     };
@@ -495,8 +503,8 @@ async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
 
     let record = store.tool_call("t", "call_1").await.unwrap().unwrap();
     assert_eq!(record.status, CallStatus::Success);
-    assert_eq!(record.output.as_ref(), Some(&done.output));
-    assert_eq!(record.undo, done.undo);
+    assert_eq!(record.output.as_ref(), Some(&value_of(&done.output)));
+    assert_eq!(record.undo, done.undo.as_ref().map(value_of));
     assert_eq!(record.message_id.as_deref(), Some(done.message_id.as_str()));
     assert_eq!(record.finished_at_ms, Some(done.finished_at_ms));
     assert_eq!(record.created_at_ms, new_call("call_1").created_at_ms);
@@ -509,7 +517,7 @@ async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
             id: tool_message.id,
             role: Role::Tool,
             content: tool_message.content,
-            metadata: tool_message.metadata,
+            metadata: value_of(&tool_message.metadata),
             tool_call_id: Some("call_1".into()),
             created_at_ms: tool_message.created_at_ms,
         }]
@@ -1040,7 +1048,7 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
             owner: owner.into(),
             run_id: call.run_id,
             tool_name: call.tool_name,
-            args: call.args,
+            args: value_of(&call.args),
             status: CallStatus::Running,
             output: None,
             undo: None,
@@ -1086,13 +1094,13 @@ async fn json_round_trips_exactly(store: DynStore) {
         Role::Tool,
         "plain text \u{1f600} with \"quotes\"\nand lines",
     );
-    msg.metadata = value.clone();
+    msg.metadata = value.clone().into();
     msg.tool_call_id = Some("call_1".into());
     let mut call = new_call("call_1");
-    call.args = value["tool_agent_output"]["result"].clone();
+    call.args = value["tool_agent_output"]["result"].clone().into();
     let mut end = finished("call_1", CallStatus::Partial);
-    end.output = value.clone();
-    end.undo = Some(json!([1, "two", {"three": [3.5]}]));
+    end.output = value.clone().into();
+    end.undo = Some(json!([1, "two", {"three": [3.5]}]).into());
     apply_one(
         &store,
         unit("t", "alice", vec![WriteOp::InsertToolCall(call.clone())]),
@@ -1126,9 +1134,9 @@ async fn json_round_trips_exactly(store: DynStore) {
     assert_eq!(numbers["tiny"].as_f64(), Some(1e-7));
 
     let record = store.tool_call("t", "call_1").await.unwrap().unwrap();
-    assert_eq!(record.args, call.args);
+    assert_eq!(record.args, value_of(&call.args));
     assert_eq!(record.output, Some(value));
-    assert_eq!(record.undo, end.undo);
+    assert_eq!(record.undo, end.undo.as_ref().map(value_of));
 
     // Scalars at the top level, and a JSON null undo (distinct from none).
     for (i, top) in [json!("just a string"), json!(12), json!(null), json!([])]
@@ -1136,7 +1144,7 @@ async fn json_round_trips_exactly(store: DynStore) {
         .enumerate()
     {
         let mut m = message(&format!("s{i}"), Role::Assistant, "");
-        m.metadata = top.clone();
+        m.metadata = top.clone().into();
         apply_one(&store, unit("t", "alice", vec![WriteOp::InsertMessage(m)]))
             .await
             .unwrap();
@@ -1155,7 +1163,7 @@ async fn json_round_trips_exactly(store: DynStore) {
     .await
     .unwrap();
     let mut end = finished("call_2", CallStatus::Success);
-    end.undo = Some(Value::Null);
+    end.undo = Some(Value::Null.into());
     apply_one(
         &store,
         unit("t", "alice", vec![WriteOp::FinishToolCall(end)]),
@@ -1174,7 +1182,7 @@ async fn json_round_trips_exactly(store: DynStore) {
 async fn a_unit_the_database_rejects_fails_alone(store: DynStore) {
     let nul_text = message("m1", Role::Tool, "before\0after");
     let mut nul_json = message("m2", Role::Tool, "text");
-    nul_json.metadata = json!({"output": "a\u{0}b"});
+    nul_json.metadata = json!({"output": "a\u{0}b"}).into();
     let results = store
         .apply_batch(&[
             unit(
@@ -1200,7 +1208,7 @@ async fn a_unit_the_database_rejects_fails_alone(store: DynStore) {
                 let back = store.all_messages(thread).await.unwrap().remove(0);
                 assert_eq!(
                     (&back.content, &back.metadata),
-                    (&sent.content, &sent.metadata)
+                    (&sent.content, &value_of(&sent.metadata))
                 );
             }
             Err(StoreError::Database(_)) => {
@@ -1745,7 +1753,7 @@ fn audit_entry(owner: &str, thread: Option<&str>, action: &str, at_ms: i64) -> N
         approval_id: None,
         outcome: None,
         duration_ms: None,
-        detail: json!({}),
+        detail: json!({}).into(),
     }
 }
 
@@ -1915,7 +1923,7 @@ async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
     assert_eq!(receipt.audit_ids.len(), 1);
     let record = store.tool_call("t", "c1").await.unwrap().unwrap();
     assert_eq!(record.status, CallStatus::Failure);
-    assert_eq!(record.output, Some(end.output));
+    assert_eq!(record.output, Some(value_of(&end.output)));
     assert_eq!(record.finished_at_ms, Some(end.finished_at_ms));
     assert_eq!(
         store.approval("ap1").await.unwrap().unwrap().status,
@@ -2350,7 +2358,7 @@ async fn audit_entries_commit_or_roll_back_with_their_unit(store: DynStore) {
     executed.rule = Some("allow: bash(ls *)".into());
     executed.outcome = Some("success".into());
     executed.duration_ms = Some(12);
-    executed.detail = tricky_json();
+    executed.detail = tricky_json().into();
     let receipt = apply_one(
         &store,
         unit(
@@ -2389,7 +2397,7 @@ async fn audit_entries_commit_or_roll_back_with_their_unit(store: DynStore) {
             approval_id: None,
             outcome: executed.outcome.clone(),
             duration_ms: executed.duration_ms,
-            detail: executed.detail.clone(),
+            detail: value_of(&executed.detail),
         }
     );
     assert_eq!(stored[0].thread_id, None);
@@ -2487,7 +2495,7 @@ async fn audit_filters_and_keyset_pages(store: DynStore) {
         );
         entry.tool_name = Some(["bash", "read_file", "project_cli"][(i % 3) as usize].to_owned());
         entry.tool_call_id = Some(format!("c{}", i / 5));
-        entry.detail = json!({"i": i});
+        entry.detail = json!({"i": i}).into();
         apply_one(
             &store,
             unit(thread, "alice", vec![WriteOp::AppendAudit(entry)]),
@@ -3550,7 +3558,7 @@ async fn a_large_batch_across_threads_commits_in_thread_then_unit_order(store: D
             assert_eq!(record.message_id, Some(format!("msg-{call}")));
             assert_eq!(
                 record.output,
-                Some(finished(&call, CallStatus::Success).output)
+                Some(value_of(&finished(&call, CallStatus::Success).output))
             );
             assert_eq!(receipts[i].audit_ids.len(), 1);
         }
@@ -3654,7 +3662,7 @@ async fn duplicate_and_dependent_ids_within_one_batch(store: DynStore) {
     // twice, one finished before it is recorded, one recorded then finished
     // by a later unit: exactly the per-unit outcomes.
     let mut dup_message = message("m-dup", Role::User, "again");
-    dup_message.metadata = json!({"second": true});
+    dup_message.metadata = json!({"second": true}).into();
     let batch = vec![
         write_ahead("t", "c1"),
         write_ahead("t", "c1"),

@@ -26,7 +26,7 @@ fn entry(owner: &str, thread_id: &str, call_id: &str, tool: &str, action: &str) 
         approval_id: None,
         outcome: None,
         duration_ms: None,
-        detail: json!({}),
+        detail: json!({}).into(),
     }
 }
 
@@ -72,7 +72,7 @@ pub fn executed(
     if let Some(original) = &req.undo_of {
         detail["undo_of"] = json!(original);
     }
-    e.detail = detail;
+    e.detail = detail.into();
     e
 }
 
@@ -95,7 +95,7 @@ pub fn refused(
     );
     e.operation = operation.map(str::to_string);
     e.outcome = Some("failure".into());
-    e.detail = json!({"error_code": error.code, "run_id": req.call.run_id});
+    e.detail = json!({"error_code": error.code, "run_id": req.call.run_id}).into();
     e
 }
 
@@ -108,7 +108,7 @@ pub fn interrupted(record: &ToolCallRecord) -> NewAuditEntry {
         "call.interrupted",
     );
     e.outcome = Some("failure".into());
-    e.detail = json!({"error_code": "INTERRUPTED"});
+    e.detail = json!({"error_code": "INTERRUPTED"}).into();
     e
 }
 
@@ -129,7 +129,7 @@ pub fn approval_requested(
     );
     e.operation = Some(operation.to_string());
     e.approval_id = Some(approval.id.clone());
-    e.detail = json!({"reason": approval.reason, "expires_at_ms": approval.expires_at_ms});
+    e.detail = json!({"reason": approval.reason, "expires_at_ms": approval.expires_at_ms}).into();
     e
 }
 
@@ -148,7 +148,7 @@ pub fn approval_decided(
     );
     e.approval_id = Some(approval.id.clone());
     e.outcome = Some(decision.to_string());
-    e.detail = json!({"decided_by": by, "reason": reason});
+    e.detail = json!({"decided_by": by, "reason": reason}).into();
     e
 }
 
@@ -171,6 +171,6 @@ pub fn rolled_back(
         approval_id: None,
         outcome: None,
         duration_ms: None,
-        detail: json!({"run_id": run_id, "steps": steps}),
+        detail: json!({"run_id": run_id, "steps": steps}).into(),
     }
 }

@@ -25,8 +25,8 @@ use crate::protocol::now_ms;
 use crate::protocol::tool_output::{FieldError, ToolAgentOutput, ToolError, codes};
 use crate::store::writer::Writer;
 use crate::store::{
-    ApprovalRecord, CallStatus, DynStore, FinishedToolCall, NewEvent, NewMessage, NewToolCall,
-    Role, StoreError, StoredEvent, ToolCallRecord, WriteOp, WriteUnit,
+    ApprovalRecord, CallStatus, DynStore, FinishedToolCall, JsonText, NewEvent, NewMessage,
+    NewToolCall, Role, StoreError, StoredEvent, ToolCallRecord, WriteOp, WriteUnit,
 };
 use crate::tools::registry::RegisteredTool;
 use crate::tools::{ProgressSink, Registry, ToolContext, ToolSuccess};
@@ -571,7 +571,7 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| req.call.id.clone()),
             tool_name: name.to_string(),
-            args: req.call.arguments.clone(),
+            args: JsonText::of(&req.call.arguments),
             status,
             undo_of: req.undo_of.clone(),
             created_at_ms: now_ms(),
@@ -716,13 +716,16 @@ impl Engine {
             crate::protocol::tool_output::ToolStatus::Failure => CallStatus::Failure,
             crate::protocol::tool_output::ToolStatus::Partial => CallStatus::Partial,
         };
-        let stored_output = serde_json::to_value(output).expect("outputs serialize");
+        // Serialized once: the call's output and, wrapped, the message's
+        // metadata.
+        let stored_output = JsonText::of(output);
         let now = now_ms();
+        let metadata = JsonText::wrapped("tool_agent_output", &stored_output);
         ops.push(WriteOp::FinishToolCall(FinishedToolCall {
             id: output.tool_call_id.clone(),
             status,
-            output: stored_output.clone(),
-            undo: undo.map(|u| serde_json::to_value(u).expect("undo serializes")),
+            output: stored_output,
+            undo: undo.map(|u| JsonText::of(&u)),
             message_id: message_id.clone(),
             finished_at_ms: now,
         }));
@@ -730,7 +733,7 @@ impl Engine {
             id: message_id.clone(),
             role: Role::Tool,
             content: output.text_projection(),
-            metadata: json!({ "tool_agent_output": stored_output }),
+            metadata,
             tool_call_id: Some(output.tool_call_id.clone()),
             created_at_ms: now,
         }));

@@ -309,7 +309,7 @@ pub async fn put_permissions(
             approval_id: None,
             outcome: None,
             duration_ms: None,
-            detail: json!({"rules": value}),
+            detail: json!({"rules": value}).into(),
         })
         .await?;
     Ok(axum::Json(view(&state, &user.owner).await?))

@@ -356,7 +356,7 @@ async fn record_new_messages(
             id: m.id().to_string(),
             role,
             content,
-            metadata,
+            metadata: metadata.into(),
             tool_call_id,
             created_at_ms: now_ms(),
         }));

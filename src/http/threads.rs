@@ -394,7 +394,7 @@ pub async fn post_message(
                 id: id.clone(),
                 role,
                 content: body.content,
-                metadata: Value::Object(metadata),
+                metadata: Value::Object(metadata).into(),
                 tool_call_id: None,
                 created_at_ms: now_ms(),
             }),

@@ -21,8 +21,8 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{
-    FinishedToolCall, NewAuditEntry, NewEvent, NewMessage, NewToolCall, UnitReceipt, WriteOp,
-    WriteUnit, checks,
+    FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, UnitReceipt,
+    WriteOp, WriteUnit, checks,
 };
 
 /// The order in which a batch's units are applied: grouped by thread id
@@ -75,11 +75,11 @@ impl CallRow<'_> {
         self.finish.map_or(self.call.status, |f| f.status).as_str()
     }
 
-    pub fn output(&self) -> Option<&serde_json::Value> {
+    pub fn output(&self) -> Option<&JsonText> {
         self.finish.map(|f| &f.output)
     }
 
-    pub fn undo(&self) -> Option<&serde_json::Value> {
+    pub fn undo(&self) -> Option<&JsonText> {
         self.finish.and_then(|f| f.undo.as_ref())
     }
 

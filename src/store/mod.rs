@@ -135,13 +135,55 @@ pub struct StoredMessage {
     pub created_at_ms: i64,
 }
 
+/// A JSON document as the store writes it, serialized once where it is
+/// built: the group-commit writer, the one thread every write waits for,
+/// binds the text instead of walking a `Value` tree (twice, for a result
+/// stored in its call and its message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonText(String);
+
+impl JsonText {
+    /// The JSON text of `value`.
+    pub fn of(value: &impl Serialize) -> JsonText {
+        JsonText(serde_json::to_string(value).expect("JSON documents serialize"))
+    }
+
+    /// `{"<key>": <value>}`, around an already serialized value.
+    pub fn wrapped(key: &str, value: &JsonText) -> JsonText {
+        let key = serde_json::to_string(key).expect("strings serialize");
+        let mut text = String::with_capacity(key.len() + value.0.len() + 3);
+        text.push('{');
+        text.push_str(&key);
+        text.push(':');
+        text.push_str(&value.0);
+        text.push('}');
+        JsonText(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<Value> for JsonText {
+    fn from(value: Value) -> JsonText {
+        JsonText::of(&value)
+    }
+}
+
+impl From<&Value> for JsonText {
+    fn from(value: &Value) -> JsonText {
+        JsonText::of(value)
+    }
+}
+
 /// A message to insert; the store assigns `seq`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewMessage {
     pub id: String,
     pub role: Role,
     pub content: String,
-    pub metadata: Value,
+    pub metadata: JsonText,
     pub tool_call_id: Option<String>,
     pub created_at_ms: i64,
 }
@@ -211,7 +253,7 @@ pub struct NewToolCall {
     pub id: String,
     pub run_id: String,
     pub tool_name: String,
-    pub args: Value,
+    pub args: JsonText,
     /// [`CallStatus::Running`] or [`CallStatus::PendingApproval`]; any other
     /// status fails the unit with `Conflict`.
     pub status: CallStatus,
@@ -226,8 +268,8 @@ pub struct NewToolCall {
 pub struct FinishedToolCall {
     pub id: String,
     pub status: CallStatus,
-    pub output: Value,
-    pub undo: Option<Value>,
+    pub output: JsonText,
+    pub undo: Option<JsonText>,
     pub message_id: String,
     pub finished_at_ms: i64,
 }
@@ -329,7 +371,7 @@ pub struct NewAuditEntry {
     pub approval_id: Option<String>,
     pub outcome: Option<String>,
     pub duration_ms: Option<i64>,
-    pub detail: Value,
+    pub detail: JsonText,
 }
 
 /// Which audit entries [`Store::audit`] returns: those of `owner` matching

@@ -19,9 +19,9 @@ use super::batch::{Plan, Reserved};
 use super::checks::{Decision, Reservation};
 use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, FinishedToolCall, NewAuditEntry,
-    NewEvent, NewMessage, NewToolCall, Store, StoreError, StoreResult, StoredEvent, StoredMessage,
-    ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, FinishedToolCall, JsonText,
+    NewAuditEntry, NewEvent, NewMessage, NewToolCall, Store, StoreError, StoreResult, StoredEvent,
+    StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
 };
 
 /// The migrations of `migrations/postgres`, embedded in the binary.
@@ -197,7 +197,8 @@ async fn insert_tool_call(
     checks::insertable_call_status(&call.id, call.status)?;
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-         created_at_ms, undo_of, ordinal) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
+         created_at_ms, undo_of, ordinal) \
+         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10) \
          ON CONFLICT (thread_id, id) DO NOTHING",
     )
     .bind(&unit.thread_id)
@@ -205,7 +206,7 @@ async fn insert_tool_call(
     .bind(&unit.owner)
     .bind(&call.run_id)
     .bind(&call.tool_name)
-    .bind(Json(&call.args))
+    .bind(call.args.as_str())
     .bind(call.status.as_str())
     .bind(call.created_at_ms)
     .bind(&call.undo_of)
@@ -244,15 +245,15 @@ async fn finish_tool_call(
 ) -> StoreResult<()> {
     checks::finishing_call_status(&finished.id, finished.status)?;
     let done = sqlx::query(
-        "UPDATE tool_calls SET status = $3, output = $4, undo = $5, message_id = $6, \
+        "UPDATE tool_calls SET status = $3, output = $4::JSONB, undo = $5::JSONB, message_id = $6, \
          finished_at_ms = $7 \
          WHERE thread_id = $1 AND id = $2 AND status IN ('running', 'pending_approval')",
     )
     .bind(&unit.thread_id)
     .bind(&finished.id)
     .bind(finished.status.as_str())
-    .bind(Json(&finished.output))
-    .bind(finished.undo.as_ref().map(Json))
+    .bind(finished.output.as_str())
+    .bind(finished.undo.as_ref().map(JsonText::as_str))
     .bind(&finished.message_id)
     .bind(finished.finished_at_ms)
     .execute(&mut *conn)
@@ -404,7 +405,7 @@ async fn insert_audit(conn: &mut PgConnection, entry: &NewAuditEntry) -> StoreRe
     let id = sqlx::query_scalar(
         "INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, \
          operation, verdict, rule, approval_id, outcome, duration_ms, detail) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::JSONB) RETURNING id",
     )
     .bind(entry.at_ms)
     .bind(&entry.owner)
@@ -418,7 +419,7 @@ async fn insert_audit(conn: &mut PgConnection, entry: &NewAuditEntry) -> StoreRe
     .bind(&entry.approval_id)
     .bind(&entry.outcome)
     .bind(entry.duration_ms)
-    .bind(Json(&entry.detail))
+    .bind(entry.detail.as_str())
     .fetch_one(&mut *conn)
     .await
     .map_err(|e| unit_error(e, || format!("audit entry {:?}", entry.action)))?;
@@ -433,7 +434,7 @@ async fn insert_message(
 ) -> StoreResult<()> {
     let done = sqlx::query(
         "INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, \
-         created_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+         created_at_ms) VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8) \
          ON CONFLICT (thread_id, id) DO NOTHING",
     )
     .bind(&unit.thread_id)
@@ -441,7 +442,7 @@ async fn insert_message(
     .bind(&message.id)
     .bind(message.role.as_str())
     .bind(&message.content)
-    .bind(Json(&message.metadata))
+    .bind(message.metadata.as_str())
     .bind(&message.tool_call_id)
     .bind(message.created_at_ms)
     .execute(&mut *conn)
@@ -489,10 +490,6 @@ async fn insert_events(
         .zip(seqs)
         .map(|(event, seq)| event.stored(&unit.thread_id, seq))
         .collect())
-}
-
-fn json_text(value: &Value) -> String {
-    value.to_string()
 }
 
 /// The fast path of [`Store::apply_batch`]: the whole batch in one
@@ -579,11 +576,7 @@ async fn apply_plan(
                 .map(|r| r.call.tool_name.as_str())
                 .collect::<Vec<_>>(),
         )
-        .bind(
-            c.iter()
-                .map(|r| json_text(&r.call.args))
-                .collect::<Vec<_>>(),
-        )
+        .bind(c.iter().map(|r| r.call.args.as_str()).collect::<Vec<_>>())
         .bind(c.iter().map(|r| r.status()).collect::<Vec<_>>())
         .bind(c.iter().map(|r| r.call.created_at_ms).collect::<Vec<_>>())
         .bind(
@@ -594,12 +587,12 @@ async fn apply_plan(
         .bind(c.iter().map(|r| r.ordinal).collect::<Vec<_>>())
         .bind(
             c.iter()
-                .map(|r| r.output().map(json_text))
+                .map(|r| r.output().map(JsonText::as_str))
                 .collect::<Vec<_>>(),
         )
         .bind(
             c.iter()
-                .map(|r| r.undo().map(json_text))
+                .map(|r| r.undo().map(JsonText::as_str))
                 .collect::<Vec<_>>(),
         )
         .bind(c.iter().map(|r| r.message_id()).collect::<Vec<_>>())
@@ -632,12 +625,12 @@ async fn apply_plan(
         )
         .bind(
             f.iter()
-                .map(|r| json_text(&r.finished.output))
+                .map(|r| r.finished.output.as_str())
                 .collect::<Vec<_>>(),
         )
         .bind(
             f.iter()
-                .map(|r| r.finished.undo.as_ref().map(json_text))
+                .map(|r| r.finished.undo.as_ref().map(JsonText::as_str))
                 .collect::<Vec<_>>(),
         )
         .bind(
@@ -684,7 +677,7 @@ async fn apply_plan(
         )
         .bind(
             m.iter()
-                .map(|r| json_text(&r.message.metadata))
+                .map(|r| r.message.metadata.as_str())
                 .collect::<Vec<_>>(),
         )
         .bind(
@@ -761,7 +754,7 @@ async fn apply_plan(
         )
         .bind(a.iter().map(|e| e.outcome.as_deref()).collect::<Vec<_>>())
         .bind(a.iter().map(|e| e.duration_ms).collect::<Vec<_>>())
-        .bind(a.iter().map(|e| json_text(&e.detail)).collect::<Vec<_>>())
+        .bind(a.iter().map(|e| e.detail.as_str()).collect::<Vec<_>>())
         .fetch_all(&mut *conn)
         .await?;
         // The sequence hands out increasing ids in insertion (ORDER BY)

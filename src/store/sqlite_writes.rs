@@ -27,8 +27,8 @@ use serde_json::Value;
 use super::batch::{Plan, Reserved};
 use super::checks::{self, Decision, Reservation};
 use super::{
-    ApprovalRecord, FinishedToolCall, NewAuditEntry, NewEvent, NewMessage, NewToolCall, StoreError,
-    StoreResult, UnitReceipt, WriteOp, WriteUnit,
+    ApprovalRecord, FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall,
+    StoreError, StoreResult, UnitReceipt, WriteOp, WriteUnit,
 };
 
 /// Page cache of the connection: 64 MiB (negative: KiB).
@@ -389,13 +389,13 @@ fn insert_call(
             owner,
             call.run_id,
             call.tool_name,
-            json_text(&call.args),
+            call.args.as_str(),
             status.as_str(),
             call.created_at_ms,
             call.undo_of,
             ordinal,
-            finish.map(|f| json_text(&f.output)),
-            finish.and_then(|f| f.undo.as_ref().map(json_text)),
+            finish.map(|f| f.output.as_str()),
+            finish.and_then(|f| f.undo.as_ref().map(JsonText::as_str)),
             finish.map(|f| &f.message_id),
             finish.map(|f| f.finished_at_ms),
         ])
@@ -409,8 +409,8 @@ fn finish_call(conn: &Connection, thread_id: &str, f: &FinishedToolCall) -> Stor
         thread_id,
         f.id,
         f.status.as_str(),
-        json_text(&f.output),
-        f.undo.as_ref().map(json_text),
+        f.output.as_str(),
+        f.undo.as_ref().map(JsonText::as_str),
         f.message_id,
         f.finished_at_ms,
     ])?;
@@ -554,7 +554,7 @@ fn insert_audit(conn: &Connection, entry: &NewAuditEntry) -> StoreResult<i64> {
             entry.approval_id,
             entry.outcome,
             entry.duration_ms,
-            json_text(&entry.detail),
+            entry.detail.as_str(),
         ])
         .map_err(|e| unit_error(e, || format!("audit entry {:?}", entry.action)))?;
     Ok(conn.last_insert_rowid())
@@ -576,7 +576,7 @@ fn insert_message(
             message.id,
             message.role.as_str(),
             message.content,
-            json_text(&message.metadata),
+            message.metadata.as_str(),
             message.tool_call_id,
             message.created_at_ms,
         ])
