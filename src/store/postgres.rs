@@ -1,7 +1,8 @@
 //! The production store: Postgres.
 //!
-//! JSON columns are `JSONB` (bound as `sqlx::types::Json`); event data stays
-//! `TEXT` so a replay is byte-identical. Writers of one thread serialise on
+//! JSON columns are `JSONB` (the hot rows' documents arrive as JSON text and
+//! are cast with `::JSONB`; the others are bound as `sqlx::types::Json`);
+//! event data stays `TEXT` so a replay is byte-identical. Writers of one thread serialise on
 //! the thread's row lock (taken by the first statement of each unit), which
 //! also holds across several toolgate processes sharing the database.
 
