@@ -511,8 +511,9 @@ impl Engine {
         }
     }
 
-    /// The TOOL_CALL_START/ARGS/END announcing a call.
-    fn announce(req: &CallRequest, name: &str) -> Vec<Event> {
+    /// The TOOL_CALL_START/ARGS/END announcing a call (`args`: its arguments'
+    /// JSON text).
+    fn announce(req: &CallRequest, name: &str, args: &JsonText) -> Vec<Event> {
         let call = &req.call;
         vec![
             Event::new(EventBody::ToolCallStart {
@@ -522,7 +523,7 @@ impl Engine {
             }),
             Event::new(EventBody::ToolCallArgs {
                 tool_call_id: call.id.clone(),
-                delta: call.arguments.to_string(),
+                delta: args.as_str().to_owned(),
             }),
             Event::new(EventBody::ToolCallEnd {
                 tool_call_id: call.id.clone(),
@@ -562,7 +563,9 @@ impl Engine {
         status: CallStatus,
         extra: Vec<WriteOp>,
     ) -> (WriteUnit, Vec<Event>) {
-        let events = Self::announce(req, name);
+        // Serialized once: the call's record and its TOOL_CALL_ARGS delta.
+        let args = JsonText::of(&req.call.arguments);
+        let events = Self::announce(req, name, &args);
         let mut ops = vec![WriteOp::InsertToolCall(NewToolCall {
             id: req.call.id.clone(),
             run_id: req
@@ -571,7 +574,7 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| req.call.id.clone()),
             tool_name: name.to_string(),
-            args: JsonText::of(&req.call.arguments),
+            args,
             status,
             undo_of: req.undo_of.clone(),
             created_at_ms: now_ms(),
