@@ -157,10 +157,6 @@ fn worker_crashed(err: tokio::task::JoinError) -> StoreError {
     StoreError::Database(sqlx::Error::WorkerCrashed)
 }
 
-fn json_text(value: &Value) -> String {
-    value.to_string()
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
@@ -239,7 +235,7 @@ impl Store for SqliteStore {
                  rules = excluded.rules, updated_at_ms = excluded.updated_at_ms",
         )
         .bind(owner)
-        .bind(json_text(rules))
+        .bind(rules.to_string())
         .bind(updated_at_ms)
         .execute(&self.pool)
         .await?;

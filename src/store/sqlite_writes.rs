@@ -265,10 +265,6 @@ fn is_unit_local(err: &StoreError) -> bool {
     }
 }
 
-fn json_text(value: &Value) -> String {
-    value.to_string()
-}
-
 /// A failed statement inside a unit: unique violations are conflicts.
 fn unit_error(err: rusqlite::Error, what: impl FnOnce() -> String) -> StoreError {
     match err.sqlite_error().map(|e| e.extended_code) {
@@ -504,10 +500,10 @@ fn insert_approval(
             approval.owner,
             approval.tool_call_id,
             approval.tool_name,
-            json_text(&approval.arguments),
+            approval.arguments.to_string(),
             approval.reason,
-            approval.preview.as_ref().map(json_text),
-            json_text(&approval.request),
+            approval.preview.as_ref().map(Value::to_string),
+            approval.request.to_string(),
             approval.status.as_str(),
             approval.decided_by,
             approval.decision_reason,
