@@ -13,6 +13,7 @@ pub mod postgres;
 mod reads;
 pub mod sqlite;
 mod sqlite_writes;
+mod wal_vfs;
 pub mod writer;
 
 use std::sync::Arc;

@@ -166,7 +166,13 @@ impl WriteConnection {
         if in_memory {
             flags |= OpenFlags::SQLITE_OPEN_MEMORY | OpenFlags::SQLITE_OPEN_SHARED_CACHE;
         }
-        let conn = Connection::open_with_flags(path, flags)?;
+        let conn = if in_memory {
+            Connection::open_with_flags(path, flags)?
+        } else {
+            // A commit's WAL frames in one write (see `wal_vfs`).
+            super::wal_vfs::register()?;
+            Connection::open_with_flags_and_vfs(path, flags, super::wal_vfs::NAME)?
+        };
         conn.busy_timeout(super::sqlite::BUSY_TIMEOUT)?;
         conn.pragma_update(None, "foreign_keys", true)?;
         conn.pragma_update(None, "temp_store", "memory")?;
@@ -176,6 +182,7 @@ impl WriteConnection {
         } else {
             // WAL mode is a property of the file (set when the pool opened
             // it); synchronous, cache and checkpoints are per connection.
+            // FULL syncs the WAL at every commit, which `wal_vfs` needs.
             conn.pragma_update(None, "synchronous", "FULL")?;
             conn.pragma_update(None, "cache_size", CACHE_SIZE_KIB)?;
             // The threshold, then spilling back on: SQLite also reads the
@@ -693,6 +700,11 @@ mod tests {
             .pragma_query_value(None, "journal_mode", |row| row.get(0))
             .unwrap();
         assert_eq!(journal, "wal");
+        // The WAL-buffering VFS, which is safe only with synchronous=FULL.
+        assert_eq!(
+            super::super::wal_vfs::vfs_of(&conn).as_deref(),
+            Some(super::super::wal_vfs::NAME)
+        );
     }
 
     /// Committed pages reach the database file without any commit
