@@ -152,7 +152,9 @@ unsafe fn flush(file: *mut ffi::sqlite3_file) -> c_int {
     if state.pending.is_empty() {
         return ffi::SQLITE_OK;
     }
-    let Some(write) = (unsafe { inner(file) }).xWrite else {
+    // SAFETY: the default VFS's method table is static (read through the
+    // state already borrowed, not a second borrow of it).
+    let Some(write) = (unsafe { &*state.inner }).xWrite else {
         return ffi::SQLITE_IOERR_WRITE;
     };
     let mut rc = ffi::SQLITE_OK;
