@@ -127,12 +127,21 @@ struct Extra {
     pending: Vec<u8>,
 }
 
+/// Where a file object's [`Extra`] lives.
+///
+/// # Safety
+/// `file` was allocated by SQLite with this VFS's `szOsFile`.
+unsafe fn extra_ptr(file: *mut ffi::sqlite3_file) -> *mut Extra {
+    // SAFETY: the offset is within the allocation, by the contract.
+    unsafe { file.cast::<u8>().add(layout().extra_offset).cast::<Extra>() }
+}
+
 /// # Safety
 /// `file` is a file object opened by [`open`] as a WAL file and not closed.
 unsafe fn extra<'a>(file: *mut ffi::sqlite3_file) -> &'a mut Extra {
     // SAFETY: by the caller's contract the extra state was written there
     // by `open`; SQLite uses a file object from one thread at a time.
-    unsafe { &mut *file.cast::<u8>().add(layout().extra_offset).cast::<Extra>() }
+    unsafe { &mut *extra_ptr(file) }
 }
 
 /// # Safety
@@ -204,10 +213,7 @@ unsafe extern "C" fn open(
             start: 0,
             pending: Vec::new(),
         };
-        ptr::write(
-            file.cast::<u8>().add(layout.extra_offset).cast::<Extra>(),
-            state,
-        );
+        ptr::write(extra_ptr(file), state);
         (*file).pMethods = &METHODS;
     }
     rc
@@ -218,8 +224,7 @@ unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
     unsafe {
         let flushed = flush(file);
         let methods = inner(file);
-        let state = ptr::read(file.cast::<u8>().add(layout().extra_offset).cast::<Extra>());
-        drop(state);
+        drop(ptr::read(extra_ptr(file)));
         let closed = match methods.xClose {
             Some(close) => close(file),
             None => ffi::SQLITE_OK,
