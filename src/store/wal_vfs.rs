@@ -409,7 +409,7 @@ mod tests {
     }
 
     #[test]
-    fn the_write_connection_of_a_file_uses_it_and_others_do_not() {
+    fn a_connection_opened_with_it_uses_it_and_others_do_not() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
         let buffered = open_buffered(&path);
