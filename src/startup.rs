@@ -13,7 +13,7 @@ use crate::auth::{KeySource, Keys};
 use crate::config::Settings;
 use crate::engine::{ApprovalSettings, Engine, EngineConfig, publish_hook};
 use crate::events::EventBus;
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, Shared};
 use crate::sandbox::{Sandbox, SystemPaths};
 use crate::store::writer::{Writer, WriterConfig};
 use crate::tools::{Registry, builtin};
@@ -136,7 +136,7 @@ impl Application {
         }
         let listener = TcpListener::bind(settings.server.bind).await?;
         let limits_settings = settings.tools.clone();
-        let state = AppState {
+        let state = AppState::new(Shared {
             engine,
             store,
             writer,
@@ -152,7 +152,7 @@ impl Application {
             workspaces,
             sandbox,
             thread_owners: Default::default(),
-        };
+        });
         spawn_expiry_sweeper(state.engine.clone(), state.shutdown.clone());
         Ok(Application {
             listener,

@@ -36,8 +36,28 @@ use crate::store::DynStore;
 use crate::store::writer::Writer;
 use error::ApiError;
 
+/// What every handler shares, behind one `Arc`: axum clones the state for
+/// every request (and again per extractor and middleware), and one
+/// reference count is cheaper to bump than one per part.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+pub struct Shared {
     pub engine: Arc<Engine>,
     pub store: DynStore,
     pub writer: Writer,

@@ -201,19 +201,31 @@ pub async fn post_tool_call(
 /// Run engine work in its own task, holding one of the owner's call slots
 /// until it ends: a client that disconnects does not cut a call half-way,
 /// and its result is still stored and streamed.
-async fn with_slot<T: Send + 'static>(
+///
+/// Not an `async fn`: the task is spawned before the first `.await`, so the
+/// handler's future holds a join handle, not the (several KiB) pipeline
+/// future, and axum and hyper move a small future around.
+fn with_slot<T, F>(
     state: &AppState,
     user: &AuthUser,
-    work: impl std::future::Future<Output = T> + Send + 'static,
-) -> Result<T, ApiError> {
-    let permit = state.acquire(&user.owner, 1)?;
-    tokio::spawn(async move {
-        let result = work.await;
-        drop(permit);
-        result
-    })
-    .await
-    .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))
+    work: F,
+) -> impl std::future::Future<Output = Result<T, ApiError>> + use<T, F>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let task = state.acquire(&user.owner, 1).map(|permit| {
+        tokio::spawn(async move {
+            let result = work.await;
+            drop(permit);
+            result
+        })
+    });
+    async move {
+        task?
+            .await
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
