@@ -8,12 +8,17 @@
 //! admin URL), and any TOOLGATE_SECTION__KEY setting (e.g.
 //! TOOLGATE_STORAGE__WRITER_LINGER_MS=2). Scenarios, all in one run:
 //!   (a) GET /healthz (baseline: HTTP + routing, no auth, no storage)
+//!   (a2) POST /v1/threads/{t}/messages (a user message) and GET
+//!        /v1/threads/{t}/history?limit=1 on SQLite: a durable write without
+//!        a tool, and an authenticated read
 //!   (b) POST /v1/threads/{t}/tool-calls `echo` on SQLite, one thread per connection
 //!   (b2) `bash {command: "true"}` and `read_file` of a 1 MB file, same server
 //!   (c) the same on Postgres (a fresh database, dropped at the end)
 //!
 //! The server runs on its own multi-thread runtime (own OS thread), the load
-//! generator on another, so they do not share a scheduler. Requests started
+//! generator on another, so they do not share a scheduler. Before every
+//! scenario but the first baseline, a baseline window on the same server:
+//! the scenario's ratio is taken against it, since the host's speed drifts. Requests started
 //! during the 1 s warm-up, or finished after the window, are not counted.
 
 use std::future::Future;
@@ -283,6 +288,17 @@ struct Row {
     cpu_us_per_request: f64,
     /// The group-commit writer over the scenario (warm-up included).
     writer: Option<WriterFigures>,
+    /// req/s of `GET /healthz` on the same server in the window just before
+    /// this scenario's (none for the baseline row itself).
+    paired_baseline_rps: Option<f64>,
+}
+
+impl Row {
+    /// req/s as a share of the paired baseline's, or of `first` (the run's
+    /// first baseline) for the baseline row.
+    fn ratio(&self, first: f64) -> f64 {
+        self.rps / self.paired_baseline_rps.unwrap_or(first)
+    }
 }
 
 /// CPU time (user + system) of this process so far.
@@ -393,6 +409,7 @@ where
         errors: all.errors,
         first_error: all.first_error,
         writer: None,
+        paired_baseline_rps: None,
     }
 }
 
@@ -414,6 +431,38 @@ fn echo_call(
             .post(format!("{base}/v1/threads/bench-{tag}-{conn}/tool-calls"))
             .bearer_auth(&token)
             .json(&json!({"id": format!("call-{conn}-{i}"), "name": "echo", "arguments": {"text": "hi"}}))
+    }
+}
+
+/// A user message, one thread per connection: one durable unit (the
+/// message and its three TEXT_MESSAGE events) through the same writer as a
+/// tool call, without a tool or a ui_schema.
+fn user_message(
+    server: &Server,
+    tag: &'static str,
+) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
+    let (base, token) = (server.base.clone(), server.token.clone());
+    move |client, conn, _| {
+        client
+            .post(format!("{base}/v1/threads/bench-{tag}-{conn}/messages"))
+            .bearer_auth(&token)
+            .json(&json!({"role": "user", "content": "hi"}))
+    }
+}
+
+/// The newest message of a connection's thread: a token check, the owner
+/// check and one read, no write.
+fn latest_message(
+    server: &Server,
+    tag: &'static str,
+) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
+    let (base, token) = (server.base.clone(), server.token.clone());
+    move |client, conn, _| {
+        client
+            .get(format!(
+                "{base}/v1/threads/bench-{tag}-{conn}/history?limit=1"
+            ))
+            .bearer_auth(&token)
     }
 }
 
@@ -457,6 +506,28 @@ async fn run_scenario(
     {
         return None;
     }
+    // The host's speed drifts within minutes: each scenario's ratio is taken
+    // against a baseline window measured on the same server just before it.
+    let paired = if baseline {
+        None
+    } else {
+        let url = format!("{}/healthz", server.base);
+        let row = measure(
+            name,
+            opts.connections,
+            Duration::from_secs(opts.seconds),
+            move |client, _, _| client.get(&url).send(),
+        )
+        .await;
+        if row.errors > 0 {
+            eprintln!(
+                "  baseline before {name}: {} errors; first: {}",
+                row.errors,
+                row.first_error.as_deref().unwrap_or("?")
+            );
+        }
+        Some(row.rps)
+    };
     let before = WriterFigures::read(&server.base).await;
     let started = Instant::now();
     let mut row = measure(
@@ -470,6 +541,7 @@ async fn run_scenario(
     if let (Some(before), Some(after)) = (before, after) {
         row.writer = after.since(before, started.elapsed());
     }
+    row.paired_baseline_rps = paired;
     eprintln!("  done: {name}");
     Some(row)
 }
@@ -514,6 +586,20 @@ fn main() -> anyhow::Result<()> {
         &opts,
         &sqlite,
         healthz(&sqlite),
+    )));
+    // A ladder from the raw endpoint to a tool call: an authenticated read,
+    // then a durable write without a tool, then the tool call.
+    rows.extend(client_rt.block_on(run_scenario(
+        "POST messages (user), SQLite",
+        &opts,
+        &sqlite,
+        user_message(&sqlite, "msg"),
+    )));
+    rows.extend(client_rt.block_on(run_scenario(
+        "GET history limit=1, SQLite",
+        &opts,
+        &sqlite,
+        latest_message(&sqlite, "msg"),
     )));
     rows.extend(client_rt.block_on(run_scenario(
         "POST tool-calls echo, SQLite",
@@ -566,23 +652,32 @@ fn main() -> anyhow::Result<()> {
     let baseline = rows[0].rps;
     println!();
     println!(
-        "| {:<32} | {:>9} | {:>9} | {:>8} | {:>8} | {:>6} | {:>10} | {:>10} |",
-        "scenario", "requests", "req/s", "p50 ms", "p99 ms", "errors", "÷ baseline", "CPU µs/req"
+        "| {:<32} | {:>9} | {:>9} | {:>8} | {:>8} | {:>6} | {:>11} | {:>10} | {:>10} |",
+        "scenario",
+        "requests",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "errors",
+        "baseline/s",
+        "÷ baseline",
+        "CPU µs/req"
     );
     println!(
-        "|{:-<34}|{:->11}|{:->11}|{:->10}|{:->10}|{:->8}|{:->12}|{:->12}|",
-        "", "", "", "", "", "", "", ""
+        "|{:-<34}|{:->11}|{:->11}|{:->10}|{:->10}|{:->8}|{:->13}|{:->12}|{:->12}|",
+        "", "", "", "", "", "", "", "", ""
     );
     for r in &rows {
         println!(
-            "| {:<32} | {:>9} | {:>9.0} | {:>8.2} | {:>8.2} | {:>6} | {:>10.2} | {:>10.0} |",
+            "| {:<32} | {:>9} | {:>9.0} | {:>8.2} | {:>8.2} | {:>6} | {:>11.0} | {:>10.2} | {:>10.0} |",
             r.name,
             r.requests,
             r.rps,
             r.p50_ms,
             r.p99_ms,
             r.errors,
-            r.rps / baseline,
+            r.paired_baseline_rps.unwrap_or(baseline),
+            r.ratio(baseline),
             r.cpu_us_per_request
         );
     }
