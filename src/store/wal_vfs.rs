@@ -257,9 +257,13 @@ unsafe extern "C" fn write(
             if rc != ffi::SQLITE_OK {
                 return rc;
             }
-            extra(file).start = offset;
         }
-        extra(file)
+        // After a flush the buffer is empty and starts at this write.
+        let state = extra(file);
+        if state.pending.is_empty() {
+            state.start = offset;
+        }
+        state
             .pending
             .extend_from_slice(std::slice::from_raw_parts(data.cast::<u8>(), len));
     }
