@@ -394,7 +394,41 @@ async fn progress_of_long_tools_streams_as_custom_events(backend: Backend) {
     );
 }
 
+/// A caller that hangs up while its call runs does not cut the call: it
+/// finishes, is stored and streamed, and the same id then replays it.
+async fn a_caller_that_hangs_up_does_not_cut_the_call(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let mut sse = app.events("t9", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let call = json!({"id": "gone", "name": "wait", "arguments": {"ms": 600}});
+    let hung_up = app
+        .client
+        .post(app.url("/v1/threads/t9/tool-calls"))
+        .bearer_auth(&app.token)
+        .json(&call)
+        .timeout(Duration::from_millis(150))
+        .send()
+        .await;
+    assert!(
+        hung_up.as_ref().is_err_and(|e| e.is_timeout()),
+        "the client gave up before the call ended: {hung_up:?}"
+    );
+    let frames = sse.until("TOOL_CALL_RESULT").await;
+    let result = frames.last().unwrap();
+    assert_eq!(result.data["toolCallId"], "gone");
+    assert_eq!(
+        result.data["metadata"]["status"], "success",
+        "{}",
+        result.data
+    );
+    let (status, replay) = app.call("t9", call).await;
+    assert_eq!(status, 200, "{replay}");
+    assert_eq!(replay["replayed"], true);
+    assert_eq!(replay["message_id"], result.data["messageId"]);
+}
+
 both_backends!(
+    a_caller_that_hangs_up_does_not_cut_the_call,
     tool_call_in_three_shapes,
     live_stream_and_history_carry_the_same_ui,
     resume_replays_exactly_what_was_missed,
