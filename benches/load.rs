@@ -420,66 +420,76 @@ fn healthz(
     move |client, _, _| client.get(&url)
 }
 
-/// `echo` calls with unique ids, one thread per connection.
-fn echo_call(
+/// Requests to `/v1/threads/bench-{tag}-{conn}{path}` with the dev token,
+/// one thread per connection, with the JSON body `body(conn, i)` if any.
+fn on_thread<B>(
     server: &Server,
     tag: &'static str,
-) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
+    method: reqwest::Method,
+    path: &'static str,
+    body: B,
+) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<B>
+where
+    B: Fn(usize, u64) -> Option<serde_json::Value> + Clone,
+{
     let (base, token) = (server.base.clone(), server.token.clone());
     move |client, conn, i| {
-        client
-            .post(format!("{base}/v1/threads/bench-{tag}-{conn}/tool-calls"))
-            .bearer_auth(&token)
-            .json(&json!({"id": format!("call-{conn}-{i}"), "name": "echo", "arguments": {"text": "hi"}}))
+        let request = client
+            .request(
+                method.clone(),
+                format!("{base}/v1/threads/bench-{tag}-{conn}{path}"),
+            )
+            .bearer_auth(&token);
+        match body(conn, i) {
+            Some(body) => request.json(&body),
+            None => request,
+        }
     }
 }
 
-/// A user message, one thread per connection: one durable unit (the
-/// message and its three TEXT_MESSAGE events) through the same writer as a
-/// tool call, without a tool or a ui_schema.
+/// A user message: one durable unit (the message and its three
+/// TEXT_MESSAGE events) through the same writer as a tool call, without a
+/// tool or a ui_schema.
 fn user_message(
     server: &Server,
     tag: &'static str,
 ) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
-    let (base, token) = (server.base.clone(), server.token.clone());
-    move |client, conn, _| {
-        client
-            .post(format!("{base}/v1/threads/bench-{tag}-{conn}/messages"))
-            .bearer_auth(&token)
-            .json(&json!({"role": "user", "content": "hi"}))
-    }
+    on_thread(server, tag, reqwest::Method::POST, "/messages", |_, _| {
+        Some(json!({"role": "user", "content": "hi"}))
+    })
 }
 
-/// The newest message of a connection's thread: a token check, the owner
-/// check and one read, no write.
+/// The newest message of the thread: a token check, the owner check and
+/// one read, no write.
 fn latest_message(
     server: &Server,
     tag: &'static str,
 ) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
-    let (base, token) = (server.base.clone(), server.token.clone());
-    move |client, conn, _| {
-        client
-            .get(format!(
-                "{base}/v1/threads/bench-{tag}-{conn}/history?limit=1"
-            ))
-            .bearer_auth(&token)
-    }
+    on_thread(
+        server,
+        tag,
+        reqwest::Method::GET,
+        "/history?limit=1",
+        |_, _| None,
+    )
 }
 
-/// Any tool call with unique ids, one thread per connection.
+/// Any tool call, every id new.
 fn tool_call(
     server: &Server,
     tag: &'static str,
     name: &'static str,
     arguments: serde_json::Value,
 ) -> impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder + Clone + use<> {
-    let (base, token) = (server.base.clone(), server.token.clone());
-    move |client, conn, i| {
-        client
-            .post(format!("{base}/v1/threads/bench-{tag}-{conn}/tool-calls"))
-            .bearer_auth(&token)
-            .json(&json!({"id": format!("call-{conn}-{i}"), "name": name, "arguments": arguments}))
-    }
+    on_thread(
+        server,
+        tag,
+        reqwest::Method::POST,
+        "/tool-calls",
+        move |conn, i| {
+            Some(json!({"id": format!("call-{conn}-{i}"), "name": name, "arguments": arguments}))
+        },
+    )
 }
 
 /// 2,000 lines of 523 characters + newline (≈ 1 MB) that `read_file`
@@ -581,47 +591,43 @@ fn main() -> anyhow::Result<()> {
     let mut rows = Vec::new();
 
     let sqlite = Server::start(None)?;
-    rows.extend(client_rt.block_on(run_scenario(
-        "GET /healthz (baseline)",
-        &opts,
-        &sqlite,
-        healthz(&sqlite),
-    )));
-    // A ladder from the raw endpoint to a tool call: an authenticated read,
-    // then a durable write without a tool, then the tool call.
-    rows.extend(client_rt.block_on(run_scenario(
+    // Run a scenario on a server and keep its row.
+    macro_rules! scenario {
+        ($name:expr, $server:expr, $build:expr) => {
+            rows.extend(client_rt.block_on(run_scenario($name, &opts, $server, $build)))
+        };
+    }
+    scenario!("GET /healthz (baseline)", &sqlite, healthz(&sqlite));
+    // A ladder from the raw endpoint to a tool call: a durable write without
+    // a tool, an authenticated read of what it wrote, then the tool call.
+    scenario!(
         "POST messages (user), SQLite",
-        &opts,
         &sqlite,
-        user_message(&sqlite, "msg"),
-    )));
-    rows.extend(client_rt.block_on(run_scenario(
+        user_message(&sqlite, "msg")
+    );
+    scenario!(
         "GET history limit=1, SQLite",
-        &opts,
         &sqlite,
-        latest_message(&sqlite, "msg"),
-    )));
-    rows.extend(client_rt.block_on(run_scenario(
+        latest_message(&sqlite, "msg")
+    );
+    scenario!(
         "POST tool-calls echo, SQLite",
-        &opts,
         &sqlite,
-        echo_call(&sqlite, "sqlite"),
-    )));
+        tool_call(&sqlite, "sqlite", "echo", json!({"text": "hi"}))
+    );
     // bash before read_file: the megabyte responses grow this process (server
     // and load generator share it), and every command forks a copy of it.
-    rows.extend(client_rt.block_on(run_scenario(
+    scenario!(
         "POST bash `true`, SQLite",
-        &opts,
         &sqlite,
-        tool_call(&sqlite, "bash", "bash", json!({"command": "true"})),
-    )));
+        tool_call(&sqlite, "bash", "bash", json!({"command": "true"}))
+    );
     sqlite.put_file("big.txt", &one_mb_text())?;
-    rows.extend(client_rt.block_on(run_scenario(
+    scenario!(
         "POST read_file 1 MB, SQLite",
-        &opts,
         &sqlite,
-        tool_call(&sqlite, "read", "read_file", json!({"path": "big.txt"})),
-    )));
+        tool_call(&sqlite, "read", "read_file", json!({"path": "big.txt"}))
+    );
     sqlite.stop();
 
     let mut skipped = None;
@@ -630,12 +636,11 @@ fn main() -> anyhow::Result<()> {
             let server = Server::start(Some(db.url.clone()));
             match server {
                 Ok(server) => {
-                    rows.extend(client_rt.block_on(run_scenario(
+                    scenario!(
                         "POST tool-calls echo, Postgres",
-                        &opts,
                         &server,
-                        echo_call(&server, "pg"),
-                    )));
+                        tool_call(&server, "pg", "echo", json!({"text": "hi"}))
+                    );
                     server.stop();
                 }
                 Err(e) => skipped = Some(format!("the server did not start on Postgres: {e:#}")),
