@@ -16,10 +16,11 @@
 //!   (c) the same on Postgres (a fresh database, dropped at the end)
 //!
 //! The server runs on its own multi-thread runtime (own OS thread), the load
-//! generator on another, so they do not share a scheduler. Before every
-//! scenario but the first baseline, a baseline window on the same server:
-//! the scenario's ratio is taken against it, since the host's speed drifts. Requests started
+//! generator on another, so they do not share a scheduler. Requests started
 //! during the 1 s warm-up, or finished after the window, are not counted.
+//! Before every scenario but the first baseline, a baseline window on the
+//! same server: the scenario's ratio is taken against it, since the host's
+//! speed drifts.
 
 use std::future::Future;
 use std::sync::mpsc as std_mpsc;
@@ -521,12 +522,12 @@ async fn run_scenario(
     let paired = if baseline {
         None
     } else {
-        let url = format!("{}/healthz", server.base);
+        let raw = healthz(server);
         let row = measure(
             name,
             opts.connections,
             Duration::from_secs(opts.seconds),
-            move |client, _, _| client.get(&url).send(),
+            move |client, conn, i| raw(client, conn, i).send(),
         )
         .await;
         if row.errors > 0 {
