@@ -94,7 +94,7 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     )
     .await;
     assert_eq!(s, 422);
-    assert_eq!(p["errors"][0]["path"], "role", "{p}");
+    assert_eq!(p["errors"][0]["pointer"], "/role", "{p}");
     let (s, p) = problem(
         app.post(
             "/v1/threads/t/messages",
@@ -187,6 +187,8 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         "limit=abc",
         "before=zz",
         "before=-3",
+        "before=+3",
+        "before=0",
     ] {
         let (s, p) = problem(app.get(&format!("/v1/threads/t/history?{q}")).await).await;
         assert_eq!(s, 400, "{q}: {p}");
@@ -210,7 +212,7 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     assert_eq!(s, 400);
 
     // Resume points.
-    for bad in ["abc", "-1", "1.5"] {
+    for bad in ["abc", "-1", "1.5", "+1", "", "99999999999999999999"] {
         let r = app
             .client
             .get(app.url("/v1/threads/t/events"))

@@ -159,6 +159,88 @@ async fn openapi_document_is_served_and_checked_in() {
     assert!(!id.is_empty());
 }
 
+/// Every `/v1` operation the served document lists, asked without a token
+/// and (with one) with a body of the wrong media type or of the wrong
+/// shape, answers with a problem whose status the document lists for it.
+#[tokio::test]
+async fn every_documented_operation_answers_bad_requests_as_documented() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let rules = json!({"allow": ["bash(git status)"], "ask": [], "deny": []});
+    let r = app
+        .client
+        .put(app.url("/v1/permissions"))
+        .bearer_auth(&app.token)
+        .json(&rules)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let doc = app.get_json("/openapi.json").await;
+    let mut asked = 0;
+    for (template, item) in doc["paths"].as_object().unwrap() {
+        if !template.starts_with("/v1/") {
+            continue;
+        }
+        let path = template
+            .replace("{thread_id}", "t-doc")
+            .replace("{run_id}", "r-doc")
+            .replace("{tool_call_id}", "c-doc")
+            .replace("{approval_id}", "apr-doc")
+            .replace("{name}", "echo");
+        for (method, op) in item.as_object().unwrap() {
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let documented = |status: u16| op["responses"].get(status.to_string()).is_some();
+            let request = || app.client.request(method.clone(), app.url(&path));
+            let mut asks = vec![("no token", request(), 401)];
+            if op.get("requestBody").is_some() {
+                asks.push((
+                    "text body",
+                    request()
+                        .bearer_auth(&app.token)
+                        .header("content-type", "text/plain")
+                        .body("x"),
+                    415,
+                ));
+                asks.push((
+                    "array body",
+                    request()
+                        .bearer_auth(&app.token)
+                        .header("content-type", "application/json")
+                        .body("[]"),
+                    422,
+                ));
+            }
+            for (what, ask, expected) in asks {
+                let resp = ask.send().await.unwrap();
+                let status = resp.status().as_u16();
+                assert_eq!(status, expected, "{method} {path}, {what}");
+                assert!(
+                    documented(status),
+                    "{method} {template}: {status} is not documented"
+                );
+                if status == 401 {
+                    assert!(
+                        resp.headers().contains_key("www-authenticate"),
+                        "{method} {path}"
+                    );
+                }
+                let content_type = resp.headers()["content-type"].to_str().unwrap().to_string();
+                assert_eq!(
+                    content_type, "application/problem+json",
+                    "{method} {path}, {what}"
+                );
+                let problem: Value = resp.json().await.unwrap();
+                assert_eq!(problem["status"], status, "{problem}");
+                asked += 1;
+            }
+        }
+    }
+    assert!(asked > 25, "only {asked} requests");
+    // A struct body sent as an array changed nothing.
+    let view = app.get_json("/v1/permissions").await;
+    assert_eq!(view["owner"], rules, "{view}");
+}
+
 #[tokio::test]
 async fn tool_listings_and_system_prompt() {
     let app = TestApp::spawn(Backend::Sqlite).await;

@@ -85,8 +85,10 @@ impl From<ApprovalRecord> for ApprovalView {
 #[into_params(parameter_in = Query)]
 pub struct ApprovalsQuery {
     /// `pending`, `approved`, `denied` or `expired`; all when absent.
+    #[param(pattern = "^(pending|approved|denied|expired)$")]
     pub status: Option<String>,
     /// 1–200, default 50.
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
 }
 
@@ -218,12 +220,31 @@ pub async fn decide(
 #[schema(example = json!({"allow": ["bash(git status)", "bash(npm run test *)"], "ask": [], "deny": ["write_file(**/.env)"]}))]
 pub struct RuleLists {
     #[serde(default)]
+    #[schema(value_type = Vec<Rule>)]
     pub allow: Vec<String>,
     #[serde(default)]
+    #[schema(value_type = Vec<Rule>)]
     pub ask: Vec<String>,
     #[serde(default)]
+    #[schema(value_type = Vec<Rule>)]
     pub deny: Vec<String>,
 }
+
+/// A permission rule in the OpenAPI document. Never built; `RuleLists`
+/// declares its items with it.
+pub struct Rule;
+
+impl utoipa::PartialSchema for Rule {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        crate::protocol::calls::text_schema(
+            None,
+            None,
+            "`Tool` or `Tool(specifier)`, e.g. `bash(git status)`, `bash(npm run test *)`, `write_file(**/.env)` (docs/safety.md)",
+        )
+    }
+}
+
+impl ToSchema for Rule {}
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PermissionsView {

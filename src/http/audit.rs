@@ -27,6 +27,7 @@ pub struct AuditQuery {
     /// Keyset cursor: entries older than this id (`next_before` of the previous page).
     pub before: Option<i64>,
     /// 1–500, default 100.
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
 }
 

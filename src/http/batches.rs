@@ -27,10 +27,14 @@ pub fn routes() -> Router<AppState> {
     {"id": "c1", "name": "echo", "arguments": {"text": "a"}},
     {"id": "c2", "type": "tool_use", "name": "echo", "input": {"text": "b"}}]}))]
 pub struct BatchRequest {
-    /// Tool calls in any accepted shape, executed as one run.
-    #[schema(value_type = Vec<Object>)]
+    /// Tool calls in any accepted shape, executed as one run: at least one,
+    /// at most `tools.max_batch_calls` (64 by default). Each is checked on
+    /// its own: one that is not a valid call gets its own 422 in `results`,
+    /// and the others still run.
+    #[schema(value_type = Vec<crate::protocol::calls::ToolCallRequest>, min_items = 1)]
     pub calls: Vec<Value>,
     /// The run the calls belong to (for rollback); generated when absent.
+    #[schema(value_type = Option<crate::protocol::calls::Id>)]
     pub run_id: Option<String>,
 }
 

@@ -238,24 +238,51 @@ where
         // apart and a shape error names the field's path.
         let value: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
+        let invalid = |pointer: String, message: String| {
+            let mut extra = Map::new();
+            extra.insert(
+                "errors".into(),
+                json!([{"pointer": pointer, "message": message}]),
+            );
+            ApiError::Unprocessable {
+                title: "Invalid request body".into(),
+                detail: if pointer.is_empty() {
+                    message
+                } else {
+                    format!("{pointer}: {message}")
+                },
+                extra,
+            }
+        };
+        // Every body toolgate takes is an object; serde would also read a
+        // struct from an array of its fields.
+        if !value.is_object() {
+            return Err(invalid(
+                String::new(),
+                format!(
+                    "the body must be a JSON object, got {}",
+                    crate::protocol::calls::kind(&value)
+                ),
+            ));
+        }
         serde_path_to_error::deserialize(value)
             .map(ApiJson)
-            .map_err(|e| {
-                let path = e.path().to_string();
-                let message = e.inner().to_string();
-                let mut extra = Map::new();
-                extra.insert("errors".into(), json!([{"path": path, "message": message}]));
-                ApiError::Unprocessable {
-                    title: "Invalid request body".into(),
-                    detail: if path == "." {
-                        message
-                    } else {
-                        format!("{path}: {message}")
-                    },
-                    extra,
-                }
-            })
+            .map_err(|e| invalid(json_pointer(e.path()), e.inner().to_string()))
     }
+}
+
+/// A deserializer's path as an RFC 6901 JSON pointer (`/tool_calls/0/id`).
+fn json_pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|segment| match segment {
+            Segment::Seq { index } => Some(index.to_string()),
+            Segment::Map { key } => Some(key.replace('~', "~0").replace('/', "~1")),
+            Segment::Enum { variant } => Some(variant.clone()),
+            Segment::Unknown => None,
+        })
+        .map(|token| format!("/{token}"))
+        .collect()
 }
 
 /// `Query<T>` whose rejections are problems naming the parameter.

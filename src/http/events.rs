@@ -14,7 +14,7 @@ use axum::routing::get;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use utoipa::IntoParams;
+use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiQuery};
 use super::{AppState, AuthUser, ThreadId};
@@ -29,6 +29,7 @@ pub fn routes() -> Router<AppState> {
 #[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Resume after this event id (same as the `Last-Event-ID` header, which wins).
+    #[param(pattern = "^0*[0-9]{1,18}$")]
     pub after: Option<String>,
     /// Start with a MESSAGES_SNAPSHOT of the thread.
     pub snapshot: Option<bool>,
@@ -36,15 +37,33 @@ pub struct EventsQuery {
 
 const PAGE: i64 = 500;
 
+/// One Server-Sent Event of an AG-UI stream, as OpenAPI 3.1 reads a
+/// `text/event-stream` schema: one event (its `id:` and `data:` fields),
+/// not the whole stream. Heartbeats are SSE comments, not events.
+#[derive(ToSchema)]
+#[allow(
+    dead_code,
+    reason = "describes the stream in the OpenAPI document; never built"
+)]
+pub struct AgUiSseEvent {
+    /// The event's position in the thread's event log, for `Last-Event-ID`
+    /// and `?after=`. Events that are not in the log (RUN_STARTED,
+    /// MESSAGES_SNAPSHOT and RUN_FINISHED of a stream) have none.
+    #[schema(pattern = "^[0-9]+$", nullable = false)]
+    pub id: Option<String>,
+    /// One AG-UI event as JSON: `type` (RUN_STARTED, TEXT_MESSAGE_*,
+    /// TOOL_CALL_START/ARGS/END/RESULT, MESSAGES_SNAPSHOT, RUN_FINISHED,
+    /// RUN_ERROR, …), camelCase fields, integer ms `timestamp`, toolgate's
+    /// additions under `metadata` (TOOL_CALL_RESULT: `metadata.ui_schema`).
+    #[schema(content_media_type = "application/json")]
+    pub data: String,
+}
+
 fn parse_position(raw: &str, source: &str) -> Result<i64, ApiError> {
-    raw.trim()
-        .parse::<i64>()
-        .ok()
-        .filter(|n| *n >= 0)
-        .ok_or_else(|| ApiError::BadRequest {
-            detail: format!("{source} must be a non-negative event id, got {raw:?}"),
-            errors: vec![serde_json::json!({"parameter": source, "message": "not an event id"})],
-        })
+    super::parse_digits(raw).ok_or_else(|| ApiError::BadRequest {
+        detail: format!("{source} must be a non-negative event id, got {raw:?}"),
+        errors: vec![serde_json::json!({"parameter": source, "message": "not an event id"})],
+    })
 }
 
 /// Subscribe to a thread's AG-UI events (SSE).
@@ -55,9 +74,9 @@ fn parse_position(raw: &str, source: &str) -> Result<i64, ApiError> {
 /// stream on a new thread id claims the thread for the caller.
 #[utoipa::path(get, path = "/v1/threads/{thread_id}/events", tag = "events",
     params(("thread_id" = String, Path,), EventsQuery,
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id")),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = "^0*[0-9]{1,18}$", description = "Resume after this event id")),
     responses(
-        (status = 200, description = "AG-UI event stream", content_type = "text/event-stream", body = String),
+        (status = 200, description = "AG-UI event stream", content_type = "text/event-stream", body = AgUiSseEvent),
         (status = 400, description = "Resume point not a number or in the future", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
     ),

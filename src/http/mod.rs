@@ -138,6 +138,14 @@ impl AppState {
     }
 }
 
+/// A position as toolgate writes them (event ids, history cursors): ASCII
+/// digits only, no sign or blanks, within `i64`.
+pub fn parse_digits(raw: &str) -> Option<i64> {
+    Some(raw)
+        .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|r| r.parse().ok())
+}
+
 /// A thread id from the path: `[A-Za-z0-9_.:-]{1,128}`.
 #[derive(Debug, Clone)]
 pub struct ThreadId(pub String);

@@ -6,7 +6,10 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_swagger_ui::SwaggerUi;
 
+use serde_json::{Value, json};
+
 use super::AppState;
+use super::error::PROBLEM_JSON;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -41,6 +44,8 @@ use super::AppState;
         crate::protocol::tool_output::ToolError,
         crate::protocol::tool_output::UndoInfo,
         crate::tools::ToolDefinition,
+        crate::protocol::calls::Id,
+        crate::protocol::calls::WorkspaceName,
     )),
     modifiers(&Security),
     tags(
@@ -79,7 +84,7 @@ impl Modify for Security {
 /// The document as served and as checked in, with the ui_schema v1 JSON
 /// Schema published as the `UiSchema` component (OpenAPI 3.1 schemas are
 /// JSON Schema, so it goes in unchanged).
-pub fn document() -> serde_json::Value {
+pub fn document() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the OpenAPI document serializes");
     let mut ui = crate::protocol::ui_schema::json_schema().clone();
     if let Some(obj) = ui.as_object_mut() {
@@ -88,7 +93,142 @@ pub fn document() -> serde_json::Value {
         obj.remove("$id");
     }
     doc["components"]["schemas"]["UiSchema"] = ui;
+    doc["components"]["schemas"]["Problem"] = problem_schema();
+    constrain_ids(&mut doc);
+    add_common_problems(&mut doc);
     doc
+}
+
+/// Path parameters that are toolgate ids, checked by `valid_id`.
+const ID_PARAMETERS: [&str; 3] = ["thread_id", "run_id", "tool_call_id"];
+
+/// Give every id path parameter the syntax the server checks.
+fn constrain_ids(doc: &mut Value) {
+    for operation in operations(doc) {
+        let Some(parameters) = operation
+            .get_mut("parameters")
+            .and_then(Value::as_array_mut)
+        else {
+            continue;
+        };
+        for parameter in parameters {
+            let is_id = parameter["in"] == "path"
+                && ID_PARAMETERS.contains(&parameter["name"].as_str().unwrap_or_default());
+            if is_id {
+                parameter["schema"] = json!({"$ref": "#/components/schemas/Id"});
+            }
+        }
+    }
+}
+
+/// The answers every `/v1` operation can give whatever its handler says:
+/// the token check (401), malformed parameters (400), and for a JSON body
+/// a malformed (400), oversized (413), mistyped (415) or ill-shaped (422)
+/// one. Every problem answer gets the `Problem` schema.
+fn add_common_problems(doc: &mut Value) {
+    let problem = |description: &str| {
+        json!({
+            "description": description,
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        })
+    };
+    let paths = doc["paths"]
+        .as_object_mut()
+        .expect("the document has paths");
+    for (path, item) in paths.iter_mut() {
+        let v1 = path.starts_with("/v1/");
+        for operation in item
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|i| i.values_mut())
+        {
+            let has_body = operation.get("requestBody").is_some();
+            let has_parameters = operation
+                .get("parameters")
+                .and_then(Value::as_array)
+                .is_some_and(|p| !p.is_empty());
+            let responses = operation["responses"]
+                .as_object_mut()
+                .expect("an operation has responses");
+            let mut common = Vec::new();
+            if v1 {
+                let mut unauthorized = problem(
+                    "Missing, malformed, expired or forged bearer token, or one for another audience",
+                );
+                unauthorized["headers"] = json!({"WWW-Authenticate": {
+                    "description": "`Bearer realm=\"toolgate\", error=\"invalid_token\", error_description=\"…\"` (RFC 6750)",
+                    "schema": {"type": "string"},
+                }});
+                common.push(("401", unauthorized));
+            }
+            if v1 && (has_parameters || has_body) {
+                common.push((
+                    "400",
+                    problem("Malformed path or query parameter, or a body that is not JSON (`errors` names the parameter or the JSON pointer)"),
+                ));
+            }
+            if has_body {
+                common.push(("413", problem("Body larger than `server.body_limit_bytes`")));
+                common.push((
+                    "415",
+                    problem("Body not sent with `Content-Type: application/json`"),
+                ));
+                common.push((
+                    "422",
+                    problem("JSON of the wrong shape (`errors` names the JSON pointer)"),
+                ));
+            }
+            for (status, response) in common {
+                responses.entry(status).or_insert(response);
+            }
+            for response in responses.values_mut() {
+                if let Some(media) =
+                    response.pointer_mut(&format!("/content/{}", PROBLEM_JSON.replace('/', "~1")))
+                    && media.get("schema").is_none()
+                {
+                    media["schema"] = json!({"$ref": "#/components/schemas/Problem"});
+                }
+            }
+        }
+    }
+}
+
+/// Every operation object of the document.
+fn operations(doc: &mut Value) -> impl Iterator<Item = &mut Value> {
+    doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut())
+}
+
+/// RFC 9457 problem details as toolgate writes them.
+fn problem_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "RFC 9457 problem details (`application/problem+json`). Some problems add members: a refused tool call carries `tool_error` and `tool_response`, a 429 comes with `Retry-After`.",
+        "required": ["type", "title", "status", "detail"],
+        "properties": {
+            "type": {"type": "string", "description": "`urn:toolgate:problem:<kind>`, e.g. `urn:toolgate:problem:unprocessable`"},
+            "title": {"type": "string"},
+            "status": {"type": "integer", "description": "The HTTP status code"},
+            "detail": {"type": "string", "description": "What was wrong, precisely enough to fix the request"},
+            "errors": {
+                "type": "array",
+                "description": "One entry per offending place: `pointer` (a JSON pointer into the body) or `parameter` (a path or query parameter), and `message`",
+                "items": {
+                    "type": "object",
+                    "required": ["message"],
+                    "properties": {
+                        "pointer": {"type": "string"},
+                        "parameter": {"type": "string"},
+                        "message": {"type": "string"},
+                    },
+                },
+            },
+        },
+    })
 }
 
 pub fn document_json() -> String {
@@ -97,4 +237,111 @@ pub fn document_json() -> String {
 
 pub fn routes() -> Router<AppState> {
     Router::new().merge(SwaggerUi::new("/docs").external_url_unchecked("/openapi.json", document()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::calls::{valid_id, valid_workspace_name};
+
+    fn component(doc: &Value, name: &str) -> jsonschema::Validator {
+        jsonschema::draft202012::new(&doc["components"]["schemas"][name])
+            .unwrap_or_else(|e| panic!("{name} compiles: {e}"))
+    }
+
+    #[test]
+    fn ids_and_workspace_names_are_described_as_the_server_checks_them() {
+        let doc = document();
+        let id = component(&doc, "Id");
+        let workspace = component(&doc, "WorkspaceName");
+        let long = "a".repeat(128);
+        let too_long = "a".repeat(129);
+        let samples = [
+            "",
+            ".",
+            "..",
+            "...",
+            ".a",
+            "..a",
+            "a.",
+            "a..b",
+            "-",
+            "_x",
+            "call_1",
+            "toolu_01A",
+            "a:b",
+            "a b",
+            "a/b",
+            "ü",
+            "a\n",
+            "0",
+            &long,
+            &too_long,
+        ];
+        for s in samples {
+            let v = json!(s);
+            assert_eq!(id.is_valid(&v), valid_id(s), "Id and valid_id on {s:?}");
+            assert_eq!(
+                workspace.is_valid(&v),
+                valid_workspace_name(s),
+                "WorkspaceName and valid_workspace_name on {s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_v1_operation_documents_the_answers_every_handler_can_give() {
+        let doc = document();
+        let mut checked = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let responses = &op["responses"];
+                for (status, response) in responses.as_object().unwrap() {
+                    if let Some(media) = response["content"].get(PROBLEM_JSON) {
+                        assert_eq!(
+                            media["schema"]["$ref"], "#/components/schemas/Problem",
+                            "{method} {path} {status}"
+                        );
+                    }
+                }
+                if !path.starts_with("/v1/") {
+                    continue;
+                }
+                checked += 1;
+                assert!(
+                    responses["401"]["headers"]
+                        .get("WWW-Authenticate")
+                        .is_some(),
+                    "{method} {path}: 401 with its challenge"
+                );
+                if op.get("requestBody").is_some() {
+                    for status in ["400", "413", "415", "422"] {
+                        assert!(responses.get(status).is_some(), "{method} {path}: {status}");
+                    }
+                }
+                for p in op["parameters"].as_array().into_iter().flatten() {
+                    if p["in"] == "path" && ID_PARAMETERS.contains(&p["name"].as_str().unwrap()) {
+                        assert_eq!(p["schema"]["$ref"], "#/components/schemas/Id");
+                    }
+                }
+            }
+        }
+        assert!(checked > 15, "only {checked} /v1 operations");
+        for path in [
+            "/v1/threads/{thread_id}/events",
+            "/v1/threads/{thread_id}/runs",
+        ] {
+            let ok = doc["paths"][path]
+                .as_object()
+                .unwrap()
+                .values()
+                .next()
+                .unwrap()["responses"]["200"]["content"]["text/event-stream"]["schema"]
+                .clone();
+            assert_eq!(ok["$ref"], "#/components/schemas/AgUiSseEvent", "{path}");
+        }
+        let event = &doc["components"]["schemas"]["AgUiSseEvent"];
+        assert_eq!(event["properties"]["data"]["type"], "string");
+        assert_eq!(event["required"], json!(["data"]));
+    }
 }

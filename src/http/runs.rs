@@ -37,7 +37,7 @@ pub fn routes() -> Router<AppState> {
     params(("thread_id" = String, Path,)),
     request_body = RunAgentInput,
     responses(
-        (status = 200, description = "AG-UI event stream of the run", content_type = "text/event-stream", body = String),
+        (status = 200, description = "AG-UI event stream of the run", content_type = "text/event-stream", body = super::events::AgUiSseEvent),
         (status = 400, description = "Malformed input", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 422, description = "threadId does not match the path, or wrong field types", content_type = "application/problem+json"),

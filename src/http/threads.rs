@@ -171,7 +171,6 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
         (status = 200, description = "The call ran (or was recorded before); result stored and streamed", body = ToolCallResponse),
         (status = 202, description = "The call waits for a human decision (see /v1/approvals)", body = PendingApprovalResponse),
         (status = 400, description = "Malformed JSON", content_type = "application/problem+json"),
-        (status = 401, description = "Missing or invalid token", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "Call id reused with other arguments", content_type = "application/problem+json"),
         (status = 413, description = "Body too large", content_type = "application/problem+json"),
@@ -233,6 +232,7 @@ where
 pub struct WaitQuery {
     /// Seconds (0–300) to wait for a call that needs approval to be decided
     /// and finished before answering 202.
+    #[param(maximum = 300)]
     pub wait: Option<u64>,
 }
 
@@ -310,12 +310,13 @@ pub enum MessageRole {
 #[schema(example = json!({"role": "assistant", "content": "Let me check.", "tool_calls": [{"id": "call_1", "name": "echo", "arguments": {"text": "hi"}}]}))]
 pub struct NewMessageRequest {
     /// Generated when absent.
+    #[schema(value_type = Option<calls::Id>)]
     pub id: Option<String>,
     pub role: MessageRole,
     #[serde(default)]
     pub content: String,
     /// Assistant only: the calls the model made, in any accepted shape.
-    #[schema(value_type = Option<Vec<Object>>)]
+    #[schema(value_type = Option<Vec<calls::ToolCallRequest>>)]
     pub tool_calls: Option<Vec<Value>>,
 }
 
@@ -436,8 +437,10 @@ pub async fn post_message(
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
     /// Page size, 1–200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// Cursor from the previous page's `next_cursor`: returns older messages.
+    #[param(pattern = "^0*[1-9][0-9]{0,17}$")]
     pub before: Option<String>,
 }
 
@@ -517,7 +520,7 @@ pub async fn get_history(
     }
     let before = match q.before.as_deref() {
         None => None,
-        Some(c) => Some(c.parse::<i64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+        Some(c) => Some(super::parse_digits(c).filter(|n| *n >= 1).ok_or_else(|| {
             ApiError::invalid_param("before", "must be a cursor returned as next_cursor")
         })?),
     };
@@ -547,7 +550,7 @@ pub enum ContextFormat {
 #[into_params(parameter_in = Query)]
 pub struct ContextQuery {
     /// `openai` (default) or `anthropic`.
-    #[param(value_type = Option<String>)]
+    #[param(inline)]
     pub format: Option<ContextFormat>,
 }
 

@@ -22,7 +22,7 @@ pub fn routes() -> Router<AppState> {
 #[into_params(parameter_in = Query)]
 pub struct ListingQuery {
     /// `native` (default), `openai`, `anthropic` or `mcp`.
-    #[param(value_type = Option<String>)]
+    #[param(inline)]
     pub format: Option<ListingFormat>,
 }
 
@@ -93,7 +93,7 @@ pub async fn get_tool(
 #[into_params(parameter_in = Query)]
 pub struct PromptQuery {
     /// `xml` (default) or `json`.
-    #[param(value_type = Option<String>)]
+    #[param(inline)]
     pub format: Option<PromptFormat>,
 }
 

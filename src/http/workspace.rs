@@ -18,7 +18,9 @@ pub fn routes() -> Router<AppState> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct WorkspaceQuery {
-    /// A sub-workspace name (as calls name it in `workspace`).
+    /// A sub-workspace name (as calls name it in `workspace`): 1–64
+    /// characters from A-Z a-z 0-9 _ - . and not `.` or `..`.
+    #[param(value_type = Option<crate::protocol::calls::WorkspaceName>)]
     pub workspace: Option<String>,
 }
 

@@ -224,7 +224,9 @@ pub struct FunctionCall {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAgentInput {
+    #[schema(value_type = super::calls::Id)]
     pub thread_id: String,
+    #[schema(value_type = super::calls::Id)]
     pub run_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_run_id: Option<String>,

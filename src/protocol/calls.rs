@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 
 /// Which vendor shape the call came in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -43,6 +45,62 @@ pub struct CallParseError {
     pub in_arguments: bool,
 }
 
+/// [`valid_id`] as a JSON Schema `pattern`.
+pub const ID_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
+
+/// [`valid_workspace_name`] as a JSON Schema `pattern` (with `maxLength`
+/// 64): one of A-Z a-z 0-9 _ - first, or dots followed by one.
+pub const WORKSPACE_PATTERN: &str =
+    r"^(?:[A-Za-z0-9_-]|\.[A-Za-z0-9_-]|\.\.[A-Za-z0-9_.-])[A-Za-z0-9_.-]*$";
+
+/// An id in the OpenAPI document (the `Id` schema): what [`valid_id`]
+/// accepts. Never built; fields declare it with `value_type`.
+pub struct Id;
+
+impl utoipa::PartialSchema for Id {
+    fn schema() -> RefOr<Schema> {
+        text_schema(
+            Some(128),
+            Some(ID_PATTERN),
+            "1-128 characters from A-Z a-z 0-9 _ - . : (what OpenAI, Anthropic and UUIDs produce)",
+        )
+    }
+}
+
+impl ToSchema for Id {}
+
+/// A sub-workspace name in the OpenAPI document: what
+/// [`valid_workspace_name`] accepts.
+pub struct WorkspaceName;
+
+impl utoipa::PartialSchema for WorkspaceName {
+    fn schema() -> RefOr<Schema> {
+        text_schema(
+            Some(64),
+            Some(WORKSPACE_PATTERN),
+            "A sub-workspace of the owner's: 1-64 characters from A-Z a-z 0-9 _ - . and not `.` or `..`",
+        )
+    }
+}
+
+impl ToSchema for WorkspaceName {}
+
+/// A non-empty string schema for the OpenAPI document's hand-written
+/// components.
+pub fn text_schema(
+    max_length: Option<usize>,
+    pattern: Option<&str>,
+    description: &str,
+) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(max_length)
+        .pattern(pattern)
+        .description(Some(description))
+        .into()
+}
+
 fn err(pointer: &str, message: impl Into<String>) -> CallParseError {
     CallParseError {
         pointer: pointer.to_string(),
@@ -51,8 +109,9 @@ fn err(pointer: &str, message: impl Into<String>) -> CallParseError {
     }
 }
 
-/// Identifier syntax shared by tool call ids, run ids and message ids:
-/// what OpenAI (`call_…`), Anthropic (`toolu_…`) and UUIDs produce.
+/// Identifier syntax shared by thread ids, tool call ids, run ids and
+/// message ids: what OpenAI (`call_…`), Anthropic (`toolu_…`) and UUIDs
+/// produce. [`ID_PATTERN`] says the same for the OpenAPI document.
 pub fn valid_id(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
@@ -260,13 +319,18 @@ pub fn valid_workspace_name(s: &str) -> bool {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"id": "call_1", "name": "echo", "arguments": {"text": "hi"}}))]
 pub struct NativeCall {
+    #[schema(value_type = Id)]
     pub id: String,
+    #[schema(min_length = 1)]
     pub name: String,
     #[schema(value_type = Object)]
     pub arguments: Value,
+    #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
+    #[schema(value_type = Option<Id>)]
     pub parent_message_id: Option<String>,
     /// Sub-workspace of the owner to work in.
+    #[schema(value_type = Option<WorkspaceName>)]
     pub workspace: Option<String>,
     /// Preview instead of executing: `{would_affect, preview, estimated_impact}`.
     pub dry_run: Option<bool>,
@@ -276,10 +340,14 @@ pub struct NativeCall {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"hi\"}"}}))]
 pub struct OpenAiCall {
+    #[schema(value_type = Id)]
     pub id: String,
+    /// `function`; may be left out.
     #[serde(rename = "type")]
-    pub kind: String,
+    #[schema(value_type = Option<String>, pattern = "^function$", nullable = false)]
+    pub kind: Option<String>,
     pub function: super::agui::FunctionCall,
+    #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
 }
 
@@ -288,11 +356,15 @@ pub struct OpenAiCall {
 #[schema(example = json!({"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"text": "hi"}}))]
 pub struct AnthropicCall {
     #[serde(rename = "type")]
+    #[schema(pattern = "^tool_use$")]
     pub kind: String,
+    #[schema(value_type = Id)]
     pub id: String,
+    #[schema(min_length = 1)]
     pub name: String,
     #[schema(value_type = Object)]
     pub input: Value,
+    #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
 }
 
