@@ -433,8 +433,107 @@ async fn another_owners_thread_is_not_found(backend: Backend) {
     assert_eq!(app.history("alice-thread").await, before);
 }
 
+/// U+0000 cannot be stored in Postgres text or jsonb. A request that spells
+/// it is refused on both backends alike; a tool whose output holds it
+/// (here a command's) still has its result stored, with U+FFFD instead.
+async fn nul_characters_are_refused_in_requests_and_replaced_in_results(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.allow = vec!["bash(printf *)".into()]
+    })
+    .await;
+    let t = "/v1/threads/nul";
+    app.post(
+        &format!("{t}/messages"),
+        &json!({"role": "user", "content": "before"}),
+    )
+    .await;
+    let before = snapshot(&app, "nul").await;
+    for uri in [
+        "/v1/audit?tool_name=a%00",
+        "/v1/approvals/a%00b",
+        "/v1/threads/nul/history?before=1%00",
+        "/v1/tools/ec%00ho",
+    ] {
+        let (s, p) = problem(app.get(uri).await).await;
+        assert_eq!(s, 400, "{uri}: {p}");
+        assert!(p["detail"].as_str().unwrap().contains("%00"), "{p}");
+    }
+    for path in [
+        "tool-calls/a%00b/cancel",
+        "tool-calls/a%00b/undo",
+        "runs/a%00b/rollback",
+    ] {
+        let (s, p) = problem(app.post(&format!("{t}/{path}"), &json!({})).await).await;
+        assert_eq!(s, 400, "{path}: {p}");
+    }
+    for (path, body, pointer) in [
+        (
+            "messages",
+            json!({"role": "user", "content": "a\u{0}b"}),
+            "/content",
+        ),
+        (
+            "tool-calls",
+            json!({"id": "n1", "name": "echo", "arguments": {"text": "a\u{0}b"}}),
+            "/arguments/text",
+        ),
+        (
+            "tool-calls",
+            json!({"id": "n2", "name": "echo", "arguments": {"text": "x", "k\u{0}": 1}}),
+            "/arguments/k\u{0}",
+        ),
+        (
+            "batches",
+            json!({"calls": [{"id": "n3", "name": "echo", "arguments": {"text": ["\u{0}"]}}]}),
+            "/calls/0/arguments/text/0",
+        ),
+    ] {
+        let (s, p) = problem(app.post(&format!("{t}/{path}"), &body).await).await;
+        assert_eq!(s, 422, "{path}: {p}");
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
+        assert!(p["detail"].as_str().unwrap().contains("U+0000"), "{p}");
+    }
+    assert_eq!(
+        snapshot(&app, "nul").await,
+        before,
+        "refusals store nothing"
+    );
+
+    // The text `\u0000` (a backslash, then `u0000`) is no NUL.
+    let r = app
+        .post(
+            &format!("{t}/messages"),
+            &json!({"role": "user", "content": "\\u0000"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+
+    // A result holding NUL is stored, streamed and replayed.
+    let call = json!({"id": "p1", "name": "bash", "arguments": {"command": "printf 'a\\000b'"}});
+    let first = app.post(&format!("{t}/tool-calls"), &call).await;
+    assert_eq!(first.status(), 200);
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["tool_agent_output"]["status"], "success", "{first}");
+    assert_eq!(first["tool_agent_output"]["result"]["stdout"], "a\u{FFFD}b");
+    let again: Value = app
+        .post(&format!("{t}/tool-calls"), &call)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["tool_agent_output"], first["tool_agent_output"]);
+    let history = app.history("nul").await;
+    let tool = history
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("tool message");
+    assert_eq!(tool["ui_schema"], first["ui_schema"]);
+}
+
 both_backends!(
     malformed_requests_are_refused_and_change_nothing,
+    nul_characters_are_refused_in_requests_and_replaced_in_results,
     forged_expired_and_missing_tokens_get_401,
     another_owners_thread_is_not_found,
 );

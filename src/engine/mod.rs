@@ -1266,9 +1266,11 @@ async fn forward_progress(
             tracing::warn!(error = %e, "progress event not recorded: the call is not");
             continue;
         }
+        let mut value = json!({"toolCallId": call_id, "progress": p.fraction, "detail": p.detail});
+        postprocess::replace_nul(&mut value);
         let event = Event::new(EventBody::Custom {
             name: "tool_call.progress".into(),
-            value: json!({"toolCallId": call_id, "progress": p.fraction, "detail": p.detail}),
+            value,
         });
         let unit = WriteUnit {
             thread_id: thread_id.clone(),

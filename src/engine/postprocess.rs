@@ -15,24 +15,58 @@ pub fn build_output(
     executed: &Result<ToolSuccess, ToolError>,
 ) -> ToolAgentOutput {
     match executed {
-        Ok(success) => ToolAgentOutput {
-            tool_name: tool.definition.name.clone(),
-            tool_call_id: call_id.to_string(),
-            tool_call_args: arguments.clone(),
-            status: if success.partial {
-                ToolStatus::Partial
-            } else {
-                ToolStatus::Success
-            },
-            result: success.result.clone(),
-            error: None,
-            ui_hints: if success.result.get("dry_run") == Some(&Value::Bool(true)) {
-                Some(dry_run_hints(&success.result))
-            } else {
-                tool.tool.ui_hints(arguments, &success.result)
-            },
-        },
+        Ok(success) => {
+            let mut result = success.result.clone();
+            replace_nul(&mut result);
+            ToolAgentOutput {
+                tool_name: tool.definition.name.clone(),
+                tool_call_id: call_id.to_string(),
+                tool_call_args: arguments.clone(),
+                status: if success.partial {
+                    ToolStatus::Partial
+                } else {
+                    ToolStatus::Success
+                },
+                error: None,
+                ui_hints: if result.get("dry_run") == Some(&Value::Bool(true)) {
+                    Some(dry_run_hints(&result))
+                } else {
+                    tool.tool.ui_hints(arguments, &result)
+                },
+                result,
+            }
+        }
         Err(error) => failure_output(&tool.definition.name, call_id, arguments, error.clone()),
+    }
+}
+
+/// What a tool produced may hold U+0000 (a command's output, say), which
+/// Postgres cannot store in text or jsonb. On every backend it becomes
+/// U+FFFD, as in a lossy UTF-8 decode, so the result is stored and
+/// replayed like any other. (Requests cannot carry U+0000 at all.)
+pub fn replace_nul(value: &mut Value) {
+    match value {
+        Value::String(s) => replace_nul_in(s),
+        Value::Array(items) => items.iter_mut().for_each(replace_nul),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.contains('\0')) {
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(mut k, v)| {
+                        replace_nul_in(&mut k);
+                        (k, v)
+                    })
+                    .collect();
+            }
+            map.values_mut().for_each(replace_nul);
+        }
+        _ => {}
+    }
+}
+
+fn replace_nul_in(text: &mut String) {
+    if text.contains('\0') {
+        *text = text.replace('\0', "\u{FFFD}");
     }
 }
 
@@ -53,8 +87,11 @@ pub fn failure_output(
     tool_name: &str,
     call_id: &str,
     arguments: &Value,
-    error: ToolError,
+    mut error: ToolError,
 ) -> ToolAgentOutput {
+    std::iter::once(&mut error.message)
+        .chain(error.hint.as_mut())
+        .for_each(replace_nul_in);
     let ui_hints = Some(hints::error(
         &error.code,
         &error.message,

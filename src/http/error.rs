@@ -254,6 +254,18 @@ where
                 extra,
             }
         };
+        // U+0000 cannot be stored (Postgres text and jsonb refuse it), and
+        // no model or frontend needs it: refused wherever it is, so both
+        // backends answer alike. Only a body that spells `\u0000` can hold
+        // one (JSON forbids a raw NUL in strings).
+        if bytes.windows(6).any(|w| w == b"\\u0000")
+            && let Some(pointer) = nul_pointer(&value)
+        {
+            return Err(invalid(
+                pointer,
+                "strings must not contain U+0000 (NUL)".to_string(),
+            ));
+        }
         // Every body toolgate takes is an object; serde would also read a
         // struct from an array of its fields.
         if !value.is_object() {
@@ -269,6 +281,46 @@ where
             .map(ApiJson)
             .map_err(|e| invalid(json_pointer(e.path()), e.inner().to_string()))
     }
+}
+
+/// The JSON pointer of the first string or key holding U+0000, if any.
+fn nul_pointer(value: &Value) -> Option<String> {
+    let escape = |token: &str| token.replace('~', "~0").replace('/', "~1");
+    match value {
+        Value::String(s) => s.contains('\0').then(String::new),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_pointer(item).map(|rest| format!("/{i}{rest}"))),
+        Value::Object(map) => map.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                return Some(format!("/{}", escape(key)));
+            }
+            nul_pointer(item).map(|rest| format!("/{}{rest}", escape(key)))
+        }),
+        _ => None,
+    }
+}
+
+/// Requests whose path or query spells `%00` are refused before routing:
+/// U+0000 cannot be stored or looked up (Postgres refuses it in text).
+pub async fn refuse_nul_in_uri(req: Request, next: axum::middleware::Next) -> Response {
+    let spelled = req.uri().path_and_query().is_some_and(|pq| {
+        pq.as_str()
+            .as_bytes()
+            .windows(3)
+            .any(|w| w.eq_ignore_ascii_case(b"%00"))
+    });
+    if spelled {
+        return ApiError::BadRequest {
+            detail:
+                "the path or query holds %00 (U+0000, NUL), which no id, name or filter can contain"
+                    .into(),
+            errors: vec![],
+        }
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// A deserializer's path as an RFC 6901 JSON pointer (`/tool_calls/0/id`).

@@ -236,6 +236,7 @@ pub fn router(state: AppState) -> Router {
             axum::http::StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(settings.server.request_timeout_secs),
         ))
+        .layer(middleware::from_fn(error::refuse_nul_in_uri))
         // Outside the timeout, so a 408 gets a problem body too.
         .layer(middleware::from_fn(error::problem_fallback))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
