@@ -114,6 +114,66 @@ async fn readiness_fails_when_the_database_is_gone() {
     assert!(p["detail"].as_str().unwrap().contains("postgres"), "{p}");
 }
 
+/// The database goes away while a tool runs: its caller hears 503, and
+/// the result is stored once the database is back, without a restart (the
+/// call does not stay `running`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_is_stored_once_the_database_is_back() {
+    use sqlx::Connection;
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let pg = app.pg.as_ref().unwrap();
+    let mut admin = sqlx::PgConnection::connect(&pg.admin_url).await.unwrap();
+    let call = json!({"id": "blip", "name": "wait", "arguments": {"ms": 1500}});
+    let url = app.url("/v1/threads/blip/tool-calls");
+    let request = app.client.post(&url).bearer_auth(&app.token).json(&call);
+    let posted = tokio::spawn(request.send());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for sql in [
+        format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", pg.name),
+        format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+            pg.name
+        ),
+    ] {
+        sqlx::query(&sql).execute(&mut admin).await.unwrap();
+    }
+    let resp = posted.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 503, "{}", resp.text().await.unwrap());
+    sqlx::query(&format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+        pg.name
+    ))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let stored = loop {
+        let resp = app.post("/v1/threads/blip/tool-calls", &call).await;
+        let status = resp.status().as_u16();
+        let body: Value = resp.json().await.unwrap();
+        if status == 200 {
+            break body;
+        }
+        // Until it is written: "running elsewhere, post it again later".
+        assert!(matches!(status, 409 | 503), "{status}: {body}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never stored: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(stored["replayed"], true, "{stored}");
+    assert_eq!(stored["tool_agent_output"]["status"], "success", "{stored}");
+    let history = app.get_json("/v1/threads/blip/history").await;
+    let tool = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned();
+    assert!(tool.is_some(), "{history}");
+}
+
 #[tokio::test]
 async fn openapi_document_is_served_and_checked_in() {
     let generated = toolgate::http::openapi::document_json();

@@ -159,7 +159,7 @@ pub enum Rejection {
         "tool call {id:?} is already recorded in this thread with a different tool or arguments"
     )]
     IdConflict { id: String },
-    #[error("tool call {id:?} is running in another process")]
+    #[error("tool call {id:?} is running in another process, or its result is not stored yet")]
     InProgressElsewhere { id: String },
     #[error("thread not found")]
     NotOwner,
@@ -760,13 +760,20 @@ impl Engine {
         observer: Option<&mpsc::UnboundedSender<Event>>,
         finishing: Finishing,
     ) -> Result<CallOutcome, StoreError> {
-        self.writer
-            .write(WriteUnit {
-                thread_id: thread_id.to_string(),
-                owner: owner.to_string(),
-                ops: finishing.ops,
-            })
-            .await?;
+        let unit = WriteUnit {
+            thread_id: thread_id.to_string(),
+            owner: owner.to_string(),
+            ops: finishing.ops,
+        };
+        // Kept until committed: the tool has run, so its result is written
+        // once the database answers again, and the call does not stay
+        // `running` until a restart.
+        if let Err(e) = self.writer.write(unit.clone()).await {
+            if e.is_unavailable() {
+                self.keep_writing(unit, output.tool_call_id.clone());
+            }
+            return Err(e);
+        }
         let mut events = finishing.announced;
         events.push(finishing.event);
         observe(observer, events);
@@ -779,6 +786,35 @@ impl Engine {
             message_id: finishing.message_id,
             replayed: false,
         })
+    }
+
+    /// Write a call's result unit in the background until it commits, with
+    /// a growing pause (up to 10 s) between tries; a refusal other than
+    /// "unavailable" (it was committed after all, say) ends the tries.
+    fn keep_writing(&self, unit: WriteUnit, call_id: String) {
+        let writer = self.writer.clone();
+        let finished = self.finished.clone();
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(200);
+            loop {
+                tokio::time::sleep(pause).await;
+                match writer.write(unit.clone()).await {
+                    Ok(_) => {
+                        tracing::info!(call_id, "result stored once the database answered again");
+                        let _ = finished.send((unit.thread_id.clone(), call_id));
+                        return;
+                    }
+                    Err(e) if e.is_unavailable() => {
+                        tracing::warn!(call_id, error = %e, "result not stored yet; trying again");
+                        pause = (pause * 2).min(Duration::from_secs(10));
+                    }
+                    Err(e) => {
+                        tracing::error!(call_id, error = %e, "result not stored; a restart finishes the call as INTERRUPTED");
+                        return;
+                    }
+                }
+            }
+        });
     }
 
     /// A gate refused the call: it is recorded as a failed call with its

@@ -186,10 +186,7 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::NotOwner => ApiError::thread_not_found(),
             StoreError::Conflict(what) => ApiError::Conflict(what),
             StoreError::NotFound(what) => ApiError::NotFound(what),
-            StoreError::Database(
-                sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed,
-            )
-            | StoreError::WriterClosed => {
+            e if e.is_unavailable() || matches!(e, StoreError::WriterClosed) => {
                 ApiError::Unavailable("the database is unavailable; retry later".into())
             }
             other => ApiError::Internal(other.into()),

@@ -116,7 +116,7 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
             "tool call {id:?} is already recorded in this thread with a different tool or arguments; use a new id for a new call"
         )),
         Rejection::InProgressElsewhere { id } => ApiError::Conflict(format!(
-            "tool call {id:?} is still running in another toolgate process; post it again later to get its result"
+            "tool call {id:?} is still running in another toolgate process, or its result is waiting for the database to answer again; post it again later to get its result"
         )),
         Rejection::NotOwner => ApiError::thread_not_found(),
         Rejection::Store(e) => e.into(),

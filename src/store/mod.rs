@@ -46,6 +46,35 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+impl StoreError {
+    /// The database could not be reached or used just now (a connection
+    /// lost or refused, a full or failing disk, a lock held too long): the
+    /// same request may succeed later.
+    pub fn is_unavailable(&self) -> bool {
+        use sqlx::Error as E;
+        match self {
+            StoreError::Database(E::Io(_) | E::Tls(_) | E::PoolTimedOut | E::PoolClosed) => true,
+            StoreError::Database(E::Database(db)) => {
+                db.code().is_some_and(|c| unavailable_code(&c))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Postgres SQLSTATEs of a connection that failed or was refused (class
+/// 08, operator intervention 57P0x, too many connections, a database not
+/// accepting connections), or SQLite result codes (the extended code in
+/// decimal, whose low byte is the primary code: BUSY, LOCKED, IOERR, FULL,
+/// CANTOPEN). SQLite's never start with 0 or hold a letter.
+fn unavailable_code(code: &str) -> bool {
+    if code.starts_with("08") || code.starts_with("57P") || code == "53300" || code == "55000" {
+        return true;
+    }
+    code.parse::<i32>()
+        .is_ok_and(|n| matches!(n & 0xff, 5 | 6 | 10 | 13 | 14))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
