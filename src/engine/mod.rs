@@ -809,7 +809,12 @@ impl Engine {
                         pause = (pause * 2).min(Duration::from_secs(10));
                     }
                     Err(e) => {
-                        tracing::error!(call_id, error = %e, "result not stored; a restart finishes the call as INTERRUPTED");
+                        tracing::error!(
+                            call_id,
+                            error = %e,
+                            "result not written again (the first try may have committed it); \
+                             if it was not, a restart finishes the call as INTERRUPTED"
+                        );
                         return;
                     }
                 }

@@ -282,7 +282,6 @@ where
 
 /// The JSON pointer of the first string or key holding U+0000, if any.
 fn nul_pointer(value: &Value) -> Option<String> {
-    let escape = |token: &str| token.replace('~', "~0").replace('/', "~1");
     match value {
         Value::String(s) => s.contains('\0').then(String::new),
         Value::Array(items) => items
@@ -291,9 +290,9 @@ fn nul_pointer(value: &Value) -> Option<String> {
             .find_map(|(i, item)| nul_pointer(item).map(|rest| format!("/{i}{rest}"))),
         Value::Object(map) => map.iter().find_map(|(key, item)| {
             if key.contains('\0') {
-                return Some(format!("/{}", escape(key)));
+                return Some(format!("/{}", pointer_token(key)));
             }
-            nul_pointer(item).map(|rest| format!("/{}{rest}", escape(key)))
+            nul_pointer(item).map(|rest| format!("/{}{rest}", pointer_token(key)))
         }),
         _ => None,
     }
@@ -320,13 +319,18 @@ pub async fn refuse_nul_in_uri(req: Request, next: axum::middleware::Next) -> Re
     next.run(req).await
 }
 
+/// An object key as one JSON pointer token (RFC 6901: `~` and `/` escaped).
+fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
 /// A deserializer's path as an RFC 6901 JSON pointer (`/tool_calls/0/id`).
 fn json_pointer(path: &serde_path_to_error::Path) -> String {
     use serde_path_to_error::Segment;
     path.iter()
         .filter_map(|segment| match segment {
             Segment::Seq { index } => Some(index.to_string()),
-            Segment::Map { key } => Some(key.replace('~', "~0").replace('/', "~1")),
+            Segment::Map { key } => Some(pointer_token(key)),
             Segment::Enum { variant } => Some(variant.clone()),
             Segment::Unknown => None,
         })
