@@ -429,7 +429,56 @@ async fn a_caller_that_hangs_up_does_not_cut_the_call(backend: Backend) {
     assert_eq!(replay["message_id"], result.data["messageId"]);
 }
 
+/// Numbers at the edges of what JSON carries survive storage: Postgres
+/// jsonb keeps a number as an exact decimal and prints it in full (f64::MAX
+/// comes back as 309 digits), and reading it back must give the same
+/// number, or history fails and a re-post looks like a conflict.
+async fn extreme_numbers_survive_storage(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let t = "/v1/threads/numbers";
+    let numbers = json!([
+        f64::MAX,
+        f64::MIN,
+        f64::MIN_POSITIVE,
+        5e-324,
+        1e300,
+        -1e-300,
+        0.1,
+        2.5e-8,
+        123456789012345678901234567890.0,
+        u64::MAX,
+        i64::MIN,
+    ]);
+    let call = json!({"id": "n1", "name": "echo", "arguments": {"text": "x", "n": numbers}});
+    let first = app.post(&format!("{t}/tool-calls"), &call).await;
+    assert_eq!(first.status(), 200);
+    let first: Value = first.json().await.unwrap();
+    let message = json!({
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "n2", "name": "echo", "arguments": {"text": "y", "n": numbers}}],
+    });
+    let r = app.post(&format!("{t}/messages"), &message).await;
+    assert_eq!(r.status(), 201);
+    // Read back: the replay, the history and the rebuilt context.
+    let again = app.post(&format!("{t}/tool-calls"), &call).await;
+    assert_eq!(again.status(), 200, "a re-post replays, no conflict");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["replayed"], true);
+    assert_eq!(again["tool_agent_output"], first["tool_agent_output"]);
+    assert_eq!(again["tool_agent_output"]["tool_call_args"]["n"], numbers);
+    let history = app.history("numbers").await;
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(history[0]["ui_schema"], first["ui_schema"]);
+    assert_eq!(history[1]["tool_calls"][0]["arguments"]["n"], numbers);
+    for format in ["openai", "anthropic"] {
+        let resp = app.get(&format!("{t}/context?format={format}")).await;
+        assert_eq!(resp.status(), 200, "{format}");
+    }
+}
+
 both_backends!(
+    extreme_numbers_survive_storage,
     a_caller_that_hangs_up_does_not_cut_the_call,
     tool_call_in_three_shapes,
     live_stream_and_history_carry_the_same_ui,
