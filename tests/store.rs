@@ -1497,24 +1497,25 @@ async fn writer_fails_every_caller_of_a_failed_batch(store: DynStore) {
     for i in 0..50 {
         let writer = writer.clone();
         tasks.push(tokio::spawn(async move {
-            writer
-                .write(unit(
-                    "t",
-                    "alice",
-                    vec![
-                        WriteOp::InsertToolCall(new_call(&format!("c{i}"))),
-                        events(1),
-                    ],
-                ))
-                .await
+            let sent = unit(
+                "t",
+                "alice",
+                vec![
+                    WriteOp::InsertToolCall(new_call(&format!("c{i}"))),
+                    events(1),
+                ],
+            );
+            (sent.clone(), writer.write_or_return(sent).await)
         }));
     }
     for task in tasks {
+        // Each caller gets the error and its own unit back, to write again.
         match task.await.unwrap() {
-            Err(StoreError::Database(sqlx::Error::Io(e))) => {
-                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset)
+            (sent, Err((StoreError::Database(sqlx::Error::Io(e)), Some(back)))) => {
+                assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset);
+                assert_eq!(back, sent);
             }
-            other => panic!("a caller of a failed batch got {other:?}"),
+            (_, other) => panic!("a caller of a failed batch got {other:?}"),
         }
     }
     assert!(failing.batches.load(Ordering::SeqCst) >= 1);

@@ -765,11 +765,11 @@ impl Engine {
             owner: owner.to_string(),
             ops: finishing.ops,
         };
-        // Kept until committed: the tool has run, so its result is written
-        // once the database answers again, and the call does not stay
+        // The tool has run: if the database cannot be reached, its result
+        // is written once it answers again, and the call does not stay
         // `running` until a restart.
-        if let Err(e) = self.writer.write(unit.clone()).await {
-            if e.is_unavailable() {
+        if let Err((e, unit)) = self.writer.write_or_return(unit).await {
+            if let Some(unit) = unit.filter(|_| e.is_unavailable()) {
                 self.keep_writing(unit, output.tool_call_id.clone());
             }
             return Err(e);
@@ -794,21 +794,24 @@ impl Engine {
     fn keep_writing(&self, unit: WriteUnit, call_id: String) {
         let writer = self.writer.clone();
         let finished = self.finished.clone();
+        let thread_id = unit.thread_id.clone();
         tokio::spawn(async move {
             let mut pause = Duration::from_millis(200);
+            let mut unit = unit;
             loop {
                 tokio::time::sleep(pause).await;
-                match writer.write(unit.clone()).await {
+                match writer.write_or_return(unit).await {
                     Ok(_) => {
                         tracing::info!(call_id, "result stored once the database answered again");
-                        let _ = finished.send((unit.thread_id.clone(), call_id));
+                        let _ = finished.send((thread_id, call_id));
                         return;
                     }
-                    Err(e) if e.is_unavailable() => {
+                    Err((e, Some(again))) if e.is_unavailable() => {
                         tracing::warn!(call_id, error = %e, "result not stored yet; trying again");
+                        unit = again;
                         pause = (pause * 2).min(Duration::from_secs(10));
                     }
-                    Err(e) => {
+                    Err((e, _)) => {
                         tracing::error!(
                             call_id,
                             error = %e,

@@ -61,8 +61,13 @@ pub type CommitHook = Arc<dyn Fn(&[StoredEvent]) + Send + Sync>;
 
 struct Job {
     unit: WriteUnit,
-    reply: oneshot::Sender<StoreResult<UnitReceipt>>,
+    reply: oneshot::Sender<Answer>,
 }
+
+/// A unit's outcome; when its whole batch failed (or the writer was gone
+/// before taking it), the error comes with the unit itself, so the caller
+/// may write it again without having kept a copy.
+pub type Answer = Result<UnitReceipt, (StoreError, Option<WriteUnit>)>;
 
 /// A handle to the writer task; cheap to clone.
 #[derive(Clone)]
@@ -106,12 +111,19 @@ impl Writer {
     /// batch committed (with the unit's receipt, or the unit's own error if
     /// it alone was rolled back) or failed as a whole (with that error).
     pub async fn write(&self, unit: WriteUnit) -> StoreResult<UnitReceipt> {
+        self.write_or_return(unit).await.map_err(|(e, _)| e)
+    }
+
+    /// [`write`](Self::write), handing the unit back with the error when
+    /// its batch failed as a whole or the writer is gone.
+    pub async fn write_or_return(&self, unit: WriteUnit) -> Answer {
         let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job { unit, reply })
+        if let Err(refused) = self.jobs.send(Job { unit, reply }).await {
+            return Err((StoreError::WriterClosed, Some(refused.0.unit)));
+        }
+        answer
             .await
-            .map_err(|_| StoreError::WriterClosed)?;
-        answer.await.map_err(|_| StoreError::WriterClosed)?
+            .unwrap_or(Err((StoreError::WriterClosed, None)))
     }
 }
 
@@ -177,7 +189,7 @@ async fn run(
             }
         }
 
-        commit_batch(&store, &on_commit, &units, &mut replies).await;
+        commit_batch(&store, &on_commit, &mut units, &mut replies).await;
         units.clear();
         replies.clear();
     }
@@ -187,8 +199,8 @@ async fn run(
 async fn commit_batch(
     store: &DynStore,
     on_commit: &CommitHook,
-    units: &[WriteUnit],
-    replies: &mut Vec<oneshot::Sender<StoreResult<UnitReceipt>>>,
+    units: &mut Vec<WriteUnit>,
+    replies: &mut Vec<oneshot::Sender<Answer>>,
 ) {
     let started = std::time::Instant::now();
     let applied = store.apply_batch(units).await;
@@ -210,14 +222,14 @@ async fn commit_batch(
                 results.len()
             ));
             for reply in replies.drain(..) {
-                let _ = reply.send(Err(replicate(&err)));
+                let _ = reply.send(Err((replicate(&err), None)));
             }
             return;
         }
         Err(err) => {
             tracing::warn!(units = units.len(), error = %err, "write batch failed");
-            for reply in replies.drain(..) {
-                let _ = reply.send(Err(replicate(&err)));
+            for (reply, unit) in replies.drain(..).zip(units.drain(..)) {
+                let _ = reply.send(Err((replicate(&err), Some(unit))));
             }
             return;
         }
@@ -234,7 +246,7 @@ async fn commit_batch(
 
     for (reply, result) in replies.drain(..).zip(results) {
         // The caller may have stopped waiting; its unit is committed anyway.
-        let _ = reply.send(result);
+        let _ = reply.send(result.map_err(|e| (e, None)));
     }
 }
 
