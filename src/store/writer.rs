@@ -7,7 +7,8 @@
 //! [`Store::apply_batch`](super::Store::apply_batch), calls the commit hook
 //! with the committed events and only then answers each caller. A caller is
 //! never told "done" for data that is not committed: if the transaction
-//! fails, every caller of the batch gets the error.
+//! fails, every caller of the batch gets the error (and, through
+//! [`Writer::write_or_return`], its unit back).
 //!
 //! A caller that stops waiting (its `write` future dropped) does not
 //! withdraw its unit: once queued, it is written. When every [`Writer`]
