@@ -226,14 +226,7 @@ async fn openapi_document_is_served_and_checked_in() {
 async fn every_documented_operation_answers_bad_requests_as_documented() {
     let app = TestApp::spawn(Backend::Sqlite).await;
     let rules = json!({"allow": ["bash(git status)"], "ask": [], "deny": []});
-    let r = app
-        .client
-        .put(app.url("/v1/permissions"))
-        .bearer_auth(&app.token)
-        .json(&rules)
-        .send()
-        .await
-        .unwrap();
+    let r = app.put("/v1/permissions", &rules).await;
     assert_eq!(r.status(), 200);
     let doc = app.get_json("/openapi.json").await;
     let mut asked = 0;

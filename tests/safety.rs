@@ -109,14 +109,7 @@ async fn confidence_gate_missing_low_and_ok(backend: Backend) {
 }
 
 async fn put_rules(app: &TestApp, rules: Value) {
-    let resp = app
-        .client
-        .put(app.url("/v1/permissions"))
-        .bearer_auth(&app.token)
-        .json(&rules)
-        .send()
-        .await
-        .unwrap();
+    let resp = app.put("/v1/permissions", &rules).await;
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
 }
 
@@ -209,13 +202,8 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
 
     // A rule that does not parse is refused, naming it.
     let resp = app
-        .client
-        .put(app.url("/v1/permissions"))
-        .bearer_auth(&app.token)
-        .json(&json!({"allow": ["bash(unclosed"]}))
-        .send()
-        .await
-        .unwrap();
+        .put("/v1/permissions", &json!({"allow": ["bash(unclosed"]}))
+        .await;
     assert_eq!(resp.status(), 422);
 
     // Audit: the denial with its rule.

@@ -166,6 +166,16 @@ impl TestApp {
             .unwrap()
     }
 
+    pub async fn put(&self, path: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .put(self.url(path))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     pub async fn post_as(&self, token: &str, path: &str, body: &Value) -> reqwest::Response {
         self.client
             .post(self.url(path))
