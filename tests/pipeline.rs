@@ -477,7 +477,101 @@ async fn extreme_numbers_survive_storage(backend: Backend) {
     }
 }
 
+/// Make the database refuse any tool message holding `marker`, as a
+/// constraint or trigger a DBA adds would: a trigger raising an error.
+async fn refuse_tool_messages_holding(app: &TestApp, marker: &str) {
+    use sqlx::Connection;
+    match &app.pg {
+        Some(pg) => {
+            let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+            sqlx::raw_sql(&format!(
+                "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN IF NEW.content LIKE '%{marker}%' THEN \
+                 RAISE EXCEPTION 'refused by the test trigger'; END IF; RETURN NEW; END $$; \
+                 CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
+                 FOR EACH ROW EXECUTE FUNCTION refuse_marker();"
+            ))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        None => {
+            let path = app.data_dir.path().join("toolgate.db");
+            let url = format!("sqlite://{}", path.display());
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql(&format!(
+                "CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
+                 WHEN NEW.content LIKE '%{marker}%' \
+                 BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END;"
+            ))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    }
+}
+
+/// The database refuses one call's result (a trigger): that call is
+/// finished as a `RESULT_NOT_STORED` failure, with its record, and the
+/// calls committed beside it are not affected.
+async fn a_refused_result_finishes_its_call_as_a_failure(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    refuse_tool_messages_holding(&app, "poison-pill").await;
+    let poisoned = json!({"id": "p1", "name": "echo", "arguments": {"text": "poison-pill"}});
+    let mut others = Vec::new();
+    for i in 0..12 {
+        let url = app.url(&format!("/v1/threads/beside-{i}/tool-calls"));
+        let body = json!({"id": format!("c{i}"), "name": "echo", "arguments": {"text": "fine"}});
+        let request = app.client.post(&url).bearer_auth(&app.token).json(&body);
+        others.push(tokio::spawn(request.send()));
+    }
+    let (status, first) = app.call("refused", poisoned.clone()).await;
+    assert_eq!(status, 200, "{first}");
+    let output = &first["tool_agent_output"];
+    assert_eq!(output["status"], "failure", "{first}");
+    assert_eq!(output["error"]["code"], "RESULT_NOT_STORED", "{first}");
+    assert_eq!(output["error"]["retryable"], false, "{first}");
+    assert_eq!(output["tool_call_args"]["text"], "poison-pill");
+    assert!(
+        !first["tool_response"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("poison-pill"),
+        "{first}"
+    );
+    for other in others {
+        let resp = other.await.unwrap().unwrap();
+        assert_eq!(resp.status(), 200);
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["tool_agent_output"]["status"], "success", "{body}");
+    }
+    // The call is finished: a re-post answers with the stored failure.
+    let (status, again) = app.call("refused", poisoned).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["tool_agent_output"], first["tool_agent_output"]);
+    assert_eq!(again["ui_schema"], first["ui_schema"]);
+    let history = app.history("refused").await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["tool_call_id"], "p1");
+    assert_eq!(history[0]["ui_schema"], first["ui_schema"]);
+    // The stream carries the same outcome.
+    let mut sse = app.events("refused", "?after=0", None).await;
+    let frames = sse.until("TOOL_CALL_RESULT").await;
+    let result = frames.last().unwrap();
+    assert_eq!(result.data["toolCallId"], "p1");
+    assert!(
+        result.data["content"]
+            .as_str()
+            .unwrap()
+            .contains("RESULT_NOT_STORED"),
+        "{:?}",
+        result.data
+    );
+}
+
 both_backends!(
+    a_refused_result_finishes_its_call_as_a_failure,
     extreme_numbers_survive_storage,
     a_caller_that_hangs_up_does_not_cut_the_call,
     tool_call_in_three_shapes,

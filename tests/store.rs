@@ -1454,25 +1454,28 @@ async fn writer_reports_a_unit_failure_to_its_caller_only(store: DynStore) {
             } else {
                 format!("call_{i}")
             };
-            writer
-                .write(unit(
-                    "t",
-                    "alice",
-                    vec![events(1), WriteOp::InsertToolCall(new_call(&id))],
-                ))
-                .await
+            let sent = unit(
+                "t",
+                "alice",
+                vec![events(1), WriteOp::InsertToolCall(new_call(&id))],
+            );
+            (sent.clone(), writer.write_or_return(sent).await)
         }));
     }
     let mut ok = 0;
     for (i, task) in tasks.into_iter().enumerate() {
         match task.await.unwrap() {
-            Ok(receipt) => {
+            (_, Ok(receipt)) => {
                 assert!(i % 5 != 0);
                 assert!(log.saw(&receipt.events[0]));
                 ok += 1;
             }
-            Err(StoreError::Conflict(_)) => assert!(i % 5 == 0),
-            Err(other) => panic!("unexpected {other:?}"),
+            // A unit rolled back alone comes back with its error.
+            (sent, Err((StoreError::Conflict(_), Some(back)))) => {
+                assert!(i % 5 == 0);
+                assert_eq!(back, sent);
+            }
+            (_, Err(other)) => panic!("unexpected {other:?}"),
         }
     }
     assert_eq!(ok, 16);

@@ -724,6 +724,7 @@ impl Engine {
         let stored_output = JsonText::of(output);
         let now = now_ms();
         let metadata = JsonText::wrapped("tool_agent_output", &stored_output);
+        let result_at = ops.len();
         ops.push(WriteOp::FinishToolCall(FinishedToolCall {
             id: output.tool_call_id.clone(),
             status,
@@ -743,6 +744,7 @@ impl Engine {
         ops.push(WriteOp::AppendEvents(vec![new_event(&event)]));
         Finishing {
             ops,
+            result_at,
             announced,
             event,
             message_id,
@@ -756,23 +758,34 @@ impl Engine {
         &self,
         owner: &str,
         thread_id: &str,
-        output: ToolAgentOutput,
+        mut output: ToolAgentOutput,
         observer: Option<&mpsc::UnboundedSender<Event>>,
-        finishing: Finishing,
+        mut finishing: Finishing,
     ) -> Result<CallOutcome, StoreError> {
-        let unit = WriteUnit {
+        let mut unit = WriteUnit {
             thread_id: thread_id.to_string(),
             owner: owner.to_string(),
-            ops: finishing.ops,
+            ops: std::mem::take(&mut finishing.ops),
         };
-        // The tool has run: if the database cannot be reached, its result
-        // is written once it answers again, and the call does not stay
-        // `running` until a restart.
-        if let Err((e, unit)) = self.writer.write_or_return(unit).await {
-            if let Some(unit) = unit.filter(|_| e.is_unavailable()) {
-                self.keep_writing(unit, output.tool_call_id.clone());
+        let mut refused_once = false;
+        loop {
+            match self.writer.write_or_return(unit).await {
+                Ok(_) => break,
+                // The tool has run: if the database cannot be reached, its
+                // result is written once it answers again, and the call
+                // does not stay `running` until a restart.
+                Err((e, Some(back))) if e.is_unavailable() => {
+                    self.keep_writing(back, output.tool_call_id.clone());
+                    return Err(e);
+                }
+                // The database refused the result's data: the call is
+                // finished as a failure that says so, once.
+                Err((e, Some(back))) if e.is_refused_data() && !refused_once => {
+                    refused_once = true;
+                    (output, finishing, unit) = Self::result_refused(output, finishing, back, &e);
+                }
+                Err((e, _)) => return Err(e),
             }
-            return Err(e);
         }
         let mut events = finishing.announced;
         events.push(finishing.event);
@@ -786,6 +799,45 @@ impl Engine {
             message_id: finishing.message_id,
             replayed: false,
         })
+    }
+
+    /// The database refused a result's unit for its data (a trigger, a
+    /// value out of range, a row too large for an index): the same unit
+    /// without the result's own operations (so with the write-ahead and the
+    /// audit entry), finishing the call as a `RESULT_NOT_STORED` failure.
+    /// The call does not stay open, the model learns its result is lost,
+    /// and a re-post answers with that failure.
+    fn result_refused(
+        output: ToolAgentOutput,
+        finishing: Finishing,
+        mut unit: WriteUnit,
+        refused: &StoreError,
+    ) -> (ToolAgentOutput, Finishing, WriteUnit) {
+        tracing::error!(
+            thread_id = %unit.thread_id,
+            tool_call_id = %output.tool_call_id,
+            error = %refused,
+            "the database refused a tool result; the call is finished as RESULT_NOT_STORED"
+        );
+        let error = ToolError::new(
+            codes::RESULT_NOT_STORED,
+            "the tool ran, but the database refused to store its result, so the result is lost",
+            false,
+        )
+        .with_hint(
+            "check the current state before calling the tool again with a new tool call id; \
+             a call with a smaller result may be stored",
+        );
+        let failure = postprocess::failure_output(
+            &output.tool_name,
+            &output.tool_call_id,
+            &output.tool_call_args,
+            error,
+        );
+        unit.ops.truncate(finishing.result_at);
+        let mut replaced = Self::finish_ops(&failure, None, unit.ops, finishing.announced);
+        unit.ops = std::mem::take(&mut replaced.ops);
+        (failure, replaced, unit)
     }
 
     /// Write a call's result unit in the background until it commits, with
@@ -1022,6 +1074,10 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// The result's half of a call: what [`Engine::finish_ops`] prepared.
 struct Finishing {
     ops: Vec<WriteOp>,
+    /// Where the result's own operations (the call's end, its message and
+    /// its event) start in `ops`; what comes before is the write-ahead and
+    /// the entry point's extras (audit, approval, undo link).
+    result_at: usize,
     /// Events of `ops` before the result (a deferred write-ahead's).
     announced: Vec<Event>,
     event: Event,

@@ -79,6 +79,8 @@ pub mod codes {
     pub const TIMEOUT: &str = "TIMEOUT";
     pub const CANCELLED: &str = "CANCELLED";
     pub const INTERRUPTED: &str = "INTERRUPTED";
+    /// The tool ran; the database refused to store its result.
+    pub const RESULT_NOT_STORED: &str = "RESULT_NOT_STORED";
     pub const EXECUTION_FAILED: &str = "EXECUTION_FAILED";
     pub const DRY_RUN_UNSUPPORTED: &str = "DRY_RUN_UNSUPPORTED";
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";

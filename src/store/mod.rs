@@ -60,19 +60,74 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// The database refused this data rather than failed: a constraint or
+    /// trigger refused a row, a value was out of its type's range, or a
+    /// row was too large for an index. The same data will be refused again;
+    /// other data (a smaller result, say) may not be.
+    pub fn is_refused_data(&self) -> bool {
+        use sqlx::error::ErrorKind;
+        let StoreError::Database(sqlx::Error::Database(db)) = self else {
+            return false;
+        };
+        !matches!(db.kind(), ErrorKind::Other) || db.code().is_some_and(|c| refused_data_code(&c))
+    }
+
+    /// The error concerns one unit's data, not the connection or the
+    /// database: in a batch, that unit alone is rolled back (its savepoint)
+    /// and the others still commit.
+    pub fn is_unit_local(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotOwner | StoreError::Conflict(_) | StoreError::NotFound(_)
+        ) || self.is_refused_data()
+    }
 }
 
-/// Postgres SQLSTATEs of a connection that failed or was refused (class
-/// 08, operator intervention 57P0x, too many connections, a database not
-/// accepting connections), or SQLite result codes (the extended code in
-/// decimal, whose low byte is the primary code: BUSY, LOCKED, IOERR, FULL,
-/// CANTOPEN). SQLite's never start with 0 or hold a letter.
-fn unavailable_code(code: &str) -> bool {
-    if code.starts_with("08") || code.starts_with("57P") || code == "53300" || code == "55000" {
-        return true;
+/// An error code as the backend gave it: a Postgres SQLSTATE (five
+/// characters, its first two the class), or a SQLite extended result code
+/// in decimal (at most four digits; its low byte is the primary code).
+enum ErrorCode<'a> {
+    SqlState(&'a str),
+    Sqlite(i32),
+    Unknown,
+}
+
+impl ErrorCode<'_> {
+    fn of(code: &str) -> ErrorCode<'_> {
+        if code.len() == 5 {
+            return ErrorCode::SqlState(code);
+        }
+        code.parse::<i32>()
+            .map_or(ErrorCode::Unknown, |n| ErrorCode::Sqlite(n & 0xff))
     }
-    code.parse::<i32>()
-        .is_ok_and(|n| matches!(n & 0xff, 5 | 6 | 10 | 13 | 14))
+}
+
+/// Refused data: SQLSTATE classes 22 (data exception: a NUL in text, a
+/// number out of range), 23 (integrity constraint), 54 (program limit: an
+/// index row too large) and P0 (raised by a trigger or function); SQLite
+/// TOOBIG (18), CONSTRAINT (19, a trigger's RAISE included), MISMATCH (20)
+/// and RANGE (25).
+fn refused_data_code(code: &str) -> bool {
+    match ErrorCode::of(code) {
+        ErrorCode::SqlState(s) => ["22", "23", "54", "P0"].iter().any(|c| s.starts_with(c)),
+        ErrorCode::Sqlite(primary) => matches!(primary, 18 | 19 | 20 | 25),
+        ErrorCode::Unknown => false,
+    }
+}
+
+/// A connection that failed or was refused: SQLSTATE class 08, operator
+/// intervention 57P0x, too many connections (53300), a database not
+/// accepting connections (55000); SQLite BUSY, LOCKED, IOERR, FULL and
+/// CANTOPEN.
+fn unavailable_code(code: &str) -> bool {
+    match ErrorCode::of(code) {
+        ErrorCode::SqlState(s) => {
+            s.starts_with("08") || s.starts_with("57P") || s == "53300" || s == "55000"
+        }
+        ErrorCode::Sqlite(primary) => matches!(primary, 5 | 6 | 10 | 13 | 14),
+        ErrorCode::Unknown => false,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -616,5 +671,45 @@ pub async fn open(
                 sqlite::SqliteStore::open_file(&data_dir.join("toolgate.db")).await?,
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_codes_are_read_by_their_backend() {
+        // Postgres SQLSTATEs.
+        for refused in ["22021", "22P02", "23505", "23514", "54000", "P0001"] {
+            assert!(refused_data_code(refused), "{refused}");
+            assert!(!unavailable_code(refused), "{refused}");
+        }
+        for unavailable in ["08006", "57P01", "53300", "55000"] {
+            assert!(unavailable_code(unavailable), "{unavailable}");
+            assert!(!refused_data_code(unavailable), "{unavailable}");
+        }
+        for neither in ["40001", "42P01", "XX000"] {
+            assert!(
+                !refused_data_code(neither) && !unavailable_code(neither),
+                "{neither}"
+            );
+        }
+        // SQLite extended codes: CONSTRAINT_TRIGGER (1811), CONSTRAINT_CHECK
+        // (275), TOOBIG (18); BUSY (5), IOERR_FSYNC (1034), and 2314
+        // (IOERR_DIR_FSYNC), which would read as a SQLSTATE of class 23.
+        for refused in ["1811", "275", "18"] {
+            assert!(refused_data_code(refused), "{refused}");
+            assert!(!unavailable_code(refused), "{refused}");
+        }
+        for unavailable in ["5", "1034", "2314"] {
+            assert!(unavailable_code(unavailable), "{unavailable}");
+            assert!(!refused_data_code(unavailable), "{unavailable}");
+        }
+        assert!(
+            !refused_data_code("1") && !unavailable_code("1"),
+            "SQLITE_ERROR"
+        );
+        assert!(!refused_data_code("") && !unavailable_code("abc"));
     }
 }

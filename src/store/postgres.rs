@@ -765,24 +765,6 @@ async fn apply_plan(
     Ok(Some(rows.into_receipts(&audit_ids)))
 }
 
-/// Whether a unit's error concerns that unit alone (its savepoint is rolled
-/// back and the batch goes on) rather than the connection or the database
-/// (the whole batch fails, so a locked or broken database is not retried unit
-/// by unit).
-fn is_unit_local(err: &StoreError) -> bool {
-    match err {
-        StoreError::NotOwner | StoreError::Conflict(_) | StoreError::NotFound(_) => true,
-        // Integrity constraint violations (SQLSTATE class 23) and data
-        // exceptions (class 22, e.g. a NUL character in text or a \u0000
-        // escape in JSONB): the unit's data, not the database, is at fault.
-        StoreError::Database(sqlx::Error::Database(db)) => {
-            !matches!(db.kind(), sqlx::error::ErrorKind::Other)
-                || db.code().is_some_and(|code| code.starts_with("22"))
-        }
-        _ => false,
-    }
-}
-
 #[async_trait]
 impl Store for PgStore {
     fn backend(&self) -> &'static str {
@@ -927,7 +909,7 @@ impl PgStore {
                     savepoint.commit().await?;
                     results[index] = Some(Ok(receipt));
                 }
-                Err(err) if is_unit_local(&err) => {
+                Err(err) if err.is_unit_local() => {
                     savepoint.rollback().await?;
                     results[index] = Some(Err(err));
                 }

@@ -248,28 +248,13 @@ fn apply_unit_by_unit(
                 results[index] = Some(Ok(receipt));
             }
             // Dropping the savepoint rolls the unit back.
-            Err(err) if is_unit_local(&err) => results[index] = Some(Err(err)),
+            Err(err) if err.is_unit_local() => results[index] = Some(Err(err)),
             // Dropping the transaction rolls everything back.
             Err(err) => return Err(err),
         }
     }
     tx.commit()?;
     Ok(results.into_iter().flatten().collect())
-}
-
-/// Whether a unit's error concerns that unit alone (its savepoint is rolled
-/// back and the batch goes on) rather than the connection or the database
-/// (the whole batch fails, so a locked or broken database is not retried unit
-/// by unit).
-fn is_unit_local(err: &StoreError) -> bool {
-    match err {
-        StoreError::NotOwner | StoreError::Conflict(_) | StoreError::NotFound(_) => true,
-        // Constraint violations: the unit's data, not the database, is at fault.
-        StoreError::Database(sqlx::Error::Database(db)) => {
-            !matches!(db.kind(), sqlx::error::ErrorKind::Other)
-        }
-        _ => false,
-    }
 }
 
 /// A failed statement inside a unit: unique violations are conflicts.
@@ -762,12 +747,25 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+        conn.execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON t WHEN NEW.v = 'no' \
+             BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END",
+        )
+        .unwrap();
+        let raised = conn
+            .execute("INSERT INTO t VALUES ('c', 'no')", [])
+            .unwrap_err();
+        let err = StoreError::from(raised);
+        assert!(
+            err.is_refused_data() && err.is_unit_local() && !err.is_unavailable(),
+            "a trigger's refusal concerns the unit: {err:?}"
+        );
         let missing = conn
             .execute("INSERT INTO nowhere VALUES (1)", [])
             .unwrap_err();
         let err = StoreError::from(missing);
         assert!(
-            !is_unit_local(&err),
+            !err.is_unit_local() && !err.is_refused_data(),
             "a broken statement fails the batch: {err:?}"
         );
     }

@@ -65,9 +65,10 @@ struct Job {
     reply: oneshot::Sender<Answer>,
 }
 
-/// A unit's outcome; when its whole batch failed (or the writer was gone
-/// before taking it), the error comes with the unit itself, so the caller
-/// may write it again without having kept a copy.
+/// A unit's outcome; when it was not committed (its batch failed, it alone
+/// was rolled back, or the writer was gone before taking it), the error
+/// comes with the unit itself, so the caller may write it, or what is left
+/// of it, again without having kept a copy.
 pub type Answer = Result<UnitReceipt, (StoreError, Option<WriteUnit>)>;
 
 /// A handle to the writer task; cheap to clone.
@@ -115,8 +116,9 @@ impl Writer {
         self.write_or_return(unit).await.map_err(|(e, _)| e)
     }
 
-    /// [`write`](Self::write), handing the unit back with the error when
-    /// its batch failed as a whole or the writer is gone.
+    /// [`write`](Self::write), handing the unit back with the error when it
+    /// was not committed (the writer gone, or its batch or the unit itself
+    /// rolled back).
     pub async fn write_or_return(&self, unit: WriteUnit) -> Answer {
         let (reply, answer) = oneshot::channel();
         if let Err(refused) = self.jobs.send(Job { unit, reply }).await {
@@ -245,9 +247,13 @@ async fn commit_batch(
         tracing::error!("the commit hook panicked; the batch is committed regardless");
     }
 
-    for (reply, result) in replies.drain(..).zip(results) {
+    for ((reply, result), unit) in replies.drain(..).zip(results).zip(units.drain(..)) {
         // The caller may have stopped waiting; its unit is committed anyway.
-        let _ = reply.send(result.map_err(|e| (e, None)));
+        // A unit rolled back on its own goes back with its error.
+        let _ = reply.send(match result {
+            Ok(receipt) => Ok(receipt),
+            Err(e) => Err((e, Some(unit))),
+        });
     }
 }
 
