@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::{KeySource, Keys};
 use crate::config::Settings;
+use crate::engine::spool::Spool;
 use crate::engine::{ApprovalSettings, Engine, EngineConfig, publish_hook};
 use crate::events::EventBus;
 use crate::http::{self, AppState, Shared};
@@ -125,8 +126,21 @@ impl Application {
                     ttl: Duration::from_secs(settings.approvals.ttl_secs.max(1)),
                 },
                 permissions: settings.permissions.engine_config()?,
+                result_spool: Spool::open(&data_dir.join("kept-results")).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot open {}: {e}",
+                        data_dir.join("kept-results").display()
+                    )
+                })?,
             },
         ));
+        let kept = engine.write_kept_results().await?;
+        if kept > 0 {
+            tracing::warn!(
+                count = kept,
+                "stored results kept on disk during a database outage"
+            );
+        }
         let recovered = engine.recover_interrupted().await?;
         if recovered > 0 {
             tracing::warn!(

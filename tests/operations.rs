@@ -114,38 +114,66 @@ async fn readiness_fails_when_the_database_is_gone() {
     assert!(p["detail"].as_str().unwrap().contains("postgres"), "{p}");
 }
 
+/// Refuse new connections to the test database and end the open ones, or
+/// accept connections again.
+async fn set_database_reachable(pg: &common::PgDatabase, reachable: bool) {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(&pg.admin_url).await.unwrap();
+    let mut statements = vec![format!(
+        "ALTER DATABASE {} ALLOW_CONNECTIONS {reachable}",
+        pg.name
+    )];
+    if !reachable {
+        statements.push(format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+            pg.name
+        ));
+    }
+    for sql in statements {
+        sqlx::query(&sql).execute(&mut admin).await.unwrap();
+    }
+}
+
+/// Post `call` (a `wait` long enough), take the database away while it
+/// runs, and check its caller hears 503.
+async fn lose_the_database_during(app: &TestApp, thread: &str, call: &Value) {
+    let url = app.url(&format!("/v1/threads/{thread}/tool-calls"));
+    let request = app.client.post(&url).bearer_auth(&app.token).json(call);
+    let posted = tokio::spawn(request.send());
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    set_database_reachable(app.pg.as_ref().unwrap(), false).await;
+    let resp = posted.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 503, "{}", resp.text().await.unwrap());
+}
+
+/// The files in toolgate's spool of results kept during an outage.
+fn kept_results(data_dir: &std::path::Path) -> usize {
+    std::fs::read_dir(data_dir.join("kept-results"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".json")
+        })
+        .count()
+}
+
 /// The database goes away while a tool runs: its caller hears 503, and
 /// the result is stored once the database is back, without a restart (the
 /// call does not stay `running`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_is_stored_once_the_database_is_back() {
-    use sqlx::Connection;
     let app = TestApp::spawn(Backend::Postgres).await;
-    let pg = app.pg.as_ref().unwrap();
-    let mut admin = sqlx::PgConnection::connect(&pg.admin_url).await.unwrap();
     let call = json!({"id": "blip", "name": "wait", "arguments": {"ms": 1500}});
-    let url = app.url("/v1/threads/blip/tool-calls");
-    let request = app.client.post(&url).bearer_auth(&app.token).json(&call);
-    let posted = tokio::spawn(request.send());
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    for sql in [
-        format!("ALTER DATABASE {} ALLOW_CONNECTIONS false", pg.name),
-        format!(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
-            pg.name
-        ),
-    ] {
-        sqlx::query(&sql).execute(&mut admin).await.unwrap();
-    }
-    let resp = posted.await.unwrap().unwrap();
-    assert_eq!(resp.status(), 503, "{}", resp.text().await.unwrap());
-    sqlx::query(&format!(
-        "ALTER DATABASE {} ALLOW_CONNECTIONS true",
-        pg.name
-    ))
-    .execute(&mut admin)
-    .await
-    .unwrap();
+    lose_the_database_during(&app, "blip", &call).await;
+    assert_eq!(
+        kept_results(app.data_dir.path()),
+        1,
+        "kept on disk meanwhile"
+    );
+    set_database_reachable(app.pg.as_ref().unwrap(), true).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let stored = loop {
         let resp = app.post("/v1/threads/blip/tool-calls", &call).await;
@@ -172,6 +200,60 @@ async fn a_result_is_stored_once_the_database_is_back() {
         .find(|m| m["role"] == "tool")
         .cloned();
     assert!(tool.is_some(), "{history}");
+    // The kept file goes once the result is stored.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while kept_results(app.data_dir.path()) > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kept file not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// As above, but toolgate stops before the database is back, its runtime
+/// dropped with the background tries (as in a crash): the next start-up
+/// stores the result kept on disk, instead of finishing the call as
+/// INTERRUPTED.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_kept_during_an_outage_survives_a_restart() {
+    let call = json!({"id": "kept", "name": "wait", "arguments": {"ms": 1500}});
+    let first_call = call.clone();
+    let (settings, data_dir, pg) = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime.block_on(async move {
+            let app = TestApp::spawn(Backend::Postgres).await;
+            lose_the_database_during(&app, "kept", &first_call).await;
+            assert_eq!(kept_results(app.data_dir.path()), 1);
+            let TestApp {
+                settings,
+                data_dir,
+                pg,
+                ..
+            } = app;
+            (settings, data_dir, pg)
+        })
+        // The runtime ends here, and every task on it.
+    })
+    .join()
+    .unwrap();
+    set_database_reachable(pg.as_ref().unwrap(), true).await;
+    let app = TestApp::start(settings, data_dir, pg).await;
+    assert_eq!(kept_results(app.data_dir.path()), 0);
+    let (status, stored) = app.call("kept", call).await;
+    assert_eq!(status, 200, "{stored}");
+    assert_eq!(stored["replayed"], true, "{stored}");
+    assert_eq!(stored["tool_agent_output"]["status"], "success", "{stored}");
+    let history = app.history("kept").await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(history[0]["role"], "tool");
+    assert!(
+        !history[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("INTERRUPTED"),
+        "{history:?}"
+    );
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ mod audit;
 pub mod gates;
 pub mod limits;
 mod postprocess;
+pub mod spool;
 mod undo;
 
 use std::collections::HashMap;
@@ -44,6 +45,8 @@ pub struct EngineConfig {
     pub announce_after: Duration,
     pub approvals: ApprovalSettings,
     pub permissions: PermissionConfig,
+    /// Where results wait on disk while the database is unreachable.
+    pub result_spool: spool::Spool,
 }
 
 /// The deployment's permission rules and defaults (owners add their own).
@@ -775,7 +778,18 @@ impl Engine {
                 // result is written once it answers again, and the call
                 // does not stay `running` until a restart.
                 Err((e, Some(back))) if e.is_unavailable() => {
-                    self.keep_writing(back, output.tool_call_id.clone());
+                    let kept = match self.config.result_spool.keep(&back) {
+                        Ok(path) => Some(path),
+                        Err(error) => {
+                            tracing::error!(
+                                tool_call_id = %output.tool_call_id,
+                                error = %error,
+                                "could not keep a result on disk; it waits in memory only"
+                            );
+                            None
+                        }
+                    };
+                    self.keep_writing(back, kept);
                     return Err(e);
                 }
                 // The database refused the result's data: the call is
@@ -842,12 +856,14 @@ impl Engine {
 
     /// Write a call's result unit in the background until it commits, with
     /// a growing pause (up to 10 s) between tries; a refusal other than
-    /// "unavailable" (it was committed after all, say) ends the tries.
-    fn keep_writing(&self, unit: WriteUnit, call_id: String) {
+    /// "unavailable" (it was committed after all, say) ends the tries. Its
+    /// `kept` file goes once the tries end.
+    fn keep_writing(&self, unit: WriteUnit, kept: Option<std::path::PathBuf>) {
         let writer = self.writer.clone();
         let finished = self.finished.clone();
-        let thread_id = unit.thread_id.clone();
         tokio::spawn(async move {
+            let thread_id = unit.thread_id.clone();
+            let call_id = spool::finished_call(&unit).unwrap_or_default().to_string();
             let mut pause = Duration::from_millis(200);
             let mut unit = unit;
             loop {
@@ -856,7 +872,7 @@ impl Engine {
                     Ok(_) => {
                         tracing::info!(call_id, "result stored once the database answered again");
                         let _ = finished.send((thread_id, call_id));
-                        return;
+                        break;
                     }
                     Err((e, Some(again))) if e.is_unavailable() => {
                         tracing::warn!(call_id, error = %e, "result not stored yet; trying again");
@@ -870,11 +886,45 @@ impl Engine {
                             "result not written again (the first try may have committed it); \
                              if it was not, a restart finishes the call as INTERRUPTED"
                         );
-                        return;
+                        break;
                     }
                 }
             }
+            if let Some(path) = kept {
+                spool::Spool::forget(&path);
+            }
         });
+    }
+
+    /// Start-up, before [`recover_interrupted`](Self::recover_interrupted):
+    /// write the results kept on disk during an outage (a restart cut their
+    /// tries short). One the database still cannot take is tried again in
+    /// the background, and its call is left open meanwhile. Returns how many
+    /// were written.
+    pub async fn write_kept_results(&self) -> Result<usize, StoreError> {
+        let pending = self
+            .config
+            .result_spool
+            .pending()
+            .map_err(|e| StoreError::Corrupt(format!("kept results unreadable: {e}")))?;
+        let mut written = 0;
+        for (path, unit) in pending {
+            let call_id = spool::finished_call(&unit).unwrap_or_default().to_string();
+            match self.writer.write_or_return(unit).await {
+                Ok(_) => {
+                    written += 1;
+                    tracing::info!(call_id, "stored a result kept during an outage");
+                }
+                Err((e, Some(unit))) if e.is_unavailable() => {
+                    self.keep_writing(unit, Some(path));
+                    continue;
+                }
+                // Committed before the restart, or refused for good.
+                Err((e, _)) => tracing::warn!(call_id, error = %e, "kept result not written"),
+            }
+            spool::Spool::forget(&path);
+        }
+        Ok(written)
     }
 
     /// A gate refused the call: it is recorded as a failed call with its
@@ -962,7 +1012,19 @@ impl Engine {
     /// silently disappears. Calls waiting for approval are left waiting.
     /// Returns how many were finished.
     pub async fn recover_interrupted(&self) -> Result<usize, StoreError> {
-        let running = self.store.running_tool_calls().await?;
+        // A call whose result still waits on disk is not interrupted.
+        let kept = self
+            .config
+            .result_spool
+            .pending_calls()
+            .map_err(|e| StoreError::Corrupt(format!("kept results unreadable: {e}")))?;
+        let running: Vec<_> = self
+            .store
+            .running_tool_calls()
+            .await?
+            .into_iter()
+            .filter(|r| !kept.contains(&(r.thread_id.clone(), r.id.clone())))
+            .collect();
         let count = running.len();
         for record in running {
             let error = ToolError::new(

@@ -224,7 +224,7 @@ pub struct StoredMessage {
 /// built: the group-commit writer, the one thread every write waits for,
 /// binds the text instead of walking a `Value` tree (twice, for a result
 /// stored in its call and its message).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JsonText(String);
 
 impl JsonText {
@@ -263,7 +263,7 @@ impl From<&Value> for JsonText {
 }
 
 /// A message to insert; the store assigns `seq`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewMessage {
     pub id: String,
     pub role: Role,
@@ -288,7 +288,7 @@ pub struct StoredEvent {
 }
 
 /// An event to append; the store assigns `seq`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewEvent {
     pub event_type: String,
     pub data: Arc<str>,
@@ -333,7 +333,7 @@ pub struct ToolCallRecord {
 
 /// A new call, recorded before it executes (write-ahead): `running`, or
 /// `pending_approval` when it must wait for a decision first.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewToolCall {
     pub id: String,
     pub run_id: String,
@@ -349,7 +349,7 @@ pub struct NewToolCall {
 
 /// The end of a call: its status, output, undo record and the id of the tool
 /// message that carries it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FinishedToolCall {
     pub id: String,
     pub status: CallStatus,
@@ -390,7 +390,7 @@ impl ApprovalStatus {
 }
 
 /// A request for a human decision on one call (the checkpoint gate).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApprovalRecord {
     /// Globally unique.
     pub id: String,
@@ -442,7 +442,7 @@ pub struct AuditEntry {
 }
 
 /// An audit entry to append; the store assigns `id`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewAuditEntry {
     pub at_ms: i64,
     pub owner: String,
@@ -484,7 +484,7 @@ pub struct AuditFilter {
 /// Every op acts inside the unit's thread: calls and approvals of other
 /// threads are not found. An op whose record names another thread or owner
 /// than its unit fails the unit with `Conflict`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum WriteOp {
     /// Insert the tool call with its status (`running` or
     /// `pending_approval`). A duplicate (thread, id) fails the unit with
@@ -530,7 +530,7 @@ pub enum WriteOp {
 /// thread is created for `owner` on first write; a thread of another owner
 /// fails the unit with [`StoreError::NotOwner`]. A failing unit is rolled back
 /// alone (savepoint); the other units of the same batch still commit.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WriteUnit {
     pub thread_id: String,
     pub owner: String,
