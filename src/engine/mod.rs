@@ -778,7 +778,18 @@ impl Engine {
                 // result is written once it answers again, and the call
                 // does not stay `running` until a restart.
                 Err((e, Some(back))) if e.is_unavailable() => {
-                    let kept = match self.config.result_spool.keep(&back) {
+                    // Written and synced off the request threads.
+                    let spool = self.config.result_spool.clone();
+                    let kept = tokio::task::spawn_blocking(move || {
+                        let kept = spool.keep(&back);
+                        (back, kept)
+                    })
+                    .await;
+                    // Only a runtime shutting down stops that task.
+                    let Ok((back, kept)) = kept else {
+                        return Err(e);
+                    };
+                    let kept = match kept {
                         Ok(path) => Some(path),
                         Err(error) => {
                             tracing::error!(
