@@ -48,8 +48,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 impl StoreError {
     /// The database could not be reached or used just now (a connection
-    /// lost or refused, a full or failing disk, a lock held too long): the
-    /// same request may succeed later.
+    /// lost or refused, a full or failing disk, a lock held too long, a
+    /// deadlock): the same request may succeed later.
     pub fn is_unavailable(&self) -> bool {
         use sqlx::Error as E;
         match self {
@@ -116,14 +116,16 @@ fn refused_data_code(code: &str) -> bool {
     }
 }
 
-/// A connection that failed or was refused: SQLSTATE class 08, operator
-/// intervention 57P0x, too many connections (53300), a database not
-/// accepting connections (55000); SQLite BUSY, LOCKED, IOERR, FULL and
-/// CANTOPEN.
+/// A connection that failed or was refused, or a transaction the database
+/// gave up on for now: SQLSTATE class 08, operator intervention 57P0x, too
+/// many connections (53300), a database not accepting connections (55000),
+/// a lock not available (55P03), class 40 (a serialization failure or a
+/// deadlock); SQLite BUSY, LOCKED, IOERR, FULL and CANTOPEN.
 fn unavailable_code(code: &str) -> bool {
     match ErrorCode::of(code) {
         ErrorCode::SqlState(s) => {
-            s.starts_with("08") || s.starts_with("57P") || s == "53300" || s == "55000"
+            ["08", "40", "57P"].iter().any(|c| s.starts_with(c))
+                || ["53300", "55000", "55P03"].contains(&s)
         }
         ErrorCode::Sqlite(primary) => matches!(primary, 5 | 6 | 10 | 13 | 14),
         ErrorCode::Unknown => false,
@@ -685,11 +687,11 @@ mod tests {
             assert!(refused_data_code(refused), "{refused}");
             assert!(!unavailable_code(refused), "{refused}");
         }
-        for unavailable in ["08006", "57P01", "53300", "55000"] {
+        for unavailable in ["08006", "57P01", "53300", "55000", "55P03", "40001", "40P01"] {
             assert!(unavailable_code(unavailable), "{unavailable}");
             assert!(!refused_data_code(unavailable), "{unavailable}");
         }
-        for neither in ["40001", "42P01", "XX000"] {
+        for neither in ["42P01", "XX000", "55006"] {
             assert!(
                 !refused_data_code(neither) && !unavailable_code(neither),
                 "{neither}"
