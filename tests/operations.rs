@@ -173,6 +173,12 @@ async fn a_result_is_stored_once_the_database_is_back() {
         1,
         "kept on disk meanwhile"
     );
+    // A call posted while the database is away is refused before it runs,
+    // and nothing is kept for it.
+    let quick = json!({"id": "quick", "name": "echo", "arguments": {"text": "x"}});
+    let (status, body) = app.call("blip", quick).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(kept_results(app.data_dir.path()), 1);
     set_database_reachable(app.pg.as_ref().unwrap(), true).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let stored = loop {

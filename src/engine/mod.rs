@@ -776,7 +776,12 @@ impl Engine {
                 Ok(_) => break,
                 // The tool has run: if the database cannot be reached, its
                 // result is written once it answers again, and the call
-                // does not stay `running` until a restart.
+                // does not stay `running` until a restart. It is kept on
+                // disk too if losing it would leave its call open.
+                Err((e, Some(back))) if e.is_unavailable() && !spool::worth_keeping(&back) => {
+                    self.keep_writing(back, None);
+                    return Err(e);
+                }
                 Err((e, Some(back))) if e.is_unavailable() => {
                     // Written and synced off the request threads.
                     let spool = self.config.result_spool.clone();

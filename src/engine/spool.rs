@@ -116,6 +116,19 @@ impl Spool {
     }
 }
 
+/// Whether a result unit is worth keeping on disk: only when its call is
+/// already recorded (`running`), so that losing the unit would leave the
+/// call to be finished as `INTERRUPTED`. A unit that records its call too
+/// (a read-only call whose write-ahead was deferred, a refused call) leaves
+/// no trace if it is lost, and its call had no effect: its caller, told to
+/// retry, runs it again.
+pub fn worth_keeping(unit: &WriteUnit) -> bool {
+    !unit
+        .ops
+        .iter()
+        .any(|op| matches!(op, WriteOp::InsertToolCall(_)))
+}
+
 /// The call a result unit finishes.
 pub fn finished_call(unit: &WriteUnit) -> Option<&str> {
     unit.ops.iter().find_map(|op| match op {
@@ -127,7 +140,7 @@ pub fn finished_call(unit: &WriteUnit) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{CallStatus, FinishedToolCall, JsonText, NewEvent};
+    use crate::store::{CallStatus, FinishedToolCall, JsonText, NewEvent, NewToolCall};
 
     fn unit(call: &str) -> WriteUnit {
         WriteUnit {
@@ -177,6 +190,26 @@ mod tests {
         Spool::forget(&first);
         Spool::forget(&first);
         assert_eq!(spool.pending().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn only_results_of_recorded_calls_are_worth_keeping() {
+        let result = unit("a");
+        assert!(worth_keeping(&result));
+        let mut with_record = unit("a");
+        with_record.ops.insert(
+            0,
+            WriteOp::InsertToolCall(NewToolCall {
+                id: "a".into(),
+                run_id: "a".into(),
+                tool_name: "echo".into(),
+                args: JsonText::of(&serde_json::json!({"text": "hi"})),
+                status: CallStatus::Running,
+                undo_of: None,
+                created_at_ms: 7,
+            }),
+        );
+        assert!(!worth_keeping(&with_record));
     }
 
     #[test]

@@ -687,7 +687,9 @@ mod tests {
             assert!(refused_data_code(refused), "{refused}");
             assert!(!unavailable_code(refused), "{refused}");
         }
-        for unavailable in ["08006", "57P01", "53300", "55000", "55P03", "40001", "40P01"] {
+        for unavailable in [
+            "08006", "57P01", "53300", "55000", "55P03", "40001", "40P01",
+        ] {
             assert!(unavailable_code(unavailable), "{unavailable}");
             assert!(!refused_data_code(unavailable), "{unavailable}");
         }
