@@ -922,7 +922,7 @@ impl Engine {
             .config
             .result_spool
             .pending()
-            .map_err(|e| StoreError::Corrupt(format!("kept results unreadable: {e}")))?;
+            .map_err(spool::unreadable)?;
         let mut written = 0;
         for (path, unit) in pending {
             let call_id = spool::finished_call(&unit).unwrap_or_default().to_string();
@@ -1029,11 +1029,9 @@ impl Engine {
     /// Returns how many were finished.
     pub async fn recover_interrupted(&self) -> Result<usize, StoreError> {
         // A call whose result still waits on disk is not interrupted.
-        let kept = self
-            .config
-            .result_spool
+        let kept = (self.config.result_spool)
             .pending_calls()
-            .map_err(|e| StoreError::Corrupt(format!("kept results unreadable: {e}")))?;
+            .map_err(spool::unreadable)?;
         let running: Vec<_> = self
             .store
             .running_tool_calls()

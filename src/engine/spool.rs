@@ -18,7 +18,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::store::{WriteOp, WriteUnit};
+use crate::store::{StoreError, WriteOp, WriteUnit};
 
 const SUFFIX: &str = ".json";
 const TEMPORARY: &str = ".tmp";
@@ -127,6 +127,12 @@ pub fn worth_keeping(unit: &WriteUnit) -> bool {
         .ops
         .iter()
         .any(|op| matches!(op, WriteOp::InsertToolCall(_)))
+}
+
+/// The spool's directory could not be read: start-up stops rather than
+/// finish calls whose results may be kept there.
+pub fn unreadable(error: io::Error) -> StoreError {
+    StoreError::Corrupt(format!("kept results unreadable: {error}"))
 }
 
 /// The call a result unit finishes.
