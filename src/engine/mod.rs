@@ -1029,9 +1029,8 @@ impl Engine {
     /// Returns how many were finished.
     pub async fn recover_interrupted(&self) -> Result<usize, StoreError> {
         // A call whose result still waits on disk is not interrupted.
-        let kept = (self.config.result_spool)
-            .pending_calls()
-            .map_err(spool::unreadable)?;
+        let on_disk = &self.config.result_spool;
+        let kept = on_disk.pending_calls().map_err(spool::unreadable)?;
         let running: Vec<_> = self
             .store
             .running_tool_calls()
