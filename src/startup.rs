@@ -114,6 +114,7 @@ impl Application {
         let (workspaces, sandbox) = workspace_and_sandbox(&settings)?;
         let registry = builtin_registry(&settings, &workspaces, &sandbox)?;
         let tool_timeout = Duration::from_secs(settings.tools.timeout_secs.max(1));
+        let kept_results = data_dir.join("kept-results");
         let engine = Arc::new(Engine::new(
             registry,
             store.clone(),
@@ -126,12 +127,8 @@ impl Application {
                     ttl: Duration::from_secs(settings.approvals.ttl_secs.max(1)),
                 },
                 permissions: settings.permissions.engine_config()?,
-                result_spool: Spool::open(&data_dir.join("kept-results")).map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot open {}: {e}",
-                        data_dir.join("kept-results").display()
-                    )
-                })?,
+                result_spool: Spool::open(&kept_results)
+                    .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", kept_results.display()))?,
             },
         ));
         let kept = engine.write_kept_results().await?;

@@ -11,7 +11,8 @@
 //! One JSON file per unit, named by a time-ordered id so start-up writes them
 //! in the order they were kept. A file is written under a temporary name,
 //! synced, renamed into place, and the directory synced: a crash leaves
-//! either the whole file or none (a stray temporary file is ignored).
+//! either the whole file or none (a stray temporary file is ignored, and
+//! removed at the next start-up).
 
 use std::collections::HashSet;
 use std::fs;
@@ -29,9 +30,17 @@ pub struct Spool {
 }
 
 impl Spool {
-    /// The spool in `dir`, created if missing.
+    /// The spool in `dir`, created if missing. Opened once, at start-up:
+    /// temporary files left by a crash while keeping are removed (their
+    /// callers were never told the result was kept).
     pub fn open(dir: &Path) -> io::Result<Spool> {
         fs::create_dir_all(dir)?;
+        for entry in fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.to_str().is_some_and(|p| p.ends_with(TEMPORARY)) {
+                fs::remove_file(&path)?;
+            }
+        }
         Ok(Spool {
             dir: dir.to_path_buf(),
         })
@@ -195,6 +204,11 @@ mod tests {
         }
         Spool::forget(&first);
         Spool::forget(&first);
+        assert_eq!(spool.pending().unwrap().len(), 1);
+        // Opened again (a restart): the stray temporary file is gone, the
+        // kept unit is not.
+        let spool = Spool::open(spool.dir()).unwrap();
+        assert!(!spool.dir().join("result-x.tmp").exists());
         assert_eq!(spool.pending().unwrap().len(), 1);
     }
 
