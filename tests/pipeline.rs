@@ -555,7 +555,14 @@ async fn a_refused_result_finishes_its_call_as_a_failure(backend: Backend) {
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(history[0]["tool_call_id"], "p1");
     assert_eq!(history[0]["ui_schema"], first["ui_schema"]);
-    // The stream carries the same outcome.
+    // A message the database refuses is a 422, and nothing of it is kept.
+    let message = json!({"role": "user", "content": "a poison-pill"});
+    let resp = app.post("/v1/threads/refused/messages", &message).await;
+    assert_eq!(resp.status(), 422);
+    let problem: Value = resp.json().await.unwrap();
+    assert_eq!(problem["title"], "Refused by the database", "{problem}");
+    assert_eq!(app.history("refused").await.len(), 1);
+    // The stream carries the call's outcome.
     let mut sse = app.events("refused", "?after=0", None).await;
     let frames = sse.until("TOOL_CALL_RESULT").await;
     let result = frames.last().unwrap();

@@ -189,6 +189,18 @@ impl From<crate::store::StoreError> for ApiError {
             e if e.is_unavailable() || matches!(e, StoreError::WriterClosed) => {
                 ApiError::Unavailable("the database is unavailable; retry later".into())
             }
+            // Nothing of the request was stored; its data, not the service,
+            // is at fault. The database's own words stay in the log.
+            e if e.is_refused_data() => {
+                tracing::warn!(error = %e, "the database refused a request's data");
+                ApiError::Unprocessable {
+                    title: "Refused by the database".into(),
+                    detail: "the database refused to store this request's data (a constraint, \
+                             a trigger or a value out of range); nothing was stored"
+                        .into(),
+                    extra: Map::new(),
+                }
+            }
             other => ApiError::Internal(other.into()),
         }
     }
