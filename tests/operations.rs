@@ -217,6 +217,43 @@ async fn a_result_is_stored_once_the_database_is_back() {
     }
 }
 
+/// The database goes away while a tool runs, and once back refuses the
+/// result's data (a trigger): the background write finishes the call as a
+/// `RESULT_NOT_STORED` failure instead of leaving it open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_refused_after_an_outage_still_finishes_its_call() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    app.refuse_messages_holding("waited_ms").await;
+    let call = json!({"id": "late", "name": "wait", "arguments": {"ms": 1500}});
+    lose_the_database_during(&app, "late", &call).await;
+    set_database_reachable(app.pg.as_ref().unwrap(), true).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let stored = loop {
+        let (status, body) = app.call("late", call.clone()).await;
+        if status == 200 {
+            break body;
+        }
+        assert!(matches!(status, 409 | 503), "{status}: {body}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never finished: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(stored["replayed"], true, "{stored}");
+    let output = &stored["tool_agent_output"];
+    assert_eq!(output["status"], "failure", "{stored}");
+    assert_eq!(output["error"]["code"], "RESULT_NOT_STORED", "{stored}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while kept_results(app.data_dir.path()) > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kept file not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// As above, but toolgate stops before the database is back, its runtime
 /// dropped with the background tries (as in a crash): the next start-up
 /// stores the result kept on disk, instead of finishing the call as

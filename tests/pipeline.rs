@@ -477,46 +477,12 @@ async fn extreme_numbers_survive_storage(backend: Backend) {
     }
 }
 
-/// Make the database refuse any tool message holding `marker`, as a
-/// constraint or trigger a DBA adds would: a trigger raising an error.
-async fn refuse_tool_messages_holding(app: &TestApp, marker: &str) {
-    use sqlx::Connection;
-    match &app.pg {
-        Some(pg) => {
-            let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
-            sqlx::raw_sql(&format!(
-                "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ \
-                 BEGIN IF NEW.content LIKE '%{marker}%' THEN \
-                 RAISE EXCEPTION 'refused by the test trigger'; END IF; RETURN NEW; END $$; \
-                 CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
-                 FOR EACH ROW EXECUTE FUNCTION refuse_marker();"
-            ))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        }
-        None => {
-            let path = app.data_dir.path().join("toolgate.db");
-            let url = format!("sqlite://{}", path.display());
-            let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-            sqlx::raw_sql(&format!(
-                "CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
-                 WHEN NEW.content LIKE '%{marker}%' \
-                 BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END;"
-            ))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        }
-    }
-}
-
 /// The database refuses one call's result (a trigger): that call is
 /// finished as a `RESULT_NOT_STORED` failure, with its record, and the
 /// calls committed beside it are not affected.
 async fn a_refused_result_finishes_its_call_as_a_failure(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    refuse_tool_messages_holding(&app, "poison-pill").await;
+    app.refuse_messages_holding("poison-pill").await;
     let poisoned = json!({"id": "p1", "name": "echo", "arguments": {"text": "poison-pill"}});
     let mut others = Vec::new();
     for i in 0..12 {

@@ -727,7 +727,6 @@ impl Engine {
         let stored_output = JsonText::of(output);
         let now = now_ms();
         let metadata = JsonText::wrapped("tool_agent_output", &stored_output);
-        let result_at = ops.len();
         ops.push(WriteOp::FinishToolCall(FinishedToolCall {
             id: output.tool_call_id.clone(),
             status,
@@ -747,7 +746,6 @@ impl Engine {
         ops.push(WriteOp::AppendEvents(vec![new_event(&event)]));
         Finishing {
             ops,
-            result_at,
             announced,
             event,
             message_id,
@@ -812,7 +810,11 @@ impl Engine {
                 // finished as a failure that says so, once.
                 Err((e, Some(back))) if e.is_refused_data() && !refused_once => {
                     refused_once = true;
-                    (output, finishing, unit) = Self::result_refused(output, finishing, back, &e);
+                    let announced = std::mem::take(&mut finishing.announced);
+                    let Some(replaced) = Self::result_refused(back, announced, &e) else {
+                        return Err(e);
+                    };
+                    (output, finishing, unit) = replaced;
                 }
                 Err((e, _)) => return Err(e),
             }
@@ -833,19 +835,34 @@ impl Engine {
 
     /// The database refused a result's unit for its data (a trigger, a
     /// value out of range, a row too large for an index): the same unit
-    /// without the result's own operations (so with the write-ahead and the
-    /// audit entry), finishing the call as a `RESULT_NOT_STORED` failure.
-    /// The call does not stay open, the model learns its result is lost,
-    /// and a re-post answers with that failure.
+    /// without the result's own operations (the call's end, its message and
+    /// its event; so with the write-ahead and the audit entry), finishing
+    /// the call as a `RESULT_NOT_STORED` failure instead. The call does not
+    /// stay open, the model learns its result is lost, and a re-post
+    /// answers with that failure. `None` if `unit` finishes no call.
     fn result_refused(
-        output: ToolAgentOutput,
-        finishing: Finishing,
         mut unit: WriteUnit,
+        announced: Vec<Event>,
         refused: &StoreError,
-    ) -> (ToolAgentOutput, Finishing, WriteUnit) {
+    ) -> Option<(ToolAgentOutput, Finishing, WriteUnit)> {
+        /// What the failure repeats of the refused output.
+        #[derive(serde::Deserialize)]
+        struct Called {
+            tool_name: String,
+            tool_call_id: String,
+            tool_call_args: Value,
+        }
+        let (at, called) = unit.ops.iter().enumerate().find_map(|(at, op)| match op {
+            WriteOp::FinishToolCall(finished) => {
+                serde_json::from_str::<Called>(finished.output.as_str())
+                    .ok()
+                    .map(|called| (at, called))
+            }
+            _ => None,
+        })?;
         tracing::error!(
             thread_id = %unit.thread_id,
-            tool_call_id = %output.tool_call_id,
+            tool_call_id = %called.tool_call_id,
             error = %refused,
             "the database refused a tool result; the call is finished as RESULT_NOT_STORED"
         );
@@ -859,21 +876,39 @@ impl Engine {
              a call with a smaller result may be stored",
         );
         let failure = postprocess::failure_output(
-            &output.tool_name,
-            &output.tool_call_id,
-            &output.tool_call_args,
+            &called.tool_name,
+            &called.tool_call_id,
+            &called.tool_call_args,
             error,
         );
-        unit.ops.truncate(finishing.result_at);
-        let mut replaced = Self::finish_ops(&failure, None, unit.ops, finishing.announced);
+        // finish_ops put the result's operations last, its end first.
+        unit.ops.truncate(at);
+        let mut replaced = Self::finish_ops(&failure, None, unit.ops, announced);
         unit.ops = std::mem::take(&mut replaced.ops);
-        (failure, replaced, unit)
+        Some((failure, replaced, unit))
+    }
+
+    /// One try at writing a result unit outside a request (a kept or
+    /// retried result): refused for its data, it is replaced once by its
+    /// `RESULT_NOT_STORED` failure, which is tried at once.
+    async fn write_result(writer: &Writer, unit: WriteUnit) -> crate::store::writer::Answer {
+        match writer.write_or_return(unit).await {
+            Err((e, Some(back))) if e.is_refused_data() => {
+                match Self::result_refused(back, Vec::new(), &e) {
+                    Some((_, _, replaced)) => writer.write_or_return(replaced).await,
+                    None => Err((e, None)),
+                }
+            }
+            answer => answer,
+        }
     }
 
     /// Write a call's result unit in the background until it commits, with
-    /// a growing pause (up to 10 s) between tries; a refusal other than
-    /// "unavailable" (it was committed after all, say) ends the tries. Its
-    /// `kept` file goes once the tries end.
+    /// a growing pause (up to 10 s) between tries. Data the database
+    /// refuses is replaced by the call's `RESULT_NOT_STORED` failure
+    /// ([`write_result`](Self::write_result)); any other refusal (it was
+    /// committed after all, say) ends the tries. Its `kept` file goes once
+    /// the tries end.
     fn keep_writing(&self, unit: WriteUnit, kept: Option<std::path::PathBuf>) {
         let writer = self.writer.clone();
         let finished = self.finished.clone();
@@ -884,7 +919,7 @@ impl Engine {
             let mut unit = unit;
             loop {
                 tokio::time::sleep(pause).await;
-                match writer.write_or_return(unit).await {
+                match Self::write_result(&writer, unit).await {
                     Ok(_) => {
                         tracing::info!(call_id, "result stored once the database answered again");
                         let _ = finished.send((thread_id, call_id));
@@ -926,7 +961,7 @@ impl Engine {
         let mut written = 0;
         for (path, unit) in pending {
             let call_id = spool::finished_call(&unit).unwrap_or_default().to_string();
-            match self.writer.write_or_return(unit).await {
+            match Self::write_result(&self.writer, unit).await {
                 Ok(_) => {
                     written += 1;
                     tracing::info!(call_id, "stored a result kept during an outage");
@@ -935,7 +970,7 @@ impl Engine {
                     self.keep_writing(unit, Some(path));
                     continue;
                 }
-                // Committed before the restart, or refused for good.
+                // Committed before the restart, or refused even as a failure.
                 Err((e, _)) => tracing::warn!(call_id, error = %e, "kept result not written"),
             }
             spool::Spool::forget(&path);
@@ -1149,10 +1184,6 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 /// The result's half of a call: what [`Engine::finish_ops`] prepared.
 struct Finishing {
     ops: Vec<WriteOp>,
-    /// Where the result's own operations (the call's end, its message and
-    /// its event) start in `ops`; what comes before is the write-ahead and
-    /// the entry point's extras (audit, approval, undo link).
-    result_at: usize,
     /// Events of `ops` before the result (a deferred write-ahead's).
     announced: Vec<Event>,
     event: Event,

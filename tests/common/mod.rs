@@ -146,6 +146,40 @@ impl TestApp {
         (self.settings, self.data_dir, self.pg)
     }
 
+    /// Make the database refuse any message holding `marker`, as a
+    /// constraint or trigger a DBA adds would: a trigger raising an error.
+    pub async fn refuse_messages_holding(&self, marker: &str) {
+        use sqlx::Connection;
+        match &self.pg {
+            Some(pg) => {
+                let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+                sqlx::raw_sql(&format!(
+                    "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                     BEGIN IF NEW.content LIKE '%{marker}%' THEN \
+                     RAISE EXCEPTION 'refused by the test trigger'; END IF; RETURN NEW; END $$; \
+                     CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
+                     FOR EACH ROW EXECUTE FUNCTION refuse_marker();"
+                ))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            }
+            None => {
+                let path = self.data_dir.path().join("toolgate.db");
+                let url = format!("sqlite://{}", path.display());
+                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                sqlx::raw_sql(&format!(
+                    "CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
+                     WHEN NEW.content LIKE '%{marker}%' \
+                     BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END;"
+                ))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            }
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
