@@ -25,7 +25,7 @@
 //!   ≥ 4 and network = deny, TCP bind/connect are refused too; with ABI ≥ 6
 //!   the command cannot signal processes outside it or reach abstract UNIX
 //!   sockets created outside it. Landlock also keeps it from ptrace-ing
-//!   (or reading /proc/<pid>/environ of) processes outside it.
+//!   (or reading `/proc/<pid>/environ` of) processes outside it.
 //! - **A private temporary directory inside the workspace**:
 //!   `<workspace>/.toolgate-tmp/<uuid>`, created before the command and
 //!   removed after it; `TMPDIR`, `TMP`, `TEMP` point there. Nothing is

@@ -9,7 +9,7 @@
 //!
 //! The group-commit writer's batches and audit appends go through one
 //! connection of their own, run synchronously on the calling thread
-//! ([`sqlite_writes`](super::sqlite_writes)); reads and the few other writes
+//! (`store::sqlite_writes`); reads and the few other writes
 //! use a pool.
 
 use std::borrow::Cow;
