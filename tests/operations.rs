@@ -160,6 +160,36 @@ fn kept_results(data_dir: &std::path::Path) -> usize {
         .count()
 }
 
+/// Post `call` again until its outcome is stored (meanwhile: 409 "post it
+/// again later", or 503); the stored answer.
+async fn post_until_stored(app: &TestApp, thread: &str, call: &Value) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = app.call(thread, call.clone()).await;
+        if status == 200 {
+            return body;
+        }
+        assert!(matches!(status, 409 | 503), "{status}: {body}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never stored: {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Wait until the spool of kept results is empty.
+async fn until_nothing_is_kept(app: &TestApp) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while kept_results(app.data_dir.path()) > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kept file not deleted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The database goes away while a tool runs: its caller hears 503, and
 /// the result is stored once the database is back, without a restart (the
 /// call does not stay `running`).
@@ -180,22 +210,7 @@ async fn a_result_is_stored_once_the_database_is_back() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(kept_results(app.data_dir.path()), 1);
     set_database_reachable(app.pg.as_ref().unwrap(), true).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let stored = loop {
-        let resp = app.post("/v1/threads/blip/tool-calls", &call).await;
-        let status = resp.status().as_u16();
-        let body: Value = resp.json().await.unwrap();
-        if status == 200 {
-            break body;
-        }
-        // Until it is written: "running elsewhere, post it again later".
-        assert!(matches!(status, 409 | 503), "{status}: {body}");
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never stored: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let stored = post_until_stored(&app, "blip", &call).await;
     assert_eq!(stored["replayed"], true, "{stored}");
     assert_eq!(stored["tool_agent_output"]["status"], "success", "{stored}");
     let history = app.get_json("/v1/threads/blip/history").await;
@@ -207,51 +222,7 @@ async fn a_result_is_stored_once_the_database_is_back() {
         .cloned();
     assert!(tool.is_some(), "{history}");
     // The kept file goes once the result is stored.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while kept_results(app.data_dir.path()) > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "kept file not deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// The database goes away while a tool runs, and once back refuses the
-/// result's data (a trigger): the background write finishes the call as a
-/// `RESULT_NOT_STORED` failure instead of leaving it open.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_result_refused_after_an_outage_still_finishes_its_call() {
-    let app = TestApp::spawn(Backend::Postgres).await;
-    app.refuse_messages_holding("waited_ms").await;
-    let call = json!({"id": "late", "name": "wait", "arguments": {"ms": 1500}});
-    lose_the_database_during(&app, "late", &call).await;
-    set_database_reachable(app.pg.as_ref().unwrap(), true).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let stored = loop {
-        let (status, body) = app.call("late", call.clone()).await;
-        if status == 200 {
-            break body;
-        }
-        assert!(matches!(status, 409 | 503), "{status}: {body}");
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never finished: {body}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert_eq!(stored["replayed"], true, "{stored}");
-    let output = &stored["tool_agent_output"];
-    assert_eq!(output["status"], "failure", "{stored}");
-    assert_eq!(output["error"]["code"], "RESULT_NOT_STORED", "{stored}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while kept_results(app.data_dir.path()) > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "kept file not deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_nothing_is_kept(&app).await;
 }
 
 /// As above, but toolgate stops before the database is back, its runtime
@@ -297,6 +268,24 @@ async fn a_result_kept_during_an_outage_survives_a_restart() {
             .contains("INTERRUPTED"),
         "{history:?}"
     );
+}
+
+/// The database goes away while a tool runs, and once back refuses the
+/// result's data (a trigger): the background write finishes the call as a
+/// `RESULT_NOT_STORED` failure instead of leaving it open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_refused_after_an_outage_still_finishes_its_call() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    app.refuse_messages_holding("waited_ms").await;
+    let call = json!({"id": "late", "name": "wait", "arguments": {"ms": 1500}});
+    lose_the_database_during(&app, "late", &call).await;
+    set_database_reachable(app.pg.as_ref().unwrap(), true).await;
+    let stored = post_until_stored(&app, "late", &call).await;
+    assert_eq!(stored["replayed"], true, "{stored}");
+    let output = &stored["tool_agent_output"];
+    assert_eq!(output["status"], "failure", "{stored}");
+    assert_eq!(output["error"]["code"], "RESULT_NOT_STORED", "{stored}");
+    until_nothing_is_kept(&app).await;
 }
 
 #[tokio::test]
