@@ -774,36 +774,11 @@ impl Engine {
                 Ok(_) => break,
                 // The tool has run: if the database cannot be reached, its
                 // result is written once it answers again, and the call
-                // does not stay `running` until a restart. It is kept on
-                // disk too if losing it would leave its call open.
-                Err((e, Some(back))) if e.is_unavailable() && !spool::worth_keeping(&back) => {
-                    self.keep_writing(back, None);
-                    return Err(e);
-                }
+                // does not stay `running` until a restart.
                 Err((e, Some(back))) if e.is_unavailable() => {
-                    // Written and synced off the request threads.
-                    let spool = self.config.result_spool.clone();
-                    let kept = tokio::task::spawn_blocking(move || {
-                        let kept = spool.keep(&back);
-                        (back, kept)
-                    })
-                    .await;
-                    // Only a runtime shutting down stops that task.
-                    let Ok((back, kept)) = kept else {
-                        return Err(e);
-                    };
-                    let kept = match kept {
-                        Ok(path) => Some(path),
-                        Err(error) => {
-                            tracing::error!(
-                                tool_call_id = %output.tool_call_id,
-                                error = %error,
-                                "could not keep a result on disk; it waits in memory only"
-                            );
-                            None
-                        }
-                    };
-                    self.keep_writing(back, kept);
+                    if let Some((back, kept)) = self.keep_on_disk(back).await {
+                        self.keep_writing(back, kept);
+                    }
                     return Err(e);
                 }
                 // The database refused the result's data: the call is
@@ -831,6 +806,37 @@ impl Engine {
             message_id: finishing.message_id,
             replayed: false,
         })
+    }
+
+    /// Keep a result unit on disk while the database is unreachable, if
+    /// losing it would leave its call open ([`spool::worth_keeping`]); the
+    /// file is written and synced off the request threads. The unit comes
+    /// back with its file, if one was written; `None` only when the runtime
+    /// is shutting down.
+    async fn keep_on_disk(
+        &self,
+        unit: WriteUnit,
+    ) -> Option<(WriteUnit, Option<std::path::PathBuf>)> {
+        if !spool::worth_keeping(&unit) {
+            return Some((unit, None));
+        }
+        let on_disk = self.config.result_spool.clone();
+        let (unit, kept) = tokio::task::spawn_blocking(move || {
+            let kept = on_disk.keep(&unit);
+            (unit, kept)
+        })
+        .await
+        .ok()?;
+        let kept = kept
+            .map_err(|error| {
+                tracing::error!(
+                    tool_call_id = spool::finished_call(&unit).unwrap_or_default(),
+                    error = %error,
+                    "could not keep a result on disk; it waits in memory only"
+                )
+            })
+            .ok();
+        Some((unit, kept))
     }
 
     /// The database refused a result's unit for its data (a trigger, a
