@@ -6,7 +6,7 @@ mod common;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{Backend, SseReader, TestApp};
+use common::{Backend, Refusal, SseReader, TestApp};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -276,7 +276,8 @@ async fn a_result_kept_during_an_outage_survives_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_refused_after_an_outage_still_finishes_its_call() {
     let app = TestApp::spawn(Backend::Postgres).await;
-    app.refuse_messages_holding("waited_ms").await;
+    app.refuse_messages_holding("waited_ms", Refusal::Data)
+        .await;
     let call = json!({"id": "late", "name": "wait", "arguments": {"ms": 1500}});
     lose_the_database_during(&app, "late", &call).await;
     set_database_reachable(app.pg.as_ref().unwrap(), true).await;

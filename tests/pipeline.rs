@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Backend, TestApp, assert_agui_conformant};
+use common::{Backend, Refusal, TestApp, assert_agui_conformant};
 use serde_json::{Value, json};
 
 async fn tool_call_in_three_shapes(backend: Backend) {
@@ -481,8 +481,19 @@ async fn extreme_numbers_survive_storage(backend: Backend) {
 /// finished as a `RESULT_NOT_STORED` failure, with its record, and the
 /// calls committed beside it are not affected.
 async fn a_refused_result_finishes_its_call_as_a_failure(backend: Backend) {
+    a_result_turned_down_finishes_its_call(backend, Refusal::Data).await
+}
+
+/// The same when the database fails on one call's result with an error
+/// nobody can classify (a trigger raising an internal error): the call is
+/// not left open, and its batch commits without it.
+async fn a_result_the_database_fails_on_finishes_its_call_as_a_failure(backend: Backend) {
+    a_result_turned_down_finishes_its_call(backend, Refusal::Failure).await
+}
+
+async fn a_result_turned_down_finishes_its_call(backend: Backend, how: Refusal) {
     let app = TestApp::spawn(backend).await;
-    app.refuse_messages_holding("poison-pill").await;
+    app.refuse_messages_holding("poison-pill", how).await;
     let poisoned = json!({"id": "p1", "name": "echo", "arguments": {"text": "poison-pill"}});
     let mut others = Vec::new();
     for i in 0..12 {
@@ -521,12 +532,26 @@ async fn a_refused_result_finishes_its_call_as_a_failure(backend: Backend) {
     assert_eq!(history.len(), 1, "{history:?}");
     assert_eq!(history[0]["tool_call_id"], "p1");
     assert_eq!(history[0]["ui_schema"], first["ui_schema"]);
-    // A message the database refuses is a 422, and nothing of it is kept.
+    // A message the database refuses is a 422; one it fails on, a 500.
+    // Nothing of it is kept either way.
     let message = json!({"role": "user", "content": "a poison-pill"});
     let resp = app.post("/v1/threads/refused/messages", &message).await;
-    assert_eq!(resp.status(), 422);
-    let problem: Value = resp.json().await.unwrap();
-    assert_eq!(problem["title"], "Refused by the database", "{problem}");
+    let problem: Value = match how {
+        Refusal::Data => {
+            assert_eq!(resp.status(), 422);
+            let problem: Value = resp.json().await.unwrap();
+            assert_eq!(problem["title"], "Refused by the database", "{problem}");
+            problem
+        }
+        Refusal::Failure => {
+            assert_eq!(resp.status(), 500);
+            resp.json().await.unwrap()
+        }
+    };
+    assert!(
+        !problem.to_string().contains("test trigger"),
+        "a database's message stays in the server's log: {problem}"
+    );
     assert_eq!(app.history("refused").await.len(), 1);
     // The stream carries the call's outcome.
     let mut sse = app.events("refused", "?after=0", None).await;
@@ -545,6 +570,7 @@ async fn a_refused_result_finishes_its_call_as_a_failure(backend: Backend) {
 
 both_backends!(
     a_refused_result_finishes_its_call_as_a_failure,
+    a_result_the_database_fails_on_finishes_its_call_as_a_failure,
     extreme_numbers_survive_storage,
     a_caller_that_hangs_up_does_not_cut_the_call,
     tool_call_in_three_shapes,

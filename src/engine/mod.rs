@@ -781,9 +781,11 @@ impl Engine {
                     }
                     return Err(e);
                 }
-                // The database refused the result's data: the call is
-                // finished as a failure that says so, once.
-                Err((e, Some(back))) if e.is_refused_data() && !refused_once => {
+                // The database refused the result's data, or failed on it in
+                // a way nobody can classify (writing it again would fail
+                // again): the call is finished as a failure that says so,
+                // once.
+                Err((e, Some(back))) if e.is_raised_on_statement() && !refused_once => {
                     refused_once = true;
                     let announced = std::mem::take(&mut finishing.announced);
                     let Some(replaced) = Self::result_refused(back, announced, &e) else {
@@ -840,7 +842,9 @@ impl Engine {
     }
 
     /// The database refused a result's unit for its data (a trigger, a
-    /// value out of range, a row too large for an index): the same unit
+    /// value out of range, a row too large for an index) or failed on one
+    /// of its statements for a reason that does not clear by itself: the
+    /// same unit
     /// without the result's own operations (the call's end, its message and
     /// its event; so with the write-ahead and the audit entry), finishing
     /// the call as a `RESULT_NOT_STORED` failure instead. The call does not
@@ -895,11 +899,11 @@ impl Engine {
     }
 
     /// One try at writing a result unit outside a request (a kept or
-    /// retried result): refused for its data, it is replaced once by its
+    /// retried result): refused by the database, it is replaced once by its
     /// `RESULT_NOT_STORED` failure, which is tried at once.
     async fn write_result(writer: &Writer, unit: WriteUnit) -> crate::store::writer::Answer {
         match writer.write_or_return(unit).await {
-            Err((e, Some(back))) if e.is_refused_data() => {
+            Err((e, Some(back))) if e.is_raised_on_statement() => {
                 match Self::result_refused(back, Vec::new(), &e) {
                     Some((_, _, replaced)) => writer.write_or_return(replaced).await,
                     None => Err((e, None)),
@@ -910,7 +914,7 @@ impl Engine {
     }
 
     /// Write a call's result unit in the background until it commits, with
-    /// a growing pause (up to 10 s) between tries. Data the database
+    /// a growing pause (up to 10 s) between tries. A unit the database
     /// refuses is replaced by the call's `RESULT_NOT_STORED` failure
     /// ([`write_result`](Self::write_result)); any other refusal (it was
     /// committed after all, say) ends the tries. Its `kept` file goes once

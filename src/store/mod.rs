@@ -73,14 +73,23 @@ impl StoreError {
         !matches!(db.kind(), ErrorKind::Other) || db.code().is_some_and(|c| refused_data_code(&c))
     }
 
-    /// The error concerns one unit's data, not the connection or the
-    /// database: in a batch, that unit alone is rolled back (its savepoint)
-    /// and the others still commit.
+    /// The database raised this error on a statement and it is not one
+    /// that clears by itself: refused data, and also what we cannot
+    /// classify (a trigger raising an internal error, a broken statement).
+    /// Writing the same unit again would fail again.
+    pub fn is_raised_on_statement(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::Database(_))) && !self.is_unavailable()
+    }
+
+    /// The error concerns one unit, not the connection or the database: in
+    /// a batch, that unit alone is rolled back (its savepoint) and the
+    /// others still commit. A store that cannot roll the unit back alone
+    /// fails the batch instead.
     pub fn is_unit_local(&self) -> bool {
         matches!(
             self,
             StoreError::NotOwner | StoreError::Conflict(_) | StoreError::NotFound(_)
-        ) || self.is_refused_data()
+        ) || self.is_raised_on_statement()
     }
 }
 
@@ -116,16 +125,20 @@ fn refused_data_code(code: &str) -> bool {
     }
 }
 
-/// A connection that failed or was refused, or a transaction the database
-/// gave up on for now: SQLSTATE class 08, operator intervention 57P0x, too
-/// many connections (53300), a database not accepting connections (55000),
-/// a lock not available (55P03), class 40 (a serialization failure or a
-/// deadlock); SQLite BUSY, LOCKED, IOERR, FULL and CANTOPEN.
+/// A connection that failed or was refused, a database short of a
+/// resource, or a transaction the database gave up on for now: SQLSTATE
+/// class 08, operator intervention 57P0x, class 53 (a full disk, no
+/// memory, too many connections), class 58 (an I/O error), a database not
+/// accepting connections (55000), a lock not available (55P03), class 40 (a
+/// serialization failure or a deadlock); SQLite BUSY, LOCKED, IOERR, FULL
+/// and CANTOPEN. Each clears without the data changing.
 fn unavailable_code(code: &str) -> bool {
     match ErrorCode::of(code) {
         ErrorCode::SqlState(s) => {
-            ["08", "40", "57P"].iter().any(|c| s.starts_with(c))
-                || ["53300", "55000", "55P03"].contains(&s)
+            ["08", "40", "53", "57P", "58"]
+                .iter()
+                .any(|c| s.starts_with(c))
+                || ["55000", "55P03"].contains(&s)
         }
         ErrorCode::Sqlite(primary) => matches!(primary, 5 | 6 | 10 | 13 | 14),
         ErrorCode::Unknown => false,
@@ -688,7 +701,8 @@ mod tests {
             assert!(!unavailable_code(refused), "{refused}");
         }
         for unavailable in [
-            "08006", "57P01", "53300", "55000", "55P03", "40001", "40P01",
+            "08006", "57P01", "53100", "53200", "53300", "58030", "55000", "55P03", "40001",
+            "40P01",
         ] {
             assert!(unavailable_code(unavailable), "{unavailable}");
             assert!(!refused_data_code(unavailable), "{unavailable}");

@@ -247,8 +247,12 @@ fn apply_unit_by_unit(
                 savepoint.commit()?;
                 results[index] = Some(Ok(receipt));
             }
-            // Dropping the savepoint rolls the unit back.
-            Err(err) if err.is_unit_local() => results[index] = Some(Err(err)),
+            // The unit alone is rolled back; if even that fails (SQLite
+            // gave up the whole transaction), so does the batch.
+            Err(err) if err.is_unit_local() => {
+                savepoint.finish()?;
+                results[index] = Some(Err(err));
+            }
             // Dropping the transaction rolls everything back.
             Err(err) => return Err(err),
         }
@@ -765,8 +769,16 @@ mod tests {
             .unwrap_err();
         let err = StoreError::from(missing);
         assert!(
-            !err.is_unit_local() && !err.is_refused_data(),
-            "a broken statement fails the batch: {err:?}"
+            err.is_raised_on_statement() && err.is_unit_local() && !err.is_refused_data(),
+            "a broken statement fails its unit, not the refused-data way: {err:?}"
+        );
+        let malformed = conn
+            .query_row("SELECT json('not json')", [], |row| row.get::<_, String>(0))
+            .unwrap_err();
+        let err = StoreError::from(malformed);
+        assert!(
+            err.is_raised_on_statement() && !err.is_refused_data() && !err.is_unavailable(),
+            "{err:?}"
         );
     }
 }

@@ -11,6 +11,16 @@ use toolgate::startup::Application;
 
 pub const PG_ADMIN_DEFAULT: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
+/// How [`TestApp::refuse_messages_holding`] turns a message down.
+#[derive(Clone, Copy, Debug)]
+pub enum Refusal {
+    /// As data the database refuses (a constraint, a trigger's exception).
+    Data,
+    /// With an error nobody can classify (an internal error, a function
+    /// failing on its input).
+    Failure,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -146,17 +156,24 @@ impl TestApp {
         (self.settings, self.data_dir, self.pg)
     }
 
-    /// Make the database refuse any message holding `marker`, as a
-    /// constraint or trigger a DBA adds would: a trigger raising an error.
-    pub async fn refuse_messages_holding(&self, marker: &str) {
+    /// A trigger that makes the database turn down any message whose
+    /// content holds `marker`, the way `how` says.
+    pub async fn refuse_messages_holding(&self, marker: &str, how: Refusal) {
         use sqlx::Connection;
         match &self.pg {
             Some(pg) => {
+                // P0001 (raise_exception): refused data; XX000: an internal
+                // error nobody can classify.
+                let code = match how {
+                    Refusal::Data => "P0001",
+                    Refusal::Failure => "XX000",
+                };
                 let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
                 sqlx::raw_sql(&format!(
                     "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ \
                      BEGIN IF NEW.content LIKE '%{marker}%' THEN \
-                     RAISE EXCEPTION 'refused by the test trigger'; END IF; RETURN NEW; END $$; \
+                     RAISE EXCEPTION 'refused by the test trigger' USING ERRCODE = '{code}'; \
+                     END IF; RETURN NEW; END $$; \
                      CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
                      FOR EACH ROW EXECUTE FUNCTION refuse_marker();"
                 ))
@@ -165,13 +182,18 @@ impl TestApp {
                 .unwrap();
             }
             None => {
+                // RAISE(ABORT): a constraint failure, so refused data; a
+                // function failing on its input: SQLITE_ERROR.
+                let body = match how {
+                    Refusal::Data => "SELECT RAISE(ABORT, 'refused by the test trigger');",
+                    Refusal::Failure => "SELECT json('not json');",
+                };
                 let path = self.data_dir.path().join("toolgate.db");
                 let url = format!("sqlite://{}", path.display());
                 let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
                 sqlx::raw_sql(&format!(
                     "CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
-                     WHEN NEW.content LIKE '%{marker}%' \
-                     BEGIN SELECT RAISE(ABORT, 'refused by the test trigger'); END;"
+                     WHEN NEW.content LIKE '%{marker}%' BEGIN {body} END;"
                 ))
                 .execute(&mut conn)
                 .await
