@@ -855,6 +855,21 @@ async fn commands_hold_no_capabilities() {
     assert!(lines.iter().all(|l| l.ends_with("0000000000000000")), "{r}");
 }
 
+/// The service blocks and handles signals of its own (and the Rust runtime
+/// ignores SIGPIPE); a command starts with none blocked or ignored, so a
+/// pipeline's writer dies quietly when its reader is done.
+#[tokio::test]
+async fn commands_start_with_default_signal_handling() {
+    let h = harness();
+    let r = h.run("grep -E '^Sig(Blk|Ign)' /proc/self/status").await;
+    let lines: Vec<&str> = stdout(&r).lines().collect();
+    assert_eq!(lines.len(), 2, "{r}");
+    assert!(lines.iter().all(|l| l.ends_with("0000000000000000")), "{r}");
+    let r = h.run("yes | head -n 1").await;
+    assert_eq!(stdout(&r), "y\n", "{r}");
+    assert_eq!(stderr(&r), "", "{r}");
+}
+
 // ---------------------------------------------------------------- the sandbox alone
 
 #[tokio::test]
@@ -947,6 +962,29 @@ async fn argv_is_passed_as_is() {
         .await
         .unwrap_err();
     assert!(matches!(missing, SandboxError::Spawn { .. }), "{missing:?}");
+    // A file that is there but not executable: the child's execve fails,
+    // and its errno reaches the caller.
+    let ws = h.workspace("alice");
+    std::fs::write(ws.join("not-a-program"), "echo hi\n").unwrap();
+    let refused = h
+        .sandbox
+        .run(CommandSpec {
+            argv: vec!["./not-a-program".into()],
+            cwd: ws.clone(),
+            workspace: ws,
+            env: BTreeMap::new(),
+            timeout: Duration::from_secs(5),
+            cancel: CancellationToken::new(),
+            output_cap: 100,
+        })
+        .await
+        .unwrap_err();
+    match refused {
+        SandboxError::Spawn { source, .. } => {
+            assert_eq!(source.raw_os_error(), Some(libc::EACCES), "{source:?}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]

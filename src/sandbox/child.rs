@@ -1,10 +1,10 @@
-//! What the forked child does to itself before `execve`.
+//! What the child does to itself before `execve`.
 //!
-//! This runs between `fork` and `exec` in a copy of a multi-threaded
-//! process: only async-signal-safe work is allowed — no allocation, no
-//! locks, no std I/O. Everything here is a raw system call on data prepared
-//! in the parent (the Landlock ruleset descriptor, the compiled BPF
-//! programs, plain numbers for the limits).
+//! This runs between `clone` and `exec` in the memory of a multi-threaded
+//! process (see spawn.rs): only async-signal-safe work is allowed — no
+//! allocation, no locks, no std I/O. Everything here is a raw system call
+//! on data prepared in the parent (the Landlock ruleset descriptor, the
+//! compiled BPF programs, plain numbers for the limits).
 
 use std::io;
 use std::os::fd::RawFd;

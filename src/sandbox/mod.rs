@@ -66,11 +66,11 @@ mod filesystem;
 mod output;
 mod paths;
 mod session;
+mod spawn;
 mod syscalls;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,6 +89,7 @@ pub use paths::SystemPaths;
 use child::{Confinement, Limits};
 use output::CappedText;
 use session::{SessionGuard, kill_session};
+use spawn::Program;
 
 /// `PATH` of every command.
 pub const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -178,8 +179,8 @@ pub enum SandboxError {
     /// failed.
     #[error("could not prepare the sandbox: {0}")]
     Setup(String),
-    /// fork/exec failed: the program does not exist, or the kernel refused
-    /// a confinement step.
+    /// Starting it failed: the program does not exist or cannot be
+    /// executed, or the kernel refused a confinement step.
     #[error("could not start `{program}`: {source}")]
     Spawn {
         program: String,
@@ -479,31 +480,20 @@ impl Sandbox {
             parent_pid: std::process::id() as libc::pid_t,
         };
 
-        let mut command = tokio::process::Command::new(&spec.argv[0]);
-        command
-            .args(&spec.argv[1..])
-            .current_dir(&cwd)
-            .env_clear()
-            .envs(&env)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // SAFETY: `apply` only makes raw system calls on data prepared
-        // above (see child.rs); the ruleset descriptor stays open until
-        // spawn returns.
-        unsafe {
-            command.pre_exec(move || confinement.apply());
-        }
+        let program =
+            Program::new(&spec.argv, &env, &cwd).map_err(|source| SandboxError::Spawn {
+                program: spec.argv[0].clone(),
+                source,
+            })?;
         let started = Instant::now();
-        let spawned = command.spawn();
-        drop(command);
+        let spawned = spawn::spawn(&program, &confinement);
+        // The ruleset descriptor was needed until the child restricted itself.
         drop(ruleset);
         let mut child = spawned.map_err(|source| SandboxError::Spawn {
             program: spec.argv[0].clone(),
             source,
         })?;
-        let sid = child.id().map(|id| id as i32).unwrap_or(0);
+        let sid = child.id();
         // Declared after `child`, so dropped first: the session is killed
         // while the leader is not yet reaped and its id cannot be reused.
         let mut guard = SessionGuard { sid, armed: true };
