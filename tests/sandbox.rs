@@ -131,6 +131,14 @@ impl Harness {
 
     /// Runs an argv directly through the sandbox, in alice's workspace.
     async fn sandbox_run(&self, argv: &[&str], timeout: Duration) -> CommandOutput {
+        self.try_sandbox_run(argv, timeout).await.unwrap()
+    }
+
+    async fn try_sandbox_run(
+        &self,
+        argv: &[&str],
+        timeout: Duration,
+    ) -> Result<CommandOutput, SandboxError> {
         let ws = self.workspace("alice");
         self.sandbox
             .run(CommandSpec {
@@ -143,7 +151,6 @@ impl Harness {
                 output_cap: 10_000,
             })
             .await
-            .unwrap()
     }
 }
 
@@ -949,34 +956,15 @@ async fn argv_is_passed_as_is() {
         .await;
     assert_eq!(out.stdout, "[$(id)]\n[a b]\n[; rm -rf ~]\n[*]\n");
     let missing = h
-        .sandbox
-        .run(CommandSpec {
-            argv: vec!["no-such-program-xyz".into()],
-            cwd: h.workspace("alice"),
-            workspace: h.workspace("alice"),
-            env: BTreeMap::new(),
-            timeout: Duration::from_secs(5),
-            cancel: CancellationToken::new(),
-            output_cap: 100,
-        })
+        .try_sandbox_run(&["no-such-program-xyz"], Duration::from_secs(5))
         .await
         .unwrap_err();
     assert!(matches!(missing, SandboxError::Spawn { .. }), "{missing:?}");
     // A file that is there but not executable: the child's execve fails,
     // and its errno reaches the caller.
-    let ws = h.workspace("alice");
-    std::fs::write(ws.join("not-a-program"), "echo hi\n").unwrap();
+    std::fs::write(h.workspace("alice").join("not-a-program"), "echo hi\n").unwrap();
     let refused = h
-        .sandbox
-        .run(CommandSpec {
-            argv: vec!["./not-a-program".into()],
-            cwd: ws.clone(),
-            workspace: ws,
-            env: BTreeMap::new(),
-            timeout: Duration::from_secs(5),
-            cancel: CancellationToken::new(),
-            output_cap: 100,
-        })
+        .try_sandbox_run(&["./not-a-program"], Duration::from_secs(5))
         .await
         .unwrap_err();
     match refused {
