@@ -844,10 +844,9 @@ impl Engine {
     /// The database refused a result's unit for its data (a trigger, a
     /// value out of range, a row too large for an index) or failed on one
     /// of its statements for a reason that does not clear by itself: the
-    /// same unit
-    /// without the result's own operations (the call's end, its message and
-    /// its event; so with the write-ahead and the audit entry), finishing
-    /// the call as a `RESULT_NOT_STORED` failure instead. The call does not
+    /// same unit without the result's own operations (the call's end, its
+    /// message and its event; so with the write-ahead and the audit entry),
+    /// finishing the call as a `RESULT_NOT_STORED` failure instead. The call does not
     /// stay open, the model learns its result is lost, and a re-post
     /// answers with that failure. `None` if `unit` finishes no call.
     fn result_refused(

@@ -211,6 +211,14 @@ pub(crate) fn spawn(program: &Program, confinement: &Confinement) -> io::Result<
     }
     // SAFETY: a descriptor just opened, owned by nothing else.
     let null = unsafe { OwnedFd::from_raw_fd(null) };
+    // A service started with 0, 1 or 2 closed gets them back from the calls
+    // above; the child's dup2 onto 0, 1, 2 must neither be a no-op (which
+    // keeps close-on-exec) nor overwrite a source it still needs.
+    let (null, stdout_write, stderr_write) = (
+        above_stdio(null)?,
+        above_stdio(stdout_write)?,
+        above_stdio(stderr_write)?,
+    );
 
     let pointers = |strings: &[CString]| -> Vec<*const c_char> {
         strings
@@ -235,23 +243,24 @@ pub(crate) fn spawn(program: &Program, confinement: &Confinement) -> io::Result<
         errno: AtomicI32::new(0),
     };
     let stack = Stack::new()?;
-    let pid = {
+    let (pid, clone_error) = {
         let _blocked = BlockedSignals::new();
         // SAFETY: `child_main` only reads `args` and makes raw system calls
         // (see the module comment); with CLONE_VFORK this call returns only
         // once the child has exec'd or exited, so `args`, the arrays it
         // points into and the stack outlive the child's use of them.
-        unsafe {
+        let pid = unsafe {
             libc::clone(
                 child_main,
                 stack.top(),
                 libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
                 &args as *const ChildArgs<'_> as *mut c_void,
             )
-        }
+        };
+        (pid, io::Error::last_os_error())
     };
     if pid < 0 {
-        return Err(io::Error::last_os_error());
+        return Err(clone_error);
     }
     let failed = args.errno.load(Ordering::Acquire);
     if failed != 0 {
@@ -298,6 +307,21 @@ fn pipe_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both descriptors were just created and are owned here only.
     unsafe { Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+/// `fd`, or a close-on-exec copy of it numbered 3 or above if it is one of
+/// the standard descriptors.
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: fcntl duplicating a descriptor we own.
+    let copy = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just created, owned here only.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
 }
 
 fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
