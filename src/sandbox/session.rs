@@ -46,21 +46,26 @@ pub(crate) fn kill_session(sid: i32) -> usize {
         let mut found = 0;
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let Some(pid) = name
+            let Some(name) = name
                 .to_str()
                 .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
             else {
                 continue;
             };
-            if session_of(pid) == Some(sid) {
-                if let Ok(pid) = pid.parse::<i32>() {
-                    // SAFETY: signalling one process by pid.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
-                    }
-                    found += 1;
-                }
+            let Ok(pid) = name.parse::<i32>() else {
+                continue;
+            };
+            // getsid(2) answers for any process in one system call; only a
+            // member of the session is read further (to pass over zombies).
+            // SAFETY: getsid only looks the pid up.
+            if unsafe { libc::getsid(pid) } != sid || session_of(name) != Some(sid) {
+                continue;
             }
+            // SAFETY: signalling one process by pid.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+            found += 1;
         }
         found_total += found;
         if found == 0 {
