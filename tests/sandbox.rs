@@ -547,14 +547,24 @@ async fn cancellation_kills_the_command() {
 async fn a_dropped_run_leaves_nothing_running() {
     let h = harness();
     let ws = h.workspace("alice");
-    let run = h.call(json!({"command": "sleep 30 & echo $! > pid; sleep 30"}));
+    let run = h.call(json!({"command": "echo $$ > main; sleep 30 & echo $! > pid; sleep 30"}));
     let _ = tokio::time::timeout(Duration::from_millis(500), run).await;
-    let pid: i32 = std::fs::read_to_string(ws.join("pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert_dies(pid).await;
+    let read_pid = |name: &str| -> i32 {
+        std::fs::read_to_string(ws.join(name))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert_dies(read_pid("pid")).await;
+    // The command's main process is this process's child: it is reaped,
+    // not left behind as a zombie.
+    let main = read_pid("main");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while std::path::Path::new(&format!("/proc/{main}")).exists() {
+        assert!(Instant::now() < deadline, "process {main} was not reaped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 // ---------------------------------------------------------------- non-interactive
