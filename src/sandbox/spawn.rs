@@ -516,4 +516,102 @@ mod tests {
             Some(libc::ENOENT)
         );
     }
+
+    /// Set in the copy of the test binary that runs with its standard
+    /// descriptors closed: where it writes what it saw.
+    const CLOSED_STDIO_REPORT: &str = "TOOLGATE_TEST_CLOSED_STDIO_REPORT";
+
+    /// A service whose descriptors 0–2 are closed gets them back as the
+    /// command's pipes and /dev/null; the command must still read an empty
+    /// stdin and write to its own stdout and stderr. The test binary runs
+    /// itself (this test alone) as a child that closes 0–2 and starts the
+    /// command, and reports through a file.
+    #[test]
+    fn a_service_without_standard_descriptors_still_wires_the_commands_stdio() {
+        if let Some(report) = std::env::var_os(CLOSED_STDIO_REPORT) {
+            let seen = run_with_stdio_closed();
+            let written = std::fs::write(report, seen);
+            std::process::exit(if written.is_ok() { 0 } else { 3 });
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("report");
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "sandbox::spawn::tests::a_service_without_standard_descriptors_still_wires_the_commands_stdio",
+                "--test-threads=1",
+            ])
+            .env(CLOSED_STDIO_REPORT, &report)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "the child test run failed: {status}");
+        let seen = std::fs::read_to_string(&report).unwrap();
+        assert_eq!(
+            seen,
+            "first descriptor opened: 0\nstatus: 0\nstdout: in=0 out\nstderr: err"
+        );
+    }
+
+    /// The child's side: closes 0–2 (after the runtime has its own
+    /// descriptors), then starts a command and collects what it wrote.
+    fn run_with_stdio_closed() -> String {
+        use tokio::io::AsyncReadExt;
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for fd in 0..=2 {
+            // SAFETY: closing this process's standard descriptors; nothing
+            // in this child process uses them any more.
+            unsafe { libc::close(fd) };
+        }
+        // Which descriptor the next open gets: 0 proves the case is real.
+        // SAFETY: open(2) and close(2) of a descriptor owned here only.
+        let probe = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        unsafe { libc::close(probe) };
+        let program = Program::new(
+            &[
+                "/bin/sh".to_string(),
+                "-c".to_string(),
+                "n=$(wc -c); printf 'in=%s out' \"$n\"; printf err >&2".to_string(),
+            ],
+            std::iter::empty(),
+            Path::new("/"),
+        )
+        .unwrap();
+        let confinement = Confinement {
+            limits: super::super::child::Limits {
+                cpu_secs: 10,
+                file_size_bytes: 1 << 20,
+                max_processes: 1 << 16,
+                max_open_files: 256,
+            },
+            landlock_fd: None,
+            filters: None,
+            // SAFETY: getpid(2) cannot fail.
+            parent_pid: unsafe { libc::getpid() },
+        };
+        let outcome = runtime.block_on(async {
+            let mut child = spawn(&program, &confinement)?;
+            let (mut out, mut err) = (String::new(), String::new());
+            let mut stdout = child.stdout.take().expect("piped");
+            let mut stderr = child.stderr.take().expect("piped");
+            let (read_out, read_err) = tokio::join!(
+                stdout.read_to_string(&mut out),
+                stderr.read_to_string(&mut err)
+            );
+            read_out?;
+            read_err?;
+            let status = child.wait().await?;
+            io::Result::Ok(format!(
+                "status: {}\nstdout: {out}\nstderr: {err}",
+                status.code().unwrap_or(-1)
+            ))
+        });
+        let outcome = outcome.unwrap_or_else(|e| format!("error: {e}"));
+        format!("first descriptor opened: {probe}\n{outcome}")
+    }
 }
