@@ -69,6 +69,26 @@ impl Target {
         }
     }
 
+    /// A number the database answers to `sql`, read without the store.
+    async fn count(&self, sql: &str) -> i64 {
+        match self {
+            Target::Sqlite(path) => {
+                let store = SqliteStore::open_file(path).await.unwrap();
+                sqlx::query_scalar(sql)
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap()
+            }
+            Target::Postgres(url) => {
+                let store = PgStore::connect(url).await.unwrap();
+                sqlx::query_scalar(sql)
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap()
+            }
+        }
+    }
+
     /// Bring the (fresh) database to migration 0001 only, as a release
     /// before the safety features left it, with sqlx's own file-based
     /// migrator (what `sqlx migrate run` would record), then run `sql` on it
@@ -266,6 +286,7 @@ on_both_backends! {
         the_audit_log_is_append_only,
         pending_work_survives_a_restart_untouched,
         a_0001_database_migrates_with_its_data,
+        a_calls_output_is_stored_once_in_its_tool_message,
         the_schema_refuses_unknown_roles_and_statuses,
     ],
 }
@@ -315,12 +336,41 @@ fn finished(id: &str, status: CallStatus) -> FinishedToolCall {
     FinishedToolCall {
         id: id.to_owned(),
         status,
-        output: json!({"tool_call_id": id, "status": status.as_str(), "result": {"count": 1}})
-            .into(),
         undo: Some(json!({"method": "delete", "input": {"id": "evt_1"}}).into()),
         message_id: format!("msg-{id}"),
         finished_at_ms: 1_700_000_000_500,
     }
+}
+
+/// The output a test call finishes with.
+fn output_of(id: &str, status: CallStatus) -> Value {
+    json!({"tool_call_id": id, "status": status.as_str(), "result": {"count": 1}})
+}
+
+/// The tool message that carries a call's output.
+fn tool_message(end: &FinishedToolCall, output: &Value) -> NewMessage {
+    NewMessage {
+        id: end.message_id.clone(),
+        role: Role::Tool,
+        content: output["result"].to_string(),
+        metadata: json!({"tool_agent_output": output}).into(),
+        tool_call_id: Some(end.id.clone()),
+        created_at_ms: end.finished_at_ms,
+    }
+}
+
+/// The ops that finish a call: its end, then its tool message holding the
+/// test output of its id and status.
+fn finishing_end(end: FinishedToolCall) -> Vec<WriteOp> {
+    let message = tool_message(&end, &output_of(&end.id, end.status));
+    vec![
+        WriteOp::FinishToolCall(end),
+        WriteOp::InsertMessage(message),
+    ]
+}
+
+fn finishing(id: &str, status: CallStatus) -> Vec<WriteOp> {
+    finishing_end(finished(id, status))
 }
 
 fn message(id: &str, role: Role, content: &str) -> NewMessage {
@@ -475,14 +525,8 @@ async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
     .unwrap();
 
     let done = finished("call_1", CallStatus::Success);
-    let tool_message = NewMessage {
-        id: done.message_id.clone(),
-        role: Role::Tool,
-        content: r#"{"count":1}"#.into(),
-        metadata: json!({"tool_agent_output": value_of(&done.output)}).into(),
-        tool_call_id: Some("call_1".into()),
-        created_at_ms: done.finished_at_ms,
-    };
+    let output = output_of("call_1", CallStatus::Success);
+    let tool_message = tool_message(&done, &output);
     let receipt = apply_one(
         &store,
         unit(
@@ -503,7 +547,7 @@ async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
 
     let record = store.tool_call("t", "call_1").await.unwrap().unwrap();
     assert_eq!(record.status, CallStatus::Success);
-    assert_eq!(record.output.as_ref(), Some(&value_of(&done.output)));
+    assert_eq!(record.output.as_ref(), Some(&output));
     assert_eq!(record.undo, done.undo.as_ref().map(value_of));
     assert_eq!(record.message_id.as_deref(), Some(done.message_id.as_str()));
     assert_eq!(record.finished_at_ms, Some(done.finished_at_ms));
@@ -541,12 +585,9 @@ async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
         .unwrap();
         let mut end = finished(id, status);
         end.undo = None;
-        apply_one(
-            &store,
-            unit("t", "alice", vec![WriteOp::FinishToolCall(end)]),
-        )
-        .await
-        .unwrap();
+        apply_one(&store, unit("t", "alice", finishing_end(end)))
+            .await
+            .unwrap();
         let record = store.tool_call("t", id).await.unwrap().unwrap();
         assert_eq!(record.status, status);
         assert_eq!(record.undo, None);
@@ -566,63 +607,64 @@ async fn finishing_a_call_that_is_unknown_or_finished_fails_alone(store: DynStor
     .unwrap();
     apply_one(
         &store,
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::FinishToolCall(finished(
-                "call_1",
-                CallStatus::Success,
-            ))],
-        ),
+        unit("t", "alice", finishing("call_1", CallStatus::Success)),
     )
     .await
     .unwrap();
 
-    // Each failing unit also carries a message and events: all rolled back.
-    let with_extras = |op: WriteOp, msg_id: &str| {
-        unit(
-            "t",
-            "alice",
-            vec![
-                events(2),
-                WriteOp::InsertMessage(message(msg_id, Role::Tool, "x")),
-                op,
-            ],
-        )
+    // Each failing unit also carries its own message and events: all
+    // rolled back.
+    let with_extras = |id: &str, status: CallStatus| {
+        let mut end = finished(id, status);
+        end.message_id = format!("msg-{id}-{}", status.as_str());
+        let mut ops = vec![events(2)];
+        ops.extend(finishing_end(end));
+        unit("t", "alice", ops)
     };
-    let again = apply_one(
-        &store,
-        with_extras(
-            WriteOp::FinishToolCall(finished("call_1", CallStatus::Failure)),
-            "m1",
-        ),
-    )
-    .await;
+    let again = apply_one(&store, with_extras("call_1", CallStatus::Failure)).await;
     assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
-    let unknown = apply_one(
-        &store,
-        with_extras(
-            WriteOp::FinishToolCall(finished("nope", CallStatus::Success)),
-            "m2",
-        ),
-    )
-    .await;
+    let unknown = apply_one(&store, with_extras("nope", CallStatus::Success)).await;
     assert!(
         matches!(unknown, Err(StoreError::NotFound(_))),
         "{unknown:?}"
     );
-    let running = apply_one(
+    let running = apply_one(&store, with_extras("call_1", CallStatus::Running)).await;
+    assert!(running.is_err(), "{running:?}");
+    // The output is its tool message's: an end without it is refused.
+    apply_one(
         &store,
-        with_extras(
-            WriteOp::FinishToolCall(finished("call_1", CallStatus::Running)),
-            "m3",
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::InsertToolCall(new_call("call_2"))],
         ),
     )
-    .await;
-    assert!(running.is_err(), "{running:?}");
+    .await
+    .unwrap();
+    let mut elsewhere = message("msg-call_2", Role::Tool, "x");
+    elsewhere.tool_call_id = Some("call_1".into());
+    for ops in [
+        vec![
+            events(2),
+            WriteOp::FinishToolCall(finished("call_2", CallStatus::Success)),
+        ],
+        // The message of that id answers another call.
+        vec![
+            WriteOp::FinishToolCall(finished("call_2", CallStatus::Success)),
+            WriteOp::InsertMessage(elsewhere),
+        ],
+    ] {
+        let alone = apply_one(&store, unit("t", "alice", ops)).await;
+        assert!(matches!(alone, Err(StoreError::Conflict(_))), "{alone:?}");
+    }
+    assert_eq!(status_of(&store, "t", "call_2").await, CallStatus::Running);
 
     assert_eq!(store.last_event_seq("t").await.unwrap(), 1);
-    assert!(store.all_messages("t").await.unwrap().is_empty());
+    let kept = store.all_messages("t").await.unwrap();
+    assert_eq!(
+        kept.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        ["msg-call_1"]
+    );
     assert_eq!(
         store
             .tool_call("t", "call_1")
@@ -648,7 +690,7 @@ async fn finishing_a_call_that_is_unknown_or_finished_fails_alone(store: DynStor
     .await
     .unwrap();
     assert_eq!(seqs(&receipt.events), [2]);
-    assert_eq!(receipt.messages, [("m4".to_owned(), 1)]);
+    assert_eq!(receipt.messages, [("m4".to_owned(), 2)]);
 }
 
 async fn a_duplicate_call_conflicts_alone_and_the_batch_commits(store: DynStore) {
@@ -1029,11 +1071,7 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
     .unwrap();
     apply_one(
         &store,
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::FinishToolCall(finished("b", CallStatus::Failure))],
-        ),
+        unit("t", "alice", finishing("b", CallStatus::Failure)),
     )
     .await
     .unwrap();
@@ -1099,7 +1137,7 @@ async fn json_round_trips_exactly(store: DynStore) {
     let mut call = new_call("call_1");
     call.args = value["tool_agent_output"]["result"].clone().into();
     let mut end = finished("call_1", CallStatus::Partial);
-    end.output = value.clone().into();
+    end.message_id = msg.id.clone();
     end.undo = Some(json!([1, "two", {"three": [3.5]}]).into());
     apply_one(
         &store,
@@ -1135,7 +1173,7 @@ async fn json_round_trips_exactly(store: DynStore) {
 
     let record = store.tool_call("t", "call_1").await.unwrap().unwrap();
     assert_eq!(record.args, value_of(&call.args));
-    assert_eq!(record.output, Some(value));
+    assert_eq!(record.output.as_ref(), Some(&value["tool_agent_output"]));
     assert_eq!(record.undo, end.undo.as_ref().map(value_of));
 
     // Scalars at the top level, and a JSON null undo (distinct from none).
@@ -1164,12 +1202,9 @@ async fn json_round_trips_exactly(store: DynStore) {
     .unwrap();
     let mut end = finished("call_2", CallStatus::Success);
     end.undo = Some(Value::Null.into());
-    apply_one(
-        &store,
-        unit("t", "alice", vec![WriteOp::FinishToolCall(end)]),
-    )
-    .await
-    .unwrap();
+    apply_one(&store, unit("t", "alice", finishing_end(end)))
+        .await
+        .unwrap();
     assert_eq!(
         store.tool_call("t", "call_2").await.unwrap().unwrap().undo,
         Some(Value::Null)
@@ -1867,11 +1902,7 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
 
     apply_one(
         &store,
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::FinishToolCall(finished("c1", CallStatus::Success))],
-        ),
+        unit("t", "alice", finishing("c1", CallStatus::Success)),
     )
     .await
     .unwrap();
@@ -1909,6 +1940,7 @@ async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
     // Deny: the decision, the call's end, its message and an audit entry.
     let mut end = finished("c1", CallStatus::Failure);
     end.undo = None;
+    let denial = json!({"status": "failure", "error": {"code": "DENIED"}});
     let receipt = apply_one(
         &store,
         unit(
@@ -1917,7 +1949,7 @@ async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
             vec![
                 decide("ap1", ApprovalStatus::Denied, 2_000),
                 WriteOp::FinishToolCall(end.clone()),
-                WriteOp::InsertMessage(message(&end.message_id, Role::Tool, "denied")),
+                WriteOp::InsertMessage(tool_message(&end, &denial)),
                 WriteOp::AppendAudit(audit_entry("alice", Some("t"), "approval.decided", 2_000)),
             ],
         ),
@@ -1927,19 +1959,21 @@ async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
     assert_eq!(receipt.audit_ids.len(), 1);
     let record = store.tool_call("t", "c1").await.unwrap().unwrap();
     assert_eq!(record.status, CallStatus::Failure);
-    assert_eq!(record.output, Some(value_of(&end.output)));
+    assert_eq!(record.output, Some(denial));
     assert_eq!(record.finished_at_ms, Some(end.finished_at_ms));
     assert_eq!(
         store.approval("ap1").await.unwrap().unwrap().status,
         ApprovalStatus::Denied
     );
 
-    // A finished call neither starts nor finishes again.
-    for op in [
-        WriteOp::StartPendingCall { id: "c1".into() },
-        WriteOp::FinishToolCall(finished("c1", CallStatus::Success)),
+    // A finished call neither starts nor finishes again (with a new message).
+    let mut again = finished("c1", CallStatus::Success);
+    again.message_id = "msg-c1-again".into();
+    for ops in [
+        vec![WriteOp::StartPendingCall { id: "c1".into() }],
+        finishing_end(again),
     ] {
-        let refused = apply_one(&store, unit("t", "alice", vec![op])).await;
+        let refused = apply_one(&store, unit("t", "alice", ops)).await;
         assert!(
             matches!(refused, Err(StoreError::Conflict(_))),
             "{refused:?}"
@@ -1971,14 +2005,7 @@ async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
     .unwrap();
     let refused = apply_one(
         &store,
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::FinishToolCall(finished(
-                "c3",
-                CallStatus::PendingApproval,
-            ))],
-        ),
+        unit("t", "alice", finishing("c3", CallStatus::PendingApproval)),
     )
     .await;
     assert!(
@@ -2738,14 +2765,7 @@ async fn run_calls_keep_the_recorded_order(store: DynStore) {
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     apply_one(
         &store,
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::FinishToolCall(finished(
-                "alpha",
-                CallStatus::Success,
-            ))],
-        ),
+        unit("t", "alice", finishing("alpha", CallStatus::Success)),
     )
     .await
     .unwrap();
@@ -2792,11 +2812,7 @@ async fn undo_links_are_recorded_once(store: DynStore) {
     .unwrap();
     apply_one(
         &store,
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::FinishToolCall(finished("c1", CallStatus::Success))],
-        ),
+        unit("t", "alice", finishing("c1", CallStatus::Success)),
     )
     .await
     .unwrap();
@@ -2812,23 +2828,15 @@ async fn undo_links_are_recorded_once(store: DynStore) {
     .unwrap();
     let mut end = finished("undo_c1", CallStatus::Success);
     end.undo = None;
-    apply_one(
-        &store,
-        unit(
-            "t",
-            "alice",
-            vec![
-                WriteOp::FinishToolCall(end),
-                WriteOp::MarkUndone {
-                    id: "c1".into(),
-                    undone_by: "undo_c1".into(),
-                },
-                WriteOp::AppendAudit(audit_entry("alice", Some("t"), "call.undone", 5)),
-            ],
-        ),
-    )
-    .await
-    .unwrap();
+    let mut ops = finishing_end(end);
+    ops.extend([
+        WriteOp::MarkUndone {
+            id: "c1".into(),
+            undone_by: "undo_c1".into(),
+        },
+        WriteOp::AppendAudit(audit_entry("alice", Some("t"), "call.undone", 5)),
+    ]);
+    apply_one(&store, unit("t", "alice", ops)).await.unwrap();
     let undone = store.tool_call("t", "c1").await.unwrap().unwrap();
     assert_eq!(undone.undone_by.as_deref(), Some("undo_c1"));
     assert_eq!(undone.undo_of, None);
@@ -3094,6 +3102,49 @@ async fn the_schema_refuses_unknown_roles_and_statuses(target: Target) {
     );
 }
 
+/// The call's row keeps no copy of the output; every read of the call
+/// (by id, by run, after a restart) takes it from the tool message, whether
+/// the call was finished alone, with its write-ahead, or in a large batch.
+async fn a_calls_output_is_stored_once_in_its_tool_message(target: Target) {
+    let store = target.open().await;
+    apply_one(&store, write_ahead("t", "apart")).await.unwrap();
+    apply_one(&store, result_of("t", "apart")).await.unwrap();
+    let fused = |call: &str| {
+        let mut unit = write_ahead("t", call);
+        unit.ops.extend(result_of("t", call).ops);
+        unit
+    };
+    apply_one(&store, fused("fused")).await.unwrap();
+    let batch: Vec<WriteUnit> = (0..20).map(|i| fused(&format!("b{i}"))).collect();
+    for result in store.apply_batch(&batch).await.unwrap() {
+        result.unwrap();
+    }
+
+    assert_eq!(
+        target
+            .count("SELECT COUNT(*) FROM tool_calls WHERE output IS NOT NULL")
+            .await,
+        0
+    );
+    let reopened = target.open().await;
+    for call in ["apart", "fused", "b0", "b19"] {
+        let record = reopened.tool_call("t", call).await.unwrap().unwrap();
+        assert_eq!(record.status, CallStatus::Success, "{call}");
+        assert_eq!(
+            record.output,
+            Some(output_of(call, CallStatus::Success)),
+            "{call}"
+        );
+    }
+    let run = reopened.run_calls("t", "run-t").await.unwrap();
+    assert_eq!(run.len(), 22);
+    assert!(
+        run.iter()
+            .all(|r| r.output == Some(output_of(&r.id, CallStatus::Success))),
+        "{run:?}"
+    );
+}
+
 async fn a_0001_database_migrates_with_its_data(target: Target) {
     // A database left by the release before the safety features: two calls
     // in one millisecond (ids out of order), one still running.
@@ -3343,18 +3394,12 @@ fn write_ahead(thread: &str, call: &str) -> WriteUnit {
 
 /// A result unit: finish, tool message, 1 event, an audit entry.
 fn result_of(thread: &str, call: &str) -> WriteUnit {
-    let mut m = message(&format!("msg-{call}"), Role::Tool, "done");
-    m.tool_call_id = Some(call.to_owned());
-    unit(
-        thread,
-        "alice",
-        vec![
-            WriteOp::FinishToolCall(finished(call, CallStatus::Success)),
-            WriteOp::InsertMessage(m),
-            WriteOp::AppendEvents(vec![event("TOOL_CALL_RESULT", 4)]),
-            WriteOp::AppendAudit(audit_in(thread, call, 2)),
-        ],
-    )
+    let mut ops = finishing(call, CallStatus::Success);
+    ops.extend([
+        WriteOp::AppendEvents(vec![event("TOOL_CALL_RESULT", 4)]),
+        WriteOp::AppendAudit(audit_in(thread, call, 2)),
+    ]);
+    unit(thread, "alice", ops)
 }
 
 /// A read-only call's record and result in one unit (the engine's single
@@ -3560,10 +3605,7 @@ async fn a_large_batch_across_threads_commits_in_thread_then_unit_order(store: D
             let record = store.tool_call(thread, &call).await.unwrap().unwrap();
             assert_eq!(record.status, CallStatus::Success);
             assert_eq!(record.message_id, Some(format!("msg-{call}")));
-            assert_eq!(
-                record.output,
-                Some(value_of(&finished(&call, CallStatus::Success).output))
-            );
+            assert_eq!(record.output, Some(output_of(&call, CallStatus::Success)));
             assert_eq!(receipts[i].audit_ids.len(), 1);
         }
     }
@@ -3681,11 +3723,7 @@ async fn duplicate_and_dependent_ids_within_one_batch(store: DynStore) {
         ),
         unit("t", "alice", vec![WriteOp::InsertMessage(dup_message)]),
         result_of("t", "c1"),
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::FinishToolCall(finished("c1", CallStatus::Failure))],
-        ),
+        unit("t", "alice", finishing("c1", CallStatus::Failure)),
         result_of("t", "c2"),
         write_ahead("t", "c2"),
     ];

@@ -722,15 +722,13 @@ impl Engine {
             crate::protocol::tool_output::ToolStatus::Failure => CallStatus::Failure,
             crate::protocol::tool_output::ToolStatus::Partial => CallStatus::Partial,
         };
-        // Serialized once: the call's output and, wrapped, the message's
-        // metadata.
-        let stored_output = JsonText::of(output);
+        // The output is stored once, in the message's metadata; the call's
+        // record reads it from there.
         let now = now_ms();
-        let metadata = JsonText::wrapped("tool_agent_output", &stored_output);
+        let metadata = JsonText::wrapped("tool_agent_output", &JsonText::of(output));
         ops.push(WriteOp::FinishToolCall(FinishedToolCall {
             id: output.tool_call_id.clone(),
             status,
-            output: stored_output,
             undo: undo.map(|u| JsonText::of(&u)),
             message_id: message_id.clone(),
             finished_at_ms: now,
@@ -861,14 +859,22 @@ impl Engine {
             tool_call_id: String,
             tool_call_args: Value,
         }
-        let (at, called) = unit.ops.iter().enumerate().find_map(|(at, op)| match op {
-            WriteOp::FinishToolCall(finished) => {
-                serde_json::from_str::<Called>(finished.output.as_str())
-                    .ok()
-                    .map(|called| (at, called))
+        /// The tool message's metadata, which holds the output.
+        #[derive(serde::Deserialize)]
+        struct Carried {
+            tool_agent_output: Called,
+        }
+        let (at, message_id) = unit.ops.iter().enumerate().find_map(|(at, op)| match op {
+            WriteOp::FinishToolCall(finished) => Some((at, finished.message_id.as_str())),
+            _ => None,
+        })?;
+        let called = unit.ops[at..].iter().find_map(|op| match op {
+            WriteOp::InsertMessage(message) if message.id == message_id => {
+                serde_json::from_str::<Carried>(message.metadata.as_str()).ok()
             }
             _ => None,
         })?;
+        let called = called.tool_agent_output;
         tracing::error!(
             thread_id = %unit.thread_id,
             tool_call_id = %called.tool_call_id,

@@ -155,7 +155,9 @@ pub fn finished_call(unit: &WriteUnit) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{CallStatus, FinishedToolCall, JsonText, NewEvent, NewToolCall};
+    use crate::store::{
+        CallStatus, FinishedToolCall, JsonText, NewEvent, NewMessage, NewToolCall, Role,
+    };
 
     fn unit(call: &str) -> WriteUnit {
         WriteUnit {
@@ -165,10 +167,19 @@ mod tests {
                 WriteOp::FinishToolCall(FinishedToolCall {
                     id: call.into(),
                     status: CallStatus::Success,
-                    output: JsonText::of(&serde_json::json!({"text": "hi", "n": 1.5})),
                     undo: None,
                     message_id: "m".into(),
                     finished_at_ms: 7,
+                }),
+                WriteOp::InsertMessage(NewMessage {
+                    id: "m".into(),
+                    role: Role::Tool,
+                    content: "hi".into(),
+                    metadata: JsonText::of(&serde_json::json!({
+                        "tool_agent_output": {"text": "hi", "n": 1.5}
+                    })),
+                    tool_call_id: Some(call.into()),
+                    created_at_ms: 7,
                 }),
                 WriteOp::AppendEvents(vec![NewEvent {
                     event_type: "TOOL_CALL_RESULT".into(),

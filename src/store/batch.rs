@@ -75,10 +75,6 @@ impl CallRow<'_> {
         self.finish.map_or(self.call.status, |f| f.status).as_str()
     }
 
-    pub fn output(&self) -> Option<&JsonText> {
-        self.finish.map(|f| &f.output)
-    }
-
     pub fn undo(&self) -> Option<&JsonText> {
         self.finish.and_then(|f| f.undo.as_ref())
     }
@@ -162,7 +158,7 @@ impl<'a> Plan<'a> {
                         totals.calls += 1;
                     }
                     WriteOp::FinishToolCall(finished) => {
-                        checks::finishing_call_status(&finished.id, finished.status).ok()?;
+                        checks::finishable(unit, finished).ok()?;
                         // One change per call per batch: the batched update
                         // cannot order two changes of the same row.
                         if !changed_calls.insert((thread, finished.id.as_str())) {

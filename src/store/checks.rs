@@ -3,8 +3,8 @@
 //! update that touched no row stands for.
 
 use super::{
-    ApprovalRecord, ApprovalStatus, CallStatus, NewAuditEntry, StoreError, StoreResult, WriteOp,
-    WriteUnit,
+    ApprovalRecord, ApprovalStatus, CallStatus, FinishedToolCall, NewAuditEntry, StoreError,
+    StoreResult, WriteOp, WriteUnit,
 };
 
 /// How many event seqs, message seqs and call ordinals a unit reserves.
@@ -43,13 +43,27 @@ pub(crate) fn insertable_call_status(id: &str, status: CallStatus) -> StoreResul
     }
 }
 
-pub(crate) fn finishing_call_status(id: &str, status: CallStatus) -> StoreResult<()> {
-    if status.is_finished() {
+/// A call can be finished with a terminal status, by a unit that also
+/// inserts its tool message (which holds the call's output).
+pub(crate) fn finishable(unit: &WriteUnit, finished: &FinishedToolCall) -> StoreResult<()> {
+    let id = &finished.id;
+    if !finished.status.is_finished() {
+        return Err(StoreError::Conflict(format!(
+            "tool call {id:?} cannot be finished with status {}",
+            finished.status.as_str()
+        )));
+    }
+    let carried = unit.ops.iter().any(|op| {
+        matches!(op, WriteOp::InsertMessage(m)
+            if m.id == finished.message_id && m.tool_call_id.as_deref() == Some(id.as_str()))
+    });
+    if carried {
         Ok(())
     } else {
         Err(StoreError::Conflict(format!(
-            "tool call {id:?} cannot be finished with status {}",
-            status.as_str()
+            "tool call {id:?} cannot be finished without inserting its tool message {:?} \
+             in the same unit",
+            finished.message_id
         )))
     }
 }

@@ -333,7 +333,10 @@ pub struct ToolCallRecord {
     pub tool_name: String,
     pub args: Value,
     pub status: CallStatus,
-    /// The full ToolAgentOutput once finished.
+    /// The full ToolAgentOutput once finished: the `tool_agent_output` of
+    /// its tool message's metadata, where it is stored (once); calls
+    /// finished by releases that also kept a copy in the call's row are
+    /// read from that copy.
     pub output: Option<Value>,
     pub undo: Option<Value>,
     /// The tool message holding the result, once finished.
@@ -362,13 +365,14 @@ pub struct NewToolCall {
     pub created_at_ms: i64,
 }
 
-/// The end of a call: its status, output, undo record and the id of the tool
-/// message that carries it.
+/// The end of a call: its status, undo record and the id of the tool
+/// message that carries its output. That message (`tool_call_id` = this
+/// call) must be inserted by the same unit: its `metadata.tool_agent_output`
+/// is the call's output ([`ToolCallRecord::output`]), stored only there.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FinishedToolCall {
     pub id: String,
     pub status: CallStatus,
-    pub output: JsonText,
     pub undo: Option<JsonText>,
     pub message_id: String,
     pub finished_at_ms: i64,
@@ -508,8 +512,9 @@ pub enum WriteOp {
     InsertToolCall(NewToolCall),
     /// Mark a `running` or `pending_approval` call finished (a denied or
     /// expired call is finished without ever running). Fails with `NotFound`
-    /// if it is not recorded, `Conflict` if it is already finished or the
-    /// given status is not a terminal one.
+    /// if it is not recorded, `Conflict` if it is already finished, the
+    /// given status is not a terminal one or the unit does not insert the
+    /// call's tool message.
     FinishToolCall(FinishedToolCall),
     /// Start an approved call: `pending_approval` → `running`. `NotFound` if
     /// it is not recorded, `Conflict` if it is not pending.

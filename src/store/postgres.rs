@@ -244,16 +244,14 @@ async fn finish_tool_call(
     unit: &WriteUnit,
     finished: &FinishedToolCall,
 ) -> StoreResult<()> {
-    checks::finishing_call_status(&finished.id, finished.status)?;
+    checks::finishable(unit, finished)?;
     let done = sqlx::query(
-        "UPDATE tool_calls SET status = $3, output = $4::JSONB, undo = $5::JSONB, message_id = $6, \
-         finished_at_ms = $7 \
+        "UPDATE tool_calls SET status = $3, undo = $4::JSONB, message_id = $5, finished_at_ms = $6 \
          WHERE thread_id = $1 AND id = $2 AND status IN ('running', 'pending_approval')",
     )
     .bind(&unit.thread_id)
     .bind(&finished.id)
     .bind(finished.status.as_str())
-    .bind(finished.output.as_str())
     .bind(finished.undo.as_ref().map(JsonText::as_str))
     .bind(&finished.message_id)
     .bind(finished.finished_at_ms)
@@ -557,15 +555,15 @@ async fn apply_plan(
         let c = &rows.calls;
         let done = sqlx::query(
             "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-                 created_at_ms, undo_of, ordinal, output, undo, message_id, finished_at_ms) \
+                 created_at_ms, undo_of, ordinal, undo, message_id, finished_at_ms) \
              SELECT u.thread_id, u.id, u.owner, u.run_id, u.tool_name, u.args::JSONB, u.status, \
-                 u.created_at_ms, u.undo_of, u.ordinal, u.output::JSONB, u.undo::JSONB, \
-                 u.message_id, u.finished_at_ms \
+                 u.created_at_ms, u.undo_of, u.ordinal, u.undo::JSONB, u.message_id, \
+                 u.finished_at_ms \
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[], \
-                 $11::TEXT[], $12::TEXT[], $13::TEXT[], $14::BIGINT[]) \
+                 $11::TEXT[], $12::TEXT[], $13::BIGINT[]) \
                  AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
-                     undo_of, ordinal, output, undo, message_id, finished_at_ms) \
+                     undo_of, ordinal, undo, message_id, finished_at_ms) \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -588,11 +586,6 @@ async fn apply_plan(
         .bind(c.iter().map(|r| r.ordinal).collect::<Vec<_>>())
         .bind(
             c.iter()
-                .map(|r| r.output().map(JsonText::as_str))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            c.iter()
                 .map(|r| r.undo().map(JsonText::as_str))
                 .collect::<Vec<_>>(),
         )
@@ -608,12 +601,11 @@ async fn apply_plan(
     if !rows.finishes.is_empty() {
         let f = &rows.finishes;
         let done = sqlx::query(
-            "UPDATE tool_calls AS t SET status = u.status, output = u.output::JSONB, \
-                 undo = u.undo::JSONB, message_id = u.message_id, \
-                 finished_at_ms = u.finished_at_ms \
+            "UPDATE tool_calls AS t SET status = u.status, undo = u.undo::JSONB, \
+                 message_id = u.message_id, finished_at_ms = u.finished_at_ms \
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
-                 $6::TEXT[], $7::BIGINT[]) \
-                 AS u (thread_id, id, status, output, undo, message_id, finished_at_ms) \
+                 $6::BIGINT[]) \
+                 AS u (thread_id, id, status, undo, message_id, finished_at_ms) \
              WHERE t.thread_id = u.thread_id AND t.id = u.id \
                  AND t.status IN ('running', 'pending_approval')",
         )
@@ -622,11 +614,6 @@ async fn apply_plan(
         .bind(
             f.iter()
                 .map(|r| r.finished.status.as_str())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            f.iter()
-                .map(|r| r.finished.output.as_str())
                 .collect::<Vec<_>>(),
         )
         .bind(

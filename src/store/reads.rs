@@ -17,8 +17,15 @@ use super::{
     StoreResult, StoredEvent, StoredMessage, ToolCallRecord,
 };
 
-const TOOL_CALL_COLUMNS: &str = "thread_id, id, owner, run_id, tool_name, args, status, output, \
-     undo, message_id, created_at_ms, finished_at_ms, undo_of, undone_by";
+/// A call's row (as `c`) with its output, read from its tool message (`m`,
+/// joined by [`TOOL_CALL_FROM`]) where it is stored; `c.output` holds it only
+/// for calls finished by releases that stored it twice.
+const TOOL_CALL_COLUMNS: &str = "c.thread_id, c.id, c.owner, c.run_id, c.tool_name, c.args, \
+     c.status, COALESCE(c.output, m.metadata -> 'tool_agent_output') AS output, c.undo, \
+     c.message_id, c.created_at_ms, c.finished_at_ms, c.undo_of, c.undone_by";
+
+const TOOL_CALL_FROM: &str = "tool_calls AS c LEFT JOIN messages AS m \
+     ON m.thread_id = c.thread_id AND m.id = c.message_id";
 
 pub(super) const APPROVAL_COLUMNS: &str = "id, thread_id, owner, tool_call_id, tool_name, \
      arguments, reason, preview, request, status, decided_by, decision_reason, created_at_ms, \
@@ -163,7 +170,7 @@ where
         id: &str,
     ) -> StoreResult<Option<ToolCallRecord>> {
         let row = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND id = $2"
+            "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} WHERE c.thread_id = $1 AND c.id = $2"
         ))
         .bind(thread_id)
         .bind(id)
@@ -174,8 +181,8 @@ where
 
     pub async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
         let rows = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE status = 'running' \
-             ORDER BY created_at_ms, thread_id, id"
+            "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} WHERE c.status = 'running' \
+             ORDER BY c.created_at_ms, c.thread_id, c.id"
         ))
         .fetch_all(self.pool)
         .await?;
@@ -188,8 +195,8 @@ where
         run_id: &str,
     ) -> StoreResult<Vec<ToolCallRecord>> {
         let rows = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM tool_calls WHERE thread_id = $1 AND run_id = $2 \
-             ORDER BY ordinal"
+            "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} \
+             WHERE c.thread_id = $1 AND c.run_id = $2 ORDER BY c.ordinal"
         ))
         .bind(thread_id)
         .bind(run_id)

@@ -81,12 +81,12 @@ SELECT owner, last_event_seq, last_message_seq, last_call_ordinal FROM threads W
 
 const INSERT_CALL: &str = "\
 INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
-    undo_of, ordinal, output, undo, message_id, finished_at_ms) \
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
+    undo_of, ordinal, undo, message_id, finished_at_ms) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
 ON CONFLICT (thread_id, id) DO NOTHING";
 
 const FINISH_CALL: &str = "\
-UPDATE tool_calls SET status = ?3, output = ?4, undo = ?5, message_id = ?6, finished_at_ms = ?7 \
+UPDATE tool_calls SET status = ?3, undo = ?4, message_id = ?5, finished_at_ms = ?6 \
 WHERE thread_id = ?1 AND id = ?2 AND status IN ('running', 'pending_approval')";
 
 const INSERT_MESSAGE: &str = "\
@@ -332,7 +332,7 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                 next_ordinal += 1;
             }
             WriteOp::FinishToolCall(finished) => {
-                checks::finishing_call_status(&finished.id, finished.status)?;
+                checks::finishable(unit, finished)?;
                 if !finish_call(conn, &unit.thread_id, finished)? {
                     let current = call_status(conn, unit, &finished.id)?;
                     return Err(checks::call_not_changed(
@@ -403,7 +403,6 @@ fn insert_call(
             call.created_at_ms,
             call.undo_of,
             ordinal,
-            finish.map(|f| f.output.as_str()),
             finish.and_then(|f| f.undo.as_ref().map(JsonText::as_str)),
             finish.map(|f| &f.message_id),
             finish.map(|f| f.finished_at_ms),
@@ -418,7 +417,6 @@ fn finish_call(conn: &Connection, thread_id: &str, f: &FinishedToolCall) -> Stor
         thread_id,
         f.id,
         f.status.as_str(),
-        f.output.as_str(),
         f.undo.as_ref().map(JsonText::as_str),
         f.message_id,
         f.finished_at_ms,
