@@ -390,6 +390,16 @@ async fn apply_one(store: &DynStore, unit: WriteUnit) -> StoreResult<UnitReceipt
     results.remove(0)
 }
 
+/// Record call `id` as running in thread `t` of alice.
+async fn record_running(store: &DynStore, id: &str) {
+    apply_one(
+        store,
+        unit("t", "alice", vec![WriteOp::InsertToolCall(new_call(id))]),
+    )
+    .await
+    .unwrap();
+}
+
 fn seqs(events: &[StoredEvent]) -> Vec<i64> {
     events.iter().map(|e| e.seq).collect()
 }
@@ -577,12 +587,7 @@ async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
         ("call_2", CallStatus::Failure),
         ("call_3", CallStatus::Partial),
     ] {
-        apply_one(
-            &store,
-            unit("t", "alice", vec![WriteOp::InsertToolCall(new_call(id))]),
-        )
-        .await
-        .unwrap();
+        record_running(&store, id).await;
         let mut end = finished(id, status);
         end.undo = None;
         apply_one(&store, unit("t", "alice", finishing_end(end)))
@@ -631,16 +636,7 @@ async fn finishing_a_call_that_is_unknown_or_finished_fails_alone(store: DynStor
     let running = apply_one(&store, with_extras("call_1", CallStatus::Running)).await;
     assert!(running.is_err(), "{running:?}");
     // The output is its tool message's: an end without it is refused.
-    apply_one(
-        &store,
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::InsertToolCall(new_call("call_2"))],
-        ),
-    )
-    .await
-    .unwrap();
+    record_running(&store, "call_2").await;
     let mut elsewhere = message("msg-call_2", Role::Tool, "x");
     elsewhere.tool_call_id = Some("call_1".into());
     for ops in [
@@ -1190,16 +1186,7 @@ async fn json_round_trips_exactly(store: DynStore) {
         assert_eq!(back.metadata, top);
         assert_eq!(back.content, "");
     }
-    apply_one(
-        &store,
-        unit(
-            "t",
-            "alice",
-            vec![WriteOp::InsertToolCall(new_call("call_2"))],
-        ),
-    )
-    .await
-    .unwrap();
+    record_running(&store, "call_2").await;
     let mut end = finished("call_2", CallStatus::Success);
     end.undo = Some(Value::Null.into());
     apply_one(&store, unit("t", "alice", finishing_end(end)))
@@ -2804,12 +2791,7 @@ fn pending_call_in(id: &str, run: &str) -> NewToolCall {
 }
 
 async fn undo_links_are_recorded_once(store: DynStore) {
-    apply_one(
-        &store,
-        unit("t", "alice", vec![WriteOp::InsertToolCall(new_call("c1"))]),
-    )
-    .await
-    .unwrap();
+    record_running(&store, "c1").await;
     apply_one(
         &store,
         unit("t", "alice", finishing("c1", CallStatus::Success)),
