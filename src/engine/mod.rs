@@ -722,10 +722,16 @@ impl Engine {
             crate::protocol::tool_output::ToolStatus::Failure => CallStatus::Failure,
             crate::protocol::tool_output::ToolStatus::Partial => CallStatus::Partial,
         };
-        // The output is stored once, in the message's metadata; the call's
-        // record reads it from there.
+        /// The tool message's metadata: the one stored copy of the output,
+        /// which the call's record reads too.
+        #[derive(serde::Serialize)]
+        struct Carrying<'a> {
+            tool_agent_output: &'a ToolAgentOutput,
+        }
         let now = now_ms();
-        let metadata = JsonText::wrapped("tool_agent_output", &JsonText::of(output));
+        let metadata = JsonText::of(&Carrying {
+            tool_agent_output: output,
+        });
         ops.push(WriteOp::FinishToolCall(FinishedToolCall {
             id: output.tool_call_id.clone(),
             status,
@@ -870,11 +876,12 @@ impl Engine {
         })?;
         let called = unit.ops[at..].iter().find_map(|op| match op {
             WriteOp::InsertMessage(message) if message.id == message_id => {
-                serde_json::from_str::<Carried>(message.metadata.as_str()).ok()
+                serde_json::from_str::<Carried>(message.metadata.as_str())
+                    .ok()
+                    .map(|carried| carried.tool_agent_output)
             }
             _ => None,
         })?;
-        let called = called.tool_agent_output;
         tracing::error!(
             thread_id = %unit.thread_id,
             tool_call_id = %called.tool_call_id,

@@ -248,18 +248,6 @@ impl JsonText {
         JsonText(serde_json::to_string(value).expect("JSON documents serialize"))
     }
 
-    /// `{"<key>": <value>}`, around an already serialized value.
-    pub fn wrapped(key: &str, value: &JsonText) -> JsonText {
-        let key = serde_json::to_string(key).expect("strings serialize");
-        let mut text = String::with_capacity(key.len() + value.0.len() + 3);
-        text.push('{');
-        text.push_str(&key);
-        text.push(':');
-        text.push_str(&value.0);
-        text.push('}');
-        JsonText(text)
-    }
-
     pub fn as_str(&self) -> &str {
         &self.0
     }
