@@ -93,6 +93,20 @@ async fn live_stream_and_history_carry_the_same_ui(backend: Backend) {
     );
     assert_eq!(history[0]["content"], out["tool_response"]["content"]);
     assert_eq!(history[0]["tool_call_id"], "c1");
+
+    // The log keeps the result event as a reference to its tool message; a
+    // resume rebuilds it, byte for byte the event streamed live.
+    let mut resumed = app.events("t2", "?after=3", None).await;
+    assert_eq!(
+        resumed.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    let replayed = resumed.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(replayed.id, Some(4));
+    assert_eq!(
+        replayed.raw, frames[3].raw,
+        "a resume replays the live TOOL_CALL_RESULT byte for byte"
+    );
 }
 
 async fn resume_replays_exactly_what_was_missed(backend: Backend) {
@@ -433,6 +447,46 @@ async fn a_caller_that_hangs_up_does_not_cut_the_call(backend: Backend) {
 /// jsonb keeps a number as an exact decimal and prints it in full (f64::MAX
 /// comes back as 309 digits), and reading it back must give the same
 /// number, or history fails and a re-post looks like a conflict.
+/// The log keeps each TOOL_CALL_RESULT as a reference to its tool message
+/// and a resume rebuilds it: byte for byte the event streamed live, for a
+/// success carrying awkward text and numbers and for a failure with its
+/// error.
+async fn resumed_results_are_the_live_ones_byte_for_byte(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tools.timeout_secs = 1).await;
+    let mut live = app.events("t9", "", None).await;
+    assert_eq!(
+        live.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    let text = "Zürich \"quoted\" \\ tab\t line\n \u{1f4c5} \u{2028} </script>";
+    let numbers = json!([f64::MAX, 5e-324, 0.1, 2.5e-8, u64::MAX, i64::MIN, -0.0]);
+    let calls = [
+        json!({"id": "ok", "name": "echo", "arguments": {"text": text, "n": numbers}}),
+        json!({"id": "slow", "name": "wait", "arguments": {"ms": 5000}}),
+    ];
+    let mut streamed = Vec::new();
+    for call in calls {
+        let (status, out) = app.call("t9", call).await;
+        assert_eq!(status, 200, "{out}");
+        streamed.push(live.until("TOOL_CALL_RESULT").await.pop().unwrap());
+    }
+    assert_eq!(streamed[1].data["metadata"]["error"]["code"], "TIMEOUT");
+    // Postgres's jsonb has one zero: a negative zero is 0.0 from the start,
+    // live and stored alike, on both backends.
+    let content = streamed[0].data["content"].as_str().unwrap();
+    assert!(content.contains("-9223372036854775808,0.0]"), "{content}");
+
+    let mut resumed = app.events("t9", "?after=0", None).await;
+    let mut replayed = Vec::new();
+    for _ in 0..2 {
+        replayed.push(resumed.until("TOOL_CALL_RESULT").await.pop().unwrap());
+    }
+    for (live, again) in streamed.iter().zip(&replayed) {
+        assert_eq!(again.id, live.id);
+        assert_eq!(again.raw, live.raw);
+    }
+}
+
 async fn extreme_numbers_survive_storage(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let t = "/v1/threads/numbers";
@@ -572,6 +626,7 @@ both_backends!(
     a_refused_result_finishes_its_call_as_a_failure,
     a_result_the_database_fails_on_finishes_its_call_as_a_failure,
     extreme_numbers_survive_storage,
+    resumed_results_are_the_live_ones_byte_for_byte,
     a_caller_that_hangs_up_does_not_cut_the_call,
     tool_call_in_three_shapes,
     live_stream_and_history_carry_the_same_ui,

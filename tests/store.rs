@@ -19,9 +19,9 @@ use toolgate::store::sqlite::SqliteStore;
 use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DynStore,
-    FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, Store,
-    StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteOp,
-    WriteUnit,
+    FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, ResultReference,
+    Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt,
+    WriteOp, WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -287,6 +287,7 @@ on_both_backends! {
         pending_work_survives_a_restart_untouched,
         a_0001_database_migrates_with_its_data,
         a_calls_output_is_stored_once_in_its_tool_message,
+        a_result_event_is_logged_as_a_reference_to_its_message,
         the_schema_refuses_unknown_roles_and_statuses,
     ],
 }
@@ -312,6 +313,7 @@ fn event(event_type: &str, n: i64) -> NewEvent {
         event_type: event_type.to_owned(),
         data: format!(r#"{{"type":"{event_type}","n":{n}}}"#).into(),
         created_at_ms: 1_700_000_000_000 + n,
+        announces: None,
     }
 }
 
@@ -492,6 +494,7 @@ async fn a_unit_records_a_running_call_and_its_events(store: DynStore) {
             event_type: e.event_type.clone(),
             data: e.data.clone(),
             created_at_ms: e.created_at_ms,
+            from_message: None,
         })
         .collect();
     assert_eq!(receipt.events, expected);
@@ -923,6 +926,7 @@ async fn events_after_pages_with_a_limit(store: DynStore) {
         event_type: "TEXT_MESSAGE_CONTENT".into(),
         data: "{ \"type\":\"TEXT_MESSAGE_CONTENT\",  \"delta\":\"h\u{e9}llo \\u00e9 \u{1f600}\\n\" , \"z\":1,\"a\":2}".into(),
         created_at_ms: 42,
+        announces: None,
     };
     let mut all: Vec<NewEvent> = (1..=9).map(|i| event("CUSTOM", i)).collect();
     all.push(odd.clone());
@@ -3125,6 +3129,81 @@ async fn a_calls_output_is_stored_once_in_its_tool_message(target: Target) {
             .all(|r| r.output == Some(output_of(&r.id, CallStatus::Success))),
         "{run:?}"
     );
+}
+
+/// A TOOL_CALL_RESULT that announces its tool message is logged as that
+/// reference alone: the receipt (which the bus publishes) carries its data,
+/// the log keeps no copy and reads back the message's output to rebuild it
+/// from, alone or in a large batch. Without its message in the unit it is
+/// refused.
+async fn a_result_event_is_logged_as_a_reference_to_its_message(target: Target) {
+    let store = target.open().await;
+    let result_of_call = |call: &str| {
+        let result = NewEvent {
+            announces: Some(format!("msg-{call}")),
+            ..event("TOOL_CALL_RESULT", 9)
+        };
+        let mut ops = finishing(call, CallStatus::Success);
+        ops.push(WriteOp::AppendEvents(vec![event("CUSTOM", 8), result]));
+        unit("t", "alice", ops)
+    };
+    record_running(&store, "c1").await;
+    let receipt = apply_one(&store, result_of_call("c1")).await.unwrap();
+    assert_eq!(receipt.events[1].data, event("TOOL_CALL_RESULT", 9).data);
+    assert_eq!(receipt.events[1].from_message, None);
+
+    let calls: Vec<String> = (0..12).map(|i| format!("b{i}")).collect();
+    for call in &calls {
+        record_running(&store, call).await;
+    }
+    let batch: Vec<WriteUnit> = calls.iter().map(|c| result_of_call(c)).collect();
+    for result in store.apply_batch(&batch).await.unwrap() {
+        result.unwrap();
+    }
+
+    assert_eq!(
+        target
+            .count("SELECT COUNT(*) FROM events WHERE message_id IS NOT NULL AND data = ''")
+            .await,
+        13
+    );
+    let logged = target.open().await.events_after("t", 0, 100).await.unwrap();
+    assert_eq!(logged.len(), 26);
+    for (pair, call) in logged
+        .chunks(2)
+        .zip(std::iter::once("c1").chain(calls.iter().map(String::as_str)))
+    {
+        assert_eq!(pair[0].data, event("CUSTOM", 8).data);
+        assert_eq!(pair[0].from_message, None);
+        assert_eq!(&*pair[1].data, "");
+        assert_eq!(pair[1].event_type, "TOOL_CALL_RESULT");
+        assert_eq!(
+            pair[1].from_message,
+            Some(ResultReference {
+                message_id: format!("msg-{call}"),
+                output: output_of(call, CallStatus::Success),
+            })
+        );
+    }
+
+    let orphan = NewEvent {
+        announces: Some("msg-elsewhere".into()),
+        ..event("TOOL_CALL_RESULT", 10)
+    };
+    let refused = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![events(1), WriteOp::AppendEvents(vec![orphan])],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert_eq!(store.last_event_seq("t").await.unwrap(), 26);
 }
 
 async fn a_0001_database_migrates_with_its_data(target: Target) {

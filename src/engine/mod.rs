@@ -747,7 +747,11 @@ impl Engine {
             tool_call_id: Some(output.tool_call_id.clone()),
             created_at_ms: now,
         }));
-        ops.push(WriteOp::AppendEvents(vec![new_event(&event)]));
+        // The log keeps the result event as a reference to its message.
+        ops.push(WriteOp::AppendEvents(vec![NewEvent {
+            announces: Some(message_id.clone()),
+            ..new_event(&event)
+        }]));
         Finishing {
             ops,
             announced,
@@ -1395,12 +1399,30 @@ fn validate_arguments(tool: &RegisteredTool, arguments: &Value) -> Result<(), Re
     })
 }
 
-fn new_event(event: &Event) -> NewEvent {
+/// An event to append to the log, stored in full.
+pub(crate) fn new_event(event: &Event) -> NewEvent {
     NewEvent {
         event_type: event.type_name().to_string(),
         data: event.to_json().into(),
         created_at_ms: event.timestamp,
+        announces: None,
     }
+}
+
+/// The JSON of a logged event as streamed: its `data`, or, for a result
+/// event stored as a reference to its tool message, the same event rebuilt
+/// from that message's output (the ui_schema compiled again, as `/history`
+/// does, with the timestamp it was streamed with).
+pub fn logged_event_data(event: &StoredEvent) -> Result<Arc<str>, StoreError> {
+    let Some(reference) = &event.from_message else {
+        return Ok(Arc::clone(&event.data));
+    };
+    let output: ToolAgentOutput = serde_json::from_value(reference.output.clone())
+        .map_err(|e| StoreError::Corrupt(format!("event {}: {e}", event.seq)))?;
+    let ui_schema = compile_ui(&output);
+    let mut rebuilt = result_event(&output, &reference.message_id, ui_schema.as_ref());
+    rebuilt.timestamp = event.created_at_ms;
+    Ok(rebuilt.to_json().into())
 }
 
 fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) {
@@ -1495,7 +1517,7 @@ async fn forward_progress(
             continue;
         }
         let mut value = json!({"toolCallId": call_id, "progress": p.fraction, "detail": p.detail});
-        postprocess::replace_nul(&mut value);
+        postprocess::make_storable(&mut value);
         let event = Event::new(EventBody::Custom {
             name: "tool_call.progress".into(),
             value,

@@ -17,11 +17,11 @@ pub fn build_output(
     match executed {
         Ok(success) => {
             let mut result = success.result.clone();
-            replace_nul(&mut result);
+            make_storable(&mut result);
             ToolAgentOutput {
                 tool_name: tool.definition.name.clone(),
                 tool_call_id: call_id.to_string(),
-                tool_call_args: arguments.clone(),
+                tool_call_args: storable_arguments(arguments),
                 status: if success.partial {
                     ToolStatus::Partial
                 } else {
@@ -40,14 +40,28 @@ pub fn build_output(
     }
 }
 
-/// What a tool produced may hold U+0000 (a command's output, say), which
-/// Postgres cannot store in text or jsonb. On every backend it becomes
-/// U+FFFD, as in a lossy UTF-8 decode, so the result is stored and
-/// replayed like any other. (Requests cannot carry U+0000 at all.)
-pub fn replace_nul(value: &mut Value) {
+/// The call's arguments as its output repeats them: a negative zero
+/// becomes 0 (see [`make_storable`]).
+fn storable_arguments(arguments: &Value) -> Value {
+    let mut arguments = arguments.clone();
+    make_storable(&mut arguments);
+    arguments
+}
+
+/// What a tool produced may hold what Postgres's `jsonb` cannot keep, and
+/// the output is stored there (a tool message's metadata), replayed from
+/// there (`/history`, a resumed stream) and must read back exactly as it
+/// was streamed. On every backend, U+0000 (a command's output, say;
+/// Postgres cannot store it in text or jsonb) becomes U+FFFD, as in a
+/// lossy UTF-8 decode, and a negative zero (jsonb's numbers have one zero)
+/// becomes 0. (Requests cannot carry U+0000 at all.)
+pub fn make_storable(value: &mut Value) {
     match value {
+        Value::Number(n) if n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) => {
+            *n = serde_json::Number::from_f64(0.0).expect("0 is finite");
+        }
         Value::String(s) => replace_nul_in(s),
-        Value::Array(items) => items.iter_mut().for_each(replace_nul),
+        Value::Array(items) => items.iter_mut().for_each(make_storable),
         Value::Object(map) => {
             if map.keys().any(|k| k.contains('\0')) {
                 *map = std::mem::take(map)
@@ -58,7 +72,7 @@ pub fn replace_nul(value: &mut Value) {
                     })
                     .collect();
             }
-            map.values_mut().for_each(replace_nul);
+            map.values_mut().for_each(make_storable);
         }
         _ => {}
     }
@@ -100,7 +114,7 @@ pub fn failure_output(
     ToolAgentOutput {
         tool_name: tool_name.to_string(),
         tool_call_id: call_id.to_string(),
-        tool_call_args: arguments.clone(),
+        tool_call_args: storable_arguments(arguments),
         status: ToolStatus::Failure,
         result: Value::Null,
         error: Some(error),
@@ -120,5 +134,25 @@ pub fn compile_ui(output: &ToolAgentOutput) -> Option<Value> {
             tracing::error!(tool = %output.tool_name, error = %e, "ui_hints did not compile");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn storable_values_have_no_nul_and_one_zero() {
+        let mut value = json!({
+            "a\u{0}b": ["x\u{0}", -0.0, 0.0, 0, -1.5, {"deep": [-0.0]}],
+            "n": i64::MIN,
+        });
+        make_storable(&mut value);
+        assert_eq!(
+            serde_json::to_string(&value).unwrap(),
+            "{\"a\u{FFFD}b\":[\"x\u{FFFD}\",0.0,0.0,0,-1.5,{\"deep\":[0.0]}],\
+             \"n\":-9223372036854775808}"
+        );
     }
 }

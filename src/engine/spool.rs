@@ -185,6 +185,7 @@ mod tests {
                     event_type: "TOOL_CALL_RESULT".into(),
                     data: "{\"type\":\"TOOL_CALL_RESULT\"}".into(),
                     created_at_ms: 7,
+                    announces: Some("m".into()),
                 }]),
             ],
         }

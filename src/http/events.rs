@@ -147,10 +147,11 @@ fn untracked(event: &Event) -> SseEvent {
     SseEvent::default().data(event.to_json())
 }
 
-fn logged(event: &StoredEvent) -> SseEvent {
-    SseEvent::default()
-        .id(event.seq.to_string())
-        .data(&event.data)
+/// A logged event as streamed, with its seq as the SSE id; a result event
+/// read back as a reference to its message is rebuilt first.
+fn logged(event: &StoredEvent) -> Result<SseEvent, crate::store::StoreError> {
+    let data = crate::engine::logged_event_data(event)?;
+    Ok(SseEvent::default().id(event.seq.to_string()).data(&*data))
 }
 
 struct SubscriberGauge;
@@ -213,9 +214,14 @@ async fn stream_thread(
                 let result = match received {
                     Ok(ev) if ev.seq <= last => Ok(()),
                     Ok(ev) if ev.seq == last + 1 => {
-                        last = ev.seq;
-                        if tx.send(Ok(logged(&ev))).await.is_err() { return; }
-                        Ok(())
+                        match logged(&ev) {
+                            Ok(sse) => {
+                                last = ev.seq;
+                                if tx.send(Ok(sse)).await.is_err() { return; }
+                                Ok(())
+                            }
+                            Err(e) => Err(e),
+                        }
                     }
                     // A gap (events committed in another order) or a lag:
                     // the log has everything.
@@ -241,8 +247,9 @@ async fn catch_up(
         let page = state.store.events_after(thread_id, *last, PAGE).await?;
         let full = page.len() as i64 == PAGE;
         for ev in page {
+            let sse = logged(&ev)?;
             *last = ev.seq;
-            if tx.send(Ok(logged(&ev))).await.is_err() {
+            if tx.send(Ok(sse)).await.is_err() {
                 return Ok(());
             }
         }

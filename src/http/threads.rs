@@ -16,7 +16,7 @@ use crate::protocol::agui::{Event, EventBody};
 use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{ToolError, ToolResponse, codes};
-use crate::store::{NewEvent, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
+use crate::store::{NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -411,16 +411,7 @@ pub async fn post_message(
                 tool_call_id: None,
                 created_at_ms: now_ms(),
             }),
-            WriteOp::AppendEvents(
-                events
-                    .iter()
-                    .map(|e| NewEvent {
-                        event_type: e.type_name().into(),
-                        data: e.to_json().into(),
-                        created_at_ms: e.timestamp,
-                    })
-                    .collect(),
-            ),
+            WriteOp::AppendEvents(events.iter().map(crate::engine::new_event).collect()),
         ],
     };
     let receipt = state.writer.write(unit).await.map_err(|e| match e {

@@ -171,7 +171,10 @@ impl<'a> Plan<'a> {
                         }
                         totals.messages += 1;
                     }
-                    WriteOp::AppendEvents(events) => totals.events += events.len() as i64,
+                    WriteOp::AppendEvents(events) => {
+                        checks::events_fit_unit(unit, events).ok()?;
+                        totals.events += events.len() as i64;
+                    }
                     WriteOp::AppendAudit(entry) => checks::audit_fits_unit(unit, entry).ok()?,
                     WriteOp::StartPendingCall { .. }
                     | WriteOp::MarkUndone { .. }

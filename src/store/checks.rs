@@ -3,8 +3,8 @@
 //! update that touched no row stands for.
 
 use super::{
-    ApprovalRecord, ApprovalStatus, CallStatus, FinishedToolCall, NewAuditEntry, StoreError,
-    StoreResult, WriteOp, WriteUnit,
+    ApprovalRecord, ApprovalStatus, CallStatus, FinishedToolCall, NewAuditEntry, NewEvent,
+    NewMessage, StoreError, StoreResult, WriteOp, WriteUnit,
 };
 
 /// How many event seqs, message seqs and call ordinals a unit reserves.
@@ -43,6 +43,27 @@ pub(crate) fn insertable_call_status(id: &str, status: CallStatus) -> StoreResul
     }
 }
 
+/// Every event stored as a reference to a tool message
+/// ([`NewEvent::announces`]) comes with that message in the same unit.
+pub(crate) fn events_fit_unit(unit: &WriteUnit, events: &[NewEvent]) -> StoreResult<()> {
+    for message_id in events.iter().filter_map(|e| e.announces.as_deref()) {
+        if !inserts_message(unit, message_id, |_| true) {
+            return Err(StoreError::Conflict(format!(
+                "an event announcing message {message_id:?} needs that message inserted in the \
+                 same unit"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `unit` inserts message `id`, and that message passes `fits`.
+fn inserts_message(unit: &WriteUnit, id: &str, fits: impl Fn(&NewMessage) -> bool) -> bool {
+    unit.ops
+        .iter()
+        .any(|op| matches!(op, WriteOp::InsertMessage(m) if m.id == id && fits(m)))
+}
+
 /// A call can be finished with a terminal status, by a unit that also
 /// inserts its tool message (which holds the call's output).
 pub(crate) fn finishable(unit: &WriteUnit, finished: &FinishedToolCall) -> StoreResult<()> {
@@ -53,11 +74,9 @@ pub(crate) fn finishable(unit: &WriteUnit, finished: &FinishedToolCall) -> Store
             finished.status.as_str()
         )));
     }
-    let carried = unit.ops.iter().any(|op| {
-        matches!(op, WriteOp::InsertMessage(m)
-            if m.id == finished.message_id && m.tool_call_id.as_deref() == Some(id.as_str()))
-    });
-    if carried {
+    if inserts_message(unit, &finished.message_id, |m| {
+        m.tool_call_id.as_deref() == Some(id.as_str())
+    }) {
         Ok(())
     } else {
         Err(StoreError::Conflict(format!(

@@ -280,6 +280,11 @@ pub struct NewMessage {
 /// exactly as streamed (stored as text so a replay is byte-identical); it is
 /// shared, not copied, between the unit that wrote it, the receipt, the bus
 /// and every subscriber (a result event can be megabytes).
+///
+/// An event read back from the log that was stored as a reference to its
+/// tool message ([`NewEvent::announces`]) has an empty `data` and the
+/// message's output in `from_message`, to be rebuilt from
+/// (`engine::logged_event_data`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredEvent {
     pub thread_id: String,
@@ -288,6 +293,15 @@ pub struct StoredEvent {
     pub event_type: String,
     pub data: Arc<str>,
     pub created_at_ms: i64,
+    pub from_message: Option<ResultReference>,
+}
+
+/// What a tool result's event, stored as a reference, is rebuilt from: its
+/// tool message's id and `metadata.tool_agent_output`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResultReference {
+    pub message_id: String,
+    pub output: Value,
 }
 
 /// An event to append; the store assigns `seq`.
@@ -296,6 +310,13 @@ pub struct NewEvent {
     pub event_type: String,
     pub data: Arc<str>,
     pub created_at_ms: i64,
+    /// For a TOOL_CALL_RESULT: the tool message it announces, which the
+    /// same unit must insert (else the unit fails with `Conflict`). The log
+    /// then keeps only that reference, not `data`: the event's JSON is
+    /// rebuilt from the message's output when the log is read. The receipt
+    /// and the bus still carry `data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub announces: Option<String>,
 }
 
 impl NewEvent {
@@ -307,6 +328,17 @@ impl NewEvent {
             event_type: self.event_type.clone(),
             data: Arc::clone(&self.data),
             created_at_ms: self.created_at_ms,
+            from_message: None,
+        }
+    }
+
+    /// What the log's `data` column keeps: nothing for an event stored as
+    /// a reference to its message.
+    pub(crate) fn logged_data(&self) -> &str {
+        if self.announces.is_some() {
+            ""
+        } else {
+            &self.data
         }
     }
 }

@@ -41,6 +41,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "safety",
         include_str!("../../migrations/postgres/0002_safety.sql"),
     ),
+    (
+        3,
+        "result events",
+        include_str!("../../migrations/postgres/0003_result_events.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -171,6 +176,7 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
                 next_message_seq += 1;
             }
             WriteOp::AppendEvents(events) => {
+                checks::events_fit_unit(unit, events)?;
                 let stored = insert_events(conn, unit, events, next_event_seq).await?;
                 next_event_seq += stored.len() as i64;
                 receipt.events.extend(stored);
@@ -468,19 +474,21 @@ async fn insert_events(
     }
     let seqs: Vec<i64> = (first_seq..).take(events.len()).collect();
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    let data: Vec<&str> = events.iter().map(|e| &*e.data).collect();
+    let data: Vec<&str> = events.iter().map(NewEvent::logged_data).collect();
     let created: Vec<i64> = events.iter().map(|e| e.created_at_ms).collect();
+    let announces: Vec<Option<&str>> = events.iter().map(|e| e.announces.as_deref()).collect();
     sqlx::query(
-        "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) \
-         SELECT $1, u.seq, u.event_type, u.data, u.created_at_ms \
-         FROM UNNEST($2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[]) \
-             AS u (seq, event_type, data, created_at_ms)",
+        "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms, message_id) \
+         SELECT $1, u.seq, u.event_type, u.data, u.created_at_ms, u.message_id \
+         FROM UNNEST($2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::BIGINT[], $6::TEXT[]) \
+             AS u (seq, event_type, data, created_at_ms, message_id)",
     )
     .bind(&unit.thread_id)
     .bind(&seqs)
     .bind(&types)
     .bind(&data)
     .bind(&created)
+    .bind(&announces)
     .execute(&mut *conn)
     .await
     .map_err(|e| unit_error(e, || format!("events from seq {first_seq}")))?;
@@ -688,9 +696,9 @@ async fn apply_plan(
     if !rows.events.is_empty() {
         let e = &rows.events;
         sqlx::query(
-            "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) \
+            "INSERT INTO events (thread_id, seq, event_type, data, created_at_ms, message_id) \
              SELECT * FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], \
-                 $5::BIGINT[])",
+                 $5::BIGINT[], $6::TEXT[])",
         )
         .bind(e.iter().map(|r| r.thread_id).collect::<Vec<_>>())
         .bind(e.iter().map(|r| r.seq).collect::<Vec<_>>())
@@ -699,8 +707,13 @@ async fn apply_plan(
                 .map(|r| r.event.event_type.as_str())
                 .collect::<Vec<_>>(),
         )
-        .bind(e.iter().map(|r| &*r.event.data).collect::<Vec<_>>())
+        .bind(e.iter().map(|r| r.event.logged_data()).collect::<Vec<_>>())
         .bind(e.iter().map(|r| r.event.created_at_ms).collect::<Vec<_>>())
+        .bind(
+            e.iter()
+                .map(|r| r.event.announces.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .execute(&mut *conn)
         .await?;
     }

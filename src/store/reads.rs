@@ -13,8 +13,8 @@ use sqlx::types::Json;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, Role, StoreError,
-    StoreResult, StoredEvent, StoredMessage, ToolCallRecord,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, ResultReference, Role,
+    StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord,
 };
 
 /// A call's row (as `c`) with its output, read from its tool message (`m`,
@@ -276,9 +276,14 @@ where
         if limit <= 0 {
             return Ok(Vec::new());
         }
+        // A result event stored as a reference comes with its message's
+        // output, to be rebuilt from.
         let rows = sqlx::query(
-            "SELECT thread_id, seq, event_type, data, created_at_ms FROM events \
-             WHERE thread_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+            "SELECT e.thread_id, e.seq, e.event_type, e.data, e.created_at_ms, e.message_id, \
+                 m.metadata -> 'tool_agent_output' AS output \
+             FROM events AS e LEFT JOIN messages AS m \
+                 ON m.thread_id = e.thread_id AND m.id = e.message_id \
+             WHERE e.thread_id = $1 AND e.seq > $2 ORDER BY e.seq LIMIT $3",
         )
         .bind(thread_id)
         .bind(after)
@@ -459,11 +464,24 @@ fn message_from_row(row: &impl StoreRow) -> StoreResult<StoredMessage> {
 }
 
 fn event_from_row(row: &impl StoreRow) -> StoreResult<StoredEvent> {
+    let seq = row.int("seq")?;
+    let from_message = match row.opt_text("message_id")? {
+        Some(message_id) => {
+            let output = row.opt_json("output")?.ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "event {seq} refers to message {message_id:?}, which holds no output"
+                ))
+            })?;
+            Some(ResultReference { message_id, output })
+        }
+        None => None,
+    };
     Ok(StoredEvent {
         thread_id: row.text("thread_id")?,
-        seq: row.int("seq")?,
+        seq,
         event_type: row.text("event_type")?,
         data: row.text("data")?.into(),
         created_at_ms: row.int("created_at_ms")?,
+        from_message,
     })
 }

@@ -56,6 +56,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "checks without lists",
         include_str!("../../migrations/sqlite/0003_checks_without_lists.sql"),
     ),
+    (
+        4,
+        "result events",
+        include_str!("../../migrations/sqlite/0004_result_events.sql"),
+    ),
 ];
 
 #[derive(Debug)]

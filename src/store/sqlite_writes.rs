@@ -95,8 +95,8 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
 ON CONFLICT (thread_id, id) DO NOTHING";
 
 const INSERT_EVENT: &str = "\
-INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) \
-VALUES (?1, ?2, ?3, ?4, ?5)";
+INSERT INTO events (thread_id, seq, event_type, data, created_at_ms, message_id) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 const INSERT_AUDIT: &str = "\
 INSERT INTO audit_log (at_ms, owner, thread_id, tool_call_id, tool_name, action, operation, \
@@ -358,6 +358,7 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                 next_message_seq += 1;
             }
             WriteOp::AppendEvents(events) => {
+                checks::events_fit_unit(unit, events)?;
                 for event in events {
                     insert_event(conn, &unit.thread_id, event, next_event_seq)?;
                     receipt
@@ -597,8 +598,9 @@ fn insert_event(conn: &Connection, thread_id: &str, event: &NewEvent, seq: i64) 
             thread_id,
             seq,
             event.event_type,
-            event.data,
+            event.logged_data(),
             event.created_at_ms,
+            event.announces,
         ])
         .map_err(|e| unit_error(e, || format!("event {seq}")))?;
     Ok(())

@@ -1,0 +1,12 @@
+-- toolgate storage, Postgres flavour: a tool result's event refers to its
+-- tool message instead of repeating it. Keep in step with
+-- migrations/sqlite/0004_result_events.sql.
+--
+-- A TOOL_CALL_RESULT event carries the result's text and its compiled
+-- ui_schema, both of which its tool message (same thread, same transaction)
+-- already holds. Such an event is stored with message_id set and an empty
+-- data; reading the log rebuilds its JSON from that message's
+-- metadata.tool_agent_output (as /history compiles the same ui_schema).
+-- Events written before this migration keep their full data and no
+-- message_id.
+ALTER TABLE events ADD COLUMN message_id TEXT;
