@@ -443,10 +443,6 @@ async fn a_caller_that_hangs_up_does_not_cut_the_call(backend: Backend) {
     assert_eq!(replay["message_id"], result.data["messageId"]);
 }
 
-/// Numbers at the edges of what JSON carries survive storage: Postgres
-/// jsonb keeps a number as an exact decimal and prints it in full (f64::MAX
-/// comes back as 309 digits), and reading it back must give the same
-/// number, or history fails and a re-post looks like a conflict.
 /// The log keeps each TOOL_CALL_RESULT as a reference to its tool message
 /// and a resume rebuilds it: byte for byte the event streamed live, for a
 /// success carrying awkward text and numbers and for a failure with its
@@ -487,6 +483,10 @@ async fn resumed_results_are_the_live_ones_byte_for_byte(backend: Backend) {
     }
 }
 
+/// Numbers at the edges of what JSON carries survive storage: Postgres
+/// jsonb keeps a number as an exact decimal and prints it in full (f64::MAX
+/// comes back as 309 digits), and reading it back must give the same
+/// number, or history fails and a re-post looks like a conflict.
 async fn extreme_numbers_survive_storage(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let t = "/v1/threads/numbers";

@@ -392,6 +392,13 @@ async fn apply_one(store: &DynStore, unit: WriteUnit) -> StoreResult<UnitReceipt
     results.remove(0)
 }
 
+/// Apply `batch` as one batch; every unit must commit.
+async fn apply_all(store: &DynStore, batch: &[WriteUnit]) {
+    for result in store.apply_batch(batch).await.expect("batch transaction") {
+        result.unwrap();
+    }
+}
+
 /// Record call `id` as running in thread `t` of alice.
 async fn record_running(store: &DynStore, id: &str) {
     apply_one(
@@ -3102,9 +3109,7 @@ async fn a_calls_output_is_stored_once_in_its_tool_message(target: Target) {
     };
     apply_one(&store, fused("fused")).await.unwrap();
     let batch: Vec<WriteUnit> = (0..20).map(|i| fused(&format!("b{i}"))).collect();
-    for result in store.apply_batch(&batch).await.unwrap() {
-        result.unwrap();
-    }
+    apply_all(&store, &batch).await;
 
     assert_eq!(
         target
@@ -3157,9 +3162,7 @@ async fn a_result_event_is_logged_as_a_reference_to_its_message(target: Target) 
         record_running(&store, call).await;
     }
     let batch: Vec<WriteUnit> = calls.iter().map(|c| result_of_call(c)).collect();
-    for result in store.apply_batch(&batch).await.unwrap() {
-        result.unwrap();
-    }
+    apply_all(&store, &batch).await;
 
     assert_eq!(
         target
@@ -3482,9 +3485,7 @@ async fn a_call_recorded_and_finished_in_one_unit_is_stored_as_if_in_two(store: 
     let batch: Vec<WriteUnit> = (0..40)
         .map(|i| fused(if i == 7 { "one" } else { "many" }, &format!("m{i}")))
         .collect();
-    for result in store.apply_batch(&batch).await.unwrap() {
-        result.unwrap();
-    }
+    apply_all(&store, &batch).await;
     apply_one(&store, fused("one", "b")).await.unwrap();
 
     for (thread, call) in [("one", "a"), ("one", "b"), ("many", "m3")] {

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -1417,7 +1418,7 @@ pub fn logged_event_data(event: &StoredEvent) -> Result<Arc<str>, StoreError> {
     let Some(reference) = &event.from_message else {
         return Ok(Arc::clone(&event.data));
     };
-    let output: ToolAgentOutput = serde_json::from_value(reference.output.clone())
+    let output = ToolAgentOutput::deserialize(&reference.output)
         .map_err(|e| StoreError::Corrupt(format!("event {}: {e}", event.seq)))?;
     let ui_schema = compile_ui(&output);
     let mut rebuilt = result_event(&output, &reference.message_id, ui_schema.as_ref());
