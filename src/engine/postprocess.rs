@@ -40,8 +40,8 @@ pub fn build_output(
     }
 }
 
-/// The call's arguments as its output repeats them: a negative zero
-/// becomes 0 (see [`make_storable`]).
+/// The call's arguments as its output repeats them, made storable (see
+/// [`make_storable`]).
 fn storable_arguments(arguments: &Value) -> Value {
     let mut arguments = arguments.clone();
     make_storable(&mut arguments);
@@ -54,7 +54,7 @@ fn storable_arguments(arguments: &Value) -> Value {
 /// was streamed. On every backend, U+0000 (a command's output, say;
 /// Postgres cannot store it in text or jsonb) becomes U+FFFD, as in a
 /// lossy UTF-8 decode, and a negative zero (jsonb's numbers have one zero)
-/// becomes 0. (Requests cannot carry U+0000 at all.)
+/// becomes 0.0. (Requests cannot carry U+0000 at all.)
 pub fn make_storable(value: &mut Value) {
     match value {
         Value::Number(n) if n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) => {
