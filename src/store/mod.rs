@@ -237,8 +237,7 @@ pub struct StoredMessage {
 
 /// A JSON document as the store writes it, serialized once where it is
 /// built: the group-commit writer, the one thread every write waits for,
-/// binds the text instead of walking a `Value` tree (twice, for a result
-/// stored in its call and its message).
+/// binds the text instead of walking a `Value` tree.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JsonText(String);
 
