@@ -12,6 +12,9 @@
 //!        /v1/threads/{t}/history?limit=1 on SQLite: a durable write without
 //!        a tool, and an authenticated read
 //!   (b) POST /v1/threads/{t}/tool-calls `echo` on SQLite, one thread per connection
+//!   (b1) GET /v1/threads/{t}/events on threads holding 25 echo results:
+//!        resumed at the last event (nothing to replay), then from the start
+//!        (every result event rebuilt from its tool message)
 //!   (b2) `bash {command: "true"}` and `read_file` of a 1 MB file, same server
 //!   (c) the same on Postgres (a fresh database, dropped at the end)
 //!
@@ -23,10 +26,12 @@
 //! speed drifts.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::mpsc as std_mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use serde_json::json;
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
@@ -334,7 +339,7 @@ async fn measure<F, Fut>(
 ) -> Row
 where
     F: Fn(reqwest::Client, usize, u64) -> Fut + Clone + Send + 'static,
-    Fut: Future<Output = Result<reqwest::Response, reqwest::Error>> + Send,
+    Fut: Future<Output = Result<(), String>> + Send,
 {
     let begin = Instant::now() + WARMUP;
     let end = begin + window;
@@ -361,19 +366,7 @@ where
                 if started >= end {
                     break;
                 }
-                let outcome = match request(client.clone(), conn, i).await {
-                    Ok(resp) if resp.status().is_success() => {
-                        resp.bytes().await.map(drop).map_err(|e| e.to_string())
-                    }
-                    Ok(resp) => {
-                        let status = resp.status();
-                        Err(format!(
-                            "{status}: {}",
-                            resp.text().await.unwrap_or_default()
-                        ))
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
+                let outcome = request(client.clone(), conn, i).await;
                 let finished = Instant::now();
                 match outcome {
                     Ok(()) if started >= begin && finished <= end => {
@@ -493,6 +486,106 @@ fn tool_call(
     )
 }
 
+/// Replays of the thread's event log after event `after`
+/// (`GET /v1/threads/bench-{tag}-{conn}/events?after=N`), each read until
+/// `needle` has arrived `count` times and then closed: an event stream
+/// does not end by itself, so every replay opens a new connection.
+fn replayed(
+    server: &Server,
+    tag: &'static str,
+    after: u64,
+    needle: &'static str,
+    count: usize,
+) -> impl Fn(reqwest::Client, usize, u64) -> Exchange + Clone + Send + Sync + 'static {
+    let (base, token) = (server.base.clone(), server.token.clone());
+    move |client, conn, _| {
+        let request = client
+            .get(format!(
+                "{base}/v1/threads/bench-{tag}-{conn}/events?after={after}"
+            ))
+            .bearer_auth(&token);
+        Box::pin(read_until(request, needle, count))
+    }
+}
+
+/// Send the request and read its answer until `needle` has appeared
+/// `count` times.
+async fn read_until(
+    request: reqwest::RequestBuilder,
+    needle: &'static str,
+    count: usize,
+) -> Result<(), String> {
+    let mut resp = request.send().await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(format!(
+            "{status}: {}",
+            resp.text().await.unwrap_or_default()
+        ));
+    }
+    let needle = needle.as_bytes();
+    // What is not yet searched, and the bytes of a needle split by a chunk.
+    let mut pending = Vec::new();
+    let mut seen = 0;
+    while seen < count {
+        let chunk = resp
+            .chunk()
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("the stream ended after {seen} of {count}"))?;
+        pending.extend_from_slice(&chunk);
+        seen += pending
+            .windows(needle.len())
+            .filter(|w| *w == needle)
+            .count();
+        let keep = pending.len().min(needle.len() - 1);
+        pending.drain(..pending.len() - keep);
+    }
+    Ok(())
+}
+
+/// Give each connection's thread `bench-{tag}-{conn}` `calls` echo
+/// results; the id of each thread's last event (the same in all).
+async fn fill_threads(
+    server: &Server,
+    tag: &'static str,
+    connections: usize,
+    calls: u64,
+) -> anyhow::Result<u64> {
+    let post = tool_call(server, tag, "echo", json!({"text": "hi"}));
+    let client = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for conn in 0..connections {
+        let (post, client) = (post.clone(), client.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..calls {
+                whole_answer(post(client.clone(), conn, i)).await?;
+            }
+            Ok::<_, String>(())
+        }));
+    }
+    for task in tasks {
+        task.await?.map_err(anyhow::Error::msg)?;
+    }
+    let mut resp = client
+        .get(format!("{}/v1/threads/bench-{tag}-0/events", server.base))
+        .bearer_auth(&server.token)
+        .send()
+        .await?
+        .error_for_status()?;
+    let mut text = String::new();
+    while text.matches("TOOL_CALL_RESULT").count() < calls as usize {
+        let chunk = resp.chunk().await?.context("the stream ended")?;
+        text.push_str(std::str::from_utf8(&chunk)?);
+    }
+    let last = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("id: ")?.parse().ok())
+        .max()
+        .context("no event ids")?;
+    Ok(last)
+}
+
 /// 2,000 lines of 523 characters + newline (≈ 1 MB) that `read_file`
 /// returns whole: its window is 2,000 lines of at most 2,000 characters.
 fn one_mb_text() -> Vec<u8> {
@@ -500,34 +593,63 @@ fn one_mb_text() -> Vec<u8> {
     line.repeat(2000).into_bytes()
 }
 
-async fn run_scenario(
-    name: &'static str,
-    opts: &Options,
-    server: &Server,
+/// One request and the reading of its answer: `Err` for a transport error
+/// or a non-2xx answer.
+type Exchange = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Whether `--only` leaves the scenario `name` in (the baseline always is).
+fn selected(name: &str, opts: &Options) -> bool {
+    name.contains("baseline")
+        || opts
+            .only
+            .as_ref()
+            .is_none_or(|only| name.contains(only.as_str()))
+}
+
+/// Send the request and read its whole answer.
+async fn whole_answer(request: reqwest::RequestBuilder) -> Result<(), String> {
+    let resp = request.send().await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(format!(
+            "{status}: {}",
+            resp.text().await.unwrap_or_default()
+        ));
+    }
+    resp.bytes().await.map(drop).map_err(|e| e.to_string())
+}
+
+/// The exchanges of requests from `build`, each answer read whole.
+fn answered(
     build: impl Fn(reqwest::Client, usize, u64) -> reqwest::RequestBuilder
     + Clone
     + Send
     + Sync
     + 'static,
+) -> impl Fn(reqwest::Client, usize, u64) -> Exchange + Clone + Send + Sync + 'static {
+    move |client, conn, i| Box::pin(whole_answer(build(client, conn, i)))
+}
+
+async fn run_scenario(
+    name: &'static str,
+    opts: &Options,
+    server: &Server,
+    exchange: impl Fn(reqwest::Client, usize, u64) -> Exchange + Clone + Send + Sync + 'static,
 ) -> Option<Row> {
-    let baseline = name.contains("baseline");
-    if let Some(only) = &opts.only
-        && !baseline
-        && !name.contains(only.as_str())
-    {
+    if !selected(name, opts) {
         return None;
     }
+    let baseline = name.contains("baseline");
     // The host's speed drifts within minutes: each scenario's ratio is taken
     // against a baseline window measured on the same server just before it.
     let paired = if baseline {
         None
     } else {
-        let raw = healthz(server);
         let row = measure(
             name,
             opts.connections,
             Duration::from_secs(opts.seconds),
-            move |client, conn, i| raw(client, conn, i).send(),
+            answered(healthz(server)),
         )
         .await;
         if row.errors > 0 {
@@ -545,7 +667,7 @@ async fn run_scenario(
         name,
         opts.connections,
         Duration::from_secs(opts.seconds),
-        move |client, conn, i| build(client, conn, i).send(),
+        exchange,
     )
     .await;
     let after = WriterFigures::read(&server.base).await;
@@ -595,7 +717,7 @@ fn main() -> anyhow::Result<()> {
     // Run a scenario on a server and keep its row.
     macro_rules! scenario {
         ($name:expr, $server:expr, $build:expr) => {
-            rows.extend(client_rt.block_on(run_scenario($name, &opts, $server, $build)))
+            rows.extend(client_rt.block_on(run_scenario($name, &opts, $server, answered($build))))
         };
     }
     scenario!("GET /healthz (baseline)", &sqlite, healthz(&sqlite));
@@ -616,6 +738,37 @@ fn main() -> anyhow::Result<()> {
         &sqlite,
         tool_call(&sqlite, "sqlite", "echo", json!({"text": "hi"}))
     );
+    // Replays: a resumed stream rebuilds each result's event from its tool
+    // message. The rung below: a stream resumed at the end, nothing missed.
+    const REPLAYED_RESULTS: u64 = 25;
+    let resume_end = "GET events resumed at the end, SQLite";
+    let replay = "GET events replaying 25 results, SQLite";
+    if selected(resume_end, &opts) || selected(replay, &opts) {
+        let last = client_rt.block_on(fill_threads(
+            &sqlite,
+            "replay",
+            opts.connections,
+            REPLAYED_RESULTS,
+        ))?;
+        rows.extend(client_rt.block_on(run_scenario(
+            resume_end,
+            &opts,
+            &sqlite,
+            replayed(&sqlite, "replay", last, "RUN_STARTED", 1),
+        )));
+        rows.extend(client_rt.block_on(run_scenario(
+            replay,
+            &opts,
+            &sqlite,
+            replayed(
+                &sqlite,
+                "replay",
+                0,
+                "TOOL_CALL_RESULT",
+                REPLAYED_RESULTS as usize,
+            ),
+        )));
+    }
     // bash before read_file: the megabyte responses grow this process (server
     // and load generator share it), and every command forks a copy of it.
     scenario!(

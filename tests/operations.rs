@@ -95,6 +95,53 @@ fn sse_subscribers(metrics: &str) -> Option<f64> {
         .and_then(|value| value.trim().parse().ok())
 }
 
+/// A frontend that goes away frees its stream at once, not at the next
+/// heartbeat: its task ends and the subscriber gauge falls. Heartbeats are
+/// an hour apart here, so only the closed connection can end the streams.
+/// (The gauge is shared by every server in this test binary; another test
+/// holds at most one stream open.)
+#[tokio::test]
+async fn a_closed_event_stream_is_freed_without_waiting_for_a_heartbeat() {
+    const STREAMS: usize = 20;
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.sse_heartbeat_secs = 3600).await;
+    let (s, _) = app
+        .call(
+            "gone",
+            json!({"id": "c", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let mut streams = Vec::new();
+    for _ in 0..STREAMS {
+        let mut sse = app.events("gone", "", None).await;
+        // The replayed result: the stream's task is running.
+        sse.until("TOOL_CALL_RESULT").await;
+        streams.push(sse);
+    }
+    let gauge = || async {
+        let text = reqwest::get(app.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        sse_subscribers(&text).unwrap_or(0.0)
+    };
+    let open = gauge().await;
+    assert!(open >= STREAMS as f64, "{open} streams counted");
+    drop(streams);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut now = gauge().await;
+    while now >= STREAMS as f64 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        now = gauge().await;
+    }
+    assert!(
+        now < STREAMS as f64,
+        "the closed streams are still counted: {now} (were {open})"
+    );
+}
+
 /// Postgres only: the embedded SQLite file cannot become unreachable while open.
 #[tokio::test]
 async fn readiness_fails_when_the_database_is_gone() {
