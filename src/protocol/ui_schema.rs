@@ -121,6 +121,17 @@ static VALIDATOR: LazyLock<jsonschema::Validator> = LazyLock::new(|| {
         .expect("ui_schema.schema.json is a valid draft 2020-12 schema")
 });
 
+/// The published schema with any component allowed: [`conforms`] holds
+/// each component to its own branch instead.
+static SHELL_VALIDATOR: LazyLock<jsonschema::Validator> = LazyLock::new(|| {
+    let mut shell = json_schema().clone();
+    if let Some(items) = shell.pointer_mut("/properties/components/items") {
+        *items = Value::Bool(true);
+    }
+    jsonschema::draft202012::new(&shell)
+        .expect("the schema without its component branches compiles")
+});
+
 /// One `oneOf` branch of `components.items`, compiled on its own.
 ///
 /// A failed `oneOf` only says "matches none of 13 schemas"; re-checking the
@@ -248,7 +259,13 @@ const MAX_MESSAGE_CHARS: usize = 300;
 
 fn check_json_schema(ui: &Value) -> Result<()> {
     // The common case answers without building any error.
-    if VALIDATOR.is_valid(ui) {
+    let valid = conforms(ui);
+    debug_assert_eq!(
+        valid,
+        VALIDATOR.is_valid(ui),
+        "the dispatched check and the published schema disagree on {ui}"
+    );
+    if valid {
         return Ok(());
     }
     let Some(error) = VALIDATOR.iter_errors(ui).next() else {
@@ -263,6 +280,29 @@ fn check_json_schema(ui: &Value) -> Result<()> {
     Err(UiCodecError::SchemaViolation {
         path,
         message: clip(&error.to_string(), MAX_MESSAGE_CHARS),
+    })
+}
+
+/// Whether `ui` matches the published schema, checked as the document
+/// without its components' `oneOf`, then each component against the one
+/// branch its `type` selects rather than against all thirteen. The same
+/// verdict: every branch requires `type` with a `const` of its own (a unit
+/// test holds the schema to that), so a component matches exactly one
+/// branch when it matches its own, and none when its type is unknown.
+fn conforms(ui: &Value) -> bool {
+    if !SHELL_VALIDATOR.is_valid(ui) {
+        return false;
+    }
+    let Some(Value::Array(components)) = ui.get("components") else {
+        // Not reached: the document's schema requires the array.
+        return false;
+    };
+    components.iter().all(|component| {
+        component
+            .get("type")
+            .and_then(Value::as_str)
+            .and_then(|kind| COMPONENT_SCHEMAS.get(kind))
+            .is_some_and(|schema| schema.validator.is_valid(component))
     })
 }
 
@@ -1682,6 +1722,54 @@ mod tests {
                 .contains_key("start_line")
         );
         assert!(!COMPONENT_SCHEMAS["List"].literals.contains_key("items"));
+    }
+
+    /// What `conforms` relies on to check a component against one branch:
+    /// every branch requires `type`, whose `const` is its own (the catalog
+    /// above lists each type once).
+    #[test]
+    fn a_components_type_selects_its_one_branch() {
+        for branch in json_schema()["properties"]["components"]["items"]["oneOf"]
+            .as_array()
+            .unwrap()
+        {
+            let required = branch["required"].as_array().unwrap();
+            assert!(required.contains(&json!("type")), "{branch}");
+            assert!(
+                branch["properties"]["type"]["const"].is_string(),
+                "{branch}"
+            );
+        }
+        // The dispatched check and the whole schema agree, accepting and
+        // refusing (every check_json_schema in a debug build asserts it too).
+        let ui = design_example();
+        let mut variants = vec![ui.clone()];
+        for change in [
+            json!({"type": "Chart"}),
+            json!({"type": null}),
+            json!({"type": "Card"}),
+            json!({"extra": 1}),
+            json!({"text": 5}),
+        ] {
+            let mut variant = ui.clone();
+            let component = variant["components"][0].as_object_mut().unwrap();
+            for (key, value) in change.as_object().unwrap() {
+                match value {
+                    Value::Null => component.remove(key),
+                    value => component.insert(key.clone(), value.clone()),
+                };
+            }
+            variants.push(variant);
+        }
+        let mut no_components = ui.clone();
+        no_components["components"] = json!({});
+        variants.push(no_components);
+        let verdicts: Vec<bool> = variants.iter().map(conforms).collect();
+        assert!(verdicts[0], "the example conforms");
+        assert!(verdicts[1..].iter().all(|v| !v), "{verdicts:?}");
+        for variant in &variants {
+            assert_eq!(conforms(variant), VALIDATOR.is_valid(variant), "{variant}");
+        }
     }
 
     #[test]
