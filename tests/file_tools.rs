@@ -538,7 +538,13 @@ async fn read_numbers_lines_like_cat_n() {
         .ui_hints(&json!({"path": "src/lib.rs"}), &read.result)
         .unwrap();
     assert_eq!(hints["view"], "core.code_block");
-    assert_eq!(hints["code"], "fn a() {}\n\nfn b() {}");
+    // The file is stored once, in the result: the hints point at it.
+    assert_eq!(
+        hints["code"],
+        json!({"result": "/content", "numbered": true})
+    );
+    let ui = toolgate::protocol::ui_schema::compile_for(&hints, &read.result).unwrap();
+    assert_eq!(ui["data"]["code"], "fn a() {}\n\nfn b() {}", "{ui}");
     assert_eq!(hints["language"], "rust");
     assert_eq!(
         (hints["start_line"].clone(), hints["end_line"].clone()),
@@ -1534,7 +1540,7 @@ async fn every_success_has_ui_hints_that_compile() {
         let hints = tool
             .ui_hints(&args, &success.result)
             .unwrap_or_else(|| panic!("{} {args}: no ui_hints", tool.definition().name));
-        toolgate::protocol::ui_schema::compile(&hints).unwrap_or_else(|e| {
+        toolgate::protocol::ui_schema::compile_for(&hints, &success.result).unwrap_or_else(|e| {
             panic!(
                 "{} {args}: hints {hints} do not compile: {e:?}",
                 tool.definition().name

@@ -109,6 +109,54 @@ async fn live_stream_and_history_carry_the_same_ui(backend: Backend) {
     );
 }
 
+/// A file read is stored once in its message's metadata: the hints point
+/// into the result instead of copying the text, and the code block the
+/// live answer, the stream, a resume and the history show is the file's
+/// text without the line numbers the model sees.
+async fn a_file_read_is_stored_once_and_shown_alike_everywhere(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let line = "unique-line-of-the-stored-file\twith a tab";
+    let text = format!("{line}\n").repeat(40);
+    app.put_file("notes.txt", &text);
+    let mut sse = app.events("rf", "", None).await;
+    let (status, out) = app
+        .call(
+            "rf",
+            json!({"id": "r1", "name": "read_file", "arguments": {"path": "notes.txt"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{out}");
+    let shown = text.trim_end_matches('\n');
+    assert_eq!(out["ui_schema"]["data"]["code"], shown, "{out}");
+    assert!(
+        out["tool_response"]["content"]
+            .as_str()
+            .unwrap()
+            .contains(r"     1\tunique-line"),
+        "the model sees numbered lines (in JSON text): {out}"
+    );
+    let live = sse.until("TOOL_CALL_RESULT").await.pop().unwrap();
+    assert_eq!(live.data["metadata"]["ui_schema"], out["ui_schema"]);
+    let history = app.history("rf").await;
+    assert_eq!(history[0]["ui_schema"], out["ui_schema"]);
+    let mut resumed = app.events("rf", "?after=0", None).await;
+    let replayed = resumed.until("TOOL_CALL_RESULT").await.pop().unwrap();
+    assert_eq!(replayed.raw, live.raw, "a resume replays the live event");
+
+    let message_id = out["message_id"].as_str().unwrap();
+    let stored = app.stored_metadata(message_id).await;
+    assert_eq!(
+        stored.matches("unique-line-of-the-stored-file").count(),
+        40,
+        "each line once, in the result: {stored}"
+    );
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(
+        stored["tool_agent_output"]["ui_hints"]["code"],
+        json!({"result": "/content", "numbered": true})
+    );
+}
+
 async fn resume_replays_exactly_what_was_missed(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     for i in 0..3 {
@@ -630,6 +678,7 @@ both_backends!(
     a_caller_that_hangs_up_does_not_cut_the_call,
     tool_call_in_three_shapes,
     live_stream_and_history_carry_the_same_ui,
+    a_file_read_is_stored_once_and_shown_alike_everywhere,
     resume_replays_exactly_what_was_missed,
     idempotent_calls_run_once,
     messages_context_and_text_events,

@@ -665,8 +665,11 @@ async fn results_compile_to_a_command_output_view() {
     let result = h.call(args.clone()).await.unwrap().result;
     let hints = tool.ui_hints(&args, &result).unwrap();
     assert_eq!(hints["view"], "core.command_output");
-    let ui = ui_schema::compile(&hints).unwrap();
+    // The output is stored once, in the result: the hints point at it.
+    assert_eq!(hints["stdout"], json!({"result": "/stdout"}));
+    let ui = ui_schema::compile_for(&hints, &result).unwrap();
     assert!(ui.to_string().contains("CommandOutput"), "{ui}");
+    assert_eq!(ui["data"]["stdout"], "hi\n", "{ui}");
 }
 
 #[tokio::test]

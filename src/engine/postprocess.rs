@@ -87,10 +87,9 @@ fn replace_nul_in(text: &mut String) {
 /// A dry run shows what would be affected and the preview itself.
 fn dry_run_hints(result: &Value) -> Value {
     let would_affect = result["would_affect"].as_str().unwrap_or_default();
-    let preview = result["preview"].as_str().unwrap_or_default();
     hints::code_block(
         Some(&format!("Dry run: would affect {would_affect}")),
-        preview,
+        hints::Source::in_result(result, "/preview"),
         Some("diff"),
         None,
         None,
@@ -128,7 +127,7 @@ pub fn failure_output(
 /// rather than not at all.
 pub fn compile_ui(output: &ToolAgentOutput) -> Option<Value> {
     let hints = output.ui_hints.as_ref()?;
-    match ui_schema::compile(hints) {
+    match ui_schema::compile_for(hints, &output.result) {
         Ok(ui) => Some(ui),
         Err(e) => {
             tracing::error!(tool = %output.tool_name, error = %e, "ui_hints did not compile");

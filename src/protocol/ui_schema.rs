@@ -15,6 +15,7 @@
 //! document; `validate` adds the rules a JSON Schema cannot express (ids
 //! that refer to each other, pointers that must resolve).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
@@ -209,7 +210,15 @@ pub fn json_schema() -> &'static Value {
 /// trust every schema toolgate sends: a codec bug surfaces here, as an
 /// error the post-processor logs, not as a blank or broken card in a client.
 pub fn compile(hints: &Value) -> Result<Value> {
-    let fields = Fields::root(hints)?;
+    compile_for(hints, &Value::Null)
+}
+
+/// [`compile`] for hints that may read text from the output's `result`
+/// (a `{"result": pointer}` text field, see [`hints::Source`]): a large
+/// text is then stored once, in the result, and its ui_schema still
+/// follows from what is stored.
+pub fn compile_for(hints: &Value, result: &Value) -> Result<Value> {
+    let fields = Fields::root(hints, result)?;
     let view = fields.req_str("view")?;
     let ui = match view {
         views::TEXT => views::text(&fields)?,
@@ -763,14 +772,17 @@ struct Fields<'a> {
     obj: &'a Map<String, Value>,
     /// JSON Pointer of `obj` within the hints.
     at: String,
+    /// The output's result, which text fields may refer to.
+    result: &'a Value,
 }
 
 impl<'a> Fields<'a> {
-    fn root(hints: &'a Value) -> Result<Self> {
+    fn root(hints: &'a Value, result: &'a Value) -> Result<Self> {
         match hints {
             Value::Object(obj) => Ok(Fields {
                 obj,
                 at: String::new(),
+                result,
             }),
             other => Err(UiCodecError::InvalidHints {
                 path: String::new(),
@@ -779,9 +791,13 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn nested(value: &'a Value, at: String) -> Result<Self> {
+    fn nested(&self, value: &'a Value, at: String) -> Result<Self> {
         match value {
-            Value::Object(obj) => Ok(Fields { obj, at }),
+            Value::Object(obj) => Ok(Fields {
+                obj,
+                at,
+                result: self.result,
+            }),
             other => Err(UiCodecError::InvalidHints {
                 path: at,
                 message: format!("expected an object, found {}", describe(other)),
@@ -834,6 +850,45 @@ impl<'a> Fields<'a> {
             .ok_or_else(|| self.invalid(key, "required string is missing"))
     }
 
+    /// A required text: a string, or `{"result": pointer}` (with
+    /// `"numbered": true` for numbered lines) naming a string in the
+    /// output's result ([`hints::Source`]).
+    fn req_text(&self, key: &str) -> Result<Cow<'a, str>> {
+        let reference = match self.get(key) {
+            Some(Value::String(text)) => return Ok(Cow::Borrowed(text)),
+            Some(Value::Object(reference)) => reference,
+            Some(other) => {
+                return Err(self.invalid(
+                    key,
+                    format!(
+                        "expected a string or {{\"result\": pointer}}, found {}",
+                        describe(other)
+                    ),
+                ));
+            }
+            None => return Err(self.invalid(key, "required string is missing")),
+        };
+        let reference = Fields {
+            obj: reference,
+            at: self.path(key),
+            result: self.result,
+        };
+        reference.only(&["result", "numbered"])?;
+        let pointer = reference.req_str("result")?;
+        let numbered = reference.opt_bool("numbered")?;
+        let Some(Value::String(text)) = self.result.pointer(pointer) else {
+            return Err(reference.invalid(
+                "result",
+                format!("`{pointer}` is not a string in the result"),
+            ));
+        };
+        Ok(if numbered {
+            Cow::Owned(without_line_numbers(text))
+        } else {
+            Cow::Borrowed(text)
+        })
+    }
+
     fn opt_line(&self, key: &str) -> Result<Option<u64>> {
         match self.get(key) {
             None => Ok(None),
@@ -882,9 +937,19 @@ impl<'a> Fields<'a> {
         self.req_array(key)?
             .iter()
             .enumerate()
-            .map(|(i, item)| Fields::nested(item, format!("{at}/{i}")))
+            .map(|(i, item)| self.nested(item, format!("{at}/{i}")))
             .collect()
     }
+}
+
+/// Numbered lines (`<number>\t<text>`, as `read_file` returns them)
+/// without their numbers; a line without a tab is kept whole.
+fn without_line_numbers(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .split('\n')
+        .map(|line| line.split_once('\t').map_or(line, |(_, text)| text))
+        .collect();
+    lines.join("\n")
 }
 
 /// Compact JSON for a non-string value, the string itself otherwise: how a
@@ -1102,7 +1167,7 @@ mod views {
             "end_line",
         ])?;
         let title = f.opt_str("title")?;
-        let code = f.req_str("code")?;
+        let code = f.req_text("code")?;
         let language = f.opt_str("language")?;
         let start = f.opt_line("start_line")?;
         let end = f.opt_line("end_line")?;
@@ -1204,8 +1269,8 @@ mod views {
             "timed_out",
         ])?;
         let command = f.opt_str("command")?.unwrap_or("");
-        let stdout = f.req_str("stdout")?;
-        let stderr = f.req_str("stderr")?;
+        let stdout = f.req_text("stdout")?;
+        let stderr = f.req_text("stderr")?;
         let exit_code = match f.get("exit_code") {
             None => None,
             Some(value) => Some(
@@ -1380,6 +1445,48 @@ pub mod hints {
 
     use super::{as_text, views};
 
+    /// A text a view shows (a code block's code, a command's output):
+    /// copied into the hints, or read from the output's `result` when the
+    /// ui_schema is compiled ([`super::compile_for`]), so that a large text
+    /// is stored once.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Source<'a> {
+        /// The text itself.
+        Text(&'a str),
+        /// The string at this JSON Pointer in the result:
+        /// `{"result": pointer}`.
+        Result(&'a str),
+        /// The same, holding numbered lines (`<number>\t<text>`, as
+        /// `read_file` returns them) that the view shows without their
+        /// numbers: `{"result": pointer, "numbered": true}`.
+        NumberedResult(&'a str),
+    }
+
+    impl<'a> Source<'a> {
+        /// The string at `pointer` in `result`, as a reference; the empty
+        /// text when there is none, so the hints always compile.
+        pub fn in_result(result: &Value, pointer: &'a str) -> Source<'a> {
+            match result.pointer(pointer) {
+                Some(Value::String(_)) => Source::Result(pointer),
+                _ => Source::Text(""),
+            }
+        }
+
+        fn hint(self) -> Value {
+            match self {
+                Source::Text(text) => json!(text),
+                Source::Result(pointer) => json!({ "result": pointer }),
+                Source::NumberedResult(pointer) => json!({ "result": pointer, "numbered": true }),
+            }
+        }
+    }
+
+    impl<'a> From<&'a str> for Source<'a> {
+        fn from(text: &'a str) -> Self {
+            Source::Text(text)
+        }
+    }
+
     fn with_title(view: &str, title: Option<&str>) -> Map<String, Value> {
         let mut hints = Map::from_iter([("view".to_owned(), json!(view))]);
         if let Some(title) = title {
@@ -1455,15 +1562,15 @@ pub mod hints {
     ///
     /// Lines are 1-based and `end_line >= start_line`; `compile` reports a
     /// range that breaks this instead of showing wrong line numbers.
-    pub fn code_block(
+    pub fn code_block<'a>(
         title: Option<&str>,
-        code: &str,
+        code: impl Into<Source<'a>>,
         language: Option<&str>,
         start_line: Option<u64>,
         end_line: Option<u64>,
     ) -> Value {
         let mut hints = with_title(views::CODE_BLOCK, title);
-        hints.insert("code".to_owned(), json!(code));
+        hints.insert("code".to_owned(), code.into().hint());
         if let Some(language) = language {
             hints.insert("language".to_owned(), json!(language));
         }
@@ -1485,16 +1592,16 @@ pub mod hints {
 
     /// `{"view": "core.command_output", "command", "stdout", "stderr", "exit_code": int|null, "timed_out"}`.
     /// `exit_code` is `None` when the process was killed by a signal.
-    pub fn command_output(
+    pub fn command_output<'a>(
         command: &str,
-        stdout: &str,
-        stderr: &str,
+        stdout: impl Into<Source<'a>>,
+        stderr: impl Into<Source<'a>>,
         exit_code: Option<i64>,
         timed_out: bool,
     ) -> Value {
         json!({
-            "view": views::COMMAND_OUTPUT, "command": command, "stdout": stdout,
-            "stderr": stderr, "exit_code": exit_code, "timed_out": timed_out,
+            "view": views::COMMAND_OUTPUT, "command": command, "stdout": stdout.into().hint(),
+            "stderr": stderr.into().hint(), "exit_code": exit_code, "timed_out": timed_out,
         })
     }
 
@@ -1722,6 +1829,104 @@ mod tests {
                 .contains_key("start_line")
         );
         assert!(!COMPONENT_SCHEMAS["List"].literals.contains_key("items"));
+    }
+
+    /// A text field given as a reference into the result compiles to the
+    /// same ui_schema as the text copied into the hints.
+    #[test]
+    fn a_text_can_be_read_from_the_result() {
+        use hints::Source;
+        let result = json!({
+            "content": "     1\tfn a() {\n     2\t\tx\t1\n     3\t}\n(no tab)",
+            "out": "total 0\n", "err": "",
+        });
+        let stripped = "fn a() {\n\tx\t1\n}\n(no tab)";
+        let numbered = hints::code_block(
+            Some("a.rs"),
+            Source::NumberedResult("/content"),
+            None,
+            Some(1),
+            None,
+        );
+        assert_eq!(
+            numbered["code"],
+            json!({"result": "/content", "numbered": true})
+        );
+        let copied = hints::code_block(Some("a.rs"), stripped, None, Some(1), None);
+        assert_eq!(
+            compile_for(&numbered, &result).unwrap(),
+            compile(&copied).unwrap()
+        );
+        let plain = hints::code_block(None, Source::Result("/content"), None, None, None);
+        assert_eq!(
+            compile_for(&plain, &result).unwrap()["data"]["code"],
+            result["content"]
+        );
+        let output = hints::command_output(
+            "ls",
+            Source::in_result(&result, "/out"),
+            Source::in_result(&result, "/missing"),
+            Some(0),
+            false,
+        );
+        assert_eq!(output["stdout"], json!({"result": "/out"}));
+        assert_eq!(output["stderr"], "", "no string there: the empty text");
+        assert_eq!(
+            compile_for(&output, &result).unwrap(),
+            compile(&hints::command_output(
+                "ls",
+                "total 0\n",
+                "",
+                Some(0),
+                false
+            ))
+            .unwrap()
+        );
+    }
+
+    #[test]
+    fn a_reference_that_does_not_resolve_is_named() {
+        let result = json!({"content": "x", "n": 3});
+        let cases = [
+            (
+                json!({"result": "/missing"}),
+                "/code/result",
+                "`/missing` is not a string",
+            ),
+            (
+                json!({"result": "/n"}),
+                "/code/result",
+                "`/n` is not a string",
+            ),
+            (
+                json!({"result": "/content", "extra": 1}),
+                "/code/extra",
+                "unknown field",
+            ),
+            (json!({"numbered": true}), "/code/result", "required string"),
+            (
+                json!({"result": "/content", "numbered": "yes"}),
+                "/code/numbered",
+                "boolean",
+            ),
+            (json!(5), "/code", "expected a string or"),
+        ];
+        for (code, path, message) in cases {
+            let hints = json!({"view": "core.code_block", "code": code});
+            match compile_for(&hints, &result) {
+                Err(UiCodecError::InvalidHints {
+                    path: at,
+                    message: m,
+                }) => {
+                    assert_eq!(at, path, "{hints}");
+                    assert!(m.contains(message), "{hints}: {m}");
+                }
+                other => panic!("{hints}: {other:?}"),
+            }
+        }
+        // Without a result, a reference has nothing to read.
+        let hints = json!({"view": "core.code_block", "code": {"result": "/content"}});
+        assert!(compile(&hints).is_err());
     }
 
     /// What `conforms` relies on to check a component against one branch:

@@ -158,6 +158,42 @@ impl TestApp {
 
     /// A trigger that makes the database turn down any message whose
     /// content holds `marker`, the way `how` says.
+    /// A message's `metadata` as the database holds it, as text.
+    pub async fn stored_metadata(&self, message_id: &str) -> String {
+        use sqlx::Connection;
+        match &self.pg {
+            Some(pg) => {
+                let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+                sqlx::query_scalar("SELECT metadata::text FROM messages WHERE id = $1")
+                    .bind(message_id)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap()
+            }
+            None => {
+                let path = self.data_dir.path().join("toolgate.db");
+                let url = format!("sqlite://{}", path.display());
+                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                sqlx::query_scalar("SELECT metadata FROM messages WHERE id = ?")
+                    .bind(message_id)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap()
+            }
+        }
+    }
+
+    /// Put a file into the dev owner's workspace.
+    pub fn put_file(&self, name: &str, contents: &str) {
+        let dir = self
+            .data_dir
+            .path()
+            .join("workspaces")
+            .join(toolgate::workspace::Workspaces::owner_dir_name("dev"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), contents).unwrap();
+    }
+
     pub async fn refuse_messages_holding(&self, marker: &str, how: Refusal) {
         use sqlx::Connection;
         match &self.pg {

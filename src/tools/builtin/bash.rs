@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use crate::config::{NetworkPolicy, SandboxSettings};
 use crate::protocol::tool_output::codes;
-use crate::protocol::ui_schema::hints;
+use crate::protocol::ui_schema::hints::{self, Source};
 use crate::sandbox::{CommandSpec, Sandbox, SandboxError};
 use crate::tools::{
     PermissionClass, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError, ToolMetadata,
@@ -345,8 +345,8 @@ impl Tool for Bash {
     fn ui_hints(&self, _args: &Value, result: &Value) -> Option<Value> {
         Some(hints::command_output(
             result["command"].as_str().unwrap_or_default(),
-            result["stdout"].as_str().unwrap_or_default(),
-            result["stderr"].as_str().unwrap_or_default(),
+            Source::in_result(result, "/stdout"),
+            Source::in_result(result, "/stderr"),
             result["exit_code"].as_i64(),
             result["timed_out"].as_bool().unwrap_or(false),
         ))

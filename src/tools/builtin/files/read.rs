@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::change::numbered;
 use super::confine::{WorkspacePath, io_error, not_found_aware, open_regular};
 use super::{blocking, cancelled, codes, language_of, open_workspace, parse_args};
-use crate::protocol::ui_schema::hints;
+use crate::protocol::ui_schema::hints::{self, Source};
 use crate::tools::{
     PermissionClass, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError, ToolMetadata,
     ToolSuccess,
@@ -312,20 +312,13 @@ impl Tool for ReadFile {
                 Some(hints::list(Some(path), &items, "Empty directory"))
             }
             "file" => {
-                // The numbered text, without its numbers: the block numbers it.
-                let code: Vec<&str> = result["content"]
-                    .as_str()?
-                    .split('\n')
-                    .map(|l| l.split_once('\t').map_or(l, |(_, text)| text))
-                    .collect();
-                let code = if result["total_lines"] == 0 {
-                    String::new()
-                } else {
-                    code.join("\n")
-                };
+                // The numbered text, read from the result when the ui_schema
+                // is compiled and shown without its numbers (the block
+                // numbers it): a large file is stored once.
+                result["content"].as_str()?;
                 Some(hints::code_block(
                     Some(path),
-                    &code,
+                    Source::NumberedResult("/content"),
                     result["language"].as_str(),
                     result["start_line"].as_u64(),
                     result["end_line"].as_u64(),
