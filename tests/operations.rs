@@ -53,20 +53,7 @@ async fn health_readiness_and_metrics(backend: Backend) {
     let _sse = app.events("m", "", None).await;
     // The stream counts itself once its task runs, which may be just after
     // the client has the response headers.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let text = loop {
-        let text = reqwest::get(app.url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let subscribers = sse_subscribers(&text);
-        if subscribers.is_some_and(|n| n >= 1.0) || std::time::Instant::now() > deadline {
-            break text;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    };
+    let text = metrics_once(&app, |n| n >= 1.0).await;
     assert!(text.contains("toolgate_http_requests_total{"), "{text}");
     assert!(
         text.contains("route=\"/v1/threads/{thread_id}/tool-calls\""),
@@ -85,6 +72,24 @@ async fn health_readiness_and_metrics(backend: Backend) {
         subscribers.is_some_and(|n| n >= 1.0),
         "an open stream is counted: {text}"
     );
+}
+
+/// `/metrics` as text, as soon as its SSE subscriber gauge satisfies
+/// `done`, or after 10 s.
+async fn metrics_once(app: &TestApp, done: impl Fn(f64) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = reqwest::get(app.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if sse_subscribers(&text).is_some_and(&done) || std::time::Instant::now() > deadline {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The `toolgate_sse_subscribers` gauge in a `/metrics` text.
@@ -118,27 +123,17 @@ async fn a_closed_event_stream_is_freed_without_waiting_for_a_heartbeat() {
         sse.until("TOOL_CALL_RESULT").await;
         streams.push(sse);
     }
-    let gauge = || async {
-        let text = reqwest::get(app.url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        sse_subscribers(&text).unwrap_or(0.0)
-    };
-    let open = gauge().await;
-    assert!(open >= STREAMS as f64, "{open} streams counted");
-    drop(streams);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let mut now = gauge().await;
-    while now >= STREAMS as f64 && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        now = gauge().await;
-    }
+    let streaming = STREAMS as f64;
+    let open = sse_subscribers(&metrics_once(&app, |n| n >= streaming).await);
     assert!(
-        now < STREAMS as f64,
-        "the closed streams are still counted: {now} (were {open})"
+        open.is_some_and(|n| n >= streaming),
+        "{open:?} streams counted"
+    );
+    drop(streams);
+    let now = sse_subscribers(&metrics_once(&app, |n| n < streaming).await);
+    assert!(
+        now.is_some_and(|n| n < streaming),
+        "the closed streams are still counted: {now:?} (were {open:?})"
     );
 }
 

@@ -4,9 +4,11 @@
 //! Hints are what the database keeps; the compiled schema is what SSE and
 //! `/history` carry. Keeping the two apart lets the wire format evolve (a v2
 //! compiler over the same stored hints) without migrating history, and keeps
-//! the compiler a pure function: the same hints give byte-identical output,
-//! live or replayed. Nothing here reads the clock, a random source or a hash
-//! map's iteration order; `serde_json::Map` keeps keys sorted.
+//! the compiler a pure function: the same hints (and the same result, which
+//! a hint may point into rather than copy a large text from it) give
+//! byte-identical output, live or replayed. Nothing here reads the clock, a
+//! random source or a hash map's iteration order; `serde_json::Map` keeps
+//! keys sorted.
 //!
 //! ui_schema v1 is shaped like Google's A2UI 0.9 (a flat component list with
 //! one root, data apart from structure, JSON-Pointer bindings, named actions)
