@@ -1179,7 +1179,14 @@ mod views {
                 format!("end_line {end} is before start_line {start}"),
             ));
         }
-        let mut data = Map::from_iter([("code".to_owned(), json!(code))]);
+        let lines = match (start, end) {
+            (Some(s), Some(e)) if s == e => format!("line {s}"),
+            (Some(s), Some(e)) => format!("lines {s}-{e}"),
+            (Some(s), None) => format!("from line {s}"),
+            _ => count(code.lines().count(), "line", "lines"),
+        };
+        // A text without its line numbers is already this view's own copy.
+        let mut data = Map::from_iter([("code".to_owned(), Value::String(code.into_owned()))]);
         let mut block = Map::from_iter([
             ("id".to_owned(), json!("code")),
             ("type".to_owned(), json!("CodeBlock")),
@@ -1195,12 +1202,6 @@ mod views {
                 block.insert(key.to_owned(), bind(&format!("/{key}")));
             }
         }
-        let lines = match (start, end) {
-            (Some(s), Some(e)) if s == e => format!("line {s}"),
-            (Some(s), Some(e)) => format!("lines {s}-{e}"),
-            (Some(s), None) => format!("from line {s}"),
-            _ => count(code.lines().count(), "line", "lines"),
-        };
         let summary = match language {
             Some(language) if !language.is_empty() => format!("{lines} of {language}"),
             _ => lines,

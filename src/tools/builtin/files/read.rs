@@ -314,8 +314,9 @@ impl Tool for ReadFile {
             "file" => {
                 // The numbered text, read from the result when the ui_schema
                 // is compiled and shown without its numbers (the block
-                // numbers it): a large file is stored once.
-                result["content"].as_str()?;
+                // numbers it): a large file is stored once. No view for a
+                // result without it.
+                let _numbered = result["content"].as_str()?;
                 Some(hints::code_block(
                     Some(path),
                     Source::NumberedResult("/content"),
