@@ -158,6 +158,12 @@ impl TestApp {
 
     /// A trigger that makes the database turn down any message whose
     /// content holds `marker`, the way `how` says.
+    /// The embedded SQLite database's URL (meaningful on that backend).
+    fn sqlite_url(&self) -> String {
+        let path = self.data_dir.path().join("toolgate.db");
+        format!("sqlite://{}", path.display())
+    }
+
     /// A message's `metadata` as the database holds it, as text.
     pub async fn stored_metadata(&self, message_id: &str) -> String {
         use sqlx::Connection;
@@ -171,9 +177,9 @@ impl TestApp {
                     .unwrap()
             }
             None => {
-                let path = self.data_dir.path().join("toolgate.db");
-                let url = format!("sqlite://{}", path.display());
-                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                let mut conn = sqlx::SqliteConnection::connect(&self.sqlite_url())
+                    .await
+                    .unwrap();
                 sqlx::query_scalar("SELECT metadata FROM messages WHERE id = ?")
                     .bind(message_id)
                     .fetch_one(&mut conn)
@@ -224,9 +230,9 @@ impl TestApp {
                     Refusal::Data => "SELECT RAISE(ABORT, 'refused by the test trigger');",
                     Refusal::Failure => "SELECT json('not json');",
                 };
-                let path = self.data_dir.path().join("toolgate.db");
-                let url = format!("sqlite://{}", path.display());
-                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                let mut conn = sqlx::SqliteConnection::connect(&self.sqlite_url())
+                    .await
+                    .unwrap();
                 sqlx::raw_sql(&format!(
                     "CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
                      WHEN NEW.content LIKE '%{marker}%' BEGIN {body} END;"

@@ -316,7 +316,9 @@ impl Tool for ReadFile {
                 // is compiled and shown without its numbers (the block
                 // numbers it): a large file is stored once. No view for a
                 // result without it.
-                let _numbered = result["content"].as_str()?;
+                if !result["content"].is_string() {
+                    return None;
+                }
                 Some(hints::code_block(
                     Some(path),
                     Source::NumberedResult("/content"),
