@@ -25,6 +25,7 @@
 //! same server: the scenario's ratio is taken against it, since the host's
 //! speed drifts.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::mpsc as std_mpsc;
@@ -250,22 +251,52 @@ impl WriterFigures {
     }
 }
 
-/// CPU time (user + system) so far of this process's threads named
-/// `toolgate-writer` (one per server started), from `/proc` (0 elsewhere).
-/// Unlike the writer's busy time, it leaves out the time the writer waits
-/// for the disk or for a core, so it hardly moves when the host is noisy.
-fn writer_cpu_seconds() -> f64 {
+/// Which part of this process a thread belongs to, by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Part {
+    /// The server's tokio runtime: HTTP, auth, the pipeline, the tools.
+    Server,
+    /// The group-commit writer thread(s).
+    Writer,
+    /// SQLite's checkpointer thread(s).
+    Checkpointer,
+    /// The load generator's runtime.
+    Load,
+}
+
+impl Part {
+    const ALL: [Part; 4] = [Part::Server, Part::Writer, Part::Checkpointer, Part::Load];
+
+    fn of(comm: &str) -> Option<Part> {
+        match comm {
+            "server" => Some(Part::Server),
+            "toolgate-writer" => Some(Part::Writer),
+            // The kernel keeps 15 bytes of a thread's name.
+            "toolgate-checkp" => Some(Part::Checkpointer),
+            "load" => Some(Part::Load),
+            _ => None,
+        }
+    }
+}
+
+/// CPU time (user + system) so far of each of this process's threads that
+/// belongs to a [`Part`], by thread id, from `/proc` (empty elsewhere).
+/// Unlike wall time it hardly moves when the host is noisy.
+fn thread_cpu() -> BTreeMap<u32, (Part, f64)> {
+    let mut threads = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
+        return threads;
     };
     // SAFETY: sysconf has no preconditions.
     let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    let mut ticks = 0_u64;
     for task in tasks.flatten() {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() != "toolgate-writer" {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
             continue;
-        }
+        };
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let Some(part) = Part::of(comm.trim_end()) else {
+            continue;
+        };
         let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
         // After the command name in parentheses: state, then utime and stime
         // as the 12th and 13th fields.
@@ -273,11 +304,38 @@ fn writer_cpu_seconds() -> f64 {
             .rsplit_once(')')
             .map(|(_, rest)| rest.split_whitespace().collect())
             .unwrap_or_default();
-        for index in [11, 12] {
-            ticks += fields.get(index).and_then(|f| f.parse().ok()).unwrap_or(0);
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+            .sum();
+        threads.insert(tid, (part, ticks as f64 / ticks_per_second));
+    }
+    threads
+}
+
+/// CPU seconds per [`Part`] between two [`thread_cpu`] readings, over the
+/// threads present in both (a thread that started or ended in between is
+/// left to the process total).
+fn cpu_by_part(
+    before: &BTreeMap<u32, (Part, f64)>,
+    after: &BTreeMap<u32, (Part, f64)>,
+) -> BTreeMap<Part, f64> {
+    let mut parts = BTreeMap::new();
+    for (tid, (part, seconds)) in after {
+        if let Some((_, earlier)) = before.get(tid) {
+            *parts.entry(*part).or_insert(0.0) += seconds - earlier;
         }
     }
-    ticks as f64 / ticks_per_second
+    parts
+}
+
+/// CPU time so far of this process's group-commit writer threads.
+fn writer_cpu_seconds() -> f64 {
+    thread_cpu()
+        .values()
+        .filter(|(part, _)| *part == Part::Writer)
+        .map(|(_, seconds)| seconds)
+        .sum()
 }
 
 struct Row {
@@ -292,6 +350,9 @@ struct Row {
     /// the window, per counted request, in µs (a Postgres server's own
     /// processes are not included).
     cpu_us_per_request: f64,
+    /// That CPU time split by part of the process, in µs per counted
+    /// request (what no part's threads account for is the rest).
+    cpu_us_by_part: BTreeMap<Part, f64>,
     /// The group-commit writer over the scenario (warm-up included).
     writer: Option<WriterFigures>,
     /// req/s of `GET /healthz` on the same server in the window just before
@@ -345,9 +406,10 @@ where
     let end = begin + window;
     let cpu = tokio::spawn(async move {
         tokio::time::sleep_until(begin.into()).await;
-        let at_begin = process_cpu();
+        let at_begin = (process_cpu(), thread_cpu());
         tokio::time::sleep_until(end.into()).await;
-        process_cpu() - at_begin
+        let at_end = (process_cpu(), thread_cpu());
+        (at_end.0 - at_begin.0, cpu_by_part(&at_begin.1, &at_end.1))
     });
     let mut tasks = Vec::with_capacity(connections);
     for conn in 0..connections {
@@ -392,9 +454,14 @@ where
         }
     }
     all.latencies.sort_unstable();
-    let cpu = cpu.await.expect("cpu sampler");
+    let (cpu, by_part) = cpu.await.expect("cpu sampler");
+    let per_request = |seconds: f64| seconds * 1e6 / all.latencies.len().max(1) as f64;
     Row {
-        cpu_us_per_request: cpu.as_secs_f64() * 1e6 / all.latencies.len().max(1) as f64,
+        cpu_us_per_request: per_request(cpu.as_secs_f64()),
+        cpu_us_by_part: by_part
+            .into_iter()
+            .map(|(part, seconds)| (part, per_request(seconds)))
+            .collect(),
         name,
         requests: all.latencies.len(),
         rps: all.latencies.len() as f64 / window.as_secs_f64(),
@@ -784,6 +851,21 @@ fn main() -> anyhow::Result<()> {
     );
     sqlite.stop();
 
+    // For scale: the same calls on a SQLite database held in memory, where
+    // nothing is durable (no WAL, no sync, no checkpoint). What it costs
+    // above the raw endpoint is the request, the pipeline and the rows;
+    // what the file database costs above it is durability.
+    let memory_echo = "POST tool-calls echo, in-memory";
+    if selected(memory_echo, &opts) {
+        let memory = Server::start(Some("sqlite::memory:".into()))?;
+        scenario!(
+            memory_echo,
+            &memory,
+            tool_call(&memory, "memory", "echo", json!({"text": "hi"}))
+        );
+        memory.stop();
+    }
+
     let mut skipped = None;
     match client_rt.block_on(PgDatabase::create()) {
         Ok(db) => {
@@ -861,6 +943,29 @@ fn main() -> anyhow::Result<()> {
                 1e6 * w.cpu_seconds / w.units
             );
         }
+    }
+    println!();
+    println!(
+        "| {:<32} | {:>9} | {:>9} | {:>12} | {:>9} | {:>9} | {:>9} |",
+        "CPU µs/req by part", "server", "writer", "checkpointer", "load gen", "rest", "total"
+    );
+    println!(
+        "|{:-<34}|{:->11}|{:->11}|{:->14}|{:->11}|{:->11}|{:->11}|",
+        "", "", "", "", "", "", ""
+    );
+    for r in &rows {
+        let part = |p: Part| r.cpu_us_by_part.get(&p).copied().unwrap_or(0.0);
+        let named: f64 = Part::ALL.iter().map(|&p| part(p)).sum();
+        println!(
+            "| {:<32} | {:>9.0} | {:>9.0} | {:>12.0} | {:>9.0} | {:>9.0} | {:>9.0} |",
+            r.name,
+            part(Part::Server),
+            part(Part::Writer),
+            part(Part::Checkpointer),
+            part(Part::Load),
+            (r.cpu_us_per_request - named).max(0.0),
+            r.cpu_us_per_request
+        );
     }
     if let Some(reason) = skipped {
         println!("\n(c) skipped: {reason}");
