@@ -260,12 +260,20 @@ enum Part {
     Writer,
     /// SQLite's checkpointer thread(s).
     Checkpointer,
+    /// sqlx's SQLite connection threads, which run the reads.
+    Reads,
     /// The load generator's runtime.
     Load,
 }
 
 impl Part {
-    const ALL: [Part; 4] = [Part::Server, Part::Writer, Part::Checkpointer, Part::Load];
+    const ALL: [Part; 5] = [
+        Part::Server,
+        Part::Writer,
+        Part::Checkpointer,
+        Part::Reads,
+        Part::Load,
+    ];
 
     fn of(comm: &str) -> Option<Part> {
         match comm {
@@ -274,6 +282,7 @@ impl Part {
             // The kernel keeps 15 bytes of a thread's name.
             "toolgate-checkp" => Some(Part::Checkpointer),
             "load" => Some(Part::Load),
+            _ if comm.starts_with("sqlx-sqlite-wor") => Some(Part::Reads),
             _ => None,
         }
     }
@@ -946,22 +955,30 @@ fn main() -> anyhow::Result<()> {
     }
     println!();
     println!(
-        "| {:<32} | {:>9} | {:>9} | {:>12} | {:>9} | {:>9} | {:>9} |",
-        "CPU µs/req by part", "server", "writer", "checkpointer", "load gen", "rest", "total"
+        "| {:<32} | {:>9} | {:>9} | {:>12} | {:>9} | {:>9} | {:>9} | {:>9} |",
+        "CPU µs/req by part",
+        "server",
+        "writer",
+        "checkpointer",
+        "reads",
+        "load gen",
+        "rest",
+        "total"
     );
     println!(
-        "|{:-<34}|{:->11}|{:->11}|{:->14}|{:->11}|{:->11}|{:->11}|",
-        "", "", "", "", "", "", ""
+        "|{:-<34}|{:->11}|{:->11}|{:->14}|{:->11}|{:->11}|{:->11}|{:->11}|",
+        "", "", "", "", "", "", "", ""
     );
     for r in &rows {
         let part = |p: Part| r.cpu_us_by_part.get(&p).copied().unwrap_or(0.0);
         let named: f64 = Part::ALL.iter().map(|&p| part(p)).sum();
         println!(
-            "| {:<32} | {:>9.0} | {:>9.0} | {:>12.0} | {:>9.0} | {:>9.0} | {:>9.0} |",
+            "| {:<32} | {:>9.0} | {:>9.0} | {:>12.0} | {:>9.0} | {:>9.0} | {:>9.0} | {:>9.0} |",
             r.name,
             part(Part::Server),
             part(Part::Writer),
             part(Part::Checkpointer),
+            part(Part::Reads),
             part(Part::Load),
             (r.cpu_us_per_request - named).max(0.0),
             r.cpu_us_per_request
