@@ -140,13 +140,9 @@ pub struct CallOutcome {
     pub message_id: String,
     /// True when the call was recorded before and nothing ran now.
     pub replayed: bool,
-}
-
-impl CallOutcome {
-    /// The text the model receives.
-    pub fn tool_response(&self) -> String {
-        self.output.text_projection()
-    }
+    /// The text the model receives (the output's text projection, which
+    /// is also the tool message's `content`).
+    pub tool_response: String,
 }
 
 /// Why a call was refused before anything was recorded.
@@ -717,7 +713,10 @@ impl Engine {
     ) -> Finishing {
         let message_id = format!("msg_{}", uuid::Uuid::now_v7().simple());
         let ui_schema = compile_ui(output);
-        let event = result_event(output, &message_id, ui_schema.as_ref());
+        // The text the model gets, the message's content and the event's:
+        // a large result is serialized once.
+        let content = output.text_projection();
+        let event = result_event(output, content.clone(), &message_id, ui_schema.as_ref());
         let status = match output.status {
             crate::protocol::tool_output::ToolStatus::Success => CallStatus::Success,
             crate::protocol::tool_output::ToolStatus::Failure => CallStatus::Failure,
@@ -743,7 +742,7 @@ impl Engine {
         ops.push(WriteOp::InsertMessage(NewMessage {
             id: message_id.clone(),
             role: Role::Tool,
-            content: output.text_projection(),
+            content: content.clone(),
             metadata,
             tool_call_id: Some(output.tool_call_id.clone()),
             created_at_ms: now,
@@ -759,6 +758,7 @@ impl Engine {
             event,
             message_id,
             ui_schema,
+            content,
         }
     }
 
@@ -816,6 +816,7 @@ impl Engine {
             ui_schema: finishing.ui_schema,
             message_id: finishing.message_id,
             replayed: false,
+            tool_response: finishing.content,
         })
     }
 
@@ -1216,6 +1217,8 @@ struct Finishing {
     event: Event,
     message_id: String,
     ui_schema: Option<Value>,
+    /// The output's text projection.
+    content: String,
 }
 
 /// Step 7's record of a call about to run.
@@ -1421,7 +1424,12 @@ pub fn logged_event_data(event: &StoredEvent) -> Result<Arc<str>, StoreError> {
     let output = ToolAgentOutput::deserialize(&reference.output)
         .map_err(|e| StoreError::Corrupt(format!("event {}: {e}", event.seq)))?;
     let ui_schema = compile_ui(&output);
-    let mut rebuilt = result_event(&output, &reference.message_id, ui_schema.as_ref());
+    let mut rebuilt = result_event(
+        &output,
+        output.text_projection(),
+        &reference.message_id,
+        ui_schema.as_ref(),
+    );
     rebuilt.timestamp = event.created_at_ms;
     Ok(rebuilt.to_json().into())
 }
@@ -1434,9 +1442,11 @@ fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) 
     }
 }
 
-/// The TOOL_CALL_RESULT event; our additions ride under `metadata`.
+/// The TOOL_CALL_RESULT event, whose `content` is the output's text
+/// projection; our additions ride under `metadata`.
 pub fn result_event(
     output: &ToolAgentOutput,
+    content: String,
     message_id: &str,
     ui_schema: Option<&Value>,
 ) -> Event {
@@ -1452,7 +1462,7 @@ pub fn result_event(
     Event::new(EventBody::ToolCallResult {
         message_id: message_id.to_string(),
         tool_call_id: output.tool_call_id.clone(),
-        content: output.text_projection(),
+        content,
         role: "tool".into(),
     })
     .with_metadata(metadata)
@@ -1466,6 +1476,7 @@ fn outcome_from_record(record: &ToolCallRecord) -> Result<CallOutcome, StoreErro
         .and_then(|v| serde_json::from_value(v).map_err(|e| StoreError::Corrupt(e.to_string())))?;
     let ui_schema = compile_ui(&output);
     Ok(CallOutcome {
+        tool_response: output.text_projection(),
         output,
         ui_schema,
         message_id: record.message_id.clone().unwrap_or_default(),
@@ -1491,6 +1502,7 @@ fn replay_events(record: &ToolCallRecord, outcome: &CallOutcome) -> Vec<Event> {
         }),
         result_event(
             &outcome.output,
+            outcome.tool_response.clone(),
             &outcome.message_id,
             outcome.ui_schema.as_ref(),
         ),

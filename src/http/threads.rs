@@ -15,7 +15,7 @@ use crate::engine::{CallOutcome, CallRequest, Executed, Rejection, UndoError};
 use crate::protocol::agui::{Event, EventBody};
 use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
 use crate::protocol::now_ms;
-use crate::protocol::tool_output::{ToolError, ToolResponse, codes};
+use crate::protocol::tool_output::{PublicOutput, ToolError, ToolResponse, codes};
 use crate::store::{NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
 
 pub fn routes() -> Router<AppState> {
@@ -43,7 +43,7 @@ pub fn routes() -> Router<AppState> {
 pub struct ToolCallResponse {
     /// The ToolAgentOutput (without the internal ui_hints).
     #[schema(value_type = Object)]
-    pub tool_agent_output: Value,
+    pub tool_agent_output: PublicOutput,
     /// Put `content` into the model's context as the tool result.
     pub tool_response: ToolResponse,
     /// The compiled UI (ui_schema v1), when the result has a template.
@@ -59,9 +59,9 @@ pub struct ToolCallResponse {
 impl From<CallOutcome> for ToolCallResponse {
     fn from(o: CallOutcome) -> Self {
         ToolCallResponse {
-            tool_agent_output: o.output.public_view(),
+            tool_agent_output: PublicOutput(o.output),
             tool_response: ToolResponse {
-                content: o.tool_response(),
+                content: o.tool_response,
             },
             ui_schema: o.ui_schema,
             message_id: o.message_id,
@@ -451,7 +451,7 @@ pub struct HistoryMessage {
     pub tool_calls: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub tool_agent_output: Option<Value>,
+    pub tool_agent_output: Option<PublicOutput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = ui_schema_ref)]
     pub ui_schema: Option<Value>,
@@ -468,14 +468,16 @@ pub struct HistoryPage {
 
 /// The stored ToolAgentOutput of a tool message, if it has one.
 pub fn stored_output(m: &StoredMessage) -> Option<crate::protocol::tool_output::ToolAgentOutput> {
-    serde_json::from_value(m.metadata.get("tool_agent_output")?.clone()).ok()
+    use serde::Deserialize as _;
+    crate::protocol::tool_output::ToolAgentOutput::deserialize(m.metadata.get("tool_agent_output")?)
+        .ok()
 }
 
 pub fn history_message(m: StoredMessage) -> HistoryMessage {
     let output = stored_output(&m);
     HistoryMessage {
         ui_schema: output.as_ref().and_then(crate::engine::compile_ui),
-        tool_agent_output: output.map(|o| o.public_view()),
+        tool_agent_output: output.map(PublicOutput),
         tool_calls: m.metadata.get("tool_calls").cloned(),
         id: m.id,
         seq: m.seq,

@@ -126,15 +126,55 @@ impl ToolAgentOutput {
             _ => self.result.to_string(),
         }
     }
+}
 
-    /// The output as frontends and history clients see it: without the
-    /// internal `ui_hints`.
-    pub fn public_view(&self) -> Value {
-        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
-        if let Some(obj) = v.as_object_mut() {
-            obj.remove("ui_hints");
+/// A [`ToolAgentOutput`] as frontends and history clients see it: without
+/// the internal `ui_hints`. It serializes the output's own fields where they
+/// are, so a large result is written out once, not first copied into a
+/// `Value` (its top-level keys sorted, as a `Value` would have them; an
+/// error's in the order the stored output has them). Read back, it is the
+/// output with no hints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PublicOutput(pub ToolAgentOutput);
+
+impl Serialize for PublicOutput {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// Every field of `ToolAgentOutput` but `ui_hints`, sorted by name.
+        #[derive(Serialize)]
+        struct Public<'a> {
+            error: &'a Option<ToolError>,
+            result: &'a Value,
+            status: ToolStatus,
+            tool_call_args: &'a Value,
+            tool_call_id: &'a str,
+            tool_name: &'a str,
         }
-        v
+        let ToolAgentOutput {
+            tool_name,
+            tool_call_id,
+            tool_call_args,
+            status,
+            result,
+            error,
+            ui_hints: _,
+        } = &self.0;
+        Public {
+            error,
+            result,
+            status: *status,
+            tool_call_args,
+            tool_call_id,
+            tool_name,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for PublicOutput {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut output = ToolAgentOutput::deserialize(deserializer)?;
+        output.ui_hints = None;
+        Ok(PublicOutput(output))
     }
 }
 
@@ -142,4 +182,79 @@ impl ToolAgentOutput {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolResponse {
     pub content: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn outputs() -> Vec<ToolAgentOutput> {
+        let mut failed = ToolError::new(codes::INVALID_ARGUMENTS, "bad \"path\"", false)
+            .with_hint("pass a relative path");
+        failed.errors = Some(vec![FieldError {
+            path: "/path".into(),
+            message: "required".into(),
+        }]);
+        vec![
+            ToolAgentOutput {
+                tool_name: "read_file".into(),
+                tool_call_id: "call_1".into(),
+                tool_call_args: json!({"path": "a.txt", "limit": 2}),
+                status: ToolStatus::Partial,
+                result: json!({"content": "1\\tx\\n", "lines": [1, 2], "z": null, "a": -1.5}),
+                error: None,
+                ui_hints: Some(json!({"view": "code_block", "code": {"result": "/content"}})),
+            },
+            ToolAgentOutput {
+                tool_name: "echo".into(),
+                tool_call_id: "call_2".into(),
+                tool_call_args: json!({}),
+                status: ToolStatus::Failure,
+                result: Value::Null,
+                error: Some(failed),
+                ui_hints: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn the_public_output_is_the_output_without_its_hints() {
+        for output in outputs() {
+            // The output as a Value, hints removed.
+            let mut copied = serde_json::to_value(&output).unwrap();
+            copied.as_object_mut().unwrap().remove("ui_hints");
+            let public = PublicOutput(output.clone());
+            let written = serde_json::to_string(&public).unwrap();
+            assert_eq!(
+                serde_json::from_str::<Value>(&written).unwrap(),
+                copied,
+                "{written}"
+            );
+            assert!(!written.contains("ui_hints"));
+            // Top-level keys sorted, as before (none of them is also a key
+            // inside these outputs' values).
+            let at: Vec<usize> = [
+                "error",
+                "result",
+                "status",
+                "tool_call_args",
+                "tool_call_id",
+                "tool_name",
+            ]
+            .iter()
+            .map(|key| written.find(&format!("\"{key}\":")).unwrap())
+            .collect();
+            assert!(at.is_sorted(), "{written}");
+            // Read back: the same output, with no hints.
+            let back: PublicOutput = serde_json::from_value(copied).unwrap();
+            assert_eq!(
+                back.0,
+                ToolAgentOutput {
+                    ui_hints: None,
+                    ..output
+                }
+            );
+        }
+    }
 }
