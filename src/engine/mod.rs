@@ -1469,11 +1469,13 @@ pub fn result_event(
 }
 
 fn outcome_from_record(record: &ToolCallRecord) -> Result<CallOutcome, StoreError> {
-    let output: ToolAgentOutput = record
+    let output = record
         .output
-        .clone()
+        .as_ref()
         .ok_or_else(|| StoreError::Corrupt(format!("finished call {} has no output", record.id)))
-        .and_then(|v| serde_json::from_value(v).map_err(|e| StoreError::Corrupt(e.to_string())))?;
+        .and_then(|v| {
+            ToolAgentOutput::deserialize(v).map_err(|e| StoreError::Corrupt(e.to_string()))
+        })?;
     let ui_schema = compile_ui(&output);
     Ok(CallOutcome {
         tool_response: output.text_projection(),

@@ -468,7 +468,6 @@ pub struct HistoryPage {
 
 /// The stored ToolAgentOutput of a tool message, if it has one.
 pub fn stored_output(m: &StoredMessage) -> Option<crate::protocol::tool_output::ToolAgentOutput> {
-    use serde::Deserialize as _;
     crate::protocol::tool_output::ToolAgentOutput::deserialize(m.metadata.get("tool_agent_output")?)
         .ok()
 }
