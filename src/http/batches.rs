@@ -140,11 +140,11 @@ pub async fn post_batch(
                     let request = CallRequest::new(&user.owner, &thread.0, call);
                     let id = request.call.id.clone();
                     // Each call in its own task: a client that leaves does not
-                    // cut a call half-way.
+                    // cut a call half-way. Boxed, as in `with_slot`.
                     tasks.push((
                         index,
                         id,
-                        tokio::spawn(async move { engine.execute(request).await }),
+                        tokio::spawn(Box::pin(async move { engine.execute(request).await })),
                     ));
                 }
             }

@@ -218,7 +218,8 @@ async fn execute_run(
         let refused = parsed_args
             .err()
             .map(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false));
-        let task = tokio::spawn(async move {
+        // Boxed, as in `threads::with_slot`: tokio copies an inline future whole.
+        let task = tokio::spawn(Box::pin(async move {
             if let Some(error) = refused {
                 return engine
                     .record_rejected_call(request, error)
@@ -247,7 +248,7 @@ async fn execute_run(
                 .await
                 .map(Executed::Finished)
                 .map_err(Rejection::from)
-        });
+        }));
         // Forward the call's events as they commit, until the call is done.
         while let Some(event) = observed.recv().await {
             // The client sent this call itself: re-sending its arguments

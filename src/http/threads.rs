@@ -203,7 +203,10 @@ pub async fn post_tool_call(
 ///
 /// Not an `async fn`: the task is spawned before the first `.await`, so the
 /// handler's future holds a join handle, not the (several KiB) pipeline
-/// future, and axum and hyper move a small future around.
+/// future, and axum and hyper move a small future around. The task's future
+/// is boxed for the same reason: tokio keeps a task's future inline in the
+/// task and copies it whole as it spawns it and as the task finishes and
+/// hands over its output; boxed, those copies are a pointer's.
 fn with_slot<T, F>(
     state: &AppState,
     user: &AuthUser,
@@ -214,11 +217,11 @@ where
     F: std::future::Future<Output = T> + Send + 'static,
 {
     let task = state.acquire(&user.owner, 1).map(|permit| {
-        tokio::spawn(async move {
+        tokio::spawn(Box::pin(async move {
             let result = work.await;
             drop(permit);
             result
-        })
+        }))
     });
     async move {
         task?
