@@ -29,9 +29,11 @@ enum Command {
         #[arg(long)]
         bind: Option<std::net::SocketAddr>,
     },
-    /// Apply database migrations and exit.
+    /// Apply database migrations (and create the data directory's signing
+    /// key when none is configured), then exit.
     Migrate,
-    /// Print a bearer token signed with the configured key.
+    /// Print a bearer token signed with the configured key, or the data
+    /// directory's (which must exist: it is never created here).
     Token {
         /// The subject (owner) of the token.
         #[arg(long)]
@@ -64,7 +66,9 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", toolgate::http::openapi::document_json());
         }
         Command::Token { sub, ttl, scope } => {
-            let keys = toolgate::auth::Keys::load(&settings.auth, &settings.storage.data_dir)?;
+            anyhow::ensure!(ttl.as_secs() >= 1, "--ttl must be at least 1s, got {ttl}");
+            let keys =
+                toolgate::auth::Keys::load_existing(&settings.auth, &settings.storage.data_dir)?;
             println!(
                 "{}",
                 keys.mint_scoped(&sub, ttl.as_secs(), scope.as_deref())?
@@ -80,6 +84,9 @@ async fn main() -> anyhow::Result<()> {
             let store = toolgate::store::open(url.as_deref(), &settings.storage.data_dir).await?;
             store.ready().await?;
             println!("migrations applied ({})", store.backend());
+            // The data directory's signing key too (when none is configured),
+            // so `toolgate token` can sign before the first start.
+            toolgate::auth::Keys::load(&settings.auth, &settings.storage.data_dir)?;
         }
         Command::Serve { bind } => {
             if let Some(bind) = bind {

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use secrecy::ExposeSecret;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -145,7 +146,9 @@ impl Application {
                 "finished tool calls interrupted by the previous shutdown"
             );
         }
-        let listener = TcpListener::bind(settings.server.bind).await?;
+        let listener = TcpListener::bind(settings.server.bind)
+            .await
+            .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
         let limits_settings = settings.tools.clone();
         let state = AppState::new(Shared {
             engine,

@@ -746,6 +746,19 @@ async fn cli_token_migrate_and_layered_settings() {
     let data_dir = tempfile::tempdir().unwrap();
     let dir = data_dir.path().to_str().unwrap();
     let bin = env!("CARGO_BIN_EXE_toolgate");
+    // Before any key exists, `token` refuses and creates none: a token signed
+    // with a key no server holds would be refused everywhere.
+    let keyless = std::process::Command::new(bin)
+        .args(["--data-dir", dir, "token", "--sub", "alice"])
+        .output()
+        .unwrap();
+    assert!(!keyless.status.success());
+    let why = String::from_utf8_lossy(&keyless.stderr);
+    assert!(
+        why.contains("no signing key") && why.contains("signing.key"),
+        "{why}"
+    );
+    assert!(!data_dir.path().join("signing.key").exists());
     let migrate = std::process::Command::new(bin)
         .args(["--data-dir", dir, "migrate"])
         .env_remove("DATABASE_URL")
@@ -780,6 +793,16 @@ async fn cli_token_migrate_and_layered_settings() {
         .output()
         .unwrap();
     assert!(!bad_ttl.status.success());
+    let zero_ttl = std::process::Command::new(bin)
+        .args(["--data-dir", dir, "token", "--sub", "alice", "--ttl", "0s"])
+        .output()
+        .unwrap();
+    assert!(!zero_ttl.status.success());
+    assert!(
+        String::from_utf8_lossy(&zero_ttl.stderr).contains("--ttl must be at least 1s"),
+        "{}",
+        String::from_utf8_lossy(&zero_ttl.stderr)
+    );
 
     // Environment variables override the defaults; JSON logs on request.
     let mut child = tokio::process::Command::new(bin)

@@ -135,6 +135,22 @@ impl Keys {
         ))
     }
 
+    /// The keys a server with these settings and data directory verifies
+    /// with, for minting tokens outside it (`toolgate token`). Unlike
+    /// [`Keys::load`] it never creates a key file: a token signed with a new
+    /// key that no server holds would be refused by every one of them.
+    pub fn load_existing(settings: &AuthSettings, data_dir: &Path) -> anyhow::Result<Keys> {
+        let path = data_dir.join(KEY_FILE);
+        anyhow::ensure!(
+            settings.hs256_secret.is_some() || settings.public_key_pem.is_some() || path.exists(),
+            "no signing key: {} does not exist and none is configured. Pass the server's \
+             --data-dir, or create the key there with `toolgate migrate` (or by starting \
+             the server once)",
+            path.display()
+        );
+        Keys::load(settings, data_dir)
+    }
+
     /// Sign a token for `sub` valid for `ttl_secs`.
     pub fn mint(&self, sub: &str, ttl_secs: u64) -> anyhow::Result<String> {
         self.mint_scoped(sub, ttl_secs, None)
