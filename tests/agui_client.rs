@@ -472,8 +472,35 @@ async fn http_agent_runs_backend_tools_and_leaves_frontend_calls() {
         "the frontend call left no trace in the thread's event log"
     );
 
-    // Replayed from the log with a snapshot first: valid too.
+    // Replayed from the log: valid too, and the same events.
     let replay = run_script(
+        &app,
+        "stream.mjs",
+        &[
+            "--thread",
+            thread,
+            "--after",
+            "0",
+            "--min-events",
+            "9",
+            "--idle-ms",
+            "2500",
+            "--timeout-ms",
+            "15000",
+        ],
+    )
+    .await;
+    let replay_report = assert_stream_valid(&replay, "replayed thread stream");
+    assert_thread_stream(&replay_report, thread, &calls, false);
+    assert_eq!(
+        replay_report["events"].as_array().unwrap()[1..],
+        live_report["events"].as_array().unwrap()[1..],
+        "replay and live carry the same logged events"
+    );
+
+    // A snapshot instead, with a resume point as a reconnecting EventSource
+    // sends it: the snapshot holds the past, nothing is replayed after it.
+    let snapshotted = run_script(
         &app,
         "stream.mjs",
         &[
@@ -484,17 +511,21 @@ async fn http_agent_runs_backend_tools_and_leaves_frontend_calls() {
             "--snapshot",
             "true",
             "--min-events",
-            "10",
+            "2",
             "--idle-ms",
-            "2500",
+            "1500",
             "--timeout-ms",
-            "15000",
+            "10000",
         ],
     )
     .await;
-    let replay_report = assert_stream_valid(&replay, "replayed thread stream");
-    assert_thread_stream(&replay_report, thread, &calls, true);
-    let snapshot = &replay_report["events"][1];
+    let snapshot_report = assert_stream_valid(&snapshotted, "snapshot stream");
+    assert_eq!(
+        strs(&snapshot_report["types"]),
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT"],
+        "{snapshot_report}"
+    );
+    let snapshot = &snapshot_report["events"][1];
     let snap_roles: Vec<&str> = snapshot["messages"]
         .as_array()
         .unwrap()
@@ -511,11 +542,6 @@ async fn http_agent_runs_backend_tools_and_leaves_frontend_calls() {
         assert_eq!(m["toolCallId"], r["toolCallId"]);
         assert_eq!(m["metadata"]["ui_schema"], r["metadata"]["ui_schema"]);
     }
-    assert_eq!(
-        replay_report["events"].as_array().unwrap()[2..],
-        live_report["events"].as_array().unwrap()[1..],
-        "replay and live carry the same logged events"
-    );
 
     app.stop().await;
 }

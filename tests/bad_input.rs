@@ -205,7 +205,20 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
             p["detail"].as_str().unwrap().contains("unknown variant"),
             "{p}"
         );
+        // The failing parameter is named, as for out-of-range values.
+        assert_eq!(p["errors"][0]["parameter"], "format", "{p}");
     }
+    // A value of the wrong type names its parameter too.
+    let (s, p) = problem(app.get("/v1/threads/t/history?limit=abc").await).await;
+    assert_eq!(s, 400);
+    assert_eq!(p["errors"][0]["parameter"], "limit", "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("query parameter `limit` is invalid"),
+        "{p}"
+    );
     let (s, _) = problem(app.get("/v1/tools/missing").await).await;
     assert_eq!(s, 404);
     let (s, _) = problem(app.get("/v1/threads/bad%20id/history").await).await;
@@ -234,6 +247,18 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     let (s, p) = problem(r).await;
     assert_eq!(s, 400);
     assert!(p["detail"].as_str().unwrap().contains("future"));
+    assert_eq!(p["errors"][0]["parameter"], "Last-Event-ID", "{p}");
+    // The same through the query names the query's parameter.
+    let (s, p) = problem(app.get("/v1/threads/t/events?after=999").await).await;
+    assert_eq!(s, 400);
+    assert_eq!(p["errors"][0]["parameter"], "after", "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("after: event id 999 is in the future"),
+        "{p}"
+    );
     let (s, _) = problem(app.get("/v1/threads/t/events?after=abc").await).await;
     assert_eq!(s, 400);
 
@@ -243,8 +268,12 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     assert_eq!(s, 422);
 
     // Unknown route and method.
-    let (s, _) = problem(app.get("/v1/nothing-here").await).await;
+    let (s, p) = problem(app.get("/v1/nothing-here").await).await;
     assert_eq!(s, 404);
+    // The same title as a handler's 404 (an unknown tool's).
+    assert_eq!(p["title"], "Not found", "{p}");
+    let (_, p) = problem(app.get("/v1/tools/missing").await).await;
+    assert_eq!(p["title"], "Not found", "{p}");
     let r = app
         .client
         .delete(app.url("/v1/tools"))
@@ -252,7 +281,31 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         .send()
         .await
         .unwrap();
-    assert_eq!(problem(r).await.0, 405);
+    let (s, p) = problem(r).await;
+    assert_eq!(s, 405);
+    assert_eq!(p["title"], "Method not allowed", "{p}");
+
+    // A message's content errors are 422 and name the field.
+    let (s, p) = problem(
+        app.post(
+            "/v1/threads/t/messages",
+            &json!({"role": "user", "content": "x", "tool_calls": []}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422, "{p}");
+    assert_eq!(p["errors"][0]["pointer"], "/tool_calls", "{p}");
+    let (s, p) = problem(
+        app.post(
+            "/v1/threads/t/messages",
+            &json!({"id": "bad id", "role": "user", "content": "x"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422, "{p}");
+    assert_eq!(p["errors"][0]["pointer"], "/id", "{p}");
 
     assert_eq!(
         snapshot(&app, "t").await,

@@ -202,6 +202,19 @@ async fn resume_replays_exactly_what_was_missed(backend: Backend) {
     )
     .await;
     assert_eq!(sse.next(Duration::from_secs(5)).await.unwrap().id, Some(13));
+
+    // A snapshot with a resume point too (an EventSource reconnecting to a
+    // `?snapshot=true` URL): the snapshot holds everything, so the events
+    // after the resume point are not replayed on top of it.
+    let mut sse = app.events("t3", "?snapshot=true", Some("4")).await;
+    assert_eq!(
+        sse.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    let snap = sse.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(snap.kind(), "MESSAGES_SNAPSHOT");
+    assert_eq!(snap.data["messages"].as_array().unwrap().len(), 4);
+    assert!(sse.next(Duration::from_millis(500)).await.is_none());
 }
 
 async fn idempotent_calls_run_once(backend: Backend) {

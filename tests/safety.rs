@@ -341,6 +341,8 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let (s, out) = waiting.await.unwrap();
     assert_eq!(s, 200, "{out}");
     assert_eq!(out["tool_agent_output"]["status"], "success");
+    // It ran while this request waited: not a replay of an earlier result.
+    assert_eq!(out["replayed"], false, "{out}");
 
     // Pending approvals survive a restart and can be decided after it.
     let (_, out) = app.call("a", json!({"id": "w4", "name": "write_file", "arguments": {"path": "d.txt", "content": "d"}})).await;
@@ -738,10 +740,29 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+    let listed = |token: String| {
+        let r = app
+            .client
+            .get(app.url("/v1/approvals?status=pending"))
+            .bearer_auth(token)
+            .send();
+        async move {
+            let list: Value = r.await.unwrap().json().await.unwrap();
+            list["approvals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["id"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert!(listed(stranger.clone()).await.is_empty());
     let keys = toolgate::auth::Keys::load(&app.settings.auth, app.data_dir.path()).unwrap();
     let approver = keys
         .mint_scoped("ops", 600, Some("toolgate:approve"))
         .unwrap();
+    // The approver finds it in its list, though it belongs to another owner.
+    assert_eq!(listed(approver.clone()).await, vec![approval_id.clone()]);
     let r = app
         .post_as(
             &approver,

@@ -1301,7 +1301,7 @@ impl Store for Observed {
     }
     async fn approvals(
         &self,
-        owner: &str,
+        owner: Option<&str>,
         status: Option<ApprovalStatus>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
@@ -2088,19 +2088,36 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
         records.into_iter().map(|r| r.id).collect()
     };
     assert_eq!(
-        ids(store.approvals("alice", None, 10).await.unwrap()),
+        ids(store.approvals(Some("alice"), None, 10).await.unwrap()),
         ["ap2", "ap3", "ap1"]
     );
     assert_eq!(
-        ids(store.approvals("alice", None, 2).await.unwrap()),
+        ids(store.approvals(Some("alice"), None, 2).await.unwrap()),
         ["ap2", "ap3"]
     );
-    assert!(store.approvals("alice", None, 0).await.unwrap().is_empty());
+    assert!(
+        store
+            .approvals(Some("alice"), None, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
-        ids(store.approvals("bob", None, 10).await.unwrap()),
+        ids(store.approvals(Some("bob"), None, 10).await.unwrap()),
         ["bp1"]
     );
-    assert!(store.approvals("carol", None, 10).await.unwrap().is_empty());
+    assert!(
+        store
+            .approvals(Some("carol"), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Every owner's (an approver's list), in the same order.
+    assert_eq!(
+        ids(store.approvals(None, None, 10).await.unwrap()),
+        ["bp1", "ap2", "ap3", "ap1"]
+    );
 
     // Decide: the fields are stored, and a second decision conflicts.
     apply_one(
@@ -2261,35 +2278,35 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
 
     assert_eq!(
         ids(store
-            .approvals("alice", Some(ApprovalStatus::Pending), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Pending), 10)
             .await
             .unwrap()),
         Vec::<String>::new()
     );
     assert_eq!(
         ids(store
-            .approvals("alice", Some(ApprovalStatus::Approved), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Approved), 10)
             .await
             .unwrap()),
         ["ap1"]
     );
     assert_eq!(
         ids(store
-            .approvals("alice", Some(ApprovalStatus::Denied), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Denied), 10)
             .await
             .unwrap()),
         ["ap2"]
     );
     assert_eq!(
         ids(store
-            .approvals("alice", Some(ApprovalStatus::Expired), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Expired), 10)
             .await
             .unwrap()),
         ["ap3"]
     );
     assert_eq!(
         ids(store
-            .approvals("bob", Some(ApprovalStatus::Pending), 10)
+            .approvals(Some("bob"), Some(ApprovalStatus::Pending), 10)
             .await
             .unwrap()),
         ["bp1"]
@@ -2999,7 +3016,7 @@ async fn pending_work_survives_a_restart_untouched(target: Target) {
     assert_eq!(store.approval("ap1").await.unwrap(), Some(record.clone()));
     assert_eq!(
         store
-            .approvals("alice", Some(ApprovalStatus::Pending), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Pending), 10)
             .await
             .unwrap(),
         [record]

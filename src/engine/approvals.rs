@@ -198,7 +198,7 @@ impl Engine {
         record: &crate::store::ToolCallRecord,
     ) -> Result<ApprovalRecord, StoreError> {
         self.store
-            .approvals(&record.owner, Some(ApprovalStatus::Pending), 10_000)
+            .approvals(Some(&record.owner), Some(ApprovalStatus::Pending), 10_000)
             .await?
             .into_iter()
             .find(|a| a.tool_call_id == record.id && a.thread_id == record.thread_id)

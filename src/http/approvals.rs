@@ -102,7 +102,8 @@ fn is_approver(state: &AppState, user: &AuthUser) -> bool {
     user.has_scope(&state.settings.approvals.approver_scope)
 }
 
-/// The caller's approvals.
+/// The caller's approvals; for a token with the approver scope, every
+/// owner's (each names its `owner`).
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
     responses((status = 200, body = ApprovalList),
         (status = 400, description = "Bad status or limit", content_type = "application/problem+json")),
@@ -132,7 +133,10 @@ pub async fn list_approvals(
             format!("must be between 1 and 200, got {limit}"),
         ));
     }
-    let approvals = state.store.approvals(&user.owner, status, limit).await?;
+    // An approver may see and decide every owner's approvals, so it lists
+    // them all; anyone else lists their own.
+    let owner = (!is_approver(&state, &user)).then_some(user.owner.as_str());
+    let approvals = state.store.approvals(owner, status, limit).await?;
     Ok(axum::Json(ApprovalList {
         approvals: approvals.into_iter().map(Into::into).collect(),
     }))

@@ -1,7 +1,6 @@
 //! Request-level errors as RFC 9457 `application/problem+json`. Tool-level
 //! failures are not here: they are data in a `ToolAgentOutput`.
 
-use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -55,6 +54,24 @@ impl ApiError {
         ApiError::BadRequest {
             detail: format!("query parameter `{name}` {message}"),
             errors: vec![json!({"parameter": name, "message": message})],
+        }
+    }
+
+    /// 422 for a well-formed body whose content is refused at `pointer`.
+    pub fn invalid_body(pointer: String, message: String) -> Self {
+        let mut extra = Map::new();
+        extra.insert(
+            "errors".into(),
+            json!([{"pointer": pointer, "message": message}]),
+        );
+        ApiError::Unprocessable {
+            title: "Invalid request body".into(),
+            detail: if pointer.is_empty() {
+                message
+            } else {
+                format!("{pointer}: {message}")
+            },
+            extra,
         }
     }
 
@@ -247,22 +264,7 @@ where
         // apart and a shape error names the field's path.
         let value: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
-        let invalid = |pointer: String, message: String| {
-            let mut extra = Map::new();
-            extra.insert(
-                "errors".into(),
-                json!([{"pointer": pointer, "message": message}]),
-            );
-            ApiError::Unprocessable {
-                title: "Invalid request body".into(),
-                detail: if pointer.is_empty() {
-                    message
-                } else {
-                    format!("{pointer}: {message}")
-                },
-                extra,
-            }
-        };
+        let invalid = ApiError::invalid_body;
         // U+0000 cannot be stored (Postgres text and jsonb refuse it), and
         // no model or frontend needs it: refused wherever it is, so both
         // backends answer alike. Only a body that spells `\u0000` can hold
@@ -362,15 +364,24 @@ where
 
     async fn from_request_parts(
         parts: &mut axum::http::request::Parts,
-        state: &S,
+        _state: &S,
     ) -> Result<Self, Self::Rejection> {
-        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
-            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
-            Err(QueryRejection::FailedToDeserializeQueryString(e)) => Err(ApiError::bad_request(
-                format!("invalid query string: {}", e.body_text()),
-            )),
-            Err(other) => Err(ApiError::bad_request(other.body_text())),
-        }
+        // What axum's Query does, with the failing parameter kept: the
+        // answer names it in `errors[].parameter`, as for range errors.
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer)
+            .map(ApiQuery)
+            .map_err(|e| {
+                let parameter = e.path().to_string();
+                let message = e.inner().to_string();
+                if parameter.is_empty() || parameter == "." {
+                    ApiError::bad_request(format!("invalid query string: {message}"))
+                } else {
+                    ApiError::invalid_param(&parameter, format!("is invalid: {message}"))
+                }
+            })
     }
 }
 
@@ -403,8 +414,10 @@ pub async fn problem_fallback(req: Request, next: axum::middleware::Next) -> Res
             ),
             _ => ("error", "the request failed"),
         };
-        let title = status.canonical_reason().unwrap_or("Error");
-        let mut out = problem_response(status, problem_body(status, slug, title, detail));
+        // Sentence case, like the handlers' titles ("Not found").
+        let reason = status.canonical_reason().unwrap_or("Error");
+        let title = reason[..1].to_string() + &reason[1..].to_lowercase();
+        let mut out = problem_response(status, problem_body(status, slug, &title, detail));
         for (name, value) in resp.headers() {
             if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
                 out.headers_mut().insert(name.clone(), value.clone());

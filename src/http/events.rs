@@ -97,22 +97,22 @@ pub async fn get_events(
         })
         .transpose()?;
     let after = match (header, q.after.as_deref()) {
-        (Some(h), _) => Some(parse_position(h, "Last-Event-ID")?),
-        (None, Some(a)) => Some(parse_position(a, "after")?),
+        (Some(h), _) => Some((parse_position(h, "Last-Event-ID")?, "Last-Event-ID")),
+        (None, Some(a)) => Some((parse_position(a, "after")?, "after")),
         (None, None) => None,
     };
     state.store.claim_thread(&thread.0, &user.owner).await?;
     // Subscribe before reading the log, so nothing falls between the two.
     let live = state.bus.subscribe(&thread.0);
     let last = state.store.last_event_seq(&thread.0).await?;
-    if let Some(after) = after
+    if let Some((after, parameter)) = after
         && after > last
     {
         return Err(ApiError::BadRequest {
-            detail: format!("event id {after} is in the future: the thread's last event is {last}"),
-            errors: vec![
-                serde_json::json!({"parameter": "Last-Event-ID", "message": "in the future"}),
-            ],
+            detail: format!(
+                "{parameter}: event id {after} is in the future: the thread's last event is {last}"
+            ),
+            errors: vec![serde_json::json!({"parameter": parameter, "message": "in the future"})],
         });
     }
     let snapshot = if q.snapshot.unwrap_or(false) {
@@ -120,9 +120,17 @@ pub async fn get_events(
     } else {
         None
     };
-    // Without a resume point a snapshot stands for the past; otherwise the
-    // stream starts at the beginning of the log.
-    let start = after.unwrap_or(if snapshot.is_some() { last } else { 0 });
+    // A snapshot stands for the whole past, so the stream goes on after it
+    // even when a resume point was sent too (a browser's EventSource adds
+    // Last-Event-ID to a `?snapshot=true` URL when it reconnects): replaying
+    // events the snapshot already holds would repeat its messages. Without a
+    // snapshot the stream starts after the resume point, or at the
+    // beginning of the log.
+    let start = match (&snapshot, after) {
+        (Some(_), _) => last,
+        (None, Some((after, _))) => after,
+        (None, None) => 0,
+    };
     let (tx, rx) = mpsc::channel(64);
     tokio::spawn(stream_thread(
         state.clone(),

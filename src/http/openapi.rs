@@ -216,13 +216,14 @@ fn problem_schema() -> Value {
             "detail": {"type": "string", "description": "What was wrong, precisely enough to fix the request"},
             "errors": {
                 "type": "array",
-                "description": "One entry per offending place: `pointer` (a JSON pointer into the body) or `parameter` (a path or query parameter), and `message`",
+                "description": "One entry per offending place and its `message`: `pointer` (a JSON pointer into the body), `parameter` (a path or query parameter or the `Last-Event-ID` header), or, for a tool call's `INVALID_ARGUMENTS`, `path` (a JSON pointer into the call's arguments, whatever the call's shape: OpenAI's arguments are a JSON string inside the body)",
                 "items": {
                     "type": "object",
                     "required": ["message"],
                     "properties": {
                         "pointer": {"type": "string"},
                         "parameter": {"type": "string"},
+                        "path": {"type": "string"},
                         "message": {"type": "string"},
                     },
                 },

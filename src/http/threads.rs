@@ -275,11 +275,14 @@ pub async fn executed_response(
         }
         Executed::AwaitingApproval(approval) => {
             if !wait.is_zero()
-                && let Some(outcome) = state
+                && let Some(mut outcome) = state
                     .engine
                     .wait_finished(thread_id, &approval.tool_call_id, wait)
                     .await?
             {
+                // The call ran while this request waited for its decision:
+                // read back from the store, but not a replay.
+                outcome.replayed = false;
                 return Ok(
                     (StatusCode::OK, axum::Json(ToolCallResponse::from(outcome))).into_response(),
                 );
@@ -342,7 +345,7 @@ pub struct MessageCreated {
         (status = 400, description = "Malformed request", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "Message id already recorded", content_type = "application/problem+json"),
-        (status = 422, description = "Wrong field types", content_type = "application/problem+json"),
+        (status = 422, description = "Wrong field types, an invalid id, or tool_calls on a message that is not the assistant's (errors name the JSON pointer)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn post_message(
@@ -355,28 +358,25 @@ pub async fn post_message(
     let id = match body.id {
         Some(id) if calls::valid_id(&id) => id,
         Some(_) => {
-            return Err(ApiError::BadRequest {
-                detail: "id must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
-                errors: vec![json!({"pointer": "/id", "message": "invalid syntax"})],
-            });
+            return Err(ApiError::invalid_body(
+                "/id".into(),
+                "must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+            ));
         }
         None => format!("msg_{}", uuid::Uuid::now_v7().simple()),
     };
     let mut metadata = Map::new();
     if let Some(tool_calls) = &body.tool_calls {
         if body.role != MessageRole::Assistant {
-            return Err(ApiError::BadRequest {
-                detail: "only assistant messages carry tool_calls".into(),
-                errors: vec![
-                    json!({"pointer": "/tool_calls", "message": "only for role assistant"}),
-                ],
-            });
+            return Err(ApiError::invalid_body(
+                "/tool_calls".into(),
+                "only assistant messages carry tool_calls".into(),
+            ));
         }
         let mut parsed = Vec::with_capacity(tool_calls.len());
         for (i, raw) in tool_calls.iter().enumerate() {
-            let call = calls::parse(raw).map_err(|e| ApiError::BadRequest {
-                detail: format!("/tool_calls/{i}{}: {}", e.pointer, e.message),
-                errors: vec![json!({"pointer": format!("/tool_calls/{i}{}", e.pointer), "message": e.message})],
+            let call = calls::parse(raw).map_err(|e| {
+                ApiError::invalid_body(format!("/tool_calls/{i}{}", e.pointer), e.message)
             })?;
             parsed.push(json!({"id": call.id, "name": call.name, "arguments": call.arguments}));
         }

@@ -29,6 +29,11 @@ pub struct ListingQuery {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ToolList {
     pub format: String,
+    /// The tools in the requested shape. `native`: each a `ToolDefinition`
+    /// (its `description` as models see it) plus `safety_level`: 2 when the
+    /// tool can preview (dry-run), 1 when reversible, 0 when neither —
+    /// whether it is destructive is `metadata.destructive`. `openai`,
+    /// `anthropic`, `mcp`: that vendor's tool shape.
     #[schema(value_type = Vec<Object>)]
     pub tools: Vec<Value>,
 }

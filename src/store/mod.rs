@@ -618,11 +618,12 @@ pub trait Store: Send + Sync + 'static {
     /// owner), `None` if unknown.
     async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>>;
 
-    /// The approvals of `owner`, only those with `status` when given, newest
-    /// first (by `created_at_ms`, then id), at most `limit`.
+    /// The approvals of `owner` (of every owner when `None`: what an
+    /// approver sees), only those with `status` when given, newest first (by
+    /// `created_at_ms`, then id), at most `limit`.
     async fn approvals(
         &self,
-        owner: &str,
+        owner: Option<&str>,
         status: Option<ApprovalStatus>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>>;

@@ -801,7 +801,7 @@ impl Store for PgStore {
 
     async fn approvals(
         &self,
-        owner: &str,
+        owner: Option<&str>,
         status: Option<ApprovalStatus>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {

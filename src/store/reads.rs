@@ -217,18 +217,19 @@ where
 
     pub async fn approvals(
         &self,
-        owner: &str,
+        owner: Option<&str>,
         status: Option<ApprovalStatus>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        // CAST: Postgres must know the type of a parameter that is only
+        // CAST: Postgres must know the type of a parameter that may be only
         // compared with NULL.
         let rows = sqlx::query(&format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals \
-             WHERE owner = $1 AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
+             WHERE (CAST($1 AS TEXT) IS NULL OR owner = $1) \
+               AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
              ORDER BY created_at_ms DESC, id DESC LIMIT $3"
         ))
         .bind(owner)

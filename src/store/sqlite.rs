@@ -198,7 +198,7 @@ impl Store for SqliteStore {
 
     async fn approvals(
         &self,
-        owner: &str,
+        owner: Option<&str>,
         status: Option<ApprovalStatus>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
