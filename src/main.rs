@@ -83,10 +83,10 @@ async fn main() -> anyhow::Result<()> {
                 .map(|s| secrecy::ExposeSecret::expose_secret(s).to_string());
             let store = toolgate::store::open(url.as_deref(), &settings.storage.data_dir).await?;
             store.ready().await?;
-            println!("migrations applied ({})", store.backend());
             // The data directory's signing key too (when none is configured),
             // so `toolgate token` can sign before the first start.
             toolgate::auth::Keys::load(&settings.auth, &settings.storage.data_dir)?;
+            println!("migrations applied ({})", store.backend());
         }
         Command::Serve { bind } => {
             if let Some(bind) = bind {

@@ -264,7 +264,6 @@ where
         // apart and a shape error names the field's path.
         let value: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
-        let invalid = ApiError::invalid_body;
         // U+0000 cannot be stored (Postgres text and jsonb refuse it), and
         // no model or frontend needs it: refused wherever it is, so both
         // backends answer alike. Only a body that spells `\u0000` can hold
@@ -272,7 +271,7 @@ where
         if bytes.windows(6).any(|w| w == b"\\u0000")
             && let Some(pointer) = nul_pointer(&value)
         {
-            return Err(invalid(
+            return Err(ApiError::invalid_body(
                 pointer,
                 "strings must not contain U+0000 (NUL)".to_string(),
             ));
@@ -280,7 +279,7 @@ where
         // Every body toolgate takes is an object; serde would also read a
         // struct from an array of its fields.
         if !value.is_object() {
-            return Err(invalid(
+            return Err(ApiError::invalid_body(
                 String::new(),
                 format!(
                     "the body must be a JSON object, got {}",
@@ -290,7 +289,7 @@ where
         }
         serde_path_to_error::deserialize(value)
             .map(ApiJson)
-            .map_err(|e| invalid(json_pointer(e.path()), e.inner().to_string()))
+            .map_err(|e| ApiError::invalid_body(json_pointer(e.path()), e.inner().to_string()))
     }
 }
 
