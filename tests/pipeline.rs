@@ -215,6 +215,31 @@ async fn resume_replays_exactly_what_was_missed(backend: Backend) {
     assert_eq!(snap.kind(), "MESSAGES_SNAPSHOT");
     assert_eq!(snap.data["messages"].as_array().unwrap().len(), 4);
     assert!(sse.next(Duration::from_millis(500)).await.is_none());
+
+    // These calls were posted with no assistant message declaring them; the
+    // rebuilt context gives their results the turn a vendor's API requires.
+    let context = app.get_json("/v1/threads/t3/context?format=openai").await;
+    let messages = context["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["assistant", "tool", "tool", "tool", "tool"],
+        "{context}"
+    );
+    let asked: Vec<&str> = messages[0]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(asked, ["c0", "c1", "c2", "c9"]);
+    assert_eq!(
+        messages[0]["tool_calls"][3]["function"],
+        json!({"name": "echo", "arguments": "{\"text\":\"new\"}"})
+    );
 }
 
 async fn idempotent_calls_run_once(backend: Backend) {

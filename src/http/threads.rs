@@ -553,7 +553,10 @@ pub struct ContextQuery {
 ///
 /// OpenAI: `{"messages": [...]}` with `tool_calls` and `role: tool`
 /// messages. Anthropic: `{"system": "...", "messages": [...]}` with
-/// `tool_use` / `tool_result` blocks and same-role turns merged.
+/// `tool_use` / `tool_result` blocks and same-role turns merged. Results of
+/// calls that no assistant message of the thread declares (posted straight
+/// to `/tool-calls`) get an assistant turn asking for them, rebuilt from
+/// their outputs, so every result follows a turn that asked for it.
 #[utoipa::path(get, path = "/v1/threads/{thread_id}/context", tag = "history",
     params(("thread_id" = String, Path,), ContextQuery),
     responses(

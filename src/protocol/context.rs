@@ -1,5 +1,8 @@
 //! Stored conversation → a vendor's model-context shape.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
+
 use serde_json::{Value, json};
 
 use crate::store::{Role, StoredMessage};
@@ -19,9 +22,67 @@ fn is_failure(m: &StoredMessage) -> bool {
         == Some("failure")
 }
 
+/// The thread's messages with an assistant turn put before each run of tool
+/// results whose calls no assistant message in the thread declares: calls a
+/// chat backend posted without recording the model's message that made them
+/// (or that an AG-UI client never sent). Both vendors refuse a tool result
+/// that no earlier assistant turn asked for; the turn is rebuilt from what
+/// each result's output records (`tool_name`, `tool_call_args`).
+fn with_declared_calls(messages: &[StoredMessage]) -> Vec<Cow<'_, StoredMessage>> {
+    let declared: HashSet<&str> = messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .flat_map(stored_calls)
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    let undeclared = |m: &StoredMessage| {
+        m.role == Role::Tool
+            && m.tool_call_id
+                .as_deref()
+                .is_some_and(|id| !declared.contains(id))
+    };
+    let mut out = Vec::with_capacity(messages.len());
+    let mut i = 0;
+    while i < messages.len() {
+        let run = messages[i..].iter().take_while(|m| undeclared(m)).count();
+        if run == 0 {
+            out.push(Cow::Borrowed(&messages[i]));
+            i += 1;
+            continue;
+        }
+        let results = &messages[i..i + run];
+        let calls: Vec<Value> = results
+            .iter()
+            .map(|m| {
+                let output = m.metadata.get("tool_agent_output");
+                let field = |name: &str| output.and_then(|o| o.get(name)).cloned();
+                json!({
+                    "id": m.tool_call_id,
+                    "name": field("tool_name").unwrap_or(Value::Null),
+                    "arguments": field("tool_call_args").unwrap_or_else(|| json!({})),
+                })
+            })
+            .collect();
+        let first = &results[0];
+        out.push(Cow::Owned(StoredMessage {
+            thread_id: first.thread_id.clone(),
+            seq: first.seq,
+            id: format!("{}.calls", first.id),
+            role: Role::Assistant,
+            content: String::new(),
+            metadata: json!({ "tool_calls": calls }),
+            tool_call_id: None,
+            created_at_ms: first.created_at_ms,
+        }));
+        out.extend(results.iter().map(Cow::Borrowed));
+        i += run;
+    }
+    out
+}
+
 /// OpenAI Chat Completions messages.
 pub fn openai(messages: &[StoredMessage]) -> Value {
-    let out: Vec<Value> = messages
+    let out: Vec<Value> = with_declared_calls(messages)
         .iter()
         .map(|m| match m.role {
             Role::Assistant => {
@@ -54,7 +115,8 @@ pub fn openai(messages: &[StoredMessage]) -> Value {
 pub fn anthropic(messages: &[StoredMessage]) -> Value {
     let mut system: Vec<&str> = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for m in messages {
+    let messages = with_declared_calls(messages);
+    for m in messages.iter() {
         let (role, blocks): (&'static str, Vec<Value>) = match m.role {
             Role::System => {
                 system.push(&m.content);
@@ -139,6 +201,72 @@ mod tests {
             ),
             msg(5, Role::User, "thanks", json!({}), None),
         ]
+    }
+
+    /// A tool message as the engine stores it: its output names the call.
+    fn result(seq: i64, call: &str, text: &str) -> StoredMessage {
+        msg(
+            seq,
+            Role::Tool,
+            &format!("{{\"text\":\"{text}\"}}"),
+            json!({"tool_agent_output": {"status": "success", "tool_name": "echo",
+                                         "tool_call_id": call, "tool_call_args": {"text": text}}}),
+            Some(call),
+        )
+    }
+
+    #[test]
+    fn results_no_assistant_turn_asked_for_get_one() {
+        // Two calls posted straight to /tool-calls, then a declared one.
+        let mut thread = vec![
+            msg(1, Role::User, "echo a and b", json!({}), None),
+            result(2, "ca", "a"),
+            result(3, "cb", "b"),
+        ];
+        thread.extend(conversation().into_iter().skip(2).map(|mut m| {
+            m.seq += 10;
+            m
+        }));
+
+        let v = openai(&thread);
+        let m = v["messages"].as_array().unwrap();
+        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            [
+                "user",
+                "assistant",
+                "tool",
+                "tool",
+                "assistant",
+                "tool",
+                "user"
+            ],
+            "{v}"
+        );
+        assert_eq!(
+            m[1],
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "ca", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"a\"}"}},
+                {"id": "cb", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"b\"}"}}]})
+        );
+        // The declared call is left as it was: one assistant turn for it.
+        assert_eq!(m[4]["tool_calls"][0]["id"], "c1");
+        assert_eq!(m[4]["tool_calls"].as_array().unwrap().len(), 1);
+
+        let v = anthropic(&thread);
+        let m = v["messages"].as_array().unwrap();
+        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "user", "assistant", "user"],
+            "{v}"
+        );
+        assert_eq!(m[1]["content"][0]["type"], "tool_use");
+        assert_eq!(m[1]["content"][1]["id"], "cb");
+        assert_eq!(m[1]["content"][1]["input"], json!({"text": "b"}));
+        assert_eq!(m[2]["content"][0]["tool_use_id"], "ca");
+        assert_eq!(m[2]["content"][1]["tool_use_id"], "cb");
     }
 
     #[test]
