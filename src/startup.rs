@@ -198,7 +198,9 @@ impl Application {
     /// Serve until the shutdown token is cancelled.
     pub async fn run(self) -> anyhow::Result<()> {
         let shutdown = self.state.shutdown.clone();
-        let app = http::router(self.state);
+        let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(http::service(
+            self.state,
+        ));
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await?;

@@ -213,9 +213,53 @@ pub async fn require_thread(
     }
 }
 
-pub fn router(state: AppState) -> Router {
+/// The whole HTTP service: the routes inside the middleware every request
+/// passes through.
+///
+/// The middleware wraps the router once, from outside, rather than through
+/// `Router::layer`, which wraps every route in each layer and boxes it again:
+/// a request then cloned its route's whole stack, box by box (an allocation
+/// per layer), before it ran. From outside, a request clones the stack's
+/// plain structs, and only the route's own endpoint inside.
+pub fn service(
+    state: AppState,
+) -> impl tower::Service<
+    Request,
+    Response = Response,
+    Error = std::convert::Infallible,
+    Future: Send + 'static,
+> + Clone
++ Send
++ 'static {
     let settings = state.settings.clone();
     let request_id = HeaderName::from_static("x-request-id");
+    tower::ServiceBuilder::new()
+        .map_response(|r: axum::http::Response<_>| r.map(axum::body::Body::new))
+        .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
+        .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
+        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+            let id = req
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            // The path only: no query string, no headers (tokens never reach a log line).
+            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+        }))
+        .layer(PropagateRequestIdLayer::new(request_id))
+        // Outside the timeout, so a 408 gets a problem body too.
+        .layer(middleware::from_fn(error::problem_fallback))
+        .layer(middleware::from_fn(error::refuse_nul_in_uri))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            Duration::from_secs(settings.server.request_timeout_secs),
+        ))
+        .layer(axum::extract::DefaultBodyLimit::max(settings.server.body_limit_bytes))
+        .service(router(state))
+}
+
+/// The routes, each recording its metrics, with the state.
+fn router(state: AppState) -> Router {
     let api = Router::new()
         .merge(threads::routes())
         .merge(events::routes())
@@ -231,26 +275,6 @@ pub fn router(state: AppState) -> Router {
         .merge(openapi::routes())
         .route_layer(middleware::from_fn(record_metrics))
         .with_state(state)
-        .layer(axum::extract::DefaultBodyLimit::max(settings.server.body_limit_bytes))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            Duration::from_secs(settings.server.request_timeout_secs),
-        ))
-        .layer(middleware::from_fn(error::refuse_nul_in_uri))
-        // Outside the timeout, so a 408 gets a problem body too.
-        .layer(middleware::from_fn(error::problem_fallback))
-        .layer(PropagateRequestIdLayer::new(request_id.clone()))
-        .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-            let id = req
-                .headers()
-                .get("x-request-id")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            // The path only: no query string, no headers (tokens never reach a log line).
-            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-        }))
-        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
-        .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
 }
 
 async fn record_metrics(req: Request, next: Next) -> Response {
