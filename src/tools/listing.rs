@@ -54,10 +54,13 @@ pub fn render(def: &ToolDefinition, format: ListingFormat) -> Value {
             "input_schema": def.input_schema,
         }),
         ListingFormat::Mcp => {
+            // The registry admits only object schemas with a valid `required`.
+            let input =
+                mcp_object_schema(&def.input_schema).unwrap_or_else(|| def.input_schema.clone());
             let mut v = json!({
                 "name": def.name,
                 "description": description,
-                "inputSchema": def.input_schema,
+                "inputSchema": input,
                 "annotations": {
                     "readOnlyHint": def.metadata.read_only,
                     "destructiveHint": def.metadata.destructive,
@@ -65,12 +68,46 @@ pub fn render(def: &ToolDefinition, format: ListingFormat) -> Value {
                     "openWorldHint": false,
                 }
             });
-            if let Some(out) = &def.output_schema {
-                v["outputSchema"] = out.clone();
+            // An output schema MCP cannot carry (structuredContent is an
+            // object) is left out: in the listing it would make MCP clients
+            // reject the whole tools/list answer, not just this tool.
+            if let Some(out) = def.output_schema.as_ref().and_then(mcp_object_schema) {
+                v["outputSchema"] = out;
             }
             v
         }
     }
+}
+
+/// A schema in the shape MCP requires of a tool's `inputSchema` and
+/// `outputSchema` (and the official TypeScript SDK enforces, rejecting the
+/// whole tools/list result otherwise): `"type": "object"` at the root, every
+/// `properties` entry an object, `required` a list of names. Boolean
+/// subschemas in `properties`, valid JSON Schema, become their object
+/// equivalents (`true` → `{}`, `false` → `{"not": {}}`); `None` when the
+/// schema cannot take that shape.
+fn mcp_object_schema(schema: &Value) -> Option<Value> {
+    let mut schema = schema.clone();
+    let root = schema.as_object_mut()?;
+    if root.get("type").and_then(Value::as_str) != Some("object") {
+        return None;
+    }
+    if let Some(properties) = root.get_mut("properties") {
+        for sub in properties.as_object_mut()?.values_mut() {
+            match sub {
+                Value::Bool(true) => *sub = json!({}),
+                Value::Bool(false) => *sub = json!({"not": {}}),
+                Value::Object(_) => {}
+                _ => return None,
+            }
+        }
+    }
+    if let Some(required) = root.get("required") {
+        if !required.as_array()?.iter().all(Value::is_string) {
+            return None;
+        }
+    }
+    Some(schema)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
@@ -179,6 +216,47 @@ mod tests {
         assert_eq!(mcp["inputSchema"], d.input_schema);
         assert_eq!(mcp["annotations"]["readOnlyHint"], true);
         assert_eq!(render(&d, ListingFormat::Native)["safety_level"], 0);
+    }
+
+    #[test]
+    fn mcp_schemas_take_the_shape_mcp_requires() {
+        let mut d = def();
+        d.input_schema = json!({
+            "type": "object",
+            "properties": {"any": true, "none": false, "text": {"type": "string"}},
+            "required": ["any"]
+        });
+        d.output_schema = Some(json!({"type": "object", "properties": {"n": true}}));
+        let mcp = render(&d, ListingFormat::Mcp);
+        assert_eq!(
+            mcp["inputSchema"],
+            json!({
+                "type": "object",
+                "properties": {"any": {}, "none": {"not": {}}, "text": {"type": "string"}},
+                "required": ["any"]
+            })
+        );
+        assert_eq!(
+            mcp["outputSchema"],
+            json!({"type": "object", "properties": {"n": {}}})
+        );
+        // The other formats carry the schema as registered.
+        assert_eq!(
+            render(&d, ListingFormat::Openai)["function"]["parameters"],
+            d.input_schema
+        );
+        for out in [
+            json!({"type": "array", "items": {"type": "string"}}),
+            json!({"properties": {"n": {"type": "number"}}}),
+            json!({"type": ["object", "null"]}),
+            json!({"type": "object", "properties": {"n": 1}}),
+            json!({"type": "object", "required": "n"}),
+            json!(true),
+        ] {
+            d.output_schema = Some(out.clone());
+            let mcp = render(&d, ListingFormat::Mcp);
+            assert!(mcp.get("outputSchema").is_none(), "{out} → {mcp}");
+        }
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! fresh Postgres database, spoken to over HTTP and SSE.
 #![allow(dead_code)]
 
+pub mod node;
+
 use std::time::Duration;
 
 use futures::StreamExt;
