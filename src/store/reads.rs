@@ -224,12 +224,18 @@ where
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        // CAST: Postgres must know the type of a parameter that may be only
-        // compared with NULL.
+        // Two texts rather than `($1 IS NULL OR owner = $1)`: with that, the
+        // planner cannot use the owner's index (SQLite scans and sorts the
+        // whole table). CAST: Postgres must know the type of a parameter
+        // that may be only compared with NULL.
+        let owner_filter = if owner.is_some() {
+            "owner = $1"
+        } else {
+            "CAST($1 AS TEXT) IS NULL"
+        };
         let rows = sqlx::query(&format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals \
-             WHERE (CAST($1 AS TEXT) IS NULL OR owner = $1) \
-               AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
+             WHERE {owner_filter} AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
              ORDER BY created_at_ms DESC, id DESC LIMIT $3"
         ))
         .bind(owner)
