@@ -493,6 +493,65 @@ async fn a_sub_workspace_cannot_reach_its_parent() {
     assert_eq!(world.read("proj/p.txt"), b"p\n");
 }
 
+/// A sub-workspace name that is a link an owner made in their workspace (a
+/// command can make one): one leading to another owner's workspace, to the
+/// root of all of them or anywhere else outside is refused by every tool,
+/// and nothing there is read or written. A link to the owner's own
+/// directory is that directory.
+#[tokio::test]
+async fn a_linked_sub_workspace_cannot_lead_out() {
+    let world = World::new();
+    world.link("../u_bob", "to-bob");
+    world.link("..", "to-root");
+    world.link(world.outside(), "to-outside");
+    std::fs::create_dir(world.ws.join("mine")).unwrap();
+    world.write("mine/m.txt", "mine\n");
+    world.link("mine", "to-mine");
+    let before = (tree(&world.bob, &[]), world.outside_snapshot());
+    for sub in ["to-bob", "to-root", "to-outside"] {
+        let ctx = ctx_for("alice", Some(sub));
+        let attempts: Vec<(Box<dyn Tool>, Value)> = vec![
+            (Box::new(world.read_file()), json!({"path": "secret.txt"})),
+            (Box::new(world.read_file()), json!({"path": "."})),
+            (
+                Box::new(world.write_file()),
+                json!({"path": "pwned.txt", "content": "x"}),
+            ),
+            (Box::new(world.glob()), json!({"pattern": "**/*"})),
+            (Box::new(world.grep()), json!({"pattern": "SECRET"})),
+        ];
+        for (tool, args) in attempts {
+            let error = tool
+                .execute(args.clone(), ctx.clone())
+                .await
+                .map(|s| panic!("{sub} {args}: ran: {:?}", s.result))
+                .unwrap_err();
+            assert_eq!(error.code, "INVALID_ARGUMENTS", "{sub} {args}: {error:?}");
+            assert!(
+                error.message.contains("inside the owner's workspace"),
+                "{sub}: {}",
+                error.message
+            );
+            assert!(!error.message.contains(SECRET));
+        }
+    }
+    assert_eq!((tree(&world.bob, &[]), world.outside_snapshot()), before);
+    assert!(!world.workspaces.root().join("pwned.txt").exists());
+    // A link to a directory of the owner's own is that directory.
+    let opened = world.workspaces.open("alice", Some("to-mine")).unwrap();
+    assert_eq!(opened.path, world.ws.join("mine"));
+    let read = world
+        .read_file()
+        .execute(json!({"path": "m.txt"}), ctx_for("alice", Some("to-mine")))
+        .await
+        .unwrap();
+    assert!(
+        read.result.to_string().contains("mine"),
+        "{:?}",
+        read.result
+    );
+}
+
 #[tokio::test]
 async fn history_lives_outside_the_workspace() {
     let world = World::new();

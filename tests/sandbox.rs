@@ -145,6 +145,7 @@ impl Harness {
                 argv: argv.iter().map(|s| s.to_string()).collect(),
                 cwd: ws.clone(),
                 workspace: ws,
+                workspace_identity: None,
                 env: BTreeMap::new(),
                 timeout,
                 cancel: CancellationToken::new(),
@@ -941,6 +942,7 @@ async fn the_sandbox_rejects_a_cwd_outside_the_workspace() {
             argv: vec!["/bin/pwd".into()],
             cwd: h.data_dir.clone(),
             workspace: ws,
+            workspace_identity: None,
             env: BTreeMap::new(),
             timeout: Duration::from_secs(5),
             cancel: CancellationToken::new(),
@@ -1002,6 +1004,7 @@ async fn extra_environment_is_added_on_top_of_the_allow_list() {
             ],
             cwd: ws.clone(),
             workspace: ws,
+            workspace_identity: None,
             env: BTreeMap::from([("TOOL_INPUT_NAME".to_string(), "$(id) ; x".to_string())]),
             timeout: Duration::from_secs(5),
             cancel: CancellationToken::new(),
@@ -1010,4 +1013,62 @@ async fn extra_environment_is_added_on_top_of_the_allow_list() {
         .await
         .unwrap();
     assert_eq!(out.stdout, "$(id) ; x|cat\n");
+}
+
+/// A sub-workspace that is a link to another owner's workspace (a command
+/// can make one) is refused before anything runs, and no command lands
+/// there; a workspace path that no longer names the directory that was
+/// opened (a link swapped in after it was opened) is refused by the
+/// sandbox itself.
+#[tokio::test]
+async fn a_command_cannot_be_sent_into_another_owners_workspace() {
+    let h = harness();
+    let bob = h.workspace("bob");
+    std::fs::write(bob.join("secret.txt"), "bob's\n").unwrap();
+    let alice = h.workspace("alice");
+    std::os::unix::fs::symlink("../u_bob", alice.join("to-bob")).unwrap();
+    std::os::unix::fs::symlink("..", alice.join("to-root")).unwrap();
+    for sub in ["to-bob", "to-root"] {
+        let error = h
+            .tool()
+            .execute(
+                json!({"command": "cat secret.txt; echo pwned > pwned.txt; ls .."}),
+                ctx("alice", Some(sub), CancellationToken::new()),
+            )
+            .await
+            .map(|s| panic!("{sub}: ran: {}", s.result))
+            .unwrap_err();
+        assert_eq!(error.code, "INVALID_ARGUMENTS", "{sub}: {error:?}");
+        assert!(!error.message.contains("bob's"), "{}", error.message);
+    }
+    assert!(!bob.join("pwned.txt").exists());
+    assert!(!h.workspaces.root().join("pwned.txt").exists());
+
+    // The sandbox confines a command to the directory that was opened.
+    let opened = h.workspaces.open("alice", None).unwrap();
+    let swapped = h
+        .sandbox
+        .run(CommandSpec {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "echo pwned > pwned.txt".into(),
+            ],
+            cwd: bob.clone(),
+            workspace: bob.clone(),
+            workspace_identity: Some(opened.identity),
+            env: BTreeMap::new(),
+            timeout: Duration::from_secs(5),
+            cancel: CancellationToken::new(),
+            output_cap: 1_000,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        swapped
+            .to_string()
+            .contains("no longer the workspace directory"),
+        "{swapped}"
+    );
+    assert!(!bob.join("pwned.txt").exists());
 }

@@ -55,6 +55,7 @@ pub(crate) fn ruleset(
     abi: i32,
     system: &[Rule],
     workspace: &Path,
+    workspace_identity: Option<(u64, u64)>,
     deny_tcp: bool,
 ) -> Result<OwnedFd, String> {
     // The crate discourages building an ABI from a number because a fixed,
@@ -99,8 +100,34 @@ pub(crate) fn ruleset(
             .map_err(|e| format!("{}: {e}", rule.path.display()))?;
     }
     let fd = PathFd::new(workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
+    if let Some(expected) = workspace_identity {
+        // The rule is on this descriptor: it must be the directory the
+        // caller opened, whatever the path names now.
+        let found = fd_identity(&fd).map_err(|e| format!("{}: {e}", workspace.display()))?;
+        if found != expected {
+            return Err(format!(
+                "{} is no longer the workspace directory that was opened",
+                workspace.display()
+            ));
+        }
+    }
     created = created
         .add_rule(PathBeneath::new(fd, workspace_access(abi)))
         .map_err(|e| format!("{}: {e}", workspace.display()))?;
     Option::<OwnedFd>::from(created).ok_or_else(|| "Landlock ruleset has no descriptor".into())
+}
+
+/// A descriptor's (device, inode).
+fn fd_identity(fd: &impl std::os::fd::AsFd) -> std::io::Result<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor and a buffer of the right type; fstat
+    // fills it on success.
+    let rc = unsafe { libc::fstat(fd.as_fd().as_raw_fd(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded, so the buffer is initialised.
+    let stat = unsafe { stat.assume_init() };
+    Ok((stat.st_dev, stat.st_ino))
 }

@@ -131,6 +131,10 @@ pub struct CommandSpec {
     pub cwd: PathBuf,
     /// The only writable tree (and `HOME`).
     pub workspace: PathBuf,
+    /// When given, the (device, inode) the workspace directory must have
+    /// when the command is confined to it: a `workspace` path that names
+    /// another directory by then (a symlink swapped in) is refused.
+    pub workspace_identity: Option<(u64, u64)>,
     /// Added to (and overriding) the allow-listed environment.
     pub env: BTreeMap<String, String>,
     pub timeout: Duration,
@@ -462,6 +466,7 @@ impl Sandbox {
                     abi,
                     &self.rules,
                     &workspace,
+                    spec.workspace_identity,
                     self.settings.network == NetworkPolicy::Deny,
                 )
                 .map_err(|e| SandboxError::Setup(format!("Landlock: {e}")))?,
@@ -705,6 +710,7 @@ mod tests {
                 argv: vec!["true".into()],
                 cwd: tmp.path().into(),
                 workspace: tmp.path().into(),
+                workspace_identity: None,
                 env: BTreeMap::new(),
                 timeout: Duration::from_secs(5),
                 cancel: CancellationToken::new(),

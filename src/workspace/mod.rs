@@ -27,10 +27,15 @@ pub struct Workspaces {
 
 /// An opened workspace.
 pub struct Workspace {
-    /// Absolute path (for spawning commands with a cwd and for Landlock).
+    /// Absolute path (for spawning commands with a cwd and for Landlock):
+    /// where the opened directory really is, inside its owner's workspace.
     pub path: PathBuf,
     /// The capability every file tool opens paths through.
     pub dir: Dir,
+    /// The opened directory's (device, inode): a command's sandbox checks
+    /// that the directory it confines the command to is this one, not
+    /// whatever `path` names by the time it starts.
+    pub identity: (u64, u64),
 }
 
 impl Workspaces {
@@ -88,14 +93,48 @@ impl Workspaces {
 
     /// Open (creating on first use) the workspace of `owner`, or its
     /// sub-workspace `sub`.
+    ///
+    /// A sub-workspace is resolved beneath its owner's workspace, not
+    /// beneath the root of all of them: a symlink an owner made there (a
+    /// command can make one) that leads to another owner's workspace, or to
+    /// the root, is refused like any path that leaves the workspace.
     pub fn open(&self, owner: &str, sub: Option<&str>) -> io::Result<Workspace> {
-        let rel = Self::relative(owner, sub)?;
+        let owner_name = Self::owner_dir_name(owner);
         let root = Dir::open_ambient_dir(&self.root, ambient_authority())?;
-        root.create_dir_all(&rel)?;
-        let dir = root.open_dir(&rel)?;
+        root.create_dir_all(&owner_name)?;
+        let owner_dir = root.open_dir(&owner_name)?;
+        let owner_path = self.root.join(&owner_name);
+        let Some(sub) = sub else {
+            let identity = identity(&owner_dir)?;
+            return Ok(Workspace {
+                path: owner_path,
+                dir: owner_dir,
+                identity,
+            });
+        };
+        if !valid_workspace_name(sub) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "invalid sub-workspace name",
+            ));
+        }
+        if let Err(e) = owner_dir.create_dir(sub)
+            && e.kind() != io::ErrorKind::AlreadyExists
+        {
+            return Err(e);
+        }
+        let dir = owner_dir.open_dir(sub).map_err(|e| outside(sub, e))?;
+        // Where it really is (a symlink to another directory of the same
+        // owner is followed), checked to be inside the owner's workspace.
+        let path = real_path(&dir)?;
+        if !path.starts_with(&owner_path) {
+            return Err(outside(sub, io::ErrorKind::PermissionDenied.into()));
+        }
+        let identity = identity(&dir)?;
         Ok(Workspace {
-            path: self.root.join(&rel),
+            path,
             dir,
+            identity,
         })
     }
 
@@ -116,6 +155,26 @@ impl Workspaces {
         root.create_dir_all(&rel)?;
         root.open_dir(&rel)
     }
+}
+
+/// A directory's (device, inode).
+pub fn identity(dir: &Dir) -> io::Result<(u64, u64)> {
+    use cap_std::fs::MetadataExt;
+    let meta = dir.dir_metadata()?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+/// The path an opened directory has now, from the kernel.
+fn real_path(dir: &Dir) -> io::Result<PathBuf> {
+    use std::os::fd::AsRawFd;
+    std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+}
+
+fn outside(sub: &str, e: io::Error) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("sub-workspace {sub:?} is not a directory inside the owner's workspace ({e})"),
+    )
 }
 
 #[cfg(test)]

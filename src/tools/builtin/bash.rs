@@ -263,11 +263,16 @@ impl Tool for Bash {
                 .await
                 .map_err(|e| ToolError::new(codes::EXECUTION_FAILED, e.to_string(), false))?
                 .map_err(|e| {
-                    ToolError::new(
-                        codes::EXECUTION_FAILED,
-                        format!("the workspace cannot be opened: {e}"),
-                        true,
-                    )
+                    if e.kind() == std::io::ErrorKind::InvalidInput {
+                        // A name, or a sub-workspace that leads outside.
+                        ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false)
+                    } else {
+                        ToolError::new(
+                            codes::EXECUTION_FAILED,
+                            format!("the workspace cannot be opened: {e}"),
+                            true,
+                        )
+                    }
                 })?;
         let (cwd_path, cwd_shown) = resolve_cwd(&workspace, cwd)?;
         let shell = shell();
@@ -277,6 +282,7 @@ impl Tool for Bash {
                 argv: vec![shell.into(), "-c".into(), "--".into(), command.into()],
                 cwd: cwd_path,
                 workspace: workspace.path.clone(),
+                workspace_identity: Some(workspace.identity),
                 env: Default::default(),
                 timeout: Duration::from_millis(timeout_ms),
                 cancel: ctx.cancel.clone(),
