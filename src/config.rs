@@ -239,6 +239,7 @@ impl PermissionSettings {
         Ok(crate::engine::PermissionConfig {
             rules,
             defaults: self.defaults,
+            workspaces: None,
         })
     }
 }

@@ -127,7 +127,10 @@ impl Application {
                     enabled: settings.approvals.enabled,
                     ttl: Duration::from_secs(settings.approvals.ttl_secs.max(1)),
                 },
-                permissions: settings.permissions.engine_config()?,
+                permissions: crate::engine::PermissionConfig {
+                    workspaces: Some(workspaces.clone()),
+                    ..settings.permissions.engine_config()?
+                },
                 result_spool: Spool::open(&kept_results)
                     .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", kept_results.display()))?,
             },

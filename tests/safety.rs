@@ -199,6 +199,21 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
     }
     let (_, out) = app.call("p", json!({"id": "f3", "name": "write_file", "arguments": {"path": "notes/a.txt", "content": "x"}})).await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    // The same paths written absolute (the file tools accept a path inside
+    // the workspace that way) meet the same anchored rules.
+    let ws = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    let key = root.join("secrets/key.txt").display().to_string();
+    for (id, tool, args) in [
+        ("f4", "read_file", json!({"path": key})),
+        ("f5", "write_file", json!({"path": key, "content": "x"})),
+    ] {
+        let (_, out) = app
+            .call("p", json!({"id": id, "name": tool, "arguments": args}))
+            .await;
+        assert_eq!(error_code(&out), "PERMISSION_DENIED", "{tool}: {out}");
+    }
+    assert!(!root.join("secrets/key.txt").exists());
 
     // A rule that does not parse is refused, naming it.
     let resp = app

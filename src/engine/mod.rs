@@ -55,6 +55,9 @@ pub struct EngineConfig {
 pub struct PermissionConfig {
     pub rules: crate::permissions::RuleSet,
     pub defaults: crate::permissions::Defaults,
+    /// Where the owners' workspaces are, so file rules see an absolute path
+    /// inside one as the relative path it is.
+    pub workspaces: Option<Arc<crate::workspace::Workspaces>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1134,12 +1137,19 @@ impl Engine {
     ) -> Result<Permission, Rejection> {
         let owner_rules = self.owner_rules(&req.owner).await?;
         let meta = &tool.definition.metadata;
+        let workspace = self
+            .config
+            .permissions
+            .workspaces
+            .as_ref()
+            .and_then(|w| w.path(&req.owner, req.call.workspace.as_deref()).ok());
         let facts = crate::permissions::CallFacts {
             tool_name: &tool.definition.name,
             class: meta.permission_class,
             read_only: meta.read_only,
             destructive: meta.destructive,
             arguments: &req.call.arguments,
+            workspace: workspace.as_deref(),
         };
         let decision = crate::permissions::decide(
             &self.config.permissions.rules,

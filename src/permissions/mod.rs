@@ -130,6 +130,10 @@ pub struct CallFacts<'a> {
     pub read_only: bool,
     pub destructive: bool,
     pub arguments: &'a Value,
+    /// The absolute path of the call's workspace, as the file tools see
+    /// it: an absolute `path` inside it is matched as the relative path it
+    /// names, so `secret/**` covers `/…/workspace/secret/x` too.
+    pub workspace: Option<&'a std::path::Path>,
 }
 
 pub const SOURCE_DEPLOYMENT: &str = "deployment";
@@ -175,7 +179,7 @@ impl Subject {
             }
             PermissionClass::File => Subject::File(match arg("path") {
                 None | Some(Value::Null) => Some(file::subject(".")),
-                Some(Value::String(path)) => Some(file::subject(path)),
+                Some(Value::String(path)) => Some(file::subject(&within(path, call.workspace))),
                 Some(_) => None,
             }),
             PermissionClass::Webfetch => {
@@ -183,6 +187,19 @@ impl Subject {
             }
             PermissionClass::Readonly | PermissionClass::Generic => Subject::Plain,
         }
+    }
+}
+
+/// An absolute `path` inside `workspace` as the relative path it names
+/// (`.` for the workspace itself); any other path as written.
+fn within<'p>(path: &'p str, workspace: Option<&std::path::Path>) -> std::borrow::Cow<'p, str> {
+    let inside = workspace
+        .and_then(|ws| std::path::Path::new(path).strip_prefix(ws).ok())
+        .filter(|_| path.starts_with('/'));
+    match inside.map(|rel| rel.to_str()) {
+        Some(Some("")) => ".".into(),
+        Some(Some(rel)) => rel.to_string().into(),
+        _ => path.into(),
     }
 }
 

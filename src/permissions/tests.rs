@@ -1,5 +1,7 @@
 //! `decide` as the pipeline calls it.
 
+use std::path::Path;
+
 use serde_json::{Value, json};
 
 use super::*;
@@ -7,6 +9,9 @@ use super::*;
 fn rules(allow: &[&str], ask: &[&str], deny: &[&str]) -> RuleSet {
     RuleSet::from_lists(allow, ask, deny).unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// The call's workspace as the file tools see it.
+const WORKSPACE: &str = "/srv/toolgate/workspaces/u_alice";
 
 fn none() -> RuleSet {
     RuleSet::default()
@@ -91,6 +96,7 @@ fn decide_with(
             read_only: tool.read_only,
             destructive: tool.destructive,
             arguments,
+            workspace: Some(std::path::Path::new(WORKSPACE)),
         },
     )
 }
@@ -574,6 +580,44 @@ fn anchored_globs_and_directories() {
         owner(&set, &READ_FILE, json!({"path": "public/secrets/key.pem"})).verdict,
         Verdict::Allow
     );
+}
+
+/// An absolute path inside the call's workspace is the relative path it
+/// names: an anchored deny rule covers it, and so may an allow rule. One
+/// outside it is still never vouched for by an allow rule.
+#[test]
+fn absolute_paths_inside_the_workspace_meet_anchored_rules() {
+    let set = rules(
+        &["edit_file(src/*.rs)"],
+        &[],
+        &["write_file(secret/**)", "read(private/**)"],
+    );
+    let at = |rel: &str| format!("{WORKSPACE}/{rel}");
+    assert_eq!(
+        owner(&set, &WRITE_FILE, json!({"path": at("secret/x")})).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(
+        owner(&set, &READ_FILE, json!({"path": at("private/p.txt")})).verdict,
+        Verdict::Deny
+    );
+    assert_eq!(
+        owner(&set, &GREP, json!({"path": at("private/p.txt")})).verdict,
+        Verdict::Deny
+    );
+    let d = owner(&set, &EDIT_FILE, json!({"path": at("src/main.rs")}));
+    assert_eq!((d.verdict, d.source.as_str()), (Verdict::Allow, "owner"));
+    // The workspace itself, and a path that only shares a prefix.
+    assert_eq!(within(WORKSPACE, Some(Path::new(WORKSPACE))), ".");
+    assert_eq!(
+        within(
+            &format!("{WORKSPACE}x/secret/y"),
+            Some(Path::new(WORKSPACE))
+        ),
+        format!("{WORKSPACE}x/secret/y")
+    );
+    let d = owner(&set, &EDIT_FILE, json!({"path": "/elsewhere/src/main.rs"}));
+    assert_ne!(d.source.as_str(), "owner", "{d:?}");
 }
 
 #[test]

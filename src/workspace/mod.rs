@@ -20,6 +20,7 @@ use cap_std::fs::Dir;
 
 use crate::protocol::calls::valid_workspace_name;
 
+#[derive(Debug)]
 pub struct Workspaces {
     root: PathBuf,
     history_root: PathBuf,
