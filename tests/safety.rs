@@ -686,7 +686,86 @@ async fn generic_tools_ask_without_a_rule(backend: Backend) {
     );
 }
 
+/// An approval is a human's yes to the call as the rules stood when it
+/// asked; if the rules deny it by the time the approval is decided, or
+/// approvals have been turned off since, the call does not run.
+async fn an_approved_call_still_meets_the_rules_in_force(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["write_file(**)".into()]
+    })
+    .await;
+    let root = std::path::PathBuf::from(
+        app.get_json("/v1/workspace").await["root"]
+            .as_str()
+            .unwrap(),
+    );
+    let pending = |id: &'static str, path: &'static str| {
+        let app = &app;
+        async move {
+            let (s, out) = app.call("r", json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "x"}})).await;
+            assert_eq!(s, 202, "{out}");
+            out["approval"]["id"].as_str().unwrap().to_string()
+        }
+    };
+    let finished = |id: &'static str, path: &'static str| {
+        let app = &app;
+        async move {
+            loop {
+                let (s, out) = app.call("r", json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "x"}})).await;
+                if s == 200 {
+                    break out;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // The owner denies the path after the call asked; then it is approved.
+    let id = pending("d1", "late.txt").await;
+    put_rules(&app, json!({"deny": ["write_file(late.txt)"]})).await;
+    let r = app
+        .post(
+            &format!("/v1/approvals/{id}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let out = finished("d1", "late.txt").await;
+    assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+    assert!(
+        out["tool_agent_output"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("was approved, but the permission rules now deny it"),
+        "{out}"
+    );
+    assert!(!root.join("late.txt").exists());
+
+    // Approvals turned off while one waited: approving it denies the call.
+    let id = pending("d2", "off.txt").await;
+    let (mut settings, data_dir, pg) = app.stop().await;
+    settings.approvals.enabled = false;
+    let app = TestApp::start(settings, data_dir, pg).await;
+    let r = app
+        .post(
+            &format!("/v1/approvals/{id}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let out = loop {
+        let (s, out) = app.call("r", json!({"id": "d2", "name": "write_file", "arguments": {"path": "off.txt", "content": "x"}})).await;
+        if s == 200 {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(error_code(&out), "APPROVAL_DENIED", "{out}");
+    assert!(!root.join("off.txt").exists());
+}
+
 both_backends!(
+    an_approved_call_still_meets_the_rules_in_force,
     confidence_gate_missing_low_and_ok,
     generic_tools_ask_without_a_rule,
     permission_rules_deny_ask_allow,

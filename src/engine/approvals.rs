@@ -377,18 +377,33 @@ impl Engine {
             .cloned()
             .unwrap_or_else(|| approval.arguments.clone());
         let result = match self.registry.resolve(&approval.tool_name) {
-            Some(tool) => self
-                .run_and_finish(
-                    &req,
-                    &tool,
-                    arguments,
-                    &guard,
-                    &permission,
-                    Some(&approval.id),
-                    WriteAhead::Written,
-                )
-                .await
-                .map(|_| ()),
+            Some(tool) => match self.refusal_now(&req, &tool).await {
+                // The rules changed while it waited: the approval does not
+                // override what the deployment or the owner forbids now.
+                Some(error) => {
+                    let output = postprocess::failure_output(
+                        &approval.tool_name,
+                        &approval.tool_call_id,
+                        &arguments,
+                        error,
+                    );
+                    self.finish(&req.owner, &req.thread_id, output, None, None, vec![])
+                        .await
+                        .map(|_| ())
+                }
+                None => self
+                    .run_and_finish(
+                        &req,
+                        &tool,
+                        arguments,
+                        &guard,
+                        &permission,
+                        Some(&approval.id),
+                        WriteAhead::Written,
+                    )
+                    .await
+                    .map(|_| ()),
+            },
             None => {
                 // Unregistered while it waited: finish it, don't leave it open.
                 let error = ToolError::new(
@@ -411,6 +426,48 @@ impl Engine {
             tracing::error!(error = %e, approval_id = %approval.id, "approved call could not be finished");
         }
         drop(guard);
+    }
+
+    /// Why an approved call may not run after all: the permission rules in
+    /// force now deny it, or approvals have been turned off since it asked
+    /// (a call that needs one is then denied, never silently allowed).
+    async fn refusal_now(
+        &self,
+        req: &CallRequest,
+        tool: &Arc<RegisteredTool>,
+    ) -> Option<ToolError> {
+        if !self.config.approvals.enabled {
+            return Some(
+                ToolError::new(
+                    codes::APPROVAL_DENIED,
+                    format!(
+                        "{} was approved, but approvals are turned off now, so calls that need one are denied",
+                        tool.definition.name
+                    ),
+                    false,
+                )
+                .with_hint("do not retry; tell the user this action needs an approver"),
+            );
+        }
+        match self.permission(req, tool).await {
+            Ok(now) if now.verdict == super::Verdict::Deny => Some(
+                ToolError::new(
+                    codes::PERMISSION_DENIED,
+                    format!(
+                        "{} was approved, but the permission rules now deny it: {}",
+                        tool.definition.name, now.reason
+                    ),
+                    false,
+                )
+                .with_hint("do not retry this call; ask the user or choose another action"),
+            ),
+            Ok(_) => None,
+            Err(e) => Some(ToolError::new(
+                codes::EXECUTION_FAILED,
+                format!("the permission rules could not be read: {e}"),
+                true,
+            )),
+        }
     }
 
     /// Finish an open approval as expired (`APPROVAL_EXPIRED`). Losing a race
