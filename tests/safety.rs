@@ -113,6 +113,25 @@ async fn put_rules(app: &TestApp, rules: Value) {
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
 }
 
+/// Approve `approval_id`, then re-post `call` in `thread` until its
+/// outcome is there (an approved call runs in the background); the outcome.
+async fn approve_and_wait(app: &TestApp, approval_id: &str, thread: &str, call: Value) -> Value {
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval_id}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    loop {
+        let (s, out) = app.call(thread, call.clone()).await;
+        if s == 200 {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 fn error_code(out: &Value) -> &str {
     out["tool_agent_output"]["error"]["code"]
         .as_str()
@@ -366,20 +385,13 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let app = TestApp::start(settings, data_dir, pg).await;
     let got = app.get_json(&format!("/v1/approvals/{id4}")).await;
     assert_eq!(got["status"], "pending");
-    let r = app
-        .post(
-            &format!("/v1/approvals/{id4}/decision"),
-            &json!({"decision": "approve"}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    let out = loop {
-        let (s, out) = app.call("a", json!({"id": "w4", "name": "write_file", "arguments": {"path": "d.txt", "content": "d"}})).await;
-        if s == 200 {
-            break out;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let out = approve_and_wait(
+        &app,
+        &id4,
+        "a",
+        json!({"id": "w4", "name": "write_file", "arguments": {"path": "d.txt", "content": "d"}}),
+    )
+    .await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
 
     let audit = app.get_json("/v1/audit?tool_call_id=w1").await;
@@ -699,38 +711,16 @@ async fn an_approved_call_still_meets_the_rules_in_force(backend: Backend) {
             .as_str()
             .unwrap(),
     );
-    let pending = |id: &'static str, path: &'static str| {
-        let app = &app;
-        async move {
-            let (s, out) = app.call("r", json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "x"}})).await;
-            assert_eq!(s, 202, "{out}");
-            out["approval"]["id"].as_str().unwrap().to_string()
-        }
-    };
-    let finished = |id: &'static str, path: &'static str| {
-        let app = &app;
-        async move {
-            loop {
-                let (s, out) = app.call("r", json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "x"}})).await;
-                if s == 200 {
-                    break out;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
+    let call = |id: &str, path: &str| json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "x"}});
+    let pending = |(s, out): (u16, Value)| {
+        assert_eq!(s, 202, "{out}");
+        out["approval"]["id"].as_str().unwrap().to_string()
     };
 
     // The owner denies the path after the call asked; then it is approved.
-    let id = pending("d1", "late.txt").await;
+    let id = pending(app.call("r", call("d1", "late.txt")).await);
     put_rules(&app, json!({"deny": ["write_file(late.txt)"]})).await;
-    let r = app
-        .post(
-            &format!("/v1/approvals/{id}/decision"),
-            &json!({"decision": "approve"}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    let out = finished("d1", "late.txt").await;
+    let out = approve_and_wait(&app, &id, "r", call("d1", "late.txt")).await;
     assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
     assert!(
         out["tool_agent_output"]["error"]["message"]
@@ -742,24 +732,11 @@ async fn an_approved_call_still_meets_the_rules_in_force(backend: Backend) {
     assert!(!root.join("late.txt").exists());
 
     // Approvals turned off while one waited: approving it denies the call.
-    let id = pending("d2", "off.txt").await;
+    let id = pending(app.call("r", call("d2", "off.txt")).await);
     let (mut settings, data_dir, pg) = app.stop().await;
     settings.approvals.enabled = false;
     let app = TestApp::start(settings, data_dir, pg).await;
-    let r = app
-        .post(
-            &format!("/v1/approvals/{id}/decision"),
-            &json!({"decision": "approve"}),
-        )
-        .await;
-    assert_eq!(r.status(), 200);
-    let out = loop {
-        let (s, out) = app.call("r", json!({"id": "d2", "name": "write_file", "arguments": {"path": "off.txt", "content": "x"}})).await;
-        if s == 200 {
-            break out;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let out = approve_and_wait(&app, &id, "r", call("d2", "off.txt")).await;
     assert_eq!(error_code(&out), "APPROVAL_DENIED", "{out}");
     assert!(!root.join("off.txt").exists());
 }

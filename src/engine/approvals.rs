@@ -376,41 +376,35 @@ impl Engine {
             .get("arguments")
             .cloned()
             .unwrap_or_else(|| approval.arguments.clone());
-        let result = match self.registry.resolve(&approval.tool_name) {
+        // The tool as registered now, unless it may not run after all.
+        let runnable = match self.registry.resolve(&approval.tool_name) {
+            // The rules changed while it waited: the approval does not
+            // override what the deployment or the owner forbids now.
             Some(tool) => match self.refusal_now(&req, &tool).await {
-                // The rules changed while it waited: the approval does not
-                // override what the deployment or the owner forbids now.
-                Some(error) => {
-                    let output = postprocess::failure_output(
-                        &approval.tool_name,
-                        &approval.tool_call_id,
-                        &arguments,
-                        error,
-                    );
-                    self.finish(&req.owner, &req.thread_id, output, None, None, vec![])
-                        .await
-                        .map(|_| ())
-                }
-                None => self
-                    .run_and_finish(
-                        &req,
-                        &tool,
-                        arguments,
-                        &guard,
-                        &permission,
-                        Some(&approval.id),
-                        WriteAhead::Written,
-                    )
-                    .await
-                    .map(|_| ()),
+                Some(error) => Err(error),
+                None => Ok(tool),
             },
-            None => {
-                // Unregistered while it waited: finish it, don't leave it open.
-                let error = ToolError::new(
-                    codes::TOOL_NOT_FOUND,
-                    format!("{} is no longer registered", approval.tool_name),
-                    false,
-                );
+            // Unregistered while it waited: finish it, don't leave it open.
+            None => Err(ToolError::new(
+                codes::TOOL_NOT_FOUND,
+                format!("{} is no longer registered", approval.tool_name),
+                false,
+            )),
+        };
+        let result = match runnable {
+            Ok(tool) => self
+                .run_and_finish(
+                    &req,
+                    &tool,
+                    arguments,
+                    &guard,
+                    &permission,
+                    Some(&approval.id),
+                    WriteAhead::Written,
+                )
+                .await
+                .map(|_| ()),
+            Err(error) => {
                 let output = postprocess::failure_output(
                     &approval.tool_name,
                     &approval.tool_call_id,
