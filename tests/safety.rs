@@ -233,6 +233,14 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
         assert_eq!(error_code(&out), "PERMISSION_DENIED", "{tool}: {out}");
     }
     assert!(!root.join("secrets/key.txt").exists());
+    // Also in a sub-workspace that is a link to another directory of the
+    // owner's: the absolute path is where the link really leads.
+    std::fs::create_dir(root.join("real")).unwrap();
+    std::os::unix::fs::symlink("real", root.join("linked")).unwrap();
+    let key = root.join("real/secrets/key.txt").display().to_string();
+    let (_, out) = app.call("p", json!({"id": "f6", "name": "write_file", "workspace": "linked", "arguments": {"path": key, "content": "x"}})).await;
+    assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+    assert!(!root.join("real/secrets/key.txt").exists());
 
     // A rule that does not parse is refused, naming it.
     let resp = app

@@ -1137,12 +1137,24 @@ impl Engine {
     ) -> Result<Permission, Rejection> {
         let owner_rules = self.owner_rules(&req.owner).await?;
         let meta = &tool.definition.metadata;
+        // Only a file tool's absolute path needs the workspace's location:
+        // where it really is (a sub-workspace may be a link to another
+        // directory of the owner's), as the file tools resolve it.
+        let absolute_path = meta.permission_class == crate::tools::PermissionClass::File
+            && req
+                .call
+                .arguments
+                .get("path")
+                .and_then(Value::as_str)
+                .is_some_and(|p| p.starts_with('/'));
         let workspace = self
             .config
             .permissions
             .workspaces
             .as_ref()
-            .and_then(|w| w.path(&req.owner, req.call.workspace.as_deref()).ok());
+            .filter(|_| absolute_path)
+            .and_then(|w| w.path(&req.owner, req.call.workspace.as_deref()).ok())
+            .map(|path| path.canonicalize().unwrap_or(path));
         let facts = crate::permissions::CallFacts {
             tool_name: &tool.definition.name,
             class: meta.permission_class,
