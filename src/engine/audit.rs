@@ -129,7 +129,13 @@ pub fn approval_requested(
     );
     e.operation = Some(operation.to_string());
     e.approval_id = Some(approval.id.clone());
-    e.detail = json!({"reason": approval.reason, "expires_at_ms": approval.expires_at_ms}).into();
+    // Not the approval's reason: it quotes the command or path it asks
+    // about, and the log holds no arguments. The verdict and rule say why.
+    e.detail = json!({
+        "requires_checkpoint": approval.reason == "requires_checkpoint",
+        "expires_at_ms": approval.expires_at_ms,
+    })
+    .into();
     e
 }
 
