@@ -208,6 +208,14 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         // The failing parameter is named, as for out-of-range values.
         assert_eq!(p["errors"][0]["parameter"], "format", "{p}");
     }
+    // An audit action that no entry can have is an error, not an empty page.
+    let (s, p) = problem(app.get("/v1/audit?action=bogus").await).await;
+    assert_eq!(s, 400, "{p}");
+    assert_eq!(p["errors"][0]["parameter"], "action", "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("call.executed"),
+        "{p}"
+    );
     // A value of the wrong type names its parameter too.
     let (s, p) = problem(app.get("/v1/threads/t/history?limit=abc").await).await;
     assert_eq!(s, 400);

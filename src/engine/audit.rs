@@ -12,6 +12,28 @@ use crate::protocol::tool_output::{ToolAgentOutput, ToolError};
 use crate::store::{ApprovalRecord, NewAuditEntry, ToolCallRecord};
 use crate::tools::registry::RegisteredTool;
 
+/// Every action an entry can record; `GET /v1/audit?action=` takes these.
+pub const CALL_EXECUTED: &str = "call.executed";
+pub const CALL_DRY_RUN: &str = "call.dry_run";
+pub const CALL_UNDO: &str = "call.undo";
+pub const CALL_REFUSED: &str = "call.refused";
+pub const CALL_INTERRUPTED: &str = "call.interrupted";
+pub const APPROVAL_REQUESTED: &str = "approval.requested";
+pub const APPROVAL_DECIDED: &str = "approval.decided";
+pub const RUN_ROLLED_BACK: &str = "run.rolled_back";
+pub const PERMISSIONS_UPDATED: &str = "permissions.updated";
+pub const ACTIONS: [&str; 9] = [
+    CALL_EXECUTED,
+    CALL_DRY_RUN,
+    CALL_UNDO,
+    CALL_REFUSED,
+    CALL_INTERRUPTED,
+    APPROVAL_REQUESTED,
+    APPROVAL_DECIDED,
+    RUN_ROLLED_BACK,
+    PERMISSIONS_UPDATED,
+];
+
 fn entry(owner: &str, thread_id: &str, call_id: &str, tool: &str, action: &str) -> NewAuditEntry {
     NewAuditEntry {
         at_ms: now_ms(),
@@ -47,9 +69,9 @@ pub fn executed(
     took: Duration,
 ) -> NewAuditEntry {
     let action = match (&req.undo_of, req.call.dry_run) {
-        (_, true) => "call.dry_run",
-        (Some(_), _) => "call.undo",
-        _ => "call.executed",
+        (_, true) => CALL_DRY_RUN,
+        (Some(_), _) => CALL_UNDO,
+        _ => CALL_EXECUTED,
     };
     let mut e = with_permission(
         entry(
@@ -89,7 +111,7 @@ pub fn refused(
             &req.thread_id,
             &req.call.id,
             tool_name,
-            "call.refused",
+            CALL_REFUSED,
         ),
         permission,
     );
@@ -105,7 +127,7 @@ pub fn interrupted(record: &ToolCallRecord) -> NewAuditEntry {
         &record.thread_id,
         &record.id,
         &record.tool_name,
-        "call.interrupted",
+        CALL_INTERRUPTED,
     );
     e.outcome = Some("failure".into());
     e.detail = json!({"error_code": "INTERRUPTED"}).into();
@@ -123,7 +145,7 @@ pub fn approval_requested(
             &approval.thread_id,
             &approval.tool_call_id,
             &approval.tool_name,
-            "approval.requested",
+            APPROVAL_REQUESTED,
         ),
         Some(permission),
     );
@@ -150,7 +172,7 @@ pub fn approval_decided(
         &approval.thread_id,
         &approval.tool_call_id,
         &approval.tool_name,
-        "approval.decided",
+        APPROVAL_DECIDED,
     );
     e.approval_id = Some(approval.id.clone());
     e.outcome = Some(decision.to_string());
@@ -170,7 +192,7 @@ pub fn rolled_back(
         thread_id: Some(thread_id.to_string()),
         tool_call_id: None,
         tool_name: None,
-        action: "run.rolled_back".into(),
+        action: RUN_ROLLED_BACK.into(),
         operation: None,
         verdict: None,
         rule: None,

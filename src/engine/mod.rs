@@ -4,7 +4,7 @@
 //! through toolgate.
 
 mod approvals;
-mod audit;
+pub mod audit;
 pub mod gates;
 pub mod limits;
 mod postprocess;

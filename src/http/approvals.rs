@@ -327,7 +327,7 @@ pub async fn put_permissions(
             thread_id: None,
             tool_call_id: None,
             tool_name: None,
-            action: "permissions.updated".into(),
+            action: crate::engine::audit::PERMISSIONS_UPDATED.into(),
             operation: None,
             verdict: None,
             rule: None,

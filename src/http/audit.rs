@@ -20,7 +20,7 @@ pub struct AuditQuery {
     pub thread_id: Option<String>,
     pub tool_name: Option<String>,
     pub tool_call_id: Option<String>,
-    /// e.g. `call.executed`, `call.refused`, `approval.requested`, `approval.decided`, `call.undo`, `run.rolled_back`.
+    /// One of `call.executed`, `call.dry_run`, `call.undo`, `call.refused`, `call.interrupted`, `approval.requested`, `approval.decided`, `run.rolled_back`, `permissions.updated`.
     pub action: Option<String>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
@@ -55,6 +55,17 @@ pub async fn get_audit(
         return Err(ApiError::invalid_param(
             "limit",
             format!("must be between 1 and 500, got {limit}"),
+        ));
+    }
+    if let Some(action) = q.action.as_deref()
+        && !crate::engine::audit::ACTIONS.contains(&action)
+    {
+        return Err(ApiError::invalid_param(
+            "action",
+            format!(
+                "must be one of {}, got {action:?}",
+                crate::engine::audit::ACTIONS.join(", ")
+            ),
         ));
     }
     let entries = state
