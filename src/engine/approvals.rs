@@ -66,6 +66,9 @@ fn status_word(s: ApprovalStatus) -> &'static str {
     }
 }
 
+/// What a model is told about a call that needs an approval no one can give.
+const NO_APPROVER_HINT: &str = "do not retry; tell the user this action needs an approver";
+
 impl Engine {
     /// Record the call as waiting for approval. `Ok(None)` when the call id
     /// was recorded meanwhile (the caller looks again).
@@ -85,7 +88,7 @@ impl Engine {
                 ),
                 false,
             )
-            .with_hint("do not retry; tell the user this action needs an approver");
+            .with_hint(NO_APPROVER_HINT);
             return self.refuse(req, tool, error, permission).await.map(Some);
         }
         let now = now_ms();
@@ -440,7 +443,7 @@ impl Engine {
                     ),
                     false,
                 )
-                .with_hint("do not retry; tell the user this action needs an approver"),
+                .with_hint(NO_APPROVER_HINT),
             );
         }
         match self.permission(req, tool).await {
@@ -453,7 +456,7 @@ impl Engine {
                     ),
                     false,
                 )
-                .with_hint("do not retry this call; ask the user or choose another action"),
+                .with_hint(super::DENIED_HINT),
             ),
             Ok(_) => None,
             Err(e) => Some(ToolError::new(

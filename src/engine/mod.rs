@@ -50,6 +50,9 @@ pub struct EngineConfig {
     pub result_spool: spool::Spool,
 }
 
+/// What a model is told to do about a call the permission rules deny.
+const DENIED_HINT: &str = "do not retry this call; ask the user or choose another action";
+
 /// The deployment's permission rules and defaults (owners add their own).
 #[derive(Debug, Clone, Default)]
 pub struct PermissionConfig {
@@ -258,7 +261,7 @@ impl Engine {
                     ),
                     false,
                 )
-                .with_hint("do not retry this call; ask the user or choose another action");
+                .with_hint(DENIED_HINT);
                 return self.refuse(req, &tool, error, &permission).await;
             }
 

@@ -76,13 +76,7 @@ impl Workspaces {
     fn relative(owner: &str, sub: Option<&str>) -> io::Result<PathBuf> {
         let mut rel = PathBuf::from(Self::owner_dir_name(owner));
         if let Some(sub) = sub {
-            if !valid_workspace_name(sub) {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "invalid sub-workspace name",
-                ));
-            }
-            rel.push(sub);
+            rel.push(checked_name(sub)?);
         }
         Ok(rel)
     }
@@ -113,12 +107,7 @@ impl Workspaces {
                 identity,
             });
         };
-        if !valid_workspace_name(sub) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "invalid sub-workspace name",
-            ));
-        }
+        let sub = checked_name(sub)?;
         if let Err(e) = owner_dir.create_dir(sub)
             && e.kind() != io::ErrorKind::AlreadyExists
         {
@@ -143,18 +132,24 @@ impl Workspaces {
     pub fn history(&self, owner: &str, sub: Option<&str>) -> io::Result<Dir> {
         let mut rel = PathBuf::from(Self::owner_dir_name(owner));
         rel.push(match sub {
-            Some(s) if valid_workspace_name(s) => format!("w_{s}"),
-            Some(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "invalid sub-workspace name",
-                ));
-            }
+            Some(s) => format!("w_{}", checked_name(s)?),
             None => "main".to_string(),
         });
         let root = Dir::open_ambient_dir(&self.history_root, ambient_authority())?;
         root.create_dir_all(&rel)?;
         root.open_dir(&rel)
+    }
+}
+
+/// `sub` if it is a valid sub-workspace name (one plain path component).
+fn checked_name(sub: &str) -> io::Result<&str> {
+    if valid_workspace_name(sub) {
+        Ok(sub)
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "invalid sub-workspace name",
+        ))
     }
 }
 
