@@ -2,7 +2,9 @@
 //! owner. The accepted algorithm is fixed by configuration, so a token's own
 //! header cannot pick `none` or switch HS256/RS256.
 
+use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 use base64::Engine as _;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -52,7 +54,16 @@ pub struct Keys {
     issuer: String,
     leeway: u64,
     pub source: KeySource,
+    /// Tokens whose signature and claims were checked, by their exact text:
+    /// a client sends the same token with every request, and checking it
+    /// again (base64, HMAC or RSA, JSON) is most of what authentication
+    /// costs. Only successes are kept; expiry is checked again on every use.
+    verified: Mutex<HashMap<Box<str>, Claims>>,
 }
+
+/// How many verified tokens [`Keys`] remembers; when full it forgets them
+/// all and starts again (a token is then verified once more).
+const VERIFIED_TOKENS: usize = 1024;
 
 const KEY_FILE: &str = "signing.key";
 
@@ -68,6 +79,7 @@ impl Keys {
             issuer: settings.issuer.clone(),
             leeway: settings.leeway_secs,
             source,
+            verified: Mutex::default(),
         };
         if let Some(secret) = &settings.hs256_secret {
             let secret = secret.expose_secret().as_bytes();
@@ -187,6 +199,32 @@ impl Keys {
     }
 
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
+        let known = self.verified_tokens().get(token).cloned();
+        if let Some(claims) = known {
+            // The same test as the full check's: expired once `exp` is
+            // more than the leeway in the past.
+            if claims.exp.saturating_add(self.leeway) < unix_now() {
+                self.verified_tokens().remove(token);
+                return Err(AuthError::Expired);
+            }
+            return Ok(claims);
+        }
+        let claims = self.check(token)?;
+        let mut verified = self.verified_tokens();
+        if verified.len() >= VERIFIED_TOKENS {
+            verified.clear();
+        }
+        verified.insert(token.into(), claims.clone());
+        Ok(claims)
+    }
+
+    fn verified_tokens(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Claims>> {
+        // A panic while the lock was held leaves a map that is still whole.
+        self.verified.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Verify a token's signature and claims from scratch.
+    fn check(&self, token: &str) -> Result<Claims, AuthError> {
         let mut validation = Validation::new(self.algorithm);
         validation.set_audience(&[&self.audience]);
         validation.set_issuer(&[&self.issuer]);
@@ -305,6 +343,41 @@ mod tests {
         )
         .unwrap();
         assert_eq!(expired_keys.verify(&expired), Err(AuthError::Expired));
+    }
+
+    #[test]
+    fn a_remembered_token_is_still_checked_for_expiry_and_exact_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut k = keys(dir.path());
+        k.leeway = 0;
+        let token = k.mint("alice", 60).unwrap();
+        assert_eq!(k.verify(&token).unwrap().sub, "alice");
+        assert!(k.verified_tokens().contains_key(token.as_str()));
+        // Another signature over the same header and claims: not the
+        // remembered text, so it is checked in full and refused.
+        let (signed, signature) = token.rsplit_once('.').unwrap();
+        let flipped = if signature.starts_with('A') { 'B' } else { 'A' };
+        let forged = format!("{signed}.{flipped}{}", &signature[1..]);
+        assert_eq!(
+            k.verify(&forged),
+            Err(AuthError::Invalid("bad signature".into()))
+        );
+        // Time passes while the token is remembered.
+        k.verified_tokens().get_mut(token.as_str()).unwrap().exp = unix_now() - 1;
+        assert_eq!(k.verify(&token), Err(AuthError::Expired));
+        assert!(!k.verified_tokens().contains_key(token.as_str()));
+    }
+
+    #[test]
+    fn the_remembered_tokens_stay_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = keys(dir.path());
+        for i in 0..=VERIFIED_TOKENS {
+            let token = k.mint(&format!("user{i}"), 60).unwrap();
+            k.verify(&token).unwrap();
+            assert!(k.verified_tokens().len() <= VERIFIED_TOKENS);
+        }
+        assert_eq!(k.verified_tokens().len(), 1);
     }
 
     #[test]
