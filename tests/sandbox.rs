@@ -726,11 +726,16 @@ async fn cwd_runs_inside_the_workspace() {
     let ws = h.workspace("alice");
     std::fs::create_dir_all(ws.join("src/deep")).unwrap();
     std::os::unix::fs::symlink("src/deep", ws.join("shortcut")).unwrap();
+    // An absolute cwd inside the workspace is accepted, as file paths are.
+    let absolute_deep = ws.join("src/deep").display().to_string();
+    let absolute_root = ws.display().to_string();
     for (cwd, shown) in [
         ("src/deep", "src/deep"),
         ("src/../src", "src"),
         ("shortcut", "src/deep"),
         (".", "."),
+        (absolute_deep.as_str(), "src/deep"),
+        (absolute_root.as_str(), "."),
     ] {
         let r = h
             .call(json!({"command": "pwd", "cwd": cwd}))
@@ -754,6 +759,8 @@ async fn cwd_outside_the_workspace_is_a_security_violation() {
     h.workspace("bob");
     std::os::unix::fs::symlink("/etc", ws.join("etc-link")).unwrap();
     std::os::unix::fs::symlink("../u_bob", ws.join("bob-link")).unwrap();
+    let bob_absolute = h.workspace("bob").display().to_string();
+    let above_absolute = format!("{}/../u_bob", ws.display());
     for cwd in [
         "/etc",
         "/",
@@ -763,6 +770,8 @@ async fn cwd_outside_the_workspace_is_a_security_violation() {
         "etc-link",
         "bob-link",
         "etc-link/ssl",
+        bob_absolute.as_str(),
+        above_absolute.as_str(),
     ] {
         let err = h
             .call(json!({"command": "touch marker; pwd", "cwd": cwd}))

@@ -85,12 +85,28 @@ fn resolve_cwd(workspace: &Workspace, cwd: Option<&str>) -> Result<(PathBuf, Str
             format!("cwd {raw:?} leads outside the workspace"),
             false,
         )
-        .with_hint("give a directory relative to the workspace, without `..` above it")
+        .with_hint(
+            "give a directory inside the workspace: relative to it (without `..` above it) \
+             or absolute beneath its root",
+        )
     };
     if raw.contains('\0') {
         return Err(invalid("cwd contains a NUL byte"));
     }
-    let relative = Path::new(raw);
+    // An absolute cwd is accepted where it lies inside the workspace, as a
+    // file tool's path is, and taken as the relative path it names.
+    let given = Path::new(raw);
+    let relative = if given.has_root() {
+        given.strip_prefix(&workspace.path).map_err(|_| escape())?
+    } else {
+        given
+    };
+    // The workspace itself, named by its absolute path.
+    let relative = if relative.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        relative
+    };
     // Lexically first, so `a/../..` is an escape even when `a` is missing.
     let mut depth = 0usize;
     for component in relative.components() {
@@ -420,5 +436,19 @@ mod tests {
             resolve_cwd(&ws, Some("missing")).unwrap_err().code,
             DIRECTORY_NOT_FOUND
         );
+        // Absolute: inside the workspace it is the relative path it names;
+        // beside it (another owner's workspace) or above it, an escape.
+        std::fs::create_dir_all(ws.path.join("src")).unwrap();
+        let inside = ws.path.join("src");
+        let (path, shown) = resolve_cwd(&ws, inside.to_str()).unwrap();
+        assert_eq!((path, shown.as_str()), (inside, "src"));
+        let (path, shown) = resolve_cwd(&ws, ws.path.to_str()).unwrap();
+        assert_eq!((path, shown.as_str()), (ws.path.clone(), "."));
+        let beside = format!("{}_bob", ws.path.display());
+        let above = format!("{}/../u_bob", ws.path.display());
+        for cwd in [beside.as_str(), above.as_str()] {
+            let err = resolve_cwd(&ws, Some(cwd)).unwrap_err();
+            assert_eq!(err.code, SECURITY_VIOLATION, "{cwd}");
+        }
     }
 }
