@@ -589,6 +589,59 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
     assert_eq!(audit["entries"][0]["detail"]["run_id"], "run_1");
 }
 
+async fn undo_e1(app: &TestApp) -> Value {
+    let r = app
+        .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+/// An undo that failed undid nothing, so the call can be undone again once
+/// what stopped it is gone: a new attempt runs under a new id.
+async fn a_call_whose_undo_failed_can_be_undone_again(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let ws = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    std::fs::write(root.join("f.txt"), "one\n").unwrap();
+    let (_, out) = app.call("u", json!({"id": "e1", "name": "edit_file", "arguments": {"path": "f.txt", "old_string": "one", "new_string": "two"}})).await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    // Changed by hand since: the undo refuses to lose that change.
+    std::fs::write(root.join("f.txt"), "two, and more\n").unwrap();
+    let first = undo_e1(&app).await;
+    assert_eq!(first["tool_agent_output"]["tool_call_id"], "undo_e1");
+    assert_eq!(error_code(&first), "UNDO_CONFLICT", "{first}");
+    // Asked again while the file is still changed: another failed attempt.
+    let second = undo_e1(&app).await;
+    assert_eq!(second["tool_agent_output"]["tool_call_id"], "undo2_e1");
+    assert_eq!(error_code(&second), "UNDO_CONFLICT");
+    // Put back as the edit left it: the next attempt undoes the edit.
+    std::fs::write(root.join("f.txt"), "two\n").unwrap();
+    let third = undo_e1(&app).await;
+    assert_eq!(third["tool_agent_output"]["tool_call_id"], "undo3_e1");
+    assert_eq!(third["tool_agent_output"]["status"], "success", "{third}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("f.txt")).unwrap(),
+        "one\n"
+    );
+    // Undone now: a further request is refused, the attempts stay recorded.
+    let r = app
+        .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+    let problem: Value = r.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("undo3_e1"),
+        "{problem}"
+    );
+    let r = app
+        .post("/v1/threads/u/tool-calls/undo_e1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 422, "a failed attempt has nothing to undo");
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["code"], "NOT_UNDOABLE", "{problem}");
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = vec![];
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -770,6 +823,7 @@ both_backends!(
     approvals_approve_deny_expire_and_survive_restart,
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,
+    a_call_whose_undo_failed_can_be_undone_again,
     bash_runs_confined_and_cancellation_kills_it,
     approver_scope_and_ag_ui_interrupts,
 );

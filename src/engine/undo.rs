@@ -56,10 +56,18 @@ pub struct RollbackReport {
     pub steps: Vec<RollbackStep>,
 }
 
-/// The id of the call that undoes `id`: stable, so a repeated undo request
-/// finds the same call instead of running the undo twice.
-fn undo_call_id(id: &str) -> String {
-    let prefix = "undo_";
+/// How many times undoing one call may be tried after failed attempts.
+const UNDO_ATTEMPTS: u32 = 20;
+
+/// The id of attempt `attempt` (from 1) to undo `id`: `undo_<id>`, then
+/// `undo2_<id>`, `undo3_<id>`, … Stable, so a repeated undo request finds
+/// the same call instead of running the undo twice.
+fn undo_call_id(id: &str, attempt: u32) -> String {
+    let prefix = if attempt <= 1 {
+        "undo_".to_string()
+    } else {
+        format!("undo{attempt}_")
+    };
     let keep = 128 - prefix.len();
     let cut: String = id.chars().take(keep).collect();
     format!("{prefix}{cut}")
@@ -114,10 +122,45 @@ impl Engine {
             .await?
             .ok_or_else(|| UndoError::NotFound(id.to_string()))?;
         let info = undo_info(&record)?;
+        self.run_undo(owner, thread_id, id, info).await.1
+    }
+
+    /// The id undoing `id` runs under now: the last attempt's, unless that
+    /// attempt failed (refused, denied at its approval, a conflict: nothing
+    /// was undone), in which case a new one, so a call whose undo failed
+    /// can still be undone. A pending, running or finished attempt is
+    /// found again instead of undoing twice.
+    async fn undo_attempt_id(&self, thread_id: &str, id: &str) -> Result<String, UndoError> {
+        for attempt in 1..=UNDO_ATTEMPTS {
+            let call_id = undo_call_id(id, attempt);
+            match self.store.tool_call(thread_id, &call_id).await? {
+                Some(r) if matches!(r.status, CallStatus::Failure) => continue,
+                _ => return Ok(call_id),
+            }
+        }
+        Err(UndoError::NotUndoable {
+            id: id.to_string(),
+            why: format!("undoing it failed {UNDO_ATTEMPTS} times"),
+        })
+    }
+
+    /// Run the undo of call `id` as a new call; returns its id (when one
+    /// was chosen) with the outcome.
+    async fn run_undo(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        id: &str,
+        info: UndoInfo,
+    ) -> (Option<String>, Result<Executed, UndoError>) {
+        let call_id = match self.undo_attempt_id(thread_id, id).await {
+            Ok(call_id) => call_id,
+            Err(e) => return (None, Err(e)),
+        };
         let call = IncomingCall {
-            id: undo_call_id(id),
-            name: info.tool_name.clone(),
-            arguments: info.input.clone(),
+            id: call_id.clone(),
+            name: info.tool_name,
+            arguments: info.input,
             shape: CallShape::Native,
             run_id: None,
             parent_message_id: None,
@@ -126,7 +169,8 @@ impl Engine {
         };
         let mut req = CallRequest::new(owner, thread_id, call);
         req.undo_of = Some(id.to_string());
-        self.execute(req).await.map_err(UndoError::Rejected)
+        let executed = self.execute(req).await.map_err(UndoError::Rejected);
+        (Some(call_id), executed)
     }
 
     /// Undo every reversible call of a run, newest first. The report is
@@ -180,9 +224,11 @@ impl Engine {
                     step.detail = Some(e.to_string());
                 }
                 Err(e) => return Err(e),
-                Ok(_) => {
-                    step.undo_call_id = Some(undo_call_id(&record.id));
-                    match self.undo(owner, thread_id, &record.id).await {
+                Ok(info) => {
+                    let (call_id, executed) =
+                        self.run_undo(owner, thread_id, &record.id, info).await;
+                    step.undo_call_id = call_id;
+                    match executed {
                         Ok(Executed::Finished(outcome)) if outcome.output.error.is_none() => {
                             step.action = "undone".into()
                         }
@@ -232,7 +278,11 @@ mod tests {
 
     #[test]
     fn undo_ids_are_stable_and_bounded() {
-        assert_eq!(undo_call_id("call_1"), "undo_call_1");
-        assert_eq!(undo_call_id(&"x".repeat(128)).len(), 128);
+        assert_eq!(undo_call_id("call_1", 1), "undo_call_1");
+        assert_eq!(undo_call_id("call_1", 2), "undo2_call_1");
+        assert_eq!(undo_call_id("call_1", 20), "undo20_call_1");
+        for attempt in [1, 2, 20] {
+            assert_eq!(undo_call_id(&"x".repeat(128), attempt).len(), 128);
+        }
     }
 }

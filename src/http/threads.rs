@@ -627,19 +627,30 @@ pub async fn cancel_tool_call(
     }
 }
 
+/// The `code` of an undo's `422`: nothing recorded to undo (the call
+/// failed, is not reversible, or changed nothing), or an undo only a person
+/// can do (`manual_guide` says how).
+const UNDO_NOT_UNDOABLE: &str = "NOT_UNDOABLE";
+const UNDO_IRREVERSIBLE: &str = "IRREVERSIBLE";
+
 fn undo_error(e: UndoError) -> ApiError {
     match e {
         UndoError::NotFound(_) | UndoError::RunNotFound(_) => ApiError::NotFound(e.to_string()),
         UndoError::AlreadyUndone { .. } | UndoError::AlreadyRolledBack(_) => {
             ApiError::Conflict(e.to_string())
         }
-        UndoError::NotUndoable { .. } => ApiError::Unprocessable {
-            title: "Not undoable".into(),
-            detail: e.to_string(),
-            extra: Map::new(),
-        },
+        UndoError::NotUndoable { .. } => {
+            let mut extra = Map::new();
+            extra.insert("code".into(), json!(UNDO_NOT_UNDOABLE));
+            ApiError::Unprocessable {
+                title: "Not undoable".into(),
+                detail: e.to_string(),
+                extra,
+            }
+        }
         UndoError::Irreversible { ref guide, .. } => {
             let mut extra = Map::new();
+            extra.insert("code".into(), json!(UNDO_IRREVERSIBLE));
             extra.insert("manual_guide".into(), json!(guide));
             ApiError::Unprocessable {
                 title: "Irreversible".into(),
@@ -664,7 +675,7 @@ fn undo_error(e: UndoError) -> ApiError {
         (status = 202, description = "The undo waits for approval", body = PendingApprovalResponse),
         (status = 404, description = "No such call", content_type = "application/problem+json"),
         (status = 409, description = "Already undone", content_type = "application/problem+json"),
-        (status = 422, description = "Not undoable (failed, not reversible) or irreversible (with `manual_guide`)", content_type = "application/problem+json"),
+        (status = 422, description = "Not undoable (`code` `NOT_UNDOABLE`: failed, not reversible, changed nothing) or irreversible (`code` `IRREVERSIBLE`, with `manual_guide`)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn undo_tool_call(
