@@ -589,6 +589,62 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
     assert_eq!(audit["entries"][0]["detail"]["run_id"], "run_1");
 }
 
+/// A model context rebuilt while a call waits for approval is still one a
+/// vendor accepts: every call of the assistant turn gets a result, a
+/// stand-in saying why there is none yet.
+async fn the_context_answers_calls_that_have_no_result_yet(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["write_file".into()];
+    })
+    .await;
+    let r = app
+        .post(
+            "/v1/threads/ctx/messages",
+            &json!({"id": "a1", "role": "assistant", "content": "",
+                    "tool_calls": [
+                        {"id": "c_ask", "name": "write_file", "arguments": {"path": "x.txt", "content": "x"}},
+                        {"id": "c_echo", "name": "echo", "arguments": {"text": "hi"}},
+                        {"id": "c_never", "name": "echo", "arguments": {"text": "no"}}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let (s, _) = app.call("ctx", json!({"id": "c_ask", "name": "write_file", "arguments": {"path": "x.txt", "content": "x"}})).await;
+    assert_eq!(s, 202, "waits for approval");
+    let (s, _) = app
+        .call(
+            "ctx",
+            json!({"id": "c_echo", "name": "echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+
+    let openai = app.get_json("/v1/threads/ctx/context?format=openai").await;
+    let m = openai["messages"].as_array().unwrap();
+    let answered: Vec<&str> = m[1..]
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(answered, ["c_ask", "c_echo", "c_never"], "{openai}");
+    let said =
+        |i: usize| -> Value { serde_json::from_str(m[i]["content"].as_str().unwrap()).unwrap() };
+    assert_eq!(said(1)["status"], "no_result");
+    assert!(
+        said(1)["message"].as_str().unwrap().contains("approval"),
+        "{openai}"
+    );
+    assert_eq!(m[2]["content"], "{\"text\":\"hi\"}");
+    assert!(
+        said(3)["message"].as_str().unwrap().contains("not posted"),
+        "{openai}"
+    );
+    let anthropic = app
+        .get_json("/v1/threads/ctx/context?format=anthropic")
+        .await;
+    let results = anthropic["messages"][1]["content"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{anthropic}");
+    assert!(results.iter().all(|b| b["type"] == "tool_result"));
+}
+
 async fn undo_e1(app: &TestApp) -> Value {
     let r = app
         .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
@@ -824,6 +880,7 @@ both_backends!(
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,
     a_call_whose_undo_failed_can_be_undone_again,
+    the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,
     approver_scope_and_ag_ui_interrupts,
 );

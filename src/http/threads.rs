@@ -14,9 +14,10 @@ use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
 use crate::engine::{CallOutcome, CallRequest, Executed, Rejection, UndoError};
 use crate::protocol::agui::{Event, EventBody};
 use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
+use crate::protocol::context;
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{PublicOutput, ToolError, ToolResponse, codes};
-use crate::store::{NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
+use crate::store::{CallStatus, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -553,10 +554,15 @@ pub struct ContextQuery {
 ///
 /// OpenAI: `{"messages": [...]}` with `tool_calls` and `role: tool`
 /// messages. Anthropic: `{"system": "...", "messages": [...]}` with
-/// `tool_use` / `tool_result` blocks and same-role turns merged. Results of
-/// calls that no assistant message of the thread declares (posted straight
-/// to `/tool-calls`) get an assistant turn asking for them, rebuilt from
-/// their outputs, so every result follows a turn that asked for it.
+/// `tool_use` / `tool_result` blocks and same-role turns merged. Every
+/// assistant turn that calls tools is followed at once by one result per
+/// call: a result recorded elsewhere in the thread is moved there, and a
+/// call with no result yet (waiting for approval, still running, never
+/// posted) gets a stand-in result `{"status": "no_result", "message": …}`
+/// saying so. Results of calls that no assistant message of the thread
+/// declares (posted straight to `/tool-calls`) get an assistant turn asking
+/// for them, rebuilt from their outputs, so every result follows a turn
+/// that asked for it.
 #[utoipa::path(get, path = "/v1/threads/{thread_id}/context", tag = "history",
     params(("thread_id" = String, Path,), ContextQuery),
     responses(
@@ -574,10 +580,30 @@ pub async fn get_context(
     let thread = ThreadId::parse(thread_id)?;
     require_thread(&state, &user, &thread).await?;
     let messages = state.store.all_messages(&thread.0).await?;
+    // What each declared call without a result is waiting for.
+    let mut unanswered = context::Unanswered::new();
+    for id in context::unanswered_calls(&messages) {
+        let why = match state.store.tool_call(&thread.0, &id).await? {
+            Some(record) => match record.status {
+                CallStatus::PendingApproval => {
+                    "this call is waiting for a person's approval; its result is not available yet"
+                }
+                CallStatus::Running => {
+                    "this call is still running; its result is not available yet"
+                }
+                // Finished, but its message is not in the thread (a call
+                // finished by another process whose message is still being
+                // written): nothing to show yet either.
+                _ => "this call's result is not recorded in the conversation yet",
+            },
+            None => context::NO_RESULT,
+        };
+        unanswered.insert(id, why.to_string());
+    }
     Ok(axum::Json(
         match q.format.unwrap_or(ContextFormat::Openai) {
-            ContextFormat::Openai => crate::protocol::context::openai(&messages),
-            ContextFormat::Anthropic => crate::protocol::context::anthropic(&messages),
+            ContextFormat::Openai => context::openai(&messages, &unanswered),
+            ContextFormat::Anthropic => context::anthropic(&messages, &unanswered),
         },
     ))
 }

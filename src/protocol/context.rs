@@ -1,7 +1,7 @@
 //! Stored conversation → a vendor's model-context shape.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 
@@ -22,31 +22,129 @@ fn is_failure(m: &StoredMessage) -> bool {
         == Some("failure")
 }
 
-/// The thread's messages with an assistant turn put before each run of tool
-/// results whose calls no assistant message in the thread declares: calls a
-/// chat backend posted without recording the model's message that made them
-/// (or that an AG-UI client never sent). Both vendors refuse a tool result
-/// that no earlier assistant turn asked for; the turn is rebuilt from what
-/// each result's output records (`tool_name`, `tool_call_args`).
-fn with_declared_calls(messages: &[StoredMessage]) -> Vec<Cow<'_, StoredMessage>> {
+/// What a declared call without a recorded result is told, by call id (the
+/// HTTP layer knows whether it waits for approval or still runs); a call
+/// missing here gets [`NO_RESULT`].
+pub type Unanswered = HashMap<String, String>;
+
+/// The text of a declared call that has no result and no entry in
+/// [`Unanswered`]: toolgate holds no record of it.
+pub const NO_RESULT: &str = "toolgate has no record of this call: it was not posted to toolgate";
+
+/// The calls that assistant messages of the thread declare and no tool
+/// message answers, in the order they were declared.
+pub fn unanswered_calls(messages: &[StoredMessage]) -> Vec<String> {
+    let answered: HashSet<&str> = messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    let mut seen = HashSet::new();
+    messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .flat_map(stored_calls)
+        .filter_map(|c| c["id"].as_str())
+        .filter(|id| !answered.contains(id) && seen.insert(*id))
+        .map(String::from)
+        .collect()
+}
+
+/// A result standing in for a call that has none, saying why.
+fn stand_in(after: &StoredMessage, id: &str, why: &str) -> StoredMessage {
+    StoredMessage {
+        thread_id: after.thread_id.clone(),
+        seq: after.seq,
+        id: format!("{}.{id}.no_result", after.id),
+        role: Role::Tool,
+        content: json!({"status": "no_result", "message": why}).to_string(),
+        metadata: json!({}),
+        tool_call_id: Some(id.to_string()),
+        created_at_ms: after.created_at_ms,
+    }
+}
+
+/// The thread's messages arranged the way both vendors require: every
+/// assistant turn that calls tools is followed at once by one result per
+/// call, and every result follows a turn that asked for it.
+///
+/// - A declared call's result is moved right after the first assistant
+///   message declaring it (a chat backend may have recorded that message
+///   after posting the call, or a user message may have come in between);
+///   a call declared again later is left out of the later message.
+/// - A declared call with no result (waiting for approval, still running,
+///   never posted) gets a stand-in result saying so (`unanswered`).
+/// - A run of results whose calls no assistant message declares (posted
+///   straight to `/tool-calls`, or sent by an AG-UI client without the
+///   assistant message) gets an assistant turn rebuilt from what each
+///   result's output records (`tool_name`, `tool_call_args`).
+fn arranged<'a>(
+    messages: &'a [StoredMessage],
+    unanswered: &Unanswered,
+) -> Vec<Cow<'a, StoredMessage>> {
+    let mut results: HashMap<&str, &StoredMessage> = HashMap::new();
+    for m in messages.iter().filter(|m| m.role == Role::Tool) {
+        if let Some(id) = m.tool_call_id.as_deref() {
+            results.entry(id).or_insert(m);
+        }
+    }
     let declared: HashSet<&str> = messages
         .iter()
         .filter(|m| m.role == Role::Assistant)
         .flat_map(stored_calls)
         .filter_map(|c| c["id"].as_str())
         .collect();
+    let placed_elsewhere = |m: &StoredMessage| {
+        m.role == Role::Tool
+            && m.tool_call_id
+                .as_deref()
+                .is_some_and(|id| declared.contains(id))
+    };
     let undeclared = |m: &StoredMessage| {
         m.role == Role::Tool
             && m.tool_call_id
                 .as_deref()
                 .is_some_and(|id| !declared.contains(id))
     };
+    let mut emitted: HashSet<&str> = HashSet::new();
     let mut out = Vec::with_capacity(messages.len());
     let mut i = 0;
     while i < messages.len() {
+        let m = &messages[i];
+        if placed_elsewhere(m) {
+            i += 1;
+            continue;
+        }
+        if m.role == Role::Assistant {
+            let calls = stored_calls(m);
+            let fresh: Vec<&Value> = calls
+                .iter()
+                .copied()
+                .filter(|c| c["id"].as_str().is_none_or(|id| !emitted.contains(id)))
+                .collect();
+            if fresh.len() == calls.len() {
+                out.push(Cow::Borrowed(m));
+            } else {
+                let mut kept = m.clone();
+                kept.metadata["tool_calls"] = json!(fresh);
+                out.push(Cow::Owned(kept));
+            }
+            for id in fresh.iter().filter_map(|c| c["id"].as_str()) {
+                emitted.insert(id);
+                match results.get(id) {
+                    Some(result) => out.push(Cow::Borrowed(*result)),
+                    None => {
+                        let why = unanswered.get(id).map_or(NO_RESULT, String::as_str);
+                        out.push(Cow::Owned(stand_in(m, id, why)));
+                    }
+                }
+            }
+            i += 1;
+            continue;
+        }
         let run = messages[i..].iter().take_while(|m| undeclared(m)).count();
         if run == 0 {
-            out.push(Cow::Borrowed(&messages[i]));
+            out.push(Cow::Borrowed(m));
             i += 1;
             continue;
         }
@@ -81,8 +179,8 @@ fn with_declared_calls(messages: &[StoredMessage]) -> Vec<Cow<'_, StoredMessage>
 }
 
 /// OpenAI Chat Completions messages.
-pub fn openai(messages: &[StoredMessage]) -> Value {
-    let out: Vec<Value> = with_declared_calls(messages)
+pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
+    let out: Vec<Value> = arranged(messages, unanswered)
         .iter()
         .map(|m| match m.role {
             Role::Assistant => {
@@ -112,10 +210,10 @@ pub fn openai(messages: &[StoredMessage]) -> Value {
 /// Anthropic Messages API: system text apart, content blocks, tool results
 /// as `user` turns, consecutive same-role turns merged (the API requires
 /// alternation).
-pub fn anthropic(messages: &[StoredMessage]) -> Value {
+pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
     let mut system: Vec<&str> = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    let messages = with_declared_calls(messages);
+    let messages = arranged(messages, unanswered);
     for m in messages.iter() {
         let (role, blocks): (&'static str, Vec<Value>) = match m.role {
             Role::System => {
@@ -228,7 +326,7 @@ mod tests {
             m
         }));
 
-        let v = openai(&thread);
+        let v = openai(&thread, &Unanswered::new());
         let m = v["messages"].as_array().unwrap();
         let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
         assert_eq!(
@@ -254,7 +352,7 @@ mod tests {
         assert_eq!(m[4]["tool_calls"][0]["id"], "c1");
         assert_eq!(m[4]["tool_calls"].as_array().unwrap().len(), 1);
 
-        let v = anthropic(&thread);
+        let v = anthropic(&thread, &Unanswered::new());
         let m = v["messages"].as_array().unwrap();
         let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
         assert_eq!(
@@ -269,9 +367,101 @@ mod tests {
         assert_eq!(m[2]["content"][1]["tool_use_id"], "cb");
     }
 
+    fn assistant(seq: i64, calls: &[&str]) -> StoredMessage {
+        let calls: Vec<Value> = calls
+            .iter()
+            .map(|id| json!({"id": id, "name": "echo", "arguments": {"text": id}}))
+            .collect();
+        msg(
+            seq,
+            Role::Assistant,
+            "",
+            json!({ "tool_calls": calls }),
+            None,
+        )
+    }
+
+    #[test]
+    fn every_declared_call_is_answered_right_after_its_turn() {
+        // c1 answered before its turn was recorded, c2 after a user message,
+        // c3 waiting for approval, c4 never posted; c1 declared again later.
+        let thread = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            result(2, "c1", "c1"),
+            assistant(3, &["c1", "c2", "c3", "c4"]),
+            msg(4, Role::User, "meanwhile", json!({}), None),
+            result(5, "c2", "c2"),
+            assistant(6, &["c1", "c5"]),
+            result(7, "c5", "c5"),
+        ];
+        assert_eq!(unanswered_calls(&thread), ["c3", "c4"]);
+        let unanswered = Unanswered::from([("c3".to_string(), "awaiting approval".to_string())]);
+
+        let v = openai(&thread, &unanswered);
+        let m = v["messages"].as_array().unwrap();
+        let shape: Vec<(&str, &str)> = m
+            .iter()
+            .map(|m| {
+                (
+                    m["role"].as_str().unwrap(),
+                    m["tool_call_id"].as_str().unwrap_or(""),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("user", ""),
+                ("assistant", ""),
+                ("tool", "c1"),
+                ("tool", "c2"),
+                ("tool", "c3"),
+                ("tool", "c4"),
+                ("user", ""),
+                ("assistant", ""),
+                ("tool", "c5"),
+            ],
+            "{v}"
+        );
+        let stand_in = |i: usize| -> Value {
+            serde_json::from_str(m[i]["content"].as_str().unwrap()).unwrap()
+        };
+        assert_eq!(
+            stand_in(4),
+            json!({"status": "no_result", "message": "awaiting approval"})
+        );
+        assert_eq!(stand_in(5)["message"], NO_RESULT);
+        // c1 is answered once, after the turn that first asked for it.
+        let later: Vec<&str> = m[7]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(later, ["c5"]);
+
+        let v = anthropic(&thread, &unanswered);
+        let m = v["messages"].as_array().unwrap();
+        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            ["user", "assistant", "user", "assistant", "user"],
+            "{v}"
+        );
+        let answers: Vec<&str> = m[2]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["tool_use_id"].as_str().unwrap_or("text"))
+            .collect();
+        assert_eq!(answers, ["c1", "c2", "c3", "c4", "text"]);
+        assert_eq!(m[3]["content"].as_array().unwrap().len(), 1);
+        assert_eq!(m[4]["content"][0]["tool_use_id"], "c5");
+    }
+
     #[test]
     fn openai_shape() {
-        let v = openai(&conversation());
+        let v = openai(&conversation(), &Unanswered::new());
         let m = v["messages"].as_array().unwrap();
         assert_eq!(m.len(), 5);
         assert_eq!(
@@ -287,7 +477,7 @@ mod tests {
 
     #[test]
     fn anthropic_shape_merges_tool_results_with_following_user_text() {
-        let v = anthropic(&conversation());
+        let v = anthropic(&conversation(), &Unanswered::new());
         assert_eq!(v["system"], "be brief");
         let m = v["messages"].as_array().unwrap();
         assert_eq!(m.len(), 3, "{v}");
