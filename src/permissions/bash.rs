@@ -1,7 +1,10 @@
 //! `bash(…)` specifiers: `git status` (exactly this command), `npm run
 //! test *` or `npm run test:*` (this prefix, then anything), `*` (every
 //! command). They match word by word, so `git status *` never matches `git
-//! statusx`; a `*` inside a word (`*.log`) matches within that word only.
+//! statusx`; a `*` inside a word (`*.log`) matches within that word only,
+//! except at the very end of the pattern: `git push*` is `git push…` and
+//! any words after it (`git push origin main`, `git pushx`), as in Claude
+//! Code.
 //!
 //! Two questions are asked of a pattern. Deny and ask rules ask "could this
 //! command be one the rule names?" ([`BashSpec::may_match`]): every wrapper
@@ -80,7 +83,14 @@ pub(crate) fn parse(spec: &str) -> Result<BashSpec, String> {
             }
         })
         .collect();
-    if prefix {
+    // A `*` that ends the pattern (`git push*`) also covers the words after
+    // it, as in Claude Code: `ls*` is `lsof` and `ls -la`.
+    let open_end = matches!(
+        words.last(),
+        Some(PatternWord::Text { text, stars })
+            if text.chars().count().checked_sub(1).is_some_and(|end| stars.last() == Some(&end))
+    );
+    if prefix || open_end {
         words.push(PatternWord::Star);
     }
     if piece.redirects.is_empty() && words.iter().all(|w| *w == PatternWord::Star) {
@@ -291,6 +301,27 @@ mod tests {
         assert!(!allows("git status *", "git statusx"));
         assert!(allows("git * main", "git push origin main"));
         assert!(!allows("git * main", "git push origin main2"));
+    }
+
+    #[test]
+    fn a_star_ending_the_pattern_covers_the_words_after_it() {
+        for command in [
+            "git push",
+            "git push origin main",
+            "git pushx",
+            "git push --tags x",
+        ] {
+            assert!(allows("git push*", command), "{command}");
+            assert!(denies("git push*", command), "{command}");
+        }
+        assert!(!denies("git push*", "git pull origin"));
+        assert!(!denies("git push*", "git"));
+        assert!(allows("ls*", "lsof -i"));
+        assert!(allows("ls*", "ls -la"));
+        // Inside the last word, not at its end: that word only.
+        assert!(!allows("cat *.md", "cat README.md x"));
+        assert!(!allows("echo '*'", "echo '*' x"));
+        assert!(allows("echo ''", "echo ''"));
     }
 
     #[test]
