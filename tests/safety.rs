@@ -762,7 +762,61 @@ async fn an_approved_call_still_meets_the_rules_in_force(backend: Backend) {
     assert!(!root.join("off.txt").exists());
 }
 
+/// `git -C . push` is `git push` to the rules: a deny on `git push*` is
+/// not dodged with git's global options.
+async fn git_global_options_do_not_dodge_rules(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.deny = vec!["bash(git push*)".into()];
+    })
+    .await;
+    put_rules(
+        &app,
+        json!({"allow": ["bash"], "ask": ["bash(git commit *)"]}),
+    )
+    .await;
+    for (id, command) in [
+        ("p1", "git push origin main"),
+        ("p2", "git -C . push origin main"),
+        ("p3", "git -c x=y push"),
+        ("p4", "git --no-pager push"),
+        ("p5", "git --git-dir=.git --work-tree=. push"),
+        ("p6", "git -P -C . --literal-pathspecs push --tags"),
+        ("p7", "git --namespace n --bare push"),
+        ("p8", "true && timeout 5 git -C sub push"),
+    ] {
+        let (s, out) = app
+            .call(
+                "git",
+                json!({"id": id, "name": "bash", "arguments": {"command": command}}),
+            )
+            .await;
+        assert_eq!(s, 200, "{out}");
+        assert_eq!(error_code(&out), "PERMISSION_DENIED", "{command}: {out}");
+        assert!(
+            out["tool_agent_output"]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("bash(git push*)"),
+            "{out}"
+        );
+    }
+    let (s, out) = app
+        .call(
+            "git",
+            json!({"id": "c1", "name": "bash", "arguments": {"command": "git -C . commit -m x"}}),
+        )
+        .await;
+    assert_eq!(s, 202, "an ask rule meets the subcommand too: {out}");
+    // Other subcommands are not caught by the rule.
+    let (s, out) = app
+        .call("git", json!({"id": "st", "name": "bash", "arguments": {"command": "git -C . status; echo ran"}}))
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+}
+
 both_backends!(
+    git_global_options_do_not_dodge_rules,
     an_approved_call_still_meets_the_rules_in_force,
     confidence_gate_missing_low_and_ok,
     generic_tools_ask_without_a_rule,

@@ -378,6 +378,37 @@ mod tests {
         assert_eq!(spec("env").leading_wrapper(), None);
     }
 
+    /// `git -C . push` is `git push` to every rule: git's global options
+    /// are dropped like a wrapper.
+    #[test]
+    fn git_global_options_do_not_hide_the_subcommand() {
+        for command in [
+            "git -C . push origin main",
+            "git -c x=y push",
+            "git --no-pager push",
+            "git -P push --tags",
+            "git --git-dir=.git --work-tree=. push",
+            "git --namespace=n --bare --no-replace-objects --literal-pathspecs push",
+            "timeout 5 git -C sub push",
+        ] {
+            for rule in ["git push*", "git push *", "git push:*"] {
+                assert!(denies(rule, command), "{rule} / {command}");
+                assert!(allows(rule, command), "{rule} / {command}");
+            }
+            assert!(!denies("git status*", command), "{command}");
+        }
+        // A program-running option is still no allow rule's to vouch for.
+        assert!(denies("git push*", "git -c core.sshCommand=evil push"));
+        assert!(!allows("git push*", "git -c core.sshCommand=evil push"));
+        // A rule may still name the options themselves.
+        assert!(denies("git -C * push*", "git -C repo push"));
+        assert_eq!(
+            spec("git -C repo log").leading_wrapper().as_deref(),
+            Some("-C repo")
+        );
+        assert_eq!(spec("git log *").leading_wrapper(), None);
+    }
+
     #[test]
     fn paths_to_a_command() {
         assert!(denies("rm *", "/bin/rm x"));

@@ -26,7 +26,8 @@
 //!   `bash -c`/`sh -c`/`su -c`/`eval`/`env -S`/`watch` payloads, `find
 //!   -exec`) and wrappers peeled (`timeout`, `nice`, `nohup`, `time`,
 //!   `stdbuf`, `ionice`, `env`, `setsid`, leading assignments, `command`,
-//!   `builtin`, `exec`, `xargs`, `sudo`/`doas`/`pkexec`). Deny and ask rules
+//!   `builtin`, `exec`, `xargs`, `sudo`/`doas`/`pkexec`, and git's global
+//!   options: `git -C . push` is `git push`). Deny and ask rules
 //!   see every wrapper layer (so `bash(sudo *)` works, and `/bin/rm` is `rm`
 //!   to them); allow rules see only the command that really runs, and must
 //!   cover every piece. An allow rule that starts with a wrapper is a parse

@@ -131,6 +131,29 @@ fn deny_beats_ask_beats_allow() {
     assert_eq!(d.source, "owner");
 }
 
+/// git's global options do not hide the subcommand from a deny rule, nor
+/// from an ask or allow rule.
+#[test]
+fn git_global_options_meet_rules_on_the_subcommand() {
+    let set = rules(&["bash"], &["bash(git commit*)"], &["bash(git push*)"]);
+    for command in [
+        "git -C . push origin main",
+        "git -c x=y push",
+        "git --no-pager push",
+        "git --git-dir=.git --work-tree=. push",
+        "cd repo && git -C . push",
+    ] {
+        let d = bash(&set, command);
+        assert_eq!(d.verdict, Verdict::Deny, "{command}: {d:?}");
+        assert_eq!(d.rule.as_deref(), Some("deny: bash(git push*)"));
+    }
+    assert_eq!(verdict_of(&set, "git -P commit -m x"), Verdict::Ask);
+    assert_eq!(verdict_of(&set, "git -C . status"), Verdict::Allow);
+    // An allow rule that spells the options out could never match.
+    let err = RuleSet::from_lists(&["bash(git -C repo log)"], &[], &[]).unwrap_err();
+    assert!(err.to_string().contains("`-C repo`"), "{err}");
+}
+
 #[test]
 fn order_within_a_list_does_not_override_the_list_order() {
     // An allow rule listed "first" still loses to a later deny.
