@@ -466,6 +466,8 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let ws = app.get_json("/v1/workspace").await;
     let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    // Reading the description made nothing: the first call would.
+    std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("keep.txt"), "original\n").unwrap();
     let snapshot = |root: &std::path::Path| {
         let mut files: Vec<(String, Vec<u8>)> = walk(root)
@@ -872,6 +874,61 @@ async fn git_global_options_do_not_dodge_rules(backend: Backend) {
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
 }
 
+/// `GET /v1/workspace` is a read: asking about a sub-workspace that does
+/// not exist is a 404 problem, and neither it nor the owner's workspace
+/// appears on disk because of the question.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_the_workspace_creates_nothing() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let workspaces = app.data_dir.path().join("workspaces");
+    // Every path under the workspaces' root, directories included.
+    fn everything(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = vec![];
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            out.push(path.clone());
+            if path.is_dir() {
+                out.extend(everything(&path));
+            }
+        }
+        out
+    }
+    let before = everything(&workspaces);
+
+    let main = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(main["root"].as_str().unwrap());
+    assert!(root.starts_with(&workspaces), "{main}");
+    for name in ["x", "new-project", "a.b"] {
+        let resp = app.get(&format!("/v1/workspace?workspace={name}")).await;
+        assert_eq!(resp.status(), 404, "{name}");
+        assert_eq!(
+            resp.headers()["content-type"],
+            "application/problem+json",
+            "{name}"
+        );
+        let problem: Value = resp.json().await.unwrap();
+        assert_eq!(problem["status"], 404, "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(name),
+            "{problem}"
+        );
+    }
+    assert_eq!(everything(&workspaces), before, "nothing was created");
+    assert!(!root.exists());
+
+    // Once the workspace exists, a missing sub-workspace is still not made.
+    let (_, out) = app
+        .call("w", json!({"id": "w1", "name": "write_file", "arguments": {"path": "a.txt", "content": "a"}}))
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert_eq!(app.get("/v1/workspace?workspace=x").await.status(), 404);
+    assert!(!root.join("x").exists());
+    // A link that leads out of the owner's workspace is no sub-workspace.
+    std::os::unix::fs::symlink(&workspaces, root.join("out")).unwrap();
+    assert_eq!(app.get("/v1/workspace?workspace=out").await.status(), 404);
+    assert_eq!(app.get_json("/v1/workspace").await["root"], main["root"]);
+}
+
 both_backends!(
     pipes_into_interpreters_need_approval,
     git_global_options_do_not_dodge_rules,
@@ -892,6 +949,15 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
     assert_eq!(ws["sandbox"]["landlock"]["enforced"], true, "{ws}");
     assert_eq!(ws["limits"]["bash_max_timeout_ms"], 600_000);
     assert_eq!(ws["limits"]["line_endings"], "lf");
+    // A sub-workspace exists once a call has named it.
+    let (s, out) = app
+        .call("r", json!({"id": "mk", "name": "read_file", "workspace": "proj", "arguments": {"path": "."}}))
+        .await;
+    assert_eq!(
+        (s, out["tool_agent_output"]["status"].as_str()),
+        (200, Some("success")),
+        "{out}"
+    );
     let sub = app.get_json("/v1/workspace?workspace=proj").await;
     assert!(sub["root"].as_str().unwrap().ends_with("/proj"));
     assert_eq!(app.get("/v1/workspace?workspace=..").await.status(), 400);
