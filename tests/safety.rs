@@ -764,6 +764,156 @@ async fn an_approved_call_still_meets_the_rules_in_force(backend: Backend) {
     assert!(!root.join("off.txt").exists());
 }
 
+/// The call's tool_agent_output as text, to look for leaked contents.
+fn leaked(out: &Value, secret: &str) -> bool {
+    out.to_string().contains(secret)
+}
+
+/// The attacker's way around a file rule: a symbolic link, made by a
+/// command inside the workspace, to the file a rule protects. The rules
+/// judge the path by where it leads as well as by its name.
+async fn file_rules_follow_links_inside_the_workspace(backend: Backend) {
+    const SECRET: &str = "DOTENV-9b1f3e-do-not-leak";
+    const KEY: &str = "KEY-41c7aa-do-not-leak";
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.deny = vec!["read(**/*.pem)".into()];
+    })
+    .await;
+    put_rules(
+        &app,
+        json!({
+            "allow": ["bash"],
+            "ask": ["edit_file(config/**)"],
+            "deny": ["read_file(.env)", "read(secrets/**)"]
+        }),
+    )
+    .await;
+    let bash = |id: &str, command: &str| json!({"id": id, "name": "bash", "arguments": {"command": command}});
+    let (_, out) = app
+        .call(
+            "l",
+            bash(
+                "mk",
+                &format!(
+                    "printf '{SECRET}\\n' > .env && mkdir -p secrets config docs && \
+                     printf '{KEY}\\n' > secrets/k && printf 'a: 1\\n' > config/app.yml && \
+                     printf 'plain\\n' > notes.txt && \
+                     ln -s .env link_env && ln -s ../secrets docs/s && ln -s config/app.yml app_link && \
+                     ln -s server.pem new_key && ln -s notes.txt notes_link && ln -s docs d"
+                ),
+            ),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+    let root = std::path::PathBuf::from(
+        app.get_json("/v1/workspace").await["root"]
+            .as_str()
+            .unwrap(),
+    );
+    let call =
+        |id: &str, tool: &str, args: Value| json!({"id": id, "name": tool, "arguments": args});
+
+    // Read, write and edit through the link to `.env`: denied, by the
+    // rule on `.env`, and the model is told why.
+    let absolute = root.join("link_env").display().to_string();
+    for (id, tool, args) in [
+        ("r1", "read_file", json!({"path": "link_env"})),
+        ("r2", "read_file", json!({"path": absolute})),
+        (
+            "w1",
+            "write_file",
+            json!({"path": "link_env", "content": "x"}),
+        ),
+        (
+            "e1",
+            "edit_file",
+            json!({"path": "link_env", "old_string": "DOTENV", "new_string": "x"}),
+        ),
+    ] {
+        let (s, out) = app.call("l", call(id, tool, args)).await;
+        assert_eq!(s, 200, "{out}");
+        assert_eq!(error_code(&out), "PERMISSION_DENIED", "{tool}: {out}");
+        let message = out["tool_agent_output"]["error"]["message"]
+            .as_str()
+            .unwrap();
+        assert!(message.contains("read_file(.env)"), "{message}");
+        assert!(message.contains("leads to `.env`"), "{message}");
+        assert!(!leaked(&out, SECRET), "{out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join(".env")).unwrap(),
+        format!("{SECRET}\n")
+    );
+
+    // A link in the middle of the path (`docs/s` → `secrets`, `d` →
+    // `docs`), to a file that exists or one a write would create.
+    for (id, tool, args) in [
+        ("m1", "read_file", json!({"path": "docs/s/k"})),
+        ("m2", "read_file", json!({"path": "d/s/k"})),
+        (
+            "m3",
+            "grep",
+            json!({"pattern": "KEY", "path": "d/s/k", "output_mode": "content"}),
+        ),
+        (
+            "m4",
+            "write_file",
+            json!({"path": "d/s/planted.txt", "content": "x"}),
+        ),
+    ] {
+        let (_, out) = app.call("l", call(id, tool, args)).await;
+        assert_eq!(error_code(&out), "PERMISSION_DENIED", "{tool}: {out}");
+        assert!(!leaked(&out, KEY), "{out}");
+    }
+    assert!(!root.join("secrets/planted.txt").exists());
+
+    // A dangling link: the write would create its target, `server.pem`.
+    let (_, out) = app
+        .call(
+            "l",
+            call(
+                "p1",
+                "write_file",
+                json!({"path": "new_key", "content": "x"}),
+            ),
+        )
+        .await;
+    assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+    assert!(
+        out["tool_agent_output"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("read(**/*.pem)"),
+        "{out}"
+    );
+    assert!(!root.join("server.pem").exists());
+
+    // An ask rule on the target asks.
+    let (s, out) = app
+        .call(
+            "l",
+            call(
+                "a1",
+                "edit_file",
+                json!({"path": "app_link", "old_string": "a: 1", "new_string": "a: 2"}),
+            ),
+        )
+        .await;
+    assert_eq!(s, 202, "{out}");
+    assert_eq!(out["status"], "pending_approval");
+    assert_eq!(
+        std::fs::read_to_string(root.join("config/app.yml")).unwrap(),
+        "a: 1\n"
+    );
+
+    // A link to a file no rule names works as before.
+    let (_, out) = app
+        .call("l", call("ok", "read_file", json!({"path": "notes_link"})))
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert!(out.to_string().contains("plain"), "{out}");
+}
+
 /// Text piped into a shell or interpreter that runs it as its program is
 /// on the dangerous list: an allow (rule or default) becomes ask. Data
 /// piped into a script is not.
@@ -932,6 +1082,7 @@ async fn reading_the_workspace_creates_nothing() {
 both_backends!(
     pipes_into_interpreters_need_approval,
     git_global_options_do_not_dodge_rules,
+    file_rules_follow_links_inside_the_workspace,
     an_approved_call_still_meets_the_rules_in_force,
     confidence_gate_missing_low_and_ok,
     generic_tools_ask_without_a_rule,

@@ -45,6 +45,10 @@
 //!   `LD_PRELOAD=…`, `GIT_*=…`, `git -c core.pager=…`. No specific allow rule
 //!   vouches for them, and an allow default becomes `ask`; only a bare
 //!   `bash` (or `bash(*)`) allow covers them.
+//! - File rules see where a path really leads through symbolic links
+//!   inside the workspace ([`CallFacts::resolved_path`], found by the
+//!   caller) as well as its name: a deny or ask on either wins, an allow
+//!   must cover both.
 //! - File rules may use the groups `read` (read-only file tools) and `write`
 //!   (file tools that write). A deny or ask path rule on `read`, or on a
 //!   built-in read tool (`read_file`, `glob`, `grep`), also covers writes of
@@ -135,6 +139,12 @@ pub struct CallFacts<'a> {
     /// it: an absolute `path` inside it is matched as the relative path it
     /// names, so `secret/**` covers `/…/workspace/secret/x` too.
     pub workspace: Option<&'a std::path::Path>,
+    /// Where a file tool's `path` really leads inside the workspace
+    /// through symbolic links (in any component), workspace-relative, when
+    /// that is not the path as named: rules are matched against both. For
+    /// a path that does not exist yet, its existing parent resolved and
+    /// the rest as named. Found by the caller (`decide` does no I/O).
+    pub resolved_path: Option<&'a str>,
 }
 
 pub const SOURCE_DEPLOYMENT: &str = "deployment";
@@ -178,11 +188,14 @@ impl Subject {
             PermissionClass::Bash => {
                 Subject::Bash(arg("command").and_then(Value::as_str).map(command::analyse))
             }
-            PermissionClass::File => Subject::File(match arg("path") {
-                None | Some(Value::Null) => Some(file::subject(".")),
-                Some(Value::String(path)) => Some(file::subject(&within(path, call.workspace))),
-                Some(_) => None,
-            }),
+            PermissionClass::File => Subject::File(
+                match arg("path") {
+                    None | Some(Value::Null) => Some(file::subject(".")),
+                    Some(Value::String(path)) => Some(file::subject(&within(path, call.workspace))),
+                    Some(_) => None,
+                }
+                .map(|path| path.leading_to(call.resolved_path)),
+            ),
             PermissionClass::Webfetch => {
                 Subject::Web(arg("url").and_then(Value::as_str).and_then(web::host_of))
             }
@@ -369,7 +382,20 @@ fn may_match(rule: &Rule, call: &CallFacts, subject: &Subject, list: List) -> Op
         },
         Subject::File(Some(path)) => match &spec.file {
             Err(message) => Some(unreadable(message)),
-            Ok(pattern) => pattern.may_match(path).then(|| hit(None)),
+            Ok(pattern) => pattern.may_match(path).then(|| {
+                let mut found = hit(None);
+                if let Some(target) = path.resolved.as_deref().filter(|_| !pattern.names(path)) {
+                    let link = format!(
+                        "the path leads to `{}` through a symbolic link",
+                        clip(target)
+                    );
+                    found.note = Some(match found.note {
+                        Some(note) => format!("{note}; {link}"),
+                        None => link,
+                    });
+                }
+                found
+            }),
         },
         Subject::Web(host) => match &spec.web {
             Err(message) => Some(unreadable(message)),

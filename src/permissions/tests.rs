@@ -97,6 +97,31 @@ fn decide_with(
             destructive: tool.destructive,
             arguments,
             workspace: Some(std::path::Path::new(WORKSPACE)),
+            resolved_path: None,
+        },
+    )
+}
+
+/// A file tool's call whose `path` leads to `resolved` through links.
+fn through_link(
+    set: &RuleSet,
+    defaults: &Defaults,
+    tool: &Tool,
+    path: &str,
+    resolved: &str,
+) -> Decision {
+    decide(
+        &none(),
+        set,
+        defaults,
+        &CallFacts {
+            tool_name: tool.name,
+            class: tool.class,
+            read_only: tool.read_only,
+            destructive: tool.destructive,
+            arguments: &json!({ "path": path }),
+            workspace: Some(std::path::Path::new(WORKSPACE)),
+            resolved_path: Some(resolved),
         },
     )
 }
@@ -641,6 +666,57 @@ fn absolute_paths_inside_the_workspace_meet_anchored_rules() {
     );
     let d = owner(&set, &EDIT_FILE, json!({"path": "/elsewhere/src/main.rs"}));
     assert_ne!(d.source.as_str(), "owner", "{d:?}");
+}
+
+/// A link inside the workspace is judged by where it leads as well as by
+/// its name: a deny or ask rule on either wins, an allow rule must cover
+/// both.
+#[test]
+fn a_link_is_judged_by_where_it_leads_too() {
+    let set = rules(
+        &["write_file(docs/**)"],
+        &["edit_file(config/**)"],
+        &["read_file(.env)", "read(secrets/**)"],
+    );
+    let defaults = Defaults::default();
+    let d = through_link(&set, &defaults, &READ_FILE, "link_env", ".env");
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    assert_eq!(d.rule.as_deref(), Some("deny: read_file(.env)"));
+    assert!(
+        d.reason.contains("leads to `.env` through a symbolic link"),
+        "{}",
+        d.reason
+    );
+    // A read deny covers writes, through the link too.
+    for tool in [&WRITE_FILE, &EDIT_FILE] {
+        let d = through_link(&set, &defaults, tool, "link_env", ".env");
+        assert_eq!(d.verdict, Verdict::Deny, "{}: {d:?}", tool.name);
+    }
+    // An intermediate component that is a link.
+    let d = through_link(&set, &defaults, &GREP, "lnk/key.pem", "secrets/key.pem");
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    let d = through_link(&set, &defaults, &EDIT_FILE, "app.yml", "config/app.yml");
+    assert_eq!(d.verdict, Verdict::Ask, "{d:?}");
+    // The name alone still counts.
+    let d = through_link(&set, &defaults, &READ_FILE, ".env", "data/plain.txt");
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    assert!(!d.reason.contains("symbolic link"), "{}", d.reason);
+    // Nothing denied at either end.
+    let d = through_link(&set, &defaults, &READ_FILE, "notes", "notes.txt");
+    assert_eq!(d.verdict, Verdict::Allow, "{d:?}");
+    // An allow rule vouches only when it covers where the link leads.
+    let careful = Defaults {
+        other: Verdict::Ask,
+        ..Defaults::default()
+    };
+    let d = through_link(&set, &careful, &WRITE_FILE, "docs/x.md", "docs/y.md");
+    assert_eq!((d.verdict, d.source.as_str()), (Verdict::Allow, "owner"));
+    let d = through_link(&set, &careful, &WRITE_FILE, "docs/x.md", "config/prod.yml");
+    assert_eq!(
+        (d.verdict, d.source.as_str()),
+        (Verdict::Ask, "default"),
+        "{d:?}"
+    );
 }
 
 #[test]

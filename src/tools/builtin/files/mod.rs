@@ -133,6 +133,17 @@ async fn blocking<T: Send + 'static>(
     })?
 }
 
+/// For the permission rules: where a file tool's `path` argument (as a
+/// model gives it) really leads inside the opened workspace through
+/// symbolic links, workspace-relative, when that is not the path it names
+/// (see [`confine::resolve_beneath`]). `None` when it leads nowhere else,
+/// or nowhere the tools would open.
+pub fn resolved_path(workspace: &Workspace, raw: &str) -> Option<String> {
+    let named = WorkspacePath::parse(raw, &workspace.path).ok()?;
+    let real = confine::resolve_beneath(&workspace.dir, &named)?;
+    (real != named).then(|| real.display())
+}
+
 fn open_workspace(workspaces: &Workspaces, ctx: &ToolContext) -> Result<Workspace, ToolError> {
     workspaces
         .open(&ctx.owner, ctx.workspace.as_deref())
