@@ -914,6 +914,138 @@ async fn file_rules_follow_links_inside_the_workspace(backend: Backend) {
     assert!(out.to_string().contains("plain"), "{out}");
 }
 
+/// `glob` and `grep` over a directory: files the rules deny (or ask about)
+/// are left out of the walk, and the result says how many.
+async fn walks_leave_out_files_the_rules_deny(backend: Backend) {
+    const SECRET: &str = "needle-DOTENV-5e2a";
+    const PRIVATE: &str = "needle-PRIVATE-c41d";
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.deny = vec!["read(**/.env)".into()];
+    })
+    .await;
+    put_rules(
+        &app,
+        json!({"allow": ["bash"], "ask": ["grep(private)", "glob(private)"]}),
+    )
+    .await;
+    let (_, out) = app
+        .call(
+            "g",
+            json!({"id": "mk", "name": "bash", "arguments": {"command": format!(
+                "mkdir -p src sub private && printf '{SECRET}\\n' > .env && printf '{SECRET}\\n' > sub/.env && \
+                 printf '{PRIVATE}\\n' > private/p.txt && printf 'needle-public\\n' > src/main.rs && \
+                 ln -s private pv"
+            )}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+
+    let result = |out: &Value| out["tool_agent_output"]["result"].clone();
+    for (id, mode) in [
+        ("g1", "content"),
+        ("g2", "files_with_matches"),
+        ("g3", "count"),
+    ] {
+        let (_, out) = app
+            .call("g", json!({"id": id, "name": "grep", "arguments": {"pattern": "needle", "output_mode": mode}}))
+            .await;
+        assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+        assert!(
+            !leaked(&out, SECRET) && !leaked(&out, PRIVATE),
+            "{mode}: {out}"
+        );
+        let r = result(&out);
+        assert_eq!(r["files_matched"], 1, "{r}");
+        assert!(
+            r["entries"][0].as_str().unwrap().starts_with("src/main.rs"),
+            "{r}"
+        );
+        // `.env`, `sub/.env` and the `private` directory.
+        assert_eq!(r["skipped_by_rules"], 3, "{r}");
+        assert!(
+            r["rules_note"]
+                .as_str()
+                .unwrap()
+                .contains("3 files or directories"),
+            "{r}"
+        );
+        // The model sees it too.
+        let content = out["tool_response"]["content"].as_str().unwrap();
+        assert!(content.contains("skipped_by_rules"), "{content}");
+    }
+    let (_, out) = app
+        .call(
+            "g",
+            json!({"id": "l1", "name": "glob", "arguments": {"pattern": "**/*"}}),
+        )
+        .await;
+    let r = result(&out);
+    let files: Vec<&str> = r["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(
+        files.contains(&"src/main.rs") && files.contains(&"pv"),
+        "{r}"
+    );
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.ends_with(".env") || f.starts_with("private")),
+        "{r}"
+    );
+    assert_eq!(r["skipped_by_rules"], 3, "{r}");
+
+    // Below a link to the directory the rules name: judged by where it is.
+    let (s, out) = app
+        .call("g", json!({"id": "v1", "name": "grep", "arguments": {"pattern": "needle", "path": "pv", "output_mode": "content"}}))
+        .await;
+    assert_eq!(
+        s, 202,
+        "grep on a link to `private` asks, like grep on `private`: {out}"
+    );
+    assert!(!leaked(&out, PRIVATE), "{out}");
+    let (_, out) = app
+        .call("g", json!({"id": "v2", "name": "grep", "arguments": {"pattern": "needle", "path": "pv/p.txt"}}))
+        .await;
+    assert!(!leaked(&out, PRIVATE), "{out}");
+
+    // Nothing left out: the count says so.
+    let (_, out) = app
+        .call(
+            "g",
+            json!({"id": "s1", "name": "grep", "arguments": {"pattern": "needle", "path": "src"}}),
+        )
+        .await;
+    let r = result(&out);
+    assert_eq!(
+        (r["files_matched"].as_u64(), r["skipped_by_rules"].as_u64()),
+        (Some(1), Some(0)),
+        "{r}"
+    );
+    assert!(r.get("rules_note").is_none(), "{r}");
+
+    // A grep on `private` itself is asked about; once approved, its files
+    // are searched (the person approved exactly that).
+    let (s, out) = app
+        .call("g", json!({"id": "p1", "name": "grep", "arguments": {"pattern": "needle", "path": "private", "output_mode": "content"}}))
+        .await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    let out = approve_and_wait(
+        &app,
+        &approval,
+        "g",
+        json!({"id": "p1", "name": "grep", "arguments": {"pattern": "needle", "path": "private", "output_mode": "content"}}),
+    )
+    .await;
+    let r = result(&out);
+    assert!(r["entries"][0].as_str().unwrap().contains(PRIVATE), "{out}");
+    assert_eq!(r["skipped_by_rules"], 0, "{r}");
+}
+
 /// Text piped into a shell or interpreter that runs it as its program is
 /// on the dangerous list: an allow (rule or default) becomes ask. Data
 /// piped into a script is not.
@@ -1083,6 +1215,7 @@ both_backends!(
     pipes_into_interpreters_need_approval,
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,
+    walks_leave_out_files_the_rules_deny,
     an_approved_call_still_meets_the_rules_in_force,
     confidence_gate_missing_low_and_ok,
     generic_tools_ask_without_a_rule,

@@ -618,6 +618,7 @@ impl Engine {
         cancel: CancellationToken,
         write_ahead: &WriteAhead,
     ) -> Result<ToolSuccess, ToolError> {
+        let path_rules = self.path_rules(req, tool).await?;
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let progress_task = tokio::spawn(forward_progress(
             self.writer.clone(),
@@ -635,6 +636,7 @@ impl Engine {
             workspace: req.call.workspace.clone(),
             cancel: cancel.clone(),
             progress: ProgressSink::new(progress_tx),
+            path_rules,
         };
         let started = Instant::now();
         // The tool runs in its own task so a panic becomes a failure, not a
@@ -1200,6 +1202,42 @@ impl Engine {
             .as_ref()
             .and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
         facts
+    }
+
+    /// The path rules a file tool's walk applies to what it meets
+    /// (`ToolContext::path_rules`): the rules in force now, for this call.
+    async fn path_rules(
+        &self,
+        req: &CallRequest,
+        tool: &RegisteredTool,
+    ) -> Result<Option<Arc<crate::permissions::PathRules>>, ToolError> {
+        let meta = &tool.definition.metadata;
+        if meta.permission_class != crate::tools::PermissionClass::File {
+            return Ok(None);
+        }
+        let owner_rules = self.owner_rules(&req.owner).await.map_err(|e| {
+            ToolError::new(
+                codes::EXECUTION_FAILED,
+                format!("the permission rules could not be read: {e}"),
+                true,
+            )
+        })?;
+        let file = self.file_facts(req, tool);
+        let facts = crate::permissions::CallFacts {
+            tool_name: &tool.definition.name,
+            class: meta.permission_class,
+            read_only: meta.read_only,
+            destructive: meta.destructive,
+            arguments: &req.call.arguments,
+            workspace: file.workspace.as_deref(),
+            resolved_path: file.resolved.as_deref(),
+        };
+        let rules = crate::permissions::PathRules::new(
+            &self.config.permissions.rules,
+            owner_rules.as_ref(),
+            &facts,
+        );
+        Ok((!rules.is_empty()).then(|| Arc::new(rules)))
     }
 
     async fn owner_rules(

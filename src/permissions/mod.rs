@@ -48,7 +48,8 @@
 //! - File rules see where a path really leads through symbolic links
 //!   inside the workspace ([`CallFacts::resolved_path`], found by the
 //!   caller) as well as its name: a deny or ask on either wins, an allow
-//!   must cover both.
+//!   must cover both. A walk over a directory (`glob`, `grep`) leaves out
+//!   what the call's deny and ask path rules name ([`PathRules`]).
 //! - File rules may use the groups `read` (read-only file tools) and `write`
 //!   (file tools that write). A deny or ask path rule on `read`, or on a
 //!   built-in read tool (`read_file`, `glob`, `grep`), also covers writes of
@@ -308,6 +309,64 @@ pub fn decide(
         return decision;
     }
     safety_net(decision, call, &subject)
+}
+
+/// The deny and ask path rules a walk over a directory (`glob`, `grep`)
+/// applies to the files and directories it meets: what one of them names
+/// is left out. Made for one call: only rules that name the call's tool
+/// (directly, by group) and that did not match the call's own path count
+/// (one that did has already denied the call, or a person approved it).
+/// An `ask` counts like a deny: nobody approved reading that file.
+#[derive(Debug, Clone, Default)]
+pub struct PathRules {
+    specs: Vec<file::FileSpec>,
+}
+
+impl PathRules {
+    pub fn new(deployment: &RuleSet, owner: &RuleSet, call: &CallFacts) -> PathRules {
+        let mut specs = Vec::new();
+        if call.class != PermissionClass::File {
+            return PathRules { specs };
+        }
+        let subject = Subject::of(call);
+        for (list, set) in [
+            (List::Deny, deployment),
+            (List::Deny, owner),
+            (List::Ask, deployment),
+            (List::Ask, owner),
+        ] {
+            let rules = if list == List::Deny {
+                &set.deny
+            } else {
+                &set.ask
+            };
+            for rule in rules {
+                let Some(Ok(spec)) = rule.spec().map(|s| s.file.as_ref()) else {
+                    continue;
+                };
+                if names_call(rule, call, list).is_some()
+                    && may_match(rule, call, &subject, list).is_none()
+                {
+                    specs.push(spec.clone());
+                }
+            }
+        }
+        PathRules { specs }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    /// Is the workspace-relative `path` (which the walk may also know as
+    /// `resolved`, when it started below a link) named by one of the rules?
+    pub fn leave_out(&self, path: &str, resolved: Option<&str>) -> bool {
+        if self.specs.is_empty() {
+            return false;
+        }
+        let subject = file::subject(path).leading_to(resolved);
+        self.specs.iter().any(|spec| spec.may_match(&subject))
+    }
 }
 
 /// Does `rule` name this call's tool (directly, by group, or as a read

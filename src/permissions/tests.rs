@@ -126,6 +126,22 @@ fn through_link(
     )
 }
 
+fn walk_rules(deployment: &RuleSet, owner: &RuleSet, tool: &Tool, path: &str) -> PathRules {
+    PathRules::new(
+        deployment,
+        owner,
+        &CallFacts {
+            tool_name: tool.name,
+            class: tool.class,
+            read_only: tool.read_only,
+            destructive: tool.destructive,
+            arguments: &json!({ "path": path }),
+            workspace: Some(std::path::Path::new(WORKSPACE)),
+            resolved_path: None,
+        },
+    )
+}
+
 /// The owner's rules only, default defaults.
 fn owner(set: &RuleSet, tool: &Tool, arguments: Value) -> Decision {
     decide_with(&none(), set, &Defaults::default(), tool, &arguments)
@@ -717,6 +733,46 @@ fn a_link_is_judged_by_where_it_leads_too() {
         (Verdict::Ask, "default"),
         "{d:?}"
     );
+}
+
+/// What a walk (`glob`, `grep` over a directory) leaves out: what a deny
+/// or ask path rule on the tool names, unless that rule already judged
+/// the call's own path.
+#[test]
+fn walks_leave_out_what_deny_and_ask_rules_name() {
+    let deployment = rules(&[], &["read(private)"], &[]);
+    let owner = rules(
+        &["read"],
+        &["grep"],
+        &[
+            "read(**/.env)",
+            "grep(*.pem)",
+            "read_file(notes/**)",
+            "glob(*.pem)",
+        ],
+    );
+    let hidden = walk_rules(&deployment, &owner, &GREP, ".");
+    assert!(!hidden.is_empty());
+    for path in [".env", "a/b/.env", "private", "private/x.txt", "keys/k.pem"] {
+        assert!(hidden.leave_out(path, None), "{path}");
+    }
+    // `read_file(…)` and `glob(…)` rules are about other tools; a bare
+    // `ask: grep` was about the call itself.
+    for path in ["src/main.rs", "notes/a.txt", ".envrc", "privately.txt"] {
+        assert!(!hidden.leave_out(path, None), "{path}");
+    }
+    // A walk that started below a link: what the path is known as there.
+    assert!(hidden.leave_out("lnk/x.txt", Some("private/x.txt")));
+    assert!(!hidden.leave_out("lnk/x.txt", Some("public/x.txt")));
+    // grep over `private` was asked about and approved: its files are not
+    // hidden by the rule that asked, only by the others.
+    let approved = walk_rules(&deployment, &owner, &GREP, "private");
+    assert!(!approved.leave_out("private/x.txt", None));
+    assert!(approved.leave_out("private/.env", None));
+    // No path rules on the tool: nothing to leave out.
+    assert!(walk_rules(&none(), &rules(&["read"], &["grep"], &[]), &GREP, ".").is_empty());
+    // Not a file tool: nothing either.
+    assert!(walk_rules(&none(), &owner, &BASH, ".").is_empty());
 }
 
 #[test]

@@ -36,6 +36,9 @@
 //!   not), `.git` is skipped, other hidden files are searched, at most
 //!   100,000 entries are visited. `grep` searches in path order, skips
 //!   binary files, returns at most `head_limit` entries (default 250).
+//!   What the call's deny and ask path rules name
+//!   (`ToolContext::path_rules`) is left out and counted in
+//!   `skipped_by_rules`.
 
 #![allow(clippy::result_large_err)]
 
