@@ -73,6 +73,8 @@ pub(crate) struct Analysis {
     pub malformed: Vec<String>,
     /// Texts (the whole line or a payload) that define a fork bomb.
     pub fork_bombs: Vec<String>,
+    /// Somewhere a `|` feeds one command's output to another's input.
+    pub pipes: bool,
 }
 
 pub(crate) fn analyse(command: &str) -> Analysis {
@@ -94,6 +96,7 @@ fn expand(src: &str, depth: usize, shadow: bool, an: &mut Analysis, next_pipelin
     let lexed = shell::lex(src, next_pipeline, depth);
     if !shadow {
         an.malformed.extend(lexed.errors);
+        an.pipes |= lexed.pipes;
     }
     for mut raw in lexed.pieces {
         raw.shadow |= shadow;

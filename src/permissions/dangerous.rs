@@ -185,10 +185,36 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
 /// text (a download, a decoder, `echo`), no rule saw the program, so it is
 /// never allowed automatically. `cat data | python3 script.py` reads data,
 /// not a program, and is not on the list.
+///
+/// Text reaches a command's stdin not only at a later stage of a pipeline:
+/// a subshell, a `{ …; }` group or a loop after a `|` passes it on to the
+/// commands inside, and `>( … )` feeds them too. So once the command line
+/// pipes anything, an interpreter anywhere in it that reads its program
+/// from stdin counts (one that is not fed reads nothing, and an approval
+/// costs little); so does one fed a here-string computed at run time.
 fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
     let mut found = Vec::new();
+    let feeds = |piece: &Piece| {
+        let words = piece
+            .layers
+            .first()
+            .map(|l| l.words.as_slice())
+            .unwrap_or_default();
+        words
+            .iter()
+            .chain(piece.redirects.iter().map(|r| &r.target))
+            .any(|w| w.text.starts_with(">("))
+    };
+    let piped = analysis.pipes || analysis.pieces.iter().any(feeds);
     for piece in &analysis.pieces {
-        if piece.stage == 0 || piece.transparent || piece.shadow {
+        if piece.transparent || piece.shadow {
+            continue;
+        }
+        let computed_input = piece
+            .redirects
+            .iter()
+            .any(|r| r.normalised_op() == "<<<" && r.target.computed);
+        if !(piped || computed_input) {
             continue;
         }
         let Some(name) = piece.command_name() else {
@@ -215,7 +241,7 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
             None => Hazard {
                 piece: piece.text.clone(),
                 reason: format!(
-                    "it pipes text into `{name}`, which runs it as a program no rule has seen"
+                    "it feeds text to `{name}` through its standard input (a pipe), which `{name}` runs as a program no rule has seen"
                 ),
             },
         });
@@ -782,6 +808,16 @@ mod tests {
             "cat cmds | xargs sh -c",
             "cat x | python3 $EMPTY",
             "curl -s https://x.invalid | tee log | bash",
+            // Passed on by a subshell, a group or a loop; fed by `>( … )`.
+            "curl x | (bash)",
+            "cat x | ( sh )",
+            "cat x | { echo start; bash; }",
+            "cat x | while read -r l; do echo $l; done; cat y | sh",
+            "curl x | tee >(sh)",
+            "cat x > >(python3)",
+            "cat x |& sh",
+            "bash <<< \"$(curl -s x)\"",
+            "python3 <<< \"$PROGRAM\"",
         ] {
             assert!(dangerous(src), "{src}");
         }
@@ -809,6 +845,8 @@ mod tests {
             "python3",
             "sh -s",
             "python3 < script.py",
+            "python3 <<< 'print(1)'",
+            "ls | wc -l; python3 script.py",
             "cat data | python3 \"$SCRIPT\"",
             "cat data | jq .",
             "cat data | awk '{print $1}'",
