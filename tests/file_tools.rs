@@ -124,6 +124,7 @@ fn ctx_for(owner: &str, sub: Option<&str>) -> ToolContext {
         workspace: sub.map(str::to_string),
         cancel: CancellationToken::new(),
         progress: ProgressSink::default(),
+        path_rules: None,
     }
 }
 
@@ -1430,6 +1431,107 @@ async fn grep_lists_matching_files_by_default() {
     assert_eq!(found.result["entries"], json!(["src/b.rs"]));
     let hints = world.grep().ui_hints(&json!({}), &found.result).unwrap();
     assert_eq!(hints["view"], "core.list");
+}
+
+/// A walk with the call's path rules: what they name is left out (a
+/// directory whole), counted, and matched by where it really is when the
+/// walk starts below a link.
+#[tokio::test]
+async fn walks_leave_out_what_the_path_rules_name() {
+    use toolgate::permissions::{CallFacts, PathRules, RuleSet};
+    let world = grep_world();
+    world.write(".env", format!("todo {SECRET}\n"));
+    world.write("src/.env", format!("todo {SECRET}\n"));
+    world.write("secrets/key", format!("todo {SECRET}\n"));
+    world.link("secrets", "s");
+    let rules = RuleSet::from_lists::<&str>(
+        &[],
+        &[],
+        &["read(**/.env)", "grep(secrets/**)", "glob(secrets/**)"],
+    )
+    .unwrap();
+    let ctx = |tool: &str, path: &str, resolved: Option<&str>| {
+        let mut ctx = world.ctx();
+        ctx.path_rules = Some(Arc::new(PathRules::new(
+            &RuleSet::default(),
+            &rules,
+            &CallFacts {
+                tool_name: tool,
+                class: PermissionClass::File,
+                read_only: true,
+                destructive: false,
+                arguments: &json!({ "path": path }),
+                workspace: Some(world.ws.as_path()),
+                resolved_path: resolved,
+            },
+        )));
+        ctx
+    };
+
+    let found = world
+        .grep()
+        .execute(
+            json!({"pattern": "todo", "output_mode": "content"}),
+            ctx("grep", ".", None),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !found.result.to_string().contains(SECRET),
+        "{}",
+        found.result
+    );
+    assert_eq!(found.result["files_matched"], 2, "{}", found.result);
+    assert_eq!(found.result["skipped_by_rules"], 3, "{}", found.result);
+    assert!(
+        found.result["rules_note"]
+            .as_str()
+            .unwrap()
+            .starts_with("3 files or directories")
+    );
+
+    // Started below the link `s` → `secrets`: the entries are `s/…` by
+    // name, `secrets/…` in truth.
+    let found = world
+        .grep()
+        .execute(
+            json!({"pattern": "todo", "path": "s", "output_mode": "content"}),
+            ctx("grep", "s", Some("secrets")),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !found.result.to_string().contains(SECRET),
+        "{}",
+        found.result
+    );
+    assert_eq!(found.result["skipped_by_rules"], 1, "{}", found.result);
+
+    let listed = world
+        .glob()
+        .execute(json!({"pattern": "**/*"}), ctx("glob", ".", None))
+        .await
+        .unwrap();
+    let files = listed.result["files"].to_string();
+    assert!(
+        !files.contains(".env") && !files.contains("secrets/"),
+        "{files}"
+    );
+    assert!(
+        files.contains("src/a.rs") && files.contains("\"s\""),
+        "{files}"
+    );
+    assert_eq!(listed.result["skipped_by_rules"], 3, "{}", listed.result);
+
+    // Without rules the same walk finds everything (the rules did it).
+    let found = ok(&world.grep(), &world, json!({"pattern": "todo"})).await;
+    assert_eq!(found.result["skipped_by_rules"], 0);
+    assert!(
+        found.result["entries"].to_string().contains(".env"),
+        "{}",
+        found.result
+    );
+    assert!(found.result.get("rules_note").is_none());
 }
 
 #[tokio::test]

@@ -99,6 +99,7 @@ fn ctx(owner: &str, sub: Option<&str>, cancel: CancellationToken) -> ToolContext
         workspace: sub.map(String::from),
         cancel,
         progress: ProgressSink::default(),
+        path_rules: None,
     }
 }
 

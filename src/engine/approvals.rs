@@ -187,6 +187,7 @@ impl Engine {
             workspace: req.call.workspace.clone(),
             cancel: Default::default(),
             progress: ProgressSink::default(),
+            path_rules: None,
         };
         match tokio::time::timeout(PREVIEW_TIMEOUT, tool.tool.dry_run(arguments.clone(), ctx)).await
         {

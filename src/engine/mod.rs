@@ -53,6 +53,13 @@ pub struct EngineConfig {
 /// What a model is told to do about a call the permission rules deny.
 const DENIED_HINT: &str = "do not retry this call; ask the user or choose another action";
 
+/// What the file rules know of a file tool's path ([`Engine::file_facts`]).
+#[derive(Debug, Default)]
+struct FileFacts {
+    workspace: Option<std::path::PathBuf>,
+    resolved: Option<String>,
+}
+
 /// The deployment's permission rules and defaults (owners add their own).
 #[derive(Debug, Clone, Default)]
 pub struct PermissionConfig {
@@ -611,6 +618,7 @@ impl Engine {
         cancel: CancellationToken,
         write_ahead: &WriteAhead,
     ) -> Result<ToolSuccess, ToolError> {
+        let path_rules = self.path_rules(req, tool).await?;
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let progress_task = tokio::spawn(forward_progress(
             self.writer.clone(),
@@ -628,6 +636,7 @@ impl Engine {
             workspace: req.call.workspace.clone(),
             cancel: cancel.clone(),
             progress: ProgressSink::new(progress_tx),
+            path_rules,
         };
         let started = Instant::now();
         // The tool runs in its own task so a panic becomes a failure, not a
@@ -1140,31 +1149,15 @@ impl Engine {
     ) -> Result<Permission, Rejection> {
         let owner_rules = self.owner_rules(&req.owner).await?;
         let meta = &tool.definition.metadata;
-        // Only a file tool's absolute path needs the workspace's location:
-        // where it really is (a sub-workspace may be a link to another
-        // directory of the owner's), as the file tools resolve it.
-        let absolute_path = meta.permission_class == crate::tools::PermissionClass::File
-            && req
-                .call
-                .arguments
-                .get("path")
-                .and_then(Value::as_str)
-                .is_some_and(|p| p.starts_with('/'));
-        let workspace = self
-            .config
-            .permissions
-            .workspaces
-            .as_ref()
-            .filter(|_| absolute_path)
-            .and_then(|w| w.path(&req.owner, req.call.workspace.as_deref()).ok())
-            .map(|path| path.canonicalize().unwrap_or(path));
+        let file = self.file_facts(req, tool);
         let facts = crate::permissions::CallFacts {
             tool_name: &tool.definition.name,
             class: meta.permission_class,
             read_only: meta.read_only,
             destructive: meta.destructive,
             arguments: &req.call.arguments,
-            workspace: workspace.as_deref(),
+            workspace: file.workspace.as_deref(),
+            resolved_path: file.resolved.as_deref(),
         };
         let decision = crate::permissions::decide(
             &self.config.permissions.rules,
@@ -1173,6 +1166,78 @@ impl Engine {
             &facts,
         );
         Ok(Permission::from(decision))
+    }
+
+    /// What file rules need to know of a file tool's `path`: where the
+    /// call's workspace really is (a sub-workspace may be a link to another
+    /// directory of the owner's), so an absolute path inside it is matched
+    /// as the relative path it names; and where the path really leads in
+    /// it through symbolic links, so a link to `.env` is judged as `.env`
+    /// too. Looked up as the file tools resolve paths, creating nothing.
+    fn file_facts(&self, req: &CallRequest, tool: &RegisteredTool) -> FileFacts {
+        let mut facts = FileFacts::default();
+        if tool.definition.metadata.permission_class != crate::tools::PermissionClass::File {
+            return facts;
+        }
+        let Some(workspaces) = self.config.permissions.workspaces.as_ref() else {
+            return facts;
+        };
+        let path = match req.call.arguments.get("path") {
+            None | Some(Value::Null) => ".",
+            Some(Value::String(path)) => path.as_str(),
+            Some(_) => return facts,
+        };
+        let sub = req.call.workspace.as_deref();
+        // A workspace that does not exist yet holds no links.
+        let opened = workspaces.open_existing(&req.owner, sub).ok();
+        facts.workspace = match &opened {
+            Some(workspace) => Some(workspace.path.clone()),
+            None if path.starts_with('/') => workspaces
+                .path(&req.owner, sub)
+                .ok()
+                .map(|path| path.canonicalize().unwrap_or(path)),
+            None => None,
+        };
+        facts.resolved = opened
+            .as_ref()
+            .and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
+        facts
+    }
+
+    /// The path rules a file tool's walk applies to what it meets
+    /// (`ToolContext::path_rules`): the rules in force now, for this call.
+    async fn path_rules(
+        &self,
+        req: &CallRequest,
+        tool: &RegisteredTool,
+    ) -> Result<Option<Arc<crate::permissions::PathRules>>, ToolError> {
+        let meta = &tool.definition.metadata;
+        if meta.permission_class != crate::tools::PermissionClass::File {
+            return Ok(None);
+        }
+        let owner_rules = self.owner_rules(&req.owner).await.map_err(|e| {
+            ToolError::new(
+                codes::EXECUTION_FAILED,
+                format!("the permission rules could not be read: {e}"),
+                true,
+            )
+        })?;
+        let file = self.file_facts(req, tool);
+        let facts = crate::permissions::CallFacts {
+            tool_name: &tool.definition.name,
+            class: meta.permission_class,
+            read_only: meta.read_only,
+            destructive: meta.destructive,
+            arguments: &req.call.arguments,
+            workspace: file.workspace.as_deref(),
+            resolved_path: file.resolved.as_deref(),
+        };
+        let rules = crate::permissions::PathRules::new(
+            &self.config.permissions.rules,
+            owner_rules.as_ref(),
+            &facts,
+        );
+        Ok((!rules.is_empty()).then(|| Arc::new(rules)))
     }
 
     async fn owner_rules(

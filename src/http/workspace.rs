@@ -47,10 +47,14 @@ pub struct WorkspaceView {
     pub sandbox: crate::sandbox::SandboxStatus,
 }
 
-/// Describe the caller's workspace (created on first use).
+/// Describe the caller's workspace (creates nothing).
+///
+/// The main workspace is described even before a call creates it (`root`
+/// is where it will be); a sub-workspace that does not exist is a `404`.
 #[utoipa::path(get, path = "/v1/workspace", tag = "workspace", params(WorkspaceQuery),
     responses((status = 200, body = WorkspaceView),
-        (status = 400, description = "Bad sub-workspace name", content_type = "application/problem+json")),
+        (status = 400, description = "Bad sub-workspace name", content_type = "application/problem+json"),
+        (status = 404, description = "No such sub-workspace (a call that names it creates it)", content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn get_workspace(
     State(state): State<AppState>,
@@ -65,13 +69,33 @@ pub async fn get_workspace(
             "must be 1-64 characters from A-Z a-z 0-9 _ - . and not `.` or `..`",
         ));
     }
-    let opened = state
-        .workspaces
-        .open(&user.owner, q.workspace.as_deref())
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("opening the workspace: {e}")))?;
+    let workspaces = &state.workspaces;
+    let root = match (
+        workspaces.open_existing(&user.owner, q.workspace.as_deref()),
+        &q.workspace,
+    ) {
+        (Ok(opened), _) => opened.path,
+        // The main workspace exists for every owner, made by the first call.
+        (Err(e), None) if e.kind() == std::io::ErrorKind::NotFound => workspaces
+            .path(&user.owner, None)
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("the workspace path: {e}")))?,
+        (Err(e), Some(sub)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ApiError::NotFound(format!(
+                "sub-workspace `{sub}` does not exist; a tool call that names it in `workspace` creates it"
+            )));
+        }
+        (Err(e), Some(_)) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            return Err(ApiError::NotFound(e.to_string()));
+        }
+        (Err(e), _) => {
+            return Err(ApiError::Internal(anyhow::anyhow!(
+                "opening the workspace: {e}"
+            )));
+        }
+    };
     let s = &state.settings.sandbox;
     Ok(axum::Json(WorkspaceView {
-        root: opened.path.display().to_string(),
+        root: root.display().to_string(),
         workspace: q.workspace,
         limits: WorkspaceLimits {
             bash_default_timeout_ms: s.bash_default_timeout_ms,

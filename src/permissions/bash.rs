@@ -1,7 +1,10 @@
 //! `bash(…)` specifiers: `git status` (exactly this command), `npm run
 //! test *` or `npm run test:*` (this prefix, then anything), `*` (every
 //! command). They match word by word, so `git status *` never matches `git
-//! statusx`; a `*` inside a word (`*.log`) matches within that word only.
+//! statusx`; a `*` inside a word (`*.log`) matches within that word only,
+//! except at the very end of the pattern: `git push*` is `git push…` and
+//! any words after it (`git push origin main`, `git pushx`), as in Claude
+//! Code.
 //!
 //! Two questions are asked of a pattern. Deny and ask rules ask "could this
 //! command be one the rule names?" ([`BashSpec::may_match`]): every wrapper
@@ -80,7 +83,14 @@ pub(crate) fn parse(spec: &str) -> Result<BashSpec, String> {
             }
         })
         .collect();
-    if prefix {
+    // A `*` that ends the pattern (`git push*`) also covers the words after
+    // it, as in Claude Code: `ls*` is `lsof` and `ls -la`.
+    let open_end = matches!(
+        words.last(),
+        Some(PatternWord::Text { text, stars })
+            if text.chars().count().checked_sub(1).is_some_and(|end| stars.last() == Some(&end))
+    );
+    if prefix || open_end {
         words.push(PatternWord::Star);
     }
     if piece.redirects.is_empty() && words.iter().all(|w| *w == PatternWord::Star) {
@@ -294,6 +304,27 @@ mod tests {
     }
 
     #[test]
+    fn a_star_ending_the_pattern_covers_the_words_after_it() {
+        for command in [
+            "git push",
+            "git push origin main",
+            "git pushx",
+            "git push --tags x",
+        ] {
+            assert!(allows("git push*", command), "{command}");
+            assert!(denies("git push*", command), "{command}");
+        }
+        assert!(!denies("git push*", "git pull origin"));
+        assert!(!denies("git push*", "git"));
+        assert!(allows("ls*", "lsof -i"));
+        assert!(allows("ls*", "ls -la"));
+        // Inside the last word, not at its end: that word only.
+        assert!(!allows("cat *.md", "cat README.md x"));
+        assert!(!allows("echo '*'", "echo '*' x"));
+        assert!(allows("echo ''", "echo ''"));
+    }
+
+    #[test]
     fn globs_inside_words() {
         assert!(allows("cat *.md", "cat README.md"));
         assert!(!allows("cat *.md", "cat README.md.sh"));
@@ -345,6 +376,37 @@ mod tests {
         );
         assert_eq!(spec("make *").leading_wrapper(), None);
         assert_eq!(spec("env").leading_wrapper(), None);
+    }
+
+    /// `git -C . push` is `git push` to every rule: git's global options
+    /// are dropped like a wrapper.
+    #[test]
+    fn git_global_options_do_not_hide_the_subcommand() {
+        for command in [
+            "git -C . push origin main",
+            "git -c x=y push",
+            "git --no-pager push",
+            "git -P push --tags",
+            "git --git-dir=.git --work-tree=. push",
+            "git --namespace=n --bare --no-replace-objects --literal-pathspecs push",
+            "timeout 5 git -C sub push",
+        ] {
+            for rule in ["git push*", "git push *", "git push:*"] {
+                assert!(denies(rule, command), "{rule} / {command}");
+                assert!(allows(rule, command), "{rule} / {command}");
+            }
+            assert!(!denies("git status*", command), "{command}");
+        }
+        // A program-running option is still no allow rule's to vouch for.
+        assert!(denies("git push*", "git -c core.sshCommand=evil push"));
+        assert!(!allows("git push*", "git -c core.sshCommand=evil push"));
+        // A rule may still name the options themselves.
+        assert!(denies("git -C * push*", "git -C repo push"));
+        assert_eq!(
+            spec("git -C repo log").leading_wrapper().as_deref(),
+            Some("-C repo")
+        );
+        assert_eq!(spec("git log *").leading_wrapper(), None);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! From lexed pieces to the commands that actually run: keywords and
 //! leading assignments dropped, wrappers (`timeout`, `nice`, `env`, `sudo`,
-//! `xargs` …) peeled off layer by layer, and command strings handed to
+//! `xargs` …) and git's global options (`git -C dir push` is `git push`)
+//! peeled off layer by layer, and command strings handed to
 //! another shell (`bash -c`, `eval`, `env -S`, `su -c`, `find -exec`) split
 //! into pieces of their own.
 
@@ -72,6 +73,8 @@ pub(crate) struct Analysis {
     pub malformed: Vec<String>,
     /// Texts (the whole line or a payload) that define a fork bomb.
     pub fork_bombs: Vec<String>,
+    /// Somewhere a `|` feeds one command's output to another's input.
+    pub pipes: bool,
 }
 
 pub(crate) fn analyse(command: &str) -> Analysis {
@@ -93,6 +96,7 @@ fn expand(src: &str, depth: usize, shadow: bool, an: &mut Analysis, next_pipelin
     let lexed = shell::lex(src, next_pipeline, depth);
     if !shadow {
         an.malformed.extend(lexed.errors);
+        an.pipes |= lexed.pipes;
     }
     for mut raw in lexed.pieces {
         raw.shadow |= shadow;
@@ -106,6 +110,9 @@ enum Step {
     Inner { skip: usize, open_ended: bool },
     /// A command string for another shell.
     Payload(Word),
+    /// The same command without these words (git's global options: `git
+    /// -C dir push` runs `git push`).
+    Drop(std::ops::Range<usize>),
     /// Not a wrapper (or a wrapper used without a command).
     Stop,
 }
@@ -160,7 +167,10 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
                 payload = Some(word);
                 break;
             }
-            Step::Inner { .. } | Step::Stop => break,
+            Step::Drop(range) if range.end < words.len() => {
+                words.drain(range);
+            }
+            Step::Inner { .. } | Step::Drop(_) | Step::Stop => break,
         }
     }
     if let Some(name) = layers
@@ -184,10 +194,12 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
             }
         }
     }
-    if let Some(command) = layers.last().map(|l| &l.words) {
-        if command.first().and_then(command_name) == Some("git") {
-            if let Some(why) = git_runs_program(command) {
+    // Before its global options are dropped: `git -c core.pager=… log`.
+    for layer in &layers {
+        if layer.words.first().and_then(command_name) == Some("git") {
+            if let Some(why) = git_runs_program(&layer.words) {
                 opaque = Some(why);
+                break;
             }
         }
     }
@@ -253,13 +265,21 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
 /// peeled before allow rules look at the command.
 pub(crate) fn peeled_prefix(words: &[Word]) -> Option<String> {
     let first = words.first()?;
-    let peels = first.assignment
-        || match step(words, &mut None) {
-            Step::Inner { skip, .. } => skip < words.len(),
-            Step::Payload(_) => true,
-            Step::Stop => false,
-        };
-    peels.then(|| first.text.clone())
+    if first.assignment {
+        return Some(first.text.clone());
+    }
+    match step(words, &mut None) {
+        Step::Inner { skip, .. } if skip < words.len() => Some(first.text.clone()),
+        Step::Payload(_) => Some(first.text.clone()),
+        Step::Drop(range) if range.end < words.len() => Some(
+            words[range]
+                .iter()
+                .map(|w| w.text.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        Step::Inner { .. } | Step::Drop(_) | Step::Stop => None,
+    }
 }
 
 /// Drop reserved words that lead a command (`if`, `then`, `!`, `{` …) and
@@ -675,6 +695,7 @@ fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
             shell_payload(words)
         }
         "su" => su_payload(words),
+        "git" => git_global_options(words),
         "eval" if words.len() > 1 => joined_payload(&words[1..]),
         _ => Step::Stop,
     }
@@ -692,6 +713,60 @@ fn joined_payload(args: &[Word]) -> Step {
         computed: args.iter().any(|w| w.computed),
         ..Word::default()
     })
+}
+
+/// `git [global options] subcommand …`: the global options (`-C dir`,
+/// `-c key=value`, `--git-dir=…`, `--no-pager` …) are dropped, so rules on
+/// `git push` see `git -C . push` as `git push`. An option git does not
+/// know as global (or one that makes it print and exit, `--version`)
+/// stops it: then the command is read as written.
+fn git_global_options(words: &[Word]) -> Step {
+    const VALUED: [&str; 8] = [
+        "-C",
+        "-c",
+        "--git-dir",
+        "--work-tree",
+        "--namespace",
+        "--super-prefix",
+        "--config-env",
+        "--attr-source",
+    ];
+    const FLAGS: [&str; 13] = [
+        "-p",
+        "--paginate",
+        "-P",
+        "--no-pager",
+        "--bare",
+        "--no-replace-objects",
+        "--literal-pathspecs",
+        "--glob-pathspecs",
+        "--noglob-pathspecs",
+        "--icase-pathspecs",
+        "--no-optional-locks",
+        "--no-lazy-fetch",
+        "--no-advice",
+    ];
+    let mut i = 1;
+    while let Some(word) = words.get(i) {
+        let t = word.text.as_str();
+        if VALUED.contains(&t) {
+            i += 2;
+        } else if FLAGS.contains(&t)
+            || t.split_once('=').is_some_and(|(key, _)| {
+                (VALUED.contains(&key) && key.starts_with("--")) || key == "--exec-path"
+            })
+        {
+            i += 1;
+        } else if t.starts_with('-') {
+            return Step::Stop;
+        } else {
+            break;
+        }
+    }
+    if i == 1 {
+        return Step::Stop;
+    }
+    Step::Drop(1..i)
 }
 
 /// `git -c core.pager=… log` runs a program no rule on `git log` names.
@@ -1058,6 +1133,47 @@ mod tests {
         for src in ["git -c user.name=x commit", "git -C repo log", "git log -c"] {
             assert!(analyse(src).pieces[0].opaque.is_none(), "{src}");
         }
+    }
+
+    #[test]
+    fn git_global_options_are_dropped() {
+        for (src, inner) in [
+            ("git -C . push origin main", "git push origin main"),
+            ("git -c x=y push", "git push"),
+            ("git --no-pager push", "git push"),
+            ("git -P log -1", "git log -1"),
+            ("git --git-dir=.git --work-tree=. push", "git push"),
+            ("git --git-dir .git --namespace ns push", "git push"),
+            (
+                "git -C repo -c user.name=x --bare --literal-pathspecs commit -m x",
+                "git commit -m x",
+            ),
+            ("timeout 5 git -C . push", "git push"),
+            ("/usr/bin/git -C . status", "/usr/bin/git status"),
+        ] {
+            assert_eq!(commands(src), [inner], "{src}");
+        }
+        // Nothing to drop, nothing after them, or an option git would
+        // refuse (or answer without running a subcommand).
+        for src in [
+            "git push",
+            "git -C .",
+            "git --version",
+            "git --bogus push",
+            "git",
+        ] {
+            assert_eq!(commands(src), [src], "{src}");
+        }
+        assert_eq!(layers("git -C . push"), ["git -C . push", "git push"]);
+        // The options that run a program are still seen.
+        let an = analyse("git -c core.pager=evil -C . log");
+        assert_eq!(an.pieces[0].command_name(), Some("git"));
+        assert!(an.pieces[0].opaque.is_some());
+        assert!(
+            analyse("git --exec-path=/tmp push").pieces[0]
+                .opaque
+                .is_some()
+        );
     }
 
     #[test]

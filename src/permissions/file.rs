@@ -66,6 +66,11 @@ pub(crate) struct PathSubject {
     /// Every reading a deny rule should consider (the path as written
     /// without its leading `/`, and with `..` resolved lexically).
     pub readings: Vec<String>,
+    /// Where the path really leads inside the workspace through symbolic
+    /// links, when that is not the path as named (relative, normalised;
+    /// found by the caller, which can look at the file system). A deny or
+    /// ask rule on it counts; an allow rule must cover it too.
+    pub resolved: Option<String>,
 }
 
 pub(crate) fn subject(path: &str) -> PathSubject {
@@ -99,17 +104,45 @@ pub(crate) fn subject(path: &str) -> PathSubject {
     PathSubject {
         clean: (!escapes).then_some(written),
         readings,
+        resolved: None,
+    }
+}
+
+impl PathSubject {
+    /// The same path, known to lead to `resolved` (workspace-relative)
+    /// through links.
+    pub fn leading_to(mut self, resolved: Option<&str>) -> PathSubject {
+        self.resolved = resolved
+            .map(|r| subject(r).readings.swap_remove(0))
+            .filter(|r| !self.readings.contains(r));
+        self
     }
 }
 
 impl FileSpec {
-    /// Allow rules: the path is inside the workspace and matches.
+    /// Allow rules: the path is inside the workspace and matches, and so
+    /// does where it leads.
     pub fn surely_matches(&self, path: &PathSubject) -> bool {
         path.clean.as_deref().is_some_and(|p| self.set.is_match(p))
+            && path
+                .resolved
+                .as_deref()
+                .is_none_or(|r| self.set.is_match(r))
     }
 
-    /// Deny and ask rules: some reading of the path matches.
+    /// Deny and ask rules: some reading of the path, or where it leads,
+    /// matches.
     pub fn may_match(&self, path: &PathSubject) -> bool {
+        self.names(path)
+            || path
+                .resolved
+                .as_deref()
+                .is_some_and(|r| self.set.is_match(r))
+    }
+
+    /// Some reading of the path as named matches (not counting where it
+    /// leads).
+    pub fn names(&self, path: &PathSubject) -> bool {
         path.readings.iter().any(|p| self.set.is_match(p))
     }
 }
@@ -177,6 +210,27 @@ mod tests {
         assert!(denies("**/.env", "/home/u/project/.env"));
         assert!(denies("secrets/**", "src/../secrets/key"));
         assert!(denies("secrets/**", "./x/../secrets/key"));
+    }
+
+    #[test]
+    fn where_a_link_leads_counts_for_deny_and_allow_rules() {
+        let link = |named: &str, resolved: &str| subject(named).leading_to(Some(resolved));
+        let env = parse(".env").unwrap();
+        assert!(env.may_match(&link("link_env", ".env")));
+        assert!(env.may_match(&link("a/link", "b/.env")));
+        assert!(!env.names(&link("link_env", ".env")));
+        assert!(
+            parse("secrets/**")
+                .unwrap()
+                .may_match(&link("docs/k", "secrets/k"))
+        );
+        assert!(!env.may_match(&link("link", "notes.txt")));
+        // An allow rule must cover both the name and the target.
+        let docs = parse("docs/**").unwrap();
+        assert!(!docs.surely_matches(&link("docs/x", "config/prod.yml")));
+        assert!(docs.surely_matches(&link("docs/x", "docs/y")));
+        // Leading to itself adds nothing.
+        assert_eq!(link("a/b", "./a//b").resolved, None);
     }
 
     #[test]

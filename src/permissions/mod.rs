@@ -26,7 +26,8 @@
 //!   `bash -c`/`sh -c`/`su -c`/`eval`/`env -S`/`watch` payloads, `find
 //!   -exec`) and wrappers peeled (`timeout`, `nice`, `nohup`, `time`,
 //!   `stdbuf`, `ionice`, `env`, `setsid`, leading assignments, `command`,
-//!   `builtin`, `exec`, `xargs`, `sudo`/`doas`/`pkexec`). Deny and ask rules
+//!   `builtin`, `exec`, `xargs`, `sudo`/`doas`/`pkexec`, and git's global
+//!   options: `git -C . push` is `git push`). Deny and ask rules
 //!   see every wrapper layer (so `bash(sudo *)` works, and `/bin/rm` is `rm`
 //!   to them); allow rules see only the command that really runs, and must
 //!   cover every piece. An allow rule that starts with a wrapper is a parse
@@ -44,6 +45,11 @@
 //!   `LD_PRELOAD=…`, `GIT_*=…`, `git -c core.pager=…`. No specific allow rule
 //!   vouches for them, and an allow default becomes `ask`; only a bare
 //!   `bash` (or `bash(*)`) allow covers them.
+//! - File rules see where a path really leads through symbolic links
+//!   inside the workspace ([`CallFacts::resolved_path`], found by the
+//!   caller) as well as its name: a deny or ask on either wins, an allow
+//!   must cover both. A walk over a directory (`glob`, `grep`) leaves out
+//!   what the call's deny and ask path rules name ([`PathRules`]).
 //! - File rules may use the groups `read` (read-only file tools) and `write`
 //!   (file tools that write). A deny or ask path rule on `read`, or on a
 //!   built-in read tool (`read_file`, `glob`, `grep`), also covers writes of
@@ -134,6 +140,12 @@ pub struct CallFacts<'a> {
     /// it: an absolute `path` inside it is matched as the relative path it
     /// names, so `secret/**` covers `/…/workspace/secret/x` too.
     pub workspace: Option<&'a std::path::Path>,
+    /// Where a file tool's `path` really leads inside the workspace
+    /// through symbolic links (in any component), workspace-relative, when
+    /// that is not the path as named: rules are matched against both. For
+    /// a path that does not exist yet, its existing parent resolved and
+    /// the rest as named. Found by the caller (`decide` does no I/O).
+    pub resolved_path: Option<&'a str>,
 }
 
 pub const SOURCE_DEPLOYMENT: &str = "deployment";
@@ -177,11 +189,14 @@ impl Subject {
             PermissionClass::Bash => {
                 Subject::Bash(arg("command").and_then(Value::as_str).map(command::analyse))
             }
-            PermissionClass::File => Subject::File(match arg("path") {
-                None | Some(Value::Null) => Some(file::subject(".")),
-                Some(Value::String(path)) => Some(file::subject(&within(path, call.workspace))),
-                Some(_) => None,
-            }),
+            PermissionClass::File => Subject::File(
+                match arg("path") {
+                    None | Some(Value::Null) => Some(file::subject(".")),
+                    Some(Value::String(path)) => Some(file::subject(&within(path, call.workspace))),
+                    Some(_) => None,
+                }
+                .map(|path| path.leading_to(call.resolved_path)),
+            ),
             PermissionClass::Webfetch => {
                 Subject::Web(arg("url").and_then(Value::as_str).and_then(web::host_of))
             }
@@ -296,6 +311,64 @@ pub fn decide(
     safety_net(decision, call, &subject)
 }
 
+/// The deny and ask path rules a walk over a directory (`glob`, `grep`)
+/// applies to the files and directories it meets: what one of them names
+/// is left out. Made for one call: only rules that name the call's tool
+/// (directly, by group) and that did not match the call's own path count
+/// (one that did has already denied the call, or a person approved it).
+/// An `ask` counts like a deny: nobody approved reading that file.
+#[derive(Debug, Clone, Default)]
+pub struct PathRules {
+    specs: Vec<file::FileSpec>,
+}
+
+impl PathRules {
+    pub fn new(deployment: &RuleSet, owner: &RuleSet, call: &CallFacts) -> PathRules {
+        let mut specs = Vec::new();
+        if call.class != PermissionClass::File {
+            return PathRules { specs };
+        }
+        let subject = Subject::of(call);
+        for (list, set) in [
+            (List::Deny, deployment),
+            (List::Deny, owner),
+            (List::Ask, deployment),
+            (List::Ask, owner),
+        ] {
+            let rules = if list == List::Deny {
+                &set.deny
+            } else {
+                &set.ask
+            };
+            for rule in rules {
+                let Some(Ok(spec)) = rule.spec().map(|s| s.file.as_ref()) else {
+                    continue;
+                };
+                if names_call(rule, call, list).is_some()
+                    && may_match(rule, call, &subject, list).is_none()
+                {
+                    specs.push(spec.clone());
+                }
+            }
+        }
+        PathRules { specs }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.specs.is_empty()
+    }
+
+    /// Is the workspace-relative `path` (which the walk may also know as
+    /// `resolved`, when it started below a link) named by one of the rules?
+    pub fn leave_out(&self, path: &str, resolved: Option<&str>) -> bool {
+        if self.specs.is_empty() {
+            return false;
+        }
+        let subject = file::subject(path).leading_to(resolved);
+        self.specs.iter().any(|spec| spec.may_match(&subject))
+    }
+}
+
 /// Does `rule` name this call's tool (directly, by group, or as a read
 /// rule that also covers writes)?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -368,7 +441,20 @@ fn may_match(rule: &Rule, call: &CallFacts, subject: &Subject, list: List) -> Op
         },
         Subject::File(Some(path)) => match &spec.file {
             Err(message) => Some(unreadable(message)),
-            Ok(pattern) => pattern.may_match(path).then(|| hit(None)),
+            Ok(pattern) => pattern.may_match(path).then(|| {
+                let mut found = hit(None);
+                if let Some(target) = path.resolved.as_deref().filter(|_| !pattern.names(path)) {
+                    let link = format!(
+                        "the path leads to `{}` through a symbolic link",
+                        clip(target)
+                    );
+                    found.note = Some(match found.note {
+                        Some(note) => format!("{note}; {link}"),
+                        None => link,
+                    });
+                }
+                found
+            }),
         },
         Subject::Web(host) => match &spec.web {
             Err(message) => Some(unreadable(message)),

@@ -117,6 +117,9 @@ pub(crate) struct RawPiece {
 pub(crate) struct Lexed {
     pub pieces: Vec<RawPiece>,
     pub errors: Vec<String>,
+    /// A `|` or `|&` joins two commands somewhere (a subshell or group
+    /// after it leaves no piece of its own at the later stage).
+    pub pipes: bool,
 }
 
 /// Split `src` into pieces. `next_pipeline` numbers pipelines across several
@@ -383,6 +386,7 @@ impl Lexer {
                         if self.peek() == Some('&') {
                             self.pos += 1;
                         }
+                        self.out.pipes = true;
                         let (pipeline, stage) = (b.pipeline, b.stage);
                         self.finish(&mut b);
                         b = Builder {

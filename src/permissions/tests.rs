@@ -97,6 +97,47 @@ fn decide_with(
             destructive: tool.destructive,
             arguments,
             workspace: Some(std::path::Path::new(WORKSPACE)),
+            resolved_path: None,
+        },
+    )
+}
+
+/// A file tool's call whose `path` leads to `resolved` through links.
+fn through_link(
+    set: &RuleSet,
+    defaults: &Defaults,
+    tool: &Tool,
+    path: &str,
+    resolved: &str,
+) -> Decision {
+    decide(
+        &none(),
+        set,
+        defaults,
+        &CallFacts {
+            tool_name: tool.name,
+            class: tool.class,
+            read_only: tool.read_only,
+            destructive: tool.destructive,
+            arguments: &json!({ "path": path }),
+            workspace: Some(std::path::Path::new(WORKSPACE)),
+            resolved_path: Some(resolved),
+        },
+    )
+}
+
+fn walk_rules(deployment: &RuleSet, owner: &RuleSet, tool: &Tool, path: &str) -> PathRules {
+    PathRules::new(
+        deployment,
+        owner,
+        &CallFacts {
+            tool_name: tool.name,
+            class: tool.class,
+            read_only: tool.read_only,
+            destructive: tool.destructive,
+            arguments: &json!({ "path": path }),
+            workspace: Some(std::path::Path::new(WORKSPACE)),
+            resolved_path: None,
         },
     )
 }
@@ -129,6 +170,29 @@ fn deny_beats_ask_beats_allow() {
     assert_eq!(d.verdict, Verdict::Deny);
     assert_eq!(d.rule.as_deref(), Some("deny: bash(git push --force *)"));
     assert_eq!(d.source, "owner");
+}
+
+/// git's global options do not hide the subcommand from a deny rule, nor
+/// from an ask or allow rule.
+#[test]
+fn git_global_options_meet_rules_on_the_subcommand() {
+    let set = rules(&["bash"], &["bash(git commit*)"], &["bash(git push*)"]);
+    for command in [
+        "git -C . push origin main",
+        "git -c x=y push",
+        "git --no-pager push",
+        "git --git-dir=.git --work-tree=. push",
+        "cd repo && git -C . push",
+    ] {
+        let d = bash(&set, command);
+        assert_eq!(d.verdict, Verdict::Deny, "{command}: {d:?}");
+        assert_eq!(d.rule.as_deref(), Some("deny: bash(git push*)"));
+    }
+    assert_eq!(verdict_of(&set, "git -P commit -m x"), Verdict::Ask);
+    assert_eq!(verdict_of(&set, "git -C . status"), Verdict::Allow);
+    // An allow rule that spells the options out could never match.
+    let err = RuleSet::from_lists(&["bash(git -C repo log)"], &[], &[]).unwrap_err();
+    assert!(err.to_string().contains("`-C repo`"), "{err}");
 }
 
 #[test]
@@ -618,6 +682,97 @@ fn absolute_paths_inside_the_workspace_meet_anchored_rules() {
     );
     let d = owner(&set, &EDIT_FILE, json!({"path": "/elsewhere/src/main.rs"}));
     assert_ne!(d.source.as_str(), "owner", "{d:?}");
+}
+
+/// A link inside the workspace is judged by where it leads as well as by
+/// its name: a deny or ask rule on either wins, an allow rule must cover
+/// both.
+#[test]
+fn a_link_is_judged_by_where_it_leads_too() {
+    let set = rules(
+        &["write_file(docs/**)"],
+        &["edit_file(config/**)"],
+        &["read_file(.env)", "read(secrets/**)"],
+    );
+    let defaults = Defaults::default();
+    let d = through_link(&set, &defaults, &READ_FILE, "link_env", ".env");
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    assert_eq!(d.rule.as_deref(), Some("deny: read_file(.env)"));
+    assert!(
+        d.reason.contains("leads to `.env` through a symbolic link"),
+        "{}",
+        d.reason
+    );
+    // A read deny covers writes, through the link too.
+    for tool in [&WRITE_FILE, &EDIT_FILE] {
+        let d = through_link(&set, &defaults, tool, "link_env", ".env");
+        assert_eq!(d.verdict, Verdict::Deny, "{}: {d:?}", tool.name);
+    }
+    // An intermediate component that is a link.
+    let d = through_link(&set, &defaults, &GREP, "lnk/key.pem", "secrets/key.pem");
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    let d = through_link(&set, &defaults, &EDIT_FILE, "app.yml", "config/app.yml");
+    assert_eq!(d.verdict, Verdict::Ask, "{d:?}");
+    // The name alone still counts.
+    let d = through_link(&set, &defaults, &READ_FILE, ".env", "data/plain.txt");
+    assert_eq!(d.verdict, Verdict::Deny, "{d:?}");
+    assert!(!d.reason.contains("symbolic link"), "{}", d.reason);
+    // Nothing denied at either end.
+    let d = through_link(&set, &defaults, &READ_FILE, "notes", "notes.txt");
+    assert_eq!(d.verdict, Verdict::Allow, "{d:?}");
+    // An allow rule vouches only when it covers where the link leads.
+    let careful = Defaults {
+        other: Verdict::Ask,
+        ..Defaults::default()
+    };
+    let d = through_link(&set, &careful, &WRITE_FILE, "docs/x.md", "docs/y.md");
+    assert_eq!((d.verdict, d.source.as_str()), (Verdict::Allow, "owner"));
+    let d = through_link(&set, &careful, &WRITE_FILE, "docs/x.md", "config/prod.yml");
+    assert_eq!(
+        (d.verdict, d.source.as_str()),
+        (Verdict::Ask, "default"),
+        "{d:?}"
+    );
+}
+
+/// What a walk (`glob`, `grep` over a directory) leaves out: what a deny
+/// or ask path rule on the tool names, unless that rule already judged
+/// the call's own path.
+#[test]
+fn walks_leave_out_what_deny_and_ask_rules_name() {
+    let deployment = rules(&[], &["read(private)"], &[]);
+    let owner = rules(
+        &["read"],
+        &["grep"],
+        &[
+            "read(**/.env)",
+            "grep(*.pem)",
+            "read_file(notes/**)",
+            "glob(*.pem)",
+        ],
+    );
+    let hidden = walk_rules(&deployment, &owner, &GREP, ".");
+    assert!(!hidden.is_empty());
+    for path in [".env", "a/b/.env", "private", "private/x.txt", "keys/k.pem"] {
+        assert!(hidden.leave_out(path, None), "{path}");
+    }
+    // `read_file(…)` and `glob(…)` rules are about other tools; a bare
+    // `ask: grep` was about the call itself.
+    for path in ["src/main.rs", "notes/a.txt", ".envrc", "privately.txt"] {
+        assert!(!hidden.leave_out(path, None), "{path}");
+    }
+    // A walk that started below a link: what the path is known as there.
+    assert!(hidden.leave_out("lnk/x.txt", Some("private/x.txt")));
+    assert!(!hidden.leave_out("lnk/x.txt", Some("public/x.txt")));
+    // grep over `private` was asked about and approved: its files are not
+    // hidden by the rule that asked, only by the others.
+    let approved = walk_rules(&deployment, &owner, &GREP, "private");
+    assert!(!approved.leave_out("private/x.txt", None));
+    assert!(approved.leave_out("private/.env", None));
+    // No path rules on the tool: nothing to leave out.
+    assert!(walk_rules(&none(), &rules(&["read"], &["grep"], &[]), &GREP, ".").is_empty());
+    // Not a file tool: nothing either.
+    assert!(walk_rules(&none(), &owner, &BASH, ".").is_empty());
 }
 
 #[test]

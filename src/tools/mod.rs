@@ -144,6 +144,10 @@ pub struct ToolContext {
     /// Cancelled when the call is cancelled or times out.
     pub cancel: CancellationToken,
     pub progress: ProgressSink,
+    /// The permission rules on paths this call's own path did not meet: a
+    /// walk over a directory (`glob`, `grep`) leaves out what they name.
+    /// `None`: no such rules (or a tool that is not a file tool).
+    pub path_rules: Option<std::sync::Arc<crate::permissions::PathRules>>,
 }
 
 /// A tool's successful (or partially successful) outcome.

@@ -94,9 +94,28 @@ impl Workspaces {
     /// command can make one) that leads to another owner's workspace, or to
     /// the root, is refused like any path that leaves the workspace.
     pub fn open(&self, owner: &str, sub: Option<&str>) -> io::Result<Workspace> {
+        self.open_or_create(owner, sub, true)
+    }
+
+    /// Open the workspace of `owner`, or its sub-workspace `sub`, only if
+    /// it exists: nothing is created (`NotFound` otherwise). For readers
+    /// (`GET /v1/workspace`, the permission rules), which must not leave
+    /// directories behind.
+    pub fn open_existing(&self, owner: &str, sub: Option<&str>) -> io::Result<Workspace> {
+        self.open_or_create(owner, sub, false)
+    }
+
+    fn open_or_create(
+        &self,
+        owner: &str,
+        sub: Option<&str>,
+        create: bool,
+    ) -> io::Result<Workspace> {
         let owner_name = Self::owner_dir_name(owner);
         let root = Dir::open_ambient_dir(&self.root, ambient_authority())?;
-        root.create_dir_all(&owner_name)?;
+        if create {
+            root.create_dir_all(&owner_name)?;
+        }
         let owner_dir = root.open_dir(&owner_name)?;
         let owner_path = self.root.join(&owner_name);
         let Some(sub) = sub else {
@@ -108,12 +127,19 @@ impl Workspaces {
             });
         };
         let sub = checked_name(sub)?;
-        if let Err(e) = owner_dir.create_dir(sub)
+        if create
+            && let Err(e) = owner_dir.create_dir(sub)
             && e.kind() != io::ErrorKind::AlreadyExists
         {
             return Err(e);
         }
-        let dir = owner_dir.open_dir(sub).map_err(|e| outside(sub, e))?;
+        let dir = owner_dir.open_dir(sub).map_err(|e| {
+            if !create && e.kind() == io::ErrorKind::NotFound {
+                e
+            } else {
+                outside(sub, e)
+            }
+        })?;
         // Where it really is (a symlink to another directory of the same
         // owner is followed), checked to be inside the owner's workspace.
         let path = real_path(&dir)?;
@@ -194,5 +220,37 @@ mod tests {
         assert_eq!(sub.path, a.path.join("proj"));
         assert!(ws.open("alice", Some("..")).is_err());
         assert!(ws.history("alice", None).is_ok());
+    }
+
+    #[test]
+    fn opening_an_existing_workspace_creates_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = Workspaces::new(&tmp.path().join("ws"), &tmp.path().join("hist")).unwrap();
+        let missing = |r: io::Result<Workspace>| r.err().map(|e| e.kind());
+        assert_eq!(
+            missing(ws.open_existing("alice", None)),
+            Some(io::ErrorKind::NotFound)
+        );
+        assert_eq!(
+            missing(ws.open_existing("alice", Some("proj"))),
+            Some(io::ErrorKind::NotFound)
+        );
+        assert!(!tmp.path().join("ws/u_alice").exists());
+        let main = ws.open("alice", None).unwrap();
+        assert_eq!(
+            missing(ws.open_existing("alice", Some("proj"))),
+            Some(io::ErrorKind::NotFound)
+        );
+        assert!(!main.path.join("proj").exists());
+        assert_eq!(ws.open_existing("alice", None).unwrap().path, main.path);
+        std::fs::create_dir(main.path.join("proj")).unwrap();
+        let sub = ws.open_existing("alice", Some("proj")).unwrap();
+        assert_eq!(sub.path, main.path.join("proj"));
+        // A link that leads out is still no sub-workspace.
+        std::os::unix::fs::symlink(tmp.path(), main.path.join("out")).unwrap();
+        assert_eq!(
+            missing(ws.open_existing("alice", Some("out"))),
+            Some(io::ErrorKind::InvalidInput)
+        );
     }
 }

@@ -9,5 +9,6 @@ pub use bash::Bash;
 pub use echo::Echo;
 pub use files::{
     ApplyDiff, EditFile, Glob, Grep, ReadFile, UndoEdit, WorkspacePath, WriteFile, file_tools,
+    resolved_path,
 };
 pub use wait::Wait;

@@ -90,6 +90,7 @@ mod tests {
             workspace: None,
             cancel,
             progress,
+            path_rules: None,
         }
     }
 

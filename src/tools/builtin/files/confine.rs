@@ -321,6 +321,41 @@ pub fn resolve_target(dir: &Dir, path: &WorkspacePath) -> Result<WorkspacePath, 
     ))
 }
 
+/// Where `path` really is inside the workspace: every symbolic link in
+/// it resolved (beneath the `Dir`, as the kernel resolves it), a final
+/// link whose target does not exist yet included (a write would create
+/// that target). A path that does not exist yet is its longest existing
+/// parent, resolved, and the rest as named. `None` when that cannot be
+/// told without leaving the workspace (the open would fail anyway).
+pub fn resolve_beneath(dir: &Dir, path: &WorkspacePath) -> Option<WorkspacePath> {
+    let normal = |real: PathBuf| -> PathBuf {
+        real.components()
+            .filter(|c| matches!(c, Component::Normal(_)))
+            .collect()
+    };
+    match dir.canonicalize(path.as_path()) {
+        Ok(real) => return Some(WorkspacePath::from_normalised(normal(real))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(_) => return None,
+    }
+    let mut existing = resolve_target(dir, path).ok()?;
+    let mut missing = Vec::new();
+    loop {
+        match dir.canonicalize(existing.as_path()) {
+            Ok(real) => {
+                let mut rel = normal(real);
+                rel.extend(missing.iter().rev());
+                return Some(WorkspacePath::from_normalised(rel));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                missing.push(existing.file_name()?.to_os_string());
+                existing = existing.parent()?;
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
 /// Names in the parent directory close to the missing file's name, for a
 /// `FILE_NOT_FOUND` hint.
 pub fn similar_names(dir: &Dir, path: &WorkspacePath) -> Vec<String> {
@@ -412,6 +447,49 @@ mod tests {
     fn nul_bytes_are_invalid_arguments() {
         let err = WorkspacePath::parse("a\0b", &ws()).unwrap_err();
         assert_eq!(err.code, codes::INVALID_ARGUMENTS);
+    }
+
+    #[test]
+    fn links_are_resolved_beneath_the_workspace() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::create_dir_all(ws.join("secrets/deep")).unwrap();
+        std::fs::create_dir_all(ws.join("docs")).unwrap();
+        std::fs::write(ws.join(".env"), "x").unwrap();
+        std::fs::write(ws.join("secrets/key"), "x").unwrap();
+        let link =
+            |target: &str, at: &str| std::os::unix::fs::symlink(target, ws.join(at)).unwrap();
+        link(".env", "link_env");
+        link("../secrets", "docs/s");
+        link("docs/s", "chain");
+        link("missing.txt", "dangling");
+        link("/etc", "abs");
+        link("..", "up");
+        link(".", "here");
+        let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
+        let resolve = |raw: &str| {
+            resolve_beneath(&dir, &WorkspacePath::parse(raw, &ws).unwrap()).map(|p| p.display())
+        };
+        for (raw, real) in [
+            ("link_env", ".env"),
+            (".env", ".env"),
+            ("docs/s/key", "secrets/key"),
+            ("chain/key", "secrets/key"),
+            ("chain", "secrets"),
+            // Not there yet: its existing parent resolved, the rest as named.
+            ("docs/s/new.txt", "secrets/new.txt"),
+            ("chain/deep/a/b.txt", "secrets/deep/a/b.txt"),
+            ("dangling", "missing.txt"),
+            ("nothing/here.txt", "nothing/here.txt"),
+            ("here", "."),
+            ("here/.env", ".env"),
+            (".", "."),
+        ] {
+            assert_eq!(resolve(raw).as_deref(), Some(real), "{raw}");
+        }
+        for raw in ["abs", "abs/passwd", "up", "up/ws/.env"] {
+            assert_eq!(resolve(raw), None, "{raw}");
+        }
     }
 
     #[test]

@@ -36,6 +36,9 @@
 //!   not), `.git` is skipped, other hidden files are searched, at most
 //!   100,000 entries are visited. `grep` searches in path order, skips
 //!   binary files, returns at most `head_limit` entries (default 250).
+//!   What the call's deny and ask path rules name
+//!   (`ToolContext::path_rules`) is left out and counted in
+//!   `skipped_by_rules`.
 
 #![allow(clippy::result_large_err)]
 
@@ -131,6 +134,17 @@ async fn blocking<T: Send + 'static>(
             false,
         )
     })?
+}
+
+/// For the permission rules: where a file tool's `path` argument (as a
+/// model gives it) really leads inside the opened workspace through
+/// symbolic links, workspace-relative, when that is not the path it names
+/// (see [`confine::resolve_beneath`]). `None` when it leads nowhere else,
+/// or nowhere the tools would open.
+pub fn resolved_path(workspace: &Workspace, raw: &str) -> Option<String> {
+    let named = WorkspacePath::parse(raw, &workspace.path).ok()?;
+    let real = confine::resolve_beneath(&workspace.dir, &named)?;
+    (real != named).then(|| real.display())
 }
 
 fn open_workspace(workspaces: &Workspaces, ctx: &ToolContext) -> Result<Workspace, ToolError> {

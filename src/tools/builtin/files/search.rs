@@ -87,6 +87,19 @@ fn check_pattern(pattern: &str, what: &str) -> Result<GlobMatcher, ToolError> {
         })
 }
 
+/// What a model is told about entries the permission rules left out of a
+/// walk, so it does not take their absence for absence.
+fn rules_note(skipped: usize) -> Option<String> {
+    (skipped > 0).then(|| {
+        format!(
+            "{skipped} {} left out because the permission rules deny reading {} or require approval for it; {} not searched and not listed.",
+            if skipped == 1 { "file or directory was" } else { "files or directories were" },
+            if skipped == 1 { "it" } else { "them" },
+            if skipped == 1 { "it was" } else { "they were" },
+        )
+    })
+}
+
 /// `glob`: find files by name pattern.
 pub struct Glob {
     workspaces: Arc<Workspaces>,
@@ -114,7 +127,8 @@ impl Tool for Glob {
             description: format!(
                 "Find files in the workspace by glob pattern, e.g. '**/*.rs' or 'src/**/mod.{{rs,py}}'. \
                  '*' does not cross '/', '**' does: '*.rs' matches only directly in the search \
-                 directory. Files ignored by .gitignore/.ignore and .git directories are skipped; \
+                 directory. Files ignored by .gitignore/.ignore, .git directories and files the \
+                 permission rules do not let you read (counted in skipped_by_rules) are skipped; \
                  symbolic links are listed but not followed. Returns paths relative to the \
                  workspace root, most recently modified first, at most {GLOB_CAP}."
             ),
@@ -170,7 +184,11 @@ impl Tool for Glob {
                 "files": files,
                 "count": count,
                 "truncated": capped || summary.truncated,
+                "skipped_by_rules": summary.skipped_by_rules,
             });
+            if let Some(note) = rules_note(summary.skipped_by_rules) {
+                result["rules_note"] = json!(note);
+            }
             if capped {
                 result["note"] = json!(format!(
                     "{count} files matched; the {GLOB_CAP} most recently modified are listed. Narrow the pattern or path."
@@ -380,7 +398,8 @@ impl Tool for Grep {
                  syntax, as ripgrep). output_mode: 'files_with_matches' (default: paths of \
                  matching files), 'content' (matching lines as 'path:line:text', context lines \
                  as 'path-line-text', '--' between groups) or 'count' ('path:count'). Files \
-                 ignored by .gitignore/.ignore, .git directories and binary files are skipped; \
+                 ignored by .gitignore/.ignore, .git directories, binary files and files the \
+                 permission rules do not let you read (counted in skipped_by_rules) are skipped; \
                  symbolic links are not followed. Files are searched in path order; at most \
                  head_limit entries (default {GREP_DEFAULT_LIMIT}) are returned."
             ),
@@ -464,6 +483,7 @@ impl Tool for Grep {
                 .metadata(start.as_path())
                 .map_err(|e| super::confine::not_found_aware(e, &ws.dir, &start))?;
             let mut walk_truncated = false;
+            let mut skipped_by_rules = 0;
             if meta.is_dir() {
                 let summary = walk::walk(&ws.dir, &start, &ctx, WALK_CAP, false, |entry| {
                     if entry.kind != Kind::File {
@@ -489,6 +509,7 @@ impl Tool for Grep {
                     }
                 })?;
                 walk_truncated = summary.truncated;
+                skipped_by_rules = summary.skipped_by_rules;
             } else {
                 let (file, _) = open_regular(&ws.dir, &start)?;
                 search_file(&mut searcher, &matcher, file.into_std(), &start.display(), &mut out);
@@ -507,7 +528,11 @@ impl Tool for Grep {
                 "files_searched": out.files_searched,
                 "files_matched": out.files_matched,
                 "truncated": partial,
+                "skipped_by_rules": skipped_by_rules,
             });
+            if let Some(note) = rules_note(skipped_by_rules) {
+                result["rules_note"] = json!(note);
+            }
             if out.mode == Mode::Count {
                 result["total_matches"] = json!(out.total_matches);
             }

@@ -13,6 +13,12 @@
 //! `.ignore` overrides `.gitignore` of the same directory and deeper files
 //! override shallower ones (as in ripgrep); ignore files apply whether or
 //! not the workspace is a git repository.
+//!
+//! Permission rules: an entry a deny or ask path rule of the call names
+//! (`ToolContext::path_rules`) is left out, a directory with everything
+//! under it, and counted in [`Summary::skipped_by_rules`]. When the walk
+//! starts below a symbolic link, entries are matched both by the path they
+//! are reached by and by where they really are.
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -23,7 +29,7 @@ use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
-use super::confine::{WorkspacePath, io_error};
+use super::confine::{WorkspacePath, io_error, resolve_beneath};
 use super::{cancelled, codes};
 use crate::tools::{ToolContext, ToolError};
 
@@ -57,6 +63,9 @@ pub struct Summary {
     pub truncated: bool,
     /// Directories that could not be read (skipped).
     pub unreadable: usize,
+    /// Entries the permission rules leave out (a directory counts once,
+    /// its contents not at all).
+    pub skipped_by_rules: usize,
 }
 
 struct Level {
@@ -72,6 +81,10 @@ struct Walker<'c, F> {
     visit: F,
     summary: Summary,
     levels: Vec<Level>,
+    /// `start`, and where it really is when that differs (it is, or lies
+    /// below, a symbolic link): entries are matched by both paths.
+    start: WorkspacePath,
+    real_start: Option<WorkspacePath>,
 }
 
 /// Walk the directory `start` (depth first, names sorted), calling `visit`
@@ -88,6 +101,11 @@ where
     F: FnMut(&Entry<'_>) -> ControlFlow<()>,
 {
     let handle = open_dir(root, start)?;
+    let real_start = ctx
+        .path_rules
+        .as_ref()
+        .and_then(|_| resolve_beneath(root, start))
+        .filter(|real| real != start);
     let mut walker = Walker {
         ctx,
         max_entries,
@@ -95,6 +113,8 @@ where
         visit,
         summary: Summary::default(),
         levels: vec![],
+        start: start.clone(),
+        real_start,
     };
     // Ignore files of the directories above `start`, up to the workspace root.
     let mut ancestors = vec![];
@@ -181,6 +201,21 @@ where
         false
     }
 
+    /// Do the call's path rules leave this entry out?
+    fn left_out_by_rules(&self, path: &WorkspacePath) -> bool {
+        let Some(rules) = &self.ctx.path_rules else {
+            return false;
+        };
+        let real = self.real_start.as_ref().map(|real| {
+            let below = path
+                .rel()
+                .strip_prefix(self.start.rel())
+                .unwrap_or(path.rel());
+            WorkspacePath::from_normalised(real.rel().join(below)).display()
+        });
+        rules.leave_out(&path.display(), real.as_deref())
+    }
+
     fn walk_dir(
         &mut self,
         handle: &Dir,
@@ -232,6 +267,10 @@ where
             }
             let path = rel.join(&name);
             if self.ignored(path.rel(), kind == Kind::Dir) {
+                continue;
+            }
+            if self.left_out_by_rules(&path) {
+                self.summary.skipped_by_rules += 1;
                 continue;
             }
             let meta = if self.want_meta {
