@@ -661,6 +661,8 @@ async fn a_call_whose_undo_failed_can_be_undone_again(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let ws = app.get_json("/v1/workspace").await;
     let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    // Reading the description creates nothing: the workspace is made here.
+    std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("f.txt"), "one\n").unwrap();
     let (_, out) = app.call("u", json!({"id": "e1", "name": "edit_file", "arguments": {"path": "f.txt", "old_string": "one", "new_string": "two"}})).await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
