@@ -1109,6 +1109,39 @@ async fn walks_leave_out_files_the_rules_deny(backend: Backend) {
     );
     assert_eq!(r["skipped_by_rules"], 3, "{r}");
 
+    // A directory listing leaves out what the read rules name too (the
+    // `ask` rules name grep and glob only, so `private` is listed here).
+    for (id, dir, expected) in [
+        ("r1", ".", vec!["private", "pv", "src", "sub"]),
+        ("r2", "sub", vec![]),
+    ] {
+        let (_, out) = app
+            .call(
+                "g",
+                json!({"id": id, "name": "read_file", "arguments": {"path": dir}}),
+            )
+            .await;
+        let r = result(&out);
+        // toolgate's own directories (`.toolgate-tmp`) aside.
+        let names: Vec<&str> = r["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .filter(|n| !n.starts_with(".toolgate"))
+            .collect();
+        assert_eq!(names, expected, "{dir}: {r}");
+        assert_eq!(r["skipped_by_rules"], 1, "{dir}: {r}");
+        assert!(
+            r["rules_note"]
+                .as_str()
+                .unwrap()
+                .contains("1 file or directory"),
+            "{r}"
+        );
+        assert!(r.get("note").is_none(), "{dir}: not called empty: {r}");
+    }
+
     // Below a link to the directory the rules name: judged by where it is.
     let (s, out) = app
         .call("g", json!({"id": "v1", "name": "grep", "arguments": {"pattern": "needle", "path": "pv", "output_mode": "content"}}))

@@ -101,6 +101,19 @@ pub mod codes {
     pub const INVALID_PATTERN: &str = "INVALID_PATTERN";
 }
 
+/// What a model is told about entries the permission rules left out of a
+/// walk or a directory listing, so it does not take their absence for absence.
+pub(super) fn rules_note(skipped: usize) -> Option<String> {
+    (skipped > 0).then(|| {
+        format!(
+            "{skipped} {} left out because the permission rules deny reading {} or require approval for it; {} not searched and not listed.",
+            if skipped == 1 { "file or directory was" } else { "files or directories were" },
+            if skipped == 1 { "it" } else { "them" },
+            if skipped == 1 { "it was" } else { "they were" },
+        )
+    })
+}
+
 /// Files larger than this are not loaded for a change (write, edit, diff,
 /// undo); `read_file` streams and has no such limit.
 pub const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;

@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::change::numbered;
-use super::confine::{WorkspacePath, io_error, not_found_aware, open_regular};
-use super::{blocking, cancelled, codes, language_of, open_workspace, parse_args};
+use super::confine::{WorkspacePath, io_error, not_found_aware, open_regular, resolve_beneath};
+use super::{blocking, cancelled, codes, language_of, open_workspace, parse_args, rules_note};
 use crate::protocol::ui_schema::hints::{self, Source};
 use crate::tools::{
     PermissionClass, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError, ToolMetadata,
@@ -177,10 +177,28 @@ fn list_dir(
 ) -> Result<ToolSuccess, ToolError> {
     let handle = super::walk::open_dir(&ws.dir, path)?;
     let read = handle.entries().map_err(|e| io_error(e, path))?;
+    // Where the directory really is, when it is reached through a link:
+    // the path rules judge its entries by both names, as walks do.
+    let real_dir = ctx
+        .path_rules
+        .as_ref()
+        .and_then(|_| resolve_beneath(&ws.dir, path))
+        .filter(|real| real != path);
+    let mut skipped_by_rules = 0usize;
     let mut entries: Vec<(String, &'static str, u64)> = vec![];
     for entry in read {
         cancelled(ctx)?;
         let Ok(entry) = entry else { continue };
+        if let Some(rules) = &ctx.path_rules {
+            let named = path.join(&entry.file_name()).display();
+            let real = real_dir
+                .as_ref()
+                .map(|real| real.join(&entry.file_name()).display());
+            if rules.leave_out(&named, real.as_deref()) {
+                skipped_by_rules += 1;
+                continue;
+            }
+        }
         let name = entry.file_name().to_string_lossy().into_owned();
         let Ok(meta) = entry.metadata() else { continue };
         let kind = if meta.file_type().is_symlink() {
@@ -207,13 +225,17 @@ fn list_dir(
         "type": "directory",
         "entries": listed,
         "total_entries": total,
+        "skipped_by_rules": skipped_by_rules,
     });
+    if let Some(note) = rules_note(skipped_by_rules) {
+        result["rules_note"] = json!(note);
+    }
     if truncated {
         result["note"] = json!(format!(
             "{total} entries; the first {MAX_DIR_ENTRIES} by name are listed. Use glob to narrow down."
         ));
     }
-    if total == 0 {
+    if total == 0 && skipped_by_rules == 0 {
         result["note"] = json!("The directory is empty.");
     }
     Ok(ToolSuccess {
@@ -232,7 +254,8 @@ impl Tool for ReadFile {
                 "Read a text file of the workspace. Lines come numbered like `cat -n` (number, \
                  tab, line), at most {MAX_LINES} per call starting at `offset`; lines longer than \
                  {MAX_LINE_CHARS} characters are cut. When more lines remain the result gives \
-                 `next_offset`. On a directory, lists its entries (name, type, size). Binary \
+                 `next_offset`. On a directory, lists its entries (name, type, size), leaving out \
+                 those the permission rules do not let you read (counted in skipped_by_rules). Binary \
                  files are refused. The line numbers are not part of the file: leave them out \
                  of edit_file's old_string."
             ),

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::confine::{WorkspacePath, open_regular, security_violation};
 use super::walk::{self, Kind};
-use super::{blocking, codes, open_workspace, parse_args};
+use super::{blocking, codes, open_workspace, parse_args, rules_note};
 use crate::protocol::ui_schema::hints;
 use crate::tools::{
     PermissionClass, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError, ToolMetadata,
@@ -85,19 +85,6 @@ fn check_pattern(pattern: &str, what: &str) -> Result<GlobMatcher, ToolError> {
                 false,
             )
         })
-}
-
-/// What a model is told about entries the permission rules left out of a
-/// walk, so it does not take their absence for absence.
-fn rules_note(skipped: usize) -> Option<String> {
-    (skipped > 0).then(|| {
-        format!(
-            "{skipped} {} left out because the permission rules deny reading {} or require approval for it; {} not searched and not listed.",
-            if skipped == 1 { "file or directory was" } else { "files or directories were" },
-            if skipped == 1 { "it" } else { "them" },
-            if skipped == 1 { "it was" } else { "they were" },
-        )
-    })
 }
 
 /// `glob`: find files by name pattern.
