@@ -46,6 +46,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "result events",
         include_str!("../../migrations/postgres/0003_result_events.sql"),
     ),
+    (
+        4,
+        "approvals by time",
+        include_str!("../../migrations/postgres/0004_approvals_by_time.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -31,6 +31,27 @@ pub(super) const APPROVAL_COLUMNS: &str = "id, thread_id, owner, tool_call_id, t
      arguments, reason, preview, request, status, decided_by, decision_reason, created_at_ms, \
      expires_at_ms, decided_at_ms";
 
+/// The text of an approvals page: one owner's (`$1`), or every owner's for
+/// an approver (`$1` NULL); `$2` an optional status, `$3` the limit.
+///
+/// Two texts rather than `($1 IS NULL OR owner = $1)`: with that, the
+/// planner cannot use the owner's index (SQLite scans and sorts the whole
+/// table); every owner's page walks `approvals_created` in order and stops
+/// at the limit. CAST: Postgres must know the type of a parameter that may
+/// be only compared with NULL.
+pub(super) fn approvals_query(one_owner: bool) -> String {
+    let owner_filter = if one_owner {
+        "owner = $1"
+    } else {
+        "CAST($1 AS TEXT) IS NULL"
+    };
+    format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals \
+         WHERE {owner_filter} AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
+         ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+    )
+}
+
 const AUDIT_COLUMNS: &str = "id, at_ms, owner, thread_id, tool_call_id, tool_name, action, \
      operation, verdict, rule, approval_id, outcome, duration_ms, detail";
 
@@ -224,25 +245,12 @@ where
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        // Two texts rather than `($1 IS NULL OR owner = $1)`: with that, the
-        // planner cannot use the owner's index (SQLite scans and sorts the
-        // whole table). CAST: Postgres must know the type of a parameter
-        // that may be only compared with NULL.
-        let owner_filter = if owner.is_some() {
-            "owner = $1"
-        } else {
-            "CAST($1 AS TEXT) IS NULL"
-        };
-        let rows = sqlx::query(&format!(
-            "SELECT {APPROVAL_COLUMNS} FROM approvals \
-             WHERE {owner_filter} AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
-             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
-        ))
-        .bind(owner)
-        .bind(status.map(ApprovalStatus::as_str))
-        .bind(limit)
-        .fetch_all(self.pool)
-        .await?;
+        let rows = sqlx::query(&approvals_query(owner.is_some()))
+            .bind(owner)
+            .bind(status.map(ApprovalStatus::as_str))
+            .bind(limit)
+            .fetch_all(self.pool)
+            .await?;
         rows.iter().map(approval_from_row).collect()
     }
 
@@ -491,4 +499,48 @@ fn event_from_row(row: &impl StoreRow) -> StoreResult<StoredEvent> {
         created_at_ms: row.int("created_at_ms")?,
         from_message,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+
+    use super::approvals_query;
+    use crate::store::sqlite::SqliteStore;
+
+    /// SQLite's plan for an approvals page, one line per step.
+    async fn plan(store: &SqliteStore, one_owner: bool, status: Option<&str>) -> String {
+        let rows = sqlx::query(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            approvals_query(one_owner)
+        ))
+        .bind(one_owner.then_some("alice"))
+        .bind(status)
+        .bind(50_i64)
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        rows.iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[tokio::test]
+    async fn approval_pages_read_an_index_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_file(&dir.path().join("db.sqlite"))
+            .await
+            .unwrap();
+        for status in [None, Some("pending")] {
+            let every_owner = plan(&store, false, status).await;
+            assert!(every_owner.contains("approvals_created"), "{every_owner}");
+            let one_owner = plan(&store, true, status).await;
+            assert!(one_owner.contains("approvals_owner"), "{one_owner}");
+            for plan in [every_owner, one_owner] {
+                assert!(!plan.contains("TEMP B-TREE"), "sorted afresh: {plan}");
+                assert!(!plan.starts_with("SCAN approvals\n"), "{plan}");
+            }
+        }
+    }
 }

@@ -61,6 +61,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "result events",
         include_str!("../../migrations/sqlite/0004_result_events.sql"),
     ),
+    (
+        5,
+        "approvals by time",
+        include_str!("../../migrations/sqlite/0005_approvals_by_time.sql"),
+    ),
 ];
 
 #[derive(Debug)]
