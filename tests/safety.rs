@@ -880,6 +880,59 @@ fn leaked(out: &Value, secret: &str) -> bool {
     out.to_string().contains(secret)
 }
 
+/// A link swapped while a call waits for its approval: the person approved
+/// reading what the link led to then, not what it leads to now.
+async fn a_link_swapped_during_an_approval_is_caught(backend: Backend) {
+    const SECRET: &str = "SWAPPED-7d20c4-do-not-leak";
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["read_file".into()];
+    })
+    .await;
+    put_rules(&app, json!({"allow": ["bash"]})).await;
+    let bash = |id: &str, command: String| json!({"id": id, "name": "bash", "arguments": {"command": command}});
+    let (_, out) = app
+        .call(
+            "sw",
+            bash(
+                "mk",
+                format!(
+                    "printf 'public\\n' > public.txt && printf '{SECRET}\\n' > secret.txt && \
+                     ln -s public.txt l && ln -s public.txt l2"
+                ),
+            ),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+    let read =
+        |id: &str, path: &str| json!({"id": id, "name": "read_file", "arguments": {"path": path}});
+
+    let (s, out) = app.call("sw", read("r1", "l")).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    let (_, out) = app
+        .call("sw", bash("swap", "ln -sf secret.txt l".into()))
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+    let out = approve_and_wait(&app, &approval, "sw", read("r1", "l")).await;
+    assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+    let message = out["tool_agent_output"]["error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("\"public.txt\"") && message.contains("\"secret.txt\""),
+        "{message}"
+    );
+    assert!(!leaked(&out, SECRET), "{out}");
+
+    // Left alone, the approved link is read.
+    let (s, out) = app.call("sw", read("r2", "l2")).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    let out = approve_and_wait(&app, &approval, "sw", read("r2", "l2")).await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert!(leaked(&out, "public"), "{out}");
+}
+
 /// The attacker's way around a file rule: a symbolic link, made by a
 /// command inside the workspace, to the file a rule protects. The rules
 /// judge the path by where it leads as well as by its name.
@@ -1362,6 +1415,7 @@ both_backends!(
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,
     walks_leave_out_files_the_rules_deny,
+    a_link_swapped_during_an_approval_is_caught,
     an_approved_call_still_meets_the_rules_in_force,
     confidence_gate_missing_low_and_ok,
     generic_tools_ask_without_a_rule,

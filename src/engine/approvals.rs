@@ -123,6 +123,9 @@ impl Engine {
                 "undo_of": req.undo_of,
                 "verdict": permission.verdict.as_str(),
                 "rule": permission.rule,
+                // Where a file tool's path led through links when the call
+                // was asked about: it must lead there still when it runs.
+                "resolved_path": self.file_facts(&req, tool).resolved,
             }),
             status: ApprovalStatus::Pending,
             decided_by: None,
@@ -384,7 +387,7 @@ impl Engine {
         let runnable = match self.registry.resolve(&approval.tool_name) {
             // The rules changed while it waited: the approval does not
             // override what the deployment or the owner forbids now.
-            Some(tool) => match self.refusal_now(&req, &tool).await {
+            Some(tool) => match self.refusal_now(&req, &tool, r.get("resolved_path")).await {
                 Some(error) => Err(error),
                 None => Ok(tool),
             },
@@ -427,12 +430,17 @@ impl Engine {
     }
 
     /// Why an approved call may not run after all: the permission rules in
-    /// force now deny it, or approvals have been turned off since it asked
-    /// (a call that needs one is then denied, never silently allowed).
+    /// force now deny it, approvals have been turned off since it asked (a
+    /// call that needs one is then denied, never silently allowed), or its
+    /// file path leads somewhere else now than when it was asked about (a
+    /// link changed while it waited: the person approved the other place).
+    /// `resolved_then` is what the approval recorded (absent in approvals
+    /// made before it was recorded: not compared).
     async fn refusal_now(
         &self,
         req: &CallRequest,
         tool: &Arc<RegisteredTool>,
+        resolved_then: Option<&Value>,
     ) -> Option<ToolError> {
         if !self.config.approvals.enabled {
             return Some(
@@ -446,6 +454,25 @@ impl Engine {
                 )
                 .with_hint(NO_APPROVER_HINT),
             );
+        }
+        if let Some(then) = resolved_then {
+            let now = self.file_facts(req, tool).resolved;
+            if then.as_str() != now.as_deref() {
+                let shown = |p: Option<&str>| p.map_or("nowhere".to_string(), |p| format!("{p:?}"));
+                return Some(
+                    ToolError::new(
+                        codes::PERMISSION_DENIED,
+                        format!(
+                            "{} was approved while its path led to {}, but it leads to {} now (a link changed); it did not run",
+                            tool.definition.name,
+                            shown(then.as_str()),
+                            shown(now.as_deref()),
+                        ),
+                        false,
+                    )
+                    .with_hint("call it again with a new tool call id, so it is judged where the path leads now"),
+                );
+            }
         }
         match self.permission(req, tool).await {
             Ok(now) if now.verdict == super::Verdict::Deny => Some(
