@@ -487,11 +487,7 @@ impl Engine {
                 .with_hint(super::DENIED_HINT),
             ),
             Ok(_) => None,
-            Err(e) => Some(ToolError::new(
-                codes::EXECUTION_FAILED,
-                format!("the permission rules could not be read: {e}"),
-                true,
-            )),
+            Err(e) => Some(super::rules_unreadable(&e)),
         }
     }
 

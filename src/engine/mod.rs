@@ -60,6 +60,34 @@ struct FileFacts {
     resolved: Option<String>,
 }
 
+/// A call's failure when the owner's permission rules cannot be read now
+/// (the database is unavailable): worth retrying.
+fn rules_unreadable(e: &dyn std::fmt::Display) -> ToolError {
+    ToolError::new(
+        codes::EXECUTION_FAILED,
+        format!("the permission rules could not be read: {e}"),
+        true,
+    )
+}
+
+/// What the permission rules see of a call.
+fn call_facts<'a>(
+    req: &'a CallRequest,
+    tool: &'a RegisteredTool,
+    file: &'a FileFacts,
+) -> crate::permissions::CallFacts<'a> {
+    let meta = &tool.definition.metadata;
+    crate::permissions::CallFacts {
+        tool_name: &tool.definition.name,
+        class: meta.permission_class,
+        read_only: meta.read_only,
+        destructive: meta.destructive,
+        arguments: &req.call.arguments,
+        workspace: file.workspace.as_deref(),
+        resolved_path: file.resolved.as_deref(),
+    }
+}
+
 /// The deployment's permission rules and defaults (owners add their own).
 #[derive(Debug, Clone, Default)]
 pub struct PermissionConfig {
@@ -1148,17 +1176,8 @@ impl Engine {
         tool: &RegisteredTool,
     ) -> Result<Permission, Rejection> {
         let owner_rules = self.owner_rules(&req.owner).await?;
-        let meta = &tool.definition.metadata;
         let file = self.file_facts(req, tool);
-        let facts = crate::permissions::CallFacts {
-            tool_name: &tool.definition.name,
-            class: meta.permission_class,
-            read_only: meta.read_only,
-            destructive: meta.destructive,
-            arguments: &req.call.arguments,
-            workspace: file.workspace.as_deref(),
-            resolved_path: file.resolved.as_deref(),
-        };
+        let facts = call_facts(req, tool, &file);
         let decision = crate::permissions::decide(
             &self.config.permissions.rules,
             owner_rules.as_ref(),
@@ -1215,23 +1234,12 @@ impl Engine {
         if meta.permission_class != crate::tools::PermissionClass::File {
             return Ok(None);
         }
-        let owner_rules = self.owner_rules(&req.owner).await.map_err(|e| {
-            ToolError::new(
-                codes::EXECUTION_FAILED,
-                format!("the permission rules could not be read: {e}"),
-                true,
-            )
-        })?;
+        let owner_rules = self
+            .owner_rules(&req.owner)
+            .await
+            .map_err(|e| rules_unreadable(&e))?;
         let file = self.file_facts(req, tool);
-        let facts = crate::permissions::CallFacts {
-            tool_name: &tool.definition.name,
-            class: meta.permission_class,
-            read_only: meta.read_only,
-            destructive: meta.destructive,
-            arguments: &req.call.arguments,
-            workspace: file.workspace.as_deref(),
-            resolved_path: file.resolved.as_deref(),
-        };
+        let facts = call_facts(req, tool, &file);
         let rules = crate::permissions::PathRules::new(
             &self.config.permissions.rules,
             owner_rules.as_ref(),
