@@ -27,6 +27,9 @@ pub struct Application {
     pub dev_token: Option<String>,
 }
 
+/// The data directory's record of running commands' sessions.
+pub const COMMAND_SESSIONS: &str = "command-sessions";
+
 /// The workspaces and the command sandbox, as configured.
 pub fn workspace_and_sandbox(
     settings: &Settings,
@@ -41,7 +44,15 @@ pub fn workspace_and_sandbox(
     let paths = SystemPaths::default()
         .hide(data_dir)
         .hide(settings.workspace.root(data_dir));
-    let sandbox = Arc::new(Sandbox::with_paths(&settings.sandbox, paths));
+    let (sandbox, ended) = Sandbox::with_paths(&settings.sandbox, paths)
+        .recording_sessions_in(&data_dir.join(COMMAND_SESSIONS))?;
+    if ended > 0 {
+        tracing::warn!(
+            processes = ended,
+            "ended commands' background processes that a previous toolgate process left running when it died"
+        );
+    }
+    let sandbox = Arc::new(sandbox);
     for warning in &sandbox.status().warnings {
         tracing::warn!("sandbox: {warning}");
     }

@@ -655,6 +655,115 @@ async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     assert_eq!(again["tool_agent_output"]["error"]["code"], "INTERRUPTED");
 }
 
+/// The live processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    let mut found = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat[stat.rfind(')')? + 1..]
+                    .split_whitespace()
+                    .next()?
+                    .to_string();
+                Some(state != "Z" && state != "X")
+            })
+            .unwrap_or(false);
+        if alive && std::fs::read(format!("/proc/{pid}/cmdline")).ok() == Some(wanted.clone()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Killed with SIGKILL, the service cannot end its commands; what a
+/// command started in the background is ended by the next start on the
+/// same data directory.
+#[tokio::test]
+async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut first = serve_binary(data_dir.path(), None).await;
+    let client = reqwest::Client::new();
+    let r = client
+        .put(format!("{}/v1/permissions", first.base))
+        .bearer_auth(&first.token)
+        .json(&json!({"allow": ["bash"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Durations no other test uses, to find these processes by.
+    let background = ["sleep", "4321.25"];
+    let foreground = ["sleep", "4321.5"];
+    let (base, token) = (first.base.clone(), first.token.clone());
+    let pending = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{base}/v1/threads/orphans/tool-calls"))
+            .bearer_auth(token)
+            .json(&json!({"id": "bg", "name": "bash", "arguments": {
+                "command": "sleep 4321.25 & sleep 4321.5", "timeout_ms": 120000}}))
+            .send()
+            .await
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while processes_running(&background).is_empty() || processes_running(&foreground).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    assert!(pending.await.unwrap().is_err());
+    // The shell died with the service; what it started did not.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let orphans = processes_running(&background);
+    assert_eq!(
+        orphans.len(),
+        1,
+        "the background process outlived the crash"
+    );
+
+    let second = serve_binary(data_dir.path(), None).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !processes_running(&background).is_empty() || !processes_running(&foreground).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still running after the restart: {orphans:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let said = || {
+        second
+            .stderr
+            .lock()
+            .unwrap()
+            .contains("previous toolgate process left running")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !said() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the start-up says what it ended: {}",
+            second.stderr.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The records of ended sessions are gone too.
+    let records = std::fs::read_dir(data_dir.path().join("command-sessions"))
+        .unwrap()
+        .count();
+    assert_eq!(records, 0);
+}
+
 async fn tokens_never_reach_logs_or_storage(backend: Backend) {
     let data_dir = tempfile::tempdir().unwrap();
     let pg = match backend {

@@ -11,7 +11,9 @@
 //!   background grandchildren neither outlive the command nor hold its
 //!   pipes open. Should the service itself die, the main process gets
 //!   SIGKILL (`PR_SET_PDEATHSIG`, tied to the thread that spawned it: call
-//!   `run` from a runtime worker or a thread that outlives the command).
+//!   `run` from a runtime worker or a thread that outlives the command),
+//!   and the rest of the session is ended by the next start on the same
+//!   data directory ([`Sandbox::recording_sessions_in`]).
 //! - **No terminal, no input**: stdin is /dev/null; the environment is
 //!   cleared and rebuilt from an allow-list (see [`base_environment`])
 //!   that turns pagers, editors and credential prompts off. The service's
@@ -88,7 +90,7 @@ pub use paths::SystemPaths;
 
 use child::{Confinement, Limits};
 use output::CappedText;
-use session::{SessionGuard, kill_session};
+use session::{SessionGuard, SessionRecords, kill_session};
 use spawn::Program;
 
 /// `PATH` of every command.
@@ -257,6 +259,10 @@ pub struct Sandbox {
     rules: Vec<paths::Rule>,
     filters: Option<Arc<syscalls::Filters>>,
     status: SandboxStatus,
+    /// Where running commands' sessions are recorded (see
+    /// [`Sandbox::recording_sessions_in`]); none in tests that run the
+    /// sandbox alone.
+    records: Option<Arc<SessionRecords>>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -423,7 +429,21 @@ impl Sandbox {
             rules,
             filters,
             status,
+            records: None,
         }
+    }
+
+    /// Record each running command's session in `dir` (a directory of the
+    /// service's data directory), and first end the sessions that a
+    /// service process which died without ending them (killed with
+    /// SIGKILL, crashed) left recorded there: its commands' main processes
+    /// died with it, but what they started in the background did not.
+    /// Returns the sandbox and how many such processes were killed.
+    pub fn recording_sessions_in(mut self, dir: &Path) -> std::io::Result<(Sandbox, usize)> {
+        let records = SessionRecords::open(dir)?;
+        let killed = records.end_orphans();
+        self.records = Some(Arc::new(records));
+        Ok((self, killed))
     }
 
     pub fn status(&self) -> SandboxStatus {
@@ -499,9 +519,18 @@ impl Sandbox {
             source,
         })?;
         let sid = child.id();
+        if let Some(records) = &self.records
+            && let Err(e) = records.record(sid)
+        {
+            tracing::warn!(error = %e, "a command's session could not be recorded; a crash of the service would leave what it starts in the background running");
+        }
         // Declared after `child`, so dropped first: the session is killed
         // while the leader is not yet reaped and its id cannot be reused.
-        let mut guard = SessionGuard { sid, armed: true };
+        let mut guard = SessionGuard {
+            sid,
+            armed: true,
+            records: self.records.clone(),
+        };
 
         let mut stdout = child.stdout.take();
         let mut stderr = child.stderr.take();

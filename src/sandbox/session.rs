@@ -9,21 +9,37 @@
 
 use std::time::Duration;
 
-/// The session of a process, from `/proc/<pid>/stat`; `None` for zombies
-/// (already dead, waiting for their parent) and vanished processes.
-fn session_of(pid: &str) -> Option<i32> {
+/// The fields of `/proc/<pid>/stat` after the command name, from the
+/// state (field 3) on; `None` for zombies (already dead, waiting for their
+/// parent) and vanished processes.
+fn stat_fields(pid: &str) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may contain anything: the
     // fields after it start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?;
-    if state == "Z" || state == "X" {
-        return None;
+    let fields: Vec<String> = rest.split_whitespace().map(String::from).collect();
+    match fields.first().map(String::as_str) {
+        None | Some("Z") | Some("X") => None,
+        Some(_) => Some(fields),
     }
-    let _ppid = fields.next()?;
-    let _pgrp = fields.next()?;
-    fields.next()?.parse().ok()
+}
+
+/// The session of a live process.
+fn session_of(pid: &str) -> Option<i32> {
+    stat_fields(pid)?.get(3)?.parse().ok()
+}
+
+/// When a live process started, in clock ticks since boot (field 22):
+/// with the pid, what tells a process from a later one given the same pid.
+fn start_of(pid: i32) -> Option<u64> {
+    stat_fields(&pid.to_string())?.get(19)?.parse().ok()
+}
+
+/// This boot's id: start times and pids only mean something within one.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// SIGKILL to every process of session `sid`; returns how many were found
@@ -40,35 +56,15 @@ pub(crate) fn kill_session(sid: i32) -> usize {
     // A process forking while being swept may leave a child the first
     // pass missed; a few passes settle it (SIGKILLed processes cannot fork).
     for pass in 0..8 {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return found_total;
-        };
-        let mut found = 0;
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(name) = name
-                .to_str()
-                .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
-            else {
-                continue;
-            };
-            let Ok(pid) = name.parse::<i32>() else {
-                continue;
-            };
-            // getsid(2) answers for any process in one system call; only a
-            // member of the session is read further (to pass over zombies).
-            // SAFETY: getsid only looks the pid up.
-            if unsafe { libc::getsid(pid) } != sid || session_of(name) != Some(sid) {
-                continue;
-            }
+        let found = members_of(sid);
+        for pid in &found {
             // SAFETY: signalling one process by pid.
             unsafe {
-                libc::kill(pid, libc::SIGKILL);
+                libc::kill(*pid, libc::SIGKILL);
             }
-            found += 1;
         }
-        found_total += found;
-        if found == 0 {
+        found_total += found.len();
+        if found.is_empty() {
             break;
         }
         std::thread::sleep(Duration::from_millis(5 * (pass + 1)));
@@ -76,11 +72,40 @@ pub(crate) fn kill_session(sid: i32) -> usize {
     found_total
 }
 
+/// The live processes of session `sid`, found in /proc.
+fn members_of(sid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut members = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(pid) = name.parse::<i32>() else {
+            continue;
+        };
+        // getsid(2) answers for any process in one system call; only a
+        // member of the session is read further (to pass over zombies).
+        // SAFETY: getsid only looks the pid up.
+        if unsafe { libc::getsid(pid) } == sid && session_of(name) == Some(sid) {
+            members.push(pid);
+        }
+    }
+    members
+}
+
 /// Kills the session when dropped while armed: a `run` future dropped
 /// mid-command (its caller gave up) leaves nothing behind.
 pub(crate) struct SessionGuard {
     pub sid: i32,
     pub armed: bool,
+    /// Where the session is recorded, to forget it once killed.
+    pub records: Option<std::sync::Arc<SessionRecords>>,
 }
 
 impl Drop for SessionGuard {
@@ -88,5 +113,190 @@ impl Drop for SessionGuard {
         if self.armed {
             kill_session(self.sid);
         }
+        if let Some(records) = &self.records {
+            records.forget(self.sid);
+        }
+    }
+}
+
+/// The sessions of running commands, one small file each in a directory
+/// of the data directory, so a process that starts after this one died
+/// without ending them (`kill -9`, a crash, the machine's OOM killer) can.
+///
+/// A command's main process dies with the service (`PR_SET_PDEATHSIG`), but
+/// what it started in the background does not: it stays in the session,
+/// which nobody is left to kill. A file names the service process (pid and
+/// start time), the session (its id and its leader's start time) and the
+/// boot; [`SessionRecords::end_orphans`] ends the sessions of records whose
+/// service process is gone, unless the session id now belongs to another
+/// process (its leader alive with another start time) or the machine has
+/// rebooted since (nothing survived that).
+#[derive(Debug)]
+pub(crate) struct SessionRecords {
+    dir: std::path::PathBuf,
+    service: (i32, u64),
+    boot: String,
+}
+
+impl SessionRecords {
+    pub fn open(dir: &std::path::Path) -> std::io::Result<SessionRecords> {
+        std::fs::create_dir_all(dir)?;
+        let pid = std::process::id() as i32;
+        Ok(SessionRecords {
+            dir: dir.to_path_buf(),
+            service: (pid, start_of(pid).unwrap_or(0)),
+            boot: boot_id(),
+        })
+    }
+
+    fn file(&self, sid: i32) -> std::path::PathBuf {
+        self.dir.join(format!("{}-{sid}", self.service.0))
+    }
+
+    /// Record the session `sid` of a command just started.
+    pub fn record(&self, sid: i32) -> std::io::Result<()> {
+        let (pid, started) = self.service;
+        let leader = start_of(sid).unwrap_or(0);
+        std::fs::write(
+            self.file(sid),
+            format!("{pid} {started} {sid} {leader} {}\n", self.boot),
+        )
+    }
+
+    /// Forget the session `sid`, killed by this process.
+    pub fn forget(&self, sid: i32) {
+        let _ = std::fs::remove_file(self.file(sid));
+    }
+
+    /// End the sessions that service processes now gone left running, and
+    /// forget their records; returns how many processes were killed.
+    pub fn end_orphans(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut killed = 0;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let fields: Vec<&str> = text.split_whitespace().collect();
+            let parsed = match fields.as_slice() {
+                [pid, started, sid, leader, boot] => pid
+                    .parse::<i32>()
+                    .ok()
+                    .zip(started.parse::<u64>().ok())
+                    .zip(sid.parse::<i32>().ok().zip(leader.parse::<u64>().ok()))
+                    .map(|(service, session)| (service, session, *boot)),
+                _ => None,
+            };
+            let Some(((pid, started), (sid, leader), boot)) = parsed else {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            };
+            if boot != self.boot || sid <= 1 {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            }
+            let service_alive = (pid, started) != self.service && start_of(pid) == Some(started);
+            if service_alive {
+                continue; // another live process's command
+            }
+            // The leader's pid now names another process: the session
+            // emptied and its id was given out again.
+            let reused = start_of(sid).is_some_and(|now| now != leader);
+            if !reused {
+                killed += members_of(sid).len();
+                kill_session(sid);
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        killed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Child, Command};
+
+    use super::*;
+
+    /// A process leading a session of its own, as a command does.
+    fn session_leader() -> Child {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("60");
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        cmd.spawn().unwrap()
+    }
+
+    fn alive(child: &mut Child) -> bool {
+        child.try_wait().unwrap().is_none()
+    }
+
+    fn write_record(dir: &std::path::Path, service: (i32, u64), sid: i32, leader: u64, boot: &str) {
+        std::fs::write(
+            dir.join(format!("{}-{sid}", service.0)),
+            format!("{} {} {sid} {leader} {boot}\n", service.0, service.1),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn only_the_sessions_of_a_dead_service_are_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = SessionRecords::open(dir.path()).unwrap();
+        let mut child = session_leader();
+        let sid = child.id() as i32;
+        let leader = start_of(sid).unwrap();
+        // A service process that no longer exists (its start time is not
+        // that of whatever has its pid now).
+        let dead = (std::process::id() as i32, 1);
+        // A live service: this test's parent.
+        let parent = std::os::unix::process::parent_id() as i32;
+        let live = (parent, start_of(parent).unwrap());
+
+        // Recorded by a live service: left alone, record kept.
+        write_record(dir.path(), live, sid, leader, &records.boot);
+        // Another boot: nothing of it survived; the record goes.
+        write_record(dir.path(), (dead.0 + 1, 1), sid, leader, "another-boot");
+        // The session id given out again (the leader started at another
+        // time): left alone, the record goes.
+        write_record(dir.path(), (dead.0 + 2, 1), sid, leader + 1, &records.boot);
+        assert_eq!(records.end_orphans(), 0);
+        assert!(alive(&mut child));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "only the live service's record stays");
+
+        // Recorded by a service that is gone: its session is ended.
+        write_record(dir.path(), dead, sid, leader, &records.boot);
+        assert_eq!(records.end_orphans(), 1);
+        child.wait().unwrap();
+        assert!(!dir.path().join(format!("{}-{sid}", dead.0)).exists());
+    }
+
+    #[test]
+    fn a_recorded_session_is_forgotten_when_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = SessionRecords::open(dir.path()).unwrap();
+        let mut child = session_leader();
+        let sid = child.id() as i32;
+        records.record(sid).unwrap();
+        let text = std::fs::read_to_string(records.file(sid)).unwrap();
+        let fields: Vec<&str> = text.split_whitespace().collect();
+        assert_eq!(fields[0], std::process::id().to_string());
+        assert_eq!(fields[2], sid.to_string());
+        assert_eq!(fields[3], start_of(sid).unwrap().to_string());
+        drop(SessionGuard {
+            sid,
+            armed: true,
+            records: Some(std::sync::Arc::new(records)),
+        });
+        child.wait().unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 }
