@@ -731,6 +731,13 @@ async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
         1,
         "the background process outlived the crash"
     );
+    let temporary = || {
+        std::fs::read_dir(data_dir.path().join("workspaces"))
+            .unwrap()
+            .filter(|w| w.as_ref().unwrap().path().join(".toolgate-tmp").exists())
+            .count()
+    };
+    assert_eq!(temporary(), 1, "the command's temporary directory is left");
 
     let second = serve_binary(data_dir.path(), None).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -757,7 +764,8 @@ async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // The records of ended sessions are gone too.
+    // So are the commands' temporary directories, and their records.
+    assert_eq!(temporary(), 0);
     let records = std::fs::read_dir(data_dir.path().join("command-sessions"))
         .unwrap()
         .count();

@@ -520,7 +520,7 @@ impl Sandbox {
         })?;
         let sid = child.id();
         if let Some(records) = &self.records
-            && let Err(e) = records.record(sid)
+            && let Err(e) = records.record(sid, &workspace, &tmp.relative)
         {
             tracing::warn!(error = %e, "a command's session could not be recorded; a crash of the service would leave what it starts in the background running");
         }

@@ -99,6 +99,28 @@ fn members_of(sid: i32) -> Vec<i32> {
     members
 }
 
+/// Remove a dead command's temporary directory, `tmp` beneath `workspace`
+/// (opened as a capability: a link the command put in its place cannot
+/// lead the removal out), and the temporary directories' parent if that
+/// leaves it empty. Only a path of the form `.toolgate-tmp/<id>` is taken.
+fn remove_temporary(workspace: &std::path::Path, tmp: &std::path::Path) {
+    let mut parts = tmp.components();
+    let shaped = matches!(
+        (parts.next(), parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(parent)), Some(std::path::Component::Normal(_)), None)
+            if parent == super::TMP_DIR_NAME
+    );
+    if !shaped {
+        return;
+    }
+    let Ok(dir) = cap_std::fs::Dir::open_ambient_dir(workspace, cap_std::ambient_authority())
+    else {
+        return;
+    };
+    let _ = dir.remove_dir_all(tmp);
+    let _ = dir.remove_dir(super::TMP_DIR_NAME);
+}
+
 /// Kills the session when dropped while armed: a `run` future dropped
 /// mid-command (its caller gave up) leaves nothing behind.
 pub(crate) struct SessionGuard {
@@ -153,13 +175,25 @@ impl SessionRecords {
         self.dir.join(format!("{}-{sid}", self.service.0))
     }
 
-    /// Record the session `sid` of a command just started.
-    pub fn record(&self, sid: i32) -> std::io::Result<()> {
+    /// Record the session `sid` of a command just started, with its
+    /// temporary directory (`tmp`, relative to `workspace`), which an
+    /// orphaned session's ending removes too.
+    pub fn record(
+        &self,
+        sid: i32,
+        workspace: &std::path::Path,
+        tmp: &std::path::Path,
+    ) -> std::io::Result<()> {
         let (pid, started) = self.service;
         let leader = start_of(sid).unwrap_or(0);
         std::fs::write(
             self.file(sid),
-            format!("{pid} {started} {sid} {leader} {}\n", self.boot),
+            format!(
+                "{pid} {started} {sid} {leader} {}\n{}\n{}\n",
+                self.boot,
+                workspace.display(),
+                tmp.display()
+            ),
         )
     }
 
@@ -178,7 +212,9 @@ impl SessionRecords {
         for entry in entries.flatten() {
             let path = entry.path();
             let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let fields: Vec<&str> = text.split_whitespace().collect();
+            let mut lines = text.lines();
+            let fields: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+            let tmp = lines.next().zip(lines.next());
             let parsed = match fields.as_slice() {
                 [pid, started, sid, leader, boot] => pid
                     .parse::<i32>()
@@ -206,6 +242,9 @@ impl SessionRecords {
             if !reused {
                 killed += members_of(sid).len();
                 kill_session(sid);
+            }
+            if let Some((workspace, tmp)) = tmp {
+                remove_temporary(workspace.as_ref(), tmp.as_ref());
             }
             let _ = std::fs::remove_file(&path);
         }
@@ -272,11 +311,29 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
         assert_eq!(left.len(), 1, "only the live service's record stays");
 
-        // Recorded by a service that is gone: its session is ended.
+        // Recorded by a service that is gone: its session is ended, and its
+        // temporary directory removed (only one of the form it makes).
+        let workspace = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(workspace.path().join(".toolgate-tmp/abc/deep")).unwrap();
+        std::fs::create_dir_all(workspace.path().join("keep")).unwrap();
         write_record(dir.path(), dead, sid, leader, &records.boot);
+        let file = dir.path().join(format!("{}-{sid}", dead.0));
+        let line = std::fs::read_to_string(&file).unwrap();
+        let with_tmp = |tmp: &str| format!("{line}{}\n{tmp}\n", workspace.path().display());
+        std::fs::write(&file, with_tmp(".toolgate-tmp/abc")).unwrap();
+        let odd = (dead.0 + 3, 1);
+        write_record(dir.path(), odd, sid, leader, &records.boot);
+        std::fs::write(
+            dir.path().join(format!("{}-{sid}", odd.0)),
+            with_tmp("keep"),
+        )
+        .unwrap();
         assert_eq!(records.end_orphans(), 1);
         child.wait().unwrap();
-        assert!(!dir.path().join(format!("{}-{sid}", dead.0)).exists());
+        assert!(!file.exists());
+        assert!(!workspace.path().join(".toolgate-tmp").exists());
+        assert!(workspace.path().join("keep").exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
@@ -285,7 +342,9 @@ mod tests {
         let records = SessionRecords::open(dir.path()).unwrap();
         let mut child = session_leader();
         let sid = child.id() as i32;
-        records.record(sid).unwrap();
+        records
+            .record(sid, dir.path(), std::path::Path::new(".toolgate-tmp/x"))
+            .unwrap();
         let text = std::fs::read_to_string(records.file(sid)).unwrap();
         let fields: Vec<&str> = text.split_whitespace().collect();
         assert_eq!(fields[0], std::process::id().to_string());
