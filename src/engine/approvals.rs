@@ -125,7 +125,7 @@ impl Engine {
                 "rule": permission.rule,
                 // Where a file tool's path led through links when the call
                 // was asked about: it must lead there still when it runs.
-                "resolved_path": self.file_facts(&req, tool).resolved,
+                "resolved_path": permission.resolved_path,
             }),
             status: ApprovalStatus::Pending,
             decided_by: None,
@@ -358,13 +358,15 @@ impl Engine {
             observer: None,
             undo_of: text("undo_of"),
         };
-        let permission = Permission {
+        let mut permission = Permission {
             verdict: match r.get("verdict").and_then(Value::as_str) {
                 Some("ask") => super::Verdict::Ask,
                 _ => super::Verdict::Allow,
             },
             rule: text("rule"),
             reason: approval.reason.clone(),
+            resolved_path: None,
+            path_rules: None,
         };
         let written = self
             .writer
@@ -387,9 +389,13 @@ impl Engine {
         let runnable = match self.registry.resolve(&approval.tool_name) {
             // The rules changed while it waited: the approval does not
             // override what the deployment or the owner forbids now.
+            // The walk's path rules are those in force now, too.
             Some(tool) => match self.refusal_now(&req, &tool, r.get("resolved_path")).await {
-                Some(error) => Err(error),
-                None => Ok(tool),
+                Err(error) => Err(error),
+                Ok(now) => {
+                    permission.path_rules = now.path_rules;
+                    Ok(tool)
+                }
             },
             // Unregistered while it waited: finish it, don't leave it open.
             None => Err(ToolError::new(
@@ -435,60 +441,57 @@ impl Engine {
     /// file path leads somewhere else now than when it was asked about (a
     /// link changed while it waited: the person approved the other place).
     /// `resolved_then` is what the approval recorded (absent in approvals
-    /// made before it was recorded: not compared).
+    /// made before it was recorded: not compared). Otherwise the verdict
+    /// reached now, whose walk rules the call runs with.
     async fn refusal_now(
         &self,
         req: &CallRequest,
         tool: &Arc<RegisteredTool>,
         resolved_then: Option<&Value>,
-    ) -> Option<ToolError> {
+    ) -> Result<Permission, ToolError> {
         if !self.config.approvals.enabled {
-            return Some(
-                ToolError::new(
-                    codes::APPROVAL_DENIED,
-                    format!(
-                        "{} was approved, but approvals are turned off now, so calls that need one are denied",
-                        tool.definition.name
-                    ),
-                    false,
-                )
-                .with_hint(NO_APPROVER_HINT),
-            );
+            return Err(ToolError::new(
+                codes::APPROVAL_DENIED,
+                format!(
+                    "{} was approved, but approvals are turned off now, so calls that need one are denied",
+                    tool.definition.name
+                ),
+                false,
+            )
+            .with_hint(NO_APPROVER_HINT));
         }
-        if let Some(then) = resolved_then {
-            let now = self.file_facts(req, tool).resolved;
-            if then.as_str() != now.as_deref() {
-                let shown = |p: Option<&str>| p.map_or("nowhere".to_string(), |p| format!("{p:?}"));
-                return Some(
-                    ToolError::new(
-                        codes::PERMISSION_DENIED,
-                        format!(
-                            "{} was approved while its path led to {}, but it leads to {} now (a link changed); it did not run",
-                            tool.definition.name,
-                            shown(then.as_str()),
-                            shown(now.as_deref()),
-                        ),
-                        false,
-                    )
-                    .with_hint("call it again with a new tool call id, so it is judged where the path leads now"),
-                );
-            }
+        let now = self
+            .permission(req, tool)
+            .await
+            .map_err(|e| super::rules_unreadable(&e))?;
+        if let Some(then) = resolved_then
+            && then.as_str() != now.resolved_path.as_deref()
+        {
+            let shown = |p: Option<&str>| p.map_or("nowhere".to_string(), |p| format!("{p:?}"));
+            return Err(ToolError::new(
+                codes::PERMISSION_DENIED,
+                format!(
+                    "{} was approved while its path led to {}, but it leads to {} now (a link changed); it did not run",
+                    tool.definition.name,
+                    shown(then.as_str()),
+                    shown(now.resolved_path.as_deref()),
+                ),
+                false,
+            )
+            .with_hint("call it again with a new tool call id, so it is judged where the path leads now"));
         }
-        match self.permission(req, tool).await {
-            Ok(now) if now.verdict == super::Verdict::Deny => Some(
-                ToolError::new(
-                    codes::PERMISSION_DENIED,
-                    format!(
-                        "{} was approved, but the permission rules now deny it: {}",
-                        tool.definition.name, now.reason
-                    ),
-                    false,
-                )
-                .with_hint(super::DENIED_HINT),
-            ),
-            Ok(_) => None,
-            Err(e) => Some(super::rules_unreadable(&e)),
+        if now.verdict == super::Verdict::Deny {
+            return Err(ToolError::new(
+                codes::PERMISSION_DENIED,
+                format!(
+                    "{} was approved, but the permission rules now deny it: {}",
+                    tool.definition.name, now.reason
+                ),
+                false,
+            )
+            .with_hint(super::DENIED_HINT));
         }
+        Ok(now)
     }
 
     /// Finish an open approval as expired (`APPROVAL_EXPIRED`). Losing a race

@@ -122,6 +122,13 @@ pub struct Permission {
     /// The rule that decided, e.g. `deny: bash(rm *)`; `None` for defaults.
     pub rule: Option<String>,
     pub reason: String,
+    /// For a file tool: where its path led through links when the verdict
+    /// was reached (recorded with an approval, compared when it resumes).
+    pub resolved_path: Option<String>,
+    /// For a file tool: the path rules its walk applies to what it meets
+    /// (`ToolContext::path_rules`), from the same rules and facts as the
+    /// verdict.
+    pub path_rules: Option<Arc<crate::permissions::PathRules>>,
 }
 
 impl From<crate::permissions::Decision> for Permission {
@@ -134,6 +141,8 @@ impl From<crate::permissions::Decision> for Permission {
             },
             rule: d.rule,
             reason: d.reason,
+            resolved_path: None,
+            path_rules: None,
         }
     }
 }
@@ -408,6 +417,7 @@ impl Engine {
                 arguments.clone(),
                 guard.cancel.clone(),
                 &write_ahead,
+                permission.path_rules.clone(),
             )
             .await;
         // 9. Undo capture (a dry run has nothing to undo).
@@ -645,8 +655,8 @@ impl Engine {
         arguments: Value,
         cancel: CancellationToken,
         write_ahead: &WriteAhead,
+        path_rules: Option<Arc<crate::permissions::PathRules>>,
     ) -> Result<ToolSuccess, ToolError> {
-        let path_rules = self.path_rules(req, tool).await?;
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let progress_task = tokio::spawn(forward_progress(
             self.writer.clone(),
@@ -1176,6 +1186,8 @@ impl Engine {
         tool: &RegisteredTool,
     ) -> Result<Permission, Rejection> {
         let owner_rules = self.owner_rules(&req.owner).await?;
+        // The file system is looked at once per verdict: where the path
+        // leads serves the verdict, the walk's rules and the approval.
         let file = self.file_facts(req, tool);
         let facts = call_facts(req, tool, &file);
         let decision = crate::permissions::decide(
@@ -1184,7 +1196,15 @@ impl Engine {
             &self.config.permissions.defaults,
             &facts,
         );
-        Ok(Permission::from(decision))
+        let path_rules = crate::permissions::PathRules::new(
+            &self.config.permissions.rules,
+            owner_rules.as_ref(),
+            &facts,
+        );
+        let mut permission = Permission::from(decision);
+        permission.path_rules = (!path_rules.is_empty()).then(|| Arc::new(path_rules));
+        permission.resolved_path = file.resolved;
+        Ok(permission)
     }
 
     /// What file rules need to know of a file tool's `path`: where the
@@ -1221,31 +1241,6 @@ impl Engine {
             .as_ref()
             .and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
         facts
-    }
-
-    /// The path rules a file tool's walk applies to what it meets
-    /// (`ToolContext::path_rules`): the rules in force now, for this call.
-    async fn path_rules(
-        &self,
-        req: &CallRequest,
-        tool: &RegisteredTool,
-    ) -> Result<Option<Arc<crate::permissions::PathRules>>, ToolError> {
-        let meta = &tool.definition.metadata;
-        if meta.permission_class != crate::tools::PermissionClass::File {
-            return Ok(None);
-        }
-        let owner_rules = self
-            .owner_rules(&req.owner)
-            .await
-            .map_err(|e| rules_unreadable(&e))?;
-        let file = self.file_facts(req, tool);
-        let facts = call_facts(req, tool, &file);
-        let rules = crate::permissions::PathRules::new(
-            &self.config.permissions.rules,
-            owner_rules.as_ref(),
-            &facts,
-        );
-        Ok((!rules.is_empty()).then(|| Arc::new(rules)))
     }
 
     async fn owner_rules(
