@@ -79,6 +79,20 @@ const DROP_TABLE: Tool = Tool {
     destructive: true,
 };
 
+/// What the rules see of a call of `tool` with `arguments` in the test
+/// workspace, its path leading to `resolved` through links when given.
+fn facts<'a>(tool: &'a Tool, arguments: &'a Value, resolved: Option<&'a str>) -> CallFacts<'a> {
+    CallFacts {
+        tool_name: tool.name,
+        class: tool.class,
+        read_only: tool.read_only,
+        destructive: tool.destructive,
+        arguments,
+        workspace: Some(std::path::Path::new(WORKSPACE)),
+        resolved_path: resolved,
+    }
+}
+
 fn decide_with(
     deployment: &RuleSet,
     owner: &RuleSet,
@@ -86,20 +100,7 @@ fn decide_with(
     tool: &Tool,
     arguments: &Value,
 ) -> Decision {
-    decide(
-        deployment,
-        owner,
-        defaults,
-        &CallFacts {
-            tool_name: tool.name,
-            class: tool.class,
-            read_only: tool.read_only,
-            destructive: tool.destructive,
-            arguments,
-            workspace: Some(std::path::Path::new(WORKSPACE)),
-            resolved_path: None,
-        },
-    )
+    decide(deployment, owner, defaults, &facts(tool, arguments, None))
 }
 
 /// A file tool's call whose `path` leads to `resolved` through links.
@@ -110,36 +111,18 @@ fn through_link(
     path: &str,
     resolved: &str,
 ) -> Decision {
+    let arguments = json!({ "path": path });
     decide(
         &none(),
         set,
         defaults,
-        &CallFacts {
-            tool_name: tool.name,
-            class: tool.class,
-            read_only: tool.read_only,
-            destructive: tool.destructive,
-            arguments: &json!({ "path": path }),
-            workspace: Some(std::path::Path::new(WORKSPACE)),
-            resolved_path: Some(resolved),
-        },
+        &facts(tool, &arguments, Some(resolved)),
     )
 }
 
 fn walk_rules(deployment: &RuleSet, owner: &RuleSet, tool: &Tool, path: &str) -> PathRules {
-    PathRules::new(
-        deployment,
-        owner,
-        &CallFacts {
-            tool_name: tool.name,
-            class: tool.class,
-            read_only: tool.read_only,
-            destructive: tool.destructive,
-            arguments: &json!({ "path": path }),
-            workspace: Some(std::path::Path::new(WORKSPACE)),
-            resolved_path: None,
-        },
-    )
+    let arguments = json!({ "path": path });
+    PathRules::new(deployment, owner, &facts(tool, &arguments, None))
 }
 
 /// The owner's rules only, default defaults.
