@@ -94,18 +94,15 @@ fn arranged<'a>(
         .flat_map(stored_calls)
         .filter_map(|c| c["id"].as_str())
         .collect();
-    let placed_elsewhere = |m: &StoredMessage| {
-        m.role == Role::Tool
-            && m.tool_call_id
-                .as_deref()
-                .is_some_and(|id| declared.contains(id))
+    // For a result: whether an assistant message declares its call.
+    let declared_result = |m: &StoredMessage| {
+        (m.role == Role::Tool)
+            .then_some(m.tool_call_id.as_deref())
+            .flatten()
+            .map(|id| declared.contains(id))
     };
-    let undeclared = |m: &StoredMessage| {
-        m.role == Role::Tool
-            && m.tool_call_id
-                .as_deref()
-                .is_some_and(|id| !declared.contains(id))
-    };
+    let placed_elsewhere = |m: &StoredMessage| declared_result(m) == Some(true);
+    let undeclared = |m: &StoredMessage| declared_result(m) == Some(false);
     let mut emitted: HashSet<&str> = HashSet::new();
     let mut out = Vec::with_capacity(messages.len());
     let mut i = 0;
