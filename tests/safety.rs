@@ -1078,6 +1078,63 @@ async fn file_rules_follow_links_inside_the_workspace(backend: Backend) {
     assert!(out.to_string().contains("plain"), "{out}");
 }
 
+/// A deny written for one reading tool (`read_file(.env)`) keeps the
+/// others from reading the file too: grep neither prints it in a walk nor
+/// searches it when named, glob does not list it.
+async fn a_read_file_deny_keeps_grep_and_glob_out(backend: Backend) {
+    const SECRET: &str = "needle-ONLY-READ-FILE-DENIED-93b1";
+    let app = TestApp::spawn(backend).await;
+    put_rules(
+        &app,
+        json!({"allow": ["bash", "read"], "deny": ["read_file(.env)"]}),
+    )
+    .await;
+    let (_, out) = app
+        .call(
+            "h",
+            json!({"id": "mk", "name": "bash", "arguments": {"command": format!(
+                "printf '{SECRET}\\n' > .env && printf 'needle-public\\n' > notes.txt"
+            )}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+
+    let (_, out) = app
+        .call("h", json!({"id": "g1", "name": "grep", "arguments": {"pattern": "needle", "output_mode": "content"}}))
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert!(!leaked(&out, SECRET), "{out}");
+    let r = &out["tool_agent_output"]["result"];
+    assert_eq!(r["files_matched"], 1, "{r}");
+    assert_eq!(r["skipped_by_rules"], 1, "{r}");
+
+    for (id, tool, arguments) in [
+        ("g2", "grep", json!({"pattern": "needle", "path": ".env"})),
+        ("l1", "glob", json!({"pattern": "*", "path": ".env"})),
+        ("r1", "read_file", json!({"path": ".env"})),
+    ] {
+        let (_, out) = app
+            .call("h", json!({"id": id, "name": tool, "arguments": arguments}))
+            .await;
+        let o = &out["tool_agent_output"];
+        assert_eq!(o["status"], "failure", "{tool}: {out}");
+        assert_eq!(o["error"]["code"], "PERMISSION_DENIED", "{tool}: {out}");
+        assert!(!leaked(&out, SECRET), "{out}");
+    }
+    let (_, out) = app
+        .call(
+            "h",
+            json!({"id": "l2", "name": "glob", "arguments": {"pattern": "*"}}),
+        )
+        .await;
+    let r = &out["tool_agent_output"]["result"];
+    let files = r["files"].to_string();
+    assert!(
+        files.contains("notes.txt") && !files.contains(".env"),
+        "{r}"
+    );
+}
+
 /// `glob` and `grep` over a directory: files the rules deny (or ask about)
 /// are left out of the walk, and the result says how many.
 async fn walks_leave_out_files_the_rules_deny(backend: Backend) {
@@ -1162,11 +1219,11 @@ async fn walks_leave_out_files_the_rules_deny(backend: Backend) {
     );
     assert_eq!(r["skipped_by_rules"], 3, "{r}");
 
-    // A directory listing leaves out what the read rules name too (the
-    // `ask` rules name grep and glob only, so `private` is listed here).
-    for (id, dir, expected) in [
-        ("r1", ".", vec!["private", "pv", "src", "sub"]),
-        ("r2", "sub", vec![]),
+    // A directory listing leaves out what the read rules name too: a path
+    // rule on one reading tool (`ask: grep(private)`) covers them all.
+    for (id, dir, expected, skipped) in [
+        ("r1", ".", vec!["pv", "src", "sub"], 2),
+        ("r2", "sub", vec![], 1),
     ] {
         let (_, out) = app
             .call(
@@ -1184,14 +1241,8 @@ async fn walks_leave_out_files_the_rules_deny(backend: Backend) {
             .filter(|n| !n.starts_with(".toolgate"))
             .collect();
         assert_eq!(names, expected, "{dir}: {r}");
-        assert_eq!(r["skipped_by_rules"], 1, "{dir}: {r}");
-        assert!(
-            r["rules_note"]
-                .as_str()
-                .unwrap()
-                .contains("1 file or directory"),
-            "{r}"
-        );
+        assert_eq!(r["skipped_by_rules"], skipped, "{dir}: {r}");
+        assert!(r["rules_note"].as_str().is_some(), "{r}");
         assert!(r.get("note").is_none(), "{dir}: not called empty: {r}");
     }
 
@@ -1415,6 +1466,7 @@ both_backends!(
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,
     walks_leave_out_files_the_rules_deny,
+    a_read_file_deny_keeps_grep_and_glob_out,
     a_link_swapped_during_an_approval_is_caught,
     an_approved_call_still_meets_the_rules_in_force,
     confidence_gate_missing_low_and_ok,

@@ -314,7 +314,8 @@ pub fn decide(
 /// The deny and ask path rules a walk over a directory (`glob`, `grep`)
 /// applies to the files and directories it meets: what one of them names
 /// is left out. Made for one call: only rules that name the call's tool
-/// (directly, by group) and that did not match the call's own path count
+/// (directly, by group, or as another reading tool's path rule) and that
+/// did not match the call's own path count
 /// (one that did has already denied the call, or a person approved it).
 /// An `ask` counts like a deny: nobody approved reading that file.
 #[derive(Debug, Clone, Default)]
@@ -369,13 +370,18 @@ impl PathRules {
     }
 }
 
-/// Does `rule` name this call's tool (directly, by group, or as a read
-/// rule that also covers writes)?
+/// Does `rule` name this call's tool (directly, by group, as a read rule
+/// that also covers writes, or as one reading tool's rule that covers the
+/// others)?
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Via {
     Name,
     Group,
     ReadCoversWrite,
+    /// A deny or ask path rule on one reading tool (`read_file(.env)`)
+    /// covers every reading tool: else `grep` would print what
+    /// `read_file` may not, and `glob` list it.
+    ReadCoversRead,
 }
 
 fn names_call(rule: &Rule, call: &CallFacts, list: List) -> Option<Via> {
@@ -397,6 +403,13 @@ fn names_call(rule: &Rule, call: &CallFacts, list: List) -> Option<Via> {
         {
             Some(Via::ReadCoversWrite)
         }
+        tool if list != List::Allow
+            && call.read_only
+            && rule.specifier().is_some()
+            && known(tool) == Some(Known::FileRead) =>
+        {
+            Some(Via::ReadCoversRead)
+        }
         _ => None,
     }
 }
@@ -404,13 +417,20 @@ fn names_call(rule: &Rule, call: &CallFacts, list: List) -> Option<Via> {
 /// Deny and ask rules: could this call be one the rule names?
 fn may_match(rule: &Rule, call: &CallFacts, subject: &Subject, list: List) -> Option<Hit> {
     let via = names_call(rule, call, list)?;
-    let via_note = (via == Via::ReadCoversWrite).then(|| {
-        format!(
+    let via_note = match via {
+        Via::ReadCoversWrite => Some(format!(
             "a {} rule on reading `{}` also covers writing it",
             list.name(),
             rule.specifier().unwrap_or_default()
-        )
-    });
+        )),
+        Via::ReadCoversRead => Some(format!(
+            "a {} rule on reading `{}` with {} covers every tool that reads files",
+            list.name(),
+            rule.specifier().unwrap_or_default(),
+            rule.tool()
+        )),
+        Via::Name | Via::Group => None,
+    };
     let hit = |piece: Option<String>| Hit {
         piece,
         note: via_note.clone(),

@@ -736,12 +736,20 @@ fn walks_leave_out_what_deny_and_ask_rules_name() {
     );
     let hidden = walk_rules(&deployment, &owner, &GREP, ".");
     assert!(!hidden.is_empty());
-    for path in [".env", "a/b/.env", "private", "private/x.txt", "keys/k.pem"] {
+    // Path rules on any reading tool count: `read_file(notes/**)` keeps
+    // grep from printing what read_file may not.
+    for path in [
+        ".env",
+        "a/b/.env",
+        "private",
+        "private/x.txt",
+        "keys/k.pem",
+        "notes/a.txt",
+    ] {
         assert!(hidden.leave_out(path, None), "{path}");
     }
-    // `read_file(…)` and `glob(…)` rules are about other tools; a bare
-    // `ask: grep` was about the call itself.
-    for path in ["src/main.rs", "notes/a.txt", ".envrc", "privately.txt"] {
+    // A bare `ask: grep` was about the call itself.
+    for path in ["src/main.rs", ".envrc", "privately.txt", "notes.txt"] {
         assert!(!hidden.leave_out(path, None), "{path}");
     }
     // A walk that started below a link: what the path is known as there.
@@ -752,10 +760,74 @@ fn walks_leave_out_what_deny_and_ask_rules_name() {
     let approved = walk_rules(&deployment, &owner, &GREP, "private");
     assert!(!approved.leave_out("private/x.txt", None));
     assert!(approved.leave_out("private/.env", None));
-    // No path rules on the tool: nothing to leave out.
-    assert!(walk_rules(&none(), &rules(&["read"], &["grep"], &[]), &GREP, ".").is_empty());
+    // No path rules on a reading tool: nothing to leave out. A write
+    // rule is not about reading.
+    assert!(
+        walk_rules(
+            &none(),
+            &rules(
+                &["read"],
+                &["grep"],
+                &["write_file(src/**)", "write(docs/**)"]
+            ),
+            &GREP,
+            "."
+        )
+        .is_empty()
+    );
     // Not a file tool: nothing either.
     assert!(walk_rules(&none(), &owner, &BASH, ".").is_empty());
+}
+
+#[test]
+fn a_path_rule_on_one_reading_tool_covers_them_all() {
+    let glob = Tool {
+        name: "glob",
+        ..GREP
+    };
+    for (rule, list) in [
+        ("read_file(.env)", Verdict::Deny),
+        ("grep(.env)", Verdict::Deny),
+        ("glob(.env)", Verdict::Ask),
+    ] {
+        let set = if list == Verdict::Deny {
+            rules(&["read"], &[], &[rule])
+        } else {
+            rules(&["read"], &[rule], &[])
+        };
+        for tool in [&READ_FILE, &GREP, &glob] {
+            let d = owner(&set, tool, json!({"path": ".env"}));
+            assert_eq!(d.verdict, list, "{rule} {}", tool.name);
+            if !rule.starts_with(tool.name) {
+                assert!(
+                    d.reason.contains("covers every tool that reads files"),
+                    "{}",
+                    d.reason
+                );
+            }
+            // Other paths stay allowed by `read`.
+            assert_eq!(
+                owner(&set, tool, json!({"path": "src/a.rs"})).verdict,
+                Verdict::Allow,
+                "{rule} {}",
+                tool.name
+            );
+        }
+    }
+    // A bare rule stays about its own tool; an allow rule does not spread.
+    let set = rules(&["read_file(docs/**)"], &[], &["read_file"]);
+    let defaults = Defaults {
+        read_only: Verdict::Ask,
+        ..Defaults::default()
+    };
+    for (tool, path, verdict) in [
+        (&GREP, "src", Verdict::Ask),
+        (&GREP, "docs", Verdict::Ask),
+        (&READ_FILE, "docs/a.md", Verdict::Deny),
+    ] {
+        let d = decide_with(&none(), &set, &defaults, tool, &json!({ "path": path }));
+        assert_eq!(d.verdict, verdict, "{} {path}", tool.name);
+    }
 }
 
 #[test]
