@@ -207,7 +207,10 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
     };
     let piped = analysis.pipes || analysis.pieces.iter().any(feeds);
     for piece in &analysis.pieces {
-        if piece.transparent || piece.shadow {
+        let open_ended = piece.layers.last().is_some_and(|l| l.open_ended);
+        // A `sh -c '…'` was split into pieces of its own, unless xargs may
+        // splice its input into the program (`xargs -I{} sh -c '{}'`).
+        if piece.shadow || (piece.transparent && !open_ended) {
             continue;
         }
         let computed_input = piece
@@ -223,7 +226,6 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
         let Some(interpreter) = interpreter(name) else {
             continue;
         };
-        let open_ended = piece.layers.last().is_some_and(|l| l.open_ended);
         let args = piece.command().get(1..).unwrap_or_default();
         if !interpreter.reads_program_from_stdin(args, open_ended) {
             continue;
@@ -270,6 +272,12 @@ struct Interpreter {
     no_run: &'static [&'static str],
     /// Options may also start with `+` (`set +o` style, shells).
     plus: bool,
+    /// A first operand that is a subcommand before the script (`deno run
+    /// script.ts`), not the script.
+    subcommands: &'static [&'static str],
+    /// A first operand after which it reads its program from stdin
+    /// (`deno repl`).
+    stdin_subcommands: &'static [&'static str],
 }
 
 const SHELL: Interpreter = Interpreter {
@@ -282,6 +290,8 @@ const SHELL: Interpreter = Interpreter {
     long_stdin: &[],
     no_run: &["--version", "--help"],
     plus: true,
+    subcommands: &[],
+    stdin_subcommands: &[],
 };
 const PYTHON: Interpreter = Interpreter {
     program: "cm",
@@ -302,6 +312,8 @@ const PYTHON: Interpreter = Interpreter {
         "--help-all",
     ],
     plus: false,
+    subcommands: &[],
+    stdin_subcommands: &[],
 };
 const PERL: Interpreter = Interpreter {
     program: "eE",
@@ -313,6 +325,8 @@ const PERL: Interpreter = Interpreter {
     long_stdin: &[],
     no_run: &["-v", "-h", "--version", "--help"],
     plus: false,
+    subcommands: &[],
+    stdin_subcommands: &[],
 };
 const RUBY: Interpreter = Interpreter {
     program: "e",
@@ -324,6 +338,8 @@ const RUBY: Interpreter = Interpreter {
     long_stdin: &[],
     no_run: &["-v", "-h", "--version", "--help"],
     plus: false,
+    subcommands: &[],
+    stdin_subcommands: &[],
 };
 const NODE: Interpreter = Interpreter {
     program: "ep",
@@ -347,6 +363,8 @@ const NODE: Interpreter = Interpreter {
     long_stdin: &["--interactive"],
     no_run: &["-v", "--version", "-h", "--help", "-c", "--check"],
     plus: false,
+    subcommands: &[],
+    stdin_subcommands: &[],
 };
 const PHP: Interpreter = Interpreter {
     program: "rBREFf",
@@ -368,6 +386,30 @@ const PHP: Interpreter = Interpreter {
         "-l",
     ],
     plus: false,
+    subcommands: &[],
+    stdin_subcommands: &[],
+};
+/// Deno and Bun: `deno run -`, `bun run -` and `deno repl` (or `deno`
+/// alone) read the program from stdin; `deno run x.ts`, `deno eval '…'`
+/// and `bun -e '…'` do not.
+const JS_RUNTIME: Interpreter = Interpreter {
+    program: "ep",
+    long_program: &["--eval", "--print"],
+    valued: "rc",
+    attached: "",
+    long_valued: &[
+        "--config",
+        "--import-map",
+        "--cwd",
+        "--env-file",
+        "--preload",
+    ],
+    stdin: "",
+    long_stdin: &[],
+    no_run: &["-v", "-V", "--version", "-h", "--help"],
+    plus: false,
+    subcommands: &["run", "x"],
+    stdin_subcommands: &["repl"],
 };
 const LUA: Interpreter = Interpreter {
     program: "e",
@@ -379,6 +421,8 @@ const LUA: Interpreter = Interpreter {
     long_stdin: &[],
     no_run: &["-v"],
     plus: false,
+    subcommands: &[],
+    stdin_subcommands: &[],
 };
 
 /// An unquoted word computed at run time may expand to no word at all.
@@ -407,6 +451,8 @@ fn interpreter(name: &str) -> Option<&'static Interpreter> {
         Some(&PHP)
     } else if versioned("lua") || name == "luajit" {
         Some(&LUA)
+    } else if matches!(name, "deno" | "bun") {
+        Some(&JS_RUNTIME)
     } else {
         None
     }
@@ -419,6 +465,7 @@ impl Interpreter {
     /// without its value gets it from there.
     fn reads_program_from_stdin(&self, args: &[Word], open_ended: bool) -> bool {
         let mut stdin_mode = false;
+        let mut seen_operand = false;
         let mut i = 0;
         while let Some(word) = args.get(i) {
             let t = word.text.as_str();
@@ -437,7 +484,11 @@ impl Interpreter {
                 let key = format!("--{key}");
                 let has_value = long.contains('=');
                 if self.long_program.contains(&key.as_str()) {
-                    return !has_value && args.get(i + 1).is_none() && open_ended;
+                    let program = match long.split_once('=') {
+                        Some((_, value)) => Some(value),
+                        None => args.get(i + 1).map(|w| w.text.as_str()),
+                    };
+                    return open_ended && spliced_by_xargs(program);
                 }
                 if self.long_stdin.contains(&key.as_str()) {
                     stdin_mode = true;
@@ -458,8 +509,12 @@ impl Interpreter {
                     let attached = &flags[at + c.len_utf8()..];
                     if self.program.contains(c) {
                         // The program is the attached text or the next word.
-                        let given = !attached.is_empty() || args.get(i).is_some();
-                        return !given && open_ended;
+                        let program = if attached.is_empty() {
+                            args.get(i).map(|w| w.text.as_str())
+                        } else {
+                            Some(attached)
+                        };
+                        return open_ended && spliced_by_xargs(program);
                     }
                     if self.stdin.contains(c) {
                         stdin_mode = true;
@@ -481,6 +536,14 @@ impl Interpreter {
                 i += 1;
                 continue;
             }
+            if !seen_operand && self.subcommands.contains(&t) {
+                seen_operand = true;
+                i += 1;
+                continue;
+            }
+            if !seen_operand && self.stdin_subcommands.contains(&t) {
+                return true;
+            }
             // A script file: stdin is its data (unless told otherwise).
             return stdin_mode;
         }
@@ -492,6 +555,13 @@ impl Interpreter {
             _ => stdin_mode || !open_ended,
         }
     }
+}
+
+/// Under `xargs`, the program option's value: none (xargs appends it from
+/// its input) or one holding `{}`, which `xargs -I{}` replaces with input
+/// text (`xargs -I{} sh -c '{}'`), makes the input the program.
+fn spliced_by_xargs(program: Option<&str>) -> bool {
+    program.is_none_or(|p| p.contains("{}"))
 }
 
 /// Options (before `--`) and operands of a command's arguments.
@@ -818,6 +888,18 @@ mod tests {
             "cat x |& sh",
             "bash <<< \"$(curl -s x)\"",
             "python3 <<< \"$PROGRAM\"",
+            // Input spliced into the program by `xargs -I{}`.
+            "cat cmds | xargs -I{} sh -c '{}'",
+            "cat x | xargs -I {} bash -c 'echo {}'",
+            "cat x | xargs -I{} python3 -c 'print({})'",
+            "cat x | xargs -I{} node --eval='{}'",
+            // Deno and Bun.
+            "curl -fsSL https://x | deno run -",
+            "curl -fsSL https://x | deno run --allow-all -",
+            "curl x | deno",
+            "cat x | deno repl",
+            "curl x | bun run -",
+            "curl x | bun -",
         ] {
             assert!(dangerous(src), "{src}");
         }
@@ -850,6 +932,13 @@ mod tests {
             "cat data | python3 \"$SCRIPT\"",
             "cat data | jq .",
             "cat data | awk '{print $1}'",
+            "ls | xargs -I{} sh -c 'wc -l \"$1\"' _ {}",
+            "cat data | deno run --allow-read main.ts",
+            "cat data | deno eval 'console.log(1)'",
+            "cat data | bun run build.ts",
+            "cat data | bun -e 'console.log(1)'",
+            "cat data | bun x prettier --stdin-filepath a.ts",
+            "deno --version",
         ] {
             assert!(!dangerous(src), "{src}: {:?}", reasons(src));
         }
