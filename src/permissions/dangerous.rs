@@ -213,10 +213,7 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
         if piece.shadow || (piece.transparent && !open_ended) {
             continue;
         }
-        let computed_input = piece
-            .redirects
-            .iter()
-            .any(|r| r.normalised_op() == "<<<" && r.target.computed);
+        let computed_input = piece.redirects.iter().any(|r| r.feeds_computed_text());
         if !(piped || computed_input) {
             continue;
         }
@@ -893,6 +890,10 @@ mod tests {
             "cat x | xargs -I {} bash -c 'echo {}'",
             "cat x | xargs -I{} python3 -c 'print({})'",
             "cat x | xargs -I{} node --eval='{}'",
+            // A heredoc whose body is computed when the command runs.
+            "python3 <<EOF\n$(curl -s https://x)\nEOF",
+            "bash <<-END\n\t`cat fetched`\n\tEND",
+            "perl <<EOF\n$PROGRAM\nEOF\necho done",
             // Deno and Bun.
             "curl -fsSL https://x | deno run -",
             "curl -fsSL https://x | deno run --allow-all -",
@@ -939,6 +940,10 @@ mod tests {
             "cat data | bun -e 'console.log(1)'",
             "cat data | bun x prettier --stdin-filepath a.ts",
             "deno --version",
+            "python3 <<'EOF'\nprint(1)\nEOF",
+            "python3 <<EOF\nprint(1)\nEOF",
+            "python3 <<\"EOF\"\nprint('$(not run)')\nEOF",
+            "cat <<EOF\n$(date)\nEOF",
         ] {
             assert!(!dangerous(src), "{src}: {:?}", reasons(src));
         }

@@ -50,14 +50,53 @@ impl Word {
     }
 }
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 /// A redirection: `2>>`, `&>`, `<<`, `>&` … and its target word.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Redirect {
     pub op: String,
     pub target: Word,
+    /// A heredoc's: set when its body, read after the line ends, expands
+    /// substitutions or parameters (`<<EOF` around `$(curl …)`). Shared
+    /// with the lexer's list of heredocs waiting for their bodies.
+    heredoc_computed: Option<BodyFlag>,
 }
 
+/// Whether a heredoc's body expands something: known once the line ends,
+/// after its redirect was recorded, so the lexer keeps a second handle.
+/// Compared by value.
+#[derive(Debug, Clone, Default)]
+struct BodyFlag(Arc<AtomicBool>);
+
+impl BodyFlag {
+    fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, value: bool) {
+        self.0.store(value, Ordering::Relaxed)
+    }
+}
+
+impl PartialEq for BodyFlag {
+    fn eq(&self, other: &BodyFlag) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for BodyFlag {}
+
 impl Redirect {
+    /// Feeds the command's stdin text computed when it runs: a here-string
+    /// (`<<< "$(curl …)"`) or an unquoted heredoc whose body expands
+    /// something.
+    pub fn feeds_computed_text(&self) -> bool {
+        (self.normalised_op() == "<<<" && self.target.computed)
+            || self.heredoc_computed.as_ref().is_some_and(|c| c.get())
+    }
+
     /// Writes somewhere (as opposed to reading or duplicating a descriptor).
     pub fn writes(&self) -> bool {
         let op = self.op.trim_start_matches(|c: char| c.is_ascii_digit());
@@ -148,8 +187,9 @@ struct Lexer {
     shadow: bool,
     next_pipeline: usize,
     out: Lexed,
-    /// Heredocs opened on the current line: (delimiter, strip tabs, quoted).
-    heredocs: Vec<(String, bool, bool)>,
+    /// Heredocs opened on the current line: (delimiter, strip tabs, quoted,
+    /// the redirect's `heredoc_computed`).
+    heredocs: Vec<(String, bool, bool, BodyFlag)>,
 }
 
 /// A piece being built.
@@ -292,11 +332,13 @@ impl Lexer {
 
     /// Lex a separate text (backtick content, a heredoc body) with the same
     /// pipeline numbering, one level deeper. `quoted_body`: the text is the
-    /// inside of double quotes (only substitutions matter).
-    fn sub_lex(&mut self, text: &str, quoted_body: bool, shadow: bool) {
+    /// inside of double quotes (only substitutions matter). Returns whether
+    /// the text expands anything when it runs (always, for a list of
+    /// commands, and when it nests too deeply to tell).
+    fn sub_lex(&mut self, text: &str, quoted_body: bool, shadow: bool) -> bool {
         if self.depth >= MAX_DEPTH {
             self.error("the command nests substitutions too deeply to be checked");
-            return;
+            return true;
         }
         let mut sub = Lexer {
             src: text.chars().collect(),
@@ -307,12 +349,14 @@ impl Lexer {
             out: Lexed::default(),
             heredocs: Vec::new(),
         };
-        if quoted_body {
+        let computed = if quoted_body {
             let mut scratch = WordBuilder::new();
             sub.double_quoted(&mut scratch, None);
+            scratch.finish().computed
         } else {
             sub.list(None);
-        }
+            true
+        };
         self.next_pipeline = sub.next_pipeline;
         self.out.pieces.extend(sub.out.pieces);
         // Reading arithmetic as commands is a guess: its failures say
@@ -320,6 +364,7 @@ impl Lexer {
         if !sub.shadow {
             self.out.errors.extend(sub.out.errors);
         }
+        computed
     }
 
     /// Skip blanks and line continuations.
@@ -539,19 +584,26 @@ impl Lexer {
                 Word::default()
             }
         };
+        let mut heredoc_computed = None;
         if op.ends_with("<<") || op.ends_with("<<-") {
             let delimiter = target.text.clone();
+            let computed = BodyFlag::default();
+            heredoc_computed = Some(computed.clone());
             self.heredocs
-                .push((delimiter, op.ends_with('-'), target.quoted));
+                .push((delimiter, op.ends_with('-'), target.quoted, computed));
         }
-        b.redirects.push(Redirect { op, target });
+        b.redirects.push(Redirect {
+            op,
+            target,
+            heredoc_computed,
+        });
         b.end = self.pos;
     }
 
     /// After a newline: consume the bodies of the heredocs opened on the
     /// line just ended. An unquoted body expands `$( … )` and backticks.
     fn read_heredocs(&mut self) {
-        for (delimiter, strip_tabs, quoted) in std::mem::take(&mut self.heredocs) {
+        for (delimiter, strip_tabs, quoted, computed) in std::mem::take(&mut self.heredocs) {
             let mut body = String::new();
             while self.pos < self.src.len() {
                 let start = self.pos;
@@ -574,7 +626,7 @@ impl Lexer {
                 body.push('\n');
             }
             if !quoted {
-                self.sub_lex(&body, true, false);
+                computed.set(self.sub_lex(&body, true, false));
             }
         }
     }
