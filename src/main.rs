@@ -47,6 +47,18 @@ enum Command {
     },
     /// Print the OpenAPI document.
     Openapi,
+    /// Started by `serve`: wait until standard input ends (the serving
+    /// process exited, however), then end the background processes its
+    /// commands left running.
+    #[command(hide = true)]
+    WatchSessions {
+        /// The serving process's directory of command sessions.
+        #[arg(long)]
+        dir: PathBuf,
+        /// The serving process, as PID:START (start time in clock ticks).
+        #[arg(long)]
+        service: String,
+    },
 }
 
 /// mimalloc instead of the system allocator: the request path allocates
@@ -57,11 +69,22 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Serve { bind: None });
+    // The watchdog reads no settings: it must start whatever they say.
+    if let Command::WatchSessions { dir, service } = &command {
+        let killed = toolgate::sandbox::watch_sessions(dir, service)?;
+        if killed > 0 {
+            eprintln!(
+                "toolgate: ended {killed} background processes of commands that the exited toolgate process left running"
+            );
+        }
+        return Ok(());
+    }
     let mut settings = Settings::load(cli.config.as_deref())?;
     if let Some(dir) = cli.data_dir {
         settings.storage.data_dir = dir;
     }
-    match cli.command.unwrap_or(Command::Serve { bind: None }) {
+    match command {
         Command::Openapi => {
             print!("{}", toolgate::http::openapi::document_json());
         }
@@ -88,12 +111,31 @@ async fn main() -> anyhow::Result<()> {
             toolgate::auth::Keys::load(&settings.auth, &settings.storage.data_dir)?;
             println!("migrations applied ({})", store.backend());
         }
+        // Answered above, before the settings were read.
+        Command::WatchSessions { .. } => {}
         Command::Serve { bind } => {
             if let Some(bind) = bind {
                 settings.server.bind = bind;
             }
             toolgate::telemetry::init_logging(settings.server.json_logs);
+            let sessions = settings
+                .storage
+                .data_dir
+                .join(toolgate::startup::COMMAND_SESSIONS);
             let app = Application::build(settings).await?;
+            // Kept until the process exits; see SessionWatchdog.
+            let _watchdog = match std::env::current_exe()
+                .and_then(|exe| toolgate::sandbox::SessionWatchdog::spawn(&exe, &sessions))
+            {
+                Ok(watchdog) => Some(watchdog),
+                Err(e) => {
+                    tracing::warn!(
+                        error = %e,
+                        "no session watchdog: if this process dies, its commands' background processes run until the next start"
+                    );
+                    None
+                }
+            };
             let addr = app.local_addr();
             tracing::info!(%addr, database = app.backend(), "toolgate listening");
             if let Some(token) = &app.dev_token {

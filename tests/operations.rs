@@ -661,6 +661,12 @@ fn processes_running(argv: &[&str]) -> Vec<i32> {
         .iter()
         .flat_map(|a| [a.as_bytes(), b"\0"].concat())
         .collect();
+    processes_where(|cmdline| cmdline == wanted.as_slice())
+}
+
+/// The live processes whose raw command line (NUL after each argument)
+/// satisfies `wanted`.
+fn processes_where(wanted: impl Fn(&[u8]) -> bool) -> Vec<i32> {
     let mut found = vec![];
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -676,20 +682,31 @@ fn processes_running(argv: &[&str]) -> Vec<i32> {
                 Some(state != "Z" && state != "X")
             })
             .unwrap_or(false);
-        if alive && std::fs::read(format!("/proc/{pid}/cmdline")).ok() == Some(wanted.clone()) {
+        if alive
+            && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| wanted(&cmdline))
+        {
             found.push(pid);
         }
     }
     found
 }
 
-/// Killed with SIGKILL, the service cannot end its commands; what a
-/// command started in the background is ended by the next start on the
-/// same data directory.
-#[tokio::test]
-async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
-    let data_dir = tempfile::tempdir().unwrap();
-    let mut first = serve_binary(data_dir.path(), None).await;
+/// Durations no other test uses, to find a test's processes by.
+struct Sleeps {
+    background: [&'static str; 2],
+    foreground: [&'static str; 2],
+}
+
+/// Serve the binary on `data_dir`, start a command that leaves a process
+/// in the background (`sleep … & sleep …`), and kill the service with
+/// SIGKILL mid-command (first its session watchdog too, when
+/// `kill_watchdog`). Returns the orphan's pids, which must be alive.
+async fn crash_mid_command(
+    data_dir: &std::path::Path,
+    sleeps: &Sleeps,
+    kill_watchdog: bool,
+) -> Vec<i32> {
+    let mut first = serve_binary(data_dir, None).await;
     let client = reqwest::Client::new();
     let r = client
         .put(format!("{}/v1/permissions", first.base))
@@ -699,55 +716,138 @@ async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    // Durations no other test uses, to find these processes by.
-    let background = ["sleep", "4321.25"];
-    let foreground = ["sleep", "4321.5"];
+    let command = format!(
+        "{} & {}",
+        sleeps.background.join(" "),
+        sleeps.foreground.join(" ")
+    );
     let (base, token) = (first.base.clone(), first.token.clone());
     let pending = tokio::spawn(async move {
         reqwest::Client::new()
             .post(format!("{base}/v1/threads/orphans/tool-calls"))
             .bearer_auth(token)
             .json(&json!({"id": "bg", "name": "bash", "arguments": {
-                "command": "sleep 4321.25 & sleep 4321.5", "timeout_ms": 120000}}))
+                "command": command, "timeout_ms": 120000}}))
             .send()
             .await
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while processes_running(&background).is_empty() || processes_running(&foreground).is_empty() {
+    while processes_running(&sleeps.background).is_empty()
+        || processes_running(&sleeps.foreground).is_empty()
+    {
         assert!(
             std::time::Instant::now() < deadline,
             "the command never started"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let dir = data_dir.to_string_lossy().into_owned();
+    let watchdogs = processes_where(|cmdline| {
+        let text = String::from_utf8_lossy(cmdline);
+        text.contains("\0watch-sessions\0") && text.contains(dir.as_str())
+    });
+    assert_eq!(watchdogs.len(), 1, "one watchdog per serving process");
+    if kill_watchdog {
+        // SAFETY: signalling one process by pid.
+        assert_eq!(unsafe { libc::kill(watchdogs[0], libc::SIGKILL) }, 0);
+    }
+    let orphans = processes_running(&sleeps.background);
+    assert_eq!(orphans.len(), 1);
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
     assert!(pending.await.unwrap().is_err());
-    // The shell died with the service; what it started did not.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let orphans = processes_running(&background);
-    assert_eq!(
-        orphans.len(),
-        1,
-        "the background process outlived the crash"
-    );
-    let temporary = || {
-        std::fs::read_dir(data_dir.path().join("workspaces"))
-            .unwrap()
-            .filter(|w| w.as_ref().unwrap().path().join(".toolgate-tmp").exists())
-            .count()
-    };
-    assert_eq!(temporary(), 1, "the command's temporary directory is left");
+    orphans
+}
 
-    let second = serve_binary(data_dir.path(), None).await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !processes_running(&background).is_empty() || !processes_running(&foreground).is_empty() {
+/// Waits (up to 10 s) until none of `sleeps` runs.
+async fn until_ended(sleeps: &Sleeps, orphans: &[i32], what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !processes_running(&sleeps.background).is_empty()
+        || !processes_running(&sleeps.foreground).is_empty()
+    {
         assert!(
             std::time::Instant::now() < deadline,
-            "still running after the restart: {orphans:?}"
+            "still running {what}: {orphans:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// How many workspaces still hold a command's temporary directory, and
+/// how many sessions are still recorded.
+fn leftovers(data_dir: &std::path::Path) -> (usize, usize) {
+    let temporary = std::fs::read_dir(data_dir.join("workspaces"))
+        .unwrap()
+        .filter(|w| w.as_ref().unwrap().path().join(".toolgate-tmp").exists())
+        .count();
+    let records = std::fs::read_dir(data_dir.join("command-sessions"))
+        .unwrap()
+        .count();
+    (temporary, records)
+}
+
+/// Killed with SIGKILL, the service cannot end its commands; its watchdog
+/// process, which sees it die, ends what a command started in the
+/// background at once, with no restart.
+#[tokio::test]
+async fn a_commands_background_processes_end_when_the_service_is_killed() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let sleeps = Sleeps {
+        background: ["sleep", "4321.125"],
+        foreground: ["sleep", "4321.375"],
+    };
+    let orphans = crash_mid_command(data_dir.path(), &sleeps, false).await;
+    until_ended(&sleeps, &orphans, "after the service died").await;
+    // The command's temporary directory and its record go too.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while leftovers(data_dir.path()) != (0, 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind: {:?}",
+            leftovers(data_dir.path())
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The watchdog itself is gone.
+    let dir = data_dir.path().to_string_lossy().into_owned();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !processes_where(|c| {
+        let text = String::from_utf8_lossy(c);
+        text.contains("\0watch-sessions\0") && text.contains(dir.as_str())
+    })
+    .is_empty()
+    {
+        assert!(std::time::Instant::now() < deadline, "the watchdog stays");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Should the watchdog die with the service (both killed), what a command
+/// started in the background is ended by the next start on the same data
+/// directory.
+#[tokio::test]
+async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let sleeps = Sleeps {
+        background: ["sleep", "4321.25"],
+        foreground: ["sleep", "4321.5"],
+    };
+    let orphans = crash_mid_command(data_dir.path(), &sleeps, true).await;
+    // The shell died with the service; what it started did not.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        processes_running(&sleeps.background),
+        orphans,
+        "the background process outlived the crash"
+    );
+    assert_eq!(
+        leftovers(data_dir.path()),
+        (1, 1),
+        "the command's temporary directory and record are left"
+    );
+
+    let second = serve_binary(data_dir.path(), None).await;
+    until_ended(&sleeps, &orphans, "after the restart").await;
     let said = || {
         second
             .stderr
@@ -765,11 +865,7 @@ async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // So are the commands' temporary directories, and their records.
-    assert_eq!(temporary(), 0);
-    let records = std::fs::read_dir(data_dir.path().join("command-sessions"))
-        .unwrap()
-        .count();
-    assert_eq!(records, 0);
+    assert_eq!(leftovers(data_dir.path()), (0, 0));
 }
 
 async fn tokens_never_reach_logs_or_storage(backend: Backend) {

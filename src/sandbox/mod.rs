@@ -12,8 +12,10 @@
 //!   pipes open. Should the service itself die, the main process gets
 //!   SIGKILL (`PR_SET_PDEATHSIG`, tied to the thread that spawned it: call
 //!   `run` from a runtime worker or a thread that outlives the command),
-//!   and the rest of the session is ended by the next start on the same
-//!   data directory ([`Sandbox::recording_sessions_in`]).
+//!   and the rest of the session is ended at once by the service's
+//!   watchdog process ([`SessionWatchdog`], started by `toolgate serve`)
+//!   or, failing that, by the next start on the same data directory
+//!   ([`Sandbox::recording_sessions_in`]).
 //! - **No terminal, no input**: stdin is /dev/null; the environment is
 //!   cleared and rebuilt from an allow-list (see [`base_environment`])
 //!   that turns pagers, editors and credential prompts off. The service's
@@ -87,6 +89,7 @@ use crate::config::{LandlockMode, NetworkPolicy, SandboxSettings};
 
 pub use output::omission_marker;
 pub use paths::SystemPaths;
+pub use session::{SessionWatchdog, watch_sessions};
 
 use child::{Confinement, Limits};
 use output::CappedText;

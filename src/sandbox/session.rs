@@ -171,6 +171,16 @@ impl SessionRecords {
         })
     }
 
+    /// The records `service` (pid, start time) keeps in `dir`, as the
+    /// watchdog sees them: records of that service count as orphaned.
+    fn of_service(dir: &std::path::Path, service: (i32, u64)) -> SessionRecords {
+        SessionRecords {
+            dir: dir.to_path_buf(),
+            service,
+            boot: boot_id(),
+        }
+    }
+
     fn file(&self, sid: i32) -> std::path::PathBuf {
         self.dir.join(format!("{}-{sid}", self.service.0))
     }
@@ -250,6 +260,60 @@ impl SessionRecords {
         }
         killed
     }
+}
+
+/// A second process that ends the recorded sessions as soon as the service
+/// process dies, however it dies: it waits for the end of a pipe only the
+/// service holds (the kernel closes it when the service exits, SIGKILL
+/// included), then ends that service's orphaned sessions
+/// ([`SessionRecords::end_orphans`]) and exits. It leads a process group
+/// of its own, so a terminal's Ctrl-C, which the service handles, does not
+/// end it first. Without it (or if it is killed too), the next start on
+/// the data directory ends them.
+pub struct SessionWatchdog {
+    /// Holds the pipe's writing end; dropping it lets the watchdog finish.
+    _child: std::process::Child,
+}
+
+impl SessionWatchdog {
+    /// Start `exe` (a toolgate binary) as `exe watch-sessions --dir DIR
+    /// --service PID:START` for this process's records in `dir`.
+    pub fn spawn(exe: &std::path::Path, dir: &std::path::Path) -> std::io::Result<SessionWatchdog> {
+        use std::os::unix::process::CommandExt;
+        let pid = std::process::id() as i32;
+        let started = start_of(pid).unwrap_or(0);
+        let child = std::process::Command::new(exe)
+            .arg("watch-sessions")
+            .arg("--dir")
+            .arg(dir)
+            .arg("--service")
+            .arg(format!("{pid}:{started}"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        Ok(SessionWatchdog { _child: child })
+    }
+}
+
+/// The watchdog's work (`toolgate watch-sessions`): wait until standard
+/// input ends, then end the sessions that `service` ("PID:START") left
+/// recorded in `dir`; returns how many processes were killed.
+pub fn watch_sessions(dir: &std::path::Path, service: &str) -> std::io::Result<usize> {
+    let bad = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("--service wants PID:START, got {service:?}"),
+        )
+    };
+    let (pid, started) = service.split_once(':').ok_or_else(bad)?;
+    let service = (
+        pid.parse::<i32>().map_err(|_| bad())?,
+        started.parse::<u64>().map_err(|_| bad())?,
+    );
+    // Whatever arrives is ignored: only the end of the pipe matters.
+    std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink())?;
+    Ok(SessionRecords::of_service(dir, service).end_orphans())
 }
 
 #[cfg(test)]
@@ -355,6 +419,44 @@ mod tests {
             armed: true,
             records: Some(std::sync::Arc::new(records)),
         });
+        child.wait().unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_watchdog_refuses_a_malformed_service() {
+        let dir = tempfile::tempdir().unwrap();
+        for service in ["", "12", "12:x", "x:12", "12:-1"] {
+            let err = watch_sessions(dir.path(), service).unwrap_err();
+            assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{service}");
+            assert!(err.to_string().contains("PID:START"), "{err}");
+        }
+    }
+
+    /// The watchdog's view: records of the service it watches are
+    /// orphaned, even while that process is still alive (it is exiting).
+    #[test]
+    fn the_watchdog_ends_the_sessions_of_the_service_it_watched() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = SessionRecords::open(dir.path()).unwrap();
+        let mut child = session_leader();
+        let sid = child.id() as i32;
+        records
+            .record(sid, dir.path(), std::path::Path::new(".toolgate-tmp/x"))
+            .unwrap();
+        // The watchdog of another service, alive, leaves them alone.
+        let mut other = session_leader();
+        let other_pid = other.id() as i32;
+        let other_service = (other_pid, start_of(other_pid).unwrap());
+        assert_eq!(
+            SessionRecords::of_service(dir.path(), other_service).end_orphans(),
+            0
+        );
+        assert!(alive(&mut child));
+        kill_session(other_pid);
+        other.wait().unwrap();
+        let watchdog = SessionRecords::of_service(dir.path(), records.service);
+        assert_eq!(watchdog.end_orphans(), 1);
         child.wait().unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
