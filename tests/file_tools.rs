@@ -125,6 +125,7 @@ fn ctx_for(owner: &str, sub: Option<&str>) -> ToolContext {
         cancel: CancellationToken::new(),
         progress: ProgressSink::default(),
         path_rules: None,
+        judged_path: None,
     }
 }
 

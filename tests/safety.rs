@@ -1135,6 +1135,70 @@ async fn a_read_file_deny_keeps_grep_and_glob_out(backend: Backend) {
     );
 }
 
+/// A command swaps a link between an allowed file and a denied one, over
+/// and over, while `read_file` and `grep` read through the link: whatever
+/// the timing between the rules' look and the open, the denied file's
+/// content never comes back.
+async fn a_link_swapped_while_reads_run_never_leaks(backend: Backend) {
+    const SECRET: &str = "RACED-5b7e-do-not-leak";
+    let app = TestApp::spawn(backend).await;
+    put_rules(
+        &app,
+        json!({"allow": ["bash", "read"], "deny": ["read(.env)"]}),
+    )
+    .await;
+    let (_, out) = app
+        .call(
+            "race",
+            json!({"id": "mk", "name": "bash", "arguments": {"command": format!(
+                "printf '{SECRET}\\n' > .env && printf 'fine\\n' > ok.txt && ln -s ok.txt x"
+            )}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+    let swap = app.call(
+        "race-swap",
+        json!({"id": "swap", "name": "bash", "arguments": {
+            "command": "for i in $(seq 1 1500); do ln -sfn .env x; ln -sfn ok.txt x; done",
+            "timeout_ms": 60000}}),
+    );
+    let reads = async {
+        let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+        for i in 0..120 {
+            let (tool, arguments) = if i % 2 == 0 {
+                ("read_file", json!({"path": "x"}))
+            } else {
+                (
+                    "grep",
+                    json!({"pattern": ".", "path": "x", "output_mode": "content"}),
+                )
+            };
+            let (_, out) = app
+                .call(
+                    "race",
+                    json!({"id": format!("r{i}"), "name": tool, "arguments": arguments}),
+                )
+                .await;
+            assert!(!leaked(&out, SECRET), "{out}");
+            let o = &out["tool_agent_output"];
+            let outcome = match o["error"]["code"].as_str() {
+                Some(code) => code.to_string(),
+                None => o["status"].as_str().unwrap_or("pending").to_string(),
+            };
+            *outcomes.entry(outcome).or_default() += 1;
+        }
+        outcomes
+    };
+    let ((_, swapped), outcomes) = tokio::join!(swap, reads);
+    assert_eq!(
+        swapped["tool_agent_output"]["result"]["exit_code"], 0,
+        "{swapped}"
+    );
+    // Reads went through the link while it pointed at the allowed file.
+    assert!(outcomes.contains_key("success"), "{outcomes:?}");
+    eprintln!("outcomes while the link was swapped: {outcomes:?}");
+}
+
 /// `glob` and `grep` over a directory: files the rules deny (or ask about)
 /// are left out of the walk, and the result says how many.
 async fn walks_leave_out_files_the_rules_deny(backend: Backend) {
@@ -1478,6 +1542,7 @@ both_backends!(
     file_rules_follow_links_inside_the_workspace,
     walks_leave_out_files_the_rules_deny,
     a_read_file_deny_keeps_grep_and_glob_out,
+    a_link_swapped_while_reads_run_never_leaks,
     a_link_swapped_during_an_approval_is_caught,
     an_approved_call_still_meets_the_rules_in_force,
     confidence_gate_missing_low_and_ok,

@@ -100,6 +100,7 @@ fn ctx(owner: &str, sub: Option<&str>, cancel: CancellationToken) -> ToolContext
         cancel,
         progress: ProgressSink::default(),
         path_rules: None,
+        judged_path: None,
     }
 }
 

@@ -191,6 +191,7 @@ impl Engine {
             cancel: Default::default(),
             progress: ProgressSink::default(),
             path_rules: None,
+            judged_path: None,
         };
         match tokio::time::timeout(PREVIEW_TIMEOUT, tool.tool.dry_run(arguments.clone(), ctx)).await
         {
@@ -367,6 +368,7 @@ impl Engine {
             reason: approval.reason.clone(),
             resolved_path: None,
             path_rules: None,
+            judged_path: None,
         };
         let written = self
             .writer
@@ -394,6 +396,7 @@ impl Engine {
                 Err(error) => Err(error),
                 Ok(now) => {
                     permission.path_rules = now.path_rules;
+                    permission.judged_path = now.judged_path;
                     Ok(tool)
                 }
             },

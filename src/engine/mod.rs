@@ -58,6 +58,8 @@ const DENIED_HINT: &str = "do not retry this call; ask the user or choose anothe
 struct FileFacts {
     workspace: Option<std::path::PathBuf>,
     resolved: Option<String>,
+    /// The workspace exists and the path was resolved in it.
+    judged: bool,
 }
 
 /// A call's failure when the owner's permission rules cannot be read now
@@ -129,6 +131,9 @@ pub struct Permission {
     /// (`ToolContext::path_rules`), from the same rules and facts as the
     /// verdict.
     pub path_rules: Option<Arc<crate::permissions::PathRules>>,
+    /// For a file tool whose path was looked up in its workspace: where
+    /// the path led (`ToolContext::judged_path`).
+    pub judged_path: Option<crate::tools::JudgedPath>,
 }
 
 impl From<crate::permissions::Decision> for Permission {
@@ -143,6 +148,7 @@ impl From<crate::permissions::Decision> for Permission {
             reason: d.reason,
             resolved_path: None,
             path_rules: None,
+            judged_path: None,
         }
     }
 }
@@ -417,7 +423,7 @@ impl Engine {
                 arguments.clone(),
                 guard.cancel.clone(),
                 &write_ahead,
-                permission.path_rules.clone(),
+                permission,
             )
             .await;
         // 9. Undo capture (a dry run has nothing to undo).
@@ -655,7 +661,7 @@ impl Engine {
         arguments: Value,
         cancel: CancellationToken,
         write_ahead: &WriteAhead,
-        path_rules: Option<Arc<crate::permissions::PathRules>>,
+        permission: &Permission,
     ) -> Result<ToolSuccess, ToolError> {
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let progress_task = tokio::spawn(forward_progress(
@@ -674,7 +680,8 @@ impl Engine {
             workspace: req.call.workspace.clone(),
             cancel: cancel.clone(),
             progress: ProgressSink::new(progress_tx),
-            path_rules,
+            path_rules: permission.path_rules.clone(),
+            judged_path: permission.judged_path.clone(),
         };
         let started = Instant::now();
         // The tool runs in its own task so a panic becomes a failure, not a
@@ -1203,6 +1210,9 @@ impl Engine {
         );
         let mut permission = Permission::from(decision);
         permission.path_rules = (!path_rules.is_empty()).then(|| Arc::new(path_rules));
+        permission.judged_path = file.judged.then(|| crate::tools::JudgedPath {
+            leads_to: file.resolved.clone(),
+        });
         permission.resolved_path = file.resolved;
         Ok(permission)
     }
@@ -1240,6 +1250,7 @@ impl Engine {
         facts.resolved = opened
             .as_ref()
             .and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
+        facts.judged = opened.is_some();
         facts
     }
 

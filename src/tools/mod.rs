@@ -148,6 +148,18 @@ pub struct ToolContext {
     /// walk over a directory (`glob`, `grep`) leaves out what they name.
     /// `None`: no such rules (or a tool that is not a file tool).
     pub path_rules: Option<std::sync::Arc<crate::permissions::PathRules>>,
+    /// For a file tool's call the permission rules judged: where its `path`
+    /// led then. A file it opens must be there (else a link changed in
+    /// between, and the rules judged another file). `None`: not judged.
+    pub judged_path: Option<JudgedPath>,
+}
+
+/// Where a file tool's `path` led when the permission rules judged it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JudgedPath {
+    /// Workspace-relative, through symbolic links; `None`: the path as
+    /// named (no link on it).
+    pub leads_to: Option<String>,
 }
 
 /// A tool's successful (or partially successful) outcome.

@@ -91,6 +91,7 @@ mod tests {
             cancel,
             progress,
             path_rules: None,
+            judged_path: None,
         }
     }
 

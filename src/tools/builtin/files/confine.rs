@@ -17,6 +17,11 @@
 //! must first find out what a link at the target names: [`resolve_target`]
 //! follows final links by hand, through the `Dir`, and refuses one that
 //! leaves.
+//!
+//! Inside the workspace, the permission rules judged where a path led
+//! before the tool ran; [`opened_where_judged`] checks, on the open file,
+//! that it is still there (a link changed in between would have the tool
+//! read a file no rule looked at).
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -204,6 +209,46 @@ pub fn directory_not_file(path: &WorkspacePath) -> ToolError {
         false,
     )
     .with_hint("read_file on a directory lists it; glob finds files inside it.")
+}
+
+/// Where an open file or directory really is, by `/proc/self/fd`.
+fn real_location(fd: &impl std::os::fd::AsRawFd) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
+}
+
+/// Refuse `file`, opened for `path`, unless it is where the permission
+/// rules judged `path` to lead (`judged`; no judgement, nothing to check).
+/// Asked of the open file, so no link changed afterwards can fool it.
+/// Without `/proc` it cannot tell, and lets the file be.
+pub fn opened_where_judged(
+    dir: &Dir,
+    file: &File,
+    path: &WorkspacePath,
+    judged: Option<&crate::tools::JudgedPath>,
+) -> Result<(), ToolError> {
+    let Some(judged) = judged else {
+        return Ok(());
+    };
+    let (Some(root), Some(real)) = (real_location(dir), real_location(file)) else {
+        return Ok(());
+    };
+    let then = judged.leads_to.clone().unwrap_or_else(|| path.display());
+    let now = match real.strip_prefix(&root) {
+        Ok(rel) => WorkspacePath::from_normalised(rel.to_path_buf()).display(),
+        Err(_) => "a place outside the workspace".to_string(),
+    };
+    if now == then {
+        return Ok(());
+    }
+    Err(ToolError::new(
+        codes::PERMISSION_DENIED,
+        format!(
+            "'{}' led to '{then}' when the permission rules judged the call, but the file opened is '{now}' (a symbolic link changed in between); nothing was read",
+            path.display()
+        ),
+        false,
+    )
+    .with_hint("Call it again with a new tool call id, so it is judged where the path leads now."))
 }
 
 /// Open an existing regular file for reading. FIFOs and devices are refused
@@ -447,6 +492,51 @@ mod tests {
     fn nul_bytes_are_invalid_arguments() {
         let err = WorkspacePath::parse("a\0b", &ws()).unwrap_err();
         assert_eq!(err.code, codes::INVALID_ARGUMENTS);
+    }
+
+    /// A file opened through a link that changed after the rules judged
+    /// it is refused, on the open file; one where the rules left it is not.
+    #[test]
+    fn a_file_opened_elsewhere_than_judged_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        // The workspace reached through a link, as a sub-workspace may be.
+        let real_ws = tmp.path().join("real");
+        std::fs::create_dir_all(real_ws.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&real_ws, tmp.path().join("ws")).unwrap();
+        let ws = tmp.path().join("ws");
+        std::fs::write(ws.join("ok.txt"), "fine").unwrap();
+        std::fs::write(ws.join("sub/a.txt"), "fine").unwrap();
+        std::fs::write(ws.join(".env"), "SECRET").unwrap();
+        std::os::unix::fs::symlink("ok.txt", ws.join("x")).unwrap();
+        let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
+        let judged = |leads_to: Option<&str>| crate::tools::JudgedPath {
+            leads_to: leads_to.map(str::to_string),
+        };
+        let check = |raw: &str, j: Option<crate::tools::JudgedPath>| {
+            let path = WorkspacePath::parse(raw, &ws).unwrap();
+            let (file, _) = open_regular(&dir, &path).unwrap();
+            opened_where_judged(&dir, &file, &path, j.as_ref())
+        };
+        // Where the rules left them.
+        check("ok.txt", Some(judged(None))).unwrap();
+        check("sub/a.txt", Some(judged(None))).unwrap();
+        check("x", Some(judged(Some("ok.txt")))).unwrap();
+        check("x", None).unwrap();
+        // The link now leads to `.env`; the rules judged `ok.txt`.
+        std::fs::remove_file(ws.join("x")).unwrap();
+        std::os::unix::fs::symlink(".env", ws.join("x")).unwrap();
+        let err = check("x", Some(judged(Some("ok.txt")))).unwrap_err();
+        assert_eq!(err.code, codes::PERMISSION_DENIED);
+        assert!(
+            err.message.contains("'ok.txt'") && err.message.contains("'.env'"),
+            "{}",
+            err.message
+        );
+        // Judged as named (no link then): a link there now is refused too.
+        let err = check("x", Some(judged(None))).unwrap_err();
+        assert_eq!(err.code, codes::PERMISSION_DENIED);
+        // Not judged (no rules looked): nothing to compare with.
+        check("x", None).unwrap();
     }
 
     #[test]

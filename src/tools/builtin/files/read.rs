@@ -6,7 +6,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::change::numbered;
-use super::confine::{WorkspacePath, io_error, not_found_aware, open_regular, resolve_beneath};
+use super::confine::{
+    WorkspacePath, io_error, not_found_aware, open_regular, opened_where_judged, resolve_beneath,
+};
 use super::{blocking, cancelled, codes, language_of, open_workspace, parse_args, rules_note};
 use crate::protocol::ui_schema::hints::{self, Source};
 use crate::tools::{
@@ -65,6 +67,7 @@ fn read_text(
     ctx: &ToolContext,
 ) -> Result<ToolSuccess, ToolError> {
     let (file, _) = open_regular(&ws.dir, path)?;
+    opened_where_judged(&ws.dir, &file, path, ctx.judged_path.as_ref())?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut probe = Vec::with_capacity(BINARY_PROBE);
     (&mut reader)

@@ -13,7 +13,7 @@ use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContex
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::confine::{WorkspacePath, open_regular, security_violation};
+use super::confine::{WorkspacePath, open_regular, opened_where_judged, security_violation};
 use super::walk::{self, Kind};
 use super::{blocking, codes, open_workspace, parse_args, rules_note};
 use crate::protocol::ui_schema::hints;
@@ -499,6 +499,7 @@ impl Tool for Grep {
                 skipped_by_rules = summary.skipped_by_rules;
             } else {
                 let (file, _) = open_regular(&ws.dir, &start)?;
+                opened_where_judged(&ws.dir, &file, &start, ctx.judged_path.as_ref())?;
                 search_file(&mut searcher, &matcher, file.into_std(), &start.display(), &mut out);
             }
             let partial = out.truncated || walk_truncated;
