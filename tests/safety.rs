@@ -1135,23 +1135,25 @@ async fn a_read_file_deny_keeps_grep_and_glob_out(backend: Backend) {
     );
 }
 
-/// A command swaps a link between an allowed file and a denied one, over
-/// and over, while `read_file` and `grep` read through the link: whatever
-/// the timing between the rules' look and the open, the denied file's
-/// content never comes back.
-async fn a_link_swapped_while_reads_run_never_leaks(backend: Backend) {
+/// A command swaps links between allowed and denied places, over and
+/// over, while `read_file` and `grep` read through one and `write_file`
+/// writes through the other: whatever the timing between the rules' look
+/// and the open, the denied file's content never comes back and nothing
+/// lands in the denied directory.
+async fn links_swapped_while_files_are_read_and_written_never_leak(backend: Backend) {
     const SECRET: &str = "RACED-5b7e-do-not-leak";
     let app = TestApp::spawn(backend).await;
     put_rules(
         &app,
-        json!({"allow": ["bash", "read"], "deny": ["read(.env)"]}),
+        json!({"allow": ["bash", "read", "write"], "deny": ["read(.env)", "write(secrets/**)"]}),
     )
     .await;
     let (_, out) = app
         .call(
             "race",
             json!({"id": "mk", "name": "bash", "arguments": {"command": format!(
-                "printf '{SECRET}\\n' > .env && printf 'fine\\n' > ok.txt && ln -s ok.txt x"
+                "printf '{SECRET}\\n' > .env && printf 'fine\\n' > ok.txt && ln -s ok.txt x && \
+                 mkdir docs secrets && ln -s docs d"
             )}}),
         )
         .await;
@@ -1159,19 +1161,22 @@ async fn a_link_swapped_while_reads_run_never_leaks(backend: Backend) {
     let swap = app.call(
         "race-swap",
         json!({"id": "swap", "name": "bash", "arguments": {
-            "command": "for i in $(seq 1 1500); do ln -sfn .env x; ln -sfn ok.txt x; done",
+            "command": "for i in $(seq 1 1000); do ln -sfn .env x; ln -sfn secrets d; ln -sfn ok.txt x; ln -sfn docs d; done",
             "timeout_ms": 60000}}),
     );
-    let reads = async {
+    let calls = async {
         let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
-        for i in 0..120 {
-            let (tool, arguments) = if i % 2 == 0 {
-                ("read_file", json!({"path": "x"}))
-            } else {
-                (
+        for i in 0..150 {
+            let (tool, arguments) = match i % 3 {
+                0 => ("read_file", json!({"path": "x"})),
+                1 => (
                     "grep",
                     json!({"pattern": ".", "path": "x", "output_mode": "content"}),
-                )
+                ),
+                _ => (
+                    "write_file",
+                    json!({"path": format!("d/n{i}.txt"), "content": "x"}),
+                ),
             };
             let (_, out) = app
                 .call(
@@ -1182,21 +1187,28 @@ async fn a_link_swapped_while_reads_run_never_leaks(backend: Backend) {
             assert!(!leaked(&out, SECRET), "{out}");
             let o = &out["tool_agent_output"];
             let outcome = match o["error"]["code"].as_str() {
-                Some(code) => code.to_string(),
-                None => o["status"].as_str().unwrap_or("pending").to_string(),
+                Some(code) => format!("{tool} {code}"),
+                None => format!("{tool} {}", o["status"].as_str().unwrap_or("pending")),
             };
             *outcomes.entry(outcome).or_default() += 1;
         }
         outcomes
     };
-    let ((_, swapped), outcomes) = tokio::join!(swap, reads);
+    let ((_, swapped), outcomes) = tokio::join!(swap, calls);
     assert_eq!(
         swapped["tool_agent_output"]["result"]["exit_code"], 0,
         "{swapped}"
     );
-    // Reads went through the link while it pointed at the allowed file.
-    assert!(outcomes.contains_key("success"), "{outcomes:?}");
-    eprintln!("outcomes while the link was swapped: {outcomes:?}");
+    eprintln!("outcomes while the links were swapped: {outcomes:?}");
+    // Calls went through the links while they led where the rules allow.
+    assert!(
+        outcomes.keys().any(|k| k.ends_with(" success")),
+        "{outcomes:?}"
+    );
+    let ws = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    let landed = |d: &str| std::fs::read_dir(root.join(d)).unwrap().count();
+    assert_eq!(landed("secrets"), 0, "a write landed in secrets/");
 }
 
 /// `glob` and `grep` over a directory: files the rules deny (or ask about)
@@ -1542,7 +1554,7 @@ both_backends!(
     file_rules_follow_links_inside_the_workspace,
     walks_leave_out_files_the_rules_deny,
     a_read_file_deny_keeps_grep_and_glob_out,
-    a_link_swapped_while_reads_run_never_leaks,
+    links_swapped_while_files_are_read_and_written_never_leak,
     a_link_swapped_during_an_approval_is_caught,
     an_approved_call_still_meets_the_rules_in_force,
     confidence_gate_missing_low_and_ok,

@@ -10,10 +10,13 @@ use cap_std::fs::{Dir, OpenOptions, Permissions, PermissionsExt};
 use serde_json::json;
 use similar::{ChangeTag, TextDiff};
 
-use super::confine::{WorkspacePath, directory_not_file, io_error, open_regular, resolve_target};
+use super::confine::{
+    WorkspacePath, directory_not_file, io_error, open_parent_where_judged, open_regular,
+    resolve_target,
+};
 use super::history::{EditHistory, Header, with_file_lock};
 use super::{MAX_EDIT_BYTES, codes};
-use crate::tools::{DryRunResult, ToolError, UndoInfo};
+use crate::tools::{DryRunResult, JudgedPath, ToolError, UndoInfo};
 use crate::workspace::Workspace;
 
 /// Diffs returned in results are cut at this many bytes.
@@ -246,11 +249,14 @@ impl Change {
     /// Record the previous state in the history, then replace the file.
     /// On failure nothing stays: the entry and any created directory are
     /// removed again.
+    /// `judged`: where the permission rules judged the path to lead
+    /// (`ToolContext::judged_path`); the write lands there or nowhere.
     pub fn commit(
         &self,
         ws: &Workspace,
         history: &EditHistory,
         tool: &str,
+        judged: Option<&JudgedPath>,
     ) -> Result<UndoInfo, ToolError> {
         let current = &self.current;
         let mut header = Header::new(&current.target, tool, current.before.is_some(), &self.after);
@@ -268,7 +274,9 @@ impl Change {
             )
             .map_err(history_error)?;
         let written = create_dirs(&ws.dir, &current.missing_dirs).and_then(|()| {
-            atomic_write(&ws.dir, &current.target, &self.after, current.mode)
+            let (parent, name) =
+                open_parent_where_judged(&ws.dir, &current.target, &current.requested, judged)?;
+            atomic_write(&parent, &name, &self.after, current.mode)
                 .map_err(|e| io_error(e, &current.requested))
         });
         if let Err(e) = written {
@@ -324,22 +332,19 @@ pub fn remove_empty_dirs(dir: &Dir, dirs: &[WorkspacePath]) {
     }
 }
 
-/// Replace `target` with `bytes`: write a temporary file in the same
-/// directory, flush it, rename it over the target. Readers see the old or
-/// the new content, never a mix; a crash leaves at most a stray temporary.
+/// Replace the file `name` of the directory `parent` (see
+/// [`open_parent_where_judged`]) with `bytes`: write a temporary file in
+/// that directory, flush it, rename it over the target. Readers see the
+/// old or the new content, never a mix; a crash leaves at most a stray
+/// temporary.
 pub fn atomic_write(
-    dir: &Dir,
-    target: &WorkspacePath,
+    parent: &Dir,
+    name: &std::ffi::OsStr,
     bytes: &[u8],
     mode: Option<u32>,
 ) -> io::Result<()> {
-    let parent = target.parent().unwrap_or_else(WorkspacePath::root);
-    let tmp_name = OsString::from(format!(".toolgate-{:016x}.tmp", rand::random::<u64>()));
-    let tmp = parent.join(&tmp_name);
-    let mut file = dir.open_with(
-        tmp.as_path(),
-        OpenOptions::new().write(true).create_new(true),
-    )?;
+    let tmp = OsString::from(format!(".toolgate-{:016x}.tmp", rand::random::<u64>()));
+    let mut file = parent.open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
     let written = file
         .write_all(bytes)
         .and_then(|()| match mode {
@@ -348,8 +353,8 @@ pub fn atomic_write(
         })
         .and_then(|()| file.sync_data());
     drop(file);
-    if let Err(e) = written.and_then(|()| dir.rename(tmp.as_path(), dir, target.as_path())) {
-        let _ = dir.remove_file(tmp.as_path());
+    if let Err(e) = written.and_then(|()| parent.rename(&tmp, parent, name)) {
+        let _ = parent.remove_file(&tmp);
         return Err(e);
     }
     Ok(())

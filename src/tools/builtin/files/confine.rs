@@ -251,6 +251,58 @@ pub fn opened_where_judged(
     .with_hint("Call it again with a new tool call id, so it is judged where the path leads now."))
 }
 
+/// For a write to `target` (what `requested` names, a final link
+/// followed): the directory to write in, opened, and the file's name in
+/// it. The directory must be where the permission rules judged the
+/// path's parent to lead (`judged`; no judgement, nothing to check), else
+/// nothing is written: a link changed since would have the write land
+/// somewhere no rule looked at. Writing through the open directory, not by
+/// path, leaves no later window.
+pub fn open_parent_where_judged(
+    dir: &Dir,
+    target: &WorkspacePath,
+    requested: &WorkspacePath,
+    judged: Option<&crate::tools::JudgedPath>,
+) -> Result<(Dir, std::ffi::OsString), ToolError> {
+    let name = target
+        .file_name()
+        .ok_or_else(|| directory_not_file(requested))?
+        .to_os_string();
+    let parent = target.parent().unwrap_or_else(WorkspacePath::root);
+    let parent_dir = if parent.is_root() {
+        dir.try_clone()
+    } else {
+        dir.open_dir(parent.as_path())
+    }
+    .map_err(|e| io_error(e, requested))?;
+    let Some(judged) = judged else {
+        return Ok((parent_dir, name));
+    };
+    let (Some(root), Some(real)) = (real_location(dir), real_location(&parent_dir)) else {
+        return Ok((parent_dir, name));
+    };
+    let then = judged
+        .leads_to
+        .clone()
+        .unwrap_or_else(|| requested.display());
+    let now = match real.strip_prefix(&root) {
+        Ok(rel) => WorkspacePath::from_normalised(rel.join(&name)).display(),
+        Err(_) => "a place outside the workspace".to_string(),
+    };
+    if now == then {
+        return Ok((parent_dir, name));
+    }
+    Err(ToolError::new(
+        codes::PERMISSION_DENIED,
+        format!(
+            "'{}' led to '{then}' when the permission rules judged the call, but a write now lands on '{now}' (a symbolic link changed in between); nothing was written",
+            requested.display()
+        ),
+        false,
+    )
+    .with_hint("Call it again with a new tool call id, so it is judged where the path leads now."))
+}
+
 /// Open an existing regular file for reading. FIFOs and devices are refused
 /// (opening a FIFO would block); the open is non-blocking and the type is
 /// checked again on the open handle, so a swap after the first check gains
@@ -537,6 +589,56 @@ mod tests {
         assert_eq!(err.code, codes::PERMISSION_DENIED);
         // Not judged (no rules looked): nothing to compare with.
         check("x", None).unwrap();
+    }
+
+    /// A write lands where the rules judged its path to lead, or nowhere.
+    #[test]
+    fn a_write_whose_directory_moved_since_the_judgement_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        for d in ["docs", "secrets"] {
+            std::fs::create_dir_all(ws.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("docs", ws.join("d")).unwrap();
+        let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
+        let judged = |leads_to: Option<&str>| crate::tools::JudgedPath {
+            leads_to: leads_to.map(str::to_string),
+        };
+        let open = |raw: &str, j: Option<crate::tools::JudgedPath>| {
+            let path = WorkspacePath::parse(raw, &ws).unwrap();
+            open_parent_where_judged(&dir, &path, &path, j.as_ref())
+                .map(|(_, name)| name.to_string_lossy().into_owned())
+        };
+        assert_eq!(
+            open("d/new.txt", Some(judged(Some("docs/new.txt")))).unwrap(),
+            "new.txt"
+        );
+        assert_eq!(open("top.txt", Some(judged(None))).unwrap(), "top.txt");
+        assert_eq!(open("docs/a.txt", Some(judged(None))).unwrap(), "a.txt");
+        // `d` now leads to `secrets`; the rules judged `docs/new.txt`.
+        std::fs::remove_file(ws.join("d")).unwrap();
+        std::os::unix::fs::symlink("secrets", ws.join("d")).unwrap();
+        let err = open("d/new.txt", Some(judged(Some("docs/new.txt")))).unwrap_err();
+        assert_eq!(err.code, codes::PERMISSION_DENIED);
+        assert!(
+            err.message.contains("'secrets/new.txt'")
+                && err.message.contains("nothing was written"),
+            "{}",
+            err.message
+        );
+        // Not judged: nothing to compare with.
+        assert_eq!(open("d/new.txt", None).unwrap(), "new.txt");
+        // A write through the directory handle lands in it, whatever the
+        // link says afterwards.
+        let path = WorkspacePath::parse("d/late.txt", &ws).unwrap();
+        let (parent, name) =
+            open_parent_where_judged(&dir, &path, &path, Some(&judged(Some("secrets/late.txt"))))
+                .unwrap();
+        std::fs::remove_file(ws.join("d")).unwrap();
+        std::os::unix::fs::symlink("docs", ws.join("d")).unwrap();
+        super::super::change::atomic_write(&parent, &name, b"x", None).unwrap();
+        assert!(ws.join("secrets/late.txt").exists());
+        assert!(!ws.join("docs/late.txt").exists());
     }
 
     #[test]

@@ -521,7 +521,7 @@ impl Tool for ApplyDiff {
             // A call cancelled or timed out while this ran must not change the file.
             cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
-            let undo = change.commit(ws, &history, "apply_diff")?;
+            let undo = change.commit(ws, &history, "apply_diff", ctx.judged_path.as_ref())?;
             Ok(ToolSuccess {
                 result,
                 partial: false,

@@ -145,13 +145,25 @@ impl Tool for UndoEdit {
                         if current.before.is_none() {
                             create_dirs(&ws.dir, &current.missing_dirs)?;
                         }
-                        atomic_write(&ws.dir, target, bytes, entry.header.mode)
+                        let (parent, name) = confine::open_parent_where_judged(
+                            &ws.dir,
+                            target,
+                            &path,
+                            ctx.judged_path.as_ref(),
+                        )?;
+                        atomic_write(&parent, &name, bytes, entry.header.mode)
                             .map_err(|e| confine::io_error(e, &path))?;
                     }
                     None => {
                         if current.before.is_some() {
-                            ws.dir
-                                .remove_file(target.as_path())
+                            let (parent, name) = confine::open_parent_where_judged(
+                                &ws.dir,
+                                target,
+                                &path,
+                                ctx.judged_path.as_ref(),
+                            )?;
+                            parent
+                                .remove_file(&name)
                                 .map_err(|e| confine::io_error(e, &path))?;
                         }
                         remove_empty_dirs(&ws.dir, &created_dirs);

@@ -156,7 +156,7 @@ impl Tool for WriteFile {
             // A call cancelled or timed out while this ran must not change the file.
             cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
-            let undo = change.commit(ws, &history, "write_file")?;
+            let undo = change.commit(ws, &history, "write_file", ctx.judged_path.as_ref())?;
             Ok(ToolSuccess {
                 result,
                 partial: false,
