@@ -691,6 +691,15 @@ fn processes_where(wanted: impl Fn(&[u8]) -> bool) -> Vec<i32> {
     found
 }
 
+/// The live session watchdogs of the service serving `data_dir`.
+fn watchdogs_of(data_dir: &std::path::Path) -> Vec<i32> {
+    let dir = data_dir.to_string_lossy().into_owned();
+    processes_where(|cmdline| {
+        let text = String::from_utf8_lossy(cmdline);
+        text.contains("\0watch-sessions\0") && text.contains(dir.as_str())
+    })
+}
+
 /// Durations no other test uses, to find a test's processes by.
 struct Sleeps {
     background: [&'static str; 2],
@@ -741,11 +750,7 @@ async fn crash_mid_command(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let dir = data_dir.to_string_lossy().into_owned();
-    let watchdogs = processes_where(|cmdline| {
-        let text = String::from_utf8_lossy(cmdline);
-        text.contains("\0watch-sessions\0") && text.contains(dir.as_str())
-    });
+    let watchdogs = watchdogs_of(data_dir);
     assert_eq!(watchdogs.len(), 1, "one watchdog per serving process");
     if kill_watchdog {
         // SAFETY: signalling one process by pid.
@@ -809,14 +814,8 @@ async fn a_commands_background_processes_end_when_the_service_is_killed() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The watchdog itself is gone.
-    let dir = data_dir.path().to_string_lossy().into_owned();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !processes_where(|c| {
-        let text = String::from_utf8_lossy(c);
-        text.contains("\0watch-sessions\0") && text.contains(dir.as_str())
-    })
-    .is_empty()
-    {
+    while !watchdogs_of(data_dir.path()).is_empty() {
         assert!(std::time::Instant::now() < deadline, "the watchdog stays");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

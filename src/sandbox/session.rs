@@ -400,15 +400,21 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
+    /// This process's records in `dir`, holding one session leader's.
+    fn recorded_leader(dir: &std::path::Path) -> (SessionRecords, Child, i32) {
+        let records = SessionRecords::open(dir).unwrap();
+        let child = session_leader();
+        let sid = child.id() as i32;
+        records
+            .record(sid, dir, std::path::Path::new(".toolgate-tmp/x"))
+            .unwrap();
+        (records, child, sid)
+    }
+
     #[test]
     fn a_recorded_session_is_forgotten_when_it_ends() {
         let dir = tempfile::tempdir().unwrap();
-        let records = SessionRecords::open(dir.path()).unwrap();
-        let mut child = session_leader();
-        let sid = child.id() as i32;
-        records
-            .record(sid, dir.path(), std::path::Path::new(".toolgate-tmp/x"))
-            .unwrap();
+        let (records, mut child, sid) = recorded_leader(dir.path());
         let text = std::fs::read_to_string(records.file(sid)).unwrap();
         let fields: Vec<&str> = text.split_whitespace().collect();
         assert_eq!(fields[0], std::process::id().to_string());
@@ -438,12 +444,7 @@ mod tests {
     #[test]
     fn the_watchdog_ends_the_sessions_of_the_service_it_watched() {
         let dir = tempfile::tempdir().unwrap();
-        let records = SessionRecords::open(dir.path()).unwrap();
-        let mut child = session_leader();
-        let sid = child.id() as i32;
-        records
-            .record(sid, dir.path(), std::path::Path::new(".toolgate-tmp/x"))
-            .unwrap();
+        let (records, mut child, _) = recorded_leader(dir.path());
         // The watchdog of another service, alive, leaves them alone.
         let mut other = session_leader();
         let other_pid = other.id() as i32;

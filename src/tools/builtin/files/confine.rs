@@ -226,29 +226,53 @@ pub fn opened_where_judged(
     path: &WorkspacePath,
     judged: Option<&crate::tools::JudgedPath>,
 ) -> Result<(), ToolError> {
-    let Some(judged) = judged else {
-        return Ok(());
-    };
-    let (Some(root), Some(real)) = (real_location(dir), real_location(file)) else {
-        return Ok(());
-    };
+    match moved_since_judged(dir, file, None, path, judged) {
+        None => Ok(()),
+        Some((then, now)) => Err(moved(
+            path,
+            &then,
+            &format!("the file opened is '{now}'"),
+            "read",
+        )),
+    }
+}
+
+/// Is what `fd` (with `name` in it, for a directory) really is somewhere
+/// other than where the rules judged `path` to lead? Then (where it led,
+/// where it is now). `None` also when there was no judgement, or `/proc`
+/// cannot tell.
+fn moved_since_judged(
+    dir: &Dir,
+    fd: &impl std::os::fd::AsRawFd,
+    name: Option<&std::ffi::OsStr>,
+    path: &WorkspacePath,
+    judged: Option<&crate::tools::JudgedPath>,
+) -> Option<(String, String)> {
+    let judged = judged?;
+    let (root, mut real) = (real_location(dir)?, real_location(fd)?);
+    if let Some(name) = name {
+        real.push(name);
+    }
     let then = judged.leads_to.clone().unwrap_or_else(|| path.display());
     let now = match real.strip_prefix(&root) {
         Ok(rel) => WorkspacePath::from_normalised(rel.to_path_buf()).display(),
         Err(_) => "a place outside the workspace".to_string(),
     };
-    if now == then {
-        return Ok(());
-    }
-    Err(ToolError::new(
+    (now != then).then_some((then, now))
+}
+
+/// The refusal of a file tool whose `path` leads elsewhere than when the
+/// rules judged it.
+fn moved(path: &WorkspacePath, then: &str, now: &str, done: &str) -> ToolError {
+    ToolError::new(
         codes::PERMISSION_DENIED,
         format!(
-            "'{}' led to '{then}' when the permission rules judged the call, but the file opened is '{now}' (a symbolic link changed in between); nothing was read",
+            "'{}' led to '{then}' when the permission rules judged the call, but {now} (a symbolic link changed in between); nothing was {done}",
             path.display()
         ),
         false,
     )
-    .with_hint("Call it again with a new tool call id, so it is judged where the path leads now."))
+    .with_hint("Call it again with a new tool call id, so it is judged where the path leads now.")
 }
 
 /// For a write to `target` (what `requested` names, a final link
@@ -275,32 +299,15 @@ pub fn open_parent_where_judged(
         dir.open_dir(parent.as_path())
     }
     .map_err(|e| io_error(e, requested))?;
-    let Some(judged) = judged else {
-        return Ok((parent_dir, name));
-    };
-    let (Some(root), Some(real)) = (real_location(dir), real_location(&parent_dir)) else {
-        return Ok((parent_dir, name));
-    };
-    let then = judged
-        .leads_to
-        .clone()
-        .unwrap_or_else(|| requested.display());
-    let now = match real.strip_prefix(&root) {
-        Ok(rel) => WorkspacePath::from_normalised(rel.join(&name)).display(),
-        Err(_) => "a place outside the workspace".to_string(),
-    };
-    if now == then {
-        return Ok((parent_dir, name));
+    match moved_since_judged(dir, &parent_dir, Some(&name), requested, judged) {
+        None => Ok((parent_dir, name)),
+        Some((then, now)) => Err(moved(
+            requested,
+            &then,
+            &format!("a write now lands on '{now}'"),
+            "written",
+        )),
     }
-    Err(ToolError::new(
-        codes::PERMISSION_DENIED,
-        format!(
-            "'{}' led to '{then}' when the permission rules judged the call, but a write now lands on '{now}' (a symbolic link changed in between); nothing was written",
-            requested.display()
-        ),
-        false,
-    )
-    .with_hint("Call it again with a new tool call id, so it is judged where the path leads now."))
 }
 
 /// Open an existing regular file for reading. FIFOs and devices are refused
@@ -546,6 +553,12 @@ mod tests {
         assert_eq!(err.code, codes::INVALID_ARGUMENTS);
     }
 
+    fn judged(leads_to: Option<&str>) -> crate::tools::JudgedPath {
+        crate::tools::JudgedPath {
+            leads_to: leads_to.map(str::to_string),
+        }
+    }
+
     /// A file opened through a link that changed after the rules judged
     /// it is refused, on the open file; one where the rules left it is not.
     #[test]
@@ -561,9 +574,6 @@ mod tests {
         std::fs::write(ws.join(".env"), "SECRET").unwrap();
         std::os::unix::fs::symlink("ok.txt", ws.join("x")).unwrap();
         let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
-        let judged = |leads_to: Option<&str>| crate::tools::JudgedPath {
-            leads_to: leads_to.map(str::to_string),
-        };
         let check = |raw: &str, j: Option<crate::tools::JudgedPath>| {
             let path = WorkspacePath::parse(raw, &ws).unwrap();
             let (file, _) = open_regular(&dir, &path).unwrap();
@@ -601,9 +611,6 @@ mod tests {
         }
         std::os::unix::fs::symlink("docs", ws.join("d")).unwrap();
         let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
-        let judged = |leads_to: Option<&str>| crate::tools::JudgedPath {
-            leads_to: leads_to.map(str::to_string),
-        };
         let open = |raw: &str, j: Option<crate::tools::JudgedPath>| {
             let path = WorkspacePath::parse(raw, &ws).unwrap();
             open_parent_where_judged(&dir, &path, &path, j.as_ref())

@@ -140,28 +140,28 @@ impl Tool for UndoEdit {
                     .iter()
                     .filter_map(|d| WorkspacePath::parse(d, &ws.path).ok())
                     .collect();
+                // Where the file is written or removed: where the rules
+                // judged its path to lead.
+                let target_dir = || {
+                    confine::open_parent_where_judged(
+                        &ws.dir,
+                        target,
+                        &path,
+                        ctx.judged_path.as_ref(),
+                    )
+                };
                 match restored {
                     Some(bytes) => {
                         if current.before.is_none() {
                             create_dirs(&ws.dir, &current.missing_dirs)?;
                         }
-                        let (parent, name) = confine::open_parent_where_judged(
-                            &ws.dir,
-                            target,
-                            &path,
-                            ctx.judged_path.as_ref(),
-                        )?;
+                        let (parent, name) = target_dir()?;
                         atomic_write(&parent, &name, bytes, entry.header.mode)
                             .map_err(|e| confine::io_error(e, &path))?;
                     }
                     None => {
                         if current.before.is_some() {
-                            let (parent, name) = confine::open_parent_where_judged(
-                                &ws.dir,
-                                target,
-                                &path,
-                                ctx.judged_path.as_ref(),
-                            )?;
+                            let (parent, name) = target_dir()?;
                             parent
                                 .remove_file(&name)
                                 .map_err(|e| confine::io_error(e, &path))?;
