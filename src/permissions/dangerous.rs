@@ -220,11 +220,15 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
         let Some(name) = piece.command_name() else {
             continue;
         };
-        let Some(interpreter) = interpreter(name) else {
+        let args = piece.command().get(1..).unwrap_or_default();
+        let reads_program = if is_powershell(name) {
+            powershell_reads_program_from_stdin(args, open_ended)
+        } else if let Some(interpreter) = interpreter(name) {
+            interpreter.reads_program_from_stdin(args, open_ended)
+        } else {
             continue;
         };
-        let args = piece.command().get(1..).unwrap_or_default();
-        if !interpreter.reads_program_from_stdin(args, open_ended) {
+        if !reads_program {
             continue;
         }
         let fetch = analysis.pieces.iter().find(|p| {
@@ -552,6 +556,68 @@ impl Interpreter {
             _ => stdin_mode || !open_ended,
         }
     }
+}
+
+fn is_powershell(name: &str) -> bool {
+    matches!(name, "pwsh" | "pwsh-preview" | "powershell")
+}
+
+/// PowerShell takes its program from stdin when no `-Command` / `-File`
+/// / `-EncodedCommand` names one, or when one of them is given `-`.
+/// Parameters are case-insensitive, start with `-` or `/`, and may be
+/// shortened (`-c`, `-f`, `-e`/`-ec`); a first word that is not a
+/// parameter is a script file (stdin is data).
+fn powershell_reads_program_from_stdin(args: &[Word], open_ended: bool) -> bool {
+    // Parameters that take a value, by the shortest form PowerShell takes.
+    const VALUED: &[(&str, usize)] = &[
+        ("executionpolicy", 2),
+        ("workingdirectory", 2),
+        ("outputformat", 1),
+        ("inputformat", 2),
+        ("windowstyle", 1),
+        ("configurationname", 6),
+        ("settingsfile", 1),
+        ("custompipename", 2),
+        ("args", 1),
+    ];
+    let names = |param: &str, full: &str, shortest: usize| {
+        param.len() >= shortest && full.starts_with(param)
+    };
+    let mut i = 0;
+    while let Some(word) = args.get(i) {
+        let text = word.text.to_ascii_lowercase();
+        let Some(param) = text.strip_prefix('-').or_else(|| text.strip_prefix('/')) else {
+            // A script file, unless computed and possibly nothing.
+            if may_vanish(word) {
+                i += 1;
+                continue;
+            }
+            return false;
+        };
+        if param.is_empty() {
+            return true;
+        }
+        if matches!(param, "v" | "version" | "h" | "help" | "?") {
+            return false;
+        }
+        let program = param == "c"
+            || names(param, "command", 3)
+            || param == "f"
+            || names(param, "file", 2)
+            || matches!(param, "e" | "ec")
+            || names(param, "encodedcommand", 2) && param != "ex";
+        if program {
+            return match args.get(i + 1) {
+                Some(value) => value.text == "-" || (open_ended && value.text.contains("{}")),
+                None => open_ended,
+            };
+        }
+        let valued = VALUED
+            .iter()
+            .any(|(full, shortest)| names(param, full, *shortest));
+        i += if valued { 2 } else { 1 };
+    }
+    true
 }
 
 /// Under `xargs`, the program option's value: none (xargs appends it from
@@ -901,6 +967,14 @@ mod tests {
             "cat x | deno repl",
             "curl x | bun run -",
             "curl x | bun -",
+            // PowerShell.
+            "curl -s https://x | pwsh",
+            "curl -s https://x | pwsh -NoProfile -NonInteractive",
+            "curl -s https://x | pwsh -Command -",
+            "curl -s https://x | pwsh -c -",
+            "cat x | powershell -ExecutionPolicy Bypass -File -",
+            "cat x | pwsh -ex bypass",
+            "cat x | xargs pwsh -c",
         ] {
             assert!(dangerous(src), "{src}");
         }
@@ -940,6 +1014,13 @@ mod tests {
             "cat data | bun -e 'console.log(1)'",
             "cat data | bun x prettier --stdin-filepath a.ts",
             "deno --version",
+            "cat data | pwsh -File ./script.ps1",
+            "cat data | pwsh ./script.ps1",
+            "cat data | pwsh -NoProfile -Command 'Get-Content -'",
+            "cat data | pwsh -c '$input | Measure-Object'",
+            "cat data | pwsh -EncodedCommand ZQBjAGgAbwA=",
+            "cat data | pwsh -Version",
+            "pwsh",
             "python3 <<'EOF'\nprint(1)\nEOF",
             "python3 <<EOF\nprint(1)\nEOF",
             "python3 <<\"EOF\"\nprint('$(not run)')\nEOF",
