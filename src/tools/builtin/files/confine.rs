@@ -216,22 +216,23 @@ fn real_location(fd: &impl std::os::fd::AsRawFd) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
 }
 
-/// Refuse `file`, opened for `path`, unless it is where the permission
-/// rules judged `path` to lead (`judged`; no judgement, nothing to check).
-/// Asked of the open file, so no link changed afterwards can fool it.
-/// Without `/proc` it cannot tell, and lets the file be.
+/// Refuse `opened` (a file, or a directory to list or walk), opened for
+/// `path`, unless it is where the permission rules judged `path` to lead
+/// (`judged`; no judgement, nothing to check). Asked of the open handle,
+/// so no link changed afterwards can fool it. Without `/proc` it cannot
+/// tell, and lets it be.
 pub fn opened_where_judged(
     dir: &Dir,
-    file: &File,
+    opened: &impl std::os::fd::AsRawFd,
     path: &WorkspacePath,
     judged: Option<&crate::tools::JudgedPath>,
 ) -> Result<(), ToolError> {
-    match moved_since_judged(dir, file, None, path, judged) {
+    match moved_since_judged(dir, opened, None, path, judged) {
         None => Ok(()),
         Some((then, now)) => Err(moved(
             path,
             &then,
-            &format!("the file opened is '{now}'"),
+            &format!("what was opened is '{now}'"),
             "read",
         )),
     }
@@ -635,6 +636,12 @@ mod tests {
         );
         // Not judged: nothing to compare with.
         assert_eq!(open("d/new.txt", None).unwrap(), "new.txt");
+        // A directory to list or walk, opened through the link, likewise.
+        let d = WorkspacePath::parse("d", &ws).unwrap();
+        let handle = dir.open_dir("d").unwrap();
+        let err = opened_where_judged(&dir, &handle, &d, Some(&judged(Some("docs")))).unwrap_err();
+        assert_eq!(err.code, codes::PERMISSION_DENIED);
+        opened_where_judged(&dir, &handle, &d, Some(&judged(Some("secrets")))).unwrap();
         // A write through the directory handle lands in it, whatever the
         // link says afterwards.
         let path = WorkspacePath::parse("d/late.txt", &ws).unwrap();

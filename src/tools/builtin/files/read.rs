@@ -179,6 +179,7 @@ fn list_dir(
     ctx: &ToolContext,
 ) -> Result<ToolSuccess, ToolError> {
     let handle = super::walk::open_dir(&ws.dir, path)?;
+    opened_where_judged(&ws.dir, &handle, path, ctx.judged_path.as_ref())?;
     let read = handle.entries().map_err(|e| io_error(e, path))?;
     // Where the directory really is, when it is reached through a link:
     // the path rules judge its entries by both names, as walks do.

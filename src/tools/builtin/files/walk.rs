@@ -101,6 +101,7 @@ where
     F: FnMut(&Entry<'_>) -> ControlFlow<()>,
 {
     let handle = open_dir(root, start)?;
+    super::confine::opened_where_judged(root, &handle, start, ctx.judged_path.as_ref())?;
     let real_start = ctx
         .path_rules
         .as_ref()
