@@ -1166,12 +1166,17 @@ async fn links_swapped_while_files_are_read_and_written_never_leak(backend: Back
     );
     let calls = async {
         let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
-        for i in 0..150 {
-            let (tool, arguments) = match i % 3 {
+        for i in 0..160 {
+            let (tool, arguments) = match i % 4 {
                 0 => ("read_file", json!({"path": "x"})),
                 1 => (
                     "grep",
                     json!({"pattern": ".", "path": "x", "output_mode": "content"}),
+                ),
+                // Fails on any file; its error must not quote `.env`.
+                2 => (
+                    "edit_file",
+                    json!({"path": "x", "old_string": "RACED-5b7e-dx", "new_string": "y"}),
                 ),
                 _ => (
                     "write_file",

@@ -101,7 +101,7 @@ impl Engine {
                 .unwrap_or_else(|| format!("ask: {}", permission.reason))
         };
         let preview = if tool.definition.capability.dry_run {
-            self.preview(&req, tool, &arguments).await
+            self.preview(&req, tool, &arguments, permission).await
         } else {
             None
         };
@@ -182,6 +182,7 @@ impl Engine {
         req: &CallRequest,
         tool: &RegisteredTool,
         arguments: &Value,
+        permission: &Permission,
     ) -> Option<Value> {
         let ctx = ToolContext {
             owner: req.owner.clone(),
@@ -191,7 +192,7 @@ impl Engine {
             cancel: Default::default(),
             progress: ProgressSink::default(),
             path_rules: None,
-            judged_path: None,
+            judged_path: permission.judged_path.clone(),
         };
         match tokio::time::timeout(PREVIEW_TIMEOUT, tool.tool.dry_run(arguments.clone(), ctx)).await
         {

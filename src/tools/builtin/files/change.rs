@@ -12,7 +12,7 @@ use similar::{ChangeTag, TextDiff};
 
 use super::confine::{
     WorkspacePath, directory_not_file, io_error, open_parent_where_judged, open_regular,
-    resolve_target,
+    opened_where_judged, resolve_target,
 };
 use super::history::{EditHistory, Header, with_file_lock};
 use super::{MAX_EDIT_BYTES, codes};
@@ -40,11 +40,15 @@ impl Current {
         dir: &Dir,
         requested: WorkspacePath,
         target: WorkspacePath,
+        judged: Option<&JudgedPath>,
     ) -> Result<Current, ToolError> {
         let (before, mode) = match dir.symlink_metadata(target.as_path()) {
             Ok(meta) if meta.is_dir() => return Err(directory_not_file(&requested)),
             Ok(_) => {
                 let (file, meta) = open_regular(dir, &target)?;
+                // What a diff would show is read from where the rules
+                // judged the path to lead, or not at all.
+                opened_where_judged(dir, &file, &requested, judged)?;
                 if meta.len() > MAX_EDIT_BYTES {
                     return Err(too_large(&requested, meta.len()));
                 }
@@ -128,10 +132,13 @@ fn missing_dirs(dir: &Dir, target: &WorkspacePath) -> Result<Vec<WorkspacePath>,
     Ok(vec![])
 }
 
-/// Run `f` on what is at `requested` now, holding the file's lock.
+/// Run `f` on what is at `requested` now, holding the file's lock;
+/// `judged`: where the permission rules judged it to lead
+/// (`ToolContext::judged_path`).
 pub fn with_current<T>(
     ws: &Workspace,
     requested: &WorkspacePath,
+    judged: Option<&JudgedPath>,
     f: impl FnOnce(Current) -> Result<T, ToolError>,
 ) -> Result<T, ToolError> {
     if requested.is_root() {
@@ -140,7 +147,7 @@ pub fn with_current<T>(
     let target = resolve_target(&ws.dir, requested)?;
     let key = format!("{}\0{}", ws.path.display(), target.display());
     with_file_lock(&key, || {
-        let current = Current::load(&ws.dir, requested.clone(), target)?;
+        let current = Current::load(&ws.dir, requested.clone(), target, judged)?;
         f(current)
     })
 }
