@@ -1180,7 +1180,7 @@ async fn links_swapped_while_files_are_read_and_written_never_leak(backend: Back
                 ),
                 _ => (
                     "write_file",
-                    json!({"path": format!("d/n{i}.txt"), "content": "x"}),
+                    json!({"path": format!("d/n{i}/new.txt"), "content": "x"}),
                 ),
             };
             let (_, out) = app
@@ -1213,6 +1213,7 @@ async fn links_swapped_while_files_are_read_and_written_never_leak(backend: Back
     let ws = app.get_json("/v1/workspace").await;
     let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
     let landed = |d: &str| std::fs::read_dir(root.join(d)).unwrap().count();
+    // Not a file, not even a directory made for one.
     assert_eq!(landed("secrets"), 0, "a write landed in secrets/");
 }
 

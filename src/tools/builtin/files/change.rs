@@ -280,9 +280,14 @@ impl Change {
                 current.before.as_deref().unwrap_or_default(),
             )
             .map_err(history_error)?;
-        let written = create_dirs(&ws.dir, &current.missing_dirs).and_then(|()| {
-            let (parent, name) =
-                open_parent_where_judged(&ws.dir, &current.target, &current.requested, judged)?;
+        let written = open_parent_where_judged(
+            &ws.dir,
+            &current.target,
+            &current.requested,
+            judged,
+            &current.missing_dirs,
+        )
+        .and_then(|(parent, name)| {
             atomic_write(&parent, &name, &self.after, current.mode)
                 .map_err(|e| io_error(e, &current.requested))
         });
@@ -319,17 +324,6 @@ fn undo_info(target: &WorkspacePath, seq: u64, tool: &str, created: bool) -> Und
         irreversible: false,
         manual_guide: None,
     }
-}
-
-pub fn create_dirs(dir: &Dir, dirs: &[WorkspacePath]) -> Result<(), ToolError> {
-    for d in dirs {
-        match dir.create_dir(d.as_path()) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir(d.as_path()) => {}
-            Err(e) => return Err(io_error(e, d)),
-        }
-    }
-    Ok(())
 }
 
 /// Remove, deepest first, those of `dirs` that are empty.

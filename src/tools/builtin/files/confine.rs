@@ -227,7 +227,7 @@ pub fn opened_where_judged(
     path: &WorkspacePath,
     judged: Option<&crate::tools::JudgedPath>,
 ) -> Result<(), ToolError> {
-    match moved_since_judged(dir, opened, None, path, judged) {
+    match moved_since_judged(dir, opened, &[], path, judged) {
         None => Ok(()),
         Some((then, now)) => Err(moved(
             path,
@@ -238,22 +238,20 @@ pub fn opened_where_judged(
     }
 }
 
-/// Is what `fd` (with `name` in it, for a directory) really is somewhere
-/// other than where the rules judged `path` to lead? Then (where it led,
-/// where it is now). `None` also when there was no judgement, or `/proc`
-/// cannot tell.
+/// Is what `fd` (followed by the names `below` it, for a directory)
+/// really is somewhere other than where the rules judged `path` to lead?
+/// Then (where it led, where it is now). `None` also when there was no
+/// judgement, or `/proc` cannot tell.
 fn moved_since_judged(
     dir: &Dir,
     fd: &impl std::os::fd::AsRawFd,
-    name: Option<&std::ffi::OsStr>,
+    below: &[&std::ffi::OsStr],
     path: &WorkspacePath,
     judged: Option<&crate::tools::JudgedPath>,
 ) -> Option<(String, String)> {
     let judged = judged?;
     let (root, mut real) = (real_location(dir)?, real_location(fd)?);
-    if let Some(name) = name {
-        real.push(name);
-    }
+    real.extend(below);
     let then = judged.leads_to.clone().unwrap_or_else(|| path.display());
     let now = match real.strip_prefix(&root) {
         Ok(rel) => WorkspacePath::from_normalised(rel.to_path_buf()).display(),
@@ -277,38 +275,65 @@ fn moved(path: &WorkspacePath, then: &str, now: &str, done: &str) -> ToolError {
 }
 
 /// For a write to `target` (what `requested` names, a final link
-/// followed): the directory to write in, opened, and the file's name in
-/// it. The directory must be where the permission rules judged the
-/// path's parent to lead (`judged`; no judgement, nothing to check), else
-/// nothing is written: a link changed since would have the write land
-/// somewhere no rule looked at. Writing through the open directory, not by
-/// path, leaves no later window.
+/// followed), whose directories `missing` (shallowest first) do not exist
+/// yet: the directory to write in, opened, and the file's name in it.
+/// The deepest existing directory is opened first and must be where the
+/// permission rules judged the path to lead (`judged`; no judgement,
+/// nothing to check), else nothing is created or written: a link changed
+/// since would have the write land somewhere no rule looked at. The
+/// missing directories are then made through that open directory, each
+/// entered without following a link, and the write goes through the last
+/// one, not by path: no later swap moves it.
 pub fn open_parent_where_judged(
     dir: &Dir,
     target: &WorkspacePath,
     requested: &WorkspacePath,
     judged: Option<&crate::tools::JudgedPath>,
+    missing: &[WorkspacePath],
 ) -> Result<(Dir, std::ffi::OsString), ToolError> {
     let name = target
         .file_name()
         .ok_or_else(|| directory_not_file(requested))?
         .to_os_string();
-    let parent = target.parent().unwrap_or_else(WorkspacePath::root);
-    let parent_dir = if parent.is_root() {
+    let to_make: Vec<&std::ffi::OsStr> = missing.iter().filter_map(|d| d.file_name()).collect();
+    let existing = missing
+        .first()
+        .map_or_else(|| target.parent(), WorkspacePath::parent)
+        .unwrap_or_else(WorkspacePath::root);
+    let mut parent = if existing.is_root() {
         dir.try_clone()
     } else {
-        dir.open_dir(parent.as_path())
+        dir.open_dir(existing.as_path())
     }
     .map_err(|e| io_error(e, requested))?;
-    match moved_since_judged(dir, &parent_dir, Some(&name), requested, judged) {
-        None => Ok((parent_dir, name)),
-        Some((then, now)) => Err(moved(
+    let mut below = to_make.clone();
+    below.push(&name);
+    if let Some((then, now)) = moved_since_judged(dir, &parent, &below, requested, judged) {
+        return Err(moved(
             requested,
             &then,
             &format!("a write now lands on '{now}'"),
             "written",
-        )),
+        ));
     }
+    let mut made = existing;
+    for part in to_make {
+        made = made.join(part);
+        match parent.create_dir(part) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_error(e, &made)),
+        }
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+        parent = parent
+            .open_with(part, &options)
+            .map(|f| Dir::from_std_file(f.into_std()))
+            .map_err(|e| io_error(e, &made))?;
+    }
+    Ok((parent, name))
 }
 
 /// Open an existing regular file for reading. FIFOs and devices are refused
@@ -614,7 +639,7 @@ mod tests {
         let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
         let open = |raw: &str, j: Option<crate::tools::JudgedPath>| {
             let path = WorkspacePath::parse(raw, &ws).unwrap();
-            open_parent_where_judged(&dir, &path, &path, j.as_ref())
+            open_parent_where_judged(&dir, &path, &path, j.as_ref(), &[])
                 .map(|(_, name)| name.to_string_lossy().into_owned())
         };
         assert_eq!(
@@ -636,6 +661,34 @@ mod tests {
         );
         // Not judged: nothing to compare with.
         assert_eq!(open("d/new.txt", None).unwrap(), "new.txt");
+        // Directories a write needs are made only where the rules judged
+        // (`d` leads to `secrets` now): nothing is made there.
+        let deep = WorkspacePath::parse("d/a/b/new.txt", &ws).unwrap();
+        let missing = ["d/a", "d/a/b"].map(|p| WorkspacePath::parse(p, &ws).unwrap());
+        let err = open_parent_where_judged(
+            &dir,
+            &deep,
+            &deep,
+            Some(&judged(Some("docs/a/b/new.txt"))),
+            &missing,
+        )
+        .unwrap_err();
+        assert!(
+            err.message.contains("'secrets/a/b/new.txt'"),
+            "{}",
+            err.message
+        );
+        assert!(!ws.join("secrets/a").exists() && !ws.join("docs/a").exists());
+        let (parent, name) = open_parent_where_judged(
+            &dir,
+            &deep,
+            &deep,
+            Some(&judged(Some("secrets/a/b/new.txt"))),
+            &missing,
+        )
+        .unwrap();
+        super::super::change::atomic_write(&parent, &name, b"x", None).unwrap();
+        assert!(ws.join("secrets/a/b/new.txt").is_file());
         // A directory to list or walk, opened through the link, likewise.
         let d = WorkspacePath::parse("d", &ws).unwrap();
         let handle = dir.open_dir("d").unwrap();
@@ -645,9 +698,14 @@ mod tests {
         // A write through the directory handle lands in it, whatever the
         // link says afterwards.
         let path = WorkspacePath::parse("d/late.txt", &ws).unwrap();
-        let (parent, name) =
-            open_parent_where_judged(&dir, &path, &path, Some(&judged(Some("secrets/late.txt"))))
-                .unwrap();
+        let (parent, name) = open_parent_where_judged(
+            &dir,
+            &path,
+            &path,
+            Some(&judged(Some("secrets/late.txt"))),
+            &[],
+        )
+        .unwrap();
         std::fs::remove_file(ws.join("d")).unwrap();
         std::os::unix::fs::symlink("docs", ws.join("d")).unwrap();
         super::super::change::atomic_write(&parent, &name, b"x", None).unwrap();

@@ -4,9 +4,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::change::{
-    atomic_write, create_dirs, diff, history_error, remove_empty_dirs, with_current,
-};
+use super::change::{atomic_write, diff, history_error, remove_empty_dirs, with_current};
 use super::write::diff_hints;
 use super::{
     WorkspacePath, blocking, cancelled, codes, confine, open_history, open_workspace, parse_args,
@@ -141,20 +139,18 @@ impl Tool for UndoEdit {
                     .filter_map(|d| WorkspacePath::parse(d, &ws.path).ok())
                     .collect();
                 // Where the file is written or removed: where the rules
-                // judged its path to lead.
+                // judged its path to lead (directories it needs made there).
                 let target_dir = || {
                     confine::open_parent_where_judged(
                         &ws.dir,
                         target,
                         &path,
                         ctx.judged_path.as_ref(),
+                        &current.missing_dirs,
                     )
                 };
                 match restored {
                     Some(bytes) => {
-                        if current.before.is_none() {
-                            create_dirs(&ws.dir, &current.missing_dirs)?;
-                        }
                         let (parent, name) = target_dir()?;
                         atomic_write(&parent, &name, bytes, entry.header.mode)
                             .map_err(|e| confine::io_error(e, &path))?;
