@@ -216,6 +216,20 @@ fn real_location(fd: &impl std::os::fd::AsRawFd) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()
 }
 
+/// Where the directory `handle`, opened for `path`, really is in the
+/// workspace, when that is not `path` (it was reached through a link):
+/// read off the open handle, or, where `/proc` cannot tell, resolved by
+/// path.
+pub fn real_dir(dir: &Dir, handle: &Dir, path: &WorkspacePath) -> Option<WorkspacePath> {
+    let real = match (real_location(dir), real_location(handle)) {
+        (Some(root), Some(real)) => {
+            WorkspacePath::from_normalised(real.strip_prefix(&root).ok()?.to_path_buf())
+        }
+        _ => resolve_beneath(dir, path)?,
+    };
+    (real != *path).then_some(real)
+}
+
 /// Refuse `opened` (a file, or a directory to list or walk), opened for
 /// `path`, unless it is where the permission rules judged `path` to lead
 /// (`judged`; no judgement, nothing to check). Asked of the open handle,

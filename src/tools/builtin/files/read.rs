@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::change::numbered;
 use super::confine::{
-    WorkspacePath, io_error, not_found_aware, open_regular, opened_where_judged, resolve_beneath,
+    WorkspacePath, io_error, not_found_aware, open_regular, opened_where_judged, real_dir,
 };
 use super::{blocking, cancelled, codes, language_of, open_workspace, parse_args, rules_note};
 use crate::protocol::ui_schema::hints::{self, Source};
@@ -186,8 +186,7 @@ fn list_dir(
     let real_dir = ctx
         .path_rules
         .as_ref()
-        .and_then(|_| resolve_beneath(&ws.dir, path))
-        .filter(|real| real != path);
+        .and_then(|_| real_dir(&ws.dir, &handle, path));
     let mut skipped_by_rules = 0usize;
     let mut entries: Vec<(String, &'static str, u64)> = vec![];
     for entry in read {

@@ -29,7 +29,7 @@ use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
-use super::confine::{WorkspacePath, io_error, resolve_beneath};
+use super::confine::{WorkspacePath, io_error, real_dir};
 use super::{cancelled, codes};
 use crate::tools::{ToolContext, ToolError};
 
@@ -105,8 +105,7 @@ where
     let real_start = ctx
         .path_rules
         .as_ref()
-        .and_then(|_| resolve_beneath(root, start))
-        .filter(|real| real != start);
+        .and_then(|_| real_dir(root, &handle, start));
     let mut walker = Walker {
         ctx,
         max_entries,
