@@ -257,6 +257,14 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
 mod tests {
     use super::*;
 
+    /// The roles of a vendor context's messages, in order.
+    fn roles_of(messages: &[Value]) -> Vec<&str> {
+        messages
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect()
+    }
+
     fn msg(
         seq: i64,
         role: Role,
@@ -325,7 +333,7 @@ mod tests {
 
         let v = openai(&thread, &Unanswered::new());
         let m = v["messages"].as_array().unwrap();
-        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        let roles = roles_of(m);
         assert_eq!(
             roles,
             [
@@ -351,7 +359,7 @@ mod tests {
 
         let v = anthropic(&thread, &Unanswered::new());
         let m = v["messages"].as_array().unwrap();
-        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        let roles = roles_of(m);
         assert_eq!(
             roles,
             ["user", "assistant", "user", "assistant", "user"],
@@ -439,7 +447,7 @@ mod tests {
 
         let v = anthropic(&thread, &unanswered);
         let m = v["messages"].as_array().unwrap();
-        let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        let roles = roles_of(m);
         assert_eq!(
             roles,
             ["user", "assistant", "user", "assistant", "user"],
