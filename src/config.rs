@@ -176,6 +176,23 @@ pub enum LandlockMode {
     BestEffort,
 }
 
+/// Whether commands get PID and mount namespaces of their own (see
+/// [`crate::sandbox`]): a `/proc` that shows only the command's own
+/// processes, and a process tree the kernel ends as one when its main
+/// process ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NamespaceMode {
+    /// Refuse to run commands where the kernel will not create them.
+    Require,
+    /// Use them where the kernel allows (not, typically, inside a container
+    /// that forbids user namespaces), and say so in /readyz and
+    /// /v1/workspace where it does not.
+    BestEffort,
+    /// Never: commands share the service's PID namespace and `/proc`.
+    Off,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NetworkPolicy {
@@ -188,6 +205,7 @@ pub enum NetworkPolicy {
 #[serde(default)]
 pub struct SandboxSettings {
     pub landlock: LandlockMode,
+    pub namespaces: NamespaceMode,
     pub network: NetworkPolicy,
     /// RLIMIT_CPU of a command, seconds.
     pub cpu_secs: u64,
@@ -207,6 +225,7 @@ impl Default for SandboxSettings {
     fn default() -> Self {
         SandboxSettings {
             landlock: LandlockMode::Require,
+            namespaces: NamespaceMode::BestEffort,
             network: NetworkPolicy::Deny,
             cpu_secs: 600,
             file_size_bytes: 1 << 30,

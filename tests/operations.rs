@@ -529,7 +529,17 @@ struct Served {
 }
 
 async fn serve_binary(data_dir: &std::path::Path, database_url: Option<&str>) -> Served {
+    serve_binary_with(data_dir, database_url, &[]).await
+}
+
+/// [`serve_binary`] with settings of its own (`TOOLGATE_…` variables).
+async fn serve_binary_with(
+    data_dir: &std::path::Path,
+    database_url: Option<&str>,
+    env: &[(&str, &str)],
+) -> Served {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.envs(env.iter().copied());
     cmd.args([
         "--data-dir",
         data_dir.to_str().unwrap(),
@@ -714,8 +724,14 @@ async fn crash_mid_command(
     data_dir: &std::path::Path,
     sleeps: &Sleeps,
     kill_watchdog: bool,
+    namespaces: &str,
 ) -> Vec<i32> {
-    let mut first = serve_binary(data_dir, None).await;
+    let mut first = serve_binary_with(
+        data_dir,
+        None,
+        &[("TOOLGATE_SANDBOX__NAMESPACES", namespaces)],
+    )
+    .await;
     let client = reqwest::Client::new();
     let r = client
         .put(format!("{}/v1/permissions", first.base))
@@ -801,7 +817,9 @@ async fn a_commands_background_processes_end_when_the_service_is_killed() {
         background: ["sleep", "4321.125"],
         foreground: ["sleep", "4321.375"],
     };
-    let orphans = crash_mid_command(data_dir.path(), &sleeps, false).await;
+    // Without namespaces of their own (where the kernel offers none), the
+    // watchdog is what ends them.
+    let orphans = crash_mid_command(data_dir.path(), &sleeps, false, "off").await;
     until_ended(&sleeps, &orphans, "after the service died").await;
     // The command's temporary directory and its record go too.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -821,9 +839,24 @@ async fn a_commands_background_processes_end_when_the_service_is_killed() {
     }
 }
 
-/// Should the watchdog die with the service (both killed), what a command
-/// started in the background is ended by the next start on the same data
-/// directory.
+/// In a PID namespace of its own, a command's main process is the
+/// namespace's init: when the service dies (and with it, by
+/// PR_SET_PDEATHSIG, the main process), the kernel ends everything else the
+/// command started, with no watchdog and no restart.
+#[tokio::test]
+async fn a_commands_background_processes_end_with_it_even_when_nothing_watches() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let sleeps = Sleeps {
+        background: ["sleep", "4321.0625"],
+        foreground: ["sleep", "4321.1875"],
+    };
+    let orphans = crash_mid_command(data_dir.path(), &sleeps, true, "require").await;
+    until_ended(&sleeps, &orphans, "after the service and its watchdog died").await;
+}
+
+/// Without namespaces, should the watchdog die with the service (both
+/// killed), what a command started in the background is ended by the next
+/// start on the same data directory.
 #[tokio::test]
 async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
     let data_dir = tempfile::tempdir().unwrap();
@@ -831,7 +864,7 @@ async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
         background: ["sleep", "4321.25"],
         foreground: ["sleep", "4321.5"],
     };
-    let orphans = crash_mid_command(data_dir.path(), &sleeps, true).await;
+    let orphans = crash_mid_command(data_dir.path(), &sleeps, true, "off").await;
     // The shell died with the service; what it started did not.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolgate::config::{LandlockMode, NetworkPolicy, SandboxSettings};
+use toolgate::config::{LandlockMode, NamespaceMode, NetworkPolicy, SandboxSettings};
 use toolgate::protocol::ui_schema;
 use toolgate::sandbox::{
     CommandOutput, CommandSpec, KernelSupport, Sandbox, SandboxError, SystemPaths,
@@ -191,6 +191,41 @@ async fn assert_dies(pid: i32) {
     }
 }
 
+/// The live processes whose command line holds `marker`, as this process
+/// (outside any namespace of the commands) sees them.
+fn running(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(marker) && alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Waits (up to 3 s) until no process runs `marker`.
+async fn assert_all_end(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = running(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left:?} ({marker}) survived the command"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn pids(text: &str) -> Vec<i32> {
     text.split_whitespace()
         .filter_map(|w| w.parse().ok())
@@ -215,16 +250,96 @@ async fn the_services_environment_never_reaches_a_command() {
 
 #[tokio::test]
 async fn the_services_process_memory_and_environment_are_out_of_reach() {
-    let h = harness();
-    let me = std::process::id();
-    let result = h
-        .run(&format!(
-            "cat /proc/{me}/environ; cat /proc/$PPID/environ; head -c 64 /proc/{me}/mem; ls /proc/{me}/fd"
-        ))
-        .await;
-    let all = format!("{}{}", stdout(&result), stderr(&result));
-    assert!(!all.contains("hunter2"), "{all}");
-    assert!(stderr(&result).contains("Permission denied"), "{all}");
+    // In namespaces of its own the command does not even see the service;
+    // without them, Landlock refuses.
+    for (namespaces, refusal) in [
+        (NamespaceMode::Require, "No such file or directory"),
+        (NamespaceMode::Off, "Permission denied"),
+    ] {
+        let h = harness_with(
+            SandboxSettings {
+                namespaces,
+                ..settings()
+            },
+            None,
+        );
+        let me = std::process::id();
+        let result = h
+            .run(&format!(
+                "cat /proc/{me}/environ; cat /proc/$PPID/environ; head -c 64 /proc/{me}/mem; ls /proc/{me}/fd"
+            ))
+            .await;
+        let all = format!("{}{}", stdout(&result), stderr(&result));
+        assert!(!all.contains("hunter2"), "{all}");
+        assert!(stderr(&result).contains(refusal), "{namespaces:?}: {all}");
+    }
+}
+
+/// Another owner's command line (a token passed as an argument, say) is
+/// out of a command's sight: in a PID namespace of its own, with its own
+/// `/proc`, a command sees its own processes and nothing else.
+#[tokio::test]
+async fn a_command_sees_only_its_own_processes() {
+    const SECRET: &str = "alices-token-5be1c0";
+    for namespaces in [NamespaceMode::Require, NamespaceMode::Off] {
+        let h = harness_with(
+            SandboxSettings {
+                namespaces,
+                ..settings()
+            },
+            None,
+        );
+        let tool = h.tool();
+        let alice = tokio::spawn(async move {
+            tool.execute(
+                json!({"command": format!("sleep 4.5; echo {SECRET}")}),
+                ctx("alice", None, CancellationToken::new()),
+            )
+            .await
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running(SECRET).is_empty() {
+            assert!(Instant::now() < deadline, "alice's command never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let peek = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done; \
+                    echo pids: $(ls /proc | grep -cE '^[0-9]+$'); echo me: $$";
+        let bob = h
+            .tool()
+            .execute(
+                json!({ "command": peek }),
+                ctx("bob", None, CancellationToken::new()),
+            )
+            .await
+            .unwrap()
+            .result;
+        let seen = stdout(&bob);
+        assert!(
+            seen.contains("for f in /proc"),
+            "bob sees his own command: {bob}"
+        );
+        let count: usize = seen
+            .rsplit("pids: ")
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{bob}"));
+        if namespaces == NamespaceMode::Require {
+            assert!(h.sandbox.status().namespaces.enforced);
+            assert!(!seen.contains(SECRET), "alice's command line leaked: {bob}");
+            assert!(
+                seen.contains("me: 1\n"),
+                "the command is its namespace's init: {bob}"
+            );
+            assert!(count <= 5, "only the command's own processes: {bob}");
+        } else {
+            // Without them, the same look finds it: the check above is real.
+            assert!(seen.contains(SECRET), "{bob}");
+            assert!(count > 5, "{bob}");
+        }
+        alice.abort();
+        assert_all_end(SECRET).await;
+    }
 }
 
 #[tokio::test]
@@ -451,7 +566,7 @@ async fn a_timeout_kills_background_grandchildren_too() {
     let h = harness();
     let started = Instant::now();
     let out = h
-        .call(json!({"command": "sleep 30 & echo $!; sleep 30", "timeout_ms": 1000}))
+        .call(json!({"command": "sleep 30.101 & echo $!; sleep 30", "timeout_ms": 1000}))
         .await
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -460,8 +575,8 @@ async fn a_timeout_kills_background_grandchildren_too() {
     assert_eq!(result["timed_out"], true);
     assert_eq!(result["exit_code"], Value::Null);
     assert_eq!(result["error"]["code"], "TIMEOUT");
-    let pid = pids(stdout(&result))[0];
-    assert_dies(pid).await;
+    assert_eq!(pids(stdout(&result)).len(), 1, "started: {result}");
+    assert_all_end("sleep 30.101").await;
 }
 
 #[tokio::test]
@@ -472,7 +587,7 @@ async fn processes_that_change_group_are_killed_too() {
     // out of reach of a kill of the command's group.
     let out = h
         .call(json!({
-            "command": "set -m; sleep 30 & echo $!; ps -o pgid= -p $!; echo $$; sleep 30",
+            "command": "set -m; sleep 30.102 & echo $!; ps -o pgid= -p $!; echo $$; sleep 30",
             "timeout_ms": 1500
         }))
         .await
@@ -483,7 +598,7 @@ async fn processes_that_change_group_are_killed_too() {
     let (job, job_group, shell) = (numbers[0], numbers[1], numbers[2]);
     assert_eq!(job, job_group, "the job leads its own group");
     assert_ne!(job_group, shell);
-    assert_dies(job).await;
+    assert_all_end("sleep 30.102").await;
 }
 
 #[tokio::test]
@@ -492,10 +607,11 @@ async fn background_jobs_die_when_the_command_ends() {
     let started = Instant::now();
     // The pipes stay open in the background job: without killing it the
     // call would wait for it.
-    let result = h.run("sleep 30 & echo $!").await;
+    let result = h.run("sleep 30.103 & echo $!").await;
     assert!(started.elapsed() < Duration::from_secs(5), "{result}");
     assert_eq!(result["exit_code"], 0);
-    assert_dies(pids(stdout(&result))[0]).await;
+    assert_eq!(pids(stdout(&result)).len(), 1, "started: {result}");
+    assert_all_end("sleep 30.103").await;
 }
 
 #[tokio::test]
@@ -531,24 +647,28 @@ async fn cancellation_kills_the_command() {
     let err = h
         .tool()
         .execute(
-            json!({"command": "sleep 30 & echo $! > pid; sleep 30"}),
+            json!({"command": "sleep 30.104 & echo $! > pid; sleep 30"}),
             ctx("alice", None, cancel),
         )
         .await
         .unwrap_err();
     assert_eq!(err.code, "CANCELLED");
     assert!(started.elapsed() < Duration::from_secs(5));
-    let pid: i32 = std::fs::read_to_string(pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert_dies(pid).await;
+    assert!(pidfile.exists(), "the background job started");
+    assert_all_end("sleep 30.104").await;
 }
 
 #[tokio::test]
 async fn a_dropped_run_leaves_nothing_running() {
-    let h = harness();
+    // Pids as the commands print them are this process's only outside
+    // namespaces of their own; reaping is the same either way.
+    let h = harness_with(
+        SandboxSettings {
+            namespaces: NamespaceMode::Off,
+            ..settings()
+        },
+        None,
+    );
     let ws = h.workspace("alice");
     let run = h.call(json!({"command": "echo $$ > main; sleep 30 & echo $! > pid; sleep 30"}));
     let _ = tokio::time::timeout(Duration::from_millis(500), run).await;
@@ -620,6 +740,18 @@ async fn exit_codes_and_streams_are_reported_apart() {
     assert!(r["shell"].as_str().unwrap().ends_with("sh"));
     assert!(r["duration_ms"].as_u64().is_some());
 
+    // The main process is its PID namespace's init: like any container's
+    // init, it ignores the signals it sends itself without a handler.
+    assert!(h.sandbox.status().namespaces.enforced);
+    let survived = h.run("kill -9 $$; echo still here").await;
+    assert_eq!(survived["stdout"], "still here\n", "{survived}");
+    let h = harness_with(
+        SandboxSettings {
+            namespaces: NamespaceMode::Off,
+            ..settings()
+        },
+        None,
+    );
     let killed = h.run("kill -9 $$").await;
     assert_eq!(killed["exit_code"], Value::Null);
     assert_eq!(killed["signal"], 9);
@@ -909,6 +1041,7 @@ async fn without_landlock_require_refuses_and_best_effort_runs() {
     let no_landlock = Some(KernelSupport {
         landlock_abi: None,
         seccomp: true,
+        namespaces: KernelSupport::probe().namespaces,
     });
     let h = harness_with(settings(), no_landlock);
     assert!(!h.sandbox.status().bash_enabled);
@@ -941,6 +1074,9 @@ async fn the_status_reports_what_is_enforced_here() {
     let json = serde_json::to_value(&status).unwrap();
     assert_eq!(json["network"], "deny");
     assert_eq!(json["landlock"]["mode"], "require");
+    assert_eq!(json["namespaces"]["mode"], "best_effort");
+    assert_eq!(status.namespaces.available, kernel.namespaces);
+    assert_eq!(status.namespaces.enforced, kernel.namespaces);
 }
 
 #[tokio::test]

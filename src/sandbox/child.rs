@@ -33,6 +33,156 @@ pub(crate) struct Confinement {
     pub filters: Option<Arc<Filters>>,
     /// The service's pid, to notice it died before PR_SET_PDEATHSIG was set.
     pub parent_pid: libc::pid_t,
+    /// Set when the child starts in new user, PID and mount namespaces
+    /// (see spawn.rs): what it does there before anything else.
+    pub namespaces: Option<Namespaces>,
+}
+
+/// What a child started in new user, PID and mount namespaces does first:
+/// maps its own ids, so that it keeps the service's uid and gid; mounts a
+/// `/proc` of its PID namespace over the service's; and lets its Landlock
+/// ruleset read that new `/proc` (the ruleset's `/proc` rule, made in the
+/// parent, is on the service's mount, which the new one hides).
+pub(crate) struct Namespaces {
+    /// "<uid> <uid> 1\n", and the same of the gid: the only mappings an
+    /// unprivileged process may write for itself.
+    pub uid_map: std::ffi::CString,
+    pub gid_map: std::ffi::CString,
+    /// The Landlock access rights the new `/proc` is granted (read files
+    /// and directories, as far as the ruleset handles them).
+    pub proc_access: u64,
+    /// A pidfd of the service: in its own PID namespace the child's
+    /// `getppid()` is 0, so this is how it notices the service died before
+    /// PR_SET_PDEATHSIG was set.
+    pub parent_pidfd: std::os::fd::OwnedFd,
+}
+
+/// Writes all of `text` to the file at `path` (one `write`, as /proc's
+/// id-map files require).
+unsafe fn write_file(path: &std::ffi::CStr, text: &[u8]) -> io::Result<()> {
+    // SAFETY: open/write/close on a NUL-terminated path and a live buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let written = libc::write(fd, text.as_ptr().cast(), text.len());
+        let failed = io::Error::last_os_error();
+        libc::close(fd);
+        if written != text.len() as isize {
+            return Err(failed);
+        }
+    }
+    Ok(())
+}
+
+impl Namespaces {
+    /// The set-up for a child of this process, whose `/proc` gets
+    /// `proc_access` (Landlock rights; 0 without Landlock).
+    pub(crate) fn for_this_process(proc_access: u64) -> io::Result<Namespaces> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: geteuid, getegid and getpid cannot fail; pidfd_open
+        // returns a new descriptor or -1.
+        let (uid, gid, pidfd) = unsafe {
+            (
+                libc::geteuid(),
+                libc::getegid(),
+                libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0 as libc::c_uint),
+            )
+        };
+        if pidfd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just created, owned here only.
+        let parent_pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd as RawFd) };
+        let map = |id: u32| {
+            std::ffi::CString::new(format!("{id} {id} 1\n"))
+                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+        };
+        Ok(Namespaces {
+            uid_map: map(uid)?,
+            gid_map: map(gid)?,
+            proc_access,
+            parent_pidfd,
+        })
+    }
+
+    /// Everything the child does in its new namespaces before the rest of
+    /// the confinement; it still holds every capability of its user
+    /// namespace here (dropped later by [`Confinement::apply`]).
+    ///
+    /// # Safety
+    /// Raw system calls only; call in the child before `execve`.
+    pub(crate) unsafe fn enter(&self, landlock_fd: Option<RawFd>) -> io::Result<()> {
+        // SAFETY: raw system calls on data the parent prepared.
+        unsafe {
+            // gid_map may only be written by an unprivileged process once
+            // setgroups(2) is off for the namespace.
+            write_file(c"/proc/self/setgroups", b"deny")?;
+            write_file(c"/proc/self/uid_map", self.uid_map.as_bytes())?;
+            write_file(c"/proc/self/gid_map", self.gid_map.as_bytes())?;
+            // Nothing mounted here propagates anywhere else.
+            check(libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) as libc::c_long)?;
+            check(libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ) as libc::c_long)?;
+            // No rule when /proc is not granted whole: it stays unreadable.
+            if let Some(ruleset) = landlock_fd.filter(|_| self.proc_access != 0) {
+                let proc = libc::open(
+                    c"/proc".as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                );
+                if proc < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                #[repr(C, packed)]
+                struct PathBeneathAttr {
+                    allowed_access: u64,
+                    parent_fd: i32,
+                }
+                const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+                let rule = PathBeneathAttr {
+                    allowed_access: self.proc_access,
+                    parent_fd: proc,
+                };
+                let added = libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    ruleset,
+                    LANDLOCK_RULE_PATH_BENEATH,
+                    &rule as *const PathBeneathAttr,
+                    0 as libc::c_uint,
+                );
+                let failed = io::Error::last_os_error();
+                libc::close(proc);
+                if added != 0 {
+                    return Err(failed);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the service is still alive (its pidfd not yet readable).
+    fn parent_alive(&self) -> bool {
+        let mut poll = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&self.parent_pidfd),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one descriptor, not waiting.
+        let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+        ready == 0
+    }
 }
 
 fn check(rc: libc::c_long) -> io::Result<()> {
@@ -113,7 +263,8 @@ fn drop_capabilities() -> io::Result<()> {
 
 impl Confinement {
     /// Applies everything, in an order where each step still has what it
-    /// needs: the session first, limits while privileged, then
+    /// needs: the namespaces first (mounting `/proc` needs the capabilities
+    /// of the new user namespace), the session, limits while privileged, then
     /// no_new_privs (required by both Landlock and seccomp without
     /// CAP_SYS_ADMIN), capabilities, Landlock, and seccomp last (it denies
     /// setsid, which the first step uses).
@@ -122,12 +273,21 @@ impl Confinement {
         unsafe {
             // A new session is a new process group (killable as one) with
             // no controlling terminal (nothing can prompt on /dev/tty).
+            if let Some(namespaces) = &self.namespaces {
+                namespaces.enter(self.landlock_fd)?;
+            }
             check(libc::setsid() as libc::c_long)?;
             // If the service dies, its command dies with it rather than
             // run on unsupervised. (This reaches the main process only;
-            // its own children are orphaned.)
+            // its own children are orphaned, unless the command has a PID
+            // namespace of its own: the main process is its init, and the
+            // kernel ends the rest with it.)
             check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) as libc::c_long)?;
-            if libc::getppid() != self.parent_pid {
+            let parent_alive = match &self.namespaces {
+                Some(namespaces) => namespaces.parent_alive(),
+                None => libc::getppid() == self.parent_pid,
+            };
+            if !parent_alive {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
 

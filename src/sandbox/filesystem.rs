@@ -45,6 +45,18 @@ fn grant_access(grant: Grant, abi: ABI) -> BitFlags<AccessFs> {
     access & handled
 }
 
+/// The Landlock rights a command's own `/proc` gets in a PID namespace of
+/// its own: those of a rule granting the whole of `/proc` (the default
+/// read-only paths have one), nothing when `/proc` is not granted, or only
+/// split around hidden paths (the new mount would need the same split,
+/// which can only be computed after it exists).
+pub(crate) fn proc_access(abi: i32, system: &[Rule]) -> u64 {
+    system
+        .iter()
+        .find(|rule| rule.path == Path::new("/proc") && rule.grant != Grant::List)
+        .map_or(0, |rule| grant_access(rule.grant, ABI::from(abi)).bits())
+}
+
 /// Builds the ruleset of one command and returns its file descriptor
 /// (close-on-exec, as the kernel creates it).
 ///

@@ -16,6 +16,15 @@
 //!   watchdog process ([`SessionWatchdog`], started by `toolgate serve`)
 //!   or, failing that, by the next start on the same data directory
 //!   ([`Sandbox::recording_sessions_in`]).
+//! - **PID and mount namespaces of its own** (`sandbox.namespaces`, where
+//!   the kernel lets this process create a user namespace): the command
+//!   starts in new user, PID and mount namespaces, keeping the service's
+//!   uid and gid, and mounts a `/proc` of its own, so it sees only its own
+//!   processes (not the service, nor another owner's command line). Its
+//!   main process is the namespace's init: when it ends, however it ends
+//!   (PR_SET_PDEATHSIG when the service dies included), the kernel ends
+//!   every process the command started, watchdog or not. Like any init, it
+//!   ignores signals it sends itself without a handler.
 //! - **No terminal, no input**: stdin is /dev/null; the environment is
 //!   cleared and rebuilt from an allow-list (see [`base_environment`])
 //!   that turns pagers, editors and credential prompts off. The service's
@@ -61,9 +70,9 @@
 //! Known limits: Landlock does not govern `stat`, path traversal or
 //! directory listing granted on a split tree, so names (not contents) of
 //! hidden entries such as /etc/ssh are visible; /etc entries created after
-//! start-up are not readable until restart; other processes' command lines
-//! in /proc are readable; 32-bit binaries are killed by the seccomp
-//! architecture check.
+//! start-up are not readable until restart; without namespaces, other
+//! processes' command lines in /proc are readable; 32-bit binaries are
+//! killed by the seccomp architecture check.
 
 mod child;
 mod filesystem;
@@ -85,13 +94,13 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
-use crate::config::{LandlockMode, NetworkPolicy, SandboxSettings};
+use crate::config::{LandlockMode, NamespaceMode, NetworkPolicy, SandboxSettings};
 
 pub use output::omission_marker;
 pub use paths::SystemPaths;
 pub use session::{SessionWatchdog, watch_sessions};
 
-use child::{Confinement, Limits};
+use child::{Confinement, Limits, Namespaces};
 use output::CappedText;
 use session::{SessionGuard, SessionRecords, kill_session};
 use spawn::Program;
@@ -113,6 +122,9 @@ pub struct KernelSupport {
     /// Landlock ABI version, `None` without Landlock.
     pub landlock_abi: Option<i32>,
     pub seccomp: bool,
+    /// Whether a command can start in user, PID and mount namespaces of
+    /// its own, with a `/proc` of its own.
+    pub namespaces: bool,
 }
 
 impl KernelSupport {
@@ -121,6 +133,7 @@ impl KernelSupport {
         KernelSupport {
             landlock_abi: filesystem::probe_abi(),
             seccomp: syscalls::probe(),
+            namespaces: spawn::probe_namespaces(),
         }
     }
 }
@@ -222,6 +235,20 @@ pub struct SeccompStatus {
     pub denied: Vec<String>,
 }
 
+/// PID and mount namespaces of each command's own: a `/proc` that shows
+/// only its own processes, and a process tree that ends with its main
+/// process, even when the service and its watchdog were killed.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct NamespaceStatus {
+    /// `require`, `best_effort` or `off` (`sandbox.namespaces`).
+    #[schema(value_type = String)]
+    pub mode: NamespaceMode,
+    /// Whether this kernel lets the service create them.
+    pub available: bool,
+    /// Whether commands run in them.
+    pub enforced: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct RlimitStatus {
     pub cpu_secs: u64,
@@ -240,6 +267,7 @@ pub struct SandboxStatus {
     /// Whether commands may run at all.
     pub bash_enabled: bool,
     pub landlock: LandlockStatus,
+    pub namespaces: NamespaceStatus,
     /// `deny` or `allow`.
     #[schema(value_type = String)]
     pub network: NetworkPolicy,
@@ -367,6 +395,23 @@ impl Sandbox {
                 ),
             }
         }
+        let namespaces = kernel.namespaces && settings.namespaces != NamespaceMode::Off;
+        if !kernel.namespaces {
+            match settings.namespaces {
+                NamespaceMode::Require => {
+                    bash_enabled = false;
+                    warnings.push(
+                        "the kernel lets this process create no user, PID and mount namespaces and sandbox.namespaces = require: commands are refused"
+                            .into(),
+                    );
+                }
+                NamespaceMode::BestEffort => warnings.push(
+                    "the kernel lets this process create no user, PID and mount namespaces: commands see every process in /proc, and what they start in the background outlives them if the service and its watchdog are both killed (sandbox.namespaces = best_effort)"
+                        .into(),
+                ),
+                NamespaceMode::Off => {}
+            }
+        }
         if deny_network && filters.is_none() {
             bash_enabled = false;
             warnings.push(
@@ -393,6 +438,11 @@ impl Sandbox {
                 enforced: landlock_available,
                 tcp_denied: landlock_available && deny_network && abi >= 4,
                 scoped: landlock_available && abi >= 6,
+            },
+            namespaces: NamespaceStatus {
+                mode: settings.namespaces,
+                available: kernel.namespaces,
+                enforced: namespaces,
             },
             network: settings.network,
             seccomp: SeccompStatus {
@@ -506,6 +556,17 @@ impl Sandbox {
             landlock_fd: ruleset.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
             filters: self.filters.clone(),
             parent_pid: std::process::id() as libc::pid_t,
+            namespaces: match self.status.namespaces.enforced {
+                true => Some(
+                    Namespaces::for_this_process(
+                        self.kernel
+                            .landlock_abi
+                            .map_or(0, |abi| filesystem::proc_access(abi, &self.rules)),
+                    )
+                    .map_err(|e| SandboxError::Setup(format!("namespaces: {e}")))?,
+                ),
+                false => None,
+            },
         };
 
         let program =
@@ -687,6 +748,7 @@ mod tests {
         let no_landlock = KernelSupport {
             landlock_abi: None,
             seccomp: true,
+            namespaces: true,
         };
         let strict = Sandbox::with_kernel(&settings(), SystemPaths::default(), no_landlock);
         assert!(!strict.status().bash_enabled);
@@ -710,10 +772,60 @@ mod tests {
     }
 
     #[test]
+    fn status_without_namespaces_depends_on_the_mode() {
+        let kernel = KernelSupport {
+            landlock_abi: Some(7),
+            seccomp: true,
+            namespaces: false,
+        };
+        let with = |namespaces| {
+            let settings = SandboxSettings {
+                namespaces,
+                ..settings()
+            };
+            Sandbox::with_kernel(&settings, SystemPaths::default(), kernel).status()
+        };
+        let required = with(NamespaceMode::Require);
+        assert!(!required.bash_enabled);
+        assert!(
+            required
+                .warnings
+                .iter()
+                .any(|w| w.contains("namespaces = require"))
+        );
+        let lenient = with(NamespaceMode::BestEffort);
+        assert!(lenient.bash_enabled && !lenient.namespaces.enforced);
+        assert!(
+            lenient
+                .warnings
+                .iter()
+                .any(|w| w.contains("see every process"))
+        );
+        let off = with(NamespaceMode::Off);
+        assert!(off.bash_enabled && !off.namespaces.enforced);
+        assert!(!off.warnings.iter().any(|w| w.contains("namespaces")));
+        // Where the kernel has them, "off" still keeps commands out of them.
+        let kernel = KernelSupport {
+            namespaces: true,
+            ..kernel
+        };
+        let settings = SandboxSettings {
+            namespaces: NamespaceMode::Off,
+            ..settings()
+        };
+        let off = Sandbox::with_kernel(&settings, SystemPaths::default(), kernel).status();
+        assert!(off.namespaces.available && !off.namespaces.enforced);
+        let default =
+            Sandbox::with_kernel(&super::tests::settings(), SystemPaths::default(), kernel);
+        assert!(default.status().namespaces.enforced);
+    }
+
+    #[test]
     fn network_deny_without_seccomp_refuses() {
         let kernel = KernelSupport {
             landlock_abi: Some(7),
             seccomp: false,
+            namespaces: true,
         };
         let sandbox = Sandbox::with_kernel(&settings(), SystemPaths::default(), kernel);
         assert!(!sandbox.status().bash_enabled);
@@ -735,6 +847,7 @@ mod tests {
             KernelSupport {
                 landlock_abi: None,
                 seccomp: true,
+                namespaces: true,
             },
         );
         let err = sandbox

@@ -35,7 +35,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
-use super::child::Confinement;
+use super::child::{Confinement, Namespaces};
 
 /// The child's stack, above one guard page. The child runs a few small
 /// frames (signal reset, descriptor set-up, [`Confinement::apply`]).
@@ -253,7 +253,7 @@ pub(crate) fn spawn(program: &Program, confinement: &Confinement) -> io::Result<
             libc::clone(
                 child_main,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | namespace_flags(confinement),
                 &args as *const ChildArgs<'_> as *mut c_void,
             )
         };
@@ -295,6 +295,78 @@ pub(crate) fn spawn(program: &Program, confinement: &Confinement) -> io::Result<
     child.stdout = Some(pipe::Receiver::from_owned_fd(stdout_read)?);
     child.stderr = Some(pipe::Receiver::from_owned_fd(stderr_read)?);
     Ok(child)
+}
+
+/// The namespaces a command starts in: new user, PID and mount namespaces
+/// when its confinement asks for them (see [`Namespaces`]).
+fn namespace_flags(confinement: &Confinement) -> c_int {
+    match confinement.namespaces {
+        Some(_) => NAMESPACE_FLAGS,
+        None => 0,
+    }
+}
+
+const NAMESPACE_FLAGS: c_int = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS;
+
+/// Whether this kernel, as this process, lets a command start in namespaces
+/// of its own: a child is started the way [`spawn`] starts one, enters them
+/// as a command would ([`Namespaces::enter`]: maps, a new `/proc`), and
+/// exits. False where user namespaces are disabled or forbidden (a
+/// container's seccomp profile, `kernel.unprivileged_userns_clone = 0`) or
+/// where `/proc` may not be mounted (a container that masks parts of it).
+pub(crate) fn probe_namespaces() -> bool {
+    let Ok(namespaces) = Namespaces::for_this_process(0) else {
+        return false;
+    };
+    let Ok(stack) = Stack::new() else {
+        return false;
+    };
+    let probe = Probe {
+        namespaces: &namespaces,
+        errno: AtomicI32::new(0),
+    };
+    let pid = {
+        let _blocked = BlockedSignals::new();
+        // SAFETY: `probe_main` only reads `probe` and makes raw system
+        // calls; with CLONE_VFORK this returns once the child has exited,
+        // so everything it uses outlives it.
+        unsafe {
+            libc::clone(
+                probe_main,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | NAMESPACE_FLAGS,
+                &probe as *const Probe<'_> as *mut c_void,
+            )
+        }
+    };
+    if pid < 0 {
+        return false;
+    }
+    let exited = reap(pid, 0);
+    let errno = probe.errno.load(Ordering::Acquire);
+    if errno != 0 {
+        tracing::debug!(errno, "commands cannot have namespaces of their own here");
+    }
+    errno == 0 && matches!(exited, Ok(Some(status)) if status.success())
+}
+
+struct Probe<'a> {
+    namespaces: &'a Namespaces,
+    errno: AtomicI32,
+}
+
+extern "C" fn probe_main(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the `Probe` the parent keeps alive while suspended.
+    let probe = unsafe { &*(arg as *const Probe<'_>) };
+    // SAFETY: raw system calls in a child that exits right after.
+    let entered = unsafe { probe.namespaces.enter(None) };
+    let errno = match entered {
+        Ok(()) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
+    };
+    probe.errno.store(errno, Ordering::Release);
+    // SAFETY: ends the child without running anything of the service's.
+    unsafe { libc::_exit(if errno == 0 { 0 } else { 1 }) }
 }
 
 /// A pipe, both ends close-on-exec (the child's `dup2` onto 1 and 2 clears
@@ -593,6 +665,7 @@ mod tests {
             filters: None,
             // SAFETY: getpid(2) cannot fail.
             parent_pid: unsafe { libc::getpid() },
+            namespaces: None,
         };
         let outcome = runtime.block_on(async {
             let mut child = spawn(&program, &confinement)?;
