@@ -287,13 +287,16 @@ impl Change {
             judged,
             &current.missing_dirs,
         )
-        .and_then(|(parent, name)| {
-            atomic_write(&parent, &name, &self.after, current.mode)
-                .map_err(|e| io_error(e, &current.requested))
+        .and_then(|mut target| {
+            atomic_write(&target.dir, &target.name, &self.after, current.mode).map_err(|e| {
+                // What this write made goes again, through the handles it
+                // was made with.
+                target.remove_made();
+                io_error(e, &current.requested)
+            })
         });
         if let Err(e) = written {
             let _ = history.remove(&current.target, seq);
-            remove_empty_dirs(&ws.dir, &current.missing_dirs);
             return Err(e);
         }
         Ok(undo_info(&current.target, seq, tool, self.created()))

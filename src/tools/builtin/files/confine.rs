@@ -304,7 +304,7 @@ pub fn open_parent_where_judged(
     requested: &WorkspacePath,
     judged: Option<&crate::tools::JudgedPath>,
     missing: &[WorkspacePath],
-) -> Result<(Dir, std::ffi::OsString), ToolError> {
+) -> Result<WriteTarget, ToolError> {
     let name = target
         .file_name()
         .ok_or_else(|| directory_not_file(requested))?
@@ -314,7 +314,7 @@ pub fn open_parent_where_judged(
         .first()
         .map_or_else(|| target.parent(), WorkspacePath::parent)
         .unwrap_or_else(WorkspacePath::root);
-    let mut parent = if existing.is_root() {
+    let parent = if existing.is_root() {
         dir.try_clone()
     } else {
         dir.open_dir(existing.as_path())
@@ -330,24 +330,71 @@ pub fn open_parent_where_judged(
             "written",
         ));
     }
+    let mut target = WriteTarget {
+        dir: parent,
+        name,
+        made: Vec::new(),
+    };
     let mut made = existing;
     for part in to_make {
         made = made.join(part);
-        match parent.create_dir(part) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io_error(e, &made)),
+        let entered = target.enter(part, &made);
+        if entered.is_err() {
+            target.remove_made();
         }
+        entered?;
+    }
+    Ok(target)
+}
+
+/// Where a write goes: the directory, opened, and the file's name in it;
+/// and the directories [`open_parent_where_judged`] made on the way, each
+/// with its parent opened, so that a write that fails afterwards removes
+/// exactly those, through the same handles, not whatever their paths name
+/// by then.
+#[derive(Debug)]
+pub struct WriteTarget {
+    pub dir: Dir,
+    pub name: std::ffi::OsString,
+    made: Vec<(Dir, std::ffi::OsString)>,
+}
+
+impl WriteTarget {
+    /// Make (unless it exists) and open the directory `part` of the current
+    /// one, without following a link; `path` names it in errors.
+    fn enter(&mut self, part: &std::ffi::OsStr, path: &WorkspacePath) -> Result<(), ToolError> {
+        let created = match self.dir.create_dir(part) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(io_error(e, path)),
+        };
         let mut options = OpenOptions::new();
         options
             .read(true)
             .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
-        parent = parent
-            .open_with(part, &options)
-            .map(|f| Dir::from_std_file(f.into_std()))
-            .map_err(|e| io_error(e, &made))?;
+        let child = match self.dir.open_with(part, &options) {
+            Ok(child) => Dir::from_std_file(child.into_std()),
+            Err(e) => {
+                if created {
+                    let _ = self.dir.remove_dir(part);
+                }
+                return Err(io_error(e, path));
+            }
+        };
+        let parent = std::mem::replace(&mut self.dir, child);
+        if created {
+            self.made.push((parent, part.to_os_string()));
+        }
+        Ok(())
     }
-    Ok((parent, name))
+
+    /// Remove, deepest first, the directories this write made (each only
+    /// while empty).
+    pub fn remove_made(&mut self) {
+        for (parent, name) in self.made.drain(..).rev() {
+            let _ = parent.remove_dir(&name);
+        }
+    }
 }
 
 /// Open an existing regular file for reading. FIFOs and devices are refused
@@ -641,6 +688,41 @@ mod tests {
         check("x", None).unwrap();
     }
 
+    /// A write that fails after making its directories removes the ones it
+    /// made, through the handles it made them with: not what their paths
+    /// name after a link changed, and not a directory that was already
+    /// there.
+    #[test]
+    fn a_failed_write_removes_the_directories_it_made_and_no_others() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        for d in ["docs/a", "secrets"] {
+            std::fs::create_dir_all(ws.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("docs", ws.join("d")).unwrap();
+        let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
+        let parse = |p: &str| WorkspacePath::parse(p, &ws).unwrap();
+        let path = parse("d/a/b/c/new.txt");
+        let missing = [parse("d/a"), parse("d/a/b"), parse("d/a/b/c")];
+        let mut target = open_parent_where_judged(
+            &dir,
+            &path,
+            &path,
+            Some(&judged(Some("docs/a/b/c/new.txt"))),
+            &missing,
+        )
+        .unwrap();
+        assert!(ws.join("docs/a/b/c").is_dir());
+        // The link changes, and the same names exist where it leads now.
+        std::fs::remove_file(ws.join("d")).unwrap();
+        std::os::unix::fs::symlink("secrets", ws.join("d")).unwrap();
+        std::fs::create_dir_all(ws.join("secrets/a/b/c")).unwrap();
+        target.remove_made();
+        assert!(!ws.join("docs/a/b").exists(), "what the write made goes");
+        assert!(ws.join("docs/a").is_dir(), "what was there stays");
+        assert!(ws.join("secrets/a/b/c").is_dir(), "nothing goes elsewhere");
+    }
+
     /// A write lands where the rules judged its path to lead, or nowhere.
     #[test]
     fn a_write_whose_directory_moved_since_the_judgement_is_refused() {
@@ -654,7 +736,7 @@ mod tests {
         let open = |raw: &str, j: Option<crate::tools::JudgedPath>| {
             let path = WorkspacePath::parse(raw, &ws).unwrap();
             open_parent_where_judged(&dir, &path, &path, j.as_ref(), &[])
-                .map(|(_, name)| name.to_string_lossy().into_owned())
+                .map(|target| target.name.to_string_lossy().into_owned())
         };
         assert_eq!(
             open("d/new.txt", Some(judged(Some("docs/new.txt")))).unwrap(),
@@ -693,7 +775,7 @@ mod tests {
             err.message
         );
         assert!(!ws.join("secrets/a").exists() && !ws.join("docs/a").exists());
-        let (parent, name) = open_parent_where_judged(
+        let target = open_parent_where_judged(
             &dir,
             &deep,
             &deep,
@@ -701,7 +783,7 @@ mod tests {
             &missing,
         )
         .unwrap();
-        super::super::change::atomic_write(&parent, &name, b"x", None).unwrap();
+        super::super::change::atomic_write(&target.dir, &target.name, b"x", None).unwrap();
         assert!(ws.join("secrets/a/b/new.txt").is_file());
         // A directory to list or walk, opened through the link, likewise.
         let d = WorkspacePath::parse("d", &ws).unwrap();
@@ -712,7 +794,7 @@ mod tests {
         // A write through the directory handle lands in it, whatever the
         // link says afterwards.
         let path = WorkspacePath::parse("d/late.txt", &ws).unwrap();
-        let (parent, name) = open_parent_where_judged(
+        let target = open_parent_where_judged(
             &dir,
             &path,
             &path,
@@ -722,7 +804,7 @@ mod tests {
         .unwrap();
         std::fs::remove_file(ws.join("d")).unwrap();
         std::os::unix::fs::symlink("docs", ws.join("d")).unwrap();
-        super::super::change::atomic_write(&parent, &name, b"x", None).unwrap();
+        super::super::change::atomic_write(&target.dir, &target.name, b"x", None).unwrap();
         assert!(ws.join("secrets/late.txt").exists());
         assert!(!ws.join("docs/late.txt").exists());
     }

@@ -151,15 +151,19 @@ impl Tool for UndoEdit {
                 };
                 match restored {
                     Some(bytes) => {
-                        let (parent, name) = target_dir()?;
-                        atomic_write(&parent, &name, bytes, entry.header.mode)
-                            .map_err(|e| confine::io_error(e, &path))?;
+                        let mut target = target_dir()?;
+                        atomic_write(&target.dir, &target.name, bytes, entry.header.mode)
+                            .map_err(|e| {
+                                target.remove_made();
+                                confine::io_error(e, &path)
+                            })?;
                     }
                     None => {
                         if current.before.is_some() {
-                            let (parent, name) = target_dir()?;
-                            parent
-                                .remove_file(&name)
+                            let target = target_dir()?;
+                            target
+                                .dir
+                                .remove_file(&target.name)
                                 .map_err(|e| confine::io_error(e, &path))?;
                         }
                         remove_empty_dirs(&ws.dir, &created_dirs);
