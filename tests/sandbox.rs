@@ -1019,6 +1019,40 @@ async fn commands_hold_no_capabilities() {
     assert!(lines.iter().all(|l| l.ends_with("0000000000000000")), "{r}");
 }
 
+/// A user namespace of its own would give a command every capability back
+/// inside it: creating one (or any namespace) is refused, while starting
+/// processes the usual ways (fork, vfork, posix_spawn, whose clone3 the C
+/// library retries as clone) works.
+#[tokio::test]
+async fn a_command_cannot_make_namespaces_of_its_own() {
+    let h = harness();
+    for attempt in [
+        "unshare --user true",
+        "unshare --user --map-root-user --mount --pid --fork cat /proc/self/status",
+        "unshare --net true",
+        // The system call itself, not through unshare(1).
+        "python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); \
+         failed = libc.unshare(0x10000000); \
+         raise SystemExit(os.strerror(ctypes.get_errno()) if failed else 0)'",
+        "nsenter --target 1 --mount true",
+    ] {
+        let r = h.run(&format!("{attempt} && echo ESCAPED")).await;
+        assert!(!stdout(&r).contains("ESCAPED"), "{attempt}: {r}");
+        assert_ne!(r["exit_code"], 0, "{attempt}: {r}");
+        let err = stderr(&r);
+        assert!(err.contains("Operation not permitted"), "{attempt}: {r}");
+    }
+    let r = h
+        .run(
+            "python3 -c \"import os, subprocess; \
+             print(subprocess.run(['echo', 'spawned'], capture_output=True, text=True).stdout.strip()); \
+             pid = os.fork(); os._exit(0) if pid == 0 else print('forked', os.waitpid(pid, 0)[1])\"; \
+             (echo subshell) | cat",
+        )
+        .await;
+    assert_eq!(stdout(&r), "spawned\nforked 0\nsubshell\n", "{r}");
+}
+
 /// The service blocks and handles signals of its own (and the Rust runtime
 /// ignores SIGPIPE); a command starts with none blocked or ignored, so a
 /// pipeline's writer dies quietly when its reader is done.

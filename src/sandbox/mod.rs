@@ -45,8 +45,12 @@
 //!   shared between commands or with the host's /tmp, and writing there is
 //!   writing in the workspace, the only writable place.
 //! - **seccomp**: always denied (EPERM) `setsid`, io_uring (it performs
-//!   socket and file operations that bypass seccomp) and the kernel keyring
-//!   calls; with network = deny, `socket()` of every family (EACCES; UNIX
+//!   socket and file operations that bypass seccomp), the kernel keyring
+//!   calls, and namespaces of the command's own making (`unshare`, `setns`,
+//!   `clone` with a namespace flag; `clone3`, whose flags seccomp cannot
+//!   read, answers ENOSYS and the C library falls back to `clone`): in a
+//!   user namespace it made, a command would hold every capability again;
+//!   with network = deny, `socket()` of every family (EACCES; UNIX
 //!   too: before Landlock ABI 9 nothing else keeps a command from
 //!   connecting to a pathname socket such as the database's) and datagram
 //!   or non-UNIX `socketpair()`. On x86-64, x32 syscalls are refused and

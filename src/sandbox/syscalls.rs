@@ -87,6 +87,45 @@ pub(crate) fn build(deny_network: bool) -> Result<Filters, String> {
         .map(String::from),
     );
 
+    // No namespaces of its own making: in a user namespace it creates, a
+    // command would hold every capability again (CAP_SYS_ADMIN,
+    // CAP_NET_ADMIN…), which opens much of the kernel to it, within the
+    // sandbox's other limits, but still. `unshare` and `setns` are refused
+    // outright, `clone` with any namespace flag; `clone3`, whose flags seccomp
+    // cannot read, answers ENOSYS, so the C library falls back to `clone`.
+    let namespace_flags = [
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWCGROUP,
+    ];
+    let mut namespaces = BTreeMap::new();
+    namespaces.insert(libc::SYS_unshare, vec![]);
+    namespaces.insert(libc::SYS_setns, vec![]);
+    namespaces.insert(
+        libc::SYS_clone,
+        namespace_flags
+            .into_iter()
+            .map(|flag| arg(0, SeccompCmpOp::MaskedEq(flag as u64), flag as u64))
+            .collect::<Result<_, _>>()?,
+    );
+    programs.push(compile(namespaces, errno(libc::EPERM), arch)?);
+    let mut clone3 = BTreeMap::new();
+    clone3.insert(libc::SYS_clone3, vec![]);
+    programs.push(compile(clone3, errno(libc::ENOSYS), arch)?);
+    denied.extend(
+        [
+            "unshare",
+            "setns",
+            "clone with a namespace flag",
+            "clone3 (ENOSYS: the C library falls back to clone)",
+        ]
+        .map(String::from),
+    );
+
     if deny_network {
         // No socket of any family: IP, netlink, packet, and UNIX too,
         // because on kernels before Landlock ABI 9 nothing else stops a
