@@ -238,8 +238,21 @@ pub struct StoredMessage {
 /// A JSON document as the store writes it, serialized once where it is
 /// built: the group-commit writer, the one thread every write waits for,
 /// binds the text instead of walking a `Value` tree.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Valid JSON by construction: made only by serializing a value, and
+/// checked when deserialized (a unit read back from the spool), so the
+/// SQLite writer can leave the schema's `json_valid()` checks aside.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JsonText(String);
+
+impl<'de> Deserialize<'de> for JsonText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        serde_json::from_str::<serde::de::IgnoredAny>(&text)
+            .map_err(|e| serde::de::Error::custom(format!("not a JSON document: {e}")))?;
+        Ok(JsonText(text))
+    }
+}
 
 impl JsonText {
     /// The JSON text of `value`.
@@ -717,6 +730,23 @@ pub async fn open(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `JsonText` read back (from the spool) is a JSON document or
+    /// nothing: the SQLite writer does not check it again.
+    #[test]
+    fn json_text_is_json_whichever_way_it_is_made() {
+        let made = JsonText::of(&serde_json::json!({"a": [1, "two"]}));
+        let text = serde_json::to_string(&made).unwrap();
+        assert_eq!(serde_json::from_str::<JsonText>(&text).unwrap(), made);
+        for broken in [r#""{\"a\": ""#, r#""not json""#, r#""""#, r#""[1, 2] 3""#] {
+            let err = serde_json::from_str::<JsonText>(broken).unwrap_err();
+            assert!(
+                err.to_string().contains("not a JSON document"),
+                "{broken}: {err}"
+            );
+        }
+        assert!(serde_json::from_str::<JsonText>(r#""null""#).is_ok());
+    }
 
     #[test]
     fn error_codes_are_read_by_their_backend() {

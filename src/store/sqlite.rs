@@ -3,7 +3,9 @@
 //!
 //! The file runs in WAL mode with `synchronous=FULL`, so a returned commit is
 //! on disk and readers never block the writer. JSON columns hold JSON text
-//! (checked by `json_valid()` in the schema). Writers serialise on SQLite's
+//! (checked by `json_valid()` in the schema; see `store::sqlite_writes` for
+//! the one connection that leaves the schema's checks to the types it
+//! writes from). Writers serialise on SQLite's
 //! database lock, waiting up to [`BUSY_TIMEOUT`] for another connection or
 //! process to finish.
 //!
