@@ -233,8 +233,8 @@ pub fn real_dir(dir: &Dir, handle: &Dir, path: &WorkspacePath) -> Option<Workspa
 /// Refuse `opened` (a file, or a directory to list or walk), opened for
 /// `path`, unless it is where the permission rules judged `path` to lead
 /// (`judged`; no judgement, nothing to check). Asked of the open handle,
-/// so no link changed afterwards can fool it. Without `/proc` it cannot
-/// tell, and lets it be.
+/// so no link changed afterwards can fool it (see [`moved_since_judged`]
+/// for how, with or without `/proc`).
 pub fn opened_where_judged(
     dir: &Dir,
     opened: &impl std::os::fd::AsRawFd,
@@ -254,8 +254,10 @@ pub fn opened_where_judged(
 
 /// Is what `fd` (followed by the names `below` it, for a directory)
 /// really is somewhere other than where the rules judged `path` to lead?
-/// Then (where it led, where it is now). `None` also when there was no
-/// judgement, or `/proc` cannot tell.
+/// Then (where it led, where it is now). `None` when there was no
+/// judgement. Read off the handle by `/proc/self/fd`; where `/proc` cannot
+/// tell, by [`elsewhere_than`], which compares the handle's file with the
+/// one the judged path names (and fails closed on a link along it).
 fn moved_since_judged(
     dir: &Dir,
     fd: &impl std::os::fd::AsRawFd,
@@ -264,14 +266,92 @@ fn moved_since_judged(
     judged: Option<&crate::tools::JudgedPath>,
 ) -> Option<(String, String)> {
     let judged = judged?;
-    let (root, mut real) = (real_location(dir)?, real_location(fd)?);
-    real.extend(below);
     let then = judged.leads_to.clone().unwrap_or_else(|| path.display());
+    let (Some(root), Some(mut real)) = (real_location(dir), real_location(fd)) else {
+        return elsewhere_than(dir, fd, below.len(), &then).then(|| {
+            let now = "somewhere else (a link along the way changed)".to_string();
+            (then.clone(), now)
+        });
+    };
+    real.extend(below);
     let now = match real.strip_prefix(&root) {
         Ok(rel) => WorkspacePath::from_normalised(rel.to_path_buf()).display(),
         Err(_) => "a place outside the workspace".to_string(),
     };
     (now != then).then_some((then, now))
+}
+
+/// Whether `fd` is another file than the one the workspace path `then`
+/// names with its last `below` names taken off, asked without `/proc`:
+/// the path is walked from `dir` one name at a time, none followed if it
+/// is a link (a judged path is where links led, so a link on it now means
+/// one changed), and the two (device, inode) pairs compared. Anything that
+/// cannot be walked or compared counts as elsewhere.
+fn elsewhere_than(dir: &Dir, fd: &impl std::os::fd::AsRawFd, below: usize, then: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    let names: Vec<&std::ffi::OsStr> = Path::new(then)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect();
+    let Some(kept) = names.len().checked_sub(below) else {
+        return true;
+    };
+    let names = &names[..kept];
+    let Ok(mut current) = dir.try_clone() else {
+        return true;
+    };
+    let mut nofollow = OpenOptions::new();
+    nofollow
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+    let (last, parents) = match names.split_last() {
+        Some((last, parents)) => (Some(*last), parents),
+        None => (None, names),
+    };
+    for name in parents {
+        match current.open_with(name, &nofollow) {
+            Ok(next) => current = Dir::from_std_file(next.into_std()),
+            Err(_) => return true,
+        }
+    }
+    let named = match last {
+        None => identity(current.as_raw_fd(), None),
+        Some(name) => identity(current.as_raw_fd(), Some(name)),
+    };
+    match (identity(fd.as_raw_fd(), None), named) {
+        (Some(opened), Some(named)) => opened != named,
+        _ => true,
+    }
+}
+
+/// The (device, inode) of the descriptor `fd`, or of its entry `name`
+/// (not followed if it is a link: a link's own identity matches no file).
+fn identity(fd: std::os::fd::RawFd, name: Option<&std::ffi::OsStr>) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = match name {
+        Some(name) => std::ffi::CString::new(name.as_bytes()).ok()?,
+        None => std::ffi::CString::default(),
+    };
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: fstatat on a live descriptor, a NUL-terminated name (empty
+    // with AT_EMPTY_PATH: the descriptor itself) and a buffer of its type.
+    let rc = unsafe {
+        libc::fstatat(
+            fd,
+            name.as_ptr(),
+            stat.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: fstatat succeeded, so the buffer is initialised.
+    let stat = unsafe { stat.assume_init() };
+    Some((stat.st_dev, stat.st_ino))
 }
 
 /// The refusal of a file tool whose `path` leads elsewhere than when the
@@ -721,6 +801,41 @@ mod tests {
         assert!(!ws.join("docs/a/b").exists(), "what the write made goes");
         assert!(ws.join("docs/a").is_dir(), "what was there stays");
         assert!(ws.join("secrets/a/b/c").is_dir(), "nothing goes elsewhere");
+    }
+
+    /// Where `/proc` cannot say where a handle is, the file it holds is
+    /// compared with the one the judged path names, walked without
+    /// following a link: a swapped link is still caught.
+    #[test]
+    fn without_proc_the_handle_is_compared_with_the_judged_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        for d in ["docs", "secrets"] {
+            std::fs::create_dir_all(ws.join(d)).unwrap();
+            std::fs::write(ws.join(d).join("ok.txt"), d).unwrap();
+        }
+        std::fs::write(ws.join("top.txt"), "top").unwrap();
+        std::os::unix::fs::symlink("docs", ws.join("d")).unwrap();
+        let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
+        let through_link = dir.open("d/ok.txt").unwrap();
+        assert!(!elsewhere_than(&dir, &through_link, 0, "docs/ok.txt"));
+        assert!(elsewhere_than(&dir, &through_link, 0, "secrets/ok.txt"));
+        // The link changes between the judgement and the open.
+        std::fs::remove_file(ws.join("d")).unwrap();
+        std::os::unix::fs::symlink("secrets", ws.join("d")).unwrap();
+        let swapped = dir.open("d/ok.txt").unwrap();
+        assert!(elsewhere_than(&dir, &swapped, 0, "docs/ok.txt"));
+        // A judged path never holds a link: one there now fails closed.
+        assert!(elsewhere_than(&dir, &swapped, 0, "d/ok.txt"));
+        assert!(elsewhere_than(&dir, &swapped, 0, "docs/missing.txt"));
+        // A directory handle, with the names a write adds below it.
+        let docs = dir.open_dir("docs").unwrap();
+        assert!(!elsewhere_than(&dir, &docs, 2, "docs/new/x.txt"));
+        assert!(elsewhere_than(&dir, &docs, 2, "secrets/new/x.txt"));
+        assert!(elsewhere_than(&dir, &docs, 3, "docs/x.txt"));
+        assert!(!elsewhere_than(&dir, &dir, 1, "top.txt"));
+        let top = dir.open("top.txt").unwrap();
+        assert!(!elsewhere_than(&dir, &top, 0, "top.txt"));
     }
 
     /// A write lands where the rules judged its path to lead, or nowhere.
