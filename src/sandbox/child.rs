@@ -271,11 +271,11 @@ impl Confinement {
     pub(crate) fn apply(&self) -> io::Result<()> {
         // SAFETY: raw system calls on plain data; see the module comment.
         unsafe {
-            // A new session is a new process group (killable as one) with
-            // no controlling terminal (nothing can prompt on /dev/tty).
             if let Some(namespaces) = &self.namespaces {
                 namespaces.enter(self.landlock_fd)?;
             }
+            // A new session is a new process group (killable as one) with
+            // no controlling terminal (nothing can prompt on /dev/tty).
             check(libc::setsid() as libc::c_long)?;
             // If the service dies, its command dies with it rather than
             // run on unsupervised. (This reaches the main process only;

@@ -21,6 +21,11 @@
 //!
 //! The parent waits for the child through a pidfd, so neither a thread nor
 //! `SIGCHLD` handling is tied up while a command runs.
+//!
+//! When the confinement asks for them, the same `clone` also gives the
+//! child new user, PID and mount namespaces (`CLONE_NEWUSER |
+//! CLONE_NEWPID | CLONE_NEWNS`): it is then its PID namespace's init, and
+//! sets the namespaces up first thing ([`Namespaces::enter`]).
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::io;
