@@ -35,7 +35,7 @@ pub(crate) struct Confinement {
     pub parent_pid: libc::pid_t,
     /// Set when the child starts in new user, PID and mount namespaces
     /// (see spawn.rs): what it does there before anything else.
-    pub namespaces: Option<Namespaces>,
+    pub namespaces: Option<Arc<Namespaces>>,
 }
 
 /// What a child started in new user, PID and mount namespaces does first:

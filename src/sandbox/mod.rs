@@ -293,6 +293,8 @@ pub struct Sandbox {
     kernel: KernelSupport,
     rules: Vec<paths::Rule>,
     filters: Option<Arc<syscalls::Filters>>,
+    /// What commands do in namespaces of their own, when they get them.
+    namespaces: Option<Arc<Namespaces>>,
     status: SandboxStatus,
     /// Where running commands' sessions are recorded (see
     /// [`Sandbox::recording_sessions_in`]); none in tests that run the
@@ -399,7 +401,21 @@ impl Sandbox {
                 ),
             }
         }
-        let namespaces = kernel.namespaces && settings.namespaces != NamespaceMode::Off;
+        let rules = paths::rules(&paths);
+        // Built once: the ids to map and the service's pidfd do not change.
+        let mut namespace_setup = None;
+        if kernel.namespaces && settings.namespaces != NamespaceMode::Off {
+            let proc_access = kernel
+                .landlock_abi
+                .map_or(0, |abi| filesystem::proc_access(abi, &rules));
+            match Namespaces::for_this_process(proc_access) {
+                Ok(setup) => namespace_setup = Some(Arc::new(setup)),
+                Err(e) => warnings.push(format!(
+                    "commands cannot be given namespaces of their own (a pidfd of the service: {e})"
+                )),
+            }
+        }
+        let namespaces = namespace_setup.is_some();
         if !kernel.namespaces {
             match settings.namespaces {
                 NamespaceMode::Require => {
@@ -432,7 +448,6 @@ impl Sandbox {
             );
         }
         let abi = kernel.landlock_abi.unwrap_or(0);
-        let rules = paths::rules(&paths);
         let status = SandboxStatus {
             bash_enabled,
             landlock: LandlockStatus {
@@ -485,6 +500,7 @@ impl Sandbox {
             kernel,
             rules,
             filters,
+            namespaces: namespace_setup,
             status,
             records: None,
         }
@@ -560,17 +576,7 @@ impl Sandbox {
             landlock_fd: ruleset.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
             filters: self.filters.clone(),
             parent_pid: std::process::id() as libc::pid_t,
-            namespaces: match self.status.namespaces.enforced {
-                true => Some(
-                    Namespaces::for_this_process(
-                        self.kernel
-                            .landlock_abi
-                            .map_or(0, |abi| filesystem::proc_access(abi, &self.rules)),
-                    )
-                    .map_err(|e| SandboxError::Setup(format!("namespaces: {e}")))?,
-                ),
-                false => None,
-            },
+            namespaces: self.namespaces.clone(),
         };
 
         let program =
