@@ -180,6 +180,9 @@ impl Application {
             workspaces,
             sandbox,
             thread_owners: Default::default(),
+            replay_cache: Arc::new(crate::engine::ReplayCache::new(
+                crate::engine::ReplayCache::DEFAULT_BYTES,
+            )),
         });
         spawn_expiry_sweeper(state.engine.clone(), state.shutdown.clone());
         Ok(Application {

@@ -1538,6 +1538,82 @@ pub fn logged_event_data(event: &StoredEvent) -> Result<Arc<str>, StoreError> {
     Ok(rebuilt.to_json().into())
 }
 
+/// Result events rebuilt for replays ([`logged_event_data`]), kept by
+/// thread and seq so that a thread replayed again (a frontend reloading
+/// it, clients reconnecting from the start) does not compile the same
+/// ui_schemas again. A logged event never changes, so an entry never goes
+/// stale. Bounded by the bytes of event text it holds; when the next entry
+/// would pass the bound, it forgets everything and starts over (a result
+/// larger than a sixteenth of the bound is not kept at all).
+pub struct ReplayCache {
+    max_bytes: usize,
+    inner: Mutex<ReplayCacheInner>,
+}
+
+#[derive(Default)]
+struct ReplayCacheInner {
+    threads: HashMap<String, HashMap<i64, Arc<str>>>,
+    bytes: usize,
+}
+
+impl ReplayCache {
+    /// What [`Shared`](crate::http::Shared) keeps: up to 32 MiB of event
+    /// text.
+    pub const DEFAULT_BYTES: usize = 32 << 20;
+
+    pub fn new(max_bytes: usize) -> ReplayCache {
+        ReplayCache {
+            max_bytes,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReplayCacheInner> {
+        // A panic under the lock leaves a map that is still consistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`logged_event_data`], rebuilt at most once per result event while
+    /// it stays cached.
+    pub fn event_data(&self, event: &StoredEvent) -> Result<Arc<str>, StoreError> {
+        if event.from_message.is_none() {
+            return Ok(Arc::clone(&event.data));
+        }
+        let cached = self
+            .lock()
+            .threads
+            .get(&event.thread_id)
+            .and_then(|events| events.get(&event.seq))
+            .cloned();
+        if let Some(data) = cached {
+            return Ok(data);
+        }
+        let data = logged_event_data(event)?;
+        if data.len() <= self.max_bytes / 16 {
+            let mut inner = self.lock();
+            if inner.bytes + data.len() > self.max_bytes {
+                *inner = ReplayCacheInner::default();
+            }
+            inner.bytes += data.len();
+            let previous = inner
+                .threads
+                .entry(event.thread_id.clone())
+                .or_default()
+                .insert(event.seq, Arc::clone(&data));
+            if let Some(previous) = previous {
+                inner.bytes -= previous.len();
+            }
+        }
+        Ok(data)
+    }
+
+    /// Entries and bytes held (for tests).
+    pub fn held(&self) -> (usize, usize) {
+        let inner = self.lock();
+        (inner.threads.values().map(HashMap::len).sum(), inner.bytes)
+    }
+}
+
 fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) {
     if let Some(observer) = observer {
         for event in events {
@@ -1660,4 +1736,69 @@ pub fn publish_hook(bus: Arc<EventBus>) -> crate::store::writer::CommitHook {
             bus.publish(e);
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::tool_output::ToolStatus;
+    use crate::store::ResultReference;
+
+    fn result_event_at(seq: i64, text: &str) -> StoredEvent {
+        let output = ToolAgentOutput {
+            tool_name: "echo".into(),
+            tool_call_id: format!("call-{seq}"),
+            tool_call_args: json!({"text": text}),
+            status: ToolStatus::Success,
+            error: None,
+            ui_hints: Some(crate::protocol::ui_schema::hints::text(Some("echo"), text)),
+            result: json!({"text": text}),
+        };
+        StoredEvent {
+            thread_id: "t".into(),
+            seq,
+            event_type: "TOOL_CALL_RESULT".into(),
+            data: Arc::from(""),
+            created_at_ms: 1_700_000_000_000 + seq,
+            from_message: Some(ResultReference {
+                message_id: format!("m{seq}"),
+                output: serde_json::to_value(&output).unwrap(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_replayed_result_is_rebuilt_once_and_the_cache_stays_bounded() {
+        let event = result_event_at(4, "hi");
+        let rebuilt = logged_event_data(&event).unwrap();
+        assert!(rebuilt.contains("\"ui_schema\""), "{rebuilt}");
+        let cache = ReplayCache::new(16 * 1024);
+        let first = cache.event_data(&event).unwrap();
+        assert_eq!(first, rebuilt, "the same bytes as a rebuild");
+        assert_eq!(cache.held(), (1, rebuilt.len()));
+        let again = cache.event_data(&event).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "served from the cache");
+        // Events stored in full are served as they are, and not held.
+        let plain = StoredEvent {
+            from_message: None,
+            data: Arc::from("{\"type\":\"TOOL_CALL_END\"}"),
+            ..result_event_at(5, "x")
+        };
+        assert!(Arc::ptr_eq(&cache.event_data(&plain).unwrap(), &plain.data));
+        assert_eq!(cache.held().0, 1);
+        // Past the bound it starts over: never more than the bound held.
+        for seq in 10..200 {
+            cache.event_data(&result_event_at(seq, "text")).unwrap();
+            assert!(cache.held().1 <= 16 * 1024);
+        }
+        assert!(cache.held().0 < 190, "{:?}", cache.held());
+        // A result larger than a sixteenth of the bound is not kept.
+        let big = result_event_at(500, &"x".repeat(2000));
+        let data = cache.event_data(&big).unwrap();
+        assert_eq!(data, logged_event_data(&big).unwrap());
+        let held = cache.held();
+        cache.event_data(&big).unwrap();
+        assert_eq!(cache.held(), held);
+        assert!(!Arc::ptr_eq(&data, &cache.event_data(&big).unwrap()));
+    }
 }

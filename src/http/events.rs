@@ -157,8 +157,8 @@ fn untracked(event: &Event) -> SseEvent {
 
 /// A logged event as streamed, with its seq as the SSE id; a result event
 /// read back as a reference to its message is rebuilt first.
-fn logged(event: &StoredEvent) -> Result<SseEvent, crate::store::StoreError> {
-    let data = crate::engine::logged_event_data(event)?;
+fn logged(state: &AppState, event: &StoredEvent) -> Result<SseEvent, crate::store::StoreError> {
+    let data = state.replay_cache.event_data(event)?;
     Ok(SseEvent::default().id(event.seq.to_string()).data(&*data))
 }
 
@@ -222,7 +222,7 @@ async fn stream_thread(
                 let result = match received {
                     Ok(ev) if ev.seq <= last => Ok(()),
                     Ok(ev) if ev.seq == last + 1 => {
-                        match logged(&ev) {
+                        match logged(&state, &ev) {
                             Ok(sse) => {
                                 last = ev.seq;
                                 if tx.send(Ok(sse)).await.is_err() { return; }
@@ -255,7 +255,7 @@ async fn catch_up(
         let page = state.store.events_after(thread_id, *last, PAGE).await?;
         let full = page.len() as i64 == PAGE;
         for ev in page {
-            let sse = logged(&ev)?;
+            let sse = logged(state, &ev)?;
             *last = ev.seq;
             if tx.send(Ok(sse)).await.is_err() {
                 return Ok(());

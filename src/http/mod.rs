@@ -70,6 +70,8 @@ pub struct Shared {
     /// Threads whose owner is known (owners never change).
     pub thread_owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
     pub sandbox: Arc<crate::sandbox::Sandbox>,
+    /// Result events rebuilt for replays, kept for the next replay.
+    pub replay_cache: Arc<crate::engine::ReplayCache>,
     /// Cancelled at shutdown: open SSE streams end with RUN_FINISHED.
     pub shutdown: CancellationToken,
 }
