@@ -403,33 +403,41 @@ impl Sandbox {
         }
         let rules = paths::rules(&paths);
         // Built once: the ids to map and the service's pidfd do not change.
+        // Whatever keeps commands out of namespaces counts the same way
+        // for `require` and `best_effort`.
         let mut namespace_setup = None;
-        if kernel.namespaces && settings.namespaces != NamespaceMode::Off {
-            let proc_access = kernel
-                .landlock_abi
-                .map_or(0, |abi| filesystem::proc_access(abi, &rules));
-            match Namespaces::for_this_process(proc_access) {
-                Ok(setup) => namespace_setup = Some(Arc::new(setup)),
-                Err(e) => warnings.push(format!(
-                    "commands cannot be given namespaces of their own (a pidfd of the service: {e})"
-                )),
+        let mut no_namespaces = None;
+        if settings.namespaces != NamespaceMode::Off {
+            if !kernel.namespaces {
+                no_namespaces = Some(
+                    "the kernel lets this process create no user, PID and mount namespaces"
+                        .to_string(),
+                );
+            } else {
+                let proc_access = kernel
+                    .landlock_abi
+                    .map_or(0, |abi| filesystem::proc_access(abi, &rules));
+                match Namespaces::for_this_process(proc_access) {
+                    Ok(setup) => namespace_setup = Some(Arc::new(setup)),
+                    Err(e) => {
+                        no_namespaces = Some(format!(
+                            "commands cannot be given namespaces of their own (a pidfd of the service: {e})"
+                        ))
+                    }
+                }
             }
         }
         let namespaces = namespace_setup.is_some();
-        if !kernel.namespaces {
-            match settings.namespaces {
-                NamespaceMode::Require => {
-                    bash_enabled = false;
-                    warnings.push(
-                        "the kernel lets this process create no user, PID and mount namespaces and sandbox.namespaces = require: commands are refused"
-                            .into(),
-                    );
-                }
-                NamespaceMode::BestEffort => warnings.push(
-                    "the kernel lets this process create no user, PID and mount namespaces: commands see every process in /proc, and what they start in the background outlives them if the service and its watchdog are both killed (sandbox.namespaces = best_effort)"
-                        .into(),
-                ),
-                NamespaceMode::Off => {}
+        if let Some(why) = no_namespaces {
+            if settings.namespaces == NamespaceMode::Require {
+                bash_enabled = false;
+                warnings.push(format!(
+                    "{why} and sandbox.namespaces = require: commands are refused"
+                ));
+            } else {
+                warnings.push(format!(
+                    "{why}: commands see every process in /proc, and what they start in the background outlives them if the service and its watchdog are both killed (sandbox.namespaces = best_effort)"
+                ));
             }
         }
         if deny_network && filters.is_none() {
