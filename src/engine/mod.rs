@@ -1607,8 +1607,9 @@ impl ReplayCache {
         Ok(data)
     }
 
-    /// Entries and bytes held (for tests).
-    pub fn held(&self) -> (usize, usize) {
+    /// Entries and bytes held.
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
         let inner = self.lock();
         (inner.threads.values().map(HashMap::len).sum(), inner.bytes)
     }

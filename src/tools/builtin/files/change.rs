@@ -11,8 +11,8 @@ use serde_json::json;
 use similar::{ChangeTag, TextDiff};
 
 use super::confine::{
-    WorkspacePath, directory_not_file, io_error, open_parent_where_judged, open_regular,
-    opened_where_judged, resolve_target,
+    WorkspacePath, WriteTarget, directory_not_file, io_error, open_parent_where_judged,
+    open_regular, opened_where_judged, resolve_target,
 };
 use super::history::{EditHistory, Header, with_file_lock};
 use super::{MAX_EDIT_BYTES, codes};
@@ -288,12 +288,9 @@ impl Change {
             &current.missing_dirs,
         )
         .and_then(|mut target| {
-            atomic_write(&target.dir, &target.name, &self.after, current.mode).map_err(|e| {
-                // What this write made goes again, through the handles it
-                // was made with.
-                target.remove_made();
-                io_error(e, &current.requested)
-            })
+            target
+                .write(&self.after, current.mode)
+                .map_err(|e| io_error(e, &current.requested))
         });
         if let Err(e) = written {
             let _ = history.remove(&current.target, seq);
@@ -333,6 +330,18 @@ fn undo_info(target: &WorkspacePath, seq: u64, tool: &str, created: bool) -> Und
 pub fn remove_empty_dirs(dir: &Dir, dirs: &[WorkspacePath]) {
     for d in dirs.iter().rev() {
         let _ = dir.remove_dir(d.as_path());
+    }
+}
+
+impl WriteTarget {
+    /// [`atomic_write`] the file; if that fails, the directories made for
+    /// it go again, through the handles they were made with.
+    pub fn write(&mut self, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
+        let written = atomic_write(&self.dir, &self.name, bytes, mode);
+        if written.is_err() {
+            self.remove_made();
+        }
+        written
     }
 }
 

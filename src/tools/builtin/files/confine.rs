@@ -303,28 +303,34 @@ fn elsewhere_than(dir: &Dir, fd: &impl std::os::fd::AsRawFd, below: usize, then:
     let Ok(mut current) = dir.try_clone() else {
         return true;
     };
-    let mut nofollow = OpenOptions::new();
-    nofollow
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
     let (last, parents) = match names.split_last() {
         Some((last, parents)) => (Some(*last), parents),
         None => (None, names),
     };
     for name in parents {
-        match current.open_with(name, &nofollow) {
-            Ok(next) => current = Dir::from_std_file(next.into_std()),
+        match open_dir_nofollow(&current, name) {
+            Ok(next) => current = next,
             Err(_) => return true,
         }
     }
-    let named = match last {
-        None => identity(current.as_raw_fd(), None),
-        Some(name) => identity(current.as_raw_fd(), Some(name)),
-    };
+    let named = identity(current.as_raw_fd(), last);
     match (identity(fd.as_raw_fd(), None), named) {
         (Some(opened), Some(named)) => opened != named,
         _ => true,
     }
+}
+
+/// The directory `name` of `parent`, opened through `parent` and not
+/// followed if it is a link (a directory swapped for a link is not
+/// entered).
+pub fn open_dir_nofollow(parent: &Dir, name: &std::ffi::OsStr) -> io::Result<Dir> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
+    parent
+        .open_with(name, &options)
+        .map(|f| Dir::from_std_file(f.into_std()))
 }
 
 /// The (device, inode) of the descriptor `fd`, or of its entry `name`
@@ -448,12 +454,8 @@ impl WriteTarget {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
             Err(e) => return Err(io_error(e, path)),
         };
-        let mut options = OpenOptions::new();
-        options
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
-        let child = match self.dir.open_with(part, &options) {
-            Ok(child) => Dir::from_std_file(child.into_std()),
+        let child = match open_dir_nofollow(&self.dir, part) {
+            Ok(child) => child,
             Err(e) => {
                 if created {
                     let _ = self.dir.remove_dir(part);

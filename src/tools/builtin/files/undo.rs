@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::change::{atomic_write, diff, history_error, remove_empty_dirs, with_current};
+use super::change::{diff, history_error, remove_empty_dirs, with_current};
 use super::write::diff_hints;
 use super::{
     WorkspacePath, blocking, cancelled, codes, confine, open_history, open_workspace, parse_args,
@@ -151,12 +151,9 @@ impl Tool for UndoEdit {
                 };
                 match restored {
                     Some(bytes) => {
-                        let mut target = target_dir()?;
-                        atomic_write(&target.dir, &target.name, bytes, entry.header.mode)
-                            .map_err(|e| {
-                                target.remove_made();
-                                confine::io_error(e, &path)
-                            })?;
+                        target_dir()?
+                            .write(bytes, entry.header.mode)
+                            .map_err(|e| confine::io_error(e, &path))?;
                     }
                     None => {
                         if current.before.is_some() {

@@ -25,7 +25,7 @@ use std::io::Read;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
-use cap_std::fs::{Dir, Metadata, OpenOptions, OpenOptionsExt};
+use cap_std::fs::{Dir, Metadata};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
@@ -289,16 +289,8 @@ where
                 return Ok(ControlFlow::Break(()));
             }
             if kind == Kind::Dir && depth < MAX_DEPTH {
-                // O_NOFOLLOW: a directory swapped for a link meanwhile is
-                // not entered.
-                let mut options = OpenOptions::new();
-                options
-                    .read(true)
-                    .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW);
-                let Ok(sub) = handle
-                    .open_with(&name, &options)
-                    .map(|f| Dir::from_std_file(f.into_std()))
-                else {
+                // A directory swapped for a link meanwhile is not entered.
+                let Ok(sub) = super::confine::open_dir_nofollow(handle, &name) else {
                     self.summary.unreadable += 1;
                     continue;
                 };
