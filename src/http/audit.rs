@@ -20,7 +20,7 @@ pub struct AuditQuery {
     pub thread_id: Option<String>,
     pub tool_name: Option<String>,
     pub tool_call_id: Option<String>,
-    /// One of `call.executed`, `call.dry_run`, `call.undo`, `call.refused`, `call.interrupted`, `approval.requested`, `approval.decided`, `run.rolled_back`, `permissions.updated`.
+    #[param(schema_with = action_schema)]
     pub action: Option<String>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
@@ -29,6 +29,15 @@ pub struct AuditQuery {
     /// 1–500, default 100.
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
+}
+
+/// The `action` filter: one of the actions the audit log records.
+fn action_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .description(Some("Only entries of this action."))
+        .enum_values(Some(crate::engine::audit::ACTIONS))
+        .build()
 }
 
 #[derive(Debug, Serialize, ToSchema)]

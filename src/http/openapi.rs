@@ -13,7 +13,7 @@ use super::error::PROBLEM_JSON;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "toolgate", description = "Tool execution for agent backends: gated, stored, streamed as AG-UI events."),
+    info(title = "toolgate", description = "Tool execution for agent backends: gated, stored, streamed as AG-UI events. No string in a request may contain U+0000 (NUL), which Postgres cannot store: a body holding one is refused with a 422 whose `errors` name its JSON pointer, a path or query with `%00` with a 400."),
     paths(
         super::threads::post_tool_call,
         super::threads::cancel_tool_call,
@@ -95,8 +95,23 @@ pub fn document() -> Value {
     doc["components"]["schemas"]["UiSchema"] = ui;
     doc["components"]["schemas"]["Problem"] = problem_schema();
     constrain_ids(&mut doc);
+    separate_call_shapes(&mut doc);
     add_common_problems(&mut doc);
     doc
+}
+
+/// Make the three call shapes exclusive, as the server tells them apart: a
+/// body with `function` is OpenAI's, one with `type: "tool_use"` (and no
+/// `function`) Anthropic's, and a native call has neither key (any other
+/// `type` is refused). Without this a native call would also match the
+/// Anthropic shape, whose `input` is optional too.
+fn separate_call_shapes(doc: &mut Value) {
+    let schemas = &mut doc["components"]["schemas"];
+    schemas["NativeCall"]["not"] = json!({"anyOf": [
+        {"required": ["type"]},
+        {"required": ["function"]},
+    ]});
+    schemas["AnthropicCall"]["not"] = json!({"required": ["function"]});
 }
 
 /// Path parameters that are toolgate ids, checked by `valid_id`.
@@ -344,5 +359,53 @@ mod tests {
         let event = &doc["components"]["schemas"]["AgUiSseEvent"];
         assert_eq!(event["properties"]["data"]["type"], "string");
         assert_eq!(event["required"], json!(["data"]));
+    }
+
+    /// A validator for the named component, with the document as its root
+    /// so its `$ref`s resolve.
+    fn component_in_document(doc: &Value, name: &str) -> jsonschema::Validator {
+        let mut root = doc.clone();
+        root["$ref"] = json!(format!("#/components/schemas/{name}"));
+        jsonschema::draft202012::new(&root).unwrap_or_else(|e| panic!("{name} compiles: {e}"))
+    }
+
+    /// The spec's three call shapes accept what the server's parser accepts,
+    /// and a call it accepts has exactly one shape.
+    #[test]
+    fn the_call_shapes_are_described_as_the_server_tells_them_apart() {
+        let doc = document();
+        let any = component_in_document(&doc, "ToolCallRequest");
+        let shapes = ["NativeCall", "OpenAiCall", "AnthropicCall"]
+            .map(|name| (name, component_in_document(&doc, name)));
+        let samples = [
+            json!({"id": "c", "name": "echo", "arguments": {"text": "hi"}}),
+            json!({"id": "c", "name": "echo"}),
+            json!({"id": "c", "name": "echo", "arguments": null, "run_id": "r"}),
+            json!({"id": "c", "type": "function", "function": {"name": "echo", "arguments": "{}"}}),
+            json!({"id": "c", "function": {"name": "echo", "arguments": "{}"}}),
+            json!({"type": "tool_use", "id": "c", "name": "echo", "input": {"text": "hi"}}),
+            json!({"type": "tool_use", "id": "c", "name": "echo"}),
+            // Refused by the server, so by the spec too.
+            json!({"id": "c", "name": "echo", "type": "bogus"}),
+            json!({"id": "c", "name": "echo", "type": "function"}),
+            json!({"type": "tool_use", "id": "c", "name": "echo",
+                "function": {"name": "echo", "arguments": "{}"}}),
+            json!({"id": "c", "type": "tool_use", "function": {"name": "echo", "arguments": "{}"}}),
+            json!({"name": "echo", "arguments": {}}),
+            json!({"type": "tool_use", "id": "c", "input": {}}),
+            json!({"id": "c", "name": "echo", "arguments": [1]}),
+        ];
+        for body in samples {
+            let parsed = crate::protocol::calls::parse(&body);
+            assert_eq!(any.is_valid(&body), parsed.is_ok(), "{body}: {parsed:?}");
+            if parsed.is_ok() {
+                let matching: Vec<&str> = shapes
+                    .iter()
+                    .filter(|(_, v)| v.is_valid(&body))
+                    .map(|(name, _)| *name)
+                    .collect();
+                assert_eq!(matching.len(), 1, "{body} matches {matching:?}");
+            }
+        }
     }
 }

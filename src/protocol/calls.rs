@@ -323,7 +323,8 @@ pub struct NativeCall {
     pub id: String,
     #[schema(min_length = 1)]
     pub name: String,
-    #[schema(value_type = Object)]
+    /// Absent or `null`: `{}`.
+    #[schema(value_type = Option<Object>)]
     pub arguments: Value,
     #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
@@ -362,7 +363,8 @@ pub struct AnthropicCall {
     pub id: String,
     #[schema(min_length = 1)]
     pub name: String,
-    #[schema(value_type = Object)]
+    /// Absent or `null`: `{}`.
+    #[schema(value_type = Option<Object>)]
     pub input: Value,
     #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
@@ -399,6 +401,20 @@ mod tests {
         }
         assert_eq!(openai.shape, CallShape::Openai);
         assert_eq!(anthropic.shape, CallShape::Anthropic);
+    }
+
+    /// The spec documents `arguments` / `input` as optional: absent or
+    /// `null` is an empty object, in every shape.
+    #[test]
+    fn absent_or_null_arguments_are_an_empty_object() {
+        for call in [
+            json!({"id": "c", "name": "echo"}),
+            json!({"id": "c", "name": "echo", "arguments": null}),
+            json!({"type": "tool_use", "id": "c", "name": "echo"}),
+            json!({"type": "tool_use", "id": "c", "name": "echo", "input": null}),
+        ] {
+            assert_eq!(parse(&call).unwrap().arguments, json!({}), "{call}");
+        }
     }
 
     #[test]
