@@ -96,8 +96,17 @@ pub fn document() -> Value {
     doc["components"]["schemas"]["Problem"] = problem_schema();
     constrain_ids(&mut doc);
     separate_call_shapes(&mut doc);
+    tool_calls_for_assistants_only(&mut doc);
     add_common_problems(&mut doc);
     doc
+}
+
+/// `post_message` refuses `tool_calls` (other than `null`) on a message
+/// whose role is not `assistant`; say so in the schema.
+fn tool_calls_for_assistants_only(doc: &mut Value) {
+    let message = &mut doc["components"]["schemas"]["NewMessageRequest"];
+    message["if"] = json!({"properties": {"role": {"const": "assistant"}}});
+    message["else"] = json!({"properties": {"tool_calls": {"type": "null"}}});
 }
 
 /// Make the three call shapes exclusive, as the server tells them apart: a
@@ -405,6 +414,27 @@ mod tests {
                     .map(|(name, _)| *name)
                     .collect();
                 assert_eq!(matching.len(), 1, "{body} matches {matching:?}");
+            }
+        }
+    }
+
+    /// Only an assistant message may carry `tool_calls`, in the document as
+    /// in `post_message`.
+    #[test]
+    fn only_assistant_messages_are_described_with_tool_calls() {
+        let doc = document();
+        let message = component_in_document(&doc, "NewMessageRequest");
+        let call = json!({"id": "c", "name": "echo", "arguments": {}});
+        for (role, allowed) in [("assistant", true), ("user", false), ("system", false)] {
+            let with_calls = json!({"role": role, "content": "x", "tool_calls": [call]});
+            assert_eq!(message.is_valid(&with_calls), allowed, "{with_calls}");
+            let empty_list = json!({"role": role, "content": "x", "tool_calls": []});
+            assert_eq!(message.is_valid(&empty_list), allowed, "{empty_list}");
+            for without in [
+                json!({"role": role, "content": "x"}),
+                json!({"role": role, "content": "x", "tool_calls": null}),
+            ] {
+                assert!(message.is_valid(&without), "{without}");
             }
         }
     }
