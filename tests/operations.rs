@@ -900,6 +900,308 @@ async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
     assert_eq!(leftovers(data_dir.path()), (0, 0));
 }
 
+/// One request of the kill-under-load test: an `echo` call or a user
+/// message, with the text it carries.
+#[derive(Debug, Clone)]
+struct Sent {
+    call: bool,
+    id: String,
+    text: String,
+}
+
+/// What one client of the kill-under-load test was told: the requests
+/// answered `2xx`, in order, and the one in flight when the service died.
+#[derive(Debug, Default)]
+struct Told {
+    done: Vec<Sent>,
+    unanswered: Option<Sent>,
+}
+
+/// Posts calls and messages to `thread` one after another until a request
+/// gets no answer (the service is gone).
+async fn post_until_killed(
+    base: String,
+    token: String,
+    thread: String,
+    client_no: usize,
+    acknowledged: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) -> Told {
+    let client = reqwest::Client::new();
+    let mut told = Told::default();
+    for i in 0.. {
+        let sent = Sent {
+            call: i % 3 != 2,
+            id: format!("r-{client_no}-{i}"),
+            text: format!("text {client_no} {i}"),
+        };
+        let (path, body) = if sent.call {
+            (
+                "tool-calls",
+                json!({"id": sent.id, "name": "echo", "arguments": {"text": sent.text}}),
+            )
+        } else {
+            (
+                "messages",
+                json!({"id": sent.id, "role": "user", "content": sent.text}),
+            )
+        };
+        let answer = client
+            .post(format!("{base}/v1/threads/{thread}/{path}"))
+            .bearer_auth(&token)
+            .json(&body)
+            .send()
+            .await;
+        match answer {
+            Ok(resp) => {
+                assert!(resp.status().is_success(), "{sent:?}: {}", resp.status());
+                told.done.push(sent);
+                acknowledged.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(_) => {
+                told.unanswered = Some(sent);
+                return told;
+            }
+        }
+    }
+    unreachable!("the loop ends when the service is gone")
+}
+
+/// Every message of `thread`, oldest first, through `/history`'s pages.
+async fn whole_history(base: &str, token: &str, thread: &str) -> Vec<Value> {
+    let client = reqwest::Client::new();
+    let mut all = Vec::new();
+    let mut before: Option<String> = None;
+    loop {
+        let query = match &before {
+            Some(cursor) => format!("?limit=200&before={cursor}"),
+            None => "?limit=200".into(),
+        };
+        let page: Value = client
+            .get(format!("{base}/v1/threads/{thread}/history{query}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut older = page["messages"].as_array().unwrap().clone();
+        older.append(&mut all);
+        all = older;
+        match page.get("next_cursor").and_then(Value::as_str) {
+            Some(cursor) => before = Some(cursor.to_string()),
+            None => return all,
+        }
+    }
+}
+
+/// The id a stored message answers to: a tool message's call id, else
+/// its own id.
+fn request_id(message: &Value) -> String {
+    let id = match message["role"].as_str() {
+        Some("tool") => &message["tool_call_id"],
+        _ => &message["id"],
+    };
+    id.as_str().unwrap().to_string()
+}
+
+/// Whether `message` is what `sent` asked to store.
+fn holds(message: &Value, sent: &Sent) -> bool {
+    if sent.call {
+        message["role"] == "tool"
+            && message["tool_agent_output"]["status"] == "success"
+            && message["tool_agent_output"]["result"]["text"] == sent.text.as_str()
+    } else {
+        message["role"] == "user" && message["content"] == sent.text.as_str()
+    }
+}
+
+/// The service is SIGKILLed while clients post calls and messages as fast
+/// as it answers. After a restart, everything it acknowledged is there,
+/// whole, in the order it was acknowledged, with its events; the request
+/// in flight is either all there or not at all; nothing else is.
+async fn nothing_acknowledged_is_lost_when_the_service_is_killed(backend: Backend) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const CLIENTS: usize = 12;
+    const BEFORE_KILL: usize = 300;
+
+    let data_dir = tempfile::tempdir().unwrap();
+    let pg = match backend {
+        Backend::Postgres => Some(common::create_pg_database().await),
+        Backend::Sqlite => None,
+    };
+    let url = pg.as_ref().map(|p| p.url.as_str());
+    let mut first = serve_binary(data_dir.path(), url).await;
+    let acknowledged = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|k| {
+            tokio::spawn(post_until_killed(
+                first.base.clone(),
+                first.token.clone(),
+                format!("load-{k}"),
+                k,
+                acknowledged.clone(),
+            ))
+        })
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    while acknowledged.load(Ordering::Relaxed) < BEFORE_KILL {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} requests answered; stderr: {}",
+            acknowledged.load(Ordering::Relaxed),
+            first.stderr.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    let mut told = Vec::new();
+    for client in clients {
+        told.push(client.await.unwrap());
+    }
+    assert!(
+        told.iter().all(|t| t.unanswered.is_some()),
+        "every client was cut off"
+    );
+
+    let second = serve_binary(data_dir.path(), url).await;
+    let client = reqwest::Client::new();
+    let mut in_flight_stored = 0;
+    for (k, told) in told.iter().enumerate() {
+        let thread = format!("load-{k}");
+        let history = whole_history(&second.base, &second.token, &thread).await;
+        let unanswered = told.unanswered.as_ref().unwrap();
+        // Acknowledged requests, in order, then at most the one in flight.
+        let stored_ids: Vec<String> = history.iter().map(request_id).collect();
+        let done_ids: Vec<String> = told.done.iter().map(|s| s.id.clone()).collect();
+        assert!(
+            stored_ids.len() == done_ids.len()
+                || (stored_ids.len() == done_ids.len() + 1
+                    && stored_ids.last() == Some(&unanswered.id)),
+            "{thread}: stored {} messages for {} acknowledged requests (+ {} in flight)",
+            stored_ids.len(),
+            done_ids.len(),
+            unanswered.id
+        );
+        assert_eq!(stored_ids[..done_ids.len()], done_ids[..], "{thread}");
+        for (message, sent) in history.iter().zip(&told.done) {
+            assert!(holds(message, sent), "{thread}: {message} for {sent:?}");
+        }
+        if let Some(last) = history.get(told.done.len()) {
+            in_flight_stored += 1;
+            // Whole: the call's result (or, had it been recorded before it
+            // ran, its INTERRUPTED failure), or the message as sent.
+            let interrupted =
+                unanswered.call && last["tool_agent_output"]["error"]["code"] == "INTERRUPTED";
+            assert!(holds(last, unanswered) || interrupted, "{thread}: {last}");
+        }
+
+        // The event log: gap-free from 1, and each stored request's events
+        // whole and in order.
+        let calls = history.iter().filter(|m| m["role"] == "tool").count();
+        let messages = history.len() - calls;
+        let resp = client
+            .get(format!(
+                "{}/v1/threads/{thread}/events?after=0",
+                second.base
+            ))
+            .bearer_auth(&second.token)
+            .send()
+            .await
+            .unwrap();
+        let mut sse = SseReader::new(resp);
+        let mut logged = Vec::new();
+        while logged.len() < 4 * calls + 3 * messages {
+            let frame = sse
+                .next(Duration::from_secs(10))
+                .await
+                .unwrap_or_else(|| panic!("{thread}: log ended after {} events", logged.len()));
+            if frame.id.is_some() {
+                logged.push(frame);
+            }
+        }
+        let ids: Vec<i64> = logged.iter().map(|f| f.id.unwrap()).collect();
+        assert_eq!(ids, (1..=ids.len() as i64).collect::<Vec<_>>(), "{thread}");
+        let mut at = 0;
+        for message in &history {
+            let kinds: &[&str] = if message["role"] == "tool" {
+                &[
+                    "TOOL_CALL_START",
+                    "TOOL_CALL_ARGS",
+                    "TOOL_CALL_END",
+                    "TOOL_CALL_RESULT",
+                ]
+            } else {
+                &[
+                    "TEXT_MESSAGE_START",
+                    "TEXT_MESSAGE_CONTENT",
+                    "TEXT_MESSAGE_END",
+                ]
+            };
+            for kind in kinds {
+                let frame = &logged[at];
+                assert_eq!(frame.kind(), *kind, "{thread} event {}", at + 1);
+                let names = if message["role"] == "tool" {
+                    frame.data["toolCallId"] == request_id(message).as_str()
+                } else {
+                    frame.data["messageId"] == request_id(message).as_str()
+                };
+                assert!(names, "{thread} event {}: {}", at + 1, frame.raw);
+                at += 1;
+            }
+        }
+
+        // The last acknowledged call is answered from storage; the one in
+        // flight, posted again, runs now if it was lost, once either way.
+        if let Some(sent) = told.done.iter().rev().find(|s| s.call) {
+            let again: Value = client
+                .post(format!("{}/v1/threads/{thread}/tool-calls", second.base))
+                .bearer_auth(&second.token)
+                .json(&json!({"id": sent.id, "name": "echo", "arguments": {"text": sent.text}}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(again["replayed"], true, "{thread}: {again}");
+            assert_eq!(
+                again["tool_agent_output"]["result"]["text"],
+                sent.text.as_str()
+            );
+        }
+        if unanswered.call {
+            let was_stored = history.len() > told.done.len();
+            let again: Value = client
+                .post(format!("{}/v1/threads/{thread}/tool-calls", second.base))
+                .bearer_auth(&second.token)
+                .json(&json!({"id": unanswered.id, "name": "echo",
+                    "arguments": {"text": unanswered.text}}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(again["replayed"], was_stored, "{thread}: {again}");
+            if !was_stored {
+                assert_eq!(
+                    again["tool_agent_output"]["result"]["text"],
+                    unanswered.text.as_str()
+                );
+            }
+            let after = whole_history(&second.base, &second.token, &thread).await;
+            assert_eq!(after.len(), told.done.len() + 1, "{thread}: stored once");
+        }
+    }
+    eprintln!(
+        "acknowledged before the kill: {}; in flight and stored anyway: {in_flight_stored} of {CLIENTS}",
+        told.iter().map(|t| t.done.len()).sum::<usize>()
+    );
+}
+
 async fn tokens_never_reach_logs_or_storage(backend: Backend) {
     let data_dir = tempfile::tempdir().unwrap();
     let pg = match backend {
@@ -983,6 +1285,7 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
 both_backends!(
     health_readiness_and_metrics,
     a_crash_mid_call_is_finished_as_interrupted,
+    nothing_acknowledged_is_lost_when_the_service_is_killed,
     tokens_never_reach_logs_or_storage,
 );
 
