@@ -591,10 +591,7 @@ async fn serve_binary_with(
 
 async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     let data_dir = tempfile::tempdir().unwrap();
-    let pg = match backend {
-        Backend::Postgres => Some(common::create_pg_database().await),
-        Backend::Sqlite => None,
-    };
+    let pg = common::database_for(backend).await;
     let url = pg.as_ref().map(|p| p.url.as_str());
     let mut first = serve_binary(data_dir.path(), url).await;
     let client = reqwest::Client::new();
@@ -966,35 +963,6 @@ async fn post_until_killed(
     unreachable!("the loop ends when the service is gone")
 }
 
-/// Every message of `thread`, oldest first, through `/history`'s pages.
-async fn whole_history(base: &str, token: &str, thread: &str) -> Vec<Value> {
-    let client = reqwest::Client::new();
-    let mut all = Vec::new();
-    let mut before: Option<String> = None;
-    loop {
-        let query = match &before {
-            Some(cursor) => format!("?limit=200&before={cursor}"),
-            None => "?limit=200".into(),
-        };
-        let page: Value = client
-            .get(format!("{base}/v1/threads/{thread}/history{query}"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let mut older = page["messages"].as_array().unwrap().clone();
-        older.append(&mut all);
-        all = older;
-        match page.get("next_cursor").and_then(Value::as_str) {
-            Some(cursor) => before = Some(cursor.to_string()),
-            None => return all,
-        }
-    }
-}
-
 /// The id a stored message answers to: a tool message's call id, else
 /// its own id.
 fn request_id(message: &Value) -> String {
@@ -1027,10 +995,7 @@ async fn nothing_acknowledged_is_lost_when_the_service_is_killed(backend: Backen
     const BEFORE_KILL: usize = 300;
 
     let data_dir = tempfile::tempdir().unwrap();
-    let pg = match backend {
-        Backend::Postgres => Some(common::create_pg_database().await),
-        Backend::Sqlite => None,
-    };
+    let pg = common::database_for(backend).await;
     let url = pg.as_ref().map(|p| p.url.as_str());
     let mut first = serve_binary(data_dir.path(), url).await;
     let acknowledged = Arc::new(AtomicUsize::new(0));
@@ -1071,7 +1036,7 @@ async fn nothing_acknowledged_is_lost_when_the_service_is_killed(backend: Backen
     let mut in_flight_stored = 0;
     for (k, told) in told.iter().enumerate() {
         let thread = format!("load-{k}");
-        let history = whole_history(&second.base, &second.token, &thread).await;
+        let history = common::history_at(&second.base, &second.token, &thread).await;
         let unanswered = told.unanswered.as_ref().unwrap();
         // Acknowledged requests, in order, then at most the one in flight.
         let stored_ids: Vec<String> = history.iter().map(request_id).collect();
@@ -1192,7 +1157,7 @@ async fn nothing_acknowledged_is_lost_when_the_service_is_killed(backend: Backen
                     unanswered.text.as_str()
                 );
             }
-            let after = whole_history(&second.base, &second.token, &thread).await;
+            let after = common::history_at(&second.base, &second.token, &thread).await;
             assert_eq!(after.len(), told.done.len() + 1, "{thread}: stored once");
         }
     }
@@ -1204,10 +1169,7 @@ async fn nothing_acknowledged_is_lost_when_the_service_is_killed(backend: Backen
 
 async fn tokens_never_reach_logs_or_storage(backend: Backend) {
     let data_dir = tempfile::tempdir().unwrap();
-    let pg = match backend {
-        Backend::Postgres => Some(common::create_pg_database().await),
-        Backend::Sqlite => None,
-    };
+    let pg = common::database_for(backend).await;
     let url = pg.as_ref().map(|p| p.url.as_str());
     let mut served = serve_binary(data_dir.path(), url).await;
     let client = reqwest::Client::new();

@@ -71,6 +71,14 @@ impl Drop for PgDatabase {
     }
 }
 
+/// A fresh Postgres database for `Backend::Postgres`; nothing for SQLite.
+pub async fn database_for(backend: Backend) -> Option<PgDatabase> {
+    match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => Some(create_pg_database().await),
+    }
+}
+
 pub async fn create_pg_database() -> PgDatabase {
     use sqlx::Connection;
     let admin_url =
@@ -111,10 +119,7 @@ impl TestApp {
     pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut Settings)) -> TestApp {
         let data_dir = tempfile::tempdir().unwrap();
         let mut settings = test_settings(data_dir.path());
-        let pg = match backend {
-            Backend::Sqlite => None,
-            Backend::Postgres => Some(create_pg_database().await),
-        };
+        let pg = database_for(backend).await;
         if let Some(pg) = &pg {
             settings.storage.database_url = Some(pg.url.clone().into());
         }
@@ -333,25 +338,37 @@ impl TestApp {
 
     /// Every message of a thread, through the public history API.
     pub async fn history(&self, thread: &str) -> Vec<Value> {
-        let mut all = Vec::new();
-        let mut before: Option<String> = None;
-        loop {
-            let q = match &before {
-                Some(c) => format!("?limit=200&before={c}"),
-                None => "?limit=200".into(),
-            };
-            let resp = self.get(&format!("/v1/threads/{thread}/history{q}")).await;
-            if resp.status() == 404 {
-                return all;
-            }
-            let page: Value = resp.json().await.unwrap();
-            let mut msgs = page["messages"].as_array().unwrap().clone();
-            msgs.append(&mut all);
-            all = msgs;
-            match page.get("next_cursor").and_then(Value::as_str) {
-                Some(c) => before = Some(c.to_string()),
-                None => return all,
-            }
+        history_at(&self.base, &self.token, thread).await
+    }
+}
+
+/// Every message of `thread` on the server at `base`, oldest first, through
+/// `/history`'s pages; none for a thread the server answers `404` for.
+pub async fn history_at(base: &str, token: &str, thread: &str) -> Vec<Value> {
+    let client = reqwest::Client::new();
+    let mut all = Vec::new();
+    let mut before: Option<String> = None;
+    loop {
+        let q = match &before {
+            Some(c) => format!("?limit=200&before={c}"),
+            None => "?limit=200".into(),
+        };
+        let resp = client
+            .get(format!("{base}/v1/threads/{thread}/history{q}"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 404 {
+            return all;
+        }
+        let page: Value = resp.json().await.unwrap();
+        let mut msgs = page["messages"].as_array().unwrap().clone();
+        msgs.append(&mut all);
+        all = msgs;
+        match page.get("next_cursor").and_then(Value::as_str) {
+            Some(c) => before = Some(c.to_string()),
+            None => return all,
         }
     }
 }
