@@ -932,10 +932,7 @@ async fn post_until_killed(
             text: format!("text {client_no} {i}"),
         };
         let (path, body) = if sent.call {
-            (
-                "tool-calls",
-                json!({"id": sent.id, "name": "echo", "arguments": {"text": sent.text}}),
-            )
+            ("tool-calls", echo_call(&sent))
         } else {
             (
                 "messages",
@@ -961,6 +958,25 @@ async fn post_until_killed(
         }
     }
     unreachable!("the loop ends when the service is gone")
+}
+
+/// The request body of `sent`, an echo call.
+fn echo_call(sent: &Sent) -> Value {
+    json!({"id": sent.id, "name": "echo", "arguments": {"text": sent.text}})
+}
+
+/// Post the echo call `sent` to `thread` again; its answer.
+async fn call_again(served: &Served, thread: &str, sent: &Sent) -> Value {
+    reqwest::Client::new()
+        .post(format!("{}/v1/threads/{thread}/tool-calls", served.base))
+        .bearer_auth(&served.token)
+        .json(&echo_call(sent))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
 }
 
 /// The id a stored message answers to: a tool message's call id, else
@@ -1121,16 +1137,7 @@ async fn nothing_acknowledged_is_lost_when_the_service_is_killed(backend: Backen
         // The last acknowledged call is answered from storage; the one in
         // flight, posted again, runs now if it was lost, once either way.
         if let Some(sent) = told.done.iter().rev().find(|s| s.call) {
-            let again: Value = client
-                .post(format!("{}/v1/threads/{thread}/tool-calls", second.base))
-                .bearer_auth(&second.token)
-                .json(&json!({"id": sent.id, "name": "echo", "arguments": {"text": sent.text}}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let again = call_again(&second, &thread, sent).await;
             assert_eq!(again["replayed"], true, "{thread}: {again}");
             assert_eq!(
                 again["tool_agent_output"]["result"]["text"],
@@ -1139,17 +1146,7 @@ async fn nothing_acknowledged_is_lost_when_the_service_is_killed(backend: Backen
         }
         if unanswered.call {
             let was_stored = history.len() > told.done.len();
-            let again: Value = client
-                .post(format!("{}/v1/threads/{thread}/tool-calls", second.base))
-                .bearer_auth(&second.token)
-                .json(&json!({"id": unanswered.id, "name": "echo",
-                    "arguments": {"text": unanswered.text}}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let again = call_again(&second, &thread, unanswered).await;
             assert_eq!(again["replayed"], was_stored, "{thread}: {again}");
             if !was_stored {
                 assert_eq!(
