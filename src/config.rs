@@ -57,6 +57,9 @@ pub struct StorageSettings {
     pub writer_linger_ms: u64,
     /// The writer thread's nice value (-20..=19); 0 leaves it as inherited.
     pub writer_nice: i32,
+    /// Milliseconds between copies of a SQLite file's WAL back into the
+    /// database (at least 1).
+    pub sqlite_checkpoint_ms: u64,
 }
 
 impl Default for StorageSettings {
@@ -67,7 +70,15 @@ impl Default for StorageSettings {
             writer_max_batch: 256,
             writer_linger_ms: 0,
             writer_nice: -10,
+            sqlite_checkpoint_ms: 20,
         }
+    }
+}
+
+impl StorageSettings {
+    /// `sqlite_checkpoint_ms` as a duration; 0 counts as 1 ms.
+    pub fn sqlite_checkpoint(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.sqlite_checkpoint_ms.max(1))
     }
 }
 

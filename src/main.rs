@@ -104,7 +104,12 @@ async fn main() -> anyhow::Result<()> {
                 .database_url
                 .as_ref()
                 .map(|s| secrecy::ExposeSecret::expose_secret(s).to_string());
-            let store = toolgate::store::open(url.as_deref(), &settings.storage.data_dir).await?;
+            let store = toolgate::store::open(
+                url.as_deref(),
+                &settings.storage.data_dir,
+                settings.storage.sqlite_checkpoint(),
+            )
+            .await?;
             store.ready().await?;
             // The data directory's signing key too (when none is configured),
             // so `toolgate token` can sign before the first start.

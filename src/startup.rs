@@ -106,7 +106,12 @@ impl Application {
             .database_url
             .as_ref()
             .map(|s| s.expose_secret().to_string());
-        let store = crate::store::open(database_url.as_deref(), &data_dir).await?;
+        let store = crate::store::open(
+            database_url.as_deref(),
+            &data_dir,
+            settings.storage.sqlite_checkpoint(),
+        )
+        .await?;
         let keys = Keys::load(&settings.auth, &data_dir)?;
         let dev_token = match keys.source {
             KeySource::Configured => None,

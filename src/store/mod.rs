@@ -702,18 +702,20 @@ pub trait Store: Send + Sync + 'static {
 pub type DynStore = Arc<dyn Store>;
 
 /// Open the store named by `database_url` (a `postgres://` URL) or, when
-/// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations.
+/// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations. A
+/// SQLite file's WAL is copied back into it every `sqlite_checkpoint`.
 pub async fn open(
     database_url: Option<&str>,
     data_dir: &std::path::Path,
+    sqlite_checkpoint: std::time::Duration,
 ) -> anyhow::Result<DynStore> {
     match database_url {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
             Ok(Arc::new(postgres::PgStore::connect(url).await?))
         }
-        Some(url) if url.starts_with("sqlite:") => {
-            Ok(Arc::new(sqlite::SqliteStore::connect_url(url).await?))
-        }
+        Some(url) if url.starts_with("sqlite:") => Ok(Arc::new(
+            sqlite::SqliteStore::connect_url_with(url, sqlite_checkpoint).await?,
+        )),
         Some(other) => anyhow::bail!(
             "DATABASE_URL must start with postgres://, postgresql:// or sqlite: (got a URL starting with {:?})",
             other.split(':').next().unwrap_or("")
@@ -721,7 +723,11 @@ pub async fn open(
         None => {
             std::fs::create_dir_all(data_dir)?;
             Ok(Arc::new(
-                sqlite::SqliteStore::open_file(&data_dir.join("toolgate.db")).await?,
+                sqlite::SqliteStore::open_file_with(
+                    &data_dir.join("toolgate.db"),
+                    sqlite_checkpoint,
+                )
+                .await?,
             ))
         }
     }

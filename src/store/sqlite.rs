@@ -28,7 +28,7 @@ use sqlx::sqlite::{
 };
 
 use super::reads::{Reads, audit_entries, audit_query};
-use super::sqlite_writes::WriteConnection;
+use super::sqlite_writes::{DEFAULT_CHECKPOINT_EVERY, WriteConnection};
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, NewAuditEntry, Store, StoreError,
     StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteUnit,
@@ -108,25 +108,46 @@ impl SqliteStore {
 
     /// Open (creating if missing) the database file at `path` and migrate it.
     pub async fn open_file(path: &Path) -> Result<Self, StoreError> {
+        Self::open_file_with(path, DEFAULT_CHECKPOINT_EVERY).await
+    }
+
+    /// [`open_file`](Self::open_file), checkpointing every `checkpoint_every`.
+    pub async fn open_file_with(
+        path: &Path,
+        checkpoint_every: Duration,
+    ) -> Result<Self, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true);
-        Self::open_with(options, false).await
+        Self::open_with(options, false, checkpoint_every).await
     }
 
     /// Open a `sqlite:` URL (e.g. `sqlite:///var/lib/toolgate/db.sqlite` or
     /// `sqlite::memory:`) and migrate it. A file is created if missing unless
     /// the URL sets `mode=` itself.
     pub async fn connect_url(url: &str) -> Result<Self, StoreError> {
+        Self::connect_url_with(url, DEFAULT_CHECKPOINT_EVERY).await
+    }
+
+    /// [`connect_url`](Self::connect_url), checkpointing a file database
+    /// every `checkpoint_every`.
+    pub async fn connect_url_with(
+        url: &str,
+        checkpoint_every: Duration,
+    ) -> Result<Self, StoreError> {
         let mut options = SqliteConnectOptions::from_str(url)?;
         if !url.contains("mode=") {
             options = options.create_if_missing(true);
         }
         let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-        Self::open_with(options, in_memory).await
+        Self::open_with(options, in_memory, checkpoint_every).await
     }
 
-    async fn open_with(options: SqliteConnectOptions, in_memory: bool) -> Result<Self, StoreError> {
+    async fn open_with(
+        options: SqliteConnectOptions,
+        in_memory: bool,
+        checkpoint_every: Duration,
+    ) -> Result<Self, StoreError> {
         let options = options
             .pragma("temp_store", "memory")
             .journal_mode(SqliteJournalMode::Wal)
@@ -146,10 +167,11 @@ impl SqliteStore {
         Migrator::new(Embedded).await?.run(&pool).await?;
         // Opened after the migrations: it expects the schema in place.
         let filename = options.get_filename().to_owned();
-        let writes =
-            tokio::task::spawn_blocking(move || WriteConnection::open(&filename, in_memory))
-                .await
-                .map_err(worker_crashed)??;
+        let writes = tokio::task::spawn_blocking(move || {
+            WriteConnection::open(&filename, in_memory, checkpoint_every)
+        })
+        .await
+        .map_err(worker_crashed)??;
         Ok(SqliteStore {
             pool,
             writes: Arc::new(writes),
