@@ -32,6 +32,9 @@ pub struct ServerSettings {
     pub body_limit_bytes: usize,
     pub json_logs: bool,
     pub sse_heartbeat_secs: u64,
+    /// Browser origins (`https://app.example.com`) that may call the API
+    /// from their pages; `["*"]` for any. Empty: no CORS headers.
+    pub cors_origins: Vec<String>,
 }
 
 impl Default for ServerSettings {
@@ -42,6 +45,7 @@ impl Default for ServerSettings {
             body_limit_bytes: 1024 * 1024,
             json_logs: false,
             sse_heartbeat_secs: 15,
+            cors_origins: Vec::new(),
         }
     }
 }

@@ -24,6 +24,7 @@ use crate::workspace::Workspaces;
 pub struct Application {
     listener: TcpListener,
     state: AppState,
+    cors: Option<tower_http::cors::CorsLayer>,
     pub dev_token: Option<String>,
 }
 
@@ -100,6 +101,7 @@ fn spawn_expiry_sweeper(engine: Arc<Engine>, shutdown: CancellationToken) {
 
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+        let cors = http::cors::layer(&settings.server.cors_origins)?;
         let data_dir = settings.storage.data_dir.clone();
         let database_url = settings
             .storage
@@ -193,6 +195,7 @@ impl Application {
         Ok(Application {
             listener,
             state,
+            cors,
             dev_token,
         })
     }
@@ -221,7 +224,7 @@ impl Application {
     pub async fn run(self) -> anyhow::Result<()> {
         let shutdown = self.state.shutdown.clone();
         let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(http::service(
-            self.state,
+            self.state, self.cors,
         ));
         axum::serve(self.listener, app)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })

@@ -1472,3 +1472,124 @@ async fn a_request_that_times_out_still_finishes_its_call() {
         json!({"waited_ms": 2000})
     );
 }
+
+/// Sends a CORS preflight for `POST path` from `origin`.
+async fn preflight(app: &TestApp, path: &str, origin: &str) -> reqwest::Response {
+    app.client
+        .request(reqwest::Method::OPTIONS, app.url(path))
+        .header("origin", origin)
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "authorization,content-type,last-event-id",
+        )
+        .send()
+        .await
+        .unwrap()
+}
+
+fn allowed_origin(resp: &reqwest::Response) -> Option<&str> {
+    resp.headers()
+        .get("access-control-allow-origin")
+        .map(|v| v.to_str().unwrap())
+}
+
+/// Without `server.cors_origins` no answer carries CORS headers; with an
+/// origin listed, that origin's pages get their preflights answered without
+/// a token and can read every answer, a `401`'s challenge and an event
+/// stream included, and no other origin gets anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_pages_of_listed_origins_only_can_read_answers() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let resp = preflight(&app, "/v1/threads/t/tool-calls", "https://app.example").await;
+    assert_eq!(allowed_origin(&resp), None, "off by default");
+    let resp = app
+        .client
+        .get(app.url("/v1/tools"))
+        .bearer_auth(&app.token)
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(allowed_origin(&resp), None, "off by default");
+
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.server.cors_origins = vec!["https://app.example".into()];
+    })
+    .await;
+    let resp = preflight(&app, "/v1/threads/t/tool-calls", "https://app.example").await;
+    assert!(resp.status().is_success(), "{}", resp.status());
+    assert_eq!(allowed_origin(&resp), Some("https://app.example"));
+    let allowed = |name: &str| {
+        resp.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    for wanted in ["authorization", "content-type", "last-event-id"] {
+        assert!(
+            allowed("access-control-allow-headers").contains(wanted),
+            "{wanted}"
+        );
+    }
+    assert!(allowed("access-control-allow-methods").contains("post"));
+    // Another origin: no permission, whatever it asks.
+    let resp = preflight(&app, "/v1/threads/t/tool-calls", "https://evil.example").await;
+    assert_eq!(allowed_origin(&resp), None);
+
+    // The listed origin reads a call's answer and its request id...
+    let resp = app
+        .client
+        .post(app.url("/v1/threads/cors/tool-calls"))
+        .bearer_auth(&app.token)
+        .header("origin", "https://app.example")
+        .json(&json!({"id": "c1", "name": "echo", "arguments": {"text": "hi"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(allowed_origin(&resp), Some("https://app.example"));
+    let exposed = resp.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(exposed.contains("x-request-id"), "{exposed}");
+    assert!(exposed.contains("www-authenticate"), "{exposed}");
+    // ...an event stream...
+    let resp = app
+        .client
+        .get(app.url("/v1/threads/cors/events"))
+        .bearer_auth(&app.token)
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed_origin(&resp), Some("https://app.example"));
+    let mut sse = SseReader::new(resp);
+    assert_eq!(
+        sse.next(Duration::from_secs(10)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    // ...and why it was refused, with no token: allowing an origin grants
+    // nothing by itself.
+    let resp = app
+        .client
+        .get(app.url("/v1/threads/cors/history"))
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    assert_eq!(allowed_origin(&resp), Some("https://app.example"));
+    assert!(resp.headers().contains_key("www-authenticate"));
+    let resp = app
+        .client
+        .get(app.url("/v1/threads/cors/history"))
+        .bearer_auth(&app.token)
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed_origin(&resp), None);
+}

@@ -5,6 +5,7 @@
 mod approvals;
 mod audit;
 mod batches;
+pub mod cors;
 pub mod error;
 mod events;
 mod health;
@@ -225,6 +226,7 @@ pub async fn require_thread(
 /// plain structs, and only the route's own endpoint inside.
 pub fn service(
     state: AppState,
+    cors: Option<tower_http::cors::CorsLayer>,
 ) -> impl tower::Service<
     Request,
     Response = Response,
@@ -249,6 +251,8 @@ pub fn service(
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
         }))
         .layer(PropagateRequestIdLayer::new(request_id))
+        // Preflights are answered here, before any check that needs a token.
+        .option_layer(cors)
         // Outside the timeout, so a 408 gets a problem body too.
         .layer(middleware::from_fn(error::problem_fallback))
         .layer(middleware::from_fn(error::refuse_nul_in_uri))
