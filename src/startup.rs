@@ -120,6 +120,9 @@ impl Application {
             _ => Some(keys.mint("dev", settings.auth.dev_token_ttl_secs)?),
         };
         let bus = Arc::new(EventBus::new(1024));
+        let replay_cache = Arc::new(crate::engine::ReplayCache::new(
+            crate::engine::ReplayCache::DEFAULT_BYTES,
+        ));
         let writer = Writer::spawn(
             store.clone(),
             WriterConfig {
@@ -128,7 +131,7 @@ impl Application {
                 nice: writer_nice(settings.storage.writer_nice)?,
                 ..WriterConfig::default()
             },
-            publish_hook(bus.clone()),
+            publish_hook(bus.clone(), replay_cache.clone()),
         );
         let (workspaces, sandbox) = workspace_and_sandbox(&settings)?;
         let registry = builtin_registry(&settings, &workspaces, &sandbox)?;
@@ -187,9 +190,7 @@ impl Application {
             workspaces,
             sandbox,
             thread_owners: Default::default(),
-            replay_cache: Arc::new(crate::engine::ReplayCache::new(
-                crate::engine::ReplayCache::DEFAULT_BYTES,
-            )),
+            replay_cache,
         });
         spawn_expiry_sweeper(state.engine.clone(), state.shutdown.clone());
         Ok(Application {

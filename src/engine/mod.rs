@@ -1589,22 +1589,41 @@ impl ReplayCache {
             return Ok(data);
         }
         let data = logged_event_data(event)?;
-        if data.len() <= self.max_bytes / 16 {
-            let mut inner = self.lock();
-            if inner.bytes + data.len() > self.max_bytes {
-                *inner = ReplayCacheInner::default();
-            }
-            inner.bytes += data.len();
-            let previous = inner
-                .threads
-                .entry(event.thread_id.clone())
-                .or_default()
-                .insert(event.seq, Arc::clone(&data));
-            if let Some(previous) = previous {
-                inner.bytes -= previous.len();
-            }
-        }
+        self.hold(&event.thread_id, event.seq, &data);
         Ok(data)
+    }
+
+    /// Keep a result event as it was streamed live, when its batch
+    /// committed, so that even its first replay is not rebuilt (a replay
+    /// rebuilds it to the same bytes). Other events are logged whole and
+    /// not kept.
+    pub fn keep_streamed(&self, event: &StoredEvent) {
+        if event.event_type == "TOOL_CALL_RESULT" {
+            self.hold(&event.thread_id, event.seq, &event.data);
+        }
+    }
+
+    /// Hold `data` as event `seq` of `thread_id`, within the bound.
+    fn hold(&self, thread_id: &str, seq: i64, data: &Arc<str>) {
+        if data.len() > self.max_bytes / 16 {
+            return;
+        }
+        let mut inner = self.lock();
+        if inner.bytes + data.len() > self.max_bytes {
+            *inner = ReplayCacheInner::default();
+        }
+        inner.bytes += data.len();
+        let previous = match inner.threads.get_mut(thread_id) {
+            Some(events) => events.insert(seq, Arc::clone(data)),
+            None => {
+                let events = HashMap::from([(seq, Arc::clone(data))]);
+                inner.threads.insert(thread_id.to_string(), events);
+                None
+            }
+        };
+        if let Some(previous) = previous {
+            inner.bytes -= previous.len();
+        }
     }
 
     /// Entries and bytes held.
@@ -1731,9 +1750,16 @@ async fn forward_progress(
 }
 
 /// Committed events published to the bus (the writer's commit hook).
-pub fn publish_hook(bus: Arc<EventBus>) -> crate::store::writer::CommitHook {
+/// What runs once a batch commits: each result event is kept for replays
+/// as it is streamed, and every event is published to the thread's
+/// subscribers.
+pub fn publish_hook(
+    bus: Arc<EventBus>,
+    replays: Arc<ReplayCache>,
+) -> crate::store::writer::CommitHook {
     Arc::new(move |events: &[StoredEvent]| {
         for e in events {
+            replays.keep_streamed(e);
             bus.publish(e);
         }
     })
@@ -1801,5 +1827,29 @@ mod tests {
         cache.event_data(&big).unwrap();
         assert_eq!(cache.held(), held);
         assert!(!Arc::ptr_eq(&data, &cache.event_data(&big).unwrap()));
+    }
+
+    /// A result event kept as streamed is what its first replay serves:
+    /// nothing is rebuilt. Other events are not kept.
+    #[test]
+    fn a_streamed_result_is_replayed_without_a_rebuild() {
+        let cache = ReplayCache::new(16 * 1024);
+        let logged = result_event_at(7, "hi");
+        let streamed = StoredEvent {
+            from_message: None,
+            data: logged_event_data(&logged).unwrap(),
+            ..logged.clone()
+        };
+        cache.keep_streamed(&streamed);
+        let replayed = cache.event_data(&logged).unwrap();
+        assert!(Arc::ptr_eq(&replayed, &streamed.data), "served as streamed");
+        let end = StoredEvent {
+            event_type: "TOOL_CALL_END".into(),
+            from_message: None,
+            data: Arc::from("{\"type\":\"TOOL_CALL_END\"}"),
+            ..result_event_at(8, "x")
+        };
+        cache.keep_streamed(&end);
+        assert_eq!(cache.held(), (1, streamed.data.len()));
     }
 }
