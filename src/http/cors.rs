@@ -53,27 +53,73 @@ pub fn layer(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
     ))
 }
 
-/// `origin` as browsers send it in `Origin`: `http://` or `https://`, a
-/// host, an optional port, nothing after.
+/// `origin` exactly as browsers send it in `Origin` (they compare byte for
+/// byte): `http://` or `https://`, a lower-case host (a name, an IPv4
+/// address or a bracketed IPv6 one), and a port only when it is not the
+/// scheme's default; nothing after.
 fn origin_value(origin: &str) -> anyhow::Result<HeaderValue> {
-    let invalid = || {
+    let invalid = |why: &str| {
         anyhow::anyhow!(
-            "server.cors_origins: {origin:?} is not an origin (scheme://host[:port], \
-             e.g. https://app.example.com, with no path or trailing slash), nor `*`"
+            "server.cors_origins: {origin:?} is not an origin as browsers send it ({why}; \
+             scheme://host[:port], e.g. https://app.example.com), nor `*`"
         )
     };
-    let authority = origin
-        .strip_prefix("https://")
-        .or_else(|| origin.strip_prefix("http://"))
-        .ok_or_else(invalid)?;
-    let well_formed = !authority.is_empty()
-        && authority
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'));
-    if !well_formed {
-        return Err(invalid());
+    let (authority, default_port) = if let Some(rest) = origin.strip_prefix("https://") {
+        (rest, 443)
+    } else if let Some(rest) = origin.strip_prefix("http://") {
+        (rest, 80)
+    } else {
+        return Err(invalid("the scheme must be http or https"));
+    };
+    let bracketed = authority.starts_with('[');
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (address, after) = v6
+            .split_once(']')
+            .ok_or_else(|| invalid("an unclosed IPv6 bracket"))?;
+        if address.is_empty() || !address.bytes().all(|b| b.is_ascii_hexdigit() || b == b':') {
+            return Err(invalid("not an IPv6 address"));
+        }
+        if address.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Err(invalid("browsers send the address in lower case"));
+        }
+        match after {
+            "" => (v6, None),
+            _ => (
+                v6,
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or_else(|| invalid("text after the host"))?,
+                ),
+            ),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let host_ok = !host.is_empty()
+        && (bracketed
+            || host.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'_')
+            }));
+    if !host_ok {
+        return Err(invalid(
+            "the host must be lower-case letters, digits, `.`, `-` and `_`, with no path",
+        ));
     }
-    HeaderValue::from_str(origin).map_err(|_| invalid())
+    if let Some(port) = port {
+        let number: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p > 0 && port.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| invalid("the port must be a number from 1 to 65535"))?;
+        if number == default_port {
+            return Err(invalid("browsers leave the scheme's default port out"));
+        }
+    }
+    HeaderValue::from_str(origin).map_err(|_| invalid("not a header value"))
 }
 
 #[cfg(test)]
@@ -88,6 +134,9 @@ mod tests {
             "http://localhost:5173",
             "http://127.0.0.1:3000",
             "http://[::1]:8080",
+            "http://[::1]",
+            "http://front_end:3000",
+            "https://app.example.com:8443",
         ] {
             assert!(layer(&[good.to_string()]).unwrap().is_some(), "{good}");
         }
@@ -101,6 +150,20 @@ mod tests {
             "https://app.example.com?x",
             "https://user@app.example.com",
             "https://app example.com",
+            "https://App.Example.com",
+            "https://app.example.com:443",
+            "http://app.example.com:80",
+            "https://app.example.com:",
+            "https://app.example.com:b",
+            "https://app.example.com:1:2",
+            "https://app.example.com:0",
+            "https://app.example.com:70000",
+            "https://:8080",
+            "https://a[b]",
+            "http://[::1",
+            "http://[::1]x",
+            "http://[::G]",
+            "tauri://localhost",
         ] {
             let err = layer(&[bad.to_string()]).unwrap_err().to_string();
             assert!(err.contains("is not an origin"), "{bad}: {err}");
