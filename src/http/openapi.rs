@@ -114,8 +114,26 @@ fn tool_calls_for_assistants_only(doc: &mut Value) {
 /// `function`) Anthropic's, and a native call has neither key (any other
 /// `type` is refused). Without this a native call would also match the
 /// Anthropic shape, whose `input` is optional too.
+///
+/// The arguments are described as the parser takes them too: OpenAI's
+/// `function.arguments` and a native `arguments` may each be an object or
+/// its JSON text, and absent or `null` is `{}`. (`FunctionCall`, the AG-UI
+/// message's form, keeps its JSON text.)
 fn separate_call_shapes(doc: &mut Value) {
     let schemas = &mut doc["components"]["schemas"];
+    let arguments = json!({
+        "description": "An object, or its JSON text; absent or `null`: `{}`.",
+        "type": ["object", "string", "null"],
+    });
+    schemas["NativeCall"]["properties"]["arguments"] = arguments.clone();
+    schemas["OpenAiCall"]["properties"]["function"] = json!({
+        "type": "object",
+        "required": ["name"],
+        "properties": {
+            "name": {"type": "string", "minLength": 1},
+            "arguments": arguments,
+        },
+    });
     schemas["NativeCall"]["not"] = json!({"anyOf": [
         {"required": ["type"]},
         {"required": ["function"]},
@@ -394,7 +412,15 @@ mod tests {
             json!({"id": "c", "function": {"name": "echo", "arguments": "{}"}}),
             json!({"type": "tool_use", "id": "c", "name": "echo", "input": {"text": "hi"}}),
             json!({"type": "tool_use", "id": "c", "name": "echo"}),
+            json!({"id": "c", "function": {"name": "echo"}}),
+            json!({"id": "c", "function": {"name": "echo", "arguments": {"text": "hi"}}}),
+            json!({"id": "c", "name": "echo", "arguments": "{\"text\": \"hi\"}"}),
             // Refused by the server, so by the spec too.
+            json!({"id": "c", "function": {"name": "", "arguments": "{}"}}),
+            json!({"id": "c", "function": {"name": "echo", "arguments": 5}}),
+            json!({"id": "c", "name": "echo", "arguments": 5}),
+            json!({"id": "c", "name": "echo", "type": null}),
+            json!({"id": "c", "name": "echo", "function": null}),
             json!({"id": "c", "name": "echo", "type": "bogus"}),
             json!({"id": "c", "name": "echo", "type": "function"}),
             json!({"type": "tool_use", "id": "c", "name": "echo",

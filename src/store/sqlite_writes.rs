@@ -57,7 +57,8 @@ const AUTOCHECKPOINT_PAGES: i64 = 50_000;
 /// How often the checkpointer copies the WAL back into the database unless
 /// told otherwise (`storage.sqlite_checkpoint_ms`). Under a saturating load
 /// of echo calls, 20 ms rather than 100 ms cut p99 from 21–23 ms to
-/// 17–19 ms for 5–10 % fewer calls per second (BENCHMARKS.md).
+/// 17–19 ms for 1–20 % fewer calls per second, 6 % on average over four
+/// paired rounds (BENCHMARKS.md).
 pub const DEFAULT_CHECKPOINT_EVERY: Duration = Duration::from_millis(20);
 
 /// Prepared statements kept per connection (the batch paths use fewer).
@@ -126,6 +127,8 @@ struct Checkpointer {
 
 impl Checkpointer {
     fn start(path: &Path, flags: OpenFlags, every: Duration) -> StoreResult<Checkpointer> {
+        // A zero interval would copy without pause.
+        let every = every.max(Duration::from_millis(1));
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(super::sqlite::BUSY_TIMEOUT)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
