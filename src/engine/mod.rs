@@ -1749,10 +1749,9 @@ async fn forward_progress(
     }
 }
 
-/// Committed events published to the bus (the writer's commit hook).
-/// What runs once a batch commits: each result event is kept for replays
-/// as it is streamed, and every event is published to the thread's
-/// subscribers.
+/// The writer's commit hook: each committed result event is kept for
+/// replays as it was streamed, and every committed event is published to
+/// the thread's subscribers.
 pub fn publish_hook(
     bus: Arc<EventBus>,
     replays: Arc<ReplayCache>,
