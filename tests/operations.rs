@@ -222,13 +222,31 @@ async fn post_until_stored(app: &TestApp, thread: &str, call: &Value) -> Value {
 
 /// Wait until the spool of kept results is empty.
 async fn until_nothing_is_kept(app: &TestApp) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while kept_results(app.data_dir.path()) > 0 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "kept file not deleted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    eventually(
+        Duration::from_secs(10),
+        || kept_results(app.data_dir.path()) == 0,
+        || "kept file not deleted".into(),
+    )
+    .await;
+}
+
+/// Polls `done` every 50 ms until it holds; fails with `why()` once
+/// `within` has passed.
+async fn eventually(within: Duration, done: impl FnMut() -> bool, why: impl Fn() -> String) {
+    eventually_every(within, Duration::from_millis(50), done, why).await
+}
+
+/// [`eventually`], polling every `every`.
+async fn eventually_every(
+    within: Duration,
+    every: Duration,
+    mut done: impl FnMut() -> bool,
+    why: impl Fn() -> String,
+) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "{}", why());
+        tokio::time::sleep(every).await;
     }
 }
 
@@ -753,16 +771,15 @@ async fn crash_mid_command(
             .send()
             .await
     });
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while processes_running(&sleeps.background).is_empty()
-        || processes_running(&sleeps.foreground).is_empty()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(20),
+        || {
+            !processes_running(&sleeps.background).is_empty()
+                && !processes_running(&sleeps.foreground).is_empty()
+        },
+        || "the command never started".into(),
+    )
+    .await;
     let watchdogs = watchdogs_of(data_dir);
     assert_eq!(watchdogs.len(), 1, "one watchdog per serving process");
     if kill_watchdog {
@@ -779,16 +796,15 @@ async fn crash_mid_command(
 
 /// Waits (up to 10 s) until none of `sleeps` runs.
 async fn until_ended(sleeps: &Sleeps, orphans: &[i32], what: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !processes_running(&sleeps.background).is_empty()
-        || !processes_running(&sleeps.foreground).is_empty()
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still running {what}: {orphans:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        || {
+            processes_running(&sleeps.background).is_empty()
+                && processes_running(&sleeps.foreground).is_empty()
+        },
+        || format!("still running {what}: {orphans:?}"),
+    )
+    .await;
 }
 
 /// How many workspaces still hold a command's temporary directory, and
@@ -819,21 +835,19 @@ async fn a_commands_background_processes_end_when_the_service_is_killed() {
     let orphans = crash_mid_command(data_dir.path(), &sleeps, false, "off").await;
     until_ended(&sleeps, &orphans, "after the service died").await;
     // The command's temporary directory and its record go too.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while leftovers(data_dir.path()) != (0, 0) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "left behind: {:?}",
-            leftovers(data_dir.path())
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        || leftovers(data_dir.path()) == (0, 0),
+        || format!("left behind: {:?}", leftovers(data_dir.path())),
+    )
+    .await;
     // The watchdog itself is gone.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !watchdogs_of(data_dir.path()).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "the watchdog stays");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        || watchdogs_of(data_dir.path()).is_empty(),
+        || "the watchdog stays".into(),
+    )
+    .await;
 }
 
 /// In a PID namespace of its own, a command's main process is the
@@ -884,15 +898,13 @@ async fn a_commands_background_processes_do_not_outlive_a_crash_for_long() {
             .unwrap()
             .contains("previous toolgate process left running")
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !said() {
-        assert!(
-            std::time::Instant::now() < deadline,
+    eventually(Duration::from_secs(5), said, || {
+        format!(
             "the start-up says what it ended: {}",
             second.stderr.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        )
+    })
+    .await;
     // So are the commands' temporary directories, and their records.
     assert_eq!(leftovers(data_dir.path()), (0, 0));
 }
@@ -1063,16 +1075,19 @@ async fn nothing_acknowledged_is_lost_when_the_service_is_killed(backend: Backen
             ))
         })
         .collect();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    while acknowledged.load(Ordering::Relaxed) < BEFORE_KILL {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "only {} requests answered; stderr: {}",
-            acknowledged.load(Ordering::Relaxed),
-            first.stderr.lock().unwrap()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually_every(
+        Duration::from_secs(120),
+        Duration::from_millis(5),
+        || acknowledged.load(Ordering::Relaxed) >= BEFORE_KILL,
+        || {
+            format!(
+                "only {} requests answered; stderr: {}",
+                acknowledged.load(Ordering::Relaxed),
+                first.stderr.lock().unwrap()
+            )
+        },
+    )
+    .await;
     killed.store(true, Ordering::SeqCst);
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
