@@ -24,7 +24,7 @@ use crate::workspace::Workspaces;
 pub struct Application {
     listener: TcpListener,
     state: AppState,
-    cors: Option<tower_http::cors::CorsLayer>,
+    cors: Option<http::cors::CorsLayer>,
     pub dev_token: Option<String>,
 }
 

@@ -1552,11 +1552,36 @@ async fn browser_pages_of_listed_origins_only_can_read_answers() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(allowed_origin(&resp), None, "off by default");
+    let plain_options = |app: &TestApp, path: &str| {
+        app.client
+            .request(reqwest::Method::OPTIONS, app.url(path))
+            .header("origin", "https://app.example")
+            .send()
+    };
+    let mut off = Vec::new();
+    for path in ["/v1/tools", "/no/such/route"] {
+        off.push(plain_options(&app, path).await.unwrap().status());
+    }
 
     let app = TestApp::spawn_with(Backend::Sqlite, |s| {
-        s.server.cors_origins = vec!["https://app.example".into()];
+        s.server.cors_origins = vec!["https://app.example".into(), "tauri://localhost".into()];
     })
     .await;
+    // An OPTIONS request that is not a preflight (no
+    // Access-Control-Request-Method) is answered as with CORS off.
+    for (path, status_off) in ["/v1/tools", "/no/such/route"].into_iter().zip(off) {
+        let resp = plain_options(&app, path).await.unwrap();
+        assert_eq!(resp.status(), status_off, "{path}");
+        assert!(resp.status().is_client_error(), "{path}: {}", resp.status());
+        assert_eq!(
+            resp.headers()["content-type"],
+            "application/problem+json",
+            "{path}"
+        );
+    }
+    // A desktop app's web view is an origin of its own scheme.
+    let resp = preflight(&app, "/v1/threads/t/tool-calls", "tauri://localhost").await;
+    assert_eq!(allowed_origin(&resp), Some("tauri://localhost"));
     let resp = preflight(&app, "/v1/threads/t/tool-calls", "https://app.example").await;
     assert!(resp.status().is_success(), "{}", resp.status());
     assert_eq!(allowed_origin(&resp), Some("https://app.example"));

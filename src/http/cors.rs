@@ -8,14 +8,74 @@
 //! `WWW-Authenticate` on a `401`, `Retry-After` on a `429`) are exposed.
 //! Credentials travel in the `Authorization` header, never in cookies, so
 //! allowing an origin (or `*`) grants it nothing without a token.
+//!
+//! Only what a browser sends as a preflight (`OPTIONS` with
+//! `Access-Control-Request-Method`) is answered as one; any other `OPTIONS`
+//! request reaches the routes and gets the answer it gets with CORS off (a
+//! `405` or `404` problem), not an empty `200`.
 
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::http::{HeaderName, HeaderValue, Method, header};
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use axum::http::{HeaderName, HeaderValue, Method, Request, Response, header};
+use futures::future::Either;
+use tower::{Layer, Service};
+use tower_http::cors::{AllowOrigin, Cors};
 
 /// How long a browser may cache a preflight's answer.
 const PREFLIGHT_MAX_AGE: Duration = Duration::from_secs(600);
+
+/// CORS for the listed origins, answering preflights only (see the module).
+#[derive(Clone, Debug)]
+pub struct CorsLayer(tower_http::cors::CorsLayer);
+
+impl<S: Clone> Layer<S> for CorsLayer {
+    type Service = CorsService<S>;
+
+    fn layer(&self, inner: S) -> CorsService<S> {
+        CorsService {
+            cors: self.0.layer(inner.clone()),
+            plain: inner,
+        }
+    }
+}
+
+/// The service of [`CorsLayer`]: the inner service with CORS, and without
+/// it for an `OPTIONS` request that is not a preflight.
+#[derive(Clone, Debug)]
+pub struct CorsService<S> {
+    cors: Cors<S>,
+    plain: S,
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for CorsService<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone,
+    ResBody: Default,
+{
+    type Response = Response<ResBody>;
+    type Error = S::Error;
+    type Future = Either<<Cors<S> as Service<Request<ReqBody>>>::Future, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        // Two clones of the same stack (the router inside timeouts and
+        // error mapping), always ready: neither holds a reservation.
+        std::task::ready!(self.cors.poll_ready(cx))?;
+        self.plain.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let not_a_preflight = request.method() == Method::OPTIONS
+            && !request
+                .headers()
+                .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+        if not_a_preflight {
+            Either::Right(self.plain.call(request))
+        } else {
+            Either::Left(self.cors.call(request))
+        }
+    }
+}
 
 /// The layer for `origins` (each `scheme://host[:port]`, or `*` alone for
 /// any origin); `None` when the list is empty. An origin that is not one
@@ -38,8 +98,8 @@ pub fn layer(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
         AllowOrigin::list(values)
     };
     let request_id = HeaderName::from_static("x-request-id");
-    Ok(Some(
-        CorsLayer::new()
+    Ok(Some(CorsLayer(
+        tower_http::cors::CorsLayer::new()
             .allow_origin(allow)
             .allow_methods([Method::GET, Method::POST, Method::PUT])
             .allow_headers([
@@ -50,13 +110,15 @@ pub fn layer(origins: &[String]) -> anyhow::Result<Option<CorsLayer>> {
             ])
             .expose_headers([request_id, header::WWW_AUTHENTICATE, header::RETRY_AFTER])
             .max_age(PREFLIGHT_MAX_AGE),
-    ))
+    )))
 }
 
 /// `origin` exactly as browsers send it in `Origin` (they compare byte for
-/// byte): `http://` or `https://`, a lower-case host (a name, an IPv4
-/// address or a bracketed IPv6 one), and a port only when it is not the
-/// scheme's default; nothing after.
+/// byte): a lower-case scheme (`https`, `http`, or an app's own such as
+/// `tauri` or `capacitor`), a lower-case host (a name, an IPv4 address or a
+/// bracketed IPv6 one), and a port only when it is not the scheme's
+/// default; nothing after. `file` pages send `null`, which is refused: any
+/// sandboxed frame sends it too.
 fn origin_value(origin: &str) -> anyhow::Result<HeaderValue> {
     let invalid = |why: &str| {
         anyhow::anyhow!(
@@ -64,12 +126,25 @@ fn origin_value(origin: &str) -> anyhow::Result<HeaderValue> {
              scheme://host[:port], e.g. https://app.example.com), nor `*`"
         )
     };
-    let (authority, default_port) = if let Some(rest) = origin.strip_prefix("https://") {
-        (rest, 443)
-    } else if let Some(rest) = origin.strip_prefix("http://") {
-        (rest, 80)
-    } else {
-        return Err(invalid("the scheme must be http or https"));
+    let (scheme, authority) = origin
+        .split_once("://")
+        .ok_or_else(|| invalid("no scheme"))?;
+    let scheme_ok = scheme.starts_with(|c: char| c.is_ascii_lowercase())
+        && scheme.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.')
+        });
+    if !scheme_ok {
+        return Err(invalid(
+            "the scheme must be lower-case letters, digits, `+`, `-` and `.`",
+        ));
+    }
+    if scheme == "file" {
+        return Err(invalid("browsers send `null` for pages from files"));
+    }
+    let default_port = match scheme {
+        "https" => Some(443),
+        "http" => Some(80),
+        _ => None,
     };
     let bracketed = authority.starts_with('[');
     let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
@@ -115,7 +190,7 @@ fn origin_value(origin: &str) -> anyhow::Result<HeaderValue> {
             .ok()
             .filter(|p| *p > 0 && port.bytes().all(|b| b.is_ascii_digit()))
             .ok_or_else(|| invalid("the port must be a number from 1 to 65535"))?;
-        if number == default_port {
+        if Some(number) == default_port {
             return Err(invalid("browsers leave the scheme's default port out"));
         }
     }
@@ -137,6 +212,10 @@ mod tests {
             "http://[::1]",
             "http://front_end:3000",
             "https://app.example.com:8443",
+            "tauri://localhost",
+            "capacitor://localhost",
+            "chrome-extension://abcdefghijklmnop",
+            "app+web.x-1://host:1234",
         ] {
             assert!(layer(&[good.to_string()]).unwrap().is_some(), "{good}");
         }
@@ -146,7 +225,6 @@ mod tests {
             "https://",
             "https://app.example.com/",
             "https://app.example.com/path",
-            "ftp://app.example.com",
             "https://app.example.com?x",
             "https://user@app.example.com",
             "https://app example.com",
@@ -163,7 +241,15 @@ mod tests {
             "http://[::1",
             "http://[::1]x",
             "http://[::G]",
-            "tauri://localhost",
+            "file://",
+            "file://host",
+            "null",
+            "Tauri://localhost",
+            "1app://localhost",
+            "+app://localhost",
+            "://localhost",
+            "tauri://",
+            "tauri://Localhost",
         ] {
             let err = layer(&[bad.to_string()]).unwrap_err().to_string();
             assert!(err.contains("is not an origin"), "{bad}: {err}");

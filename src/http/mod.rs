@@ -226,7 +226,7 @@ pub async fn require_thread(
 /// plain structs, and only the route's own endpoint inside.
 pub fn service(
     state: AppState,
-    cors: Option<tower_http::cors::CorsLayer>,
+    cors: Option<cors::CorsLayer>,
 ) -> impl tower::Service<
     Request,
     Response = Response,
