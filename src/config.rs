@@ -226,7 +226,9 @@ pub struct SandboxSettings {
     pub cpu_secs: u64,
     /// RLIMIT_FSIZE: largest file a command may write, bytes.
     pub file_size_bytes: u64,
-    /// RLIMIT_NPROC.
+    /// Tasks (processes and threads) a command may have at once: its pids
+    /// cgroup's `pids.max` where the service can make one (cgroup v1), and
+    /// RLIMIT_NPROC (which Linux does not enforce for root).
     pub max_processes: u64,
     /// RLIMIT_NOFILE.
     pub max_open_files: u64,

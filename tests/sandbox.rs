@@ -1008,6 +1008,86 @@ async fn resource_limits_are_in_force_and_cannot_be_raised() {
     assert!(stdout(&r).ends_with("1048576\n"), "{r}");
 }
 
+/// A fork bomb stops at `sandbox.max_processes`, whoever the service runs
+/// as. Linux exempts root from RLIMIT_NPROC, so as root the limit holds
+/// through the command's own pids cgroup, which is gone once the command
+/// is; the status says which holds, and never claims a limit it lacks.
+#[tokio::test]
+async fn a_command_cannot_start_more_processes_than_its_limit() {
+    let h = harness_with(
+        SandboxSettings {
+            max_processes: 12,
+            ..settings()
+        },
+        None,
+    );
+    let limits = &h.sandbox.status().rlimits;
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        assert_eq!(limits.max_processes_enforced, limits.max_processes_cgroup);
+    } else {
+        assert!(limits.max_processes_enforced);
+    }
+    if !limits.max_processes_enforced {
+        assert!(
+            h.sandbox
+                .status()
+                .warnings
+                .iter()
+                .any(|w| w.contains("process limit is not enforced")),
+            "{:?}",
+            h.sandbox.status().warnings
+        );
+        return; // root where no cgroup can be made: nothing enforces it
+    }
+    // `sh` (dash) gives up at the first failed fork; bash would retry for
+    // seconds.
+    let started = Instant::now();
+    let out = h
+        .sandbox_run(
+            &[
+                "sh",
+                "-c",
+                "grep -E '^[0-9]+:pids:' /proc/self/cgroup >&2;                  n=0; while [ $n -lt 40 ]; do sleep 30 & n=$((n+1)); echo $n; done",
+            ],
+            Duration::from_secs(20),
+        )
+        .await;
+    assert!(!out.timed_out, "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{out:?}");
+    assert!(out.stderr.contains("Cannot fork"), "{out:?}");
+    let started_in_background: u32 = out.stdout.lines().last().unwrap_or("0").parse().unwrap();
+    assert!(
+        (1..12).contains(&started_in_background),
+        "{started_in_background}: {out:?}"
+    );
+    if limits.max_processes_cgroup {
+        // The command's cgroup, found from inside it, is removed.
+        let line = out.stderr.lines().next().unwrap();
+        let path = line.splitn(3, ':').nth(2).unwrap();
+        assert!(path.contains("toolgate-cmd-"), "{line}");
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let mount = mountinfo
+            .lines()
+            .find(|l| {
+                l.split_once(" - cgroup ").is_some_and(|(_, t)| {
+                    t.rsplit(' ')
+                        .next()
+                        .unwrap()
+                        .split(',')
+                        .any(|o| o == "pids")
+                })
+            })
+            .and_then(|l| l.split(' ').nth(4))
+            .unwrap();
+        assert!(
+            !Path::new(mount).join(path.trim_start_matches('/')).exists(),
+            "{mount}{path} is left behind"
+        );
+    }
+}
+
 #[tokio::test]
 async fn commands_hold_no_capabilities() {
     let h = harness();
@@ -1076,8 +1156,9 @@ async fn without_landlock_require_refuses_and_best_effort_runs() {
         landlock_abi: None,
         seccomp: true,
         namespaces: KernelSupport::probe().namespaces,
+        pids_cgroup: None,
     });
-    let h = harness_with(settings(), no_landlock);
+    let h = harness_with(settings(), no_landlock.clone());
     assert!(!h.sandbox.status().bash_enabled);
     let err = h.call(json!({"command": "echo hi"})).await.unwrap_err();
     assert_eq!(err.code, "SANDBOX_UNAVAILABLE");

@@ -36,6 +36,9 @@ pub(crate) struct Confinement {
     /// Set when the child starts in new user, PID and mount namespaces
     /// (see spawn.rs): what it does there before anything else.
     pub namespaces: Option<Arc<Namespaces>>,
+    /// The `cgroup.procs` of the command's own pids cgroup (see pids.rs),
+    /// which the child writes itself into first of all.
+    pub cgroup_procs: Option<RawFd>,
 }
 
 /// What a child started in new user, PID and mount namespaces does first:
@@ -263,7 +266,7 @@ fn drop_capabilities() -> io::Result<()> {
 
 impl Confinement {
     /// Applies everything, in an order where each step still has what it
-    /// needs: the namespaces first (mounting `/proc` needs the capabilities
+    /// needs: the cgroup, then the namespaces (mounting `/proc` needs the capabilities
     /// of the new user namespace), the session, limits while privileged, then
     /// no_new_privs (required by both Landlock and seccomp without
     /// CAP_SYS_ADMIN), capabilities, Landlock, and seccomp last (it denies
@@ -271,6 +274,15 @@ impl Confinement {
     pub(crate) fn apply(&self) -> io::Result<()> {
         // SAFETY: raw system calls on plain data; see the module comment.
         unsafe {
+            // Into the process-limit cgroup before anything can fork: `0`
+            // is the writing process. The descriptor, opened by the parent,
+            // needs no permission the namespaces could take away.
+            if let Some(fd) = self.cgroup_procs {
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                if written != 1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             if let Some(namespaces) = &self.namespaces {
                 namespaces.enter(self.landlock_fd)?;
             }

@@ -56,9 +56,11 @@
 //!   or non-UNIX `socketpair()`. On x86-64, x32 syscalls are refused and
 //!   foreign-ABI (i386) syscalls kill the process.
 //! - **Resource limits** (soft = hard): CPU seconds, file size, processes,
-//!   open files, and no core dumps. Note: Linux never enforces
-//!   RLIMIT_NPROC for uid 0, and for another uid it counts every process
-//!   and thread of that user, the service's included.
+//!   open files, and no core dumps. Linux never enforces RLIMIT_NPROC for
+//!   uid 0, and for another uid it counts every process and thread of that
+//!   user, the service's included; so where the service can make cgroups in
+//!   the cgroup v1 `pids` hierarchy (as root, typically), each command also
+//!   gets a pids cgroup of its own that counts its tasks alone (pids.rs).
 //! - **No privileges**: `no_new_privs`, and every capability dropped
 //!   (bounding, ambient, inheritable, permitted, effective) — as root,
 //!   the command is root without its powers, and cannot raise its limits.
@@ -82,6 +84,7 @@ mod child;
 mod filesystem;
 mod output;
 mod paths;
+mod pids;
 mod session;
 mod spawn;
 mod syscalls;
@@ -121,7 +124,7 @@ pub const TMP_DIR_NAME: &str = ".toolgate-tmp";
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 /// What the kernel offers the sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelSupport {
     /// Landlock ABI version, `None` without Landlock.
     pub landlock_abi: Option<i32>,
@@ -129,6 +132,10 @@ pub struct KernelSupport {
     /// Whether a command can start in user, PID and mount namespaces of
     /// its own, with a `/proc` of its own.
     pub namespaces: bool,
+    /// The service's cgroup in the v1 `pids` hierarchy, when it may create
+    /// cgroups there: each command then gets one of its own, beneath it,
+    /// limited to `sandbox.max_processes` tasks.
+    pub pids_cgroup: Option<PathBuf>,
 }
 
 impl KernelSupport {
@@ -138,6 +145,7 @@ impl KernelSupport {
             landlock_abi: filesystem::probe_abi(),
             seccomp: syscalls::probe(),
             namespaces: spawn::probe_namespaces(),
+            pids_cgroup: pids::probe(),
         }
     }
 }
@@ -257,9 +265,14 @@ pub struct NamespaceStatus {
 pub struct RlimitStatus {
     pub cpu_secs: u64,
     pub file_size_bytes: u64,
+    /// Tasks (processes and threads) a command may have at once.
     pub max_processes: u64,
-    /// False when the service runs as root: Linux exempts uid 0.
+    /// False when the service runs as root and no pids cgroup can be made
+    /// for each command: Linux exempts uid 0 from `RLIMIT_NPROC`.
     pub max_processes_enforced: bool,
+    /// Whether each command gets a pids cgroup of its own with this limit
+    /// (counting the command's tasks only, for any user).
+    pub max_processes_cgroup: bool,
     pub max_open_files: u64,
     pub core_bytes: u64,
 }
@@ -449,9 +462,10 @@ impl Sandbox {
         }
         // SAFETY: geteuid cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
-        if root {
+        let cgroup = kernel.pids_cgroup.is_some();
+        if root && !cgroup {
             warnings.push(
-                "running as root: RLIMIT_NPROC is not enforced (Linux exempts uid 0); capabilities are dropped"
+                "running as root without a pids cgroup (cgroup v1) to put each command in: the process limit is not enforced (Linux exempts uid 0 from RLIMIT_NPROC); capabilities are dropped"
                     .into(),
             );
         }
@@ -484,7 +498,8 @@ impl Sandbox {
                 cpu_secs: settings.cpu_secs,
                 file_size_bytes: settings.file_size_bytes,
                 max_processes: settings.max_processes,
-                max_processes_enforced: !root,
+                max_processes_enforced: !root || cgroup,
+                max_processes_cgroup: cgroup,
                 max_open_files: settings.max_open_files,
                 core_bytes: 0,
             },
@@ -561,6 +576,15 @@ impl Sandbox {
         }
         env.extend(spec.env.clone());
 
+        // The status promises the limit wherever a cgroup can be made: a
+        // command that cannot have one does not run without it.
+        let cgroup = match &self.kernel.pids_cgroup {
+            Some(parent) => Some(
+                pids::CommandCgroup::create(parent, self.settings.max_processes)
+                    .map_err(|e| SandboxError::Setup(format!("the process-limit cgroup: {e}")))?,
+            ),
+            None => None,
+        };
         let ruleset = match self.kernel.landlock_abi {
             Some(abi) => Some(
                 filesystem::ruleset(
@@ -585,6 +609,7 @@ impl Sandbox {
             filters: self.filters.clone(),
             parent_pid: std::process::id() as libc::pid_t,
             namespaces: self.namespaces.clone(),
+            cgroup_procs: cgroup.as_ref().map(pids::CommandCgroup::procs_fd),
         };
 
         let program =
@@ -653,6 +678,9 @@ impl Sandbox {
                 Some(status) => Some(status),
                 None => child.wait().await.ok(),
             };
+            if let Some(cgroup) = cgroup {
+                let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+            }
             guard.armed = false;
             if !read_all
                 && tokio::time::timeout(DRAIN_GRACE, &mut reading)
@@ -767,8 +795,9 @@ mod tests {
             landlock_abi: None,
             seccomp: true,
             namespaces: true,
+            pids_cgroup: None,
         };
-        let strict = Sandbox::with_kernel(&settings(), SystemPaths::default(), no_landlock);
+        let strict = Sandbox::with_kernel(&settings(), SystemPaths::default(), no_landlock.clone());
         assert!(!strict.status().bash_enabled);
         assert!(!strict.status().landlock.enforced);
         let lenient = Sandbox::with_kernel(
@@ -795,13 +824,14 @@ mod tests {
             landlock_abi: Some(7),
             seccomp: true,
             namespaces: false,
+            pids_cgroup: None,
         };
         let with = |namespaces| {
             let settings = SandboxSettings {
                 namespaces,
                 ..settings()
             };
-            Sandbox::with_kernel(&settings, SystemPaths::default(), kernel).status()
+            Sandbox::with_kernel(&settings, SystemPaths::default(), kernel.clone()).status()
         };
         let required = with(NamespaceMode::Require);
         assert!(!required.bash_enabled);
@@ -831,7 +861,7 @@ mod tests {
             namespaces: NamespaceMode::Off,
             ..settings()
         };
-        let off = Sandbox::with_kernel(&settings, SystemPaths::default(), kernel).status();
+        let off = Sandbox::with_kernel(&settings, SystemPaths::default(), kernel.clone()).status();
         assert!(off.namespaces.available && !off.namespaces.enforced);
         let default =
             Sandbox::with_kernel(&super::tests::settings(), SystemPaths::default(), kernel);
@@ -844,8 +874,9 @@ mod tests {
             landlock_abi: Some(7),
             seccomp: false,
             namespaces: true,
+            pids_cgroup: None,
         };
-        let sandbox = Sandbox::with_kernel(&settings(), SystemPaths::default(), kernel);
+        let sandbox = Sandbox::with_kernel(&settings(), SystemPaths::default(), kernel.clone());
         assert!(!sandbox.status().bash_enabled);
         let allow = SandboxSettings {
             network: NetworkPolicy::Allow,
@@ -866,6 +897,7 @@ mod tests {
                 landlock_abi: None,
                 seccomp: true,
                 namespaces: true,
+                pids_cgroup: None,
             },
         );
         let err = sandbox

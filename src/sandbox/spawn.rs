@@ -671,6 +671,7 @@ mod tests {
             // SAFETY: getpid(2) cannot fail.
             parent_pid: unsafe { libc::getpid() },
             namespaces: None,
+            cgroup_procs: None,
         };
         let outcome = runtime.block_on(async {
             let mut child = spawn(&program, &confinement)?;
