@@ -670,7 +670,10 @@ async fn a_dropped_run_leaves_nothing_running() {
         None,
     );
     let ws = h.workspace("alice");
-    let run = h.call(json!({"command": "echo $$ > main; sleep 30 & echo $! > pid; sleep 30"}));
+    let run = h.call(
+        json!({"command": "grep -E '^[0-9]+:pids:' /proc/self/cgroup > cgroup; \
+        echo $$ > main; sleep 30 & echo $! > pid; sleep 30"}),
+    );
     let _ = tokio::time::timeout(Duration::from_millis(500), run).await;
     let read_pid = |name: &str| -> i32 {
         std::fs::read_to_string(ws.join(name))
@@ -687,6 +690,18 @@ async fn a_dropped_run_leaves_nothing_running() {
     while std::path::Path::new(&format!("/proc/{main}")).exists() {
         assert!(Instant::now() < deadline, "process {main} was not reaped");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Its process-limit cgroup goes once its processes have.
+    if h.sandbox.status().rlimits.max_processes_cgroup {
+        let cgroup = pids_cgroup_dir(&std::fs::read_to_string(ws.join("cgroup")).unwrap());
+        while cgroup.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{} is left behind",
+                cgroup.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -1064,28 +1079,31 @@ async fn a_command_cannot_start_more_processes_than_its_limit() {
     );
     if limits.max_processes_cgroup {
         // The command's cgroup, found from inside it, is removed.
-        let line = out.stderr.lines().next().unwrap();
-        let path = line.splitn(3, ':').nth(2).unwrap();
-        assert!(path.contains("toolgate-cmd-"), "{line}");
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let mount = mountinfo
-            .lines()
-            .find(|l| {
-                l.split_once(" - cgroup ").is_some_and(|(_, t)| {
-                    t.rsplit(' ')
-                        .next()
-                        .unwrap()
-                        .split(',')
-                        .any(|o| o == "pids")
-                })
-            })
-            .and_then(|l| l.split(' ').nth(4))
-            .unwrap();
-        assert!(
-            !Path::new(mount).join(path.trim_start_matches('/')).exists(),
-            "{mount}{path} is left behind"
-        );
+        let cgroup = pids_cgroup_dir(out.stderr.lines().next().unwrap());
+        assert!(!cgroup.exists(), "{} is left behind", cgroup.display());
     }
+}
+
+/// The directory of the pids cgroup named by a `/proc/<pid>/cgroup` line
+/// (`<id>:pids:<path>`), beneath this process's v1 `pids` mount.
+fn pids_cgroup_dir(line: &str) -> PathBuf {
+    let path = line.trim().splitn(3, ':').nth(2).unwrap();
+    assert!(path.contains("toolgate-cmd-"), "{line}");
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = mountinfo
+        .lines()
+        .find(|l| {
+            l.split_once(" - cgroup ").is_some_and(|(_, t)| {
+                t.rsplit(' ')
+                    .next()
+                    .unwrap()
+                    .split(',')
+                    .any(|o| o == "pids")
+            })
+        })
+        .and_then(|l| l.split(' ').nth(4))
+        .unwrap();
+    Path::new(mount).join(path.trim_start_matches('/'))
 }
 
 #[tokio::test]

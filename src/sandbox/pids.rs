@@ -187,36 +187,45 @@ impl CommandCgroup {
         self.procs.as_raw_fd()
     }
 
-    /// Remove the cgroup once its last task is gone, waiting a little for
-    /// processes that are being reaped; left for the next start's sweep
-    /// otherwise.
+    /// Remove the cgroup once its last task is gone (on the calling
+    /// thread, which may wait a little: see [`remove_when_empty`]).
     pub(crate) fn remove(mut self) {
-        for attempt in 0..REMOVAL_ATTEMPTS {
-            match fs::remove_dir(&self.dir) {
-                Ok(()) => {
-                    self.removed = true;
-                    return;
-                }
-                Err(e)
-                    if e.raw_os_error() == Some(libc::EBUSY) && attempt + 1 < REMOVAL_ATTEMPTS =>
-                {
-                    std::thread::sleep(REMOVAL_PAUSE)
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, cgroup = %self.dir.display(), "a command's process-limit cgroup could not be removed; the next start removes it once it is empty");
-                    self.removed = true; // said once
-                    return;
-                }
-            }
-        }
+        self.removed = true;
+        remove_when_empty(&self.dir);
     }
 }
 
 impl Drop for CommandCgroup {
     fn drop(&mut self) {
-        // A command that never started: its cgroup is empty.
-        if !self.removed {
-            let _ = fs::remove_dir(&self.dir);
+        if self.removed {
+            return;
+        }
+        // A command that never started (its cgroup is empty), or a run
+        // dropped while its processes were being killed: those are waited
+        // for on a thread of their own.
+        if let Err(e) = fs::remove_dir(&self.dir)
+            && e.raw_os_error() == Some(libc::EBUSY)
+        {
+            let dir = std::mem::take(&mut self.dir);
+            std::thread::spawn(move || remove_when_empty(&dir));
+        }
+    }
+}
+
+/// Remove `dir`, waiting a little for processes that are being reaped
+/// (orphans of a command without a PID namespace go to the host's init);
+/// left for the next start's sweep otherwise.
+fn remove_when_empty(dir: &Path) {
+    for attempt in 1..=REMOVAL_ATTEMPTS {
+        match fs::remove_dir(dir) {
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < REMOVAL_ATTEMPTS => {
+                std::thread::sleep(REMOVAL_PAUSE)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, cgroup = %dir.display(), "a command's process-limit cgroup could not be removed; the next start removes it once it is empty");
+                return;
+            }
         }
     }
 }
