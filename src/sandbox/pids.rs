@@ -10,10 +10,11 @@
 //!
 //! Used where the service may create cgroups in the cgroup v1 `pids`
 //! hierarchy it runs in (as root, or with that hierarchy delegated to it).
-//! The parent creates `<its pids cgroup>/toolgate-cmd-<id>` and opens its
-//! `cgroup.procs`; the child writes `0` (itself) there before anything else
-//! it does, so everything it starts is counted. The directory is removed
-//! once the command's processes are gone. On cgroup v2 the controller is
+//! The parent creates `<its pids cgroup>/toolgate-cmd-<its pid>-<id>` and
+//! opens its `cgroup.procs`; the child writes `0` (itself) there before
+//! anything else it does, so everything it starts is counted. The directory
+//! is removed once the command's processes are gone, and a start-up removes
+//! the empty ones of services that are gone. On cgroup v2 the controller is
 //! not used yet (a cgroup with processes cannot delegate controllers to
 //! children without moving the service itself), and `/readyz` says so when
 //! it matters (running as root).
