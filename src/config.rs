@@ -191,22 +191,28 @@ pub enum LandlockMode {
     BestEffort,
 }
 
-/// Whether commands get PID and mount namespaces of their own (see
-/// [`crate::sandbox`]): a `/proc` that shows only the command's own
-/// processes, and a process tree the kernel ends as one when its main
-/// process ends.
+/// Whether commands get a confinement the host may not offer: PID and
+/// mount namespaces of their own (`sandbox.namespaces`: a `/proc` that
+/// shows only the command's own processes, and a process tree the kernel
+/// ends as one when its main process ends), or a pids cgroup of their own
+/// (`sandbox.pids_cgroup`: the process limit, counted per command, for
+/// root too). See [`crate::sandbox`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum NamespaceMode {
-    /// Refuse to run commands where the kernel will not create them.
+pub enum FeatureMode {
+    /// Refuse to run commands where the host does not offer it.
     Require,
-    /// Use them where the kernel allows (not, typically, inside a container
-    /// that forbids user namespaces), and say so in /readyz and
-    /// /v1/workspace where it does not.
+    /// Use it where the host offers it (namespaces: not, typically, inside a
+    /// container that forbids user namespaces; cgroups: where the service
+    /// may create them), and say so in /readyz and /v1/workspace where it
+    /// does not.
     BestEffort,
-    /// Never: commands share the service's PID namespace and `/proc`.
+    /// Never.
     Off,
 }
+
+/// `sandbox.namespaces`.
+pub type NamespaceMode = FeatureMode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -221,6 +227,9 @@ pub enum NetworkPolicy {
 pub struct SandboxSettings {
     pub landlock: LandlockMode,
     pub namespaces: NamespaceMode,
+    /// Each command in a pids cgroup of its own (cgroup v1) whose limit is
+    /// `max_processes`.
+    pub pids_cgroup: FeatureMode,
     pub network: NetworkPolicy,
     /// RLIMIT_CPU of a command, seconds.
     pub cpu_secs: u64,
@@ -243,6 +252,7 @@ impl Default for SandboxSettings {
         SandboxSettings {
             landlock: LandlockMode::Require,
             namespaces: NamespaceMode::BestEffort,
+            pids_cgroup: FeatureMode::BestEffort,
             network: NetworkPolicy::Deny,
             cpu_secs: 600,
             file_size_bytes: 1 << 30,

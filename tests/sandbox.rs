@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolgate::config::{LandlockMode, NamespaceMode, NetworkPolicy, SandboxSettings};
+use toolgate::config::{FeatureMode, LandlockMode, NamespaceMode, NetworkPolicy, SandboxSettings};
 use toolgate::protocol::ui_schema;
 use toolgate::sandbox::{
     CommandOutput, CommandSpec, KernelSupport, Sandbox, SandboxError, SystemPaths,
@@ -1082,6 +1082,32 @@ async fn a_command_cannot_start_more_processes_than_its_limit() {
         let cgroup = pids_cgroup_dir(out.stderr.lines().next().unwrap());
         assert!(!cgroup.exists(), "{} is left behind", cgroup.display());
     }
+}
+
+/// With `sandbox.pids_cgroup = "off"`, commands stay in the service's own
+/// pids cgroup (RLIMIT_NPROC alone limits them).
+#[tokio::test]
+async fn the_pids_cgroup_can_be_turned_off() {
+    let h = harness_with(
+        SandboxSettings {
+            pids_cgroup: FeatureMode::Off,
+            ..settings()
+        },
+        None,
+    );
+    assert!(!h.sandbox.status().rlimits.max_processes_cgroup);
+    let out = h
+        .sandbox_run(
+            &[
+                "sh",
+                "-c",
+                "grep -E '^[0-9]+:pids:' /proc/self/cgroup || echo none",
+            ],
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(!out.stdout.contains("toolgate-cmd-"), "{out:?}");
+    assert!(!out.stdout.is_empty(), "{out:?}");
 }
 
 /// The directory of the pids cgroup named by a `/proc/<pid>/cgroup` line

@@ -101,7 +101,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
-use crate::config::{LandlockMode, NamespaceMode, NetworkPolicy, SandboxSettings};
+use crate::config::{FeatureMode, LandlockMode, NamespaceMode, NetworkPolicy, SandboxSettings};
 
 pub use output::omission_marker;
 pub use paths::SystemPaths;
@@ -313,6 +313,8 @@ pub struct Sandbox {
     /// [`Sandbox::recording_sessions_in`]); none in tests that run the
     /// sandbox alone.
     records: Option<Arc<SessionRecords>>,
+    /// Where each command's pids cgroup is made, when commands get one.
+    pids_cgroup: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -462,10 +464,21 @@ impl Sandbox {
         }
         // SAFETY: geteuid cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
-        let cgroup = kernel.pids_cgroup.is_some();
-        if root && !cgroup {
+        // Where each command gets a pids cgroup of its own.
+        let pids_cgroup = match settings.pids_cgroup {
+            FeatureMode::Off => None,
+            FeatureMode::Require | FeatureMode::BestEffort => kernel.pids_cgroup.clone(),
+        };
+        let cgroup = pids_cgroup.is_some();
+        if settings.pids_cgroup == FeatureMode::Require && !cgroup {
+            bash_enabled = false;
             warnings.push(
-                "running as root without a pids cgroup (cgroup v1) to put each command in: the process limit is not enforced (Linux exempts uid 0 from RLIMIT_NPROC); capabilities are dropped"
+                "no pids cgroup can be made for each command (the service may not create cgroups in a cgroup v1 pids hierarchy) and sandbox.pids_cgroup = require: commands are refused"
+                    .into(),
+            );
+        } else if root && !cgroup {
+            warnings.push(
+                "running as root without a pids cgroup for each command: the process limit is not enforced (Linux exempts uid 0 from RLIMIT_NPROC); capabilities are dropped"
                     .into(),
             );
         }
@@ -526,6 +539,7 @@ impl Sandbox {
             namespaces: namespace_setup,
             status,
             records: None,
+            pids_cgroup,
         }
     }
 
@@ -578,7 +592,7 @@ impl Sandbox {
 
         // The status promises the limit wherever a cgroup can be made: a
         // command that cannot have one does not run without it.
-        let cgroup = match &self.kernel.pids_cgroup {
+        let cgroup = match &self.pids_cgroup {
             Some(parent) => Some(
                 pids::CommandCgroup::create(parent, self.settings.max_processes)
                     .map_err(|e| SandboxError::Setup(format!("the process-limit cgroup: {e}")))?,
@@ -866,6 +880,55 @@ mod tests {
         let default =
             Sandbox::with_kernel(&super::tests::settings(), SystemPaths::default(), kernel);
         assert!(default.status().namespaces.enforced);
+    }
+
+    #[test]
+    fn the_pids_cgroup_follows_its_mode_and_what_the_host_offers() {
+        let status = |mode, offered: Option<&str>| {
+            let kernel = KernelSupport {
+                landlock_abi: Some(7),
+                seccomp: true,
+                namespaces: true,
+                pids_cgroup: offered.map(PathBuf::from),
+            };
+            let settings = SandboxSettings {
+                pids_cgroup: mode,
+                ..settings()
+            };
+            Sandbox::with_kernel(&settings, SystemPaths::default(), kernel).status()
+        };
+        // SAFETY: geteuid cannot fail.
+        let root = unsafe { libc::geteuid() } == 0;
+        let unenforced_as_root = |s: &SandboxStatus| {
+            s.warnings
+                .iter()
+                .any(|w| w.contains("process limit is not enforced"))
+        };
+        for mode in [FeatureMode::BestEffort, FeatureMode::Require] {
+            let offered = status(mode, Some("/sys/fs/cgroup/pids/svc"));
+            assert!(offered.bash_enabled);
+            assert!(offered.rlimits.max_processes_cgroup);
+            assert!(offered.rlimits.max_processes_enforced);
+            assert!(!unenforced_as_root(&offered), "{:?}", offered.warnings);
+        }
+        let lenient = status(FeatureMode::BestEffort, None);
+        assert!(lenient.bash_enabled && !lenient.rlimits.max_processes_cgroup);
+        assert_eq!(lenient.rlimits.max_processes_enforced, !root);
+        assert_eq!(unenforced_as_root(&lenient), root);
+        let required = status(FeatureMode::Require, None);
+        assert!(!required.bash_enabled);
+        assert!(
+            required
+                .warnings
+                .iter()
+                .any(|w| w.contains("pids_cgroup = require: commands are refused")),
+            "{:?}",
+            required.warnings
+        );
+        // "off" keeps commands out of a cgroup the host offers.
+        let off = status(FeatureMode::Off, Some("/sys/fs/cgroup/pids/svc"));
+        assert!(off.bash_enabled && !off.rlimits.max_processes_cgroup);
+        assert_eq!(off.rlimits.max_processes_enforced, !root);
     }
 
     #[test]
