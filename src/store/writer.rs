@@ -101,7 +101,7 @@ impl Writer {
             .name("toolgate-writer".into())
             .spawn(move || {
                 if let Some(nice) = config.nice {
-                    set_thread_nice(nice);
+                    set_thread_nice(nice, "writer");
                 }
                 runtime.block_on(run(store, config, on_commit, queue))
             })
@@ -130,9 +130,10 @@ impl Writer {
     }
 }
 
-/// Set the calling thread's nice value (on Linux a thread has its own).
+/// Set the calling thread's nice value (on Linux a thread has its own);
+/// `thread` names it in the log.
 #[cfg(target_os = "linux")]
-fn set_thread_nice(nice: i32) {
+pub(super) fn set_thread_nice(nice: i32, thread: &str) {
     // SAFETY: gettid and setpriority take plain integers and touch no
     // memory of ours.
     let done = unsafe {
@@ -140,12 +141,13 @@ fn set_thread_nice(nice: i32) {
         libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice)
     };
     if done == 0 {
-        tracing::debug!(nice, "writer thread priority set");
+        tracing::debug!(nice, thread, "thread priority set");
     } else {
         tracing::info!(
             nice,
+            thread,
             error = %std::io::Error::last_os_error(),
-            "could not set the writer thread's priority (a negative nice value needs \
+            "could not set a storage thread's priority (a negative nice value needs \
              CAP_SYS_NICE or RLIMIT_NICE of at least 20 - nice); it runs at its inherited \
              priority"
         );
@@ -153,8 +155,12 @@ fn set_thread_nice(nice: i32) {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn set_thread_nice(nice: i32) {
-    tracing::info!(nice, "the writer thread's priority is only set on Linux");
+pub(super) fn set_thread_nice(nice: i32, thread: &str) {
+    tracing::info!(
+        nice,
+        thread,
+        "a storage thread's priority is only set on Linux"
+    );
 }
 
 async fn run(
@@ -290,16 +296,17 @@ fn replicate_sqlx(err: &sqlx::Error) -> sqlx::Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    /// The nice values of this process's writer threads.
+    /// The nice values of this process's threads named `name` (as
+    /// `/proc` shows it: at most 15 bytes).
     #[cfg(target_os = "linux")]
-    fn writer_nice_values() -> Vec<i64> {
+    pub(in crate::store) fn thread_nice_values(name: &str) -> Vec<i64> {
         let mut values = Vec::new();
         for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
             let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-            if comm.trim() != "toolgate-writer" {
+            if comm.trim() != name {
                 continue;
             }
             let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
@@ -330,11 +337,11 @@ mod tests {
         };
         let writer = Writer::spawn(store, config, Arc::new(|_| {}));
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while !writer_nice_values().contains(&7) {
+        while !thread_nice_values("toolgate-writer").contains(&7) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "no writer thread at nice 7: {:?}",
-                writer_nice_values()
+                thread_nice_values("toolgate-writer")
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
