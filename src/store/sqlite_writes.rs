@@ -742,8 +742,6 @@ mod tests {
         .unwrap();
     }
 
-    /// The checkpointer keeps to the interval it is given: with an hour,
-    /// committed pages stay in the WAL.
     /// It yields to the writer and the request path when the cores are busy.
     #[cfg(target_os = "linux")]
     #[test]
@@ -764,6 +762,8 @@ mod tests {
         }
     }
 
+    /// The checkpointer keeps to the interval it is given: with an hour,
+    /// committed pages stay in the WAL.
     #[test]
     fn the_checkpointer_waits_for_its_interval() {
         let dir = tempfile::tempdir().unwrap();
