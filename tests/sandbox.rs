@@ -1064,7 +1064,8 @@ async fn a_command_cannot_start_more_processes_than_its_limit() {
             &[
                 "sh",
                 "-c",
-                "grep -E '^[0-9]+:pids:' /proc/self/cgroup >&2;                  n=0; while [ $n -lt 40 ]; do sleep 30 & n=$((n+1)); echo $n; done",
+                "grep -E '^[0-9]+:pids:' /proc/self/cgroup >&2; \
+                 n=0; while [ $n -lt 40 ]; do sleep 30 & n=$((n+1)); echo $n; done",
             ],
             Duration::from_secs(20),
         )
