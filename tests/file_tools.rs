@@ -1464,6 +1464,7 @@ async fn walks_leave_out_what_the_path_rules_name() {
                 arguments: &json!({ "path": path }),
                 workspace: Some(world.ws.as_path()),
                 resolved_path: resolved,
+                sub_workspace: None,
             },
         )));
         ctx

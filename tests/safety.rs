@@ -1135,6 +1135,116 @@ async fn a_read_file_deny_keeps_grep_and_glob_out(backend: Backend) {
     );
 }
 
+/// The rules are relative to the owner's workspace, and a sub-workspace is
+/// a directory in it: naming `secrets` (or a link to it) as the call's
+/// workspace does not take `secrets/key` out of `deny: read(secrets/**)`.
+/// Neither reads, walks nor writes get through.
+async fn a_sub_workspace_does_not_dodge_path_rules(backend: Backend) {
+    const SECRET: &str = "SUBWS-7c1d-do-not-leak";
+    let app = TestApp::spawn(backend).await;
+    put_rules(
+        &app,
+        json!({"allow": ["bash", "read", "write"], "deny": ["read(secrets/**)", "write(secrets/**)"]}),
+    )
+    .await;
+    let (_, out) = app
+        .call(
+            "sw",
+            json!({"id": "mk", "name": "bash", "arguments": {"command": format!(
+                "mkdir -p secrets work && printf '{SECRET}\\n' > secrets/key && ln -s secrets sl \\
+                 && printf 'public\\n' > work/notes.txt"
+            )}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+    let root = std::path::PathBuf::from(
+        app.get_json("/v1/workspace").await["root"]
+            .as_str()
+            .unwrap(),
+    );
+
+    for (id, workspace, tool, arguments) in [
+        ("r1", "secrets", "read_file", json!({"path": "key"})),
+        ("r2", "sl", "read_file", json!({"path": "key"})),
+        ("r3", "work", "read_file", json!({"path": "../secrets/key"})),
+        (
+            "g1",
+            "secrets",
+            "grep",
+            json!({"pattern": "SUBWS", "path": "key"}),
+        ),
+        (
+            "w1",
+            "secrets",
+            "write_file",
+            json!({"path": "key", "content": "overwritten"}),
+        ),
+        (
+            "w2",
+            "sl",
+            "edit_file",
+            json!({"path": "key", "old_string": "do-not", "new_string": "x"}),
+        ),
+        (
+            "w3",
+            "secrets",
+            "write_file",
+            json!({"path": "new.txt", "content": "planted"}),
+        ),
+    ] {
+        let (_, out) = app
+            .call(
+                "sw",
+                json!({"id": id, "name": tool, "workspace": workspace, "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(
+            error_code(&out),
+            "PERMISSION_DENIED",
+            "{id} {tool} in {workspace}: {out}"
+        );
+        assert!(!leaked(&out, SECRET), "{out}");
+    }
+    // A walk over the whole sub-workspace finds nothing it may show.
+    for (id, workspace, tool, arguments) in [
+        (
+            "g2",
+            "secrets",
+            "grep",
+            json!({"pattern": "SUBWS", "output_mode": "content"}),
+        ),
+        (
+            "g3",
+            "sl",
+            "grep",
+            json!({"pattern": "SUBWS", "output_mode": "content"}),
+        ),
+        ("l1", "secrets", "glob", json!({"pattern": "*"})),
+    ] {
+        let (_, out) = app
+            .call(
+                "sw",
+                json!({"id": id, "name": tool, "workspace": workspace, "arguments": arguments}),
+            )
+            .await;
+        assert!(!leaked(&out, SECRET), "{id}: {out}");
+        assert!(
+            !out["tool_agent_output"].to_string().contains("key"),
+            "{id}: {out}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("secrets/key")).unwrap(),
+        format!("{SECRET}\n")
+    );
+    assert!(!root.join("secrets/new.txt").exists());
+    // Other sub-workspaces are as usable as before.
+    let (_, out) = app
+        .call("sw", json!({"id": "ok", "name": "read_file", "workspace": "work", "arguments": {"path": "notes.txt"}}))
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+}
+
 /// A command swaps links between allowed and denied places, over and
 /// over, while `read_file` and `grep` read through one and `write_file`
 /// writes through the other: whatever the timing between the rules' look
@@ -1556,6 +1666,7 @@ async fn reading_the_workspace_creates_nothing() {
 
 both_backends!(
     pipes_into_interpreters_need_approval,
+    a_sub_workspace_does_not_dodge_path_rules,
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,
     walks_leave_out_files_the_rules_deny,

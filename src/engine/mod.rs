@@ -60,6 +60,9 @@ struct FileFacts {
     resolved: Option<String>,
     /// The workspace exists and the path was resolved in it.
     judged: bool,
+    /// For a call in a sub-workspace: its name, and where it really is in
+    /// the owner's workspace (the name itself until it exists).
+    sub_workspace: Option<(String, String)>,
 }
 
 /// A call's failure when the owner's permission rules cannot be read now
@@ -87,6 +90,10 @@ fn call_facts<'a>(
         arguments: &req.call.arguments,
         workspace: file.workspace.as_deref(),
         resolved_path: file.resolved.as_deref(),
+        sub_workspace: file
+            .sub_workspace
+            .as_ref()
+            .map(|(named, real)| crate::permissions::SubWorkspace { named, real }),
     }
 }
 
@@ -1251,6 +1258,14 @@ impl Engine {
             .as_ref()
             .and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
         facts.judged = opened.is_some();
+        facts.sub_workspace = sub.map(|named| {
+            let real = opened.as_ref().and_then(|workspace| {
+                let main = workspaces.path(&req.owner, None).ok()?;
+                let rel = workspace.path.strip_prefix(main).ok()?.to_str()?;
+                Some(if rel.is_empty() { "." } else { rel }.to_string())
+            });
+            (named.to_string(), real.unwrap_or_else(|| named.to_string()))
+        });
         facts
     }
 

@@ -117,6 +117,28 @@ impl PathSubject {
             .filter(|r| !self.readings.contains(r));
         self
     }
+
+    /// The same path in a sub-workspace, which is `named` (really `real`)
+    /// in the owner's workspace, and where the path leads in it
+    /// (`leads_to`, relative to the sub-workspace): deny and ask rules
+    /// also see it as a path of the owner's workspace, by both names.
+    pub fn also_within(mut self, named: &str, real: &str, leads_to: &str) -> PathSubject {
+        let in_owner = subject(&format!("{named}/{}", self.readings[0]))
+            .readings
+            .into_iter()
+            .chain(
+                subject(&format!("{real}/{leads_to}"))
+                    .readings
+                    .into_iter()
+                    .take(1),
+            );
+        for reading in in_owner {
+            if !self.readings.contains(&reading) {
+                self.readings.push(reading);
+            }
+        }
+        self
+    }
 }
 
 impl FileSpec {

@@ -146,6 +146,22 @@ pub struct CallFacts<'a> {
     /// a path that does not exist yet, its existing parent resolved and
     /// the rest as named. Found by the caller (`decide` does no I/O).
     pub resolved_path: Option<&'a str>,
+    /// For a call in a sub-workspace: where that is in the owner's
+    /// workspace, which the rules are relative to. `path` and
+    /// `resolved_path` are relative to the sub-workspace.
+    pub sub_workspace: Option<SubWorkspace<'a>>,
+}
+
+/// A sub-workspace as the rules see it: the directory it is in the
+/// owner's workspace, by the name the call gave it and by where it really
+/// is (a sub-workspace may be a link to another directory of the owner's).
+/// A deny or ask rule judges a call in sub-workspace `work` on `src/x` as
+/// `src/x` and as `work/src/x`.
+#[derive(Debug, Clone, Copy)]
+pub struct SubWorkspace<'a> {
+    pub named: &'a str,
+    /// Owner-workspace-relative; the same as `named` without a link.
+    pub real: &'a str,
 }
 
 pub const SOURCE_DEPLOYMENT: &str = "deployment";
@@ -189,19 +205,36 @@ impl Subject {
             PermissionClass::Bash => {
                 Subject::Bash(arg("command").and_then(Value::as_str).map(command::analyse))
             }
-            PermissionClass::File => Subject::File(
-                match arg("path") {
-                    None | Some(Value::Null) => Some(file::subject(".")),
-                    Some(Value::String(path)) => Some(file::subject(&within(path, call.workspace))),
-                    Some(_) => None,
-                }
-                .map(|path| path.leading_to(call.resolved_path)),
-            ),
+            PermissionClass::File => Subject::File(match arg("path") {
+                None | Some(Value::Null) => Some(judged_path(".", call.resolved_path, call)),
+                Some(Value::String(path)) => Some(judged_path(
+                    &within(path, call.workspace),
+                    call.resolved_path,
+                    call,
+                )),
+                Some(_) => None,
+            }),
             PermissionClass::Webfetch => {
                 Subject::Web(arg("url").and_then(Value::as_str).and_then(web::host_of))
             }
             PermissionClass::Readonly | PermissionClass::Generic => Subject::Plain,
         }
+    }
+}
+
+/// A path relative to the call's workspace (leading to `resolved` there
+/// through links, when given) as the rules judge it. In a sub-workspace,
+/// deny and ask rules also see it as the path it is in the owner's
+/// workspace, by the sub-workspace's name and by where it really is: a
+/// sub-workspace cannot hide a path from a rule that names it. Allow rules
+/// keep to the sub-workspace's own view.
+fn judged_path(path: &str, resolved: Option<&str>, call: &CallFacts) -> file::PathSubject {
+    let subject = file::subject(path).leading_to(resolved);
+    match call.sub_workspace {
+        Some(sub) if !path.starts_with('/') => {
+            subject.also_within(sub.named, sub.real, resolved.unwrap_or(path))
+        }
+        _ => subject,
     }
 }
 
@@ -321,13 +354,22 @@ pub fn decide(
 #[derive(Debug, Clone, Default)]
 pub struct PathRules {
     specs: Vec<file::FileSpec>,
+    /// For a walk in a sub-workspace: its name and real location in the
+    /// owner's workspace (see [`SubWorkspace`]).
+    sub_workspace: Option<(String, String)>,
 }
 
 impl PathRules {
     pub fn new(deployment: &RuleSet, owner: &RuleSet, call: &CallFacts) -> PathRules {
         let mut specs = Vec::new();
+        let sub_workspace = call
+            .sub_workspace
+            .map(|sub| (sub.named.to_string(), sub.real.to_string()));
         if call.class != PermissionClass::File {
-            return PathRules { specs };
+            return PathRules {
+                specs,
+                sub_workspace,
+            };
         }
         let subject = Subject::of(call);
         for (list, set) in [
@@ -352,7 +394,10 @@ impl PathRules {
                 }
             }
         }
-        PathRules { specs }
+        PathRules {
+            specs,
+            sub_workspace,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -361,11 +406,15 @@ impl PathRules {
 
     /// Is the workspace-relative `path` (which the walk may also know as
     /// `resolved`, when it started below a link) named by one of the rules?
+    /// In a sub-workspace, both are relative to it.
     pub fn leave_out(&self, path: &str, resolved: Option<&str>) -> bool {
         if self.specs.is_empty() {
             return false;
         }
-        let subject = file::subject(path).leading_to(resolved);
+        let mut subject = file::subject(path).leading_to(resolved);
+        if let Some((named, real)) = &self.sub_workspace {
+            subject = subject.also_within(named, real, resolved.unwrap_or(path));
+        }
         self.specs.iter().any(|spec| spec.may_match(&subject))
     }
 }

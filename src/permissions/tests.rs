@@ -90,6 +90,7 @@ fn facts<'a>(tool: &'a Tool, arguments: &'a Value, resolved: Option<&'a str>) ->
         arguments,
         workspace: Some(std::path::Path::new(WORKSPACE)),
         resolved_path: resolved,
+        sub_workspace: None,
     }
 }
 
@@ -716,6 +717,70 @@ fn a_link_is_judged_by_where_it_leads_too() {
         (Verdict::Ask, "default"),
         "{d:?}"
     );
+}
+
+/// A call in a sub-workspace is judged by deny and ask rules as the path
+/// it is in the owner's workspace too (by the sub-workspace's name and by
+/// where a link leads), as well as relative to the sub-workspace; allow
+/// rules keep to the sub-workspace's view.
+#[test]
+fn a_sub_workspace_does_not_hide_a_path_from_the_rules() {
+    let set = rules(
+        &["read", "write"],
+        &["write_file(drafts/**)"],
+        &["read(secrets/**)", "write(secrets/**)"],
+    );
+    let defaults = Defaults::default();
+    let in_sub = |tool: &Tool, path: &str, named: &str, real: &str| {
+        let arguments = json!({ "path": path });
+        let mut call = facts(tool, &arguments, None);
+        call.sub_workspace = Some(SubWorkspace { named, real });
+        decide(&none(), &set, &defaults, &call)
+    };
+    for (tool, path, named, real) in [
+        (&READ_FILE, "key", "secrets", "secrets"),
+        (&GREP, "key", "secrets", "secrets"),
+        (&WRITE_FILE, "key", "secrets", "secrets"),
+        // A sub-workspace that is a link to `secrets`.
+        (&READ_FILE, "key", "sl", "secrets"),
+        (&EDIT_FILE, "key", "sl", "secrets"),
+        // `..` back into it from another sub-workspace.
+        (&READ_FILE, "../secrets/key", "work", "work"),
+        // The sub-workspace's own view still counts.
+        (&READ_FILE, "secrets/key", "work", "work"),
+    ] {
+        let d = in_sub(tool, path, named, real);
+        assert_eq!(
+            d.verdict,
+            Verdict::Deny,
+            "{} {path} in {named}: {d:?}",
+            tool.name
+        );
+    }
+    let d = in_sub(&WRITE_FILE, "x.md", "drafts", "drafts");
+    assert_eq!(d.verdict, Verdict::Ask, "{d:?}");
+    let d = in_sub(&WRITE_FILE, "drafts/x.md", "work", "work");
+    assert_eq!(d.verdict, Verdict::Ask, "{d:?}");
+    for (tool, path) in [(&READ_FILE, "notes.txt"), (&WRITE_FILE, "src/x.rs")] {
+        let d = in_sub(tool, path, "work", "work");
+        assert_eq!(
+            (d.verdict, d.source.as_str()),
+            (Verdict::Allow, "owner"),
+            "{d:?}"
+        );
+    }
+
+    // A walk in the sub-workspace leaves out what the rules name there.
+    let walk = |named: &str, real: &str| {
+        let arguments = json!({ "path": "." });
+        let mut call = facts(&GREP, &arguments, None);
+        call.sub_workspace = Some(SubWorkspace { named, real });
+        PathRules::new(&none(), &set, &call)
+    };
+    assert!(walk("secrets", "secrets").leave_out("key", None));
+    assert!(walk("sl", "secrets").leave_out("deep/key", None));
+    assert!(walk("work", "work").leave_out("secrets/x", None));
+    assert!(!walk("work", "work").leave_out("notes.txt", None));
 }
 
 /// What a walk (`glob`, `grep` over a directory) leaves out: what a deny
