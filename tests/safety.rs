@@ -516,6 +516,25 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
     let (_, out) = app.call("u", json!({"id": "d2", "name": "edit_file", "arguments": {"path": "new/a.txt", "old_string": "B", "new_string": "C"}, "dry_run": true})).await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
     assert_eq!(snapshot(&root), mid, "dry runs change nothing");
+    // The same id is the same call only as a dry run again: the preview
+    // is not the outcome of the call itself, nor of one in another
+    // sub-workspace.
+    let dry = json!({"id": "d1", "name": "write_file", "arguments": {"path": "keep.txt", "content": "zzz"}, "dry_run": true});
+    let (s, out) = app.call("u", dry.clone()).await;
+    assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
+    let mut real = dry.clone();
+    real["dry_run"] = json!(false);
+    let mut elsewhere = dry;
+    elsewhere["workspace"] = json!("other");
+    for call in [real, elsewhere] {
+        let (s, problem) = app.call("u", call).await;
+        assert_eq!(s, 409, "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains("dry_run"),
+            "{problem}"
+        );
+    }
+    assert_eq!(snapshot(&root), mid, "nothing ran");
 
     // Undo one call, then refuse to undo it twice.
     let r = app

@@ -330,6 +330,8 @@ fn new_call(id: &str) -> NewToolCall {
             .into(),
         status: CallStatus::Running,
         undo_of: None,
+        workspace: None,
+        dry_run: false,
         created_at_ms: 1_700_000_000_000,
     }
 }
@@ -526,10 +528,29 @@ async fn a_unit_records_a_running_call_and_its_events(store: DynStore) {
             finished_at_ms: None,
             undo_of: None,
             undone_by: None,
+            workspace: None,
+            dry_run: Some(false),
         })
     );
     assert!(store.tool_call("t", "call_2").await.unwrap().is_none());
     assert!(store.tool_call("other", "call_1").await.unwrap().is_none());
+
+    // Where and how the call runs is kept with it: the same id posted in
+    // another sub-workspace, or as a dry run, is another call.
+    let mut scoped = new_call("call_w");
+    scoped.workspace = Some("proj".into());
+    scoped.dry_run = true;
+    apply_one(
+        &store,
+        unit("t", "alice", vec![WriteOp::InsertToolCall(scoped)]),
+    )
+    .await
+    .unwrap();
+    let record = store.tool_call("t", "call_w").await.unwrap().unwrap();
+    assert_eq!(
+        (record.workspace.as_deref(), record.dry_run),
+        (Some("proj"), Some(true))
+    );
 }
 
 async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
@@ -1102,6 +1123,8 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
             finished_at_ms: None,
             undo_of: None,
             undone_by: None,
+            workspace: None,
+            dry_run: Some(false),
         }
     };
     assert_eq!(running, [expected("t", "alice"), expected("u", "bob")]);

@@ -50,6 +50,17 @@ pub struct EngineConfig {
     pub result_spool: spool::Spool,
 }
 
+/// Is `call` the call `record` recorded (its tool aside): the same
+/// arguments, in the same sub-workspace, a dry run or not alike? Calls
+/// recorded before the sub-workspace and dry-run flag were are compared by
+/// their arguments.
+fn same_call(record: &ToolCallRecord, call: &crate::protocol::calls::IncomingCall) -> bool {
+    record.args == call.arguments
+        && record
+            .dry_run
+            .is_none_or(|dry_run| dry_run == call.dry_run && record.workspace == call.workspace)
+}
+
 /// What a model is told to do about a call the permission rules deny.
 const DENIED_HINT: &str = "do not retry this call; ask the user or choose another action";
 
@@ -219,7 +230,7 @@ pub enum Rejection {
     #[error("arguments do not match the input schema of {tool:?}")]
     InvalidArguments { tool: String, error: Box<ToolError> },
     #[error(
-        "tool call {id:?} is already recorded in this thread with a different tool or arguments"
+        "tool call {id:?} is already recorded in this thread with a different tool, arguments, sub-workspace or dry_run"
     )]
     IdConflict { id: String },
     #[error("tool call {id:?} is running in another process, or its result is not stored yet")]
@@ -509,7 +520,7 @@ impl Engine {
             let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? else {
                 return Ok(None);
             };
-            if record.tool_name != tool.definition.name || record.args != req.call.arguments {
+            if record.tool_name != tool.definition.name || !same_call(&record, &req.call) {
                 return Err(Rejection::IdConflict {
                     id: req.call.id.clone(),
                 });
@@ -641,6 +652,8 @@ impl Engine {
             args,
             status,
             undo_of: req.undo_of.clone(),
+            workspace: req.call.workspace.clone(),
+            dry_run: req.call.dry_run,
             created_at_ms: now_ms(),
         })];
         let mut extra_events = Vec::new();
@@ -1107,9 +1120,9 @@ impl Engine {
         audit: crate::store::NewAuditEntry,
     ) -> Result<CallOutcome, StoreError> {
         if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {
-            if record.args != req.call.arguments {
+            if !same_call(&record, &req.call) {
                 return Err(StoreError::Conflict(format!(
-                    "tool call {:?} is already recorded in this thread with other arguments; use a new id for a new call",
+                    "tool call {:?} is already recorded in this thread with other arguments, another sub-workspace or another dry_run; use a new id for a new call",
                     req.call.id
                 )));
             }

@@ -238,6 +238,8 @@ mod tests {
                 args: JsonText::of(&serde_json::json!({"text": "hi"})),
                 status: CallStatus::Running,
                 undo_of: None,
+                workspace: None,
+                dry_run: false,
                 created_at_ms: 7,
             }),
         );

@@ -114,7 +114,7 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
             refusal("Invalid arguments", *error, extra)
         }
         Rejection::IdConflict { id } => ApiError::Conflict(format!(
-            "tool call {id:?} is already recorded in this thread with a different tool or arguments; use a new id for a new call"
+            "tool call {id:?} is already recorded in this thread with a different tool, arguments, sub-workspace or dry_run; use a new id for a new call"
         )),
         Rejection::InProgressElsewhere { id } => ApiError::Conflict(format!(
             "tool call {id:?} is still running in another toolgate process, or its result is waiting for the database to answer again; post it again later to get its result"

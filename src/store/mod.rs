@@ -379,6 +379,11 @@ pub struct ToolCallRecord {
     pub undo_of: Option<String>,
     /// The id of the call that undid this one ([`WriteOp::MarkUndone`]).
     pub undone_by: Option<String>,
+    /// The sub-workspace the call works in; `None`: the owner's main one.
+    pub workspace: Option<String>,
+    /// Whether it was a dry run; `None` for calls recorded before this was
+    /// (then neither it nor `workspace` is known).
+    pub dry_run: Option<bool>,
 }
 
 /// A new call, recorded before it executes (write-ahead): `running`, or
@@ -394,6 +399,12 @@ pub struct NewToolCall {
     pub status: CallStatus,
     /// The id of the call (same thread) this call undoes.
     pub undo_of: Option<String>,
+    /// The sub-workspace the call works in; `None`: the owner's main one.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// A preview, not the call itself.
+    #[serde(default)]
+    pub dry_run: bool,
     pub created_at_ms: i64,
 }
 

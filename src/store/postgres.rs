@@ -51,6 +51,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "approvals by time",
         include_str!("../../migrations/postgres/0004_approvals_by_time.sql"),
     ),
+    (
+        5,
+        "call scope",
+        include_str!("../../migrations/postgres/0005_call_scope.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -209,8 +214,8 @@ async fn insert_tool_call(
     checks::insertable_call_status(&call.id, call.status)?;
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-         created_at_ms, undo_of, ordinal) \
-         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10) \
+         created_at_ms, undo_of, ordinal, workspace, dry_run) \
+         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10, $11, $12) \
          ON CONFLICT (thread_id, id) DO NOTHING",
     )
     .bind(&unit.thread_id)
@@ -223,6 +228,8 @@ async fn insert_tool_call(
     .bind(call.created_at_ms)
     .bind(&call.undo_of)
     .bind(ordinal)
+    .bind(&call.workspace)
+    .bind(i64::from(call.dry_run))
     .execute(&mut *conn)
     .await
     .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
@@ -568,15 +575,16 @@ async fn apply_plan(
         let c = &rows.calls;
         let done = sqlx::query(
             "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-                 created_at_ms, undo_of, ordinal, undo, message_id, finished_at_ms) \
+                 created_at_ms, undo_of, ordinal, undo, message_id, finished_at_ms, workspace, \
+                 dry_run) \
              SELECT u.thread_id, u.id, u.owner, u.run_id, u.tool_name, u.args::JSONB, u.status, \
                  u.created_at_ms, u.undo_of, u.ordinal, u.undo::JSONB, u.message_id, \
-                 u.finished_at_ms \
+                 u.finished_at_ms, u.workspace, u.dry_run \
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[], \
-                 $11::TEXT[], $12::TEXT[], $13::BIGINT[]) \
+                 $11::TEXT[], $12::TEXT[], $13::BIGINT[], $14::TEXT[], $15::BIGINT[]) \
                  AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
-                     undo_of, ordinal, undo, message_id, finished_at_ms) \
+                     undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run) \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -604,6 +612,16 @@ async fn apply_plan(
         )
         .bind(c.iter().map(|r| r.message_id()).collect::<Vec<_>>())
         .bind(c.iter().map(|r| r.finished_at_ms()).collect::<Vec<_>>())
+        .bind(
+            c.iter()
+                .map(|r| r.call.workspace.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|r| i64::from(r.call.dry_run))
+                .collect::<Vec<_>>(),
+        )
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != c.len() as u64 {

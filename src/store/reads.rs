@@ -22,7 +22,8 @@ use super::{
 /// for calls finished by releases that stored it twice.
 const TOOL_CALL_COLUMNS: &str = "c.thread_id, c.id, c.owner, c.run_id, c.tool_name, c.args, \
      c.status, COALESCE(c.output, m.metadata -> 'tool_agent_output') AS output, c.undo, \
-     c.message_id, c.created_at_ms, c.finished_at_ms, c.undo_of, c.undone_by";
+     c.message_id, c.created_at_ms, c.finished_at_ms, c.undo_of, c.undone_by, c.workspace, \
+     c.dry_run";
 
 const TOOL_CALL_FROM: &str = "tool_calls AS c LEFT JOIN messages AS m \
      ON m.thread_id = c.thread_id AND m.id = c.message_id";
@@ -418,6 +419,8 @@ fn tool_call_from_row(row: &impl StoreRow) -> StoreResult<ToolCallRecord> {
         created_at_ms: row.int("created_at_ms")?,
         finished_at_ms: row.opt_int("finished_at_ms")?,
         undo_of: row.opt_text("undo_of")?,
+        workspace: row.opt_text("workspace")?,
+        dry_run: row.opt_int("dry_run")?.map(|flag| flag != 0),
         undone_by: row.opt_text("undone_by")?,
     })
 }

@@ -68,6 +68,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "approvals by time",
         include_str!("../../migrations/sqlite/0005_approvals_by_time.sql"),
     ),
+    (
+        6,
+        "call scope",
+        include_str!("../../migrations/sqlite/0006_call_scope.sql"),
+    ),
 ];
 
 #[derive(Debug)]

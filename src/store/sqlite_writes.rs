@@ -93,8 +93,8 @@ SELECT owner, last_event_seq, last_message_seq, last_call_ordinal FROM threads W
 
 const INSERT_CALL: &str = "\
 INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
-    undo_of, ordinal, undo, message_id, finished_at_ms) \
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+    undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
 ON CONFLICT (thread_id, id) DO NOTHING";
 
 const FINISH_CALL: &str = "\
@@ -434,6 +434,8 @@ fn insert_call(
             finish.and_then(|f| f.undo.as_ref().map(JsonText::as_str)),
             finish.map(|f| &f.message_id),
             finish.map(|f| f.finished_at_ms),
+            call.workspace,
+            i64::from(call.dry_run),
         ])
         .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
     Ok(changed == 1)
