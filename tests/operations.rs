@@ -50,11 +50,27 @@ async fn health_readiness_and_metrics(backend: Backend) {
         )
         .await;
     assert_eq!(s, 200);
+    // Methods a client makes up, sent without a token, share one label:
+    // they cannot add series to `/metrics`.
+    let client = reqwest::Client::new();
+    for made_up in ["XMETHOD1", "XMETHOD2", "BREW"] {
+        let method = reqwest::Method::from_bytes(made_up.as_bytes()).unwrap();
+        let r = client
+            .request(method, app.url("/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405);
+    }
     let _sse = app.events("m", "", None).await;
     // The stream counts itself once its task runs, which may be just after
     // the client has the response headers.
     let text = metrics_once(&app, |n| n >= 1.0).await;
     assert!(text.contains("toolgate_http_requests_total{"), "{text}");
+    assert!(
+        text.contains("method=\"other\"") && !text.contains("XMETHOD") && !text.contains("BREW"),
+        "{text}"
+    );
     assert!(
         text.contains("route=\"/v1/threads/{thread_id}/tool-calls\""),
         "{text}"

@@ -283,17 +283,37 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// A request method as a metrics label: the methods HTTP defines by name,
+/// and `other` for the rest. A method is any token a client sends, so
+/// labelling each one would let anybody, without a token, add series to
+/// `/metrics` without bound.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::TRACE => "TRACE",
+        Method::CONNECT => "CONNECT",
+        _ => "other",
+    }
+}
+
 async fn record_metrics(req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
-    let method = req.method().to_string();
+    let method = method_label(req.method());
     let started = Instant::now();
     let resp = next.run(req).await;
     let status = resp.status().as_u16().to_string();
-    metrics::counter!("toolgate_http_requests_total", "method" => method.clone(), "route" => route.clone(), "status" => status)
+    metrics::counter!("toolgate_http_requests_total", "method" => method, "route" => route.clone(), "status" => status)
         .increment(1);
     metrics::histogram!("toolgate_http_request_duration_seconds", "method" => method, "route" => route)
         .record(started.elapsed().as_secs_f64());
