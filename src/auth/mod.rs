@@ -19,11 +19,26 @@ pub struct Claims {
     pub sub: String,
     pub exp: u64,
     pub iat: u64,
-    pub aud: String,
+    pub aud: Audience,
     pub iss: String,
     /// Space-separated scopes, e.g. `toolgate:approve`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+}
+
+/// The `aud` claim: one audience, or several (RFC 7519 §4.1.3; identity
+/// providers send either). The token must name the configured one.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Audience {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl From<&str> for Audience {
+    fn from(audience: &str) -> Self {
+        Audience::One(audience.to_string())
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -187,7 +202,7 @@ impl Keys {
             sub: sub.to_string(),
             iat: now,
             exp: now + ttl_secs,
-            aud: self.audience.clone(),
+            aud: Audience::One(self.audience.clone()),
             iss: self.issuer.clone(),
             scope: scope.map(str::to_string),
         };
@@ -225,14 +240,25 @@ impl Keys {
 
     /// Verify a token's signature and claims from scratch.
     fn check(&self, token: &str) -> Result<Claims, AuthError> {
+        if has_critical_extensions(token) {
+            // RFC 7515 §4.1.11: extensions a recipient must understand, and
+            // toolgate understands none.
+            return Err(AuthError::Invalid(
+                "critical header extensions (crit) are not supported".into(),
+            ));
+        }
         let mut validation = Validation::new(self.algorithm);
         validation.set_audience(&[&self.audience]);
         validation.set_issuer(&[&self.issuer]);
         validation.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
         validation.leeway = self.leeway;
+        validation.validate_nbf = true;
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map_err(
             |e| match e.kind() {
                 jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,
+                jsonwebtoken::errors::ErrorKind::ImmatureSignature => {
+                    AuthError::Invalid("not valid yet (nbf is in the future)".into())
+                }
                 jsonwebtoken::errors::ErrorKind::InvalidSignature => {
                     AuthError::Invalid("bad signature".into())
                 }
@@ -256,6 +282,22 @@ impl Keys {
         }
         Ok(data.claims)
     }
+}
+
+/// Does the token's header carry `crit`? A header that cannot be read is
+/// left to the full check, which refuses it.
+fn has_critical_extensions(token: &str) -> bool {
+    use base64::Engine;
+    let Some((header, _)) = token.split_once('.') else {
+        return false;
+    };
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()
+        .and_then(|bytes| {
+            serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes).ok()
+        })
+        .is_some_and(|header| header.contains_key("crit"))
 }
 
 fn valid_subject(sub: &str) -> bool {
@@ -378,6 +420,87 @@ mod tests {
             assert!(k.verified_tokens().len() <= VERIFIED_TOKENS);
         }
         assert_eq!(k.verified_tokens().len(), 1);
+    }
+
+    /// A token signed with the service's key whose claims and header are
+    /// given as JSON.
+    fn signed(k: &Keys, header: serde_json::Value, claims: serde_json::Value) -> String {
+        use base64::Engine;
+        let b64 = |v: &serde_json::Value| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+        };
+        let message = format!("{}.{}", b64(&header), b64(&claims));
+        let signature = jsonwebtoken::crypto::sign(
+            message.as_bytes(),
+            k.encoding.as_ref().unwrap(),
+            Algorithm::HS256,
+        )
+        .unwrap();
+        format!("{message}.{signature}")
+    }
+
+    #[test]
+    fn registered_claims_and_header_parameters_are_honoured() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut k = keys(dir.path());
+        k.leeway = 0;
+        let now = unix_now();
+        let claims = |extra: serde_json::Value| {
+            let mut c = serde_json::json!({
+                "sub": "alice", "exp": now + 60, "iat": now, "aud": "toolgate", "iss": "toolgate"
+            });
+            c.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            c
+        };
+        let header = serde_json::json!({"alg": "HS256", "typ": "JWT"});
+        // Not before an hour from now: not yet.
+        let early = signed(
+            &k,
+            header.clone(),
+            claims(serde_json::json!({"nbf": now + 3600})),
+        );
+        assert_eq!(
+            k.verify(&early),
+            Err(AuthError::Invalid(
+                "not valid yet (nbf is in the future)".into()
+            ))
+        );
+        let due = signed(
+            &k,
+            header.clone(),
+            claims(serde_json::json!({"nbf": now - 1})),
+        );
+        assert_eq!(k.verify(&due).unwrap().sub, "alice");
+        // An audience list naming this service is accepted; one that does
+        // not is refused.
+        let listed = signed(
+            &k,
+            header.clone(),
+            claims(serde_json::json!({"aud": ["other", "toolgate"], "sub": "bob"})),
+        );
+        assert_eq!(k.verify(&listed).unwrap().sub, "bob");
+        let elsewhere = signed(
+            &k,
+            header.clone(),
+            claims(serde_json::json!({"aud": ["other"]})),
+        );
+        assert_eq!(
+            k.verify(&elsewhere),
+            Err(AuthError::Invalid("wrong audience".into()))
+        );
+        // A critical extension nobody here understands.
+        let critical = signed(
+            &k,
+            serde_json::json!({"alg": "HS256", "typ": "JWT", "crit": ["exp-ext"], "exp-ext": 1}),
+            claims(serde_json::json!({"sub": "carol"})),
+        );
+        assert!(
+            matches!(k.verify(&critical), Err(AuthError::Invalid(m)) if m.contains("crit")),
+            "{:?}",
+            k.verify(&critical)
+        );
     }
 
     #[test]
