@@ -274,6 +274,22 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     let run = json!({"threadId": "other", "runId": "r1", "messages": [], "tools": [], "context": [], "state": {}, "forwardedProps": {}});
     let (s, _) = problem(app.post("/v1/threads/t/runs", &run).await).await;
     assert_eq!(s, 422);
+    // A run's calls need ids the REST route would take, one per call of a
+    // turn; refused before the stream starts, with nothing run or stored.
+    let echo = |id: &str| json!({"id": id, "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"a\"}"}});
+    for (calls, says) in [
+        (json!([echo("bad id")]), "must be 1-128 characters"),
+        (
+            json!([echo("c1"), echo("c1")]),
+            "another call of the same message",
+        ),
+    ] {
+        let run = json!({"threadId": "t", "runId": "r1", "tools": [], "context": [], "state": {}, "forwardedProps": {},
+            "messages": [{"id": "a1", "role": "assistant", "toolCalls": calls}]});
+        let (s, p) = problem(app.post("/v1/threads/t/runs", &run).await).await;
+        assert_eq!(s, 422, "{p}");
+        assert!(p["detail"].as_str().unwrap().contains(says), "{p}");
+    }
 
     // Unknown route and method.
     let (s, p) = problem(app.get("/v1/nothing-here").await).await;
@@ -314,6 +330,18 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     .await;
     assert_eq!(s, 422, "{p}");
     assert_eq!(p["errors"][0]["pointer"], "/id", "{p}");
+    // Two calls of one turn under one id: no vendor takes that turn back.
+    let twice = json!({"id": "t3", "name": "echo", "arguments": {"text": "a"}});
+    let (s, p) = problem(
+        app.post(
+            "/v1/threads/t/messages",
+            &json!({"role": "assistant", "content": "x", "tool_calls": [twice, twice]}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422, "{p}");
+    assert_eq!(p["errors"][0]["pointer"], "/tool_calls/1/id", "{p}");
 
     assert_eq!(
         snapshot(&app, "t").await,

@@ -312,7 +312,8 @@ async fn messages_context_and_text_events(backend: Backend) {
     let r = app
         .post(
             "/v1/threads/t5/messages",
-            &json!({"id": "a1", "role": "assistant", "content": "",
+            // As OpenAI returns a turn that calls tools: `content: null`.
+            &json!({"id": "a1", "role": "assistant", "content": null,
                     "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"hi\"}"}}]}),
         )
         .await;

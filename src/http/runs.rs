@@ -79,6 +79,30 @@ pub async fn post_run(
             });
         }
     }
+    for m in &input.messages {
+        let Message::Assistant {
+            tool_calls: Some(calls_of_turn),
+            ..
+        } = m
+        else {
+            continue;
+        };
+        let mut ids = HashSet::with_capacity(calls_of_turn.len());
+        for tc in calls_of_turn {
+            let problem = if !calls::valid_id(&tc.id) {
+                "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
+            } else if !ids.insert(tc.id.as_str()) {
+                "is the id of another call of the same message"
+            } else {
+                continue;
+            };
+            return Err(ApiError::Unprocessable {
+                title: "Invalid tool call id".into(),
+                detail: format!("tool call id {:?} of message {:?} {problem}", tc.id, m.id()),
+                extra: Default::default(),
+            });
+        }
+    }
     check_owner(&state, &user, &thread).await?;
     // A run executes its calls one at a time: one slot, held to the end.
     let permit = state.acquire(&user.owner, 1)?;

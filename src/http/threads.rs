@@ -320,8 +320,9 @@ pub struct NewMessageRequest {
     #[schema(value_type = Option<calls::Id>)]
     pub id: Option<String>,
     pub role: MessageRole,
+    /// Absent or `null`: empty (OpenAI sends `null` beside `tool_calls`).
     #[serde(default)]
-    pub content: String,
+    pub content: Option<String>,
     /// Assistant only: the calls the model made, in any accepted shape.
     #[schema(value_type = Option<Vec<calls::ToolCallRequest>>)]
     pub tool_calls: Option<Vec<Value>>,
@@ -375,15 +376,28 @@ pub async fn post_message(
             ));
         }
         let mut parsed = Vec::with_capacity(tool_calls.len());
+        let mut ids = std::collections::HashSet::with_capacity(tool_calls.len());
         for (i, raw) in tool_calls.iter().enumerate() {
             let call = calls::parse(raw).map_err(|e| {
                 ApiError::invalid_body(format!("/tool_calls/{i}{}", e.pointer), e.message)
             })?;
+            // Each result answers one call by its id: both vendors refuse
+            // a turn that declares an id twice.
+            if !ids.insert(call.id.clone()) {
+                return Err(ApiError::invalid_body(
+                    format!("/tool_calls/{i}/id"),
+                    format!(
+                        "{:?} is already the id of another call of this message",
+                        call.id
+                    ),
+                ));
+            }
             parsed.push(json!({"id": call.id, "name": call.name, "arguments": call.arguments}));
         }
         metadata.insert("tool_calls".into(), Value::Array(parsed));
     }
     check_owner(&state, &user, &thread).await?;
+    let content = body.content.unwrap_or_default();
     let role = match body.role {
         MessageRole::User => Role::User,
         MessageRole::Assistant => Role::Assistant,
@@ -394,10 +408,10 @@ pub async fn post_message(
         role: role.as_str().into(),
     })];
     // AG-UI forbids an empty delta: an empty message has no CONTENT event.
-    if !body.content.is_empty() {
+    if !content.is_empty() {
         events.push(Event::new(EventBody::TextMessageContent {
             message_id: id.clone(),
-            delta: body.content.clone(),
+            delta: content.clone(),
         }));
     }
     events.push(Event::new(EventBody::TextMessageEnd {
@@ -410,7 +424,7 @@ pub async fn post_message(
             WriteOp::InsertMessage(NewMessage {
                 id: id.clone(),
                 role,
-                content: body.content,
+                content,
                 metadata: Value::Object(metadata).into(),
                 tool_call_id: None,
                 created_at_ms: now_ms(),

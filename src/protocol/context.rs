@@ -217,6 +217,9 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                 system.push(&m.content);
                 continue;
             }
+            // The API refuses an empty text block: an empty message adds
+            // nothing to the turn.
+            Role::User if m.content.is_empty() => continue,
             Role::User => ("user", vec![json!({"type": "text", "text": m.content})]),
             Role::Assistant => {
                 let mut blocks = Vec::new();
@@ -492,5 +495,26 @@ mod tests {
         assert_eq!(m[2]["content"][0]["type"], "tool_result");
         assert_eq!(m[2]["content"][0]["is_error"], false);
         assert_eq!(m[2]["content"][1]["text"], "thanks");
+    }
+
+    /// Anthropic refuses empty text blocks: an empty message (user or
+    /// assistant without calls) leaves no block, and no turn of its own.
+    #[test]
+    fn empty_messages_leave_no_empty_text_block() {
+        let mut messages = conversation();
+        let next = messages.len() as i64 + 1;
+        messages.push(msg(next, Role::User, "", json!({}), None));
+        messages.push(msg(next + 1, Role::Assistant, "", json!({}), None));
+        messages.push(msg(next + 2, Role::User, "again", json!({}), None));
+        let v = anthropic(&messages, &Unanswered::new());
+        let m = v["messages"].as_array().unwrap();
+        for block in m.iter().flat_map(|t| t["content"].as_array().unwrap()) {
+            assert_ne!(block["text"], "", "{v}");
+        }
+        assert_eq!(
+            m.last().unwrap()["content"].as_array().unwrap().len(),
+            3,
+            "{v}"
+        );
     }
 }
