@@ -269,6 +269,24 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     );
     let (s, _) = problem(app.get("/v1/threads/t/events?after=abc").await).await;
     assert_eq!(s, 400);
+    // Refused on a thread nobody has yet: the refusal does not claim it.
+    let r = app
+        .client
+        .get(app.url("/v1/threads/unclaimed/events"))
+        .bearer_auth(app.token_for("mallory"))
+        .header("last-event-id", "5")
+        .send()
+        .await
+        .unwrap();
+    let (s, p) = problem(r).await;
+    assert_eq!(s, 400, "{p}");
+    let (s, out) = app
+        .call(
+            "unclaimed",
+            json!({"id": "mine", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "still free for its first writer: {out}");
 
     // AG-UI run for another thread id than the path's.
     let run = json!({"threadId": "other", "runId": "r1", "messages": [], "tools": [], "context": [], "state": {}, "forwardedProps": {}});

@@ -17,7 +17,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiQuery};
-use super::{AppState, AuthUser, ThreadId};
+use super::{AppState, AuthUser, ThreadId, check_owner};
 use crate::protocol::agui::{Event, EventBody, Message, RunOutcome};
 use crate::store::{Role, StoredEvent, StoredMessage};
 
@@ -101,6 +101,20 @@ pub async fn get_events(
         (None, Some(a)) => Some((parse_position(a, "after")?, "after")),
         (None, None) => None,
     };
+    let in_future = |after: i64, parameter: &str, last: i64| ApiError::BadRequest {
+        detail: format!(
+            "{parameter}: event id {after} is in the future: the thread's last event is {last}"
+        ),
+        errors: vec![serde_json::json!({"parameter": parameter, "message": "in the future"})],
+    };
+    // A resume point past the start of a thread that does not exist yet is
+    // refused before the thread is claimed: a refused request leaves nothing.
+    if let Some((after, parameter)) = after
+        && after > 0
+        && !check_owner(&state, &user, &thread).await?
+    {
+        return Err(in_future(after, parameter, 0));
+    }
     state.store.claim_thread(&thread.0, &user.owner).await?;
     // Subscribe before reading the log, so nothing falls between the two.
     let live = state.bus.subscribe(&thread.0);
@@ -108,12 +122,7 @@ pub async fn get_events(
     if let Some((after, parameter)) = after
         && after > last
     {
-        return Err(ApiError::BadRequest {
-            detail: format!(
-                "{parameter}: event id {after} is in the future: the thread's last event is {last}"
-            ),
-            errors: vec![serde_json::json!({"parameter": parameter, "message": "in the future"})],
-        });
+        return Err(in_future(after, parameter, last));
     }
     let snapshot = if q.snapshot.unwrap_or(false) {
         Some(state.store.all_messages(&thread.0).await?)
