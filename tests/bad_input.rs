@@ -269,6 +269,16 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     );
     let (s, _) = problem(app.get("/v1/threads/t/events?after=abc").await).await;
     assert_eq!(s, 400);
+    // A call or run id no call could have is a 400 naming the parameter.
+    for (path, parameter) in [
+        ("/v1/threads/t/tool-calls/bad%20id/cancel", "tool_call_id"),
+        ("/v1/threads/t/tool-calls/bad%20id/undo", "tool_call_id"),
+        ("/v1/threads/t/runs/bad%20id/rollback", "run_id"),
+    ] {
+        let (s, p) = problem(app.post(path, &json!({})).await).await;
+        assert_eq!(s, 400, "{path}: {p}");
+        assert_eq!(p["errors"][0]["parameter"], parameter, "{p}");
+    }
     // Refused on a thread nobody has yet: the refusal does not claim it.
     let r = app
         .client

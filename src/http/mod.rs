@@ -155,16 +155,22 @@ pub struct ThreadId(pub String);
 
 impl ThreadId {
     pub fn parse(raw: String) -> Result<ThreadId, ApiError> {
-        if crate::protocol::calls::valid_id(&raw) {
-            Ok(ThreadId(raw))
-        } else {
-            Err(ApiError::BadRequest {
-                detail: "thread_id must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
-                errors: vec![
-                    serde_json::json!({"parameter": "thread_id", "message": "invalid syntax"}),
-                ],
-            })
-        }
+        check_path_id("thread_id", &raw)?;
+        Ok(ThreadId(raw))
+    }
+}
+
+/// A path parameter that holds an id (`thread_id`, `tool_call_id`,
+/// `run_id`) must be one: an id no call could have is a `400` naming the
+/// parameter, not a `404`.
+pub fn check_path_id(parameter: &str, raw: &str) -> Result<(), ApiError> {
+    if crate::protocol::calls::valid_id(raw) {
+        Ok(())
+    } else {
+        Err(ApiError::BadRequest {
+            detail: format!("{parameter} must be 1-128 characters from A-Z a-z 0-9 _ - . :"),
+            errors: vec![serde_json::json!({"parameter": parameter, "message": "invalid syntax"})],
+        })
     }
 }
 

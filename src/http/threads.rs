@@ -648,6 +648,7 @@ pub async fn cancel_tool_call(
     Path((thread_id, tool_call_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
+    super::check_path_id("tool_call_id", &tool_call_id)?;
     require_thread(&state, &user, &thread).await?;
     if state.engine.cancel(&thread.0, &tool_call_id) {
         let body = CancelAccepted {
@@ -724,6 +725,7 @@ pub async fn undo_tool_call(
     Path((thread_id, tool_call_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
+    super::check_path_id("tool_call_id", &tool_call_id)?;
     require_thread(&state, &user, &thread).await?;
     let engine = state.engine.clone();
     let (owner, thread_id) = (user.owner.clone(), thread.0.clone());
@@ -754,6 +756,7 @@ pub async fn rollback_run(
     Path((thread_id, run_id)): Path<(String, String)>,
 ) -> Result<axum::Json<crate::engine::RollbackReport>, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
+    super::check_path_id("run_id", &run_id)?;
     require_thread(&state, &user, &thread).await?;
     let engine = state.engine.clone();
     let (owner, thread_id) = (user.owner.clone(), thread.0.clone());
