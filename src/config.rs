@@ -241,6 +241,9 @@ pub struct SandboxSettings {
     pub max_processes: u64,
     /// RLIMIT_NOFILE.
     pub max_open_files: u64,
+    /// RLIMIT_DATA: the heap and private writable memory of each process of
+    /// a command, bytes (address space merely reserved does not count).
+    pub max_memory_bytes: u64,
     pub bash_default_timeout_ms: u64,
     pub bash_max_timeout_ms: u64,
     /// Per stream (stdout, stderr), characters kept (head and tail).
@@ -258,6 +261,7 @@ impl Default for SandboxSettings {
             file_size_bytes: 1 << 30,
             max_processes: 512,
             max_open_files: 1024,
+            max_memory_bytes: 4 << 30,
             bash_default_timeout_ms: 120_000,
             bash_max_timeout_ms: 600_000,
             output_cap_chars: 30_000,

@@ -1006,15 +1006,23 @@ async fn resource_limits_are_in_force_and_cannot_be_raised() {
             file_size_bytes: 1024 * 1024,
             max_open_files: 256,
             max_processes: 300,
+            max_memory_bytes: 256 << 20,
             ..settings()
         },
         None,
     );
     let r = h
-        .run("ulimit -n; ulimit -f; ulimit -t; ulimit -u; ulimit -c; ulimit -n 4096 && echo RAISED")
+        .run("ulimit -n; ulimit -f; ulimit -t; ulimit -u; ulimit -c; ulimit -d; ulimit -n 4096 && echo RAISED")
         .await;
-    assert_eq!(stdout(&r), "256\n1024\n17\n300\n0\n", "{r}");
+    assert_eq!(stdout(&r), "256\n1024\n17\n300\n0\n262144\n", "{r}");
     assert!(!stdout(&r).contains("RAISED"));
+
+    // A process that asks for more memory than that is refused it, and
+    // can say so; one that stays below is not.
+    let r = h
+        .run("python3 -c 'bytearray(1 << 30)' 2>&1 | tail -n 1; python3 -c 'print(len(bytearray(64 << 20)))'")
+        .await;
+    assert_eq!(stdout(&r), "MemoryError\n67108864\n", "{r}");
 
     let r = h
         .run("head -c 2000000 /dev/zero > big; echo \"rc=$?\"; stat -c %s big")

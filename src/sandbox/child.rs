@@ -24,6 +24,7 @@ pub(crate) struct Limits {
     pub file_size_bytes: u64,
     pub max_processes: u64,
     pub max_open_files: u64,
+    pub max_memory_bytes: u64,
 }
 
 pub(crate) struct Confinement {
@@ -307,6 +308,7 @@ impl Confinement {
             set_limit(libc::RLIMIT_FSIZE, self.limits.file_size_bytes)?;
             set_limit(libc::RLIMIT_NPROC, self.limits.max_processes)?;
             set_limit(libc::RLIMIT_NOFILE, self.limits.max_open_files)?;
+            set_limit(libc::RLIMIT_DATA, self.limits.max_memory_bytes)?;
             set_limit(libc::RLIMIT_CORE, 0)?;
 
             // No descriptor of the service survives exec, whether or not

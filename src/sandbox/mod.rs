@@ -274,6 +274,8 @@ pub struct RlimitStatus {
     /// (counting the command's tasks only, for any user).
     pub max_processes_cgroup: bool,
     pub max_open_files: u64,
+    /// RLIMIT_DATA of each process: heap and private writable memory.
+    pub max_memory_bytes: u64,
     pub core_bytes: u64,
 }
 
@@ -514,6 +516,7 @@ impl Sandbox {
                 max_processes_enforced: !root || cgroup,
                 max_processes_cgroup: cgroup,
                 max_open_files: settings.max_open_files,
+                max_memory_bytes: settings.max_memory_bytes,
                 core_bytes: 0,
             },
             capabilities_dropped: true,
@@ -618,6 +621,7 @@ impl Sandbox {
                 file_size_bytes: self.settings.file_size_bytes,
                 max_processes: self.settings.max_processes,
                 max_open_files: self.settings.max_open_files,
+                max_memory_bytes: self.settings.max_memory_bytes,
             },
             landlock_fd: ruleset.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
             filters: self.filters.clone(),

@@ -665,6 +665,7 @@ mod tests {
                 file_size_bytes: 1 << 20,
                 max_processes: 1 << 16,
                 max_open_files: 256,
+                max_memory_bytes: 1 << 30,
             },
             landlock_fd: None,
             filters: None,
