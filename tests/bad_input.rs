@@ -70,6 +70,32 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         "{p}"
     );
 
+    // A compressed body (or one claiming a coding): 415 naming it, not a
+    // misleading "malformed JSON", and not read as if uncompressed.
+    for (coding, body) in [
+        ("gzip", vec![0x1f, 0x8b, 0x08, 0x00]),
+        (
+            "br",
+            br#"{"id": "enc", "name": "echo", "arguments": {"text": "x"}}"#.to_vec(),
+        ),
+        ("identity, deflate", b"{}".to_vec()),
+    ] {
+        let r = app
+            .client
+            .post(app.url(calls))
+            .bearer_auth(&app.token)
+            .header("content-type", "application/json")
+            .header("content-encoding", coding)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (s, p) = problem(r).await;
+        assert_eq!(s, 415, "{coding}: {p}");
+        let named = coding.rsplit(", ").next().unwrap();
+        assert!(p["detail"].as_str().unwrap().contains(named), "{p}");
+    }
+
     // Not JSON at all.
     let r = app
         .client
@@ -409,6 +435,8 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
     wrong_aud["aud"] = json!("someone-else");
     let mut no_exp = claims.clone();
     no_exp.as_object_mut().unwrap().remove("exp");
+    let mut not_yet = claims.clone();
+    not_yet["nbf"] = json!(now + 3600);
     let cases: Vec<(&str, Option<String>)> = vec![
         ("missing", None),
         (
@@ -426,6 +454,28 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
         ("expired", Some(sign(&expired, &key))),
         ("wrong audience", Some(sign(&wrong_aud, &key))),
         ("no exp", Some(sign(&no_exp, &key))),
+        ("not valid yet", Some(sign(&not_yet, &key))),
+        (
+            "critical extension",
+            Some({
+                let signed = sign(&claims, &key);
+                // Re-sign with a `crit` header: the signature is good, the
+                // extension one toolgate cannot honour.
+                let head = json!({"alg": "HS256", "typ": "JWT", "crit": ["x-ext"], "x-ext": 1});
+                let enc = |v: &Value| {
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+                };
+                let body = signed.split('.').nth(1).unwrap().to_string();
+                let message = format!("{}.{body}", enc(&head));
+                let signature = jsonwebtoken::crypto::sign(
+                    message.as_bytes(),
+                    &jsonwebtoken::EncodingKey::from_secret(&key),
+                    jsonwebtoken::Algorithm::HS256,
+                )
+                .unwrap();
+                format!("{message}.{signature}")
+            }),
+        ),
         ("garbage", Some("not.a.jwt".into())),
         (
             "tampered",
@@ -457,6 +507,12 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
         assert!(
             challenge.starts_with("Bearer realm=\"toolgate\""),
             "{challenge}"
+        );
+        // RFC 6750 §3.1: no error code when no token was sent.
+        assert_eq!(
+            challenge.contains("error=\"invalid_token\""),
+            token.is_some(),
+            "{name}: {challenge}"
         );
         if name == "expired" {
             assert!(p["detail"].as_str().unwrap().contains("expired"), "{p}");

@@ -1756,7 +1756,14 @@ async fn forward_progress(
         if let Some(pending) = &pending
             && let Err(e) = pending.ensure_written().await
         {
-            tracing::warn!(error = %e, "progress event not recorded: the call is not");
+            // Progress follows the call's own record, which was not
+            // written: expected when the id was recorded by another post of
+            // the same call, which answers for it.
+            if matches!(e, StoreError::Conflict(_)) {
+                tracing::debug!(error = %e, "progress event not recorded: another post of this call id recorded it");
+            } else {
+                tracing::warn!(error = %e, "progress event not recorded: the call's own record could not be written");
+            }
             continue;
         }
         let mut value = json!({"toolCallId": call_id, "progress": p.fraction, "detail": p.detail});

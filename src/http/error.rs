@@ -184,10 +184,15 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
         }
         if status == StatusCode::UNAUTHORIZED {
-            let challenge = format!(
-                "Bearer realm=\"toolgate\", error=\"invalid_token\", error_description=\"{}\"",
-                detail.replace('"', "'")
-            );
+            // RFC 6750 §3.1: a request that sent no token gets no error code.
+            let challenge = if detail == crate::auth::AuthError::Missing.to_string() {
+                "Bearer realm=\"toolgate\"".to_string()
+            } else {
+                format!(
+                    "Bearer realm=\"toolgate\", error=\"invalid_token\", error_description=\"{}\"",
+                    detail.replace('"', "'")
+                )
+            };
             if let Ok(v) = HeaderValue::from_str(&challenge) {
                 resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
             }
@@ -327,6 +332,28 @@ pub async fn refuse_nul_in_uri(req: Request, next: axum::middleware::Next) -> Re
                     .into(),
             errors: vec![],
         }
+        .into_response();
+    }
+    next.run(req).await
+}
+
+/// A body sent with a content coding (`gzip`, `br`, …) is refused with a
+/// `415` naming it: toolgate reads bodies as sent, and decoding one as JSON
+/// would fail with a misleading "malformed JSON" (or, for a coding that
+/// happens to leave JSON intact, succeed by accident). RFC 9110 §15.5.16.
+pub async fn refuse_content_encoding(req: Request, next: axum::middleware::Next) -> Response {
+    let coding = req
+        .headers()
+        .get_all(axum::http::header::CONTENT_ENCODING)
+        .iter()
+        .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+        .map(str::trim)
+        .find(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+        .map(str::to_string);
+    if let Some(coding) = coding {
+        return ApiError::UnsupportedMediaType(format!(
+            "Content-Encoding {coding:?} is not supported: send the body uncompressed"
+        ))
         .into_response();
     }
     next.run(req).await

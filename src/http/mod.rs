@@ -262,6 +262,7 @@ pub fn service(
         // Outside the timeout, so a 408 gets a problem body too.
         .layer(middleware::from_fn(error::problem_fallback))
         .layer(middleware::from_fn(error::refuse_nul_in_uri))
+        .layer(middleware::from_fn(error::refuse_content_encoding))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(settings.server.request_timeout_secs),

@@ -198,7 +198,7 @@ fn add_common_problems(doc: &mut Value) {
                     "Missing, malformed, expired or forged bearer token, or one for another audience",
                 );
                 unauthorized["headers"] = json!({"WWW-Authenticate": {
-                    "description": "`Bearer realm=\"toolgate\", error=\"invalid_token\", error_description=\"…\"` (RFC 6750)",
+                    "description": "`Bearer realm=\"toolgate\", error=\"invalid_token\", error_description=\"…\"`; `Bearer realm=\"toolgate\"` alone when no token was sent (RFC 6750)",
                     "schema": {"type": "string"},
                 }});
                 common.push(("401", unauthorized));

@@ -205,12 +205,9 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
 
 /// Parse a request body in any of the three accepted shapes.
 pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
-    let obj = body.as_object().ok_or_else(|| {
-        err(
-            "",
-            format!("the body must be a JSON object, got {}", kind(body)),
-        )
-    })?;
+    let obj = body
+        .as_object()
+        .ok_or_else(|| err("", format!("must be a JSON object, got {}", kind(body))))?;
     let run_id = optional_id(obj, "run_id")?;
     let parent_message_id = optional_id(obj, "parent_message_id")?;
     let dry_run = match obj.get("dry_run") {
