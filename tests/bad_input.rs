@@ -631,6 +631,11 @@ async fn nul_characters_are_refused_in_requests_and_replaced_in_results(backend:
         assert_eq!(s, 400, "{uri}: {p}");
         assert!(p["detail"].as_str().unwrap().contains("%00"), "{p}");
     }
+    // A path segment that does not decode to UTF-8: a 400 that says so.
+    let (s, p) = problem(app.get("/v1/threads/%FF/history").await).await;
+    assert_eq!(s, 400, "{p}");
+    assert_eq!(p["type"], "urn:toolgate:problem:bad-request", "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("UTF-8"), "{p}");
     for path in [
         "tool-calls/a%00b/cancel",
         "tool-calls/a%00b/undo",

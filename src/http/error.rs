@@ -438,6 +438,12 @@ pub async fn problem_fallback(req: Request, next: axum::middleware::Next) -> Res
                 "payload-too-large",
                 "the request body exceeds server.body_limit_bytes",
             ),
+            // What is rejected before a handler reads the request: a path
+            // segment that does not percent-decode to UTF-8, typically.
+            StatusCode::BAD_REQUEST => (
+                "bad-request",
+                "the request could not be read (a path segment that is not valid percent-encoded UTF-8?)",
+            ),
             _ => ("error", "the request failed"),
         };
         // Sentence case, like the handlers' titles ("Not found").
