@@ -424,6 +424,103 @@ async fn history_pages_backwards_with_cursors(backend: Backend) {
     assert!(page3.get("next_cursor").is_none());
 }
 
+/// `GET /v1/threads` lists the caller's threads, newest first, page by
+/// page, each with its message count and the last event id to resume its
+/// stream from; another owner's threads never show, and bad paging
+/// parameters are refused.
+async fn an_owner_lists_their_threads_page_by_page(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    for (i, thread) in ["l1", "l2", "l3", "l4", "l5"].iter().enumerate() {
+        for n in 0..=i {
+            let r = app
+                .post(
+                    &format!("/v1/threads/{thread}/messages"),
+                    &json!({"role": "user", "content": format!("n{n}")}),
+                )
+                .await;
+            assert_eq!(r.status(), 201);
+        }
+        // Threads made in one millisecond still page in a stable order.
+        if i % 2 == 1 {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+        }
+    }
+    let (s, _) = app
+        .call(
+            "l5",
+            json!({"id": "c", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    // Another owner's thread.
+    let r = app
+        .post_as(
+            &app.token_for("someone-else"),
+            "/v1/threads/theirs/messages",
+            &json!({"role": "user", "content": "private"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+
+    let mut seen = Vec::new();
+    let mut path = "/v1/threads?limit=2".to_string();
+    loop {
+        let page = app.get_json(&path).await;
+        let threads = page["threads"].as_array().unwrap().clone();
+        assert!(threads.len() <= 2, "{page}");
+        seen.extend(threads);
+        match page["next_cursor"].as_str() {
+            Some(c) => path = format!("/v1/threads?limit=2&before={c}"),
+            None => break,
+        }
+    }
+    let ids: Vec<&str> = seen.iter().map(|t| t["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["l5", "l4", "l3", "l2", "l1"], "{seen:?}");
+    let l5 = &seen[0];
+    assert_eq!(
+        l5["messages"], 6,
+        "five user messages and a tool result: {l5}"
+    );
+    // Three TEXT_MESSAGE events per message, four for the echo call.
+    assert_eq!(l5["last_event_id"], 5 * 3 + 4, "{l5}");
+    assert!(l5["last_message_at_ms"].as_i64().unwrap() >= l5["created_at_ms"].as_i64().unwrap());
+    assert_eq!(seen[4]["messages"], 1);
+    // The last event id is where a stream picks up with nothing missed.
+    let last = l5["last_event_id"].as_i64().unwrap();
+    let r = app
+        .get(&format!("/v1/threads/l5/events?after={}", last + 1))
+        .await;
+    assert_eq!(r.status(), 400, "one past the last is in the future");
+
+    // The other owner sees theirs alone.
+    let r = app
+        .client
+        .get(app.url("/v1/threads"))
+        .bearer_auth(app.token_for("someone-else"))
+        .send()
+        .await
+        .unwrap();
+    let page: Value = r.json().await.unwrap();
+    let theirs: Vec<&str> = page["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(theirs, ["theirs"]);
+
+    for bad in [
+        "/v1/threads?limit=0",
+        "/v1/threads?limit=201",
+        "/v1/threads?before=garbage",
+        "/v1/threads?before=12:bad%20id",
+        "/v1/threads?before=:l1",
+    ] {
+        let r = app.get(bad).await;
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+}
+
 async fn failures_are_data_with_an_error_template(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.tools.timeout_secs = 1).await;
     let (status, out) = app
@@ -722,6 +819,7 @@ both_backends!(
     idempotent_calls_run_once,
     messages_context_and_text_events,
     history_pages_backwards_with_cursors,
+    an_owner_lists_their_threads_page_by_page,
     failures_are_data_with_an_error_template,
     progress_of_long_tools_streams_as_custom_events,
 );

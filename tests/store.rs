@@ -20,8 +20,8 @@ use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DynStore,
     FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, ResultReference,
-    Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt,
-    WriteOp, WriteUnit,
+    Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSummary,
+    ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -256,6 +256,7 @@ on_both_backends! {
         seqs_are_gap_free_and_per_thread,
         events_after_pages_with_a_limit,
         messages_before_pages_backwards_in_ascending_pages,
+        an_owners_threads_page_newest_first,
         running_tool_calls_lists_only_unfinished_calls,
         json_round_trips_exactly,
         a_unit_the_database_rejects_fails_alone,
@@ -1000,6 +1001,83 @@ async fn events_after_pages_with_a_limit(store: DynStore) {
     assert_eq!(store.last_event_seq("unknown").await.unwrap(), 0);
 }
 
+async fn an_owners_threads_page_newest_first(store: DynStore) {
+    for (thread, owner, ops) in [
+        (
+            "a",
+            "alice",
+            vec![WriteOp::InsertMessage(message("m1", Role::User, "x"))],
+        ),
+        (
+            "b",
+            "alice",
+            vec![
+                WriteOp::InsertMessage(message("m1", Role::User, "x")),
+                WriteOp::InsertMessage(message("m2", Role::Assistant, "y")),
+            ],
+        ),
+        ("c", "alice", vec![events(2)]),
+        (
+            "d",
+            "bob",
+            vec![WriteOp::InsertMessage(message("m1", Role::User, "x"))],
+        ),
+    ] {
+        apply_one(&store, unit(thread, owner, ops)).await.unwrap();
+    }
+    store.claim_thread("e", "alice").await.unwrap();
+
+    let all = store.threads_of("alice", None, 10).await.unwrap();
+    let mut ids: Vec<&str> = all.iter().map(|t| t.id.as_str()).collect();
+    let order: Vec<(i64, &str)> = all
+        .iter()
+        .map(|t| (t.created_at_ms, t.id.as_str()))
+        .collect();
+    let mut sorted = order.clone();
+    sorted.sort_by(|x, y| y.cmp(x));
+    assert_eq!(order, sorted, "newest first, then by id");
+    ids.sort();
+    assert_eq!(ids, ["a", "b", "c", "e"], "bob's thread is not alice's");
+    let by_id = |id: &str| all.iter().find(|t| t.id == id).unwrap().clone();
+    let b = by_id("b");
+    assert_eq!(
+        (b.messages, b.last_message_at_ms),
+        (2, Some(1_700_000_000_000))
+    );
+    let c = by_id("c");
+    assert_eq!(
+        (c.messages, c.last_event_seq, c.last_message_at_ms),
+        (0, 2, None)
+    );
+    assert_eq!(by_id("e").messages, 0);
+
+    // Page by page from a cursor: every thread once, in the same order.
+    let mut paged = Vec::new();
+    let mut cursor: Option<(i64, String)> = None;
+    loop {
+        let page = store
+            .threads_of(
+                "alice",
+                cursor.as_ref().map(|(ms, id)| (*ms, id.as_str())),
+                3,
+            )
+            .await
+            .unwrap();
+        let Some(last) = page.last() else { break };
+        cursor = Some((last.created_at_ms, last.id.clone()));
+        paged.extend(page);
+    }
+    assert_eq!(paged, all);
+    assert!(
+        store
+            .threads_of("nobody", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.threads_of("alice", None, 0).await.unwrap().is_empty());
+}
+
 async fn messages_before_pages_backwards_in_ascending_pages(store: DynStore) {
     assert!(
         store
@@ -1373,6 +1451,14 @@ impl Store for Observed {
     }
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.inner.all_messages(thread_id).await
+    }
+    async fn threads_of(
+        &self,
+        owner: &str,
+        before: Option<(i64, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<ThreadSummary>> {
+        self.inner.threads_of(owner, before, limit).await
     }
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         self.batches.fetch_add(1, Ordering::SeqCst);

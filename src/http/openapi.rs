@@ -28,6 +28,7 @@ use super::error::PROBLEM_JSON;
         super::workspace::get_workspace,
         super::batches::post_batch,
         super::threads::post_message,
+        super::threads::list_threads,
         super::threads::get_history,
         super::threads::get_context,
         super::events::get_events,

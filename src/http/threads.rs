@@ -35,6 +35,7 @@ pub fn routes() -> Router<AppState> {
             post(rollback_run),
         )
         .route("/threads/{thread_id}/messages", post(post_message))
+        .route("/threads", get(list_threads))
         .route("/threads/{thread_id}/history", get(get_history))
         .route("/threads/{thread_id}/context", get(get_context))
 }
@@ -545,6 +546,112 @@ pub async fn get_history(
         .map(|m| m.seq.to_string());
     Ok(axum::Json(HistoryPage {
         messages: messages.into_iter().map(history_message).collect(),
+        next_cursor,
+    }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ThreadsQuery {
+    /// Page size, 1–200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<i64>,
+    /// Cursor from the previous page's `next_cursor`: returns older threads.
+    pub before: Option<String>,
+}
+
+/// One of the caller's threads.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ThreadSummary {
+    #[schema(value_type = calls::Id)]
+    pub id: String,
+    /// When the thread was created (its first write or subscription), ms
+    /// since the Unix epoch.
+    pub created_at_ms: i64,
+    /// How many messages the thread holds (`/history` pages through them).
+    pub messages: i64,
+    /// The id of the thread's last event (0 before the first):
+    /// `GET /events?after=` this value streams only what comes next.
+    pub last_event_id: i64,
+    /// When the last message was stored; absent while there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message_at_ms: Option<i64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ThreadsPage {
+    /// Newest first (by creation).
+    pub threads: Vec<ThreadSummary>,
+    /// Pass as `before` to get the next (older) page; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// A `before` cursor: `<created_at_ms>:<thread id>` of the last thread of
+/// the previous page.
+fn parse_threads_cursor(raw: &str) -> Option<(i64, &str)> {
+    let (ms, id) = raw.split_once(':')?;
+    let ms = super::parse_digits(ms)?;
+    calls::valid_id(id).then_some((ms, id))
+}
+
+/// List the caller's threads.
+///
+/// Every thread the token's owner has created (by a first tool call,
+/// message, run or subscription), newest first, a page at a time: its
+/// id, when it was created, how many messages it holds, its last event id
+/// (to resume its stream) and when its last message was stored. Other
+/// owners' threads are never listed.
+#[utoipa::path(get, path = "/v1/threads", tag = "history",
+    params(ThreadsQuery),
+    responses(
+        (status = 200, body = ThreadsPage),
+        (status = 400, description = "Bad limit or cursor", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn list_threads(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(q): ApiQuery<ThreadsQuery>,
+) -> Result<axum::Json<ThreadsPage>, ApiError> {
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=200).contains(&limit) {
+        return Err(ApiError::invalid_param(
+            "limit",
+            format!("must be between 1 and 200, got {limit}"),
+        ));
+    }
+    let before = match q.before.as_deref() {
+        None => None,
+        Some(c) => Some(parse_threads_cursor(c).ok_or_else(|| {
+            ApiError::invalid_param("before", "must be a cursor returned as next_cursor")
+        })?),
+    };
+    // One more than the page: whether an older page exists.
+    let mut found = state
+        .store
+        .threads_of(&user.owner, before, limit + 1)
+        .await?;
+    let more = found.len() as i64 > limit;
+    found.truncate(limit as usize);
+    let next_cursor = more
+        .then(|| {
+            found
+                .last()
+                .map(|t| format!("{}:{}", t.created_at_ms, t.id))
+        })
+        .flatten();
+    Ok(axum::Json(ThreadsPage {
+        threads: found
+            .into_iter()
+            .map(|t| ThreadSummary {
+                id: t.id,
+                created_at_ms: t.created_at_ms,
+                messages: t.messages,
+                last_event_id: t.last_event_seq,
+                last_message_at_ms: t.last_message_at_ms,
+            })
+            .collect(),
         next_cursor,
     }))
 }

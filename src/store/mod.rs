@@ -235,6 +235,20 @@ pub struct StoredMessage {
     pub created_at_ms: i64,
 }
 
+/// One of an owner's threads, as `GET /v1/threads` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadSummary {
+    pub id: String,
+    pub created_at_ms: i64,
+    /// The id of the thread's last event (0 before the first): where a
+    /// stream opened with `?after=` this value starts live.
+    pub last_event_seq: i64,
+    /// How many messages the thread holds (their seqs are 1..=messages).
+    pub messages: i64,
+    /// When the last message was stored; `None` while there is none.
+    pub last_message_at_ms: Option<i64>,
+}
+
 /// A JSON document as the store writes it, serialized once where it is
 /// built: the group-commit writer, the one thread every write waits for,
 /// binds the text instead of walking a `Value` tree.
@@ -696,6 +710,16 @@ pub trait Store: Send + Sync + 'static {
         before: Option<i64>,
         limit: i64,
     ) -> StoreResult<Vec<StoredMessage>>;
+
+    /// The threads of `owner`, newest first (by `created_at_ms`, then id,
+    /// both descending), only those that sort after the `(created_at_ms,
+    /// id)` cursor `before` when given, at most `limit`.
+    async fn threads_of(
+        &self,
+        owner: &str,
+        before: Option<(i64, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<ThreadSummary>>;
 
     /// The whole conversation, ascending.
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;

@@ -22,7 +22,7 @@ use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, FinishedToolCall, JsonText,
     NewAuditEntry, NewEvent, NewMessage, NewToolCall, Store, StoreError, StoreResult, StoredEvent,
-    StoredMessage, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
+    StoredMessage, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
 };
 
 /// The migrations of `migrations/postgres`, embedded in the binary.
@@ -55,6 +55,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         5,
         "call scope",
         include_str!("../../migrations/postgres/0005_call_scope.sql"),
+    ),
+    (
+        6,
+        "threads by owner",
+        include_str!("../../migrations/postgres/0006_threads_by_owner.sql"),
     ),
 ];
 
@@ -890,6 +895,15 @@ impl Store for PgStore {
         limit: i64,
     ) -> StoreResult<Vec<StoredMessage>> {
         self.reads().messages_before(thread_id, before, limit).await
+    }
+
+    async fn threads_of(
+        &self,
+        owner: &str,
+        before: Option<(i64, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<ThreadSummary>> {
+        self.reads().threads_of(owner, before, limit).await
     }
 
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {

@@ -14,7 +14,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, ResultReference, Role,
-    StoreError, StoreResult, StoredEvent, StoredMessage, ToolCallRecord,
+    StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSummary, ToolCallRecord,
 };
 
 /// A call's row (as `c`) with its output, read from its tool message (`m`,
@@ -125,6 +125,16 @@ fn parse_json(column: &str, text: &str) -> StoreResult<Value> {
     serde_json::from_str(text)
         .map_err(|e| StoreError::Corrupt(format!("{column} is not valid JSON: {e}")))
 }
+
+/// A page of an owner's threads (`$1`), newest first, after the cursor
+/// `($2, $3)` (created_at_ms, id), at most `$4`.
+pub(super) const THREADS_PAGE: &str = "\
+SELECT t.id, t.created_at_ms, t.last_event_seq, t.last_message_seq, \
+    (SELECT m.created_at_ms FROM messages AS m \
+     WHERE m.thread_id = t.id ORDER BY m.seq DESC LIMIT 1) AS last_message_at_ms \
+FROM threads AS t \
+WHERE t.owner = $1 AND (t.created_at_ms, t.id) < ($2, $3) \
+ORDER BY t.created_at_ms DESC, t.id DESC LIMIT $4";
 
 /// The store's queries over one pool.
 pub(super) struct Reads<'p, DB: Database> {
@@ -344,6 +354,39 @@ where
         Ok(page)
     }
 
+    pub async fn threads_of(
+        &self,
+        owner: &str,
+        before: Option<(i64, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<ThreadSummary>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        // The row-value comparison lets a page start in
+        // `threads_owner_created` at its cursor; the last message's time
+        // comes from the messages' primary key, one probe per listed thread.
+        let (before_ms, before_id) = before.unwrap_or((i64::MAX, ""));
+        let rows = sqlx::query(THREADS_PAGE)
+            .bind(owner)
+            .bind(before_ms)
+            .bind(before_id)
+            .bind(limit)
+            .fetch_all(self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ThreadSummary {
+                    id: row.text("id")?,
+                    created_at_ms: row.int("created_at_ms")?,
+                    last_event_seq: row.int("last_event_seq")?,
+                    messages: row.int("last_message_seq")?,
+                    last_message_at_ms: row.opt_int("last_message_at_ms")?,
+                })
+            })
+            .collect()
+    }
+
     pub async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         let rows = sqlx::query(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 ORDER BY seq"
@@ -545,5 +588,33 @@ mod tests {
                 assert!(!plan.starts_with("SCAN approvals\n"), "{plan}");
             }
         }
+    }
+
+    /// A page of an owner's threads starts in their index at its cursor
+    /// and reads it in order: no scan of every thread, no sort.
+    #[tokio::test]
+    async fn thread_pages_read_the_owners_index_from_the_cursor() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open_file(&dir.path().join("db.sqlite"))
+            .await
+            .unwrap();
+        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {}", super::THREADS_PAGE))
+            .bind("alice")
+            .bind(1_700_000_000_000_i64)
+            .bind("t9")
+            .bind(51_i64)
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        let plan = rows
+            .iter()
+            .map(|r| r.get::<String, _>("detail"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            plan.contains("threads_owner_created (owner=? AND"),
+            "{plan}"
+        );
+        assert!(!plan.contains("TEMP B-TREE"), "sorted afresh: {plan}");
     }
 }

@@ -31,7 +31,7 @@ use super::reads::{Reads, audit_entries, audit_query};
 use super::sqlite_writes::{DEFAULT_CHECKPOINT_EVERY, WriteConnection};
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, NewAuditEntry, Store, StoreError,
-    StoreResult, StoredEvent, StoredMessage, ToolCallRecord, UnitReceipt, WriteUnit,
+    StoreResult, StoredEvent, StoredMessage, ThreadSummary, ToolCallRecord, UnitReceipt, WriteUnit,
 };
 
 /// How long a statement waits for SQLite's write lock before failing.
@@ -72,6 +72,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         6,
         "call scope",
         include_str!("../../migrations/sqlite/0006_call_scope.sql"),
+    ),
+    (
+        7,
+        "threads by owner",
+        include_str!("../../migrations/sqlite/0007_threads_by_owner.sql"),
     ),
 ];
 
@@ -301,6 +306,15 @@ impl Store for SqliteStore {
         limit: i64,
     ) -> StoreResult<Vec<StoredMessage>> {
         self.reads().messages_before(thread_id, before, limit).await
+    }
+
+    async fn threads_of(
+        &self,
+        owner: &str,
+        before: Option<(i64, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<ThreadSummary>> {
+        self.reads().threads_of(owner, before, limit).await
     }
 
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
