@@ -309,6 +309,21 @@ async fn messages_context_and_text_events(backend: Backend) {
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body, json!({"id": "u1", "seq": 2}));
+    // Posted again (a retry after a timeout): the first post's answer,
+    // nothing recorded or streamed twice. Another message under the same
+    // id is a conflict.
+    let again = json!({"id": "u1", "role": "user", "content": "echo hi"});
+    let r = app.post("/v1/threads/t5/messages", &again).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body, json!({"id": "u1", "seq": 2, "replayed": true}));
+    for other in [
+        json!({"id": "u1", "role": "user", "content": "echo bye"}),
+        json!({"id": "u1", "role": "system", "content": "echo hi"}),
+    ] {
+        let r = app.post("/v1/threads/t5/messages", &other).await;
+        assert_eq!(r.status(), 409, "{other}");
+    }
     let r = app
         .post(
             "/v1/threads/t5/messages",

@@ -1449,6 +1449,9 @@ impl Store for Observed {
     ) -> StoreResult<Vec<StoredMessage>> {
         self.inner.messages_before(thread_id, before, limit).await
     }
+    async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>> {
+        self.inner.message(thread_id, id).await
+    }
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.inner.all_messages(thread_id).await
     }

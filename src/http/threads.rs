@@ -333,6 +333,11 @@ pub struct NewMessageRequest {
 pub struct MessageCreated {
     pub id: String,
     pub seq: i64,
+    /// True when this id was recorded before with the same message: a
+    /// repeated post answers `200` with the stored position and records
+    /// nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
 }
 
 /// Record a user, assistant or system message.
@@ -345,9 +350,10 @@ pub struct MessageCreated {
     request_body = NewMessageRequest,
     responses(
         (status = 201, description = "Recorded", body = MessageCreated),
+        (status = 200, description = "The same message was recorded under this id before: nothing new is recorded", body = MessageCreated),
         (status = 400, description = "Malformed request", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "Message id already recorded", content_type = "application/problem+json"),
+        (status = 409, description = "Message id already recorded with another role, content or tool_calls", content_type = "application/problem+json"),
         (status = 422, description = "Wrong field types, an invalid id, or tool_calls on a message that is not the assistant's (errors name the JSON pointer)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -358,6 +364,8 @@ pub async fn post_message(
     ApiJson(body): ApiJson<NewMessageRequest>,
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
+    // Only a caller's own id can be posted twice (a generated one is new).
+    let chosen_id = body.id.is_some();
     let id = match body.id {
         Some(id) if calls::valid_id(&id) => id,
         Some(_) => {
@@ -418,29 +426,55 @@ pub async fn post_message(
     events.push(Event::new(EventBody::TextMessageEnd {
         message_id: id.clone(),
     }));
+    let metadata = Value::Object(metadata);
+    // What a repeated post must match to be the same message.
+    let posted = chosen_id.then(|| (content.clone(), metadata.clone()));
     let unit = WriteUnit {
-        thread_id: thread.0,
+        thread_id: thread.0.clone(),
         owner: user.owner,
         ops: vec![
             WriteOp::InsertMessage(NewMessage {
                 id: id.clone(),
                 role,
                 content,
-                metadata: Value::Object(metadata).into(),
+                metadata: metadata.into(),
                 tool_call_id: None,
                 created_at_ms: now_ms(),
             }),
             WriteOp::AppendEvents(events.iter().map(crate::engine::new_event).collect()),
         ],
     };
-    let receipt = state.writer.write(unit).await.map_err(|e| match e {
-        crate::store::StoreError::Conflict(_) => {
-            ApiError::Conflict(format!("message {id:?} is already recorded in this thread"))
+    let receipt = match state.writer.write(unit).await {
+        Ok(receipt) => receipt,
+        Err(crate::store::StoreError::Conflict(_)) => {
+            // The same message posted again (a retry after a timeout, say)
+            // answers as the first post did, and records nothing more.
+            let stored = state.store.message(&thread.0, &id).await?;
+            return match (stored, posted) {
+                (Some(m), Some((content, metadata)))
+                    if m.role == role && m.content == content && m.metadata == metadata =>
+                {
+                    let body = MessageCreated {
+                        id,
+                        seq: m.seq,
+                        replayed: true,
+                    };
+                    Ok((StatusCode::OK, axum::Json(body)).into_response())
+                }
+                _ => Err(ApiError::Conflict(format!(
+                    "message {id:?} is already recorded in this thread with another role, content or tool_calls; use a new id for a new message"
+                ))),
+            };
         }
-        other => other.into(),
-    })?;
+        Err(other) => return Err(other.into()),
+    };
     let seq = receipt.messages.first().map(|m| m.1).unwrap_or_default();
-    Ok((StatusCode::CREATED, axum::Json(MessageCreated { id, seq })).into_response())
+    let body = MessageCreated {
+        id,
+        seq,
+        replayed: false,
+    };
+    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

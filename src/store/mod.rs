@@ -721,6 +721,9 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<ThreadSummary>>;
 
+    /// One message by its id in the thread, `None` if there is none.
+    async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>>;
+
     /// The whole conversation, ascending.
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;
 

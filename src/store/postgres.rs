@@ -906,6 +906,10 @@ impl Store for PgStore {
         self.reads().threads_of(owner, before, limit).await
     }
 
+    async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>> {
+        self.reads().message(thread_id, id).await
+    }
+
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.reads().all_messages(thread_id).await
     }

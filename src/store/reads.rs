@@ -387,6 +387,17 @@ where
             .collect()
     }
 
+    pub async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>> {
+        let row = sqlx::query(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 AND id = $2"
+        ))
+        .bind(thread_id)
+        .bind(id)
+        .fetch_optional(self.pool)
+        .await?;
+        row.as_ref().map(message_from_row).transpose()
+    }
+
     pub async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         let rows = sqlx::query(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 ORDER BY seq"
