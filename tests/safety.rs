@@ -661,7 +661,11 @@ async fn the_context_answers_calls_that_have_no_result_yet(backend: Backend) {
     let anthropic = app
         .get_json("/v1/threads/ctx/context?format=anthropic")
         .await;
-    let results = anthropic["messages"][1]["content"].as_array().unwrap();
+    // Opened by a user turn (the thread starts with the assistant's), then
+    // the calls, then their results.
+    assert_eq!(anthropic["messages"][0]["role"], "user", "{anthropic}");
+    assert_eq!(anthropic["messages"][1]["role"], "assistant", "{anthropic}");
+    let results = anthropic["messages"][2]["content"].as_array().unwrap();
     assert_eq!(results.len(), 3, "{anthropic}");
     assert!(results.iter().all(|b| b["type"] == "tool_result"));
 }

@@ -204,6 +204,10 @@ pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
     json!({ "messages": out })
 }
 
+/// The user turn an Anthropic context opens with when the thread's first
+/// turn is the assistant's.
+pub const OPENING_TURN: &str = "(start of the conversation)";
+
 /// Anthropic Messages API: system text apart, content blocks, tool results
 /// as `user` turns, consecutive same-role turns merged (the API requires
 /// alternation).
@@ -244,6 +248,15 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
             Some((last, existing)) if *last == role => existing.extend(blocks),
             _ => turns.push((role, blocks)),
         }
+    }
+    // Bedrock (and the API before late 2024) refuses a first turn that is
+    // not the user's: a thread whose calls came before any user message
+    // opens with a short user turn saying so.
+    if turns.first().is_some_and(|(role, _)| *role == "assistant") {
+        turns.insert(
+            0,
+            ("user", vec![json!({"type": "text", "text": OPENING_TURN})]),
+        );
     }
     let messages: Vec<Value> = turns
         .into_iter()
@@ -495,6 +508,30 @@ mod tests {
         assert_eq!(m[2]["content"][0]["type"], "tool_result");
         assert_eq!(m[2]["content"][0]["is_error"], false);
         assert_eq!(m[2]["content"][1]["text"], "thanks");
+    }
+
+    /// A thread whose first turn is the assistant's (calls posted before
+    /// any user message) opens with a user turn: Bedrock refuses anything
+    /// else. One that starts with the user's is left as it is.
+    #[test]
+    fn an_anthropic_context_opens_with_a_user_turn() {
+        let calls_first = vec![
+            msg(1, Role::System, "be brief", json!({}), None),
+            msg(
+                2,
+                Role::Assistant,
+                "",
+                json!({"tool_calls": [{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]}),
+                None,
+            ),
+        ];
+        let v = anthropic(&calls_first, &Unanswered::new());
+        let m = v["messages"].as_array().unwrap();
+        assert_eq!(roles_of(m)[..2], ["user", "assistant"], "{v}");
+        assert_eq!(m[0]["content"][0]["text"], OPENING_TURN);
+        let v = anthropic(&conversation(), &Unanswered::new());
+        let m = v["messages"].as_array().unwrap();
+        assert_ne!(m[0]["content"][0]["text"], OPENING_TURN, "{v}");
     }
 
     /// Anthropic refuses empty text blocks: an empty message (user or
