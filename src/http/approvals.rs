@@ -126,13 +126,7 @@ pub async fn list_approvals(
             ));
         }
     };
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=200).contains(&limit) {
-        return Err(ApiError::invalid_param(
-            "limit",
-            format!("must be between 1 and 200, got {limit}"),
-        ));
-    }
+    let limit = super::page_limit(q.limit, 50, 200)?;
     // An approver may see and decide every owner's approvals, so it lists
     // them all; anyone else lists their own.
     let owner = (!is_approver(&state, &user)).then_some(user.owner.as_str());

@@ -59,13 +59,7 @@ pub async fn get_audit(
     user: AuthUser,
     ApiQuery(q): ApiQuery<AuditQuery>,
 ) -> Result<axum::Json<AuditPage>, ApiError> {
-    let limit = q.limit.unwrap_or(100);
-    if !(1..=500).contains(&limit) {
-        return Err(ApiError::invalid_param(
-            "limit",
-            format!("must be between 1 and 500, got {limit}"),
-        ));
-    }
+    let limit = super::page_limit(q.limit, 100, 500)?;
     if let Some(action) = q.action.as_deref()
         && !crate::engine::audit::ACTIONS.contains(&action)
     {

@@ -149,6 +149,20 @@ pub fn parse_digits(raw: &str) -> Option<i64> {
         .and_then(|r| r.parse().ok())
 }
 
+/// A page size from the query: `default` when absent, else within
+/// `1..=max` or a `400` naming `limit`.
+pub fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {
+    let limit = limit.unwrap_or(default);
+    if (1..=max).contains(&limit) {
+        Ok(limit)
+    } else {
+        Err(ApiError::invalid_param(
+            "limit",
+            format!("must be between 1 and {max}, got {limit}"),
+        ))
+    }
+}
+
 /// A thread id from the path: `[A-Za-z0-9_.:-]{1,128}`.
 #[derive(Debug, Clone)]
 pub struct ThreadId(pub String);

@@ -556,13 +556,7 @@ pub async fn get_history(
     ApiQuery(q): ApiQuery<HistoryQuery>,
 ) -> Result<axum::Json<HistoryPage>, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=200).contains(&limit) {
-        return Err(ApiError::invalid_param(
-            "limit",
-            format!("must be between 1 and 200, got {limit}"),
-        ));
-    }
+    let limit = super::page_limit(q.limit, 50, 200)?;
     let before = match q.before.as_deref() {
         None => None,
         Some(c) => Some(super::parse_digits(c).filter(|n| *n >= 1).ok_or_else(|| {
@@ -648,13 +642,7 @@ pub async fn list_threads(
     user: AuthUser,
     ApiQuery(q): ApiQuery<ThreadsQuery>,
 ) -> Result<axum::Json<ThreadsPage>, ApiError> {
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=200).contains(&limit) {
-        return Err(ApiError::invalid_param(
-            "limit",
-            format!("must be between 1 and 200, got {limit}"),
-        ));
-    }
+    let limit = super::page_limit(q.limit, 50, 200)?;
     let before = match q.before.as_deref() {
         None => None,
         Some(c) => Some(parse_threads_cursor(c).ok_or_else(|| {
