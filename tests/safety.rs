@@ -670,6 +670,53 @@ async fn the_context_answers_calls_that_have_no_result_yet(backend: Backend) {
     assert!(results.iter().all(|b| b["type"] == "tool_result"));
 }
 
+/// A call made in a sub-workspace is undone there, by an undo or a
+/// rollback: never the same-named file of the owner's main workspace.
+async fn an_undo_acts_in_the_calls_own_sub_workspace(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let write = |id: &str, workspace: Option<&str>, content: &str| {
+        let mut call = json!({"id": id, "name": "write_file", "arguments": {"path": "report.md", "content": content}});
+        if let Some(w) = workspace {
+            call["workspace"] = json!(w);
+            call["run_id"] = json!("run_w");
+        }
+        call
+    };
+    for call in [
+        write("m1", None, "MAIN important\n"),
+        write("s1", Some("work"), "scratch\n"),
+        write("s2", Some("other"), "other scratch\n"),
+    ] {
+        let (_, out) = app.call("sw", call).await;
+        assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    }
+    let root = std::path::PathBuf::from(
+        app.get_json("/v1/workspace").await["root"]
+            .as_str()
+            .unwrap(),
+    );
+    let r = app
+        .post("/v1/threads/sw/tool-calls/s1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let undo: Value = r.json().await.unwrap();
+    assert_eq!(undo["tool_agent_output"]["status"], "success", "{undo}");
+    assert!(!root.join("work/report.md").exists(), "undone in work");
+    assert_eq!(
+        std::fs::read_to_string(root.join("report.md")).unwrap(),
+        "MAIN important\n",
+        "the main workspace's file is untouched"
+    );
+    // A rollback of the run: the same, for the call in `other`.
+    let r = app
+        .post("/v1/threads/sw/runs/run_w/rollback", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let report: Value = r.json().await.unwrap();
+    assert!(!root.join("other/report.md").exists(), "{report}");
+    assert!(root.join("report.md").exists(), "{report}");
+}
+
 async fn undo_e1(app: &TestApp) -> Value {
     let r = app
         .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
@@ -1689,6 +1736,7 @@ async fn reading_the_workspace_creates_nothing() {
 
 both_backends!(
     pipes_into_interpreters_need_approval,
+    an_undo_acts_in_the_calls_own_sub_workspace,
     a_sub_workspace_does_not_dodge_path_rules,
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,

@@ -122,7 +122,9 @@ impl Engine {
             .await?
             .ok_or_else(|| UndoError::NotFound(id.to_string()))?;
         let info = undo_info(&record)?;
-        self.run_undo(owner, thread_id, id, info).await.1
+        self.run_undo(owner, thread_id, id, info, record.workspace.clone())
+            .await
+            .1
     }
 
     /// The id undoing `id` runs under now: the last attempt's, unless that
@@ -146,12 +148,16 @@ impl Engine {
 
     /// Run the undo of call `id` as a new call; returns its id (when one
     /// was chosen) with the outcome.
+    /// The undo runs in the call's own sub-workspace (`workspace`: `None`
+    /// for the owner's main one, and for calls recorded before the
+    /// sub-workspace was).
     async fn run_undo(
         &self,
         owner: &str,
         thread_id: &str,
         id: &str,
         info: UndoInfo,
+        workspace: Option<String>,
     ) -> (Option<String>, Result<Executed, UndoError>) {
         let call_id = match self.undo_attempt_id(thread_id, id).await {
             Ok(call_id) => call_id,
@@ -164,7 +170,7 @@ impl Engine {
             shape: CallShape::Native,
             run_id: None,
             parent_message_id: None,
-            workspace: None,
+            workspace,
             dry_run: false,
         };
         let mut req = CallRequest::new(owner, thread_id, call);
@@ -225,8 +231,9 @@ impl Engine {
                 }
                 Err(e) => return Err(e),
                 Ok(info) => {
-                    let (call_id, executed) =
-                        self.run_undo(owner, thread_id, &record.id, info).await;
+                    let (call_id, executed) = self
+                        .run_undo(owner, thread_id, &record.id, info, record.workspace.clone())
+                        .await;
                     step.undo_call_id = call_id;
                     match executed {
                         Ok(Executed::Finished(outcome)) if outcome.output.error.is_none() => {
