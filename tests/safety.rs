@@ -717,6 +717,45 @@ async fn an_undo_acts_in_the_calls_own_sub_workspace(backend: Backend) {
     assert!(root.join("report.md").exists(), "{report}");
 }
 
+/// An undo record names one change: when `undo_edit` has already taken
+/// that change back, undoing its call again reaches nothing, not the next
+/// change made to the file since.
+async fn an_undo_never_reverts_another_calls_change(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let ws = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    let calls = [
+        json!({"id": "x1", "name": "write_file", "arguments": {"path": "n.txt", "content": "base"}}),
+        json!({"id": "x2", "name": "edit_file", "arguments": {"path": "n.txt", "old_string": "base", "new_string": "model-edit-1"}}),
+        json!({"id": "x3", "name": "undo_edit", "arguments": {"path": "n.txt"}}),
+        json!({"id": "x4", "name": "edit_file", "arguments": {"path": "n.txt", "old_string": "base", "new_string": "model-edit-2"}}),
+    ];
+    for call in calls {
+        let (_, out) = app.call("ur", call).await;
+        assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    }
+    let r = app
+        .post("/v1/threads/ur/tool-calls/x2/undo", &json!({}))
+        .await;
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        status != 200 || body["tool_agent_output"]["status"] != "success",
+        "{body}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("n.txt")).unwrap(),
+        "model-edit-2\n",
+        "x4's change stays: {body}"
+    );
+    // x4's own undo still works.
+    let r = app
+        .post("/v1/threads/ur/tool-calls/x4/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(std::fs::read_to_string(root.join("n.txt")).unwrap(), "base\n");
+}
+
 async fn undo_e1(app: &TestApp) -> Value {
     let r = app
         .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
@@ -1737,6 +1776,7 @@ async fn reading_the_workspace_creates_nothing() {
 both_backends!(
     pipes_into_interpreters_need_approval,
     an_undo_acts_in_the_calls_own_sub_workspace,
+    an_undo_never_reverts_another_calls_change,
     a_sub_workspace_does_not_dodge_path_rules,
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,

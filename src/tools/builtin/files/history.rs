@@ -121,6 +121,18 @@ fn key(path: &WorkspacePath) -> PathBuf {
     }
 }
 
+/// The number of a new entry: above the newest kept, and never one an
+/// entry had before. A call's undo record names its entry by number, so a
+/// number used again (after `undo_edit` removed the newest entry) would
+/// make that record undo another call's change. The clock in microseconds
+/// keeps numbers growing across removals, restarts and emptied histories.
+fn next_seq(newest: Option<u64>) -> u64 {
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    newest.map_or(1, |n| n + 1).max(now_us)
+}
+
 impl EditHistory {
     pub fn new(dir: Dir) -> EditHistory {
         EditHistory { dir }
@@ -145,7 +157,7 @@ impl EditHistory {
         let key = key(path);
         self.dir.create_dir_all(&key)?;
         let seqs = self.seqs(path)?;
-        let seq = seqs.last().map_or(1, |last| last + 1);
+        let seq = next_seq(seqs.last().copied());
         let tmp = key.join(format!(".tmp-{:016x}", rand::random::<u64>()));
         let mut file = self
             .dir
@@ -270,6 +282,27 @@ mod tests {
         let next = history.latest(&p).unwrap().unwrap();
         assert_eq!(next.before, format!("v{}", HISTORY_CAP + 3).as_bytes());
         assert!(history.latest(&path("other")).unwrap().is_none());
+    }
+
+    /// An entry removed by an undo leaves its number unused: the next
+    /// change gets another, so the undo record that named the removed
+    /// entry cannot reach the new one; also once the history emptied.
+    #[test]
+    fn entry_numbers_are_never_used_twice() {
+        let (_tmp, history) = history();
+        let p = path("n.txt");
+        let header = Header::new(&p, "edit_file", true, b"x");
+        let first = history.push(&p, &header, b"base").unwrap();
+        let second = history.push(&p, &header, b"edit-1").unwrap();
+        assert!(second > first);
+        history.remove(&p, second).unwrap();
+        let third = history.push(&p, &header, b"edit-2").unwrap();
+        assert!(third > second, "{third} after {second}");
+        assert!(!history.contains(&p, second).unwrap());
+        history.remove(&p, third).unwrap();
+        history.remove(&p, first).unwrap();
+        let fourth = history.push(&p, &header, b"again").unwrap();
+        assert!(fourth > third, "an emptied history starts above: {fourth}");
     }
 
     #[test]
