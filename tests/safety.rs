@@ -753,7 +753,10 @@ async fn an_undo_never_reverts_another_calls_change(backend: Backend) {
         .post("/v1/threads/ur/tool-calls/x4/undo", &json!({}))
         .await;
     assert_eq!(r.status(), 200);
-    assert_eq!(std::fs::read_to_string(root.join("n.txt")).unwrap(), "base\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join("n.txt")).unwrap(),
+        "base\n"
+    );
 }
 
 async fn undo_e1(app: &TestApp) -> Value {
@@ -987,6 +990,45 @@ async fn an_approved_call_still_meets_the_rules_in_force(backend: Backend) {
 /// The call's tool_agent_output as text, to look for leaked contents.
 fn leaked(out: &Value, secret: &str) -> bool {
     out.to_string().contains(secret)
+}
+
+/// The same for the sub-workspace a call names, when it is a link: the
+/// person approved running it where the link led then. Swapped while the
+/// call waited, the approved call does not run in the new place.
+async fn a_sub_workspace_swapped_during_an_approval_is_caught(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let root = std::path::PathBuf::from(
+        app.get_json("/v1/workspace").await["root"]
+            .as_str()
+            .unwrap(),
+    );
+    std::fs::create_dir_all(root.join("dirA")).unwrap();
+    std::fs::create_dir_all(root.join("dirB")).unwrap();
+    std::fs::write(root.join("dirB/keep.txt"), "important\n").unwrap();
+    std::os::unix::fs::symlink("dirA", root.join("sw")).unwrap();
+    let call = json!({"id": "rm", "name": "bash", "workspace": "sw", "arguments": {"command": "rm -f *.txt"}});
+    let (s, out) = app.call("ssw", call.clone()).await;
+    assert_eq!(s, 202, "bash asks first: {out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    // The approver is shown where the call would run.
+    let view = app.get_json(&format!("/v1/approvals/{approval}")).await;
+    assert_eq!(
+        (&view["workspace"], &view["workspace_leads_to"]),
+        (&json!("sw"), &json!("dirA")),
+        "{view}"
+    );
+    std::fs::remove_file(root.join("sw")).unwrap();
+    std::os::unix::fs::symlink("dirB", root.join("sw")).unwrap();
+    let out = approve_and_wait(&app, &approval, "ssw", call).await;
+    assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+    let message = out["tool_agent_output"]["error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("\"dirA\"") && message.contains("\"dirB\""),
+        "{message}"
+    );
+    assert!(root.join("dirB/keep.txt").exists(), "nothing ran in dirB");
 }
 
 /// A link swapped while a call waits for its approval: the person approved
@@ -1777,6 +1819,7 @@ both_backends!(
     pipes_into_interpreters_need_approval,
     an_undo_acts_in_the_calls_own_sub_workspace,
     an_undo_never_reverts_another_calls_change,
+    a_sub_workspace_swapped_during_an_approval_is_caught,
     a_sub_workspace_does_not_dodge_path_rules,
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,

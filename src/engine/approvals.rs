@@ -126,6 +126,9 @@ impl Engine {
                 // Where a file tool's path led through links when the call
                 // was asked about: it must lead there still when it runs.
                 "resolved_path": permission.resolved_path,
+                // Where the sub-workspace really was: the call must run
+                // there, not wherever a link swapped meanwhile leads.
+                "sub_workspace_at": permission.sub_workspace_at,
             }),
             status: ApprovalStatus::Pending,
             decided_by: None,
@@ -370,6 +373,7 @@ impl Engine {
             resolved_path: None,
             path_rules: None,
             judged_path: None,
+            sub_workspace_at: None,
         };
         let written = self
             .writer
@@ -393,7 +397,7 @@ impl Engine {
             // The rules changed while it waited: the approval does not
             // override what the deployment or the owner forbids now.
             // The walk's path rules are those in force now, too.
-            Some(tool) => match self.refusal_now(&req, &tool, r.get("resolved_path")).await {
+            Some(tool) => match self.refusal_now(&req, &tool, r).await {
                 Err(error) => Err(error),
                 Ok(now) => {
                     permission.path_rules = now.path_rules;
@@ -444,15 +448,18 @@ impl Engine {
     /// call that needs one is then denied, never silently allowed), or its
     /// file path leads somewhere else now than when it was asked about (a
     /// link changed while it waited: the person approved the other place).
-    /// `resolved_then` is what the approval recorded (absent in approvals
-    /// made before it was recorded: not compared). Otherwise the verdict
-    /// reached now, whose walk rules the call runs with.
+    /// The same for the call's sub-workspace, when it is a link. `request`
+    /// is what the approval recorded (where the path and the sub-workspace
+    /// led; absent in approvals made before they were recorded: not
+    /// compared). Otherwise the verdict reached now, whose walk rules the
+    /// call runs with.
     async fn refusal_now(
         &self,
         req: &CallRequest,
         tool: &Arc<RegisteredTool>,
-        resolved_then: Option<&Value>,
+        request: &Value,
     ) -> Result<Permission, ToolError> {
+        let resolved_then = request.get("resolved_path");
         if !self.config.approvals.enabled {
             return Err(ToolError::new(
                 codes::APPROVAL_DENIED,
@@ -483,6 +490,23 @@ impl Engine {
                 false,
             )
             .with_hint("call it again with a new tool call id, so it is judged where the path leads now"));
+        }
+        if let (Some(sub), Some(then)) = (&req.call.workspace, request.get("sub_workspace_at")) {
+            // A sub-workspace not made yet when asked about may have been
+            // made since, as itself: not as a link to somewhere else.
+            let then = then.as_str().unwrap_or(sub);
+            let now_at = now.sub_workspace_at.as_deref().unwrap_or(sub);
+            if then != now_at {
+                return Err(ToolError::new(
+                    codes::PERMISSION_DENIED,
+                    format!(
+                        "{} was approved while the sub-workspace {sub:?} was {then:?}, but it is {now_at:?} now (a link changed); it did not run",
+                        tool.definition.name,
+                    ),
+                    false,
+                )
+                .with_hint("call it again with a new tool call id, so it is judged where the sub-workspace leads now"));
+            }
         }
         if now.verdict == super::Verdict::Deny {
             return Err(ToolError::new(

@@ -152,6 +152,10 @@ pub struct Permission {
     /// For a file tool whose path was looked up in its workspace: where
     /// the path led (`ToolContext::judged_path`).
     pub judged_path: Option<crate::tools::JudgedPath>,
+    /// For a call in a sub-workspace: where that really is in the owner's
+    /// workspace when the verdict was reached (`None` while it does not
+    /// exist); recorded with an approval, compared when it resumes.
+    pub sub_workspace_at: Option<String>,
 }
 
 impl From<crate::permissions::Decision> for Permission {
@@ -167,6 +171,7 @@ impl From<crate::permissions::Decision> for Permission {
             resolved_path: None,
             path_rules: None,
             judged_path: None,
+            sub_workspace_at: None,
         }
     }
 }
@@ -1234,7 +1239,21 @@ impl Engine {
             leads_to: file.resolved.clone(),
         });
         permission.resolved_path = file.resolved;
+        permission.sub_workspace_at = self.sub_workspace_at(req);
         Ok(permission)
+    }
+
+    /// Where the call's sub-workspace really is in the owner's workspace
+    /// (a link to another of the owner's directories leads there), `None`
+    /// for a call in the main workspace or a sub-workspace not made yet.
+    /// Looked up as the tools open it, creating nothing.
+    fn sub_workspace_at(&self, req: &CallRequest) -> Option<String> {
+        let sub = req.call.workspace.as_deref()?;
+        let workspaces = self.config.permissions.workspaces.as_ref()?;
+        let opened = workspaces.open_existing(&req.owner, Some(sub)).ok()?;
+        let main = workspaces.path(&req.owner, None).ok()?;
+        let rel = opened.path.strip_prefix(main).ok()?.to_str()?;
+        Some(if rel.is_empty() { "." } else { rel }.to_string())
     }
 
     /// What file rules need to know of a file tool's `path`: where the
@@ -1272,11 +1291,7 @@ impl Engine {
             .and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
         facts.judged = opened.is_some();
         facts.sub_workspace = sub.map(|named| {
-            let real = opened.as_ref().and_then(|workspace| {
-                let main = workspaces.path(&req.owner, None).ok()?;
-                let rel = workspace.path.strip_prefix(main).ok()?.to_str()?;
-                Some(if rel.is_empty() { "." } else { rel }.to_string())
-            });
+            let real = self.sub_workspace_at(req);
             (named.to_string(), real.unwrap_or_else(|| named.to_string()))
         });
         facts

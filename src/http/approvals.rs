@@ -33,6 +33,14 @@ pub struct ApprovalView {
     /// What would run.
     #[schema(value_type = Object)]
     pub arguments: Value,
+    /// The sub-workspace it would run in; absent: the owner's main one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::protocol::calls::WorkspaceName>)]
+    pub workspace: Option<String>,
+    /// Where that sub-workspace is in the owner's workspace, when it is a
+    /// link to another directory (the call runs there, or not at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_leads_to: Option<String>,
     /// Why it needs approval: the matching rule or `requires_checkpoint`.
     pub reason: String,
     /// The tool's dry-run preview, when it has one.
@@ -69,6 +77,11 @@ impl From<ApprovalRecord> for ApprovalView {
             thread_id: a.thread_id,
             tool_call_id: a.tool_call_id,
             tool_name: a.tool_name,
+            workspace: a.request["workspace"].as_str().map(str::to_string),
+            workspace_leads_to: a.request["sub_workspace_at"]
+                .as_str()
+                .filter(|at| Some(*at) != a.request["workspace"].as_str())
+                .map(str::to_string),
             arguments: a.arguments,
             reason: a.reason,
             preview: a.preview,
