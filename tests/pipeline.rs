@@ -536,6 +536,69 @@ async fn an_owner_lists_their_threads_page_by_page(backend: Backend) {
     }
 }
 
+/// Streams opened with `?snapshot=true` while results keep committing:
+/// every result is in the snapshot or streamed after it, never both and
+/// never neither.
+async fn a_snapshot_and_the_stream_after_it_never_overlap(backend: Backend) {
+    const CALLS: usize = 120;
+    let app = std::sync::Arc::new(TestApp::spawn(backend).await);
+    let (s, _) = app
+        .call(
+            "snap",
+            json!({"id": "c0", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let poster = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            for i in 1..CALLS {
+                let (s, out) = app
+                    .call(
+                        "snap",
+                        json!({"id": format!("c{i}"), "name": "echo", "arguments": {"text": "x"}}),
+                    )
+                    .await;
+                assert_eq!(s, 200, "{out}");
+            }
+        })
+    };
+    let mut watchers = Vec::new();
+    for _ in 0..12 {
+        let mut sse = app.events("snap", "?snapshot=true", None).await;
+        watchers.push(tokio::spawn(async move {
+            let mut seen: Vec<String> = Vec::new();
+            while seen.len() < CALLS {
+                let Some(f) = sse.next(Duration::from_secs(10)).await else {
+                    break;
+                };
+                match f.kind() {
+                    "MESSAGES_SNAPSHOT" => seen.extend(
+                        f.data["messages"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter_map(|m| m["toolCallId"].as_str().map(str::to_string)),
+                    ),
+                    "TOOL_CALL_RESULT" => {
+                        seen.push(f.data["toolCallId"].as_str().unwrap().to_string())
+                    }
+                    _ => {}
+                }
+            }
+            seen
+        }));
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    poster.await.unwrap();
+    for watcher in watchers {
+        let seen = watcher.await.unwrap();
+        let distinct: std::collections::HashSet<&String> = seen.iter().collect();
+        assert_eq!(distinct.len(), seen.len(), "a result came twice: {seen:?}");
+        assert_eq!(seen.len(), CALLS, "a result is missing: {seen:?}");
+    }
+}
+
 async fn failures_are_data_with_an_error_template(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.tools.timeout_secs = 1).await;
     let (status, out) = app
@@ -835,6 +898,7 @@ both_backends!(
     messages_context_and_text_events,
     history_pages_backwards_with_cursors,
     an_owner_lists_their_threads_page_by_page,
+    a_snapshot_and_the_stream_after_it_never_overlap,
     failures_are_data_with_an_error_template,
     progress_of_long_tools_streams_as_custom_events,
 );

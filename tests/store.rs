@@ -1452,6 +1452,9 @@ impl Store for Observed {
     async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>> {
         self.inner.message(thread_id, id).await
     }
+    async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)> {
+        self.inner.snapshot(thread_id).await
+    }
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.inner.all_messages(thread_id).await
     }

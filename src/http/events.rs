@@ -118,17 +118,19 @@ pub async fn get_events(
     state.store.claim_thread(&thread.0, &user.owner).await?;
     // Subscribe before reading the log, so nothing falls between the two.
     let live = state.bus.subscribe(&thread.0);
-    let last = state.store.last_event_seq(&thread.0).await?;
+    // A snapshot and the event it ends at are read as of one moment: a
+    // result committed meanwhile is in the snapshot or streamed, never both.
+    let (snapshot, last) = if q.snapshot.unwrap_or(false) {
+        let (messages, last) = state.store.snapshot(&thread.0).await?;
+        (Some(messages), last)
+    } else {
+        (None, state.store.last_event_seq(&thread.0).await?)
+    };
     if let Some((after, parameter)) = after
         && after > last
     {
         return Err(in_future(after, parameter, last));
     }
-    let snapshot = if q.snapshot.unwrap_or(false) {
-        Some(state.store.all_messages(&thread.0).await?)
-    } else {
-        None
-    };
     // A snapshot stands for the whole past, so the stream goes on after it
     // even when a resume point was sent too (a browser's EventSource adds
     // Last-Event-ID to a `?snapshot=true` URL when it reconnects): replaying

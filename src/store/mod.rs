@@ -724,6 +724,11 @@ pub trait Store: Send + Sync + 'static {
     /// One message by its id in the thread, `None` if there is none.
     async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>>;
 
+    /// The whole conversation, ascending, and the thread's last event id
+    /// (0 when none), both as of one moment: what a `MESSAGES_SNAPSHOT`
+    /// holds and where the stream after it starts.
+    async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)>;
+
     /// The whole conversation, ascending.
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;
 

@@ -910,6 +910,10 @@ impl Store for PgStore {
         self.reads().message(thread_id, id).await
     }
 
+    async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)> {
+        self.reads().snapshot(thread_id).await
+    }
+
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.reads().all_messages(thread_id).await
     }

@@ -398,6 +398,33 @@ where
         row.as_ref().map(message_from_row).transpose()
     }
 
+    /// The whole conversation and the thread's last event id, read in one
+    /// statement: one snapshot of the database in either backend, so a
+    /// result committed meanwhile is in both or in neither.
+    pub async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)> {
+        let rows = sqlx::query(&format!(
+            "SELECT s.last_event_seq AS snapshot_last_event_seq, {MESSAGE_COLUMNS} \
+             FROM (SELECT last_event_seq FROM threads WHERE id = $1) AS s \
+             LEFT JOIN messages ON messages.thread_id = $1 \
+             ORDER BY seq"
+        ))
+        .bind(thread_id)
+        .fetch_all(self.pool)
+        .await?;
+        let last = match rows.first() {
+            Some(row) => row.int("snapshot_last_event_seq")?,
+            None => 0,
+        };
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in &rows {
+            // The thread's row alone: no messages yet.
+            if row.opt_int("seq")?.is_some() {
+                messages.push(message_from_row(row)?);
+            }
+        }
+        Ok((messages, last))
+    }
+
     pub async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         let rows = sqlx::query(&format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 ORDER BY seq"
