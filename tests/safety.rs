@@ -814,6 +814,58 @@ async fn a_call_whose_undo_failed_can_be_undone_again(backend: Backend) {
     assert_eq!(problem["code"], "NOT_UNDOABLE", "{problem}");
 }
 
+/// What `bash` did cannot be taken back: undoing it, or rolling back its
+/// run, says so with a guide (`irreversible`), not "nothing to undo", and
+/// the rest of the run is still rolled back.
+async fn a_command_in_a_rolled_back_run_is_reported_irreversible(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    put_rules(&app, json!({"allow": ["bash"]})).await;
+    let batch = json!({"run_id": "run_b", "calls": [
+        {"id": "b1", "name": "bash", "arguments": {"command": "mkdir -p rb && echo d > rb/d.txt"}},
+        {"id": "b2", "name": "write_file", "arguments": {"path": "w.txt", "content": "w"}},
+    ]});
+    let r = app.post("/v1/threads/irr/batches", &batch).await;
+    assert_eq!(r.status(), 200);
+    let root = std::path::PathBuf::from(
+        app.get_json("/v1/workspace").await["root"]
+            .as_str()
+            .unwrap(),
+    );
+    let r = app
+        .post("/v1/threads/irr/tool-calls/b1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 422);
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["code"], "IRREVERSIBLE", "{problem}");
+    assert!(
+        problem["manual_guide"].as_str().unwrap().contains("bash"),
+        "{problem}"
+    );
+
+    let r = app
+        .post("/v1/threads/irr/runs/run_b/rollback", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let report: Value = r.json().await.unwrap();
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(
+        (&steps[0]["tool_call_id"], &steps[0]["action"]),
+        (&json!("b2"), &json!("undone")),
+        "{report}"
+    );
+    assert_eq!(
+        (&steps[1]["tool_call_id"], &steps[1]["action"]),
+        (&json!("b1"), &json!("irreversible")),
+        "{report}"
+    );
+    assert!(steps[1]["manual_guide"].as_str().is_some(), "{report}");
+    assert!(!root.join("w.txt").exists());
+    assert!(
+        root.join("rb/d.txt").exists(),
+        "what bash did stays, as reported"
+    );
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = vec![];
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -1820,6 +1872,7 @@ both_backends!(
     an_undo_acts_in_the_calls_own_sub_workspace,
     an_undo_never_reverts_another_calls_change,
     a_sub_workspace_swapped_during_an_approval_is_caught,
+    a_command_in_a_rolled_back_run_is_reported_irreversible,
     a_sub_workspace_does_not_dodge_path_rules,
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,

@@ -73,7 +73,11 @@ fn undo_call_id(id: &str, attempt: u32) -> String {
     format!("{prefix}{cut}")
 }
 
-fn undo_info(record: &ToolCallRecord) -> Result<UndoInfo, UndoError> {
+/// What undoing `record` takes. `changes_outright`: its tool (as
+/// registered now) changes things and cannot take them back (not
+/// read-only, not reversible: `bash`), so a success of it that left no
+/// undo record is irreversible, with a guide, rather than "nothing to undo".
+fn undo_info(record: &ToolCallRecord, changes_outright: bool) -> Result<UndoInfo, UndoError> {
     let id = record.id.clone();
     if !matches!(record.status, CallStatus::Success | CallStatus::Partial) {
         return Err(UndoError::NotUndoable {
@@ -85,6 +89,17 @@ fn undo_info(record: &ToolCallRecord) -> Result<UndoInfo, UndoError> {
         return Err(UndoError::AlreadyUndone { id, by: by.clone() });
     }
     let Some(undo) = &record.undo else {
+        if changes_outright {
+            return Err(UndoError::Irreversible {
+                id,
+                guide: format!(
+                    "{} is not reversible: toolgate cannot take back what it did. Look at its \
+                     result (what it ran and printed) and revert its effects by hand or with new \
+                     tool calls.",
+                    record.tool_name
+                ),
+            });
+        }
         return Err(UndoError::NotUndoable {
             id,
             why: format!(
@@ -108,6 +123,14 @@ fn undo_info(record: &ToolCallRecord) -> Result<UndoInfo, UndoError> {
 }
 
 impl Engine {
+    /// Whether `tool` (as registered now) changes things it cannot take
+    /// back: neither read-only nor reversible.
+    fn changes_outright(&self, tool: &str) -> bool {
+        self.registry.resolve(tool).is_some_and(|t| {
+            !t.definition.metadata.read_only && !t.definition.capability.reversible
+        })
+    }
+
     /// Undo one call: its undo runs as a new call `undo_<id>` through the
     /// whole pipeline. Undoing twice is refused.
     pub async fn undo(
@@ -121,7 +144,7 @@ impl Engine {
             .tool_call(thread_id, id)
             .await?
             .ok_or_else(|| UndoError::NotFound(id.to_string()))?;
-        let info = undo_info(&record)?;
+        let info = undo_info(&record, self.changes_outright(&record.tool_name))?;
         self.run_undo(owner, thread_id, id, info, record.workspace.clone())
             .await
             .1
@@ -216,7 +239,7 @@ impl Engine {
                 manual_guide: None,
                 detail: None,
             };
-            match undo_info(record) {
+            match undo_info(record, self.changes_outright(&record.tool_name)) {
                 Err(UndoError::Irreversible { guide, .. }) => {
                     step.action = "irreversible".into();
                     step.manual_guide = Some(guide);
