@@ -866,6 +866,59 @@ async fn a_command_in_a_rolled_back_run_is_reported_irreversible(backend: Backen
     );
 }
 
+/// In a batch, the calls after one that waits for approval may depend on
+/// it: they do not run before it (a 409 each, nothing recorded), and run
+/// when posted again once it is decided.
+async fn calls_after_one_waiting_for_approval_wait_too(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let calls = json!([
+        {"id": "n1", "name": "echo", "arguments": {"text": "before"}},
+        {"id": "n2", "name": "bash", "arguments": {"command": "mkdir made"}},
+        {"id": "n3", "name": "echo", "arguments": {"text": "after"}},
+        {"id": "n4", "name": "write_file", "arguments": {"path": "made/x.txt", "content": "x"}},
+    ]);
+    let r = app
+        .post("/v1/threads/wb/batches", &json!({"calls": calls}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let statuses: Vec<i64> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_i64().unwrap())
+        .collect();
+    assert_eq!(statuses, [200, 202, 409, 409], "{body}");
+    let detail = body["results"][3]["problem"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("\"n2\"") && detail.contains("approval"),
+        "{detail}"
+    );
+    let recorded: Vec<Value> = app.history("wb").await;
+    assert_eq!(recorded.len(), 1, "only n1's result: {recorded:?}");
+
+    let approval = body["results"][1]["pending"]["approval"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let out = approve_and_wait(&app, &approval, "wb", calls[1].clone()).await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    let r = app
+        .post(
+            "/v1/threads/wb/batches",
+            &json!({"calls": [calls[2], calls[3]]}),
+        )
+        .await;
+    let body: Value = r.json().await.unwrap();
+    for result in body["results"].as_array().unwrap() {
+        assert_eq!(result["status"], 200, "{body}");
+        assert_eq!(
+            result["result"]["tool_agent_output"]["status"], "success",
+            "{body}"
+        );
+    }
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = vec![];
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -1873,6 +1926,7 @@ both_backends!(
     an_undo_never_reverts_another_calls_change,
     a_sub_workspace_swapped_during_an_approval_is_caught,
     a_command_in_a_rolled_back_run_is_reported_irreversible,
+    calls_after_one_waiting_for_approval_wait_too,
     a_sub_workspace_does_not_dodge_path_rules,
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,
@@ -1918,7 +1972,10 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
         "messages": [
             {"id": "u1", "role": "user", "content": "write it"},
             {"id": "a1", "role": "assistant", "toolCalls": [
-                {"id": "w1", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"r.txt\",\"content\":\"r\"}"}}]}
+                {"id": "w1", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"r.txt\",\"content\":\"r\"}"}},
+                // After the call that waits: it may depend on it, so it
+                // waits for the run that resumes after the decision.
+                {"id": "e1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"after\"}"}}]}
         ]
     });
     let resp = app
@@ -1947,6 +2004,18 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
     let interrupt = &finished["outcome"]["interrupts"][0];
     assert_eq!(interrupt["toolCallId"], "w1");
     assert_eq!(interrupt["reason"], "approval_required");
+    assert_eq!(
+        finished["outcome"]["interrupts"].as_array().unwrap().len(),
+        1,
+        "{finished}"
+    );
+    assert!(
+        app.history("r")
+            .await
+            .iter()
+            .all(|m| m["tool_call_id"] != "e1"),
+        "the call after the waiting one did not run"
+    );
     let approval_id = interrupt["id"].as_str().unwrap().to_string();
 
     // A token with the approver scope decides an approval it does not own;

@@ -130,11 +130,26 @@ pub async fn post_batch(
     let mut results: Vec<Option<BatchItem>> = (0..parsed.len()).map(|_| None).collect();
     let mut parsed: Vec<Option<Result<IncomingCall, ApiError>>> =
         parsed.into_iter().map(Some).collect();
+    // The first call found waiting for a human decision: the calls after
+    // it may depend on it, so they do not run before it (nothing of them
+    // is recorded; posted again once it is decided, they run then).
+    let mut waiting_for: Option<(usize, String)> = None;
     for group in groups {
         let mut tasks = Vec::with_capacity(group.len());
         for index in group {
             match parsed[index].take().expect("each call is taken once") {
                 Err(problem) => results[index] = Some(refused(index, None, problem)),
+                Ok(call) if waiting_for.is_some() => {
+                    let (at, before) = waiting_for.as_ref().expect("checked");
+                    let id = call.id.clone();
+                    results[index] = Some(refused(
+                        index,
+                        Some(id),
+                        ApiError::Conflict(format!(
+                            "not run: call {before:?} (index {at}) waits for approval, and the calls after it do not run before it; post this call again once it is decided"
+                        )),
+                    ));
+                }
                 Ok(call) => {
                     let engine = state.engine.clone();
                     let request = CallRequest::new(&user.owner, &thread.0, call);
@@ -161,7 +176,12 @@ pub async fn post_batch(
                 },
                 Ok(Ok(Executed::AwaitingApproval(approval))) => BatchItem {
                     index,
-                    tool_call_id: Some(id),
+                    tool_call_id: Some({
+                        if waiting_for.is_none() {
+                            waiting_for = Some((index, id.clone()));
+                        }
+                        id
+                    }),
                     status: 202,
                     result: None,
                     pending: Some(PendingApprovalResponse {

@@ -301,6 +301,9 @@ async fn execute_run(
                 tool_call_id: Some(approval.tool_call_id.clone()),
                 metadata: Some(metadata),
             });
+            // The calls after it may depend on it: they run in the run that
+            // resumes after the decision (answered calls are skipped there).
+            break;
         }
     }
     Ok(Finished {
