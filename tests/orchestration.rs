@@ -150,6 +150,29 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
             .status(),
         422
     );
+
+    // One id twice in a batch: the second is refused, whatever its
+    // arguments, and the first runs.
+    let twice = json!({"calls": [
+        {"id": "dup", "name": "echo", "arguments": {"text": "first"}},
+        {"id": "dup", "name": "echo", "arguments": {"text": "second"}},
+    ]});
+    let r = app.post("/v1/threads/b2/batches", &twice).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["results"][0]["status"], 200, "{body}");
+    assert_eq!(
+        body["results"][0]["result"]["tool_agent_output"]["result"]["text"], "first",
+        "{body}"
+    );
+    assert_eq!(body["results"][1]["status"], 422, "{body}");
+    assert!(
+        body["results"][1]["problem"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("call 0 of this batch"),
+        "{body}"
+    );
 }
 
 async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {

@@ -104,14 +104,25 @@ pub async fn post_batch(
     check_owner(&state, &user, &thread).await?;
 
     // Parse every call first; a malformed one is answered, not executed.
+    // An id twice in one batch is answered at its second place: which of
+    // two different calls ran would otherwise be down to timing.
+    let mut first_at = std::collections::HashMap::new();
     let parsed: Vec<Result<IncomingCall, ApiError>> = body
         .calls
         .iter()
-        .map(|raw| {
-            calls::parse(raw).map_err(parse_error_to_api).map(|mut c| {
-                c.run_id = Some(c.run_id.unwrap_or_else(|| run_id.clone()));
-                c
-            })
+        .enumerate()
+        .map(|(index, raw)| {
+            let call = calls::parse(raw).map_err(parse_error_to_api)?;
+            if let Some(first) = first_at.insert(call.id.clone(), index) {
+                first_at.insert(call.id.clone(), first);
+                return Err(unprocessable(format!(
+                    "tool call id {:?} is already the id of call {first} of this batch",
+                    call.id
+                )));
+            }
+            let mut call = call;
+            call.run_id = Some(call.run_id.unwrap_or_else(|| run_id.clone()));
+            Ok(call)
         })
         .collect();
     let safe: Vec<bool> = parsed
