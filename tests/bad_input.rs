@@ -344,6 +344,22 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         assert_eq!(s, 422, "{p}");
         assert!(p["detail"].as_str().unwrap().contains(says), "{p}");
     }
+    // A run whose call reuses an id the thread recorded for another call:
+    // 409 before the stream, with nothing of the run stored.
+    let (s, _) = app
+        .call(
+            "rr",
+            json!({"id": "c9", "name": "echo", "arguments": {"text": "a"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let run = json!({"threadId": "rr", "runId": "r9", "tools": [], "context": [], "state": {}, "forwardedProps": {},
+        "messages": [{"id": "a9", "role": "assistant", "toolCalls": [
+            {"id": "c9", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"b\"}"}}]}]});
+    let (s, p) = problem(app.post("/v1/threads/rr/runs", &run).await).await;
+    assert_eq!(s, 409, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("\"c9\""), "{p}");
+    assert_eq!(app.history("rr").await.len(), 1, "the run stored nothing");
 
     // Unknown route and method.
     let (s, p) = problem(app.get("/v1/nothing-here").await).await;

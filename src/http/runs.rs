@@ -40,7 +40,8 @@ pub fn routes() -> Router<AppState> {
         (status = 200, description = "AG-UI event stream of the run", content_type = "text/event-stream", body = super::events::AgUiSseEvent),
         (status = 400, description = "Malformed input", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 422, description = "threadId does not match the path, or wrong field types", content_type = "application/problem+json"),
+        (status = 409, description = "A call of the run reuses an id the thread recorded for another call", content_type = "application/problem+json"),
+        (status = 422, description = "threadId does not match the path, wrong field types, or an invalid or repeated tool call id", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn post_run(
@@ -104,6 +105,7 @@ pub async fn post_run(
         }
     }
     check_owner(&state, &user, &thread).await?;
+    refuse_reused_call_ids(&state, &thread.0, &input).await?;
     // A run executes its calls one at a time: one slot, held to the end.
     let permit = state.acquire(&user.owner, 1)?;
     let (tx, rx) = mpsc::channel(64);
@@ -114,6 +116,56 @@ pub async fn post_run(
         drop(permit);
     });
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()))
+}
+
+/// The calls a run would execute must not reuse an id the thread recorded
+/// for another call: refused before the stream starts and before anything
+/// of the run is stored (in the stream it could only end the run with
+/// `RUN_ERROR`, every retry alike). An id recorded for the same call is
+/// fine: its stored outcome answers it.
+async fn refuse_reused_call_ids(
+    state: &AppState,
+    thread_id: &str,
+    input: &RunAgentInput,
+) -> Result<(), ApiError> {
+    let Some(tool_calls) = input.messages.iter().rev().find_map(|m| match m {
+        Message::Assistant {
+            tool_calls: Some(calls),
+            ..
+        } if !calls.is_empty() => Some(calls),
+        _ => None,
+    }) else {
+        return Ok(());
+    };
+    let answered: HashSet<&str> = input
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    for tc in tool_calls
+        .iter()
+        .filter(|tc| !answered.contains(tc.id.as_str()))
+    {
+        let Some(record) = state.store.tool_call(thread_id, &tc.id).await? else {
+            continue;
+        };
+        let name = state
+            .engine
+            .registry()
+            .resolve(&tc.function.name)
+            .map_or_else(|| tc.function.name.clone(), |t| t.definition.name.clone());
+        let arguments = calls::parse_argument_text(&tc.function.arguments, "/function/arguments");
+        if record.tool_name != name || arguments.is_ok_and(|a| a != record.args) {
+            return Err(ApiError::Conflict(format!(
+                "tool call {:?} is already recorded in this thread with a different tool or arguments; the run's calls need ids of their own",
+                tc.id
+            )));
+        }
+    }
+    Ok(())
 }
 
 type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
