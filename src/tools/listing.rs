@@ -117,19 +117,36 @@ pub enum PromptFormat {
     Json,
 }
 
+/// `s` escaped for an XML attribute value.
 fn xml_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            c => out.push(c),
+            c => push_text_char(&mut out, c),
         }
     }
     out
+}
+
+/// `s` escaped for XML element text: only `&`, `<` and `>` need it, so the
+/// JSON schemas a model reads keep their quotes as they are.
+fn xml_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        push_text_char(&mut out, c);
+    }
+    out
+}
+
+fn push_text_char(out: &mut String, c: char) {
+    match c {
+        '&' => out.push_str("&amp;"),
+        '<' => out.push_str("&lt;"),
+        '>' => out.push_str("&gt;"),
+        c => out.push(c),
+    }
 }
 
 const PREAMBLE: &str = "You can call the following tools. Call a tool with its name and a JSON object of arguments that matches its parameters schema.";
@@ -143,8 +160,8 @@ pub fn system_prompt(defs: &[ToolDefinition], format: PromptFormat) -> String {
                 out.push_str(&format!(
                     "  <tool name=\"{}\">\n    <description>{}</description>\n    <parameters>{}</parameters>\n  </tool>\n",
                     xml_escape(&def.name),
-                    xml_escape(&model_description(def)),
-                    xml_escape(&def.input_schema.to_string()),
+                    xml_text(&model_description(def)),
+                    xml_text(&def.input_schema.to_string()),
                 ));
             }
             out.push_str("</tools>\n");
@@ -264,6 +281,9 @@ mod tests {
         let xml = system_prompt(&[def()], PromptFormat::Xml);
         assert!(xml.contains("<tool name=\"echo\">"));
         assert!(xml.contains("Echo &lt;input&gt; &amp; more"));
+        // The schema reads as JSON: quotes are not entities in text.
+        assert!(xml.contains("<parameters>{\"properties\":{\"text\""), "{xml}");
+        assert!(!xml.contains("&quot;"), "{xml}");
         let json_prompt = system_prompt(&[def()], PromptFormat::Json);
         let start = json_prompt.find('{').unwrap();
         let parsed: Value = serde_json::from_str(&json_prompt[start..]).unwrap();
