@@ -282,7 +282,10 @@ mod tests {
         assert!(xml.contains("<tool name=\"echo\">"));
         assert!(xml.contains("Echo &lt;input&gt; &amp; more"));
         // The schema reads as JSON: quotes are not entities in text.
-        assert!(xml.contains("<parameters>{\"properties\":{\"text\""), "{xml}");
+        assert!(
+            xml.contains("<parameters>{\"properties\":{\"text\""),
+            "{xml}"
+        );
         assert!(!xml.contains("&quot;"), "{xml}");
         let json_prompt = system_prompt(&[def()], PromptFormat::Json);
         let start = json_prompt.find('{').unwrap();
