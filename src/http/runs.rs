@@ -17,7 +17,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::error::{ApiError, ApiJson};
 use super::{AppState, AuthUser, ThreadId, check_owner};
 use crate::engine::{CallRequest, Executed, Rejection};
-use crate::protocol::agui::{Event, EventBody, Interrupt, Message, RunAgentInput, RunOutcome};
+use crate::protocol::agui::{
+    Event, EventBody, Interrupt, Message, RunAgentInput, RunOutcome, ToolCall,
+};
 use crate::protocol::calls::{self, CallShape, IncomingCall};
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{ToolError, codes};
@@ -118,6 +120,32 @@ pub async fn post_run(
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()))
 }
 
+/// The calls a run executes: those of the input's last assistant message
+/// that has any, with that message's id.
+fn calls_to_run(input: &RunAgentInput) -> Option<(&str, &[ToolCall])> {
+    input.messages.iter().rev().find_map(|m| match m {
+        Message::Assistant {
+            id,
+            tool_calls: Some(calls),
+            ..
+        } if !calls.is_empty() => Some((id.as_str(), calls.as_slice())),
+        _ => None,
+    })
+}
+
+/// The call ids the input already answers (its tool messages): a run
+/// leaves those alone.
+fn answered_ids(input: &RunAgentInput) -> HashSet<&str> {
+    input
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The calls a run would execute must not reuse an id the thread recorded
 /// for another call: refused before the stream starts and before anything
 /// of the run is stored (in the stream it could only end the run with
@@ -128,23 +156,10 @@ async fn refuse_reused_call_ids(
     thread_id: &str,
     input: &RunAgentInput,
 ) -> Result<(), ApiError> {
-    let Some(tool_calls) = input.messages.iter().rev().find_map(|m| match m {
-        Message::Assistant {
-            tool_calls: Some(calls),
-            ..
-        } if !calls.is_empty() => Some(calls),
-        _ => None,
-    }) else {
+    let Some((_, tool_calls)) = calls_to_run(input) else {
         return Ok(());
     };
-    let answered: HashSet<&str> = input
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
-            _ => None,
-        })
-        .collect();
+    let answered = answered_ids(input);
     for tc in tool_calls
         .iter()
         .filter(|tc| !answered.contains(tc.id.as_str()))
@@ -241,27 +256,13 @@ async fn execute_run(
 ) -> Result<Finished, ApiError> {
     record_new_messages(state, owner, input).await?;
 
-    let Some((parent_id, tool_calls)) = input.messages.iter().rev().find_map(|m| match m {
-        Message::Assistant {
-            id,
-            tool_calls: Some(calls),
-            ..
-        } if !calls.is_empty() => Some((id.clone(), calls.clone())),
-        _ => None,
-    }) else {
+    let Some((parent_id, tool_calls)) = calls_to_run(input) else {
         return Ok(Finished {
             frontend: vec![],
             interrupts: vec![],
         });
     };
-    let answered: HashSet<&str> = input
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
-            _ => None,
-        })
-        .collect();
+    let answered = answered_ids(input);
     let frontend: HashSet<&str> = input.tools.iter().map(|t| t.name.as_str()).collect();
     let mut pending_frontend = Vec::new();
     let mut interrupts = Vec::new();
@@ -284,7 +285,7 @@ async fn execute_run(
                 .unwrap_or_else(|_| json!({"_raw": tc.function.arguments})),
             shape: CallShape::Openai,
             run_id: Some(input.run_id.clone()),
-            parent_message_id: Some(parent_id.clone()),
+            parent_message_id: Some(parent_id.to_string()),
             workspace: None,
             dry_run: false,
         };
