@@ -1220,7 +1220,10 @@ impl Engine {
         let owner_rules = self.owner_rules(&req.owner).await?;
         // The file system is looked at once per verdict: where the path
         // leads serves the verdict, the walk's rules and the approval.
-        let file = self.file_facts(req, tool);
+        // Where the call's sub-workspace is: judged by the file rules,
+        // recorded with an approval.
+        let sub_workspace_at = self.sub_workspace_at(req);
+        let file = self.file_facts(req, tool, sub_workspace_at.as_deref());
         let facts = call_facts(req, tool, &file);
         let decision = crate::permissions::decide(
             &self.config.permissions.rules,
@@ -1239,7 +1242,7 @@ impl Engine {
             leads_to: file.resolved.clone(),
         });
         permission.resolved_path = file.resolved;
-        permission.sub_workspace_at = self.sub_workspace_at(req);
+        permission.sub_workspace_at = sub_workspace_at;
         Ok(permission)
     }
 
@@ -1262,7 +1265,14 @@ impl Engine {
     /// as the relative path it names; and where the path really leads in
     /// it through symbolic links, so a link to `.env` is judged as `.env`
     /// too. Looked up as the file tools resolve paths, creating nothing.
-    fn file_facts(&self, req: &CallRequest, tool: &RegisteredTool) -> FileFacts {
+    /// `sub_workspace_at` is [`Engine::sub_workspace_at`], looked up once
+    /// per verdict.
+    fn file_facts(
+        &self,
+        req: &CallRequest,
+        tool: &RegisteredTool,
+        sub_workspace_at: Option<&str>,
+    ) -> FileFacts {
         let mut facts = FileFacts::default();
         if tool.definition.metadata.permission_class != crate::tools::PermissionClass::File {
             return facts;
@@ -1291,8 +1301,8 @@ impl Engine {
             .and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
         facts.judged = opened.is_some();
         facts.sub_workspace = sub.map(|named| {
-            let real = self.sub_workspace_at(req);
-            (named.to_string(), real.unwrap_or_else(|| named.to_string()))
+            let real = sub_workspace_at.unwrap_or(named);
+            (named.to_string(), real.to_string())
         });
         facts
     }
