@@ -113,13 +113,13 @@ pub async fn post_batch(
         .enumerate()
         .map(|(index, raw)| {
             let call = calls::parse(raw).map_err(parse_error_to_api)?;
-            if let Some(first) = first_at.insert(call.id.clone(), index) {
-                first_at.insert(call.id.clone(), first);
+            if let Some(first) = first_at.get(&call.id) {
                 return Err(unprocessable(format!(
                     "tool call id {:?} is already the id of call {first} of this batch",
                     call.id
                 )));
             }
+            first_at.insert(call.id.clone(), index);
             let mut call = call;
             call.run_id = Some(call.run_id.unwrap_or_else(|| run_id.clone()));
             Ok(call)
@@ -185,23 +185,21 @@ pub async fn post_batch(
                     pending: None,
                     problem: None,
                 },
-                Ok(Ok(Executed::AwaitingApproval(approval))) => BatchItem {
-                    index,
-                    tool_call_id: Some({
-                        if waiting_for.is_none() {
-                            waiting_for = Some((index, id.clone()));
-                        }
-                        id
-                    }),
-                    status: 202,
-                    result: None,
-                    pending: Some(PendingApprovalResponse {
-                        status: "pending_approval".into(),
-                        tool_call_id: approval.tool_call_id.clone(),
-                        approval: approval.into(),
-                    }),
-                    problem: None,
-                },
+                Ok(Ok(Executed::AwaitingApproval(approval))) => {
+                    waiting_for.get_or_insert((index, id.clone()));
+                    BatchItem {
+                        index,
+                        tool_call_id: Some(id),
+                        status: 202,
+                        result: None,
+                        pending: Some(PendingApprovalResponse {
+                            status: "pending_approval".into(),
+                            tool_call_id: approval.tool_call_id.clone(),
+                            approval: approval.into(),
+                        }),
+                        problem: None,
+                    }
+                }
                 Ok(Err(rejection)) => refused(index, Some(id), rejection_to_api(rejection)),
                 Err(e) => refused(
                     index,
