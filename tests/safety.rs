@@ -919,6 +919,57 @@ async fn calls_after_one_waiting_for_approval_wait_too(backend: Backend) {
     }
 }
 
+/// A call waiting for approval can be withdrawn with the cancel route:
+/// its approval is denied on its owner's behalf, the call ends
+/// `APPROVAL_DENIED` having run nothing, and the approval can no longer be
+/// approved.
+async fn a_call_waiting_for_approval_can_be_withdrawn(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let call = json!({"id": "wd", "name": "bash", "arguments": {"command": "mkdir withdrawn"}});
+    let (s, out) = app.call("wd", call.clone()).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    let r = app
+        .post("/v1/threads/wd/tool-calls/wd/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let out = loop {
+        let (s, out) = app.call("wd", call.clone()).await;
+        if s == 200 {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(error_code(&out), "APPROVAL_DENIED", "{out}");
+    assert!(
+        out["tool_agent_output"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("withdrawn"),
+        "{out}"
+    );
+    let view = app.get_json(&format!("/v1/approvals/{approval}")).await;
+    assert_eq!(view["status"], "denied", "{view}");
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 409, "decided once");
+    let root = std::path::PathBuf::from(
+        app.get_json("/v1/workspace").await["root"]
+            .as_str()
+            .unwrap(),
+    );
+    assert!(!root.join("withdrawn").exists());
+    // Finished now: cancelling again is a 409.
+    let r = app
+        .post("/v1/threads/wd/tool-calls/wd/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = vec![];
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -1927,6 +1978,7 @@ both_backends!(
     a_sub_workspace_swapped_during_an_approval_is_caught,
     a_command_in_a_rolled_back_run_is_reported_irreversible,
     calls_after_one_waiting_for_approval_wait_too,
+    a_call_waiting_for_approval_can_be_withdrawn,
     a_sub_workspace_does_not_dodge_path_rules,
     git_global_options_do_not_dodge_rules,
     file_rules_follow_links_inside_the_workspace,

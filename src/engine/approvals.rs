@@ -236,6 +236,35 @@ impl Engine {
     /// Decide an open approval. Approving resumes the call (it runs in the
     /// background and streams its result as usual); denying finishes it
     /// with `APPROVAL_DENIED`.
+    /// Withdraw call `call_id` of `thread_id` while it waits for a
+    /// decision: its approval is denied on its owner's behalf, so the call
+    /// finishes `APPROVAL_DENIED` ("withdrawn") and runs nothing. `None`
+    /// when the call does not wait for one.
+    pub async fn withdraw(
+        self: &Arc<Self>,
+        owner: &str,
+        thread_id: &str,
+        call_id: &str,
+    ) -> Result<Option<ApprovalRecord>, ApprovalError> {
+        let Some(record) = self.store.tool_call(thread_id, call_id).await? else {
+            return Ok(None);
+        };
+        if record.status != CallStatus::PendingApproval || record.owner != owner {
+            return Ok(None);
+        }
+        let approval = self.pending_approval_of(&record).await?;
+        let reason = "withdrawn: its owner cancelled the call before it was decided";
+        self.decide(
+            &approval.id,
+            owner,
+            false,
+            Decision::Deny,
+            Some(reason.into()),
+        )
+        .await
+        .map(Some)
+    }
+
     pub async fn decide(
         self: &Arc<Self>,
         id: &str,

@@ -149,7 +149,7 @@ pub async fn list_approvals(
     }))
 }
 
-fn approval_error(e: ApprovalError) -> ApiError {
+pub(super) fn approval_error(e: ApprovalError) -> ApiError {
     match e {
         ApprovalError::NotFound => ApiError::NotFound("approval not found".into()),
         ApprovalError::AlreadyDecided(_) | ApprovalError::Expired => {

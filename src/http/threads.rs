@@ -760,16 +760,19 @@ pub struct CancelAccepted {
     pub cancelling: bool,
 }
 
-/// Cancel a running call.
+/// Cancel a running call, or withdraw one waiting for approval.
 ///
 /// The tool is told to stop (bash: its process group is killed); the call
-/// ends with `CANCELLED` and its result is stored and streamed as usual.
+/// ends with `CANCELLED` and its result is stored and streamed as usual. A
+/// call waiting for approval is withdrawn: its approval is denied on its
+/// owner's behalf and the call ends with `APPROVAL_DENIED`, having run
+/// nothing.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/tool-calls/{tool_call_id}/cancel", tag = "tool calls",
     params(("thread_id" = String, Path,), ("tool_call_id" = String, Path,)),
     responses(
-        (status = 202, description = "The call is being cancelled", body = CancelAccepted),
+        (status = 202, description = "The call is being cancelled, or was withdrawn from its approval", body = CancelAccepted),
         (status = 404, description = "No such call in this thread", content_type = "application/problem+json"),
-        (status = 409, description = "The call is not running (finished, or running in another process)", content_type = "application/problem+json"),
+        (status = 409, description = "The call has finished, or runs in another process", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn cancel_tool_call(
@@ -781,6 +784,19 @@ pub async fn cancel_tool_call(
     super::check_path_id("tool_call_id", &tool_call_id)?;
     require_thread(&state, &user, &thread).await?;
     if state.engine.cancel(&thread.0, &tool_call_id) {
+        let body = CancelAccepted {
+            tool_call_id,
+            cancelling: true,
+        };
+        return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
+    }
+    // A call waiting for approval is withdrawn: its approval is denied.
+    let withdrawn = state
+        .engine
+        .withdraw(&user.owner, &thread.0, &tool_call_id)
+        .await
+        .map_err(super::approvals::approval_error)?;
+    if withdrawn.is_some() {
         let body = CancelAccepted {
             tool_call_id,
             cancelling: true,
