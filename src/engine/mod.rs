@@ -1219,11 +1219,24 @@ impl Engine {
     ) -> Result<Permission, Rejection> {
         let owner_rules = self.owner_rules(&req.owner).await?;
         // The file system is looked at once per verdict: where the path
-        // leads serves the verdict, the walk's rules and the approval.
-        // Where the call's sub-workspace is: judged by the file rules,
-        // recorded with an approval.
-        let sub_workspace_at = self.sub_workspace_at(req);
-        let file = self.file_facts(req, tool, sub_workspace_at.as_deref());
+        // leads serves the verdict, the walk's rules and the approval, and
+        // where the call's sub-workspace is serves the file rules and the
+        // approval. A workspace that does not exist yet holds no links.
+        let is_file =
+            tool.definition.metadata.permission_class == crate::tools::PermissionClass::File;
+        let opened = match self.config.permissions.workspaces.as_ref() {
+            Some(workspaces) if is_file || req.call.workspace.is_some() => workspaces
+                .open_existing(&req.owner, req.call.workspace.as_deref())
+                .ok(),
+            _ => None,
+        };
+        let sub_workspace_at = req
+            .call
+            .workspace
+            .as_ref()
+            .and(opened.as_ref())
+            .and_then(|workspace| self.place_in_owners(&req.owner, workspace));
+        let file = self.file_facts(req, tool, opened.as_ref(), sub_workspace_at.as_deref());
         let facts = call_facts(req, tool, &file);
         let decision = crate::permissions::decide(
             &self.config.permissions.rules,
@@ -1246,15 +1259,12 @@ impl Engine {
         Ok(permission)
     }
 
-    /// Where the call's sub-workspace really is in the owner's workspace
-    /// (a link to another of the owner's directories leads there), `None`
-    /// for a call in the main workspace or a sub-workspace not made yet.
-    /// Looked up as the tools open it, creating nothing.
-    fn sub_workspace_at(&self, req: &CallRequest) -> Option<String> {
-        let sub = req.call.workspace.as_deref()?;
+    /// Where an opened sub-workspace of `owner` really is in the owner's
+    /// workspace (a link to another of the owner's directories leads
+    /// there), relative to it.
+    fn place_in_owners(&self, owner: &str, opened: &crate::workspace::Workspace) -> Option<String> {
         let workspaces = self.config.permissions.workspaces.as_ref()?;
-        let opened = workspaces.open_existing(&req.owner, Some(sub)).ok()?;
-        let main = workspaces.path(&req.owner, None).ok()?;
+        let main = workspaces.path(owner, None).ok()?;
         let rel = opened.path.strip_prefix(main).ok()?.to_str()?;
         Some(if rel.is_empty() { "." } else { rel }.to_string())
     }
@@ -1264,13 +1274,14 @@ impl Engine {
     /// directory of the owner's), so an absolute path inside it is matched
     /// as the relative path it names; and where the path really leads in
     /// it through symbolic links, so a link to `.env` is judged as `.env`
-    /// too. Looked up as the file tools resolve paths, creating nothing.
-    /// `sub_workspace_at` is [`Engine::sub_workspace_at`], looked up once
-    /// per verdict.
+    /// too. Looked up as the file tools resolve paths, creating nothing:
+    /// `opened` is the call's workspace if it exists, `sub_workspace_at`
+    /// where its sub-workspace really is, both looked up once per verdict.
     fn file_facts(
         &self,
         req: &CallRequest,
         tool: &RegisteredTool,
+        opened: Option<&crate::workspace::Workspace>,
         sub_workspace_at: Option<&str>,
     ) -> FileFacts {
         let mut facts = FileFacts::default();
@@ -1286,9 +1297,7 @@ impl Engine {
             Some(_) => return facts,
         };
         let sub = req.call.workspace.as_deref();
-        // A workspace that does not exist yet holds no links.
-        let opened = workspaces.open_existing(&req.owner, sub).ok();
-        facts.workspace = match &opened {
+        facts.workspace = match opened {
             Some(workspace) => Some(workspace.path.clone()),
             None if path.starts_with('/') => workspaces
                 .path(&req.owner, sub)
@@ -1296,9 +1305,8 @@ impl Engine {
                 .map(|path| path.canonicalize().unwrap_or(path)),
             None => None,
         };
-        facts.resolved = opened
-            .as_ref()
-            .and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
+        facts.resolved =
+            opened.and_then(|workspace| crate::tools::builtin::resolved_path(workspace, path));
         facts.judged = opened.is_some();
         facts.sub_workspace = sub.map(|named| {
             let real = sub_workspace_at.unwrap_or(named);
