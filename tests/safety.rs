@@ -123,6 +123,12 @@ async fn approve_and_wait(app: &TestApp, approval_id: &str, thread: &str, call: 
         )
         .await;
     assert_eq!(r.status(), 200);
+    outcome_once_decided(app, thread, call).await
+}
+
+/// Re-post `call` in `thread` until its outcome is there (a decided call
+/// finishes in the background); the outcome.
+async fn outcome_once_decided(app: &TestApp, thread: &str, call: Value) -> Value {
     loop {
         let (s, out) = app.call(thread, call.clone()).await;
         if s == 200 {
@@ -130,6 +136,12 @@ async fn approve_and_wait(app: &TestApp, approval_id: &str, thread: &str, call: 
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// The caller's main workspace on disk.
+async fn workspace_root(app: &TestApp) -> std::path::PathBuf {
+    let ws = app.get_json("/v1/workspace").await;
+    std::path::PathBuf::from(ws["root"].as_str().unwrap())
 }
 
 fn error_code(out: &Value) -> &str {
@@ -690,11 +702,7 @@ async fn an_undo_acts_in_the_calls_own_sub_workspace(backend: Backend) {
         let (_, out) = app.call("sw", call).await;
         assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
     }
-    let root = std::path::PathBuf::from(
-        app.get_json("/v1/workspace").await["root"]
-            .as_str()
-            .unwrap(),
-    );
+    let root = workspace_root(&app).await;
     let r = app
         .post("/v1/threads/sw/tool-calls/s1/undo", &json!({}))
         .await;
@@ -826,11 +834,7 @@ async fn a_command_in_a_rolled_back_run_is_reported_irreversible(backend: Backen
     ]});
     let r = app.post("/v1/threads/irr/batches", &batch).await;
     assert_eq!(r.status(), 200);
-    let root = std::path::PathBuf::from(
-        app.get_json("/v1/workspace").await["root"]
-            .as_str()
-            .unwrap(),
-    );
+    let root = workspace_root(&app).await;
     let r = app
         .post("/v1/threads/irr/tool-calls/b1/undo", &json!({}))
         .await;
@@ -933,13 +937,7 @@ async fn a_call_waiting_for_approval_can_be_withdrawn(backend: Backend) {
         .post("/v1/threads/wd/tool-calls/wd/cancel", &json!({}))
         .await;
     assert_eq!(r.status(), 202);
-    let out = loop {
-        let (s, out) = app.call("wd", call.clone()).await;
-        if s == 200 {
-            break out;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let out = outcome_once_decided(&app, "wd", call.clone()).await;
     assert_eq!(error_code(&out), "APPROVAL_DENIED", "{out}");
     assert!(
         out["tool_agent_output"]["error"]["message"]
@@ -957,11 +955,7 @@ async fn a_call_waiting_for_approval_can_be_withdrawn(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 409, "decided once");
-    let root = std::path::PathBuf::from(
-        app.get_json("/v1/workspace").await["root"]
-            .as_str()
-            .unwrap(),
-    );
+    let root = workspace_root(&app).await;
     assert!(!root.join("withdrawn").exists());
     // Finished now: cancelling again is a 409.
     let r = app
@@ -1108,11 +1102,7 @@ async fn an_approved_call_still_meets_the_rules_in_force(backend: Backend) {
         s.permissions.ask = vec!["write_file(**)".into()]
     })
     .await;
-    let root = std::path::PathBuf::from(
-        app.get_json("/v1/workspace").await["root"]
-            .as_str()
-            .unwrap(),
-    );
+    let root = workspace_root(&app).await;
     let call = |id: &str, path: &str| json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "x"}});
     let pending = |(s, out): (u16, Value)| {
         assert_eq!(s, 202, "{out}");
@@ -1153,11 +1143,7 @@ fn leaked(out: &Value, secret: &str) -> bool {
 /// call waited, the approved call does not run in the new place.
 async fn a_sub_workspace_swapped_during_an_approval_is_caught(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let root = std::path::PathBuf::from(
-        app.get_json("/v1/workspace").await["root"]
-            .as_str()
-            .unwrap(),
-    );
+    let root = workspace_root(&app).await;
     std::fs::create_dir_all(root.join("dirA")).unwrap();
     std::fs::create_dir_all(root.join("dirB")).unwrap();
     std::fs::write(root.join("dirB/keep.txt"), "important\n").unwrap();
@@ -1276,11 +1262,7 @@ async fn file_rules_follow_links_inside_the_workspace(backend: Backend) {
         )
         .await;
     assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
-    let root = std::path::PathBuf::from(
-        app.get_json("/v1/workspace").await["root"]
-            .as_str()
-            .unwrap(),
-    );
+    let root = workspace_root(&app).await;
     let call =
         |id: &str, tool: &str, args: Value| json!({"id": id, "name": tool, "arguments": args});
 
@@ -1464,11 +1446,7 @@ async fn a_sub_workspace_does_not_dodge_path_rules(backend: Backend) {
         )
         .await;
     assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
-    let root = std::path::PathBuf::from(
-        app.get_json("/v1/workspace").await["root"]
-            .as_str()
-            .unwrap(),
-    );
+    let root = workspace_root(&app).await;
 
     for (id, workspace, tool, arguments) in [
         ("r1", "secrets", "read_file", json!({"path": "key"})),
