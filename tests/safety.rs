@@ -427,6 +427,32 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     .await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
 
+    // The list pages: each approval once, newest first, then no cursor.
+    let mut paged = Vec::new();
+    let mut path = "/v1/approvals?limit=3".to_string();
+    loop {
+        let page = app.get_json(&path).await;
+        paged.extend(
+            page["approvals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a["tool_call_id"].as_str().unwrap().to_string()),
+        );
+        match page["next_cursor"].as_str() {
+            Some(c) => path = format!("/v1/approvals?limit=3&before={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, ["w4", "w3", "w2", "w1"]);
+    let r = app.get("/v1/approvals?before=w1").await;
+    assert_eq!(r.status(), 400);
+    let problem: Value = r.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("before"),
+        "{problem}"
+    );
+
     let audit = app.get_json("/v1/audit?tool_call_id=w1").await;
     let actions: Vec<&str> = audit["entries"]
         .as_array()
@@ -439,6 +465,32 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
         ["call.executed", "approval.decided", "approval.requested"],
         "newest first"
     );
+
+    // The audit log pages by the same `next_cursor` as the other lists.
+    let entry_ids = |page: &Value| -> Vec<i64> {
+        page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].as_i64().unwrap())
+            .collect()
+    };
+    let whole = entry_ids(&app.get_json("/v1/audit?limit=500").await);
+    assert!(whole.len() > 5, "{whole:?}");
+    let mut paged = Vec::new();
+    let mut path = "/v1/audit?limit=2".to_string();
+    loop {
+        let page = app.get_json(&path).await;
+        paged.extend(entry_ids(&page));
+        match page["next_cursor"].as_str() {
+            Some(c) => {
+                assert_eq!(page["next_before"].to_string(), c, "the older name agrees");
+                path = format!("/v1/audit?limit=2&before={c}");
+            }
+            None => break,
+        }
+    }
+    assert_eq!(paged, whole);
 }
 
 async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {

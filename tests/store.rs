@@ -1404,9 +1404,17 @@ impl Store for Observed {
         &self,
         owner: Option<&str>,
         status: Option<ApprovalStatus>,
+        before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
-        self.inner.approvals(owner, status, limit).await
+        self.inner.approvals(owner, status, before, limit).await
+    }
+    async fn approval_of_call(
+        &self,
+        thread_id: &str,
+        tool_call_id: &str,
+    ) -> StoreResult<Option<ApprovalRecord>> {
+        self.inner.approval_of_call(thread_id, tool_call_id).await
     }
     async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
         self.inner.expired_approvals(now_ms, limit).await
@@ -2203,36 +2211,72 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
         records.into_iter().map(|r| r.id).collect()
     };
     assert_eq!(
-        ids(store.approvals(Some("alice"), None, 10).await.unwrap()),
+        ids(store
+            .approvals(Some("alice"), None, None, 10)
+            .await
+            .unwrap()),
         ["ap2", "ap3", "ap1"]
     );
     assert_eq!(
-        ids(store.approvals(Some("alice"), None, 2).await.unwrap()),
+        ids(store.approvals(Some("alice"), None, None, 2).await.unwrap()),
         ["ap2", "ap3"]
     );
     assert!(
         store
-            .approvals(Some("alice"), None, 0)
+            .approvals(Some("alice"), None, None, 0)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
-        ids(store.approvals(Some("bob"), None, 10).await.unwrap()),
+        ids(store.approvals(Some("bob"), None, None, 10).await.unwrap()),
         ["bp1"]
     );
     assert!(
         store
-            .approvals(Some("carol"), None, 10)
+            .approvals(Some("carol"), None, None, 10)
             .await
             .unwrap()
             .is_empty()
     );
     // Every owner's (an approver's list), in the same order.
     assert_eq!(
-        ids(store.approvals(None, None, 10).await.unwrap()),
+        ids(store.approvals(None, None, None, 10).await.unwrap()),
         ["bp1", "ap2", "ap3", "ap1"]
     );
+    // A page starts after the previous page's last (time, id).
+    assert_eq!(
+        ids(store
+            .approvals(Some("alice"), None, Some((3_000, "ap2")), 10)
+            .await
+            .unwrap()),
+        ["ap3", "ap1"]
+    );
+    assert_eq!(
+        ids(store
+            .approvals(None, None, Some((2_000, "ap3")), 10)
+            .await
+            .unwrap()),
+        ["ap1"]
+    );
+    assert!(
+        store
+            .approvals(Some("alice"), None, Some((1_000, "ap1")), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A call's approval is found by its thread and call id.
+    assert_eq!(
+        store.approval_of_call("u", "c1").await.unwrap().as_ref(),
+        Some(&a3)
+    );
+    assert_eq!(
+        store.approval_of_call("t", "c1").await.unwrap().as_ref(),
+        Some(&a1)
+    );
+    assert!(store.approval_of_call("t", "c3").await.unwrap().is_none());
+    assert!(store.approval_of_call("w", "c1").await.unwrap().is_none());
 
     // Decide: the fields are stored, and a second decision conflicts.
     apply_one(
@@ -2393,35 +2437,35 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
 
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Pending), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Pending), None, 10)
             .await
             .unwrap()),
         Vec::<String>::new()
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Approved), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Approved), None, 10)
             .await
             .unwrap()),
         ["ap1"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Denied), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Denied), None, 10)
             .await
             .unwrap()),
         ["ap2"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Expired), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Expired), None, 10)
             .await
             .unwrap()),
         ["ap3"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("bob"), Some(ApprovalStatus::Pending), 10)
+            .approvals(Some("bob"), Some(ApprovalStatus::Pending), None, 10)
             .await
             .unwrap()),
         ["bp1"]
@@ -3131,7 +3175,7 @@ async fn pending_work_survives_a_restart_untouched(target: Target) {
     assert_eq!(store.approval("ap1").await.unwrap(), Some(record.clone()));
     assert_eq!(
         store
-            .approvals(Some("alice"), Some(ApprovalStatus::Pending), 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Pending), None, 10)
             .await
             .unwrap(),
         [record]

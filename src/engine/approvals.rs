@@ -210,10 +210,9 @@ impl Engine {
         record: &crate::store::ToolCallRecord,
     ) -> Result<ApprovalRecord, StoreError> {
         self.store
-            .approvals(Some(&record.owner), Some(ApprovalStatus::Pending), 10_000)
+            .approval_of_call(&record.thread_id, &record.id)
             .await?
-            .into_iter()
-            .find(|a| a.tool_call_id == record.id && a.thread_id == record.thread_id)
+            .filter(|a| a.status == ApprovalStatus::Pending)
             .ok_or_else(|| {
                 StoreError::Corrupt(format!("pending call {} has no open approval", record.id))
             })

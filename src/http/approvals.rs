@@ -103,12 +103,18 @@ pub struct ApprovalsQuery {
     /// 1–200, default 50.
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
+    /// Cursor from the previous page's `next_cursor`: returns older approvals.
+    #[param(pattern = "^[0-9]{1,18}:[A-Za-z0-9_.:-]{1,128}$")]
+    pub before: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ApprovalList {
     /// Newest first.
     pub approvals: Vec<ApprovalView>,
+    /// Pass as `before` to get the next (older) page; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 fn is_approver(state: &AppState, user: &AuthUser) -> bool {
@@ -119,7 +125,7 @@ fn is_approver(state: &AppState, user: &AuthUser) -> bool {
 /// owner's (each names its `owner`).
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
     responses((status = 200, body = ApprovalList),
-        (status = 400, description = "Bad status or limit", content_type = "application/problem+json")),
+        (status = 400, description = "Bad status, limit or cursor", content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn list_approvals(
     State(state): State<AppState>,
@@ -140,12 +146,19 @@ pub async fn list_approvals(
         }
     };
     let limit = super::page_limit(q.limit, 50, 200)?;
+    let before = super::time_cursor(q.before.as_deref())?;
     // An approver may see and decide every owner's approvals, so it lists
-    // them all; anyone else lists their own.
+    // them all; anyone else lists their own. One more than the page: whether
+    // an older page exists.
     let owner = (!is_approver(&state, &user)).then_some(user.owner.as_str());
-    let approvals = state.store.approvals(owner, status, limit).await?;
+    let mut approvals = state
+        .store
+        .approvals(owner, status, before, limit + 1)
+        .await?;
+    let next_cursor = super::next_time_cursor(&mut approvals, limit, |a| (a.created_at_ms, &a.id));
     Ok(axum::Json(ApprovalList {
         approvals: approvals.into_iter().map(Into::into).collect(),
+        next_cursor,
     }))
 }
 

@@ -24,7 +24,8 @@ pub struct AuditQuery {
     pub action: Option<String>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
-    /// Keyset cursor: entries older than this id (`next_before` of the previous page).
+    /// Cursor from the previous page's `next_cursor` (or `next_before`):
+    /// entries older than this entry id.
     pub before: Option<i64>,
     /// 1–500, default 100.
     #[param(minimum = 1, maximum = 500)]
@@ -44,8 +45,13 @@ fn action_schema() -> utoipa::openapi::schema::Object {
 pub struct AuditPage {
     /// Newest first.
     pub entries: Vec<AuditEntry>,
-    /// Pass as `before` for the next (older) page.
+    /// Pass as `before` to get the next (older) page; absent on the last.
+    /// The same cursor as the other lists' `next_cursor`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+    /// `next_cursor` as a number, for clients written before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(deprecated)]
     pub next_before: Option<i64>,
 }
 
@@ -90,6 +96,7 @@ pub async fn get_audit(
         .flatten();
     Ok(axum::Json(AuditPage {
         entries,
+        next_cursor: next_before.map(|id| id.to_string()),
         next_before,
     }))
 }

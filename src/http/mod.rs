@@ -149,6 +149,33 @@ pub fn parse_digits(raw: &str) -> Option<i64> {
         .and_then(|r| r.parse().ok())
 }
 
+/// A `before` cursor of the lists ordered by creation, newest first:
+/// `<created_at_ms>:<id>` of the previous page's last item, or a `400`
+/// naming `before`.
+pub fn time_cursor(raw: Option<&str>) -> Result<Option<(i64, &str)>, ApiError> {
+    let Some(raw) = raw else { return Ok(None) };
+    raw.split_once(':')
+        .and_then(|(ms, id)| Some((parse_digits(ms)?, id)))
+        .filter(|(_, id)| crate::protocol::calls::valid_id(id))
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::invalid_param("before", "must be a cursor returned as next_cursor")
+        })
+}
+
+/// Trims `found`, read with one item more than `limit`, to the page, and
+/// gives the cursor of the next (older) page: `None` when there is none.
+pub fn next_time_cursor<T>(
+    found: &mut Vec<T>,
+    limit: i64,
+    key: impl Fn(&T) -> (i64, &str),
+) -> Option<String> {
+    let more = found.len() as i64 > limit;
+    found.truncate(limit as usize);
+    let (ms, id) = key(found.last().filter(|_| more)?);
+    Some(format!("{ms}:{id}"))
+}
+
 /// A page size from the query: `default` when absent, else within
 /// `1..=max` or a `400` naming `limit`.
 pub fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, ApiError> {

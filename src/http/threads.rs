@@ -616,14 +616,6 @@ pub struct ThreadsPage {
     pub next_cursor: Option<String>,
 }
 
-/// A `before` cursor: `<created_at_ms>:<thread id>` of the last thread of
-/// the previous page.
-fn parse_threads_cursor(raw: &str) -> Option<(i64, &str)> {
-    let (ms, id) = raw.split_once(':')?;
-    let ms = super::parse_digits(ms)?;
-    calls::valid_id(id).then_some((ms, id))
-}
-
 /// List the caller's threads.
 ///
 /// Every thread the token's owner has created (by a first tool call,
@@ -644,26 +636,13 @@ pub async fn list_threads(
     ApiQuery(q): ApiQuery<ThreadsQuery>,
 ) -> Result<axum::Json<ThreadsPage>, ApiError> {
     let limit = super::page_limit(q.limit, 50, 200)?;
-    let before = match q.before.as_deref() {
-        None => None,
-        Some(c) => Some(parse_threads_cursor(c).ok_or_else(|| {
-            ApiError::invalid_param("before", "must be a cursor returned as next_cursor")
-        })?),
-    };
+    let before = super::time_cursor(q.before.as_deref())?;
     // One more than the page: whether an older page exists.
     let mut found = state
         .store
         .threads_of(&user.owner, before, limit + 1)
         .await?;
-    let more = found.len() as i64 > limit;
-    found.truncate(limit as usize);
-    let next_cursor = more
-        .then(|| {
-            found
-                .last()
-                .map(|t| format!("{}:{}", t.created_at_ms, t.id))
-        })
-        .flatten();
+    let next_cursor = super::next_time_cursor(&mut found, limit, |t| (t.created_at_ms, &t.id));
     Ok(axum::Json(ThreadsPage {
         threads: found
             .into_iter()

@@ -658,13 +658,23 @@ pub trait Store: Send + Sync + 'static {
 
     /// The approvals of `owner` (of every owner when `None`: what an
     /// approver sees), only those with `status` when given, newest first (by
-    /// `created_at_ms`, then id), at most `limit`.
+    /// `created_at_ms`, then id), older than `before` (a `(created_at_ms,
+    /// id)` of the previous page's last) when given, at most `limit`.
     async fn approvals(
         &self,
         owner: Option<&str>,
         status: Option<ApprovalStatus>,
+        before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>>;
+
+    /// The newest approval asked for call `tool_call_id` of `thread_id`,
+    /// `None` if it never waited for one.
+    async fn approval_of_call(
+        &self,
+        thread_id: &str,
+        tool_call_id: &str,
+    ) -> StoreResult<Option<ApprovalRecord>>;
 
     /// Pending approvals of every owner with `expires_at_ms <= now_ms`, the
     /// longest expired first, at most `limit` (for the expiry sweeper, which

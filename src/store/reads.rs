@@ -49,7 +49,16 @@ pub(super) fn approvals_query(one_owner: bool) -> String {
     format!(
         "SELECT {APPROVAL_COLUMNS} FROM approvals \
          WHERE {owner_filter} AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
-         ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+         AND (created_at_ms, id) < ($3, $4) \
+         ORDER BY created_at_ms DESC, id DESC LIMIT $5"
+    )
+}
+
+/// The newest approval of one call (`approvals_call`).
+pub(super) fn approval_of_call_query() -> String {
+    format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE thread_id = $1 AND tool_call_id = $2 \
+         ORDER BY created_at_ms DESC, id DESC LIMIT 1"
     )
 }
 
@@ -247,18 +256,35 @@ where
         row.as_ref().map(approval_from_row).transpose()
     }
 
+    pub async fn approval_of_call(
+        &self,
+        thread_id: &str,
+        tool_call_id: &str,
+    ) -> StoreResult<Option<ApprovalRecord>> {
+        let row = sqlx::query(&approval_of_call_query())
+            .bind(thread_id)
+            .bind(tool_call_id)
+            .fetch_optional(self.pool)
+            .await?;
+        row.as_ref().map(approval_from_row).transpose()
+    }
+
     pub async fn approvals(
         &self,
         owner: Option<&str>,
         status: Option<ApprovalStatus>,
+        before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
         if limit <= 0 {
             return Ok(Vec::new());
         }
+        let (before_ms, before_id) = before.unwrap_or((i64::MAX, ""));
         let rows = sqlx::query(&approvals_query(owner.is_some()))
             .bind(owner)
             .bind(status.map(ApprovalStatus::as_str))
+            .bind(before_ms)
+            .bind(before_id)
             .bind(limit)
             .fetch_all(self.pool)
             .await?;
@@ -600,6 +626,8 @@ mod tests {
         ))
         .bind(one_owner.then_some("alice"))
         .bind(status)
+        .bind(1_700_000_000_000_i64)
+        .bind("apr_1")
         .bind(50_i64)
         .fetch_all(store.pool())
         .await
@@ -626,6 +654,21 @@ mod tests {
                 assert!(!plan.starts_with("SCAN approvals\n"), "{plan}");
             }
         }
+        // A call's approval is looked up, not searched for.
+        let rows = sqlx::query(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            super::approval_of_call_query()
+        ))
+        .bind("t")
+        .bind("c1")
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| r.get("detail")).collect();
+        assert!(
+            plan[0].contains("approvals_call (thread_id=? AND tool_call_id=?)"),
+            "{plan:?}"
+        );
     }
 
     /// A page of an owner's threads starts in their index at its cursor

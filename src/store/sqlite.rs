@@ -78,6 +78,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "threads by owner",
         include_str!("../../migrations/sqlite/0007_threads_by_owner.sql"),
     ),
+    (
+        8,
+        "approvals by call",
+        include_str!("../../migrations/sqlite/0008_approvals_by_call.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -239,9 +244,18 @@ impl Store for SqliteStore {
         &self,
         owner: Option<&str>,
         status: Option<ApprovalStatus>,
+        before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
-        self.reads().approvals(owner, status, limit).await
+        self.reads().approvals(owner, status, before, limit).await
+    }
+
+    async fn approval_of_call(
+        &self,
+        thread_id: &str,
+        tool_call_id: &str,
+    ) -> StoreResult<Option<ApprovalRecord>> {
+        self.reads().approval_of_call(thread_id, tool_call_id).await
     }
 
     async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
