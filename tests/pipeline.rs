@@ -405,6 +405,56 @@ async fn messages_context_and_text_events(backend: Backend) {
     assert_eq!(dup.status(), 409);
 }
 
+/// A run posted again (a client's retry) does not execute its calls twice:
+/// each is replayed under the assistant message that carries it, with the
+/// result the first run stored.
+async fn a_retried_run_replays_its_calls_under_their_message(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let input = json!({
+        "threadId": "rr", "runId": "run_1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u1", "role": "user", "content": "echo it"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"once\"}"}}]}
+        ]
+    });
+    let mut results = Vec::new();
+    for attempt in ["first", "retry"] {
+        let resp = app.post("/v1/threads/rr/runs", &input).await;
+        assert_eq!(resp.status(), 200, "{attempt}");
+        let frames = common::SseReader::new(resp).until("RUN_FINISHED").await;
+        for f in &frames {
+            assert_agui_conformant(f);
+        }
+        // A run stream leaves out TOOL_CALL_ARGS: the client sent them.
+        let kinds: Vec<&str> = frames.iter().map(|f| f.kind()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "RUN_STARTED",
+                "TOOL_CALL_START",
+                "TOOL_CALL_END",
+                "TOOL_CALL_RESULT",
+                "RUN_FINISHED"
+            ],
+            "{attempt}"
+        );
+        assert_eq!(frames[1].data["toolCallId"], "c1", "{attempt}");
+        assert_eq!(frames[1].data["parentMessageId"], "a1", "{attempt}");
+        results.push(frames[3].data.clone());
+    }
+    assert_eq!(results[0]["messageId"], results[1]["messageId"]);
+    assert_eq!(results[0]["content"], results[1]["content"]);
+    let tools: Vec<Value> = app
+        .history("rr")
+        .await
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(tools.len(), 1, "executed once: {tools:?}");
+}
+
 async fn history_pages_backwards_with_cursors(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     for i in 1..=7 {
@@ -897,6 +947,7 @@ both_backends!(
     idempotent_calls_run_once,
     messages_context_and_text_events,
     history_pages_backwards_with_cursors,
+    a_retried_run_replays_its_calls_under_their_message,
     an_owner_lists_their_threads_page_by_page,
     a_snapshot_and_the_stream_after_it_never_overlap,
     failures_are_data_with_an_error_template,

@@ -552,7 +552,10 @@ impl Engine {
             return Ok(Some(Executed::AwaitingApproval(approval)));
         }
         let outcome = outcome_from_record(&record)?;
-        observe(req.observer.as_ref(), replay_events(&record, &outcome));
+        observe(
+            req.observer.as_ref(),
+            replay_events(&record, &outcome, &req.call),
+        );
         Ok(Some(Executed::Finished(outcome)))
     }
 
@@ -1133,7 +1136,10 @@ impl Engine {
             }
             if record.status.is_finished() {
                 let outcome = outcome_from_record(&record)?;
-                observe(req.observer.as_ref(), replay_events(&record, &outcome));
+                observe(
+                    req.observer.as_ref(),
+                    replay_events(&record, &outcome, &req.call),
+                );
                 return Ok(outcome);
             }
             return Err(StoreError::Conflict(format!(
@@ -1748,13 +1754,18 @@ fn outcome_from_record(record: &ToolCallRecord) -> Result<CallOutcome, StoreErro
 }
 
 /// What a run stream shows for a call that was already recorded: the same
-/// four events, rebuilt from the record.
-fn replay_events(record: &ToolCallRecord, outcome: &CallOutcome) -> Vec<Event> {
+/// four events, rebuilt from the record, under the message that carries the
+/// call this time.
+fn replay_events(
+    record: &ToolCallRecord,
+    outcome: &CallOutcome,
+    call: &crate::protocol::calls::IncomingCall,
+) -> Vec<Event> {
     vec![
         Event::new(EventBody::ToolCallStart {
             tool_call_id: record.id.clone(),
             tool_call_name: record.tool_name.clone(),
-            parent_message_id: None,
+            parent_message_id: call.parent_message_id.clone(),
         }),
         Event::new(EventBody::ToolCallArgs {
             tool_call_id: record.id.clone(),
