@@ -2002,6 +2002,7 @@ async fn reading_the_workspace_creates_nothing() {
 }
 
 both_backends!(
+    a_call_is_looked_up_by_its_id,
     pipes_into_interpreters_need_approval,
     an_undo_acts_in_the_calls_own_sub_workspace,
     an_undo_never_reverts_another_calls_change,
@@ -2028,6 +2029,111 @@ both_backends!(
     bash_runs_confined_and_cancellation_kills_it,
     approver_scope_and_ag_ui_interrupts,
 );
+
+/// `GET …/tool-calls/{id}`: where a call stands, its outcome once
+/// finished, and what undoing it would do; nothing runs for the read.
+async fn a_call_is_looked_up_by_its_id(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["write_file(ask*)".into()];
+        s.permissions.allow = vec!["bash(true)".into()];
+    })
+    .await;
+    let app_ref = &app;
+    let look = move |id: &str| {
+        let path = format!("/v1/threads/lk/tool-calls/{id}");
+        async move { app_ref.get_json(&path).await }
+    };
+
+    // A finished call: its outcome as its request answered, and undo.
+    let write =
+        json!({"id": "w1", "name": "write_file", "arguments": {"path": "a.txt", "content": "one"}});
+    let (s, posted) = app.call("lk", write).await;
+    assert_eq!(s, 200, "{posted}");
+    let view = look("w1").await;
+    assert_eq!(view["status"], "success", "{view}");
+    assert_eq!(view["tool_name"], "write_file");
+    assert_eq!(
+        view["arguments"],
+        json!({"path": "a.txt", "content": "one"})
+    );
+    assert_eq!(view["dry_run"], false);
+    assert_eq!(view["run_id"], "w1", "its own run");
+    assert!(view["finished_at_ms"].as_i64().unwrap() >= view["created_at_ms"].as_i64().unwrap());
+    assert_eq!(view["undo"], "available");
+    let outcome = &view["outcome"];
+    assert_eq!(outcome["tool_agent_output"], posted["tool_agent_output"]);
+    assert_eq!(outcome["tool_response"], posted["tool_response"]);
+    assert_eq!(outcome["ui_schema"], posted["ui_schema"]);
+    assert_eq!(outcome["message_id"], posted["message_id"]);
+    assert_eq!(outcome["replayed"], true);
+
+    // Undone: the original names its undo, the undo what it undid.
+    let r = app
+        .post("/v1/threads/lk/tool-calls/w1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let view = look("w1").await;
+    assert_eq!(
+        (&view["undo"], &view["undone_by"]),
+        (&json!("undone"), &json!("undo_w1")),
+        "{view}"
+    );
+    let undo = look("undo_w1").await;
+    assert_eq!(undo["undo_of"], "w1", "{undo}");
+    assert_eq!(undo["status"], "success");
+
+    // Nothing to undo (echo); only by hand (bash).
+    app.call(
+        "lk",
+        json!({"id": "e1", "name": "echo", "arguments": {"text": "x"}}),
+    )
+    .await;
+    assert_eq!(look("e1").await["undo"], "none");
+    let (s, out) = app
+        .call(
+            "lk",
+            json!({"id": "b1", "name": "bash", "arguments": {"command": "true"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(look("b1").await["undo"], "irreversible");
+
+    // Waiting for approval: the approval's id, no outcome, no undo.
+    let (s, out) = app.call("lk", json!({"id": "w2", "name": "write_file", "workspace": "side", "arguments": {"path": "ask.txt", "content": "?"}})).await;
+    assert_eq!(s, 202, "{out}");
+    let view = look("w2").await;
+    assert_eq!(view["status"], "pending_approval", "{view}");
+    assert_eq!(view["approval_id"], out["approval"]["id"]);
+    assert_eq!(view["workspace"], "side");
+    assert!(
+        view.get("outcome").is_none() && view.get("undo").is_none(),
+        "{view}"
+    );
+    let ws = app.get_json("/v1/workspace?workspace=side").await;
+    assert!(
+        !std::path::Path::new(ws["root"].as_str().unwrap())
+            .join("ask.txt")
+            .exists(),
+        "the read ran nothing"
+    );
+
+    // Unknown ids, bad ids and other owners' threads.
+    let r = app.get("/v1/threads/lk/tool-calls/nope").await;
+    assert_eq!(r.status(), 404);
+    let r = app.get("/v1/threads/lk/tool-calls/bad%20id").await;
+    assert_eq!(r.status(), 400);
+    let mallory = app.token_for("mallory");
+    let r = app
+        .client
+        .get(app.url("/v1/threads/lk/tool-calls/w1"))
+        .bearer_auth(&mallory)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let body = r.text().await.unwrap();
+    assert!(!body.contains("a.txt"), "nothing of the call: {body}");
+}
 
 async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["write_file".into()]).await;

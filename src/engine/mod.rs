@@ -1735,7 +1735,7 @@ pub fn result_event(
     .with_metadata(metadata)
 }
 
-fn outcome_from_record(record: &ToolCallRecord) -> Result<CallOutcome, StoreError> {
+pub fn outcome_from_record(record: &ToolCallRecord) -> Result<CallOutcome, StoreError> {
     let output = record
         .output
         .as_ref()

@@ -123,6 +123,23 @@ fn undo_info(record: &ToolCallRecord, changes_outright: bool) -> Result<UndoInfo
 }
 
 impl Engine {
+    /// What undoing a finished call would do now: `available`, `undone`,
+    /// `irreversible` (only by hand), or `none` (nothing to undo); `None`
+    /// for a call that has not finished.
+    pub fn undo_state(&self, record: &ToolCallRecord) -> Option<&'static str> {
+        if !record.status.is_finished() {
+            return None;
+        }
+        Some(
+            match undo_info(record, self.changes_outright(&record.tool_name)) {
+                Ok(_) => "available",
+                Err(UndoError::AlreadyUndone { .. }) => "undone",
+                Err(UndoError::Irreversible { .. }) => "irreversible",
+                Err(_) => "none",
+            },
+        )
+    }
+
     /// Whether `tool` (as registered now) changes things it cannot take
     /// back: neither read-only nor reversible.
     fn changes_outright(&self, tool: &str) -> bool {

@@ -16,6 +16,7 @@ use super::error::PROBLEM_JSON;
     info(title = "toolgate", description = "Tool execution for agent backends: gated, stored, streamed as AG-UI events. No string in a request may contain U+0000 (NUL), which Postgres cannot store: a body holding one is refused with a 422 whose `errors` name its JSON pointer, a path or query with `%00` with a 400."),
     paths(
         super::threads::post_tool_call,
+        super::threads::get_tool_call,
         super::threads::cancel_tool_call,
         super::threads::undo_tool_call,
         super::threads::rollback_run,

@@ -23,6 +23,10 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/threads/{thread_id}/tool-calls", post(post_tool_call))
         .route(
+            "/threads/{thread_id}/tool-calls/{tool_call_id}",
+            get(get_tool_call),
+        )
+        .route(
             "/threads/{thread_id}/tool-calls/{tool_call_id}/cancel",
             post(cancel_tool_call),
         )
@@ -729,6 +733,104 @@ pub async fn get_context(
             ContextFormat::Anthropic => context::anthropic(&messages, &unanswered),
         },
     ))
+}
+
+/// A recorded tool call: where it stands and, once finished, its outcome.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ToolCallView {
+    #[schema(value_type = calls::Id)]
+    pub id: String,
+    pub tool_name: String,
+    /// `pending_approval`, `running`, `success`, `failure` or `partial`.
+    pub status: String,
+    /// The run it belongs to (its own id when it was posted without one).
+    pub run_id: String,
+    /// The arguments it was called with.
+    #[schema(value_type = Object)]
+    pub arguments: Value,
+    /// The sub-workspace it works in; absent: the owner's main one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<calls::WorkspaceName>)]
+    pub workspace: Option<String>,
+    /// Whether it is a dry run; absent for calls recorded before this was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+    pub created_at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<i64>,
+    /// The approval it waits for (status `pending_approval`), or waited for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// The call it undoes, when it is an undo.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo_of: Option<String>,
+    /// The call that undid it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undone_by: Option<String>,
+    /// Once finished, what `POST …/undo` would do now: `available`,
+    /// `undone`, `irreversible` (only by hand) or `none` (nothing to undo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undo: Option<String>,
+    /// Once finished: the outcome, as the call's own request answered it
+    /// (`replayed` is true: nothing ran for this read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ToolCallResponse>,
+}
+
+/// One tool call of the thread.
+///
+/// Where a recorded call stands (waiting for approval, running, finished)
+/// and, once finished, its outcome: the same `tool_agent_output`,
+/// `tool_response` and `ui_schema` its own request answered with. Reading
+/// it runs nothing, and needs neither the call's arguments nor its shape:
+/// a chat backend whose request timed out can look the call up by id.
+#[utoipa::path(get, path = "/v1/threads/{thread_id}/tool-calls/{tool_call_id}", tag = "tool calls",
+    params(("thread_id" = String, Path,), ("tool_call_id" = String, Path,)),
+    responses(
+        (status = 200, body = ToolCallView),
+        (status = 404, description = "No such call in this thread, or the thread is not the caller's", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn get_tool_call(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path((thread_id, tool_call_id)): Path<(String, String)>,
+) -> Result<axum::Json<ToolCallView>, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    super::check_path_id("tool_call_id", &tool_call_id)?;
+    require_thread(&state, &user, &thread).await?;
+    let record = state
+        .store
+        .tool_call(&thread.0, &tool_call_id)
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("no tool call {tool_call_id:?} in this thread"))
+        })?;
+    let approval_id = state
+        .store
+        .approval_of_call(&thread.0, &tool_call_id)
+        .await?
+        .map(|a| a.id);
+    let outcome = match record.status.is_finished() {
+        true => Some(crate::engine::outcome_from_record(&record)?.into()),
+        false => None,
+    };
+    Ok(axum::Json(ToolCallView {
+        undo: state.engine.undo_state(&record).map(str::to_string),
+        status: record.status.as_str().to_string(),
+        id: record.id,
+        tool_name: record.tool_name,
+        run_id: record.run_id,
+        arguments: record.args,
+        workspace: record.workspace,
+        dry_run: record.dry_run,
+        created_at_ms: record.created_at_ms,
+        finished_at_ms: record.finished_at_ms,
+        approval_id,
+        undo_of: record.undo_of,
+        undone_by: record.undone_by,
+        outcome,
+    }))
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
