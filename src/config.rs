@@ -22,6 +22,10 @@ pub struct Settings {
     pub sandbox: SandboxSettings,
     pub permissions: PermissionSettings,
     pub approvals: ApprovalSettings,
+    /// The settings files these were read from (`config/default.toml`,
+    /// `--config`): commands never see them, since they may hold secrets.
+    #[serde(skip)]
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -321,8 +325,10 @@ impl Settings {
     pub fn load(config_file: Option<&Path>) -> anyhow::Result<Settings> {
         let mut figment = Figment::from(Serialized::defaults(Settings::default()));
         let default_file = Path::new("config/default.toml");
+        let mut files = Vec::new();
         if default_file.exists() {
             figment = figment.merge(Toml::file(default_file));
+            files.push(default_file.to_path_buf());
         }
         if let Some(file) = config_file {
             anyhow::ensure!(
@@ -331,9 +337,11 @@ impl Settings {
                 file.display()
             );
             figment = figment.merge(Toml::file(file));
+            files.push(file.to_path_buf());
         }
         figment = figment.merge(Env::prefixed("TOOLGATE_").split("__"));
         let mut settings: Settings = figment.extract()?;
+        settings.files = files;
         if let Ok(url) = std::env::var("DATABASE_URL")
             && !url.trim().is_empty()
         {

@@ -41,10 +41,19 @@ pub fn workspace_and_sandbox(
         &settings.workspace.history_root(data_dir),
     )?);
     // Commands never see the service's data (database file, signing key,
-    // edit history) nor other owners' workspaces.
-    let paths = SystemPaths::default()
-        .hide(data_dir)
-        .hide(settings.workspace.root(data_dir));
+    // edit history), other owners' workspaces, nor the settings files and
+    // keys the service reads its secrets from.
+    let secrets = settings
+        .files
+        .iter()
+        .chain(&settings.auth.private_key_pem)
+        .chain(&settings.auth.public_key_pem);
+    let paths = secrets.fold(
+        SystemPaths::default()
+            .hide(data_dir)
+            .hide(settings.workspace.root(data_dir)),
+        |paths, file| paths.hide(file),
+    );
     let (sandbox, ended) = Sandbox::with_paths(&settings.sandbox, paths)
         .recording_sessions_in(&data_dir.join(COMMAND_SESSIONS))?;
     if ended > 0 {

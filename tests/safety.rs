@@ -1037,8 +1037,22 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// A file removed when the test ends, however it ends.
+struct RemovedAtEnd(std::path::PathBuf);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 async fn bash_runs_confined_and_cancellation_kills_it(backend: Backend) {
-    let app = TestApp::spawn(backend).await;
+    let settings_file = RemovedAtEnd(std::path::PathBuf::from(format!(
+        "/etc/toolgate-test-{}-{backend:?}.toml",
+        std::process::id()
+    )));
+    std::fs::write(&settings_file.0, "# hs256-in-settings-file\n").unwrap();
+    let app = TestApp::spawn_with(backend, |s| s.files = vec![settings_file.0.clone()]).await;
     put_rules(&app, json!({"allow": ["bash"]})).await;
     let (_, out) = app
         .call(
@@ -1082,6 +1096,15 @@ async fn bash_runs_confined_and_cancellation_kills_it(backend: Backend) {
         !audit.to_string().contains(secret),
         "arguments never reach the audit log"
     );
+
+    // The settings file the service was started with (here in /etc, a
+    // tree commands may read) may hold secrets: commands never see it.
+    let settings_file = app.settings.files[0].display().to_string();
+    let (_, out) = app.call("s", json!({"id": "conf", "name": "bash", "arguments": {"command": format!("cat {settings_file}")}})).await;
+    assert_ne!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+    assert!(!out.to_string().contains("hs256-in-settings-file"), "{out}");
+    let ws = app.get_json("/v1/workspace").await;
+    assert!(ws["sandbox"]["hidden_paths"].as_array().unwrap().contains(&json!(settings_file)), "{ws}");
 
     let data_dir = app.data_dir.path().display().to_string();
     let (_, out) = app.call("s", json!({"id": "key", "name": "bash", "arguments": {"command": format!("cat {data_dir}/signing.key")}})).await;
