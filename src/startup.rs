@@ -36,6 +36,7 @@ pub fn workspace_and_sandbox(
     settings: &Settings,
 ) -> anyhow::Result<(Arc<Workspaces>, Arc<Sandbox>)> {
     let data_dir = &settings.storage.data_dir;
+    crate::private_dir(data_dir)?;
     let workspaces = Arc::new(Workspaces::new(
         &settings.workspace.root(data_dir),
         &settings.workspace.history_root(data_dir),

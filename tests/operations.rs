@@ -153,6 +153,41 @@ async fn a_closed_event_stream_is_freed_without_waiting_for_a_heartbeat() {
     );
 }
 
+/// The data directory, the workspaces and the edit history are the
+/// service user's alone (`0700`), even when the data directory was made
+/// open to others before the service started; and a file tool never
+/// writes a set-user-ID file, even over one.
+#[tokio::test]
+async fn the_service_keeps_its_files_to_itself() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        let data_dir = &s.storage.data_dir;
+        std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    })
+    .await;
+    let data_dir = app.data_dir.path();
+    let (s, out) = app
+        .call("own", json!({"id": "w", "name": "write_file", "arguments": {"path": "x.sh", "content": "true"}}))
+        .await;
+    assert_eq!(s, 200, "{out}");
+    for dir in [
+        data_dir.to_path_buf(),
+        data_dir.join("workspaces"),
+        data_dir.join("edit-history"),
+    ] {
+        assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+    }
+    let ws = app.get_json("/v1/workspace").await;
+    let file = std::path::Path::new(ws["root"].as_str().unwrap()).join("x.sh");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let (s, out) = app
+        .call("own", json!({"id": "w2", "name": "write_file", "arguments": {"path": "x.sh", "content": "false"}}))
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(mode(&file), 0o755, "the mode is kept, but not set-user-ID");
+}
+
 /// Postgres only: the embedded SQLite file cannot become unreachable while open.
 #[tokio::test]
 async fn readiness_fails_when_the_database_is_gone() {

@@ -621,6 +621,37 @@ async fn leaving_the_session_is_refused() {
     assert!(stderr(&result).contains("not permitted"), "{result}");
 }
 
+/// A set-user-ID (or set-group-ID) file in a workspace would let anyone
+/// who reaches it run it as the service's user: no command makes one, by
+/// chmod or by creating the file with that mode; plain modes still work.
+#[tokio::test]
+async fn no_command_makes_a_set_user_id_file() {
+    let h = harness();
+    let attempts = [
+        "cp /bin/true s1 && chmod u+s s1",
+        "cp /bin/true s2 && chmod 2755 s2",
+        "install -m 4755 /bin/true s3",
+        "python3 -c 'import os; os.close(os.open(\"s4\", os.O_CREAT | os.O_WRONLY, 0o4755))'",
+        "python3 -c 'import os; fd = os.open(\"s5\", os.O_CREAT | os.O_WRONLY, 0o755); os.fchmod(fd, 0o6755)'",
+    ];
+    for attempt in attempts {
+        let result = h.run(&format!("{attempt}; echo exit=$?")).await;
+        assert!(!stdout(&result).contains("exit=0"), "{attempt}: {result}");
+    }
+    let ws = h.workspace("alice");
+    for name in ["s1", "s2", "s3", "s4", "s5"] {
+        if let Ok(meta) = std::fs::metadata(ws.join(name)) {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode();
+            assert_eq!(mode & 0o6000, 0, "{name}: {mode:o}");
+        }
+    }
+    let result = h
+        .run("cp /bin/true plain && chmod 755 plain && chmod g+w plain && ./plain && echo ran")
+        .await;
+    assert_eq!(stdout(&result).trim(), "ran", "{result}");
+}
+
 #[tokio::test]
 async fn a_silent_timeout_is_a_timeout_error() {
     let h = harness();

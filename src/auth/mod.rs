@@ -145,7 +145,7 @@ impl Keys {
             );
             (secret, KeySource::DataDirExisting)
         } else {
-            std::fs::create_dir_all(data_dir)?;
+            crate::private_dir(data_dir)?;
             let mut secret = vec![0u8; 32];
             rand::rng().fill_bytes(&mut secret);
             write_private(

@@ -126,6 +126,70 @@ pub(crate) fn build(deny_network: bool) -> Result<Filters, String> {
         .map(String::from),
     );
 
+    // No set-user-ID or set-group-ID files (systemd's RestrictSUIDSGID): a
+    // command runs as the service's user, so such a file in its workspace
+    // would let anyone on the host who can reach it act as that user (as
+    // root when the service runs as root). Refused where a mode is given:
+    // chmod, fchmod, fchmodat(2), and open, openat, creat, mknod(at) that
+    // create a file; openat2, whose mode seccomp cannot read, answers
+    // ENOSYS (callers fall back to openat).
+    let special = [libc::S_ISUID, libc::S_ISGID];
+    let mode_has = |index: u8| -> Result<Vec<SeccompRule>, String> {
+        special
+            .iter()
+            .map(|&bit| arg(index, SeccompCmpOp::MaskedEq(bit as u64), bit as u64))
+            .collect()
+    };
+    let creating_with = |flags: u8, mode: u8| -> Result<Vec<SeccompRule>, String> {
+        special
+            .iter()
+            .map(|&bit| {
+                let conditions = vec![
+                    SeccompCondition::new(
+                        flags,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(libc::O_CREAT as u64),
+                        libc::O_CREAT as u64,
+                    ),
+                    SeccompCondition::new(
+                        mode,
+                        SeccompCmpArgLen::Dword,
+                        SeccompCmpOp::MaskedEq(bit as u64),
+                        bit as u64,
+                    ),
+                ]
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| e.to_string())?;
+                SeccompRule::new(conditions).map_err(|e| e.to_string())
+            })
+            .collect()
+    };
+    let mut suid = BTreeMap::new();
+    suid.insert(libc::SYS_fchmod, mode_has(1)?);
+    suid.insert(libc::SYS_fchmodat, mode_has(2)?);
+    suid.insert(libc::SYS_fchmodat2, mode_has(2)?);
+    suid.insert(libc::SYS_openat, creating_with(2, 3)?);
+    suid.insert(libc::SYS_mknodat, mode_has(2)?);
+    #[cfg(target_arch = "x86_64")]
+    {
+        suid.insert(libc::SYS_chmod, mode_has(1)?);
+        suid.insert(libc::SYS_open, creating_with(1, 2)?);
+        suid.insert(libc::SYS_creat, mode_has(1)?);
+        suid.insert(libc::SYS_mknod, mode_has(1)?);
+    }
+    programs.push(compile(suid, errno(libc::EPERM), arch)?);
+    let mut openat2 = BTreeMap::new();
+    openat2.insert(libc::SYS_openat2, vec![]);
+    programs.push(compile(openat2, errno(libc::ENOSYS), arch)?);
+    denied.extend(
+        [
+            "set-user-ID and set-group-ID modes (chmod, open, mknod and their kin)",
+            "openat2 (ENOSYS: callers fall back to openat)",
+        ]
+        .map(String::from),
+    );
+
     if deny_network {
         // No socket of any family: IP, netlink, packet, and UNIX too,
         // because on kernels before Landlock ABI 9 nothing else stops a

@@ -774,7 +774,7 @@ pub async fn open(
             other.split(':').next().unwrap_or("")
         ),
         None => {
-            std::fs::create_dir_all(data_dir)?;
+            crate::private_dir(data_dir)?;
             Ok(Arc::new(
                 sqlite::SqliteStore::open_file_with(
                     &data_dir.join("toolgate.db"),

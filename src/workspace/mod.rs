@@ -43,8 +43,8 @@ impl Workspaces {
     /// `root` holds the owners' workspaces, `history_root` their edit
     /// histories; both are created if missing.
     pub fn new(root: &Path, history_root: &Path) -> io::Result<Workspaces> {
-        std::fs::create_dir_all(root)?;
-        std::fs::create_dir_all(history_root)?;
+        crate::private_dir(root)?;
+        crate::private_dir(history_root)?;
         Ok(Workspaces {
             root: root.canonicalize()?,
             history_root: history_root.canonicalize()?,

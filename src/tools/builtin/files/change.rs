@@ -361,7 +361,9 @@ pub fn atomic_write(
     let written = file
         .write_all(bytes)
         .and_then(|()| match mode {
-            Some(mode) => file.set_permissions(Permissions::from_mode(mode & 0o7777)),
+            // Never set-user-ID or set-group-ID: a file of the service's
+            // user that anyone could run as that user.
+            Some(mode) => file.set_permissions(Permissions::from_mode(mode & 0o1777)),
             None => Ok(()),
         })
         .and_then(|()| file.sync_data());
