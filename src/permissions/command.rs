@@ -104,6 +104,50 @@ fn expand(src: &str, depth: usize, shadow: bool, an: &mut Analysis, next_pipelin
     }
 }
 
+/// Why a piece that makes bash evaluate a variable's value is not vouched
+/// for by an allow rule.
+const EVALUATES: &str = "it makes bash evaluate a variable's value as an expression (arithmetic, an array subscript, `${!…}` or `${…@P}`), which can run any command";
+
+/// Builtins that evaluate the values of the variables they name: `let`
+/// and `declare -i` (arithmetic), `[[ … -eq … ]]` (its operands are
+/// expressions), and those that take a variable name with an indexed
+/// array's subscript (`read 'a[$x]'`, `printf -v`, `unset`, `test -v` …).
+fn evaluates_names(words: &[Word]) -> bool {
+    let Some(name) = words.first().and_then(command_name) else {
+        return false;
+    };
+    let args = &words[1..];
+    let arithmetic_operand = |w: &Word| !w.literal || !w.text.bytes().all(|b| b.is_ascii_digit());
+    match name {
+        "let" => args.iter().any(arithmetic_operand),
+        "declare" | "typeset" | "local"
+            if args
+                .iter()
+                .any(|w| w.text.starts_with(['-', '+']) && w.text.contains('i')) =>
+        {
+            true
+        }
+        "[[" => args.windows(3).any(|w| {
+            matches!(
+                w[1].text.as_str(),
+                "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge"
+            ) && (arithmetic_operand(&w[0]) || arithmetic_operand(&w[2]))
+        }),
+        "declare" | "typeset" | "local" | "export" | "readonly" | "unset" | "read" | "printf"
+        | "mapfile" | "readarray" | "test" | "[" | "wait" => args.iter().any(|w| {
+            let text = w.text.split_once('=').map_or(w.text.as_str(), |(n, _)| n);
+            text.split_once('[').is_some_and(|(name, subscript)| {
+                shell::is_name(name)
+                    && subscript.ends_with(']')
+                    && subscript[..subscript.len() - 1]
+                        .chars()
+                        .any(|c| c == '$' || c == '`' || c == '_' || c.is_ascii_alphabetic())
+            })
+        }),
+        _ => false,
+    }
+}
+
 /// What a wrapper leaves to run.
 enum Step {
     /// The command continues at this word index.
@@ -126,9 +170,15 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
         stage,
         shadow,
     } = raw;
+    // Before keywords and assignments go: `x='a[$(cmd)]'; echo $((x))`
+    // runs `cmd`, whatever the command around the expansion is.
+    let mut opaque = words
+        .iter()
+        .chain(redirects.iter().map(|r| &r.target))
+        .any(shell::evaluates_code)
+        .then(|| EVALUATES.to_string());
     strip_keywords(&mut words);
 
-    let mut opaque = None;
     let mut layers = Vec::new();
     let mut open_ended = false;
     let mut payload = None;
@@ -193,6 +243,12 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
                 ));
             }
         }
+    }
+    if opaque.is_none()
+        && let Some(layer) = layers.last()
+        && evaluates_names(&layer.words)
+    {
+        opaque = Some(EVALUATES.to_string());
     }
     // Before its global options are dropped: `git -c core.pager=… log`.
     for layer in &layers {
@@ -697,8 +753,59 @@ fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
         "su" => su_payload(words),
         "git" => git_global_options(words),
         "eval" if words.len() > 1 => joined_payload(&words[1..]),
+        // `trap 'cmd' SIGNAL…` runs `cmd` on the signal (or at EXIT).
+        "trap" => trap_payload(words),
+        // `mapfile -C cmd`, `compgen -C cmd`, `complete -C cmd`.
+        "mapfile" | "readarray" | "compgen" | "complete" => option_payload(words, 'C'),
         _ => Step::Stop,
     }
+}
+
+/// `trap [--] action signal…`: the action is a command string. With one
+/// argument, or `-` or an empty action, nothing is set to run.
+fn trap_payload(words: &[Word]) -> Step {
+    let from = match words.get(1) {
+        Some(w) if w.is_keyword("--") => 2,
+        Some(w) if w.literal && w.text.starts_with('-') => return Step::Stop,
+        _ => 1,
+    };
+    match words.get(from..) {
+        Some([action, _, ..])
+            if !(action.literal && (action.text.is_empty() || action.text == "-")) =>
+        {
+            Step::Payload(action.clone())
+        }
+        _ => Step::Stop,
+    }
+}
+
+/// A builtin whose option `-<letter>` takes a command string (`mapfile
+/// -C cmd`), given apart or attached (`-Ccmd`, `-tC cmd`). Other options'
+/// values are not told apart from options: any word up to `--` that reads
+/// as one with the letter counts.
+fn option_payload(words: &[Word], letter: char) -> Step {
+    for (i, word) in words.iter().enumerate().skip(1) {
+        if word.is_keyword("--") {
+            return Step::Stop;
+        }
+        if !word.text.starts_with('-') || word.text.starts_with("--") {
+            continue;
+        }
+        if let Some(at) = word.text[1..].find(letter) {
+            let attached = &word.text[at + 2..];
+            if !attached.is_empty() {
+                return Step::Payload(Word {
+                    text: attached.to_string(),
+                    ..word.clone()
+                });
+            }
+            return match words.get(i + 1) {
+                Some(payload) => Step::Payload(payload.clone()),
+                None => Step::Stop,
+            };
+        }
+    }
+    Step::Stop
 }
 
 /// Words a wrapper joins with spaces and hands to a shell (`eval`, `watch`).

@@ -264,7 +264,99 @@ fn is_meta(c: char) -> bool {
     )
 }
 
-fn is_name(s: &str) -> bool {
+/// Whether expanding `word` makes bash evaluate a variable's value as an
+/// expression, where an array subscript runs command substitutions: so a
+/// variable holding `a[$(cmd)]` runs `cmd`. That happens in arithmetic
+/// naming a variable (`$((x))`, `$[x]`, `$(( $x ))`), in an indexed
+/// array's subscript or a substring's offset (`${a[x]}`, `${s:x}`), and in
+/// indirect and prompt expansion (`${!x}`, `${x@P}`).
+pub(crate) fn evaluates_code(word: &Word) -> bool {
+    word.computed && text_evaluates_code(&word.text)
+}
+
+/// [`evaluates_code`] on a word's text, expansions kept verbatim.
+fn text_evaluates_code(text: &str) -> bool {
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] != '$' {
+            i += 1;
+            continue;
+        }
+        let rest = &chars[i + 1..];
+        let evaluates = match rest {
+            ['(', '(', ..] => names_a_variable(enclosed(&rest[1..], '(', ')')),
+            ['[', ..] => names_a_variable(enclosed(rest, '[', ']')),
+            ['{', ..] => parameter_evaluates(enclosed(rest, '{', '}')),
+            _ => false,
+        };
+        if evaluates {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// What `open` (at `chars[0]`) encloses up to its matching `close` (or the
+/// end of the text).
+fn enclosed(chars: &[char], open: char, close: char) -> &[char] {
+    let mut depth = 0usize;
+    for (i, &c) in chars.iter().enumerate() {
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth -= 1;
+            if depth == 0 {
+                return &chars[1..i];
+            }
+        }
+    }
+    &chars[1.min(chars.len())..]
+}
+
+/// An arithmetic expression that reads a variable: a name (not a digit of
+/// a number such as `0x1f` or `16#ff`), or any expansion.
+fn names_a_variable(expression: &[char]) -> bool {
+    expression.iter().enumerate().any(|(i, &c)| {
+        let starts_name = (c == '_' || c.is_ascii_alphabetic())
+            && (i == 0 || {
+                let before = expression[i - 1];
+                !(before.is_ascii_alphanumeric() || before == '_' || before == '#')
+            });
+        starts_name || c == '$' || c == '`'
+    })
+}
+
+/// The inside of `${…}`: indirect (`!`), prompt expansion (`@P`), or a
+/// subscript or substring offset that reads a variable.
+fn parameter_evaluates(inside: &[char]) -> bool {
+    if inside.first() == Some(&'!') {
+        return true;
+    }
+    if inside.windows(2).any(|w| w == ['@', 'P']) {
+        return true;
+    }
+    let name_end = inside
+        .iter()
+        .position(|&c| !(c == '_' || c.is_ascii_alphanumeric()))
+        .unwrap_or(inside.len());
+    let mut rest = &inside[name_end..];
+    if rest.first() == Some(&'[') {
+        let subscript = enclosed(rest, '[', ']');
+        if subscript != ['@'] && subscript != ['*'] && names_a_variable(subscript) {
+            return true;
+        }
+        rest = &rest[(subscript.len() + 2).min(rest.len())..];
+    }
+    // `${s:offset:length}` (not `${s:-word}` and its kin).
+    match rest {
+        [':', next, ..] if !matches!(next, '-' | '=' | '?' | '+') => names_a_variable(&rest[1..]),
+        _ => false,
+    }
+}
+
+pub(crate) fn is_name(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
@@ -797,6 +889,34 @@ impl Lexer {
             Some('(') => {
                 self.pos += 1;
                 self.nested(|l| l.list(Some(')')));
+                let raw = self.slice(from, self.pos);
+                w.push_computed(&raw);
+            }
+            // `$[…]`: bash's old arithmetic expansion.
+            Some('[') => {
+                self.pos += 1;
+                let mut depth = 1usize;
+                let mut scratch = WordBuilder::new();
+                while depth > 0 {
+                    match self.peek() {
+                        None => {
+                            self.error("a `$[` is never closed");
+                            break;
+                        }
+                        Some('[') => {
+                            depth += 1;
+                            self.pos += 1;
+                        }
+                        Some(']') => {
+                            depth -= 1;
+                            self.pos += 1;
+                        }
+                        Some('$') => self.dollar(&mut scratch, true),
+                        Some('`') => self.backtick(&mut scratch),
+                        Some('\\') => self.pos += 2,
+                        Some(_) => self.pos += 1,
+                    }
+                }
                 let raw = self.slice(from, self.pos);
                 w.push_computed(&raw);
             }

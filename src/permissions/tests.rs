@@ -473,6 +473,83 @@ fn sensitive_assignments_are_not_allowed_by_default() {
     assert_eq!(d.verdict, Verdict::Allow);
 }
 
+/// bash evaluates a variable's value as an expression in arithmetic, array
+/// subscripts and indirect or prompt expansion, and a subscript there runs
+/// command substitutions: `x='a[$(cmd)]'; echo $((x))` runs `cmd`. So such
+/// a word is never vouched for by an allow rule, whatever command holds it.
+#[test]
+fn expansions_that_evaluate_a_value_are_not_allowed_by_a_rule() {
+    let set = rules(
+        &[
+            "bash(echo *)",
+            "bash(cat *)",
+            "bash(read *)",
+            "bash([[ *)",
+            "bash(let *)",
+            "bash(printf *)",
+        ],
+        &[],
+        &[],
+    );
+    for command in [
+        "x='$(touch P)'; echo ${x@P}",
+        "x='a[$(touch P)]'; echo $((x))",
+        "x='a[$(touch P)]'; echo $(( $x + 1 ))",
+        "x='a[$(touch P)]'; echo ${a[x]}",
+        "x='a[$(touch P)]'; echo $[x]",
+        "x='a[$(touch P)]'; echo ${!x}",
+        "a=(1 2); x='a[$(touch P)]'; echo ${a[@]:x}",
+        "x='a[$(touch P)]'; echo ${s:x:1}",
+        "x=$(cat p.txt); echo $((x))",
+        "echo hi > ${!x}",
+        "let x",
+        "[[ $x -eq 1 ]]",
+        "[[ x -lt 2 ]]",
+        "read 'a[$x]' < f",
+        "printf -v 'a[$(touch P)]' %s 1",
+    ] {
+        let d = bash(&set, command);
+        assert_ne!(d.verdict, Verdict::Allow, "{command}: {d:?}");
+    }
+    // Expansions that evaluate nothing stay allowed.
+    for command in [
+        "echo $((1 + 2))",
+        "echo $((0x1f + 16#ff))",
+        "echo ${x:-default} ${#x} ${x#pre} ${a[@]} ${a[1]} ${s: -1}",
+        "echo $HOME",
+        "[[ 1 -eq 1 ]]",
+        "let 3",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
+/// Builtins that take a command string run it: their payload meets the
+/// rules like `bash -c`'s, so a deny is not turned into an ask.
+#[test]
+fn command_strings_of_builtins_meet_deny_rules() {
+    let set = rules(&["bash"], &[], &["bash(rm *)"]);
+    for command in [
+        "trap \"rm victim.txt\" EXIT",
+        "trap -- 'rm victim.txt' EXIT INT",
+        "mapfile -C \"rm x\" -c 1 < a.txt",
+        "mapfile -n 5 -C 'rm x' arr < a.txt",
+        "readarray -tC'rm x' arr < a.txt",
+        "compgen -C \"rm x\" w",
+        "complete -C 'rm x' cmd",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Deny, "{command}");
+    }
+    for command in [
+        "trap - EXIT",
+        "trap '' INT",
+        "trap -p",
+        "mapfile -t arr < a.txt",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
 // ------------------------------------------------------- dangerous commands
 
 #[test]
