@@ -725,7 +725,86 @@ async fn nul_characters_are_refused_in_requests_and_replaced_in_results(backend:
     assert_eq!(tool["ui_schema"], first["ui_schema"]);
 }
 
+/// `levels` arrays nested inside each other: `[[…]]`.
+fn nested(levels: usize) -> String {
+    format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+}
+
+/// Whatever is accepted reads back: arguments nested deeper than toolgate
+/// can store and read again are a `422` naming where, in every shape, and
+/// the thread stays readable.
+async fn deeply_nested_arguments_are_refused_and_the_thread_stays_readable(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let send = |body: String| {
+        app.client
+            .post(app.url("/v1/threads/deep/tool-calls"))
+            .bearer_auth(&app.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    // Deep, but within the limit: stored, and every read works.
+    let r = send(format!(
+        r#"{{"id": "ok", "name": "echo", "arguments": {{"text": "x", "extra": {}}}}}"#,
+        nested(60)
+    ))
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    for bad in [
+        // Past the limit, and past serde_json's own 128 levels.
+        format!(
+            r#"{{"id": "n1", "name": "echo", "arguments": {{"text": "x", "extra": {}}}}}"#,
+            nested(70)
+        ),
+        format!(
+            r#"{{"id": "n2", "name": "echo", "arguments": {{"text": "x", "extra": {}}}}}"#,
+            nested(200)
+        ),
+        // OpenAI's arguments are JSON text, parsed on their own.
+        serde_json::to_string(
+            &json!({"id": "n3", "type": "function", "function": {"name": "echo",
+            "arguments": format!(r#"{{"text": "x", "extra": {}}}"#, nested(124))}}),
+        )
+        .unwrap(),
+    ] {
+        let (s, p) = problem(send(bad.clone()).await.unwrap()).await;
+        assert_eq!(s, 422, "{p}");
+        assert!(p.to_string().contains("levels deep"), "{p}");
+    }
+    let r = app
+        .post(
+            "/v1/threads/deep/messages",
+            &serde_json::from_str::<Value>(&format!(
+                r#"{{"role": "assistant", "content": "", "tool_calls": [{{"id": "m1", "name": "echo", "arguments": {{"x": {}}}}}]}}"#,
+                nested(66)
+            ))
+            .unwrap(),
+        )
+        .await;
+    assert_eq!(r.status(), 422);
+    let history = app.history("deep").await;
+    assert_eq!(history.len(), 1, "{history:?}");
+    assert_eq!(
+        app.get("/v1/threads/deep/context?format=openai")
+            .await
+            .status(),
+        200
+    );
+    let (s, out) = app
+        .call(
+            "deep",
+            json!({"id": "ok2", "name": "echo", "arguments": {"text": "after"}}),
+        )
+        .await;
+    assert_eq!(
+        (s, &out["tool_agent_output"]["status"]),
+        (200, &json!("success"))
+    );
+}
+
 both_backends!(
+    deeply_nested_arguments_are_refused_and_the_thread_stays_readable,
     malformed_requests_are_refused_and_change_nothing,
     nul_characters_are_refused_in_requests_and_replaced_in_results,
     forged_expired_and_missing_tokens_get_401,

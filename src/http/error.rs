@@ -267,8 +267,27 @@ where
             })?;
         // Two steps, so that syntax (400) and shape (422) errors are told
         // apart and a shape error names the field's path.
-        let value: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad_request(format!("malformed JSON: {e}")))?;
+        let too_deep = |pointer: String| {
+            ApiError::invalid_body(
+                pointer,
+                format!(
+                    "arrays and objects nest more than {} levels deep here",
+                    crate::protocol::calls::MAX_DEPTH
+                ),
+            )
+        };
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            if e.to_string().starts_with("recursion limit exceeded") {
+                too_deep(String::new())
+            } else {
+                ApiError::bad_request(format!("malformed JSON: {e}"))
+            }
+        })?;
+        // What toolgate stores nests a body's values a few levels deeper,
+        // and must read back.
+        if let Some(pointer) = crate::protocol::calls::too_deep(&value) {
+            return Err(too_deep(pointer));
+        }
         // U+0000 cannot be stored (Postgres text and jsonb refuse it), and
         // no model or frontend needs it: refused wherever it is, so both
         // backends answer alike. Only a body that spells `\u0000` can hold

@@ -182,13 +182,48 @@ fn object_arguments(v: Option<&Value>, pointer: &str) -> Result<Value, CallParse
     }
 }
 
+/// How deeply a request body (and arguments sent as JSON text) may nest
+/// arrays and objects. What toolgate stores wraps a call's arguments a few
+/// levels deeper (its output, its message's metadata), and what it stores
+/// must always read back (serde_json stops at 128 levels): well below that.
+pub const MAX_DEPTH: usize = 64;
+
+/// The JSON pointer of the first array or object nested deeper than
+/// [`MAX_DEPTH`] in `value`, if any.
+pub fn too_deep(value: &Value) -> Option<String> {
+    fn walk(value: &Value, depth: usize) -> Option<String> {
+        match value {
+            Value::Array(_) | Value::Object(_) if depth > MAX_DEPTH => Some(String::new()),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| walk(item, depth + 1).map(|rest| format!("/{i}{rest}"))),
+            Value::Object(map) => map.iter().find_map(|(key, item)| {
+                walk(item, depth + 1)
+                    .map(|rest| format!("/{}{rest}", key.replace('~', "~0").replace('/', "~1")))
+            }),
+            _ => None,
+        }
+    }
+    walk(value, 1)
+}
+
 /// Arguments that arrive as JSON text (OpenAI's `function.arguments`).
 pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParseError> {
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
     match serde_json::from_str::<Value>(text) {
-        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(v @ Value::Object(_)) => match too_deep(&v) {
+            None => Ok(v),
+            Some(at) => Err(CallParseError {
+                in_arguments: true,
+                ..err(
+                    pointer,
+                    format!("nests arrays and objects more than {MAX_DEPTH} levels deep (at {at})"),
+                )
+            }),
+        },
         Ok(other) => Err(CallParseError {
             in_arguments: true,
             ..err(
