@@ -39,6 +39,16 @@ pub struct ServerSettings {
     /// Browser origins (`https://app.example.com`) that may call the API
     /// from their pages; `["*"]` for any. Empty: no CORS headers.
     pub cors_origins: Vec<String>,
+    /// Seconds a connection may take to send a request's headers (and an
+    /// idle kept-alive connection may wait for the next request) before it
+    /// is closed.
+    pub header_read_timeout_secs: u64,
+    /// Connections served at once; more wait to be accepted. 0: the
+    /// process's open-file limit, less a reserve for everything else.
+    pub max_connections: usize,
+    /// Seconds in-flight requests get to finish after a shutdown signal
+    /// (event streams end at once) before toolgate exits anyway.
+    pub shutdown_grace_secs: u64,
 }
 
 impl Default for ServerSettings {
@@ -50,6 +60,9 @@ impl Default for ServerSettings {
             json_logs: false,
             sse_heartbeat_secs: 15,
             cors_origins: Vec::new(),
+            header_read_timeout_secs: 30,
+            max_connections: 0,
+            shutdown_grace_secs: 30,
         }
     }
 }

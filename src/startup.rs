@@ -231,17 +231,97 @@ impl Application {
         self.state.store.backend()
     }
 
-    /// Serve until the shutdown token is cancelled.
+    /// Serve until the shutdown token is cancelled, then give in-flight
+    /// requests `server.shutdown_grace_secs` to finish.
+    ///
+    /// Each connection is served by hyper with a header-read timeout (a
+    /// connection that sends no complete request, or idles between
+    /// requests, is closed), and at most `server.max_connections` are
+    /// served at once: without a token, nobody can hold the process's
+    /// files.
     pub async fn run(self) -> anyhow::Result<()> {
+        use tower::ServiceExt as _;
         let shutdown = self.state.shutdown.clone();
-        let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(http::service(
-            self.state, self.cors,
-        ));
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move { shutdown.cancelled().await })
-            .await?;
+        let server = self.state.settings.server.clone();
+        let service = http::service(self.state, self.cors).map_request(
+            |req: hyper::Request<hyper::body::Incoming>| req.map(axum::body::Body::new),
+        );
+        let service = hyper_util::service::TowerToHyperService::new(service);
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(server.header_read_timeout_secs.max(1)));
+        let limit = connection_limit(server.max_connections);
+        let slots = Arc::new(tokio::sync::Semaphore::new(limit));
+        let connections = tokio_util::task::TaskTracker::new();
+        loop {
+            let slot = tokio::select! {
+                slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+                _ = shutdown.cancelled() => break,
+            };
+            let stream = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of files, or a connection reset before it was
+                        // accepted: try again shortly.
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                _ = shutdown.cancelled() => break,
+            };
+            let _ = stream.set_nodelay(true);
+            let connection =
+                http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone());
+            let shutdown = shutdown.clone();
+            connections.spawn(async move {
+                let _slot = slot;
+                let mut connection = std::pin::pin!(connection);
+                tokio::select! {
+                    _ = connection.as_mut() => {}
+                    _ = shutdown.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = connection.await;
+                    }
+                }
+            });
+        }
+        drop(self.listener);
+        connections.close();
+        let grace = Duration::from_secs(server.shutdown_grace_secs);
+        if tokio::time::timeout(grace, connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = connections.len(),
+                "connections still open {}s after the shutdown signal; exiting anyway",
+                grace.as_secs()
+            );
+        }
         Ok(())
     }
+}
+
+/// `server.max_connections`, or for 0 the process's open-file limit less a
+/// reserve for the database, the writer, logs and commands' pipes.
+fn connection_limit(configured: usize) -> usize {
+    if configured > 0 {
+        return configured;
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into the struct it is given.
+    let files = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    files.saturating_sub(512).clamp(64, 1 << 20)
 }
 
 /// `storage.writer_nice` as the writer wants it: `None` for 0 (inherit).

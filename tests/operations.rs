@@ -188,6 +188,98 @@ async fn the_service_keeps_its_files_to_itself() {
     assert_eq!(mode(&file), 0o755, "the mode is kept, but not set-user-ID");
 }
 
+/// Without a token anyone can open connections: one that sends no
+/// complete request, or idles after one, is closed after
+/// `server.header_read_timeout_secs`, so none can hold the process's files.
+#[tokio::test]
+async fn connections_that_send_no_request_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.header_read_timeout_secs = 1).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut partial = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    partial
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = vec![0u8; 1024];
+    let n = idle.read(&mut answer).await.unwrap();
+    assert!(
+        answer[..n].starts_with(b"HTTP/1.1 200"),
+        "the request is served"
+    );
+    for (name, mut stream) in [("silent", silent), ("partial", partial), ("idle", idle)] {
+        // Read until the server closes (or a generous bound passes).
+        let closed = tokio::time::timeout(Duration::from_secs(20), async {
+            let mut buf = vec![0u8; 1024];
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "{name}: the connection is still open");
+    }
+    // The server still serves.
+    let health = reqwest::get(app.url("/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+/// A client that stops reading its event stream neither holds the
+/// thread's large results in memory (they travel to it from the log) nor
+/// keeps toolgate from shutting down.
+#[tokio::test]
+async fn a_stalled_event_reader_does_not_hold_up_shutdown() {
+    use tokio::io::AsyncWriteExt;
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.shutdown_grace_secs = 2).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    // A live reader, to check large results arrive whole from the log.
+    let mut sse = app.events("stall", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    // A reader that never reads.
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "GET /v1/threads/stall/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+                app.token
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let big = "x".repeat(200_000);
+    for i in 0..40 {
+        let (s, _) = app
+            .call(
+                "stall",
+                json!({"id": format!("b{i}"), "name": "echo", "arguments": {"text": big}}),
+            )
+            .await;
+        assert_eq!(s, 200);
+    }
+    for i in 0..40 {
+        let result = sse.until("TOOL_CALL_RESULT").await.pop().unwrap();
+        assert_eq!(result.data["toolCallId"], format!("b{i}"));
+        assert_eq!(
+            result.data["content"].as_str().unwrap().len(),
+            big.len() + 11,
+            "the whole result"
+        );
+    }
+    assert!(
+        app.ended_within(Duration::from_secs(30)).await,
+        "toolgate waited on a client that reads nothing"
+    );
+    drop(stalled);
+}
+
 /// Postgres only: the embedded SQLite file cannot become unreachable while open.
 #[tokio::test]
 async fn readiness_fails_when_the_database_is_gone() {

@@ -163,6 +163,12 @@ impl TestApp {
         (self.settings, self.data_dir, self.pg)
     }
 
+    /// Signal shutdown; whether the server has ended within `limit`.
+    pub async fn ended_within(self, limit: Duration) -> bool {
+        self.shutdown.cancel();
+        tokio::time::timeout(limit, self.handle).await.is_ok()
+    }
+
     /// A trigger that makes the database turn down any message whose
     /// content holds `marker`, the way `how` says.
     /// The embedded SQLite database's URL (meaningful on that backend).
