@@ -2,6 +2,12 @@
 //! live SSE subscribers. The durable copy is the store's event log; the bus
 //! only carries what has already committed, and a subscriber that lags falls
 //! back to the log, so nothing here can lose an event.
+//!
+//! What the bus holds is bounded: a thread's channel lives only while it has
+//! subscribers, and keeps at most `capacity` events for the slowest of them.
+//! An event larger than [`LIVE_EVENT_BYTES`] (a large tool result) travels
+//! as its position alone: subscribers read it from the log, so a subscriber
+//! that stops reading cannot pin large results in memory.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,35 +16,145 @@ use tokio::sync::broadcast;
 
 use crate::store::StoredEvent;
 
+/// Events at most this large travel whole; larger ones as their position.
+pub const LIVE_EVENT_BYTES: usize = 16 * 1024;
+
+/// What a subscriber receives for one committed event.
+#[derive(Debug, Clone)]
+pub enum Live {
+    /// The event itself.
+    Event(Arc<StoredEvent>),
+    /// An event too large to carry: its seq, to be read from the log.
+    InLog(i64),
+}
+
+impl Live {
+    /// The event's position in its thread's log.
+    pub fn seq(&self) -> i64 {
+        match self {
+            Live::Event(e) => e.seq,
+            Live::InLog(seq) => *seq,
+        }
+    }
+}
+
+type Senders = Mutex<HashMap<String, broadcast::Sender<Live>>>;
+
 pub struct EventBus {
     capacity: usize,
-    senders: Mutex<HashMap<String, broadcast::Sender<Arc<StoredEvent>>>>,
+    senders: Arc<Senders>,
 }
 
 impl EventBus {
     pub fn new(capacity: usize) -> Self {
         EventBus {
             capacity,
-            senders: Mutex::new(HashMap::new()),
+            senders: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
     /// Fan a committed event out to the thread's subscribers.
     pub fn publish(&self, event: &StoredEvent) {
-        let mut senders = self.senders.lock().expect("bus lock poisoned");
-        if let Some(tx) = senders.get(&event.thread_id)
-            && tx.send(Arc::new(event.clone())).is_err()
-        {
-            // Nobody listens any more: forget the channel.
-            senders.remove(&event.thread_id);
+        let senders = self.senders.lock().expect("bus lock poisoned");
+        if let Some(tx) = senders.get(&event.thread_id) {
+            let live = if event.data.len() > LIVE_EVENT_BYTES {
+                Live::InLog(event.seq)
+            } else {
+                Live::Event(Arc::new(event.clone()))
+            };
+            // No receiver left: the last subscription is being dropped and
+            // removes the channel itself.
+            let _ = tx.send(live);
         }
     }
 
-    pub fn subscribe(&self, thread_id: &str) -> broadcast::Receiver<Arc<StoredEvent>> {
+    /// Subscribe to a thread's committed events, from now on.
+    pub fn subscribe(&self, thread_id: &str) -> Subscription {
         let mut senders = self.senders.lock().expect("bus lock poisoned");
-        senders
+        let receiver = senders
             .entry(thread_id.to_string())
             .or_insert_with(|| broadcast::channel(self.capacity).0)
-            .subscribe()
+            .subscribe();
+        Subscription {
+            receiver,
+            thread_id: thread_id.to_string(),
+            senders: Arc::clone(&self.senders),
+        }
+    }
+
+    /// How many threads have a channel (that is, live subscribers).
+    pub fn threads(&self) -> usize {
+        self.senders.lock().expect("bus lock poisoned").len()
+    }
+}
+
+/// One subscriber's view of a thread's events. The last one dropped
+/// removes the thread's channel, so a thread watched once costs nothing
+/// after.
+pub struct Subscription {
+    receiver: broadcast::Receiver<Live>,
+    thread_id: String,
+    senders: Arc<Senders>,
+}
+
+impl Subscription {
+    pub async fn recv(&mut self) -> Result<Live, broadcast::error::RecvError> {
+        self.receiver.recv().await
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut senders = self.senders.lock().expect("bus lock poisoned");
+        // This receiver is still counted until the fields drop.
+        if senders
+            .get(&self.thread_id)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            senders.remove(&self.thread_id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(thread: &str, seq: i64, data: &str) -> StoredEvent {
+        StoredEvent {
+            thread_id: thread.into(),
+            seq,
+            event_type: "CUSTOM".into(),
+            data: data.into(),
+            created_at_ms: 0,
+            from_message: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_channel_lives_while_it_has_subscribers() {
+        let bus = EventBus::new(8);
+        let mut a = bus.subscribe("t");
+        let b = bus.subscribe("t");
+        let _other = bus.subscribe("u");
+        assert_eq!(bus.threads(), 2);
+        drop(b);
+        assert_eq!(bus.threads(), 2, "a still listens");
+        bus.publish(&event("t", 1, "{}"));
+        assert_eq!(a.recv().await.unwrap().seq(), 1);
+        drop(a);
+        assert_eq!(bus.threads(), 1, "t is forgotten with its last subscriber");
+        bus.publish(&event("t", 2, "{}"));
+        assert_eq!(bus.threads(), 1, "publishing to nobody creates nothing");
+    }
+
+    #[tokio::test]
+    async fn large_events_travel_as_their_position() {
+        let bus = EventBus::new(8);
+        let mut sub = bus.subscribe("t");
+        bus.publish(&event("t", 1, "{}"));
+        bus.publish(&event("t", 2, &"x".repeat(LIVE_EVENT_BYTES + 1)));
+        assert!(matches!(sub.recv().await.unwrap(), Live::Event(e) if e.seq == 1));
+        assert!(matches!(sub.recv().await.unwrap(), Live::InLog(2)));
     }
 }

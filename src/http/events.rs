@@ -13,6 +13,8 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::routing::get;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc};
+
+use crate::events::{Live, Subscription};
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
@@ -35,7 +37,15 @@ pub struct EventsQuery {
     pub snapshot: Option<bool>,
 }
 
-const PAGE: i64 = 500;
+const PAGE: i64 = 64;
+
+/// How long one event may wait for a subscriber that reads nothing before
+/// its stream is closed (it resumes from the log with `Last-Event-ID`).
+const SEND_STALL: Duration = Duration::from_secs(60);
+
+/// How long a stream's last event (its end, at shutdown or on an error) may
+/// wait for the client.
+const FAREWELL: Duration = Duration::from_secs(2);
 
 /// One Server-Sent Event of an AG-UI stream, as OpenAPI 3.1 reads a
 /// `text/event-stream` schema: one event (its `id:` and `data:` fields),
@@ -193,7 +203,7 @@ async fn stream_thread(
     thread_id: String,
     start: i64,
     snapshot: Option<Vec<StoredMessage>>,
-    mut live: broadcast::Receiver<std::sync::Arc<StoredEvent>>,
+    mut live: Subscription,
     tx: Tx,
 ) {
     let _gauge = SubscriberGauge::new();
@@ -202,14 +212,14 @@ async fn stream_thread(
         thread_id: thread_id.clone(),
         run_id: run_id.clone(),
     });
-    if tx.send(Ok(untracked(&started))).await.is_err() {
+    if !deliver(&state, &tx, untracked(&started)).await {
         return;
     }
     if let Some(messages) = snapshot {
         let ev = Event::new(EventBody::MessagesSnapshot {
             messages: messages.into_iter().map(agui_message).collect(),
         });
-        if tx.send(Ok(untracked(&ev))).await.is_err() {
+        if !deliver(&state, &tx, untracked(&ev)).await {
             return;
         }
     }
@@ -225,26 +235,30 @@ async fn stream_thread(
                     thread_id: thread_id.clone(), run_id: run_id.clone(), result: None,
                     outcome: Some(RunOutcome::Success { pending_tool_call_ids: None }),
                 });
-                let _ = tx.send(Ok(untracked(&ev))).await;
+                // Briefly: a client that reads nothing keeps no shutdown waiting.
+                let _ = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&ev)))).await;
                 return;
             }
             _ = tx.closed() => return,
             received = live.recv() => {
                 let result = match received {
-                    Ok(ev) if ev.seq <= last => Ok(()),
-                    Ok(ev) if ev.seq == last + 1 => {
+                    Ok(live) if live.seq() <= last => Ok(()),
+                    Ok(Live::Event(ev)) if ev.seq == last + 1 => {
                         match logged(&state, &ev) {
                             Ok(sse) => {
                                 last = ev.seq;
-                                if tx.send(Ok(sse)).await.is_err() { return; }
+                                if !deliver(&state, &tx, sse).await { return; }
                                 Ok(())
                             }
                             Err(e) => Err(e),
                         }
                     }
-                    // A gap (events committed in another order) or a lag:
-                    // the log has everything.
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => catch_up(&state, &thread_id, &mut last, &tx).await,
+                    // A large event (carried as its position), a gap
+                    // (events committed in another order) or a lag: the
+                    // log has everything.
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        catch_up(&state, &thread_id, &mut last, &tx).await
+                    }
                     Err(broadcast::error::RecvError::Closed) => return,
                 };
                 if let Err(e) = result {
@@ -268,7 +282,7 @@ async fn catch_up(
         for ev in page {
             let sse = logged(state, &ev)?;
             *last = ev.seq;
-            if tx.send(Ok(sse)).await.is_err() {
+            if !deliver(state, tx, sse).await {
                 return Ok(());
             }
         }
@@ -278,13 +292,24 @@ async fn catch_up(
     }
 }
 
+/// Hands one event to the response; false when the stream is over: the
+/// client has gone, toolgate is shutting down, or the client has read
+/// nothing for [`SEND_STALL`] (a stream that cannot deliver must not hold
+/// its thread's events, nor keep toolgate from shutting down).
+async fn deliver(state: &AppState, tx: &Tx, event: SseEvent) -> bool {
+    tokio::select! {
+        sent = tokio::time::timeout(SEND_STALL, tx.send(Ok(event))) => matches!(sent, Ok(Ok(()))),
+        _ = state.shutdown.cancelled() => false,
+    }
+}
+
 async fn finish_with_error(tx: &Tx, e: crate::store::StoreError) {
     tracing::error!(error = %e, "event stream failed");
     let ev = Event::new(EventBody::RunError {
         message: "the event log could not be read; reconnect with Last-Event-ID to resume".into(),
         code: Some("STORE_UNAVAILABLE".into()),
     });
-    let _ = tx.send(Ok(untracked(&ev))).await;
+    let _ = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&ev)))).await;
 }
 
 /// A stored message in AG-UI's message shape (MESSAGES_SNAPSHOT).
