@@ -1104,7 +1104,13 @@ async fn bash_runs_confined_and_cancellation_kills_it(backend: Backend) {
     assert_ne!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
     assert!(!out.to_string().contains("hs256-in-settings-file"), "{out}");
     let ws = app.get_json("/v1/workspace").await;
-    assert!(ws["sandbox"]["hidden_paths"].as_array().unwrap().contains(&json!(settings_file)), "{ws}");
+    assert!(
+        ws["sandbox"]["hidden_paths"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(settings_file)),
+        "{ws}"
+    );
 
     let data_dir = app.data_dir.path().display().to_string();
     let (_, out) = app.call("s", json!({"id": "key", "name": "bash", "arguments": {"command": format!("cat {data_dir}/signing.key")}})).await;
