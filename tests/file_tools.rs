@@ -663,6 +663,106 @@ async fn read_caps_lines_and_cuts_long_ones() {
     );
 }
 
+/// A file of one huge line (64 MiB here; a command can make one of
+/// `sandbox.file_size_bytes`) is read and grepped without the line being
+/// held: `read_file` keeps the start of it, cuts it and reads past the rest
+/// (not even checking that it is text), `grep` searches it up to its heap
+/// limit and says the file was not searched to its end. Both results stay
+/// small.
+#[tokio::test]
+async fn a_huge_line_is_cut_and_read_past_not_held() {
+    use std::io::Write;
+    const HUGE: usize = 64 * 1024 * 1024;
+    let world = World::new();
+    {
+        let file = std::fs::File::create(world.ws.join("huge.txt")).unwrap();
+        let mut out = std::io::BufWriter::new(file);
+        out.write_all(b"needle ").unwrap();
+        let chunk = vec![b'x'; 1024 * 1024];
+        let mut written = 7;
+        while written + chunk.len() <= HUGE {
+            out.write_all(&chunk).unwrap();
+            written += chunk.len();
+        }
+        out.write_all(&chunk[..HUGE - written]).unwrap();
+        // Past the part of the line that is held: not text, and never looked at.
+        out.write_all(b"\xff\xfe needle\nafter the huge line\n")
+            .unwrap();
+    }
+    world.write("small.txt", "a needle here\n");
+
+    let read = ok(&world.read_file(), &world, json!({"path": "huge.txt"})).await;
+    let size = read.result.to_string().len();
+    assert!(size < 16 * 1024, "{size} bytes");
+    assert!(read.partial);
+    assert_eq!(read.result["total_lines"], 2, "{}", read.result);
+    assert_eq!(read.result["lines_cut"], 1);
+    let content = read.result["content"].as_str().unwrap();
+    let mut lines = content.lines();
+    let first = lines.next().unwrap();
+    assert!(first.contains("needle xxx"), "{}", &first[..100]);
+    // The characters left out, the two that are not UTF-8 included.
+    let more = HUGE + 2 + " needle".len() - 2_000;
+    assert!(
+        first.ends_with(&format!("… [line cut: {more} more characters]")),
+        "{}",
+        &first[first.len() - 80..]
+    );
+    assert!(lines.next().unwrap().ends_with("\tafter the huge line"));
+    let read = ok(
+        &world.read_file(),
+        &world,
+        json!({"path": "huge.txt", "offset": 2}),
+    )
+    .await;
+    assert_eq!(read.result["content"], "     2\tafter the huge line");
+
+    for mode in ["content", "files_with_matches", "count"] {
+        let found = ok(
+            &world.grep(),
+            &world,
+            json!({"pattern": "needle", "output_mode": mode}),
+        )
+        .await;
+        let r = &found.result;
+        let size = r.to_string().len();
+        assert!(size < 16 * 1024, "{mode}: {size} bytes");
+        assert!(found.partial, "{r}");
+        assert!(r["entries"].to_string().contains("small.txt"), "{r}");
+        assert_eq!(r["not_searched"][0]["path"], "huge.txt", "{r}");
+        let reason = r["not_searched"][0]["reason"].as_str().unwrap();
+        assert!(reason.contains("a line longer than"), "{reason}");
+        assert!(
+            r["not_searched_note"]
+                .as_str()
+                .unwrap()
+                .starts_with("1 file could not")
+        );
+    }
+    // One file, named.
+    let found = ok(
+        &world.grep(),
+        &world,
+        json!({"pattern": "after", "path": "huge.txt", "output_mode": "content"}),
+    )
+    .await;
+    assert_eq!(found.result["entries"], json!([]), "{}", found.result);
+    assert_eq!(found.result["not_searched"][0]["path"], "huge.txt");
+    // Ordinary files report nothing of the kind.
+    let found = ok(
+        &world.grep(),
+        &world,
+        json!({"pattern": "needle", "path": "small.txt"}),
+    )
+    .await;
+    assert!(!found.partial);
+    assert!(
+        found.result.get("not_searched").is_none(),
+        "{}",
+        found.result
+    );
+}
+
 #[tokio::test]
 async fn read_lists_a_directory_sorted_with_types_and_sizes() {
     let world = World::new();

@@ -20,7 +20,9 @@
 //!   Symbolic links are followed only while they stay inside; a write to a
 //!   link writes its target (inside), never replaces the link.
 //! - `read_file`: at most 2,000 lines per call, lines cut at 2,000
-//!   characters; directories list at most 1,000 entries, sorted by name.
+//!   characters; at most [`MAX_LINE_BYTES`] of a line are held, the rest
+//!   of a longer one is read past; directories list at most 1,000 entries,
+//!   sorted by name.
 //! - Changes load files of at most [`MAX_EDIT_BYTES`]; `write_file`
 //!   normalises to the configured line endings and adds a final newline
 //!   (an empty file stays empty); `edit_file` and `apply_diff` keep a file's
@@ -117,6 +119,12 @@ pub(super) fn rules_note(skipped: usize) -> Option<String> {
 /// Files larger than this are not loaded for a change (write, edit, diff,
 /// undo); `read_file` streams and has no such limit.
 pub const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The most of one line `read_file` and `grep` hold in memory. `read_file`
+/// keeps this much of a longer line (it shows far less) and reads past the
+/// rest; `grep` searches with this heap limit, and leaves the rest of a
+/// file with a longer line unsearched, saying so in its result.
+pub const MAX_LINE_BYTES: usize = 512 * 1024;
 
 /// All seven file tools over one set of workspaces.
 pub fn file_tools(workspaces: Arc<Workspaces>, settings: &WorkspaceSettings) -> Vec<Arc<dyn Tool>> {

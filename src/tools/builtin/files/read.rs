@@ -21,6 +21,10 @@ use crate::workspace::{Workspace, Workspaces};
 pub const MAX_LINES: usize = 2_000;
 /// Longer lines are cut.
 pub const MAX_LINE_CHARS: usize = 2_000;
+/// At most this much of one line is held in memory; the rest of a longer
+/// line is read past (its characters counted for the cut marker), never
+/// kept, so a file of one huge line costs no more than this.
+pub const MAX_LINE_BYTES: usize = super::MAX_LINE_BYTES;
 /// A NUL byte in this much of the start makes a file binary.
 const BINARY_PROBE: usize = 8 * 1024;
 /// Directory entries listed at most.
@@ -82,24 +86,31 @@ fn read_text(
     let mut shown: Vec<String> = vec![];
     let mut cut_lines = 0usize;
     let mut total = 0usize;
-    let mut line = Vec::new();
+    let mut line = Vec::with_capacity(8 * 1024);
     loop {
         line.clear();
-        let n = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| io_error(e, path))?;
-        if n == 0 {
+        let Some(rest) = read_line_bounded(&mut reader, &mut line, ctx).map_err(|e| match e {
+            LineError::Io(e) => io_error(e, path),
+            LineError::Cancelled(e) => e,
+        })?
+        else {
             break;
-        }
+        };
         total += 1;
         if total % 65_536 == 0 {
             cancelled(ctx)?;
         }
-        let text = std::str::from_utf8(&line)
-            .map_err(|_| binary(path, &format!("line {total} is not valid UTF-8")))?;
+        let text = line_text(&line, rest.is_some())
+            .ok_or_else(|| binary(path, &format!("line {total} is not valid UTF-8")))?;
         if total >= offset && shown.len() < limit {
-            let text = text.trim_end_matches('\n').trim_end_matches('\r');
-            let chars = text.chars().count();
+            let text = if rest.is_some() {
+                text
+            } else {
+                text.trim_end_matches('\n').trim_end_matches('\r')
+            };
+            // A character split by the cut counts once, with the rest.
+            let split = usize::from(rest.is_some() && text.len() < line.len());
+            let chars = text.chars().count() + rest.map_or(0, |r| r.chars + split);
             if chars > MAX_LINE_CHARS {
                 cut_lines += 1;
                 let kept: String = text.chars().take(MAX_LINE_CHARS).collect();
@@ -171,6 +182,97 @@ fn read_text(
         partial: more || cut_lines > 0,
         undo: None,
     })
+}
+
+/// What was read past of a line longer than [`MAX_LINE_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Rest {
+    /// Its characters past the cut (UTF-8 lead bytes; the line end not
+    /// counted, nor a character the cut split, whose lead byte was kept).
+    chars: usize,
+}
+
+enum LineError {
+    Io(std::io::Error),
+    Cancelled(ToolError),
+}
+
+/// Read one line into `line` (empty on entry), keeping at most
+/// [`MAX_LINE_BYTES`] of it: `None` at the end of the file; `Some(None)`
+/// for a line kept whole (with its `\n`, if any); `Some(Some(rest))` for a
+/// longer one, whose first [`MAX_LINE_BYTES`] are kept and the rest read
+/// past up to the next newline without being held.
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    ctx: &ToolContext,
+) -> Result<Option<Option<Rest>>, LineError> {
+    let mut read_any = false;
+    let mut rest: Option<Rest> = None;
+    // The last byte read past (not the `\n`), so that a `\r` before the
+    // `\n` is not counted.
+    let mut last_skipped = 0u8;
+    let mut chunks = 0usize;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(LineError::Io(e)),
+        };
+        if buf.is_empty() {
+            break;
+        }
+        read_any = true;
+        let (chunk, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (&buf[..=i], true),
+            None => (buf, false),
+        };
+        let keep = MAX_LINE_BYTES.saturating_sub(line.len()).min(chunk.len());
+        line.extend_from_slice(&chunk[..keep]);
+        let skipped = &chunk[keep..];
+        if !skipped.is_empty() {
+            let rest = rest.get_or_insert(Rest { chars: 0 });
+            rest.chars += skipped
+                .iter()
+                .filter(|b| **b != b'\n' && (**b & 0xC0) != 0x80)
+                .count();
+            // Once a line is cut everything after is read past, so this
+            // is the byte before the line's `\n`, when that comes.
+            if let Some(b) = skipped.iter().rev().find(|b| **b != b'\n') {
+                last_skipped = *b;
+            }
+            if done && last_skipped == b'\r' {
+                rest.chars -= 1;
+            }
+        }
+        let used = chunk.len();
+        reader.consume(used);
+        if done {
+            break;
+        }
+        chunks += 1;
+        if chunks % 1024 == 0 {
+            cancelled(ctx).map_err(LineError::Cancelled)?;
+        }
+    }
+    if !read_any {
+        return Ok(None);
+    }
+    Ok(Some(rest))
+}
+
+/// The text of a line `read_line_bounded` read; `None` if it is not UTF-8.
+/// A line that was cut (`cut`) may end inside a character: that
+/// character's first bytes are left out of the text (the character is
+/// counted with what was read past).
+fn line_text(line: &[u8], cut: bool) -> Option<&str> {
+    match std::str::from_utf8(line) {
+        Ok(text) => Some(text),
+        Err(e) if cut && e.error_len().is_none() => {
+            std::str::from_utf8(&line[..e.valid_up_to()]).ok()
+        }
+        Err(_) => None,
+    }
 }
 
 fn list_dir(
@@ -355,5 +457,65 @@ impl Tool for ReadFile {
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> ToolContext {
+        ToolContext {
+            owner: "o".into(),
+            thread_id: "t".into(),
+            call_id: "c".into(),
+            workspace: None,
+            cancel: Default::default(),
+            progress: Default::default(),
+            path_rules: None,
+            judged_path: None,
+        }
+    }
+
+    /// A line longer than the cap is held only up to it; its characters
+    /// past it are counted (a character split by the cut and a final
+    /// `\r\n` handled), and the next line is read whole.
+    #[test]
+    fn a_long_line_is_held_only_up_to_the_cap() {
+        let mut text = b"a".to_vec();
+        for _ in 0..MAX_LINE_BYTES {
+            text.extend_from_slice("é".as_bytes());
+        }
+        text.extend_from_slice(b"\r\nnext\n");
+        let mut reader = BufReader::with_capacity(4096, text.as_slice());
+        let mut line = Vec::new();
+        let rest = read_line_bounded(&mut reader, &mut line, &ctx())
+            .ok()
+            .unwrap()
+            .unwrap()
+            .expect("cut");
+        assert_eq!(line.len(), MAX_LINE_BYTES);
+        assert!(line.capacity() <= 2 * MAX_LINE_BYTES, "{}", line.capacity());
+        let text = line_text(&line, true).unwrap();
+        // "a" and (MAX - 1) / 2 whole "é"; the split one counts with the rest.
+        assert_eq!(text.chars().count(), 1 + (MAX_LINE_BYTES - 1) / 2);
+        assert_eq!(
+            text.chars().count() + rest.chars + 1,
+            1 + MAX_LINE_BYTES,
+            "every character once, the line end not at all"
+        );
+        line.clear();
+        let next = read_line_bounded(&mut reader, &mut line, &ctx())
+            .ok()
+            .unwrap();
+        assert_eq!(next, Some(None));
+        assert_eq!(line, b"next\n");
+        line.clear();
+        assert_eq!(
+            read_line_bounded(&mut reader, &mut line, &ctx())
+                .ok()
+                .unwrap(),
+            None
+        );
     }
 }

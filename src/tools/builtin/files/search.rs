@@ -33,6 +33,12 @@ pub const GREP_MAX_LIMIT: usize = 5_000;
 pub const GREP_MAX_CONTEXT: usize = 20;
 /// Matched lines longer than this are cut in `content` mode.
 pub const GREP_MAX_LINE: usize = 500;
+/// The searcher's heap limit: a line longer than this (with the context
+/// lines held before it) is not searched, and neither is the rest of its
+/// file (reported in `not_searched`).
+pub const GREP_HEAP_LIMIT: usize = super::MAX_LINE_BYTES;
+/// Files named in `not_searched` at most (all are counted).
+pub const GREP_MAX_NOT_SEARCHED: usize = 20;
 
 fn metadata(read_only_hint: &str, audit: &str) -> ToolMetadata {
     ToolMetadata {
@@ -255,6 +261,10 @@ struct Output {
     files_matched: usize,
     total_matches: u64,
     context: bool,
+    /// Files not searched, or not to their end (path, why), at most
+    /// [`GREP_MAX_NOT_SEARCHED`]; `not_searched_count` counts them all.
+    not_searched: Vec<Value>,
+    not_searched_count: usize,
 }
 
 impl Output {
@@ -266,6 +276,33 @@ impl Output {
         }
         self.entries.push(entry);
         true
+    }
+
+    fn not_searched(&mut self, path: &str, why: String) {
+        self.not_searched_count += 1;
+        if self.not_searched.len() < GREP_MAX_NOT_SEARCHED {
+            self.not_searched.push(json!({"path": path, "reason": why}));
+        }
+    }
+}
+
+/// Why a search of a file stopped with `err`, in words for the result.
+fn why_not_searched(err: &io::Error, matches: u64) -> String {
+    let so_far = if matches > 0 {
+        format!("; the {matches} match(es) before it are reported")
+    } else {
+        String::new()
+    };
+    // grep-searcher's heap limit: "configured allocation limit (…) exceeded".
+    if err.to_string().contains("allocation limit") {
+        format!(
+            "it has a line longer than {GREP_HEAP_LIMIT} bytes (with the context lines before it); the file was searched only up to that line{so_far}"
+        )
+    } else {
+        format!(
+            "it could not be read ({}){so_far}",
+            io::Error::from(err.kind())
+        )
     }
 }
 
@@ -344,9 +381,13 @@ fn search_file(
         path,
         matches: 0,
     };
-    // An unreadable file is skipped like a binary one.
-    let _ = searcher.search_file(matcher, &file, &mut sink);
+    // A file that cannot be read (or has a line longer than the heap
+    // limit) is searched up to there, and said to be.
+    let searched = searcher.search_file(matcher, &file, &mut sink);
     let matches = sink.matches;
+    if let Err(e) = searched {
+        out.not_searched(path, why_not_searched(&e, matches));
+    }
     if matches == 0 && out.context && out.mode == Mode::Content && before > 0 {
         out.entries.pop();
     }
@@ -387,8 +428,10 @@ impl Tool for Grep {
                  as 'path-line-text', '--' between groups) or 'count' ('path:count'). Files \
                  ignored by .gitignore/.ignore, .git directories, binary files and files the \
                  permission rules do not let you read (counted in skipped_by_rules) are skipped; \
-                 symbolic links are not followed. Files are searched in path order; at most \
-                 head_limit entries (default {GREP_DEFAULT_LIMIT}) are returned."
+                 symbolic links are not followed. A file with a line longer than \
+                 {GREP_HEAP_LIMIT} bytes is searched only up to that line and named in \
+                 not_searched. Files are searched in path order; at most head_limit entries \
+                 (default {GREP_DEFAULT_LIMIT}) are returned."
             ),
             input_schema: json!({
                 "type": "object",
@@ -450,6 +493,7 @@ impl Tool for Grep {
             let mut builder = SearcherBuilder::new();
             builder
                 .line_number(true)
+                .heap_limit(Some(GREP_HEAP_LIMIT))
                 .binary_detection(BinaryDetection::quit(0));
             if args.output_mode == Mode::Content {
                 builder.before_context(context).after_context(context);
@@ -464,6 +508,8 @@ impl Tool for Grep {
                 files_matched: 0,
                 total_matches: 0,
                 context: context > 0,
+                not_searched: vec![],
+                not_searched_count: 0,
             };
             let meta = ws
                 .dir
@@ -502,7 +548,8 @@ impl Tool for Grep {
                 opened_where_judged(&ws.dir, &file, &start, ctx.judged_path.as_ref())?;
                 search_file(&mut searcher, &matcher, file.into_std(), &start.display(), &mut out);
             }
-            let partial = out.truncated || walk_truncated;
+            let truncated = out.truncated || walk_truncated;
+            let partial = truncated || out.not_searched_count > 0;
             let mut result = json!({
                 "pattern": args.pattern,
                 "path": start.display(),
@@ -515,7 +562,7 @@ impl Tool for Grep {
                 "num_entries": out.entries.len(),
                 "files_searched": out.files_searched,
                 "files_matched": out.files_matched,
-                "truncated": partial,
+                "truncated": truncated,
                 "skipped_by_rules": skipped_by_rules,
             });
             if let Some(note) = rules_note(skipped_by_rules) {
@@ -523,6 +570,21 @@ impl Tool for Grep {
             }
             if out.mode == Mode::Count {
                 result["total_matches"] = json!(out.total_matches);
+            }
+            if out.not_searched_count > 0 {
+                let count = out.not_searched_count;
+                result["not_searched"] = json!(out.not_searched);
+                result["not_searched_note"] = json!(format!(
+                    "{count} file{} could not be searched to the end (see not_searched{}); matches in {} may be missing. Use bash (e.g. `grep -o` with a bounded pattern, or `cut`) to look into {}.",
+                    if count == 1 { "" } else { "s" },
+                    if count > GREP_MAX_NOT_SEARCHED {
+                        format!(", which names the first {GREP_MAX_NOT_SEARCHED}")
+                    } else {
+                        String::new()
+                    },
+                    if count == 1 { "it" } else { "them" },
+                    if count == 1 { "it" } else { "them" },
+                ));
             }
             if out.truncated {
                 result["note"] = json!(format!(
