@@ -860,6 +860,40 @@ async fn read_refuses_fifos_without_blocking() {
     assert!(found.is_ok());
 }
 
+/// A FIFO named `.gitignore` (or a link to one named `.ignore`) is no
+/// ignore file: `glob` and `grep` finish at once and apply nothing from it.
+#[tokio::test]
+async fn fifo_ignore_files_do_not_hold_walks() {
+    let world = World::new();
+    world.write("a/x.txt", "x marks\n");
+    for fifo in [".gitignore", "a/pipe"] {
+        let c = std::ffi::CString::new(world.ws.join(fifo).as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
+    world.link("pipe", "a/.ignore");
+    for (tool, args) in [
+        (
+            Box::new(world.glob()) as Box<dyn Tool>,
+            json!({"pattern": "**/*.txt"}),
+        ),
+        (Box::new(world.grep()), json!({"pattern": "marks"})),
+        (
+            Box::new(world.grep()),
+            json!({"pattern": "marks", "path": "a"}),
+        ),
+    ] {
+        let done = tokio::time::timeout(Duration::from_secs(5), tool.execute(args, world.ctx()))
+            .await
+            .expect("a FIFO ignore file must not block the walk")
+            .unwrap();
+        assert!(
+            done.result.to_string().contains("a/x.txt"),
+            "{}",
+            done.result
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // write_file
 // ---------------------------------------------------------------------------

@@ -507,6 +507,22 @@ pub fn open_regular(dir: &Dir, path: &WorkspacePath) -> Result<(File, Metadata),
     Ok((file, meta))
 }
 
+/// Open the entry `name` of the directory `parent` for reading if it is a
+/// regular file, as a walk meets entries: not followed if it is a link
+/// (`O_NOFOLLOW`), never blocking on a FIFO or a device (`O_NONBLOCK`,
+/// `O_NOCTTY`), and checked to be a regular file on the open handle, so
+/// whatever is swapped in under the name meanwhile gains nothing. `None`
+/// for anything else, or what cannot be opened.
+pub fn open_regular_entry(parent: &Dir, name: &std::ffi::OsStr) -> Option<(File, Metadata)> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY);
+    let file = parent.open_with(name, &options).ok()?;
+    let meta = file.metadata().ok()?;
+    meta.is_file().then_some((file, meta))
+}
+
 fn not_regular(path: &WorkspacePath) -> ToolError {
     ToolError::new(
         codes::NOT_A_REGULAR_FILE,

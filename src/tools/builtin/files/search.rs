@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::confine::{WorkspacePath, open_regular, opened_where_judged, security_violation};
+use super::confine::{
+    WorkspacePath, open_regular, open_regular_entry, opened_where_judged, security_violation,
+};
 use super::walk::{self, Kind};
 use super::{blocking, codes, open_workspace, parse_args, rules_note};
 use crate::protocol::ui_schema::hints;
@@ -407,15 +408,6 @@ fn search_file(
     !out.truncated
 }
 
-fn open_for_search(parent: &Dir, name: &std::ffi::OsStr) -> Option<std::fs::File> {
-    let mut options = OpenOptions::new();
-    options
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_NOCTTY);
-    let file = parent.open_with(name, &options).ok()?;
-    file.metadata().ok()?.is_file().then(|| file.into_std())
-}
-
 #[async_trait]
 impl Tool for Grep {
     fn definition(&self) -> ToolDefinition {
@@ -532,10 +524,10 @@ impl Tool for Grep {
                             return ControlFlow::Continue(());
                         }
                     }
-                    let Some(file) = open_for_search(entry.parent, entry.name) else {
+                    let Some((file, _)) = open_regular_entry(entry.parent, entry.name) else {
                         return ControlFlow::Continue(());
                     };
-                    if search_file(&mut searcher, &matcher, file, &entry.path.display(), &mut out) {
+                    if search_file(&mut searcher, &matcher, file.into_std(), &entry.path.display(), &mut out) {
                         ControlFlow::Continue(())
                     } else {
                         ControlFlow::Break(())

@@ -29,7 +29,7 @@ use cap_std::fs::{Dir, Metadata};
 use ignore::Match;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
-use super::confine::{WorkspacePath, io_error, real_dir};
+use super::confine::{WorkspacePath, io_error, open_regular_entry, real_dir};
 use super::{cancelled, codes};
 use crate::tools::{ToolContext, ToolError};
 
@@ -150,17 +150,21 @@ pub fn open_dir(root: &Dir, path: &WorkspacePath) -> Result<Dir, ToolError> {
     root.open_dir(path.as_path()).map_err(|e| io_error(e, path))
 }
 
+/// The `.ignore` and `.gitignore` of the directory `dir` (`rel` in the
+/// workspace). Each is opened as a walk opens files to search
+/// ([`open_regular_entry`]: not followed, never blocking), so a FIFO or a
+/// device swapped in under the name is skipped instead of holding the
+/// call in `open()`.
 fn load_ignores(dir: &Dir, rel: &Path) -> Level {
     let mut matchers = vec![];
     for name in [".ignore", ".gitignore"] {
-        let Ok(meta) = dir.symlink_metadata(name) else {
+        let Some((file, meta)) = open_regular_entry(dir, OsStr::new(name)) else {
             continue;
         };
-        if !meta.is_file() || meta.len() > MAX_IGNORE_FILE {
+        if meta.len() > MAX_IGNORE_FILE {
             continue;
         }
         let mut text = String::new();
-        let Ok(file) = dir.open(name) else { continue };
         if file
             .take(MAX_IGNORE_FILE)
             .read_to_string(&mut text)
@@ -300,5 +304,116 @@ where
             }
         }
         Ok(ControlFlow::Continue(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    fn mkfifo(path: &Path) {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0, "{path:?}");
+    }
+
+    fn ctx() -> ToolContext {
+        ToolContext {
+            owner: "o".into(),
+            thread_id: "t".into(),
+            call_id: "c".into(),
+            workspace: None,
+            cancel: Default::default(),
+            progress: Default::default(),
+            path_rules: None,
+            judged_path: None,
+        }
+    }
+
+    /// What a walk of `ws` visits, or `None` if it does not finish within
+    /// five seconds.
+    fn walked(ws: &Path, start: &str) -> Option<Vec<String>> {
+        let (ws, start) = (ws.to_path_buf(), start.to_string());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
+            let mut seen = vec![];
+            let start = WorkspacePath::parse(&start, &ws).unwrap();
+            walk(&dir, &start, &ctx(), 1_000, false, |entry| {
+                seen.push(entry.path.display());
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+            let _ = tx.send(seen);
+        });
+        rx.recv_timeout(Duration::from_secs(5)).ok()
+    }
+
+    /// A FIFO named `.gitignore` or `.ignore`, or a link to one, is no
+    /// ignore file: the walk neither blocks on it nor applies it.
+    #[test]
+    fn fifo_ignore_files_are_skipped_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path();
+        std::fs::create_dir_all(ws.join("a/b")).unwrap();
+        mkfifo(&ws.join(".gitignore"));
+        mkfifo(&ws.join("a/pipe"));
+        std::os::unix::fs::symlink("pipe", ws.join("a/.gitignore")).unwrap();
+        std::os::unix::fs::symlink("../pipe", ws.join("a/b/.ignore")).unwrap();
+        std::fs::write(ws.join("a/b/x.txt"), "x").unwrap();
+        let seen = walked(ws, ".").expect("the walk must not block on a FIFO");
+        assert!(seen.contains(&"a/b/x.txt".to_string()), "{seen:?}");
+        // A walk starting below reads the ignore files of the directories
+        // above it too.
+        let seen = walked(ws, "a/b").expect("the walk must not block on a FIFO");
+        assert_eq!(seen, ["a/b/.ignore", "a/b/x.txt"]);
+    }
+
+    /// A command swapping a FIFO and a regular file under `.gitignore` as
+    /// fast as it can: reading the ignore files never blocks, however the
+    /// swaps fall between looking at the name and opening it.
+    #[test]
+    fn an_ignore_file_swapped_for_a_fifo_never_blocks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().to_path_buf();
+        std::fs::write(ws.join(".gitignore"), "ignored\n").unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (ws, stop) = (ws.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    mkfifo(&ws.join("fifo"));
+                    std::fs::rename(ws.join("fifo"), ws.join(".gitignore")).unwrap();
+                    std::fs::write(ws.join("regular"), "ignored\n").unwrap();
+                    std::fs::rename(ws.join("regular"), ws.join(".gitignore")).unwrap();
+                }
+            })
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let (ws, stop) = (ws.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let dir = Dir::open_ambient_dir(&ws, cap_std::ambient_authority()).unwrap();
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = load_ignores(&dir, Path::new(""));
+                    rounds += 1;
+                }
+                let _ = tx.send(rounds);
+            });
+        }
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        let rounds = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("reading .gitignore blocked on a FIFO swapped in");
+        assert!(rounds > 0);
     }
 }
