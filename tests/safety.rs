@@ -1505,6 +1505,155 @@ async fn a_read_file_deny_keeps_grep_and_glob_out(backend: Backend) {
     );
 }
 
+/// A hard link is one file under two names, and the rules judge names:
+/// after `ln .env notes.txt`, `notes.txt` is `.env` under
+/// `deny: read(.env)`. Nothing tells which name is the file's own, so while
+/// deny or ask path rules are in force the file tools leave a file with
+/// other names alone: reading, searching or changing it by name is
+/// refused, and a `grep` walk leaves it out. Without such rules it is an
+/// ordinary file.
+async fn a_hard_link_does_not_dodge_path_rules(backend: Backend) {
+    const SECRET: &str = "needle-HARDLINK-0b7e-do-not-leak";
+    let app = TestApp::spawn(backend).await;
+    put_rules(
+        &app,
+        json!({"allow": ["bash", "read", "write"], "deny": ["read(.env)"]}),
+    )
+    .await;
+    let (_, out) = app
+        .call(
+            "hl",
+            json!({"id": "mk", "name": "bash", "arguments": {"command": "printf 'needle-public\\n' > public.txt"}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+    let root = workspace_root(&app).await;
+    std::fs::write(root.join(".env"), format!("{SECRET}\n")).unwrap();
+    std::fs::hard_link(root.join(".env"), root.join("notes.txt")).unwrap();
+
+    for (id, tool, arguments) in [
+        ("r1", "read_file", json!({"path": "notes.txt"})),
+        (
+            "g1",
+            "grep",
+            json!({"pattern": "needle", "path": "notes.txt", "output_mode": "content"}),
+        ),
+        (
+            "e1",
+            "edit_file",
+            json!({"path": "notes.txt", "old_string": "do-not-leak", "new_string": "x"}),
+        ),
+        (
+            "w1",
+            "write_file",
+            json!({"path": "notes.txt", "content": "overwritten"}),
+        ),
+        (
+            "d1",
+            "apply_diff",
+            json!({"path": "notes.txt", "diff": "@@ -1 +1 @@\n-needle\n+x\n"}),
+        ),
+        ("u1", "undo_edit", json!({"path": "notes.txt"})),
+    ] {
+        let (_, out) = app
+            .call(
+                "hl",
+                json!({"id": id, "name": tool, "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(error_code(&out), "HARD_LINKED_FILE", "{tool}: {out}");
+        let message = out["tool_agent_output"]["error"]["message"]
+            .as_str()
+            .unwrap();
+        assert!(message.contains("hard links"), "{message}");
+        assert!(!leaked(&out, SECRET), "{tool}: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join(".env")).unwrap(),
+        format!("{SECRET}\n"),
+        "nothing was changed"
+    );
+
+    for (id, mode) in [
+        ("g2", "content"),
+        ("g3", "files_with_matches"),
+        ("g4", "count"),
+    ] {
+        let (_, out) = app
+            .call("hl", json!({"id": id, "name": "grep", "arguments": {"pattern": "needle", "output_mode": mode}}))
+            .await;
+        assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+        assert!(!leaked(&out, SECRET), "{mode}: {out}");
+        let r = &out["tool_agent_output"]["result"];
+        assert!(!r["entries"].to_string().contains("notes.txt"), "{r}");
+        assert!(r["entries"].to_string().contains("public.txt"), "{r}");
+        assert_eq!(r["skipped_by_rules"], 1, "{r}");
+        assert_eq!(r["skipped_hard_links"], 1, "{r}");
+        assert!(
+            r["hard_links_note"]
+                .as_str()
+                .unwrap()
+                .contains("hard links"),
+            "{r}"
+        );
+    }
+    // Listing names shows no contents: glob still names it.
+    let (_, out) = app
+        .call(
+            "hl",
+            json!({"id": "l1", "name": "glob", "arguments": {"pattern": "*"}}),
+        )
+        .await;
+    let files = out["tool_agent_output"]["result"]["files"].to_string();
+    assert!(
+        files.contains("notes.txt") && !files.contains(".env"),
+        "{out}"
+    );
+
+    // A change waiting for approval shows no preview of the file's
+    // content (the diff would show the old lines).
+    put_rules(
+        &app,
+        json!({"allow": ["bash", "read", "write"], "ask": ["write_file(notes.txt)"], "deny": ["read(.env)"]}),
+    )
+    .await;
+    let (s, out) = app
+        .call(
+            "hl",
+            json!({"id": "w2", "name": "write_file", "arguments": {"path": "notes.txt", "content": "new"}}),
+        )
+        .await;
+    assert_eq!(s, 202, "{out}");
+    assert!(!leaked(&out, SECRET), "{out}");
+
+    // Without deny or ask rules on paths, a hard link is an ordinary file.
+    put_rules(&app, json!({"allow": ["bash", "read", "write"]})).await;
+    let (_, out) = app
+        .call(
+            "hl",
+            json!({"id": "r2", "name": "read_file", "arguments": {"path": "notes.txt"}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert!(leaked(&out, SECRET), "{out}");
+    let (_, out) = app
+        .call(
+            "hl",
+            json!({"id": "g5", "name": "grep", "arguments": {"pattern": "HARDLINK"}}),
+        )
+        .await;
+    let r = &out["tool_agent_output"]["result"];
+    assert_eq!(r["entries"], json!([".env", "notes.txt"]), "{out}");
+    assert_eq!(r["skipped_hard_links"], 0, "{r}");
+    let (_, out) = app
+        .call(
+            "hl",
+            json!({"id": "e2", "name": "edit_file", "arguments": {"path": "notes.txt", "old_string": "do-not-leak", "new_string": "edited"}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+}
+
 /// The rules are relative to the owner's workspace, and a sub-workspace is
 /// a directory in it: naming `secrets` (or a link to it) as the call's
 /// workspace does not take `secrets/key` out of `deny: read(secrets/**)`.
@@ -2044,6 +2193,7 @@ both_backends!(
     file_rules_follow_links_inside_the_workspace,
     walks_leave_out_files_the_rules_deny,
     a_read_file_deny_keeps_grep_and_glob_out,
+    a_hard_link_does_not_dodge_path_rules,
     links_swapped_while_files_are_read_and_written_never_leak,
     a_link_swapped_during_an_approval_is_caught,
     an_approved_call_still_meets_the_rules_in_force,

@@ -194,7 +194,9 @@ impl Engine {
             workspace: req.call.workspace.clone(),
             cancel: Default::default(),
             progress: ProgressSink::default(),
-            path_rules: None,
+            // A preview reads the file as the call would: not one the
+            // path rules cannot tell (hard links).
+            path_rules: permission.path_rules.clone(),
             judged_path: permission.judged_path.clone(),
         };
         match tokio::time::timeout(PREVIEW_TIMEOUT, tool.tool.dry_run(arguments.clone(), ctx)).await

@@ -12,11 +12,11 @@ use similar::{ChangeTag, TextDiff};
 
 use super::confine::{
     WorkspacePath, WriteTarget, directory_not_file, io_error, open_parent_where_judged,
-    open_regular, opened_where_judged, resolve_target,
+    open_regular, opened_where_judged, refuse_hard_linked, resolve_target,
 };
 use super::history::{EditHistory, Header, with_file_lock};
 use super::{MAX_EDIT_BYTES, codes};
-use crate::tools::{DryRunResult, JudgedPath, ToolError, UndoInfo};
+use crate::tools::{DryRunResult, JudgedPath, ToolContext, ToolError, UndoInfo};
 use crate::workspace::Workspace;
 
 /// Diffs returned in results are cut at this many bytes.
@@ -40,7 +40,7 @@ impl Current {
         dir: &Dir,
         requested: WorkspacePath,
         target: WorkspacePath,
-        judged: Option<&JudgedPath>,
+        ctx: &ToolContext,
     ) -> Result<Current, ToolError> {
         let (before, mode) = match dir.symlink_metadata(target.as_path()) {
             Ok(meta) if meta.is_dir() => return Err(directory_not_file(&requested)),
@@ -48,7 +48,9 @@ impl Current {
                 let (file, meta) = open_regular(dir, &target)?;
                 // What a diff would show is read from where the rules
                 // judged the path to lead, or not at all.
-                opened_where_judged(dir, &file, &requested, judged)?;
+                opened_where_judged(dir, &file, &requested, ctx.judged_path.as_ref())?;
+                // Nor from a file the rules cannot tell (other names).
+                refuse_hard_linked(&meta, &requested, ctx.path_rules.as_deref(), "changed")?;
                 if meta.len() > MAX_EDIT_BYTES {
                     return Err(too_large(&requested, meta.len()));
                 }
@@ -132,13 +134,15 @@ fn missing_dirs(dir: &Dir, target: &WorkspacePath) -> Result<Vec<WorkspacePath>,
     Ok(vec![])
 }
 
-/// Run `f` on what is at `requested` now, holding the file's lock;
-/// `judged`: where the permission rules judged it to lead
-/// (`ToolContext::judged_path`).
+/// Run `f` on what is at `requested` now, holding the file's lock. The
+/// file is loaded only from where the permission rules judged the path to
+/// lead (`ToolContext::judged_path`), and not at all if it has other names
+/// (hard links) while the call has deny or ask path rules
+/// (`ToolContext::path_rules`): `HARD_LINKED_FILE`.
 pub fn with_current<T>(
     ws: &Workspace,
     requested: &WorkspacePath,
-    judged: Option<&JudgedPath>,
+    ctx: &ToolContext,
     f: impl FnOnce(Current) -> Result<T, ToolError>,
 ) -> Result<T, ToolError> {
     if requested.is_root() {
@@ -147,7 +151,7 @@ pub fn with_current<T>(
     let target = resolve_target(&ws.dir, requested)?;
     let key = format!("{}\0{}", ws.path.display(), target.display());
     with_file_lock(&key, || {
-        let current = Current::load(&ws.dir, requested.clone(), target, judged)?;
+        let current = Current::load(&ws.dir, requested.clone(), target, ctx)?;
         f(current)
     })
 }

@@ -26,7 +26,7 @@
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use cap_std::fs::{Dir, File, Metadata, OpenOptions, OpenOptionsExt};
+use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 
 use super::codes;
 use crate::tools::ToolError;
@@ -521,6 +521,40 @@ pub fn open_regular_entry(parent: &Dir, name: &std::ffi::OsStr) -> Option<(File,
     let file = parent.open_with(name, &options).ok()?;
     let meta = file.metadata().ok()?;
     meta.is_file().then_some((file, meta))
+}
+
+/// Whether the file tools must leave alone a file whose metadata (read
+/// off the open handle) is `meta`: a regular file with other names (hard
+/// links), while the call has deny or ask path rules (`rules`). Those
+/// rules judge a file by its names, and nothing tells which of a hard
+/// link's names is the file's "real" one: `notes.txt` may be `.env`.
+pub fn hard_linked(meta: &Metadata, rules: Option<&crate::permissions::PathRules>) -> bool {
+    rules.is_some_and(|rules| !rules.is_empty()) && meta.is_file() && meta.nlink() > 1
+}
+
+/// Refuse (`HARD_LINKED_FILE`) a file [`hard_linked`] says to leave alone;
+/// `done` says what was not done ("read", "changed").
+pub fn refuse_hard_linked(
+    meta: &Metadata,
+    path: &WorkspacePath,
+    rules: Option<&crate::permissions::PathRules>,
+    done: &str,
+) -> Result<(), ToolError> {
+    if !hard_linked(meta, rules) {
+        return Ok(());
+    }
+    Err(ToolError::new(
+        codes::HARD_LINKED_FILE,
+        format!(
+            "'{}' has other names (it is one file with {} hard links), so the permission rules, which judge files by name, cannot tell what file it is; it was not {done}",
+            path.display(),
+            meta.nlink()
+        ),
+        false,
+    )
+    .with_hint(
+        "The file tools leave files with several names alone while deny or ask rules on paths are in force. Ask the user about this file.",
+    ))
 }
 
 fn not_regular(path: &WorkspacePath) -> ToolError {

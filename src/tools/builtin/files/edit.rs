@@ -240,7 +240,7 @@ async fn plan_then<T: Send + 'static>(
     blocking(move || {
         let ws = open_workspace(&workspaces, &ctx)?;
         let path = WorkspacePath::parse(&args.path, &ws.path)?;
-        with_current(&ws, &path, ctx.judged_path.as_ref(), |current| {
+        with_current(&ws, &path, &ctx, |current| {
             let Some(before) = current.before.as_deref() else {
                 return Err(missing(&ws, &path));
             };

@@ -41,6 +41,14 @@
 //!   What the call's deny and ask path rules name
 //!   (`ToolContext::path_rules`) is left out and counted in
 //!   `skipped_by_rules`.
+//! - Hard links: the path rules judge names (and where symbolic links
+//!   lead), but a regular file with several names (`st_nlink > 1`) could
+//!   be a file they deny under another name. When the call has deny or ask
+//!   path rules (`ToolContext::path_rules`), such a file is neither read
+//!   nor changed: `read_file`, a `grep` of that one file and the changing
+//!   tools refuse it (`HARD_LINKED_FILE`), a `grep` walk leaves it out
+//!   (`skipped_hard_links`); `glob` and directory listings still name it.
+//!   Without such rules, hard-linked files are like any other.
 
 #![allow(clippy::result_large_err)]
 
@@ -101,6 +109,10 @@ pub mod codes {
     /// would have to be undone first.
     pub const UNDO_CONFLICT: &str = "UNDO_CONFLICT";
     pub const INVALID_PATTERN: &str = "INVALID_PATTERN";
+    /// A file with other names (hard links) while the call's permission
+    /// rules deny or ask about some paths: they judge names, and cannot
+    /// tell which file this is.
+    pub const HARD_LINKED_FILE: &str = "HARD_LINKED_FILE";
 }
 
 /// What a model is told about entries the permission rules left out of a
@@ -111,6 +123,19 @@ pub(super) fn rules_note(skipped: usize) -> Option<String> {
             "{skipped} {} left out because the permission rules deny reading {} or require approval for it; {} not searched and not listed.",
             if skipped == 1 { "file or directory was" } else { "files or directories were" },
             if skipped == 1 { "it" } else { "them" },
+            if skipped == 1 { "it was" } else { "they were" },
+        )
+    })
+}
+
+/// What a model is told about files a walk left out because they have
+/// other names (hard links) and the call's path rules judge names.
+pub(super) fn hard_links_note(skipped: usize) -> Option<String> {
+    (skipped > 0).then(|| {
+        format!(
+            "{skipped} {} other names (hard links) {} left out: the permission rules deny reading some paths or require approval for it, and judge files by name, so they cannot tell what such a file is; {} not searched.",
+            if skipped == 1 { "file with" } else { "files with" },
+            if skipped == 1 { "was" } else { "were" },
             if skipped == 1 { "it was" } else { "they were" },
         )
     })

@@ -424,7 +424,7 @@ async fn plan_then<T: Send + 'static>(
     blocking(move || {
         let ws = open_workspace(&workspaces, &ctx)?;
         let path = WorkspacePath::parse(&args.path, &ws.path)?;
-        with_current(&ws, &path, ctx.judged_path.as_ref(), |current| {
+        with_current(&ws, &path, &ctx, |current| {
             let text = match current.before.as_deref() {
                 Some(bytes) => text_of(bytes, &path)?,
                 // A diff against an absent file creates it from pure insertions.

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use super::change::numbered;
 use super::confine::{
     WorkspacePath, io_error, not_found_aware, open_regular, opened_where_judged, real_dir,
+    refuse_hard_linked,
 };
 use super::{blocking, cancelled, codes, language_of, open_workspace, parse_args, rules_note};
 use crate::protocol::ui_schema::hints::{self, Source};
@@ -70,8 +71,9 @@ fn read_text(
     limit: usize,
     ctx: &ToolContext,
 ) -> Result<ToolSuccess, ToolError> {
-    let (file, _) = open_regular(&ws.dir, path)?;
+    let (file, meta) = open_regular(&ws.dir, path)?;
     opened_where_judged(&ws.dir, &file, path, ctx.judged_path.as_ref())?;
+    refuse_hard_linked(&meta, path, ctx.path_rules.as_deref(), "read")?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut probe = Vec::with_capacity(BINARY_PROBE);
     (&mut reader)

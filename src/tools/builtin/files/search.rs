@@ -13,10 +13,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::confine::{
-    WorkspacePath, open_regular, open_regular_entry, opened_where_judged, security_violation,
+    WorkspacePath, hard_linked, open_regular, open_regular_entry, opened_where_judged,
+    refuse_hard_linked, security_violation,
 };
 use super::walk::{self, Kind};
-use super::{blocking, codes, open_workspace, parse_args, rules_note};
+use super::{blocking, codes, hard_links_note, open_workspace, parse_args, rules_note};
 use crate::protocol::ui_schema::hints;
 use crate::tools::{
     PermissionClass, Tool, ToolCapability, ToolContext, ToolDefinition, ToolError, ToolMetadata,
@@ -419,8 +420,9 @@ impl Tool for Grep {
                  matching files), 'content' (matching lines as 'path:line:text', context lines \
                  as 'path-line-text', '--' between groups) or 'count' ('path:count'). Files \
                  ignored by .gitignore/.ignore, .git directories, binary files and files the \
-                 permission rules do not let you read (counted in skipped_by_rules) are skipped; \
-                 symbolic links are not followed. A file with a line longer than \
+                 permission rules do not let you read (counted in skipped_by_rules) are skipped, \
+                 and, while such rules are in force, files with other names (hard links; \
+                 counted in skipped_hard_links); symbolic links are not followed. A file with a line longer than \
                  {GREP_HEAP_LIMIT} bytes is searched only up to that line and named in \
                  not_searched. Files are searched in path order; at most head_limit entries \
                  (default {GREP_DEFAULT_LIMIT}) are returned."
@@ -509,6 +511,7 @@ impl Tool for Grep {
                 .map_err(|e| super::confine::not_found_aware(e, &ws.dir, &start))?;
             let mut walk_truncated = false;
             let mut skipped_by_rules = 0;
+            let mut skipped_hard_links = 0usize;
             if meta.is_dir() {
                 let summary = walk::walk(&ws.dir, &start, &ctx, WALK_CAP, false, |entry| {
                     if entry.kind != Kind::File {
@@ -524,9 +527,13 @@ impl Tool for Grep {
                             return ControlFlow::Continue(());
                         }
                     }
-                    let Some((file, _)) = open_regular_entry(entry.parent, entry.name) else {
+                    let Some((file, meta)) = open_regular_entry(entry.parent, entry.name) else {
                         return ControlFlow::Continue(());
                     };
+                    if hard_linked(&meta, ctx.path_rules.as_deref()) {
+                        skipped_hard_links += 1;
+                        return ControlFlow::Continue(());
+                    }
                     if search_file(&mut searcher, &matcher, file.into_std(), &entry.path.display(), &mut out) {
                         ControlFlow::Continue(())
                     } else {
@@ -536,8 +543,9 @@ impl Tool for Grep {
                 walk_truncated = summary.truncated;
                 skipped_by_rules = summary.skipped_by_rules;
             } else {
-                let (file, _) = open_regular(&ws.dir, &start)?;
+                let (file, meta) = open_regular(&ws.dir, &start)?;
                 opened_where_judged(&ws.dir, &file, &start, ctx.judged_path.as_ref())?;
+                refuse_hard_linked(&meta, &start, ctx.path_rules.as_deref(), "searched")?;
                 search_file(&mut searcher, &matcher, file.into_std(), &start.display(), &mut out);
             }
             let truncated = out.truncated || walk_truncated;
@@ -556,9 +564,13 @@ impl Tool for Grep {
                 "files_matched": out.files_matched,
                 "truncated": truncated,
                 "skipped_by_rules": skipped_by_rules,
+                "skipped_hard_links": skipped_hard_links,
             });
             if let Some(note) = rules_note(skipped_by_rules) {
                 result["rules_note"] = json!(note);
+            }
+            if let Some(note) = hard_links_note(skipped_hard_links) {
+                result["hard_links_note"] = json!(note);
             }
             if out.mode == Mode::Count {
                 result["total_matches"] = json!(out.total_matches);

@@ -88,7 +88,7 @@ impl Tool for UndoEdit {
             let ws = open_workspace(&workspaces, &ctx)?;
             let history = open_history(&workspaces, &ctx)?;
             let path = WorkspacePath::parse(&args.path, &ws.path)?;
-            with_current(&ws, &path, ctx.judged_path.as_ref(), |current| {
+            with_current(&ws, &path, &ctx, |current| {
                 let target = &current.target;
                 let entry = history
                     .latest(target)

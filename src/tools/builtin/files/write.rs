@@ -73,7 +73,7 @@ async fn plan_then<T: Send + 'static>(
         let ws = open_workspace(&workspaces, &ctx)?;
         let path = WorkspacePath::parse(&args.path, &ws.path)?;
         let content = normalise(&args.content, eol);
-        with_current(&ws, &path, ctx.judged_path.as_ref(), |current| {
+        with_current(&ws, &path, &ctx, |current| {
             finish(current.change(content.into_bytes()), &ws, &ctx)
         })
     })
