@@ -141,7 +141,8 @@ pub struct ToolSettings {
     pub max_concurrent_calls: usize,
     /// Calls running at once for one owner; beyond it: 429.
     pub max_concurrent_calls_per_owner: usize,
-    /// Most calls one batch may carry.
+    /// Most calls one batch, or the assistant message an AG-UI run
+    /// executes, may carry.
     pub max_batch_calls: usize,
     /// A read-only call's write-ahead shares its result's transaction when
     /// the tool finishes within this many ms; 0 commits it first always.

@@ -803,7 +803,38 @@ async fn deeply_nested_arguments_are_refused_and_the_thread_stays_readable(backe
     );
 }
 
+/// A run executes at most as many calls as a batch may carry: more is a
+/// `422` before the stream, with nothing run or stored.
+async fn a_run_carries_at_most_a_batch_of_calls(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let calls = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"id": format!("m{i}"), "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"a\"}"}}))
+            .collect()
+    };
+    let run = |n: usize| {
+        json!({"threadId": "many", "runId": "r1", "tools": [], "context": [], "state": {}, "forwardedProps": {},
+        "messages": [{"id": "a1", "role": "assistant", "toolCalls": calls(n)}]})
+    };
+    let (s, p) = problem(app.post("/v1/threads/many/runs", &run(65)).await).await;
+    assert_eq!(s, 422, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("at most 64"), "{p}");
+    let r = app.get("/v1/threads/many/history").await;
+    assert_eq!(r.status(), 404, "nothing stored, not even the thread");
+    let r = app.post("/v1/threads/many/runs", &run(64)).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert_eq!(
+        frames
+            .iter()
+            .filter(|f| f.kind() == "TOOL_CALL_RESULT")
+            .count(),
+        64
+    );
+}
+
 both_backends!(
+    a_run_carries_at_most_a_batch_of_calls,
     deeply_nested_arguments_are_refused_and_the_thread_stays_readable,
     malformed_requests_are_refused_and_change_nothing,
     nul_characters_are_refused_in_requests_and_replaced_in_results,

@@ -106,6 +106,20 @@ pub async fn post_run(
             });
         }
     }
+    // A run's calls are a batch: as many at most.
+    let max = state.settings.tools.max_batch_calls;
+    if let Some((message_id, calls)) = calls_to_run(&input)
+        && calls.len() > max
+    {
+        return Err(ApiError::Unprocessable {
+            title: "Too many tool calls".into(),
+            detail: format!(
+                "message {message_id:?} carries {} tool calls; a run executes at most {max} (tools.max_batch_calls)",
+                calls.len()
+            ),
+            extra: Default::default(),
+        });
+    }
     check_owner(&state, &user, &thread).await?;
     refuse_reused_call_ids(&state, &thread.0, &input).await?;
     // A run executes its calls one at a time: one slot, held to the end.
