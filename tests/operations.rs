@@ -280,6 +280,128 @@ async fn a_stalled_event_reader_does_not_hold_up_shutdown() {
     drop(stalled);
 }
 
+/// A TCP proxy in front of Postgres that, once armed, lets one `COMMIT`
+/// reach the server and cuts the connection before the answer comes back:
+/// the commit happened, and its client cannot know.
+struct CommitCutter {
+    addr: String,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl CommitCutter {
+    async fn start(target: String) -> CommitCutter {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let cutter = CommitCutter {
+            addr: listener.local_addr().unwrap().to_string(),
+            armed: Default::default(),
+        };
+        let armed = cutter.armed.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let server = tokio::net::TcpStream::connect(&target).await.unwrap();
+                let armed = armed.clone();
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let cut = tokio_util::sync::CancellationToken::new();
+                    let answers = {
+                        let cut = cut.clone();
+                        tokio::spawn(async move {
+                            let mut buf = vec![0u8; 65536];
+                            loop {
+                                tokio::select! {
+                                    n = server_rx.read(&mut buf) => match n {
+                                        Ok(n) if n > 0 => {
+                                            if client_tx.write_all(&buf[..n]).await.is_err() { return; }
+                                        }
+                                        _ => return,
+                                    },
+                                    _ = cut.cancelled() => return,
+                                }
+                            }
+                        })
+                    };
+                    // Untyped start-up messages (SSLRequest, then StartupMessage),
+                    // then typed messages: type byte, length, body.
+                    let mut started = false;
+                    loop {
+                        let mut typ = [0u8; 1];
+                        if started && client_rx.read_exact(&mut typ).await.is_err() {
+                            break;
+                        }
+                        let mut len = [0u8; 4];
+                        if client_rx.read_exact(&mut len).await.is_err() {
+                            break;
+                        }
+                        let mut body = vec![0u8; u32::from_be_bytes(len) as usize - 4];
+                        if client_rx.read_exact(&mut body).await.is_err() {
+                            break;
+                        }
+                        let mut message = if started { typ.to_vec() } else { Vec::new() };
+                        message.extend_from_slice(&len);
+                        message.extend_from_slice(&body);
+                        let query = match typ[0] {
+                            b'Q' if started => &body[..],
+                            b'P' if started => body.splitn(2, |b| *b == 0).nth(1).unwrap_or(&[]),
+                            _ => &[],
+                        };
+                        let commit = query.to_ascii_uppercase().starts_with(b"COMMIT");
+                        if !started && body.len() >= 4 && body[..4] == [0, 3, 0, 0] {
+                            started = true;
+                        }
+                        if server_tx.write_all(&message).await.is_err() {
+                            break;
+                        }
+                        if commit && armed.swap(false, Ordering::SeqCst) {
+                            cut.cancel();
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            break;
+                        }
+                    }
+                    cut.cancel();
+                    let _ = answers.await;
+                });
+            }
+        });
+        cutter
+    }
+}
+
+/// Postgres: a write-ahead whose commit went through but whose answer was
+/// lost is found stored, and the call goes on and finishes, instead of
+/// being answered 503 while it stays `running` for good (every retry a 409).
+#[tokio::test]
+async fn a_write_ahead_committed_without_an_answer_goes_on() {
+    use std::sync::atomic::Ordering;
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut settings = common::test_settings(data_dir.path());
+    let pg = common::create_pg_database().await;
+    let (before, after) = pg.url.split_once('@').unwrap();
+    let (host, path) = after.split_once('/').unwrap();
+    let cutter = CommitCutter::start(host.to_string()).await;
+    settings.storage.database_url = Some(format!("{before}@{}/{path}", cutter.addr).into());
+    let app = TestApp::start(settings, data_dir, Some(pg)).await;
+    let call = json!({"id": "w1", "name": "write_file", "arguments": {"path": "w.txt", "content": "kept"}});
+    cutter.armed.store(true, Ordering::SeqCst);
+    let (s, out) = app.call("lost", call.clone()).await;
+    assert!(
+        !cutter.armed.load(Ordering::SeqCst),
+        "a commit's answer was cut"
+    );
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    let ws = app.get_json("/v1/workspace").await;
+    let file = std::path::Path::new(ws["root"].as_str().unwrap()).join("w.txt");
+    assert_eq!(std::fs::read_to_string(file).unwrap(), "kept\n");
+    let (s, again) = app.call("lost", call).await;
+    assert_eq!((s, &again["replayed"]), (200, &json!(true)), "{again}");
+}
+
 /// Postgres only: the embedded SQLite file cannot become unreachable while open.
 #[tokio::test]
 async fn readiness_fails_when_the_database_is_gone() {

@@ -633,7 +633,38 @@ impl Engine {
         unit: WriteUnit,
         events: Vec<Event>,
     ) -> Result<(), StoreError> {
-        self.writer.write(unit).await?;
+        let ours = unit.ops.iter().find_map(|op| match op {
+            WriteOp::InsertToolCall(call) => Some((call.status, call.created_at_ms)),
+            _ => None,
+        });
+        match self.writer.write(unit).await {
+            Ok(_) => {}
+            // The connection failed: perhaps after the database committed,
+            // before its answer arrived. The record tells; if it is this
+            // very write-ahead (same status, same arguments, same moment),
+            // the call goes on: answering 503 would leave it recorded
+            // `running` with nothing running it, and every retry a 409.
+            Err(e) if e.is_unavailable() => {
+                let committed = match self.store.tool_call(&req.thread_id, &req.call.id).await {
+                    Ok(Some(record)) => ours.is_some_and(|(status, at)| {
+                        record.status == status
+                            && record.created_at_ms == at
+                            && same_call(&record, &req.call)
+                    }),
+                    _ => false,
+                };
+                if !committed {
+                    return Err(e);
+                }
+                tracing::warn!(
+                    thread_id = %req.thread_id,
+                    tool_call_id = %req.call.id,
+                    error = %e,
+                    "the write-ahead's commit was not acknowledged, but it is stored: the call goes on"
+                );
+            }
+            Err(e) => return Err(e),
+        }
         observe(req.observer.as_ref(), events);
         Ok(())
     }
