@@ -766,6 +766,21 @@ async fn git_neither_pages_nor_prompts() {
     assert!(stdout(&result).ends_with("1\namended\n"), "{result}");
 }
 
+/// A repository's `core.fsmonitor` (which the model could have written)
+/// would run its program at `git status`: in a command it never does.
+#[tokio::test]
+async fn git_status_runs_no_fsmonitor_program() {
+    let h = harness();
+    let result = h
+        .run(
+            "git init -q repo && cd repo && git config core.fsmonitor 'touch ../ran; false' && echo x > a && git status --short && git diff && ls ..",
+        )
+        .await;
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert!(stdout(&result).contains("?? a"), "{result}");
+    assert!(!h.workspace("alice").join("ran").exists(), "{result}");
+}
+
 // ---------------------------------------------------------------- results
 
 #[tokio::test]

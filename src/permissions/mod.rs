@@ -639,6 +639,23 @@ fn default_decision(
     }
 }
 
+/// The reading of `path` that is git's configuration or hooks: beneath a
+/// `.git` directory, or a global configuration file (a command's `HOME` is
+/// its workspace).
+fn git_configuration(path: &file::PathSubject) -> Option<&str> {
+    path.clean
+        .iter()
+        .chain(&path.readings)
+        .chain(&path.resolved)
+        .map(String::as_str)
+        .find(|p| {
+            let parts: Vec<&str> = p.split('/').collect();
+            parts.contains(&".git")
+                || parts.last() == Some(&".gitconfig")
+                || parts.windows(2).any(|w| w == [".config", "git"])
+        })
+}
+
 /// An allowed call that is dangerous, or that no rule could really vouch
 /// for, needs approval after all.
 fn safety_net(decision: Decision, call: &CallFacts, subject: &Subject) -> Decision {
@@ -679,6 +696,12 @@ fn safety_net(decision: Decision, call: &CallFacts, subject: &Subject) -> Decisi
     }
     let doubt = match subject {
         Subject::Bash(Some(analysis)) => analysis.pieces.iter().find_map(|p| p.opaque.clone()),
+        Subject::File(Some(path)) if !call.read_only => git_configuration(path).map(|p| {
+            format!(
+                "it writes `{}`, which git reads: hooks and settings there (core.fsmonitor, diff and filter drivers) make any git command run any program",
+                clip(p)
+            )
+        }),
         Subject::Web(None) => {
             Some("its URL has no host that can be read unambiguously".to_string())
         }

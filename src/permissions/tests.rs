@@ -550,6 +550,47 @@ fn command_strings_of_builtins_meet_deny_rules() {
     }
 }
 
+/// git runs what its configuration and hooks say, at commands an owner may
+/// well allow (`git status`): writing them is never allowed by default.
+#[test]
+fn writing_gits_configuration_asks_by_default() {
+    for path in [
+        ".git/config",
+        "repo/.git/hooks/pre-commit",
+        "./.git/info/attributes",
+        ".gitconfig",
+        ".config/git/config",
+    ] {
+        for tool in [&WRITE_FILE, &EDIT_FILE] {
+            let d = owner(&none(), tool, json!({"path": path}));
+            assert_eq!(d.verdict, Verdict::Ask, "{path}: {d:?}");
+            assert!(d.reason.contains("which git reads"), "{}", d.reason);
+        }
+        // Reading it is fine; a rule that names it is the owner's choice.
+        assert_eq!(
+            owner(&none(), &READ_FILE, json!({"path": path})).verdict,
+            Verdict::Allow
+        );
+        let allow = rules(&["write_file(**)"], &[], &[]);
+        assert_eq!(
+            owner(&allow, &WRITE_FILE, json!({"path": path})).verdict,
+            Verdict::Allow
+        );
+    }
+    for path in [
+        ".gitignore",
+        ".gitattributes",
+        "src/git/config.rs",
+        "notes/.github/x.yml",
+    ] {
+        assert_eq!(
+            owner(&none(), &WRITE_FILE, json!({"path": path})).verdict,
+            Verdict::Allow,
+            "{path}"
+        );
+    }
+}
+
 // ------------------------------------------------------- dangerous commands
 
 #[test]

@@ -348,6 +348,11 @@ pub fn base_environment() -> BTreeMap<String, String> {
         ("GIT_SEQUENCE_EDITOR", "true"),
         ("GIT_TERMINAL_PROMPT", "0"),
         ("GIT_ASKPASS", ""),
+        // A repository's (or HOME's) `core.fsmonitor` runs a program at
+        // every `git status` and `git diff`: never in a command.
+        ("GIT_CONFIG_COUNT", "1"),
+        ("GIT_CONFIG_KEY_0", "core.fsmonitor"),
+        ("GIT_CONFIG_VALUE_0", "false"),
         ("SSH_ASKPASS", ""),
         ("SSH_ASKPASS_REQUIRE", "never"),
         ("GCM_INTERACTIVE", "never"),
