@@ -736,6 +736,64 @@ async fn a_dropped_run_leaves_nothing_running() {
     }
 }
 
+/// Without namespaces, a process that forks into a new group and exits,
+/// again and again, has a new pid at every sweep of the session; its pids
+/// cgroup (as root) still ends it: forks stop, then every member is killed.
+#[tokio::test]
+async fn a_process_hopping_from_pid_to_pid_is_ended_too() {
+    let h = harness_with(
+        SandboxSettings {
+            namespaces: NamespaceMode::Off,
+            ..settings()
+        },
+        None,
+    );
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(
+            h.sandbox.status().rlimits.max_processes_cgroup,
+            "as root the pids cgroup is in use: {:?}",
+            h.sandbox.status()
+        );
+    }
+    let ws = h.workspace("alice");
+    std::fs::write(
+        ws.join("hop-7f3.c"),
+        "#include <stdio.h>\n\
+         #include <time.h>\n\
+         #include <unistd.h>\n\
+         int main(void) {\n\
+         \x20   time_t last = 0;\n\
+         \x20   for (;;) {\n\
+         \x20       pid_t child = fork();\n\
+         \x20       if (child > 0) _exit(0);\n\
+         \x20       if (child < 0) continue;\n\
+         \x20       setpgid(0, 0);\n\
+         \x20       if (time(NULL) != last) {\n\
+         \x20           last = time(NULL);\n\
+         \x20           FILE *f = fopen(\"hops\", \"a\");\n\
+         \x20           if (f) { fputc('.', f); fclose(f); }\n\
+         \x20       }\n\
+         \x20   }\n\
+         }\n",
+    )
+    .unwrap();
+    let result = h
+        .run("cc -O2 -o hop-7f3 hop-7f3.c && (./hop-7f3 </dev/null >/dev/null 2>&1 &) ; sleep 1.5; echo started")
+        .await;
+    assert_eq!(stdout(&result).trim(), "started", "{result}");
+    assert_all_end("hop-7f3").await;
+    let hops = || {
+        std::fs::metadata(ws.join("hops"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let before = hops();
+    assert!(before > 0, "the hopper ran: {result}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(hops(), before, "it still hops");
+}
+
 // ---------------------------------------------------------------- non-interactive
 
 #[tokio::test]

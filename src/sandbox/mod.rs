@@ -696,7 +696,19 @@ impl Sandbox {
             };
             // Whatever happened, nothing of the command survives it: the
             // main process may have exited leaving background jobs.
-            let _ = tokio::task::spawn_blocking(move || kill_session(sid)).await;
+            // With a pids cgroup, its members are ended too, forks stopped
+            // first: without namespaces, a process that keeps forking into
+            // new groups outruns sweeps of the session.
+            let cgroup = tokio::task::spawn_blocking(move || {
+                kill_session(sid);
+                if let Some(cgroup) = &cgroup {
+                    cgroup.kill_members();
+                }
+                cgroup
+            })
+            .await
+            .ok()
+            .flatten();
             let status = match exited {
                 Some(status) => Some(status),
                 None => child.wait().await.ok(),

@@ -188,6 +188,33 @@ impl CommandCgroup {
         self.procs.as_raw_fd()
     }
 
+    /// End every process of the command, including one that keeps forking
+    /// into new process groups to outrun a sweep: `pids.max` drops to 0, so
+    /// no member can fork again, then each member is killed until none is
+    /// left (a member cannot leave its cgroup).
+    pub(crate) fn kill_members(&self) {
+        let _ = fs::write(self.dir.join("pids.max"), "0");
+        for _ in 0..REMOVAL_ATTEMPTS {
+            let Ok(procs) = fs::read_to_string(self.dir.join("cgroup.procs")) else {
+                return;
+            };
+            let members: Vec<i32> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            if members.is_empty() {
+                return;
+            }
+            for pid in members {
+                // SAFETY: signalling one process by pid.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Remove the cgroup once its last task is gone (on the calling
     /// thread, which may wait a little: see [`remove_when_empty`]).
     pub(crate) fn remove(mut self) {
