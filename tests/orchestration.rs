@@ -81,6 +81,64 @@ impl Tool for Exclusive {
     }
 }
 
+/// Reports progress, then works on a blocking thread, holding its context,
+/// until the test lets it go: work no timeout or cancel can abort.
+struct Stuck {
+    release: Arc<Mutex<Option<std::sync::mpsc::Receiver<()>>>>,
+}
+
+#[async_trait]
+impl Tool for Stuck {
+    fn definition(&self) -> ToolDefinition {
+        definition("stuck", false, false)
+    }
+    async fn execute(&self, _args: Value, ctx: ToolContext) -> Result<ToolSuccess, ToolError> {
+        ctx.progress.report(0.1, "started");
+        let release = self.release.lock().unwrap().take().unwrap();
+        tokio::task::spawn_blocking(move || {
+            let _held = ctx;
+            let _ = release.recv();
+        })
+        .await
+        .unwrap();
+        Ok(ToolSuccess::complete(json!({"done": true})))
+    }
+}
+
+/// A tool stopped by its timeout is answered `TIMEOUT` even while work it
+/// started on a blocking thread still holds its context (and its progress
+/// sender): the call does not wait for that work.
+async fn a_timed_out_call_is_answered_while_its_blocking_work_goes_on(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.tools.timeout_secs = 1;
+        s.permissions.allow = vec!["stuck".into()];
+    })
+    .await;
+    let (release, held) = std::sync::mpsc::channel();
+    app.registry
+        .register(Arc::new(Stuck {
+            release: Arc::new(Mutex::new(Some(held))),
+        }))
+        .unwrap();
+    let answered = tokio::time::timeout(
+        Duration::from_secs(30),
+        app.call(
+            "stuck",
+            json!({"id": "s1", "name": "stuck", "arguments": {}}),
+        ),
+    )
+    .await;
+    let _ = release.send(());
+    let (s, out) = answered.expect("the call was answered while the tool's work went on");
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(
+        out["tool_agent_output"]["error"]["code"], "TIMEOUT",
+        "{out}"
+    );
+    let history = app.history("stuck").await;
+    assert_eq!(history.len(), 1, "{history:?}");
+}
+
 /// The test tools are generic (they declare no permission class), so they
 /// ask by default; these tests allow them by a deployment rule.
 fn allow_test_tools(s: &mut toolgate::config::Settings) {
@@ -523,6 +581,7 @@ async fn a_quick_read_only_call_streams_in_order(backend: Backend) {
 }
 
 both_backends!(
+    a_timed_out_call_is_answered_while_its_blocking_work_goes_on,
     batches_run_safe_calls_together_and_the_rest_in_order,
     limits_answer_429_and_cancellation_frees_the_slot,
     dry_runs_preview_and_change_nothing,

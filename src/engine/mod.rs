@@ -723,6 +723,7 @@ impl Engine {
         permission: &Permission,
     ) -> Result<ToolSuccess, ToolError> {
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
+        let tool_done = CancellationToken::new();
         let progress_task = tokio::spawn(forward_progress(
             self.writer.clone(),
             req.owner.clone(),
@@ -731,6 +732,7 @@ impl Engine {
             progress_rx,
             req.observer.clone(),
             write_ahead.pending(),
+            tool_done.clone(),
         ));
         let ctx = ToolContext {
             owner: req.owner.clone(),
@@ -791,7 +793,12 @@ impl Engine {
                 }
             }
         };
-        // Progress events must be in the log before the result.
+        // Progress events must be in the log before the result: those
+        // reported so far. A tool stopped by its timeout or a cancel may
+        // still hold its progress sender (work on a blocking thread cannot
+        // be aborted), so the forwarder is told the tool is done rather
+        // than waited for until every sender is gone.
+        tool_done.cancel();
         let _ = progress_task.await;
         let status = match &result {
             Ok(s) if s.partial => "partial",
@@ -1825,8 +1832,16 @@ async fn forward_progress(
     mut rx: mpsc::UnboundedReceiver<crate::tools::Progress>,
     observer: Option<mpsc::UnboundedSender<Event>>,
     pending: Option<Arc<PendingWriteAhead>>,
+    tool_done: CancellationToken,
 ) {
-    while let Some(p) = rx.recv().await {
+    loop {
+        // What was reported before the tool was done is written first.
+        let p = tokio::select! {
+            biased;
+            p = rx.recv() => p,
+            _ = tool_done.cancelled() => rx.try_recv().ok(),
+        };
+        let Some(p) = p else { return };
         // Progress follows the call's announcement in the log.
         if let Some(pending) = &pending
             && let Err(e) = pending.ensure_written().await
@@ -1854,6 +1869,12 @@ async fn forward_progress(
         };
         match writer.write(unit).await {
             Ok(_) => observe(observer.as_ref(), vec![event]),
+            // The database is out of reach: progress is not worth the
+            // result's wait; the rest is dropped.
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, "progress events not recorded: the database is unavailable");
+                return;
+            }
             Err(e) => tracing::warn!(error = %e, "progress event not recorded"),
         }
     }
