@@ -726,9 +726,11 @@ impl Engine {
         let tool_done = CancellationToken::new();
         let progress_task = tokio::spawn(forward_progress(
             self.writer.clone(),
-            req.owner.clone(),
-            req.thread_id.clone(),
-            req.call.id.clone(),
+            (
+                req.owner.clone(),
+                req.thread_id.clone(),
+                req.call.id.clone(),
+            ),
             progress_rx,
             req.observer.clone(),
             write_ahead.pending(),
@@ -1826,9 +1828,7 @@ fn replay_events(
 /// write never fails the call).
 async fn forward_progress(
     writer: Writer,
-    owner: String,
-    thread_id: String,
-    call_id: String,
+    (owner, thread_id, call_id): (String, String, String),
     mut rx: mpsc::UnboundedReceiver<crate::tools::Progress>,
     observer: Option<mpsc::UnboundedSender<Event>>,
     pending: Option<Arc<PendingWriteAhead>>,
