@@ -63,6 +63,22 @@ mod undo;
 mod walk;
 mod write;
 
+/// A context for unit tests of the tools' helpers: no rules, no owner's
+/// workspace beyond what the test passes.
+#[cfg(test)]
+fn test_context() -> crate::tools::ToolContext {
+    crate::tools::ToolContext {
+        owner: "o".into(),
+        thread_id: "t".into(),
+        call_id: "c".into(),
+        workspace: None,
+        cancel: Default::default(),
+        progress: Default::default(),
+        path_rules: None,
+        judged_path: None,
+    }
+}
+
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;

@@ -467,16 +467,7 @@ mod tests {
     use super::*;
 
     fn ctx() -> ToolContext {
-        ToolContext {
-            owner: "o".into(),
-            thread_id: "t".into(),
-            call_id: "c".into(),
-            workspace: None,
-            cancel: Default::default(),
-            progress: Default::default(),
-            path_rules: None,
-            judged_path: None,
-        }
+        super::super::test_context()
     }
 
     /// A line longer than the cap is held only up to it; its characters

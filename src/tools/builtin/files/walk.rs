@@ -321,16 +321,7 @@ mod tests {
     }
 
     fn ctx() -> ToolContext {
-        ToolContext {
-            owner: "o".into(),
-            thread_id: "t".into(),
-            call_id: "c".into(),
-            workspace: None,
-            cancel: Default::default(),
-            progress: Default::default(),
-            path_rules: None,
-            judged_path: None,
-        }
+        super::super::test_context()
     }
 
     /// What a walk of `ws` visits, or `None` if it does not finish within
