@@ -13,13 +13,12 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::routing::get;
 use serde::Deserialize;
 use tokio::sync::{broadcast, mpsc};
-
-use crate::events::{Live, Subscription};
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiQuery};
 use super::{AppState, AuthUser, ThreadId, check_owner};
+use crate::events::{Live, Subscription};
 use crate::protocol::agui::{Event, EventBody, Message, RunOutcome};
 use crate::store::{Role, StoredEvent, StoredMessage};
 
