@@ -7,6 +7,8 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use crate::protocol::pointer_token;
+
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 #[derive(Debug, thiserror::Error)]
@@ -376,11 +378,6 @@ pub async fn refuse_content_encoding(req: Request, next: axum::middleware::Next)
         .into_response();
     }
     next.run(req).await
-}
-
-/// An object key as one JSON pointer token (RFC 6901: `~` and `/` escaped).
-fn pointer_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
 }
 
 /// A deserializer's path as an RFC 6901 JSON pointer (`/tool_calls/0/id`).

@@ -199,8 +199,7 @@ pub fn too_deep(value: &Value) -> Option<String> {
                 .enumerate()
                 .find_map(|(i, item)| walk(item, depth + 1).map(|rest| format!("/{i}{rest}"))),
             Value::Object(map) => map.iter().find_map(|(key, item)| {
-                walk(item, depth + 1)
-                    .map(|rest| format!("/{}{rest}", key.replace('~', "~0").replace('/', "~1")))
+                walk(item, depth + 1).map(|rest| format!("/{}{rest}", super::pointer_token(key)))
             }),
             _ => None,
         }

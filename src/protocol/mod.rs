@@ -8,6 +8,11 @@ pub mod context;
 pub mod tool_output;
 pub mod ui_schema;
 
+/// An object key as one JSON pointer token (RFC 6901: `~` and `/` escaped).
+pub fn pointer_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
 /// Milliseconds since the Unix epoch: the AG-UI `timestamp` unit.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -808,8 +808,7 @@ impl<'a> Fields<'a> {
     }
 
     fn path(&self, key: &str) -> String {
-        let escaped = key.replace('~', "~0").replace('/', "~1");
-        format!("{}/{escaped}", self.at)
+        format!("{}/{}", self.at, super::pointer_token(key))
     }
 
     fn invalid(&self, key: &str, message: impl Into<String>) -> UiCodecError {
