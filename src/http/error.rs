@@ -286,8 +286,12 @@ where
             }
         })?;
         // What toolgate stores nests a body's values a few levels deeper,
-        // and must read back.
-        if let Some(pointer) = crate::protocol::calls::too_deep(&value) {
+        // and must read back. Nesting past the limit takes more than twice
+        // as many bytes (each level opens and closes), so a short body is
+        // not walked.
+        if bytes.len() > 2 * crate::protocol::calls::MAX_DEPTH
+            && let Some(pointer) = crate::protocol::calls::too_deep(&value)
+        {
             return Err(too_deep(pointer));
         }
         // U+0000 cannot be stored (Postgres text and jsonb refuse it), and
