@@ -803,6 +803,92 @@ async fn deeply_nested_arguments_are_refused_and_the_thread_stays_readable(backe
     );
 }
 
+/// A key given twice in one object is refused wherever it is, with the
+/// pointer of the repeat: the call is not run with one of the two values
+/// while its reader saw the other, and nothing is stored.
+async fn repeated_keys_are_refused_with_where_they_repeat(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let send = |path: &'static str, body: &'static str| {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(&app.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let calls = "/v1/threads/twice/tool-calls";
+    for (path, body, pointer) in [
+        (
+            calls,
+            r#"{"id": "c1", "name": "echo", "arguments": {"text": "shown", "text": "run"}}"#,
+            "/arguments/text",
+        ),
+        (
+            calls,
+            r#"{"id": "c2", "name": "echo", "name": "wait", "arguments": {"text": "a"}}"#,
+            "/name",
+        ),
+        // Escapes name the same key.
+        (
+            calls,
+            r#"{"id": "c3", "name": "echo", "arguments": {"list": [{"k": 1, "\u006b": 2}], "text": "a"}}"#,
+            "/arguments/list/0/k",
+        ),
+        (
+            "/v1/threads/twice/messages",
+            r#"{"role": "assistant", "content": "", "tool_calls": [{"id": "m1", "name": "echo", "arguments": {"text": "a", "text": "b"}}]}"#,
+            "/tool_calls/0/arguments/text",
+        ),
+    ] {
+        let (s, p) = problem(send(path, body).await.unwrap()).await;
+        assert_eq!(s, 422, "{body}: {p}");
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .contains("appears more than once"),
+            "{p}"
+        );
+    }
+    // OpenAI's arguments are JSON text: the field is named, and where in
+    // the text the key repeats.
+    let (s, p) = problem(
+        app.post(
+            calls,
+            &json!({"id": "c4", "type": "function", "function": {"name": "echo",
+                "arguments": r#"{"text": "a", "text": "b"}"#}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422, "{p}");
+    // An arguments error, told the way a model reads one.
+    assert_eq!(p["code"], "INVALID_ARGUMENTS", "{p}");
+    assert_eq!(
+        p["tool_error"]["errors"][0]["path"], "/function/arguments",
+        "{p}"
+    );
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains(r#"the key "text" appears more than once"#)
+            && p["detail"].as_str().unwrap().contains("(at /text)"),
+        "{p}"
+    );
+    let r = app.get("/v1/threads/twice/history").await;
+    assert_eq!(r.status(), 404, "nothing stored, not even the thread");
+    // The same key in sibling objects is no repeat.
+    let (s, out) = app
+        .call(
+            "twice",
+            json!({"id": "ok", "name": "echo", "arguments": {"text": "a", "more": [{"text": 1}, {"text": 2}]}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+}
+
 /// A run executes at most as many calls as a batch may carry: more is a
 /// `422` before the stream, with nothing run or stored.
 async fn a_run_carries_at_most_a_batch_of_calls(backend: Backend) {
@@ -835,6 +921,7 @@ async fn a_run_carries_at_most_a_batch_of_calls(backend: Backend) {
 
 both_backends!(
     a_run_carries_at_most_a_batch_of_calls,
+    repeated_keys_are_refused_with_where_they_repeat,
     deeply_nested_arguments_are_refused_and_the_thread_stays_readable,
     malformed_requests_are_refused_and_change_nothing,
     nul_characters_are_refused_in_requests_and_replaced_in_results,

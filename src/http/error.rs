@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use crate::protocol::json::ReadError;
 use crate::protocol::pointer_token;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -278,11 +279,13 @@ where
                 ),
             )
         };
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            if e.to_string().starts_with("recursion limit exceeded") {
+        let value = crate::protocol::json::from_slice(&bytes).map_err(|e| match e {
+            ReadError::Syntax(e) if e.to_string().starts_with("recursion limit exceeded") => {
                 too_deep(String::new())
-            } else {
-                ApiError::bad_request(format!("malformed JSON: {e}"))
+            }
+            ReadError::Syntax(e) => ApiError::bad_request(format!("malformed JSON: {e}")),
+            ReadError::RepeatedKey { pointer, key } => {
+                ApiError::invalid_body(pointer, crate::protocol::json::repeated_key_message(&key))
             }
         })?;
         // What toolgate stores nests a body's values a few levels deeper,

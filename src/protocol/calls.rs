@@ -212,7 +212,7 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
     if text.trim().is_empty() {
         return Ok(Value::Object(Map::new()));
     }
-    match serde_json::from_str::<Value>(text) {
+    match super::json::from_str(text) {
         Ok(v @ Value::Object(_)) => match too_deep(&v) {
             None => Ok(v),
             Some(at) => Err(CallParseError {
@@ -229,6 +229,10 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
                 pointer,
                 format!("must encode a JSON object, got {}", kind(&other)),
             )
+        }),
+        Err(e @ super::json::ReadError::RepeatedKey { .. }) => Err(CallParseError {
+            in_arguments: true,
+            ..err(pointer, e.to_string())
         }),
         Err(e) => Err(CallParseError {
             in_arguments: true,

@@ -5,6 +5,7 @@
 pub mod agui;
 pub mod calls;
 pub mod context;
+pub mod json;
 pub mod tool_output;
 pub mod ui_schema;
 
