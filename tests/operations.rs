@@ -280,6 +280,53 @@ async fn a_stalled_event_reader_does_not_hold_up_shutdown() {
     drop(stalled);
 }
 
+/// A reader far behind when toolgate shuts down gets what was already
+/// queued for it and then its stream's one terminal event; what it had not
+/// been sent yet waits in the log for its resume.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_behind_at_shutdown_still_gets_its_terminal_event() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.shutdown_grace_secs = 10).await;
+    let mut sse = app.events("behind", "", None).await;
+    assert_eq!(
+        sse.next(Duration::from_secs(5)).await.unwrap().kind(),
+        "RUN_STARTED"
+    );
+    // More than the stream's queue and the socket's buffers hold, unread.
+    let big = "x".repeat(100_000);
+    for i in 0..100 {
+        let (s, _) = app
+            .call(
+                "behind",
+                json!({"id": format!("b{i}"), "name": "echo", "arguments": {"text": big}}),
+            )
+            .await;
+        assert_eq!(s, 200);
+    }
+    app.shutdown.cancel();
+    let mut frames = Vec::new();
+    while let Some(f) = sse.next(Duration::from_secs(10)).await {
+        frames.push(f);
+    }
+    let terminal: Vec<&str> = frames
+        .iter()
+        .map(|f| f.kind())
+        .filter(|k| matches!(*k, "RUN_FINISHED" | "RUN_ERROR"))
+        .collect();
+    assert_eq!(terminal, ["RUN_FINISHED"], "one terminal event");
+    assert_eq!(frames.last().unwrap().kind(), "RUN_FINISHED");
+    let ids: Vec<i64> = frames.iter().filter_map(|f| f.id).collect();
+    assert_eq!(
+        ids,
+        (1..=ids.len() as i64).collect::<Vec<_>>(),
+        "no gap before the end"
+    );
+    assert!(
+        ids.len() < 400,
+        "shutdown did not wait to send the whole backlog ({} events)",
+        ids.len()
+    );
+}
+
 /// A TCP proxy in front of Postgres that, once armed, lets one `COMMIT`
 /// reach the server and cuts the connection before the answer comes back:
 /// the commit happened, and its client cannot know.

@@ -197,12 +197,23 @@ impl Drop for SubscriberGauge {
     }
 }
 
+/// Why a stream stopped following its thread.
+enum End {
+    /// The client has gone, or read nothing for [`SEND_STALL`]: nobody to
+    /// say goodbye to.
+    Gone,
+    /// toolgate is shutting down: the stream ends with RUN_FINISHED.
+    Shutdown,
+    /// The event log could not be read: the stream ends with RUN_ERROR.
+    Failed(crate::store::StoreError),
+}
+
 async fn stream_thread(
     state: AppState,
     thread_id: String,
     start: i64,
     snapshot: Option<Vec<StoredMessage>>,
-    mut live: Subscription,
+    live: Subscription,
     tx: Tx,
 ) {
     let _gauge = SubscriberGauge::new();
@@ -211,79 +222,95 @@ async fn stream_thread(
         thread_id: thread_id.clone(),
         run_id: run_id.clone(),
     });
-    if !deliver(&state, &tx, untracked(&started)).await {
+    // The first event of a new channel never waits.
+    if tx.send(Ok(untracked(&started))).await.is_err() {
         return;
     }
+    let ev = match follow(&state, &thread_id, start, snapshot, live, &tx).await {
+        End::Gone => return,
+        End::Shutdown => Event::new(EventBody::RunFinished {
+            thread_id,
+            run_id,
+            result: None,
+            outcome: Some(RunOutcome::Success {
+                pending_tool_call_ids: None,
+            }),
+        }),
+        End::Failed(e) => {
+            tracing::error!(error = %e, "event stream failed");
+            Event::new(EventBody::RunError {
+                message: "the event log could not be read; reconnect with Last-Event-ID to resume"
+                    .into(),
+                code: Some("STORE_UNAVAILABLE".into()),
+            })
+        }
+    };
+    // Briefly: a client that reads nothing keeps no shutdown waiting.
+    let _ = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&ev)))).await;
+}
+
+/// The stream after its RUN_STARTED: the snapshot, the log from `start`,
+/// then live events, until it ends.
+async fn follow(
+    state: &AppState,
+    thread_id: &str,
+    start: i64,
+    snapshot: Option<Vec<StoredMessage>>,
+    mut live: Subscription,
+    tx: &Tx,
+) -> End {
     if let Some(messages) = snapshot {
         let ev = Event::new(EventBody::MessagesSnapshot {
             messages: messages.into_iter().map(agui_message).collect(),
         });
-        if !deliver(&state, &tx, untracked(&ev)).await {
-            return;
+        if let Err(end) = deliver(state, tx, untracked(&ev)).await {
+            return end;
         }
     }
     let mut last = start;
-    if let Err(e) = catch_up(&state, &thread_id, &mut last, &tx).await {
-        finish_with_error(&tx, e).await;
-        return;
+    if let Err(end) = catch_up(state, thread_id, &mut last, tx).await {
+        return end;
     }
     loop {
-        tokio::select! {
-            _ = state.shutdown.cancelled() => {
-                let ev = Event::new(EventBody::RunFinished {
-                    thread_id: thread_id.clone(), run_id: run_id.clone(), result: None,
-                    outcome: Some(RunOutcome::Success { pending_tool_call_ids: None }),
-                });
-                // Briefly: a client that reads nothing keeps no shutdown waiting.
-                let _ = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&ev)))).await;
-                return;
-            }
-            _ = tx.closed() => return,
-            received = live.recv() => {
-                let result = match received {
-                    Ok(live) if live.seq() <= last => Ok(()),
-                    Ok(Live::Event(ev)) if ev.seq == last + 1 => {
-                        match logged(&state, &ev) {
-                            Ok(sse) => {
-                                last = ev.seq;
-                                if !deliver(&state, &tx, sse).await { return; }
-                                Ok(())
-                            }
-                            Err(e) => Err(e),
-                        }
-                    }
-                    // A large event (carried as its position), a gap
-                    // (events committed in another order) or a lag: the
-                    // log has everything.
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                        catch_up(&state, &thread_id, &mut last, &tx).await
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                };
-                if let Err(e) = result {
-                    finish_with_error(&tx, e).await;
-                    return;
+        let received = tokio::select! {
+            _ = state.shutdown.cancelled() => return End::Shutdown,
+            _ = tx.closed() => return End::Gone,
+            received = live.recv() => received,
+        };
+        let result = match received {
+            Ok(live) if live.seq() <= last => Ok(()),
+            Ok(Live::Event(ev)) if ev.seq == last + 1 => match logged(state, &ev) {
+                Ok(sse) => {
+                    last = ev.seq;
+                    deliver(state, tx, sse).await
                 }
+                Err(e) => Err(End::Failed(e)),
+            },
+            // A large event (carried as its position), a gap (events
+            // committed in another order) or a lag: the log has everything.
+            Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                catch_up(state, thread_id, &mut last, tx).await
             }
+            Err(broadcast::error::RecvError::Closed) => Err(End::Gone),
+        };
+        if let Err(end) = result {
+            return end;
         }
     }
 }
 
-async fn catch_up(
-    state: &AppState,
-    thread_id: &str,
-    last: &mut i64,
-    tx: &Tx,
-) -> Result<(), crate::store::StoreError> {
+async fn catch_up(state: &AppState, thread_id: &str, last: &mut i64, tx: &Tx) -> Result<(), End> {
     loop {
-        let page = state.store.events_after(thread_id, *last, PAGE).await?;
+        let page = state
+            .store
+            .events_after(thread_id, *last, PAGE)
+            .await
+            .map_err(End::Failed)?;
         let full = page.len() as i64 == PAGE;
         for ev in page {
-            let sse = logged(state, &ev)?;
+            let sse = logged(state, &ev).map_err(End::Failed)?;
             *last = ev.seq;
-            if !deliver(state, tx, sse).await {
-                return Ok(());
-            }
+            deliver(state, tx, sse).await?;
         }
         if !full {
             return Ok(());
@@ -291,24 +318,22 @@ async fn catch_up(
     }
 }
 
-/// Hands one event to the response; false when the stream is over: the
-/// client has gone, toolgate is shutting down, or the client has read
-/// nothing for [`SEND_STALL`] (a stream that cannot deliver must not hold
-/// its thread's events, nor keep toolgate from shutting down).
-async fn deliver(state: &AppState, tx: &Tx, event: SseEvent) -> bool {
-    tokio::select! {
-        sent = tokio::time::timeout(SEND_STALL, tx.send(Ok(event))) => matches!(sent, Ok(Ok(()))),
-        _ = state.shutdown.cancelled() => false,
+/// Hands one event to the response. It fails when the stream is over: the
+/// client has gone or has read nothing for [`SEND_STALL`] (a stream that
+/// cannot deliver must not hold its thread's events), or toolgate is
+/// shutting down (the event stays unsent; the client resumes from the last
+/// id it has).
+async fn deliver(state: &AppState, tx: &Tx, event: SseEvent) -> Result<(), End> {
+    if state.shutdown.is_cancelled() {
+        return Err(End::Shutdown);
     }
-}
-
-async fn finish_with_error(tx: &Tx, e: crate::store::StoreError) {
-    tracing::error!(error = %e, "event stream failed");
-    let ev = Event::new(EventBody::RunError {
-        message: "the event log could not be read; reconnect with Last-Event-ID to resume".into(),
-        code: Some("STORE_UNAVAILABLE".into()),
-    });
-    let _ = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&ev)))).await;
+    tokio::select! {
+        sent = tokio::time::timeout(SEND_STALL, tx.send(Ok(event))) => match sent {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(End::Gone),
+        },
+        _ = state.shutdown.cancelled() => Err(End::Shutdown),
+    }
 }
 
 /// A stored message in AG-UI's message shape (MESSAGES_SNAPSHOT).
