@@ -95,6 +95,16 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         let named = coding.rsplit(", ").next().unwrap();
         assert!(p["detail"].as_str().unwrap().contains(named), "{p}");
     }
+    // A request without a body has nothing to decode.
+    let r = app
+        .client
+        .get(app.url("/v1/threads/t/history"))
+        .bearer_auth(&app.token)
+        .header("content-encoding", "gzip")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
 
     // Not JSON at all.
     let r = app

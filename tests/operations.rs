@@ -327,6 +327,23 @@ async fn a_reader_behind_at_shutdown_still_gets_its_terminal_event() {
     );
 }
 
+/// HEAD is safe: it neither opens a thread's stream nor claims the thread.
+#[tokio::test]
+async fn head_on_an_event_stream_is_refused_and_claims_nothing() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let r = app
+        .client
+        .head(app.url("/v1/threads/headed/events"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET");
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert_eq!(app.get("/v1/threads/headed/history").await.status(), 404);
+}
+
 /// A TCP proxy in front of Postgres that, once armed, lets one `COMMIT`
 /// reach the server and cuts the connection before the answer comes back:
 /// the commit happened, and its client cannot know.

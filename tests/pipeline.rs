@@ -455,6 +455,157 @@ async fn a_retried_run_replays_its_calls_under_their_message(backend: Backend) {
     assert_eq!(tools.len(), 1, "executed once: {tools:?}");
 }
 
+/// What a run records, every watcher of the thread sees, and the context
+/// rebuilt from it is one both vendors accept: the run's text messages
+/// stream as posted messages do, a call whose arguments are not a JSON object
+/// shows the same arguments everywhere, and a frontend's result sent
+/// without the turn that asked for it still gets a named call.
+async fn a_runs_messages_reach_watchers_and_a_valid_context(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let run = |messages: Value| {
+        json!({"threadId": "rw", "runId": "run_1", "state": {}, "tools": [], "context": [],
+               "forwardedProps": {}, "messages": messages})
+    };
+    // The same id twice in one input is refused before anything is stored.
+    let r = app
+        .post(
+            "/v1/threads/rw/runs",
+            &run(json!([{"id": "m", "role": "user", "content": "a"},
+                        {"id": "m", "role": "user", "content": "b"}])),
+        )
+        .await;
+    assert_eq!(r.status(), 422);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("earlier message"),
+        "{p}"
+    );
+    assert_eq!(app.get("/v1/threads/rw/history").await.status(), 404);
+
+    let mut sse = app.events("rw", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let r = app
+        .post(
+            "/v1/threads/rw/runs",
+            &run(json!([
+                {"id": "u1", "role": "user", "content": "do it"},
+                {"id": "t0", "role": "tool", "toolCallId": "fe0", "content": "picked"},
+                {"id": "a1", "role": "assistant", "content": "on it", "toolCalls": [
+                    {"id": "k1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"hi\"}"}},
+                    {"id": "k2", "type": "function", "function": {"name": "echo", "arguments": "not json"}}]}
+            ])),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let run_frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert!(
+        run_frames
+            .iter()
+            .all(|f| !f.kind().starts_with("TEXT_MESSAGE")),
+        "the run's own stream does not send its client's messages back"
+    );
+    let mut watched = sse.until("TOOL_CALL_RESULT").await;
+    watched.extend(sse.until("TOOL_CALL_RESULT").await);
+    for f in &watched {
+        assert_agui_conformant(f);
+    }
+    let seen: Vec<(String, Value)> = watched
+        .iter()
+        .map(|f| {
+            let id = ["messageId", "toolCallId"]
+                .iter()
+                .find_map(|k| f.data.get(*k))
+                .cloned()
+                .unwrap_or(Value::Null);
+            (f.kind().to_string(), id)
+        })
+        .collect();
+    let expected: Vec<(String, Value)> = [
+        ("TEXT_MESSAGE_START", "u1"),
+        ("TEXT_MESSAGE_CONTENT", "u1"),
+        ("TEXT_MESSAGE_END", "u1"),
+        ("TEXT_MESSAGE_START", "a1"),
+        ("TEXT_MESSAGE_CONTENT", "a1"),
+        ("TEXT_MESSAGE_END", "a1"),
+        ("TOOL_CALL_START", "k1"),
+        ("TOOL_CALL_ARGS", "k1"),
+        ("TOOL_CALL_END", "k1"),
+        ("TOOL_CALL_RESULT", "k1"),
+        ("TOOL_CALL_START", "k2"),
+        ("TOOL_CALL_ARGS", "k2"),
+        ("TOOL_CALL_END", "k2"),
+        ("TOOL_CALL_RESULT", "k2"),
+    ]
+    .iter()
+    .map(|(k, id)| (k.to_string(), json!(id)))
+    .collect();
+    // A result event is compared by its call. The frontend's result is in
+    // the history, not in the stream, which never started its call.
+    let seen: Vec<(String, Value)> = seen
+        .into_iter()
+        .zip(&watched)
+        .map(|((kind, id), f)| match kind.as_str() {
+            "TOOL_CALL_RESULT" => (kind, f.data["toolCallId"].clone()),
+            _ => (kind, id),
+        })
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(watched[1].data["delta"], "do it");
+    assert_eq!(watched[3].data["role"], "assistant");
+
+    // One representation of k2's arguments: the stream's, the history's,
+    // the call's own record and both contexts.
+    let raw = json!({"_raw": "not json"});
+    assert_eq!(watched[11].data["delta"], raw.to_string());
+    let history = app.history("rw").await;
+    assert!(
+        history
+            .iter()
+            .any(|m| m["id"] == "t0" && m["content"] == "picked"),
+        "{history:?}"
+    );
+    let a1 = history.iter().find(|m| m["id"] == "a1").unwrap();
+    assert_eq!(a1["tool_calls"][1]["arguments"], raw, "{a1}");
+    let view = app.get_json("/v1/threads/rw/tool-calls/k2").await;
+    assert_eq!(view["arguments"], raw, "{view}");
+    assert_eq!(
+        view["outcome"]["tool_agent_output"]["error"]["code"], "INVALID_ARGUMENTS",
+        "{view}"
+    );
+    let openai = app.get_json("/v1/threads/rw/context?format=openai").await;
+    let calls: Vec<&Value> = openai["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(calls.len(), 3, "{openai}");
+    for c in &calls {
+        assert!(c["function"]["name"].is_string(), "{openai}");
+        assert!(c["function"]["arguments"].is_string(), "{openai}");
+    }
+    assert_eq!(calls[0]["id"], "fe0");
+    assert_eq!(calls[0]["function"]["name"], "unrecorded_tool");
+    assert_eq!(calls[2]["function"]["arguments"], raw.to_string());
+    let anthropic = app
+        .get_json("/v1/threads/rw/context?format=anthropic")
+        .await;
+    let uses: Vec<&Value> = anthropic["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter(|b| b["type"] == "tool_use")
+        .collect();
+    assert_eq!(uses.len(), 3, "{anthropic}");
+    for u in &uses {
+        assert!(u["name"].is_string(), "{anthropic}");
+        assert!(u["input"].is_object(), "{anthropic}");
+    }
+    assert_eq!(uses[2]["input"], raw);
+}
+
 async fn history_pages_backwards_with_cursors(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     for i in 1..=7 {
@@ -948,6 +1099,7 @@ both_backends!(
     messages_context_and_text_events,
     history_pages_backwards_with_cursors,
     a_retried_run_replays_its_calls_under_their_message,
+    a_runs_messages_reach_watchers_and_a_valid_context,
     an_owner_lists_their_threads_page_by_page,
     a_snapshot_and_the_stream_after_it_never_overlap,
     failures_are_data_with_an_error_template,

@@ -311,6 +311,11 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let custom = sse.until("CUSTOM").await.pop().unwrap();
     assert_eq!(custom.data["name"], "tool_call.approval_required");
     assert_eq!(custom.data["value"]["approvalId"], approval["id"]);
+    // A file about to be created: its preview says so, with no null size.
+    common::assert_agui_conformant(&custom);
+    let impact = &custom.data["value"]["preview"]["estimated_impact"];
+    assert_eq!(impact["creates"], true, "{impact}");
+    assert!(impact.get("bytes_before").is_none(), "{impact}");
     let ws = app.get_json("/v1/workspace").await;
     let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
     assert!(
@@ -365,13 +370,21 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     // Deny.
     let (_, out) = app.call("a", json!({"id": "w2", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}})).await;
     let id2 = out["approval"]["id"].as_str().unwrap().to_string();
+    // A reason is at most 2000 characters, however many bytes they take.
     let r = app
         .post(
             &format!("/v1/approvals/{id2}/decision"),
-            &json!({"decision": "deny", "reason": "not now"}),
+            &json!({"decision": "deny", "reason": "é".repeat(2001)}),
         )
         .await;
-    assert_eq!(r.status(), 200);
+    assert_eq!(r.status(), 422, "one character too many");
+    let r = app
+        .post(
+            &format!("/v1/approvals/{id2}/decision"),
+            &json!({"decision": "deny", "reason": format!("not now{}", "é".repeat(1993))}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "2000 characters, 3993 bytes");
     let (s, out) = app.call("a", json!({"id": "w2", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}})).await;
     assert_eq!(s, 200);
     assert_eq!(error_code(&out), "APPROVAL_DENIED");
@@ -481,6 +494,10 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let mut path = "/v1/audit?limit=2".to_string();
     loop {
         let page = app.get_json(&path).await;
+        assert!(
+            !entry_ids(&page).is_empty(),
+            "no cursor leads to an empty page"
+        );
         paged.extend(entry_ids(&page));
         match page["next_cursor"].as_str() {
             Some(c) => {
@@ -491,6 +508,12 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
         }
     }
     assert_eq!(paged, whole);
+    // A page that holds exactly what is left is the last one.
+    let exact = app
+        .get_json(&format!("/v1/audit?limit={}", whole.len()))
+        .await;
+    assert_eq!(entry_ids(&exact), whole);
+    assert!(exact.get("next_cursor").is_none(), "{exact}");
 }
 
 async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {

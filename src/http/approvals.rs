@@ -195,7 +195,9 @@ pub async fn get_approval(
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequest {
     pub decision: Decision,
-    /// Shown to the model with a denial, and kept in the audit log.
+    /// Shown to the model with a denial, and kept in the audit log; at most
+    /// 2000 characters.
+    #[schema(max_length = 2000)]
     pub reason: Option<String>,
 }
 
@@ -218,7 +220,11 @@ pub async fn decide(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<DecisionRequest>,
 ) -> Result<axum::Json<ApprovalView>, ApiError> {
-    if body.reason.as_ref().is_some_and(|r| r.len() > 2000) {
+    if body
+        .reason
+        .as_ref()
+        .is_some_and(|r| r.chars().count() > 2000)
+    {
         return Err(ApiError::Unprocessable {
             title: "Invalid decision".into(),
             detail: "reason must be at most 2000 characters".into(),

@@ -77,7 +77,8 @@ pub async fn get_audit(
             ),
         ));
     }
-    let entries = state
+    // One more than a page: a full page with nothing after it is the last.
+    let mut entries = state
         .store
         .audit(&AuditFilter {
             owner: user.owner,
@@ -88,12 +89,12 @@ pub async fn get_audit(
             since_ms: q.since_ms,
             until_ms: q.until_ms,
             before_id: q.before,
-            limit,
+            limit: limit + 1,
         })
         .await?;
-    let next_before = (entries.len() as i64 == limit)
-        .then(|| entries.last().map(|e| e.id))
-        .flatten();
+    let more = entries.len() as i64 > limit;
+    entries.truncate(limit as usize);
+    let next_before = more.then(|| entries.last().map(|e| e.id)).flatten();
     Ok(axum::Json(AuditPage {
         entries,
         next_cursor: next_before.map(|id| id.to_string()),

@@ -370,6 +370,11 @@ pub async fn refuse_nul_in_uri(req: Request, next: axum::middleware::Next) -> Re
 /// would fail with a misleading "malformed JSON" (or, for a coding that
 /// happens to leave JSON intact, succeed by accident). RFC 9110 §15.5.16.
 pub async fn refuse_content_encoding(req: Request, next: axum::middleware::Next) -> Response {
+    use axum::body::HttpBody as _;
+    // Without a body there is nothing to decode.
+    if req.body().size_hint().exact() == Some(0) {
+        return next.run(req).await;
+    }
     let coding = req
         .headers()
         .get_all(axum::http::header::CONTENT_ENCODING)

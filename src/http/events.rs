@@ -23,7 +23,15 @@ use crate::protocol::agui::{Event, EventBody, Message, RunOutcome};
 use crate::store::{Role, StoredEvent, StoredMessage};
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route("/threads/{thread_id}/events", get(get_events))
+    // HEAD would open (and claim) the thread's stream like GET; it is not
+    // offered.
+    let no_head = || async {
+        (
+            axum::http::StatusCode::METHOD_NOT_ALLOWED,
+            [(axum::http::header::ALLOW, "GET")],
+        )
+    };
+    Router::new().route("/threads/{thread_id}/events", get(get_events).head(no_head))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

@@ -44,6 +44,7 @@ pub fn routes() -> Router<AppState> {
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "A call of the run reuses an id the thread recorded for another call", content_type = "application/problem+json"),
         (status = 422, description = "threadId does not match the path, wrong field types, or an invalid or repeated tool call id", content_type = "application/problem+json"),
+        (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn post_run(
@@ -70,7 +71,18 @@ pub async fn post_run(
             extra: Default::default(),
         });
     }
+    let mut message_ids = HashSet::with_capacity(input.messages.len());
     for m in &input.messages {
+        if calls::valid_id(m.id()) && !message_ids.insert(m.id()) {
+            return Err(ApiError::Unprocessable {
+                title: "Invalid message id".into(),
+                detail: format!(
+                    "message id {:?} is the id of an earlier message of the input; each message needs its own",
+                    m.id()
+                ),
+                extra: Default::default(),
+            });
+        }
         if !calls::valid_id(m.id()) {
             return Err(ApiError::Unprocessable {
                 title: "Invalid message id".into(),
@@ -294,9 +306,7 @@ async fn execute_run(
         let call = IncomingCall {
             id: tc.id.clone(),
             name: tc.function.name.clone(),
-            arguments: parsed_args
-                .clone()
-                .unwrap_or_else(|_| json!({"_raw": tc.function.arguments})),
+            arguments: run_arguments(tc),
             shape: CallShape::Openai,
             run_id: Some(input.run_id.clone()),
             parent_message_id: Some(parent_id.to_string()),
@@ -387,6 +397,15 @@ struct Finished {
 }
 
 /// Messages of the input the thread has not recorded yet (by id).
+/// A run's call arguments as toolgate records and runs them: the object
+/// its JSON text encodes, or, when the text is not a JSON object, the text
+/// itself under `_raw` (the call then fails with INVALID_ARGUMENTS, and the
+/// conversation, its events and its context show the same arguments).
+fn run_arguments(tc: &ToolCall) -> Value {
+    calls::parse_argument_text(&tc.function.arguments, "")
+        .unwrap_or_else(|_| json!({"_raw": tc.function.arguments}))
+}
+
 async fn record_new_messages(
     state: &AppState,
     owner: &str,
@@ -400,6 +419,7 @@ async fn record_new_messages(
         .map(|m| m.id)
         .collect();
     let mut ops = Vec::new();
+    let mut events = Vec::new();
     for m in &input.messages {
         if known.contains(m.id()) {
             continue;
@@ -418,9 +438,7 @@ async fn record_new_messages(
                     .iter()
                     .flatten()
                     .map(|tc| {
-                        let args = calls::parse_argument_text(&tc.function.arguments, "")
-                            .unwrap_or_else(|_| Value::String(tc.function.arguments.clone()));
-                        json!({"id": tc.id, "name": tc.function.name, "arguments": args})
+                        json!({"id": tc.id, "name": tc.function.name, "arguments": run_arguments(tc)})
                     })
                     .collect();
                 let metadata = if calls.is_empty() {
@@ -447,6 +465,14 @@ async fn record_new_messages(
                 Some(tool_call_id.clone()),
             ),
         };
+        // Frontends watching the thread see the run's text messages as they
+        // see those posted to /messages (the run's own stream does not
+        // repeat what its client sent). A frontend tool's result is not
+        // streamed: toolgate never streamed its call, and a result event
+        // would answer a call the stream never started.
+        if tool_call_id.is_none() {
+            events.extend(Event::text_message(m.id(), role.as_str(), &content));
+        }
         ops.push(WriteOp::InsertMessage(NewMessage {
             id: m.id().to_string(),
             role,
@@ -455,6 +481,11 @@ async fn record_new_messages(
             tool_call_id,
             created_at_ms: now_ms(),
         }));
+    }
+    if !events.is_empty() {
+        ops.push(WriteOp::AppendEvents(
+            events.iter().map(crate::engine::new_event).collect(),
+        ));
     }
     if !ops.is_empty() {
         state

@@ -12,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ApiJson, ApiQuery};
 use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
 use crate::engine::{CallOutcome, CallRequest, Executed, Rejection, UndoError};
-use crate::protocol::agui::{Event, EventBody};
+use crate::protocol::agui::Event;
 use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
 use crate::protocol::context;
 use crate::protocol::now_ms;
@@ -416,20 +416,7 @@ pub async fn post_message(
         MessageRole::Assistant => Role::Assistant,
         MessageRole::System => Role::System,
     };
-    let mut events = vec![Event::new(EventBody::TextMessageStart {
-        message_id: id.clone(),
-        role: role.as_str().into(),
-    })];
-    // AG-UI forbids an empty delta: an empty message has no CONTENT event.
-    if !content.is_empty() {
-        events.push(Event::new(EventBody::TextMessageContent {
-            message_id: id.clone(),
-            delta: content.clone(),
-        }));
-    }
-    events.push(Event::new(EventBody::TextMessageEnd {
-        message_id: id.clone(),
-    }));
+    let events = Event::text_message(&id, role.as_str(), &content);
     let metadata = Value::Object(metadata);
     // What a repeated post must match to be the same message.
     let posted = chosen_id.then(|| (content.clone(), metadata.clone()));
@@ -944,6 +931,7 @@ fn undo_error(e: UndoError) -> ApiError {
         (status = 404, description = "No such call", content_type = "application/problem+json"),
         (status = 409, description = "Already undone", content_type = "application/problem+json"),
         (status = 422, description = "Not undoable (`code` `NOT_UNDOABLE`: failed, not reversible, changed nothing) or irreversible (`code` `IRREVERSIBLE`, with `manual_guide`)", content_type = "application/problem+json"),
+        (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn undo_tool_call(
@@ -975,6 +963,7 @@ pub async fn undo_tool_call(
         (status = 200, description = "Each call's step", body = crate::engine::RollbackReport),
         (status = 404, description = "No such run in this thread", content_type = "application/problem+json"),
         (status = 409, description = "Already rolled back", content_type = "application/problem+json"),
+        (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn rollback_run(

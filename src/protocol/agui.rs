@@ -26,6 +26,26 @@ impl Event {
         }
     }
 
+    /// A whole text message as a stream announces it: TEXT_MESSAGE_START,
+    /// TEXT_MESSAGE_CONTENT (none for an empty message: AG-UI forbids an
+    /// empty delta) and TEXT_MESSAGE_END.
+    pub fn text_message(message_id: &str, role: &str, content: &str) -> Vec<Event> {
+        let mut events = vec![Event::new(EventBody::TextMessageStart {
+            message_id: message_id.to_string(),
+            role: role.to_string(),
+        })];
+        if !content.is_empty() {
+            events.push(Event::new(EventBody::TextMessageContent {
+                message_id: message_id.to_string(),
+                delta: content.to_string(),
+            }));
+        }
+        events.push(Event::new(EventBody::TextMessageEnd {
+            message_id: message_id.to_string(),
+        }));
+        events
+    }
+
     pub fn with_metadata(mut self, metadata: Map<String, Value>) -> Self {
         self.metadata = Some(metadata);
         self

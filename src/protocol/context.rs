@@ -29,6 +29,11 @@ pub type Unanswered = HashMap<String, String>;
 
 /// The text of a declared call that has no result and no entry in
 /// [`Unanswered`]: toolgate holds no record of it.
+/// The tool name of a rebuilt call whose result records none (a frontend
+/// tool's result sent to a run without the assistant message that called
+/// it): both vendors refuse a call without a name.
+pub const UNRECORDED_TOOL: &str = "unrecorded_tool";
+
 pub const NO_RESULT: &str = "toolgate has no record of this call: it was not posted to toolgate";
 
 /// The calls that assistant messages of the thread declare and no tool
@@ -153,7 +158,9 @@ fn arranged<'a>(
                 let field = |name: &str| output.and_then(|o| o.get(name)).cloned();
                 json!({
                     "id": m.tool_call_id,
-                    "name": field("tool_name").unwrap_or(Value::Null),
+                    // A frontend's result sent without the turn that
+                    // asked for it records no tool name.
+                    "name": field("tool_name").unwrap_or_else(|| json!(UNRECORDED_TOOL)),
                     "arguments": field("tool_call_args").unwrap_or_else(|| json!({})),
                 })
             })
@@ -231,7 +238,14 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                     blocks.push(json!({"type": "text", "text": m.content}));
                 }
                 for c in stored_calls(m) {
-                    blocks.push(json!({"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["arguments"]}));
+                    // Anthropic's `input` is an object; arguments recorded
+                    // as anything else travel under `_raw`, as a run records
+                    // arguments that are not a JSON object.
+                    let input = match &c["arguments"] {
+                        object @ Value::Object(_) => object.clone(),
+                        other => json!({"_raw": other}),
+                    };
+                    blocks.push(json!({"type": "tool_use", "id": c["id"], "name": c["name"], "input": input}));
                 }
                 ("assistant", blocks)
             }

@@ -242,18 +242,23 @@ impl Change {
 
     pub fn dry_run(&self) -> DryRunResult {
         let diff = self.diff();
+        let mut impact = json!({
+            "bytes": self.after.len(),
+            "lines_added": diff.added,
+            "lines_removed": diff.removed,
+            "creates": self.created(),
+            "creates_directories": self.current.missing_dirs.iter()
+                .map(WorkspacePath::display).collect::<Vec<_>>(),
+        });
+        // A file about to be created has no size before (`creates`); events
+        // carry no nulls.
+        if let Some(before) = &self.current.before {
+            impact["bytes_before"] = json!(before.len());
+        }
         DryRunResult {
             would_affect: self.current.target.display(),
             preview: diff.text,
-            estimated_impact: json!({
-                "bytes": self.after.len(),
-                "bytes_before": self.current.before.as_ref().map(Vec::len),
-                "lines_added": diff.added,
-                "lines_removed": diff.removed,
-                "creates": self.created(),
-                "creates_directories": self.current.missing_dirs.iter()
-                    .map(WorkspacePath::display).collect::<Vec<_>>(),
-            }),
+            estimated_impact: impact,
         }
     }
 
