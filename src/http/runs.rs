@@ -73,26 +73,18 @@ pub async fn post_run(
     }
     let mut message_ids = HashSet::with_capacity(input.messages.len());
     for m in &input.messages {
-        if calls::valid_id(m.id()) && !message_ids.insert(m.id()) {
-            return Err(ApiError::Unprocessable {
-                title: "Invalid message id".into(),
-                detail: format!(
-                    "message id {:?} is the id of an earlier message of the input; each message needs its own",
-                    m.id()
-                ),
-                extra: Default::default(),
-            });
-        }
-        if !calls::valid_id(m.id()) {
-            return Err(ApiError::Unprocessable {
-                title: "Invalid message id".into(),
-                detail: format!(
-                    "message id {:?} must be 1-128 characters from A-Z a-z 0-9 _ - . :",
-                    m.id()
-                ),
-                extra: Default::default(),
-            });
-        }
+        let problem = if !calls::valid_id(m.id()) {
+            "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
+        } else if !message_ids.insert(m.id()) {
+            "is the id of an earlier message of the input; each message needs its own"
+        } else {
+            continue;
+        };
+        return Err(ApiError::Unprocessable {
+            title: "Invalid message id".into(),
+            detail: format!("message id {:?} {problem}", m.id()),
+            extra: Default::default(),
+        });
     }
     for m in &input.messages {
         let Message::Assistant {
@@ -306,7 +298,7 @@ async fn execute_run(
         let call = IncomingCall {
             id: tc.id.clone(),
             name: tc.function.name.clone(),
-            arguments: run_arguments(tc),
+            arguments: run_arguments(tc, &parsed_args),
             shape: CallShape::Openai,
             run_id: Some(input.run_id.clone()),
             parent_message_id: Some(parent_id.to_string()),
@@ -396,16 +388,19 @@ struct Finished {
     interrupts: Vec<Interrupt>,
 }
 
-/// Messages of the input the thread has not recorded yet (by id).
 /// A run's call arguments as toolgate records and runs them: the object
-/// its JSON text encodes, or, when the text is not a JSON object, the text
-/// itself under `_raw` (the call then fails with INVALID_ARGUMENTS, and the
-/// conversation, its events and its context show the same arguments).
-fn run_arguments(tc: &ToolCall) -> Value {
-    calls::parse_argument_text(&tc.function.arguments, "")
-        .unwrap_or_else(|_| json!({"_raw": tc.function.arguments}))
+/// its JSON text encodes (`parsed`), or, when the text is not a JSON
+/// object, the text itself under `_raw` (the call then fails with
+/// INVALID_ARGUMENTS, and the conversation, its events and its context show
+/// the same arguments).
+fn run_arguments<E>(tc: &ToolCall, parsed: &Result<Value, E>) -> Value {
+    match parsed {
+        Ok(arguments) => arguments.clone(),
+        Err(_) => json!({"_raw": tc.function.arguments}),
+    }
 }
 
+/// Messages of the input the thread has not recorded yet (by id).
 async fn record_new_messages(
     state: &AppState,
     owner: &str,
@@ -438,7 +433,8 @@ async fn record_new_messages(
                     .iter()
                     .flatten()
                     .map(|tc| {
-                        json!({"id": tc.id, "name": tc.function.name, "arguments": run_arguments(tc)})
+                        let parsed = calls::parse_argument_text(&tc.function.arguments, "");
+                        json!({"id": tc.id, "name": tc.function.name, "arguments": run_arguments(tc, &parsed)})
                     })
                     .collect();
                 let metadata = if calls.is_empty() {
