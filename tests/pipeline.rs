@@ -1085,7 +1085,90 @@ async fn a_result_turned_down_finishes_its_call(backend: Backend, how: Refusal) 
     );
 }
 
+async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let turn = |id: &str, call: &str, text: &str| {
+        json!({"id": id, "role": "assistant",
+               "tool_calls": [{"id": call, "name": "echo", "arguments": {"text": text}}]})
+    };
+    assert_eq!(
+        app.post("/v1/threads/dc/messages", &turn("a1", "c1", "one"))
+            .await
+            .status(),
+        201
+    );
+    // Declared again with the same call: nothing to object to.
+    assert_eq!(
+        app.post("/v1/threads/dc/messages", &turn("a2", "c1", "one"))
+            .await
+            .status(),
+        201
+    );
+    // Declared again with other arguments: the result of c1 could answer
+    // only one of them.
+    let r = app
+        .post("/v1/threads/dc/messages", &turn("a3", "c1", "two"))
+        .await;
+    assert_eq!(r.status(), 409);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("already declared"),
+        "{p}"
+    );
+    // A call posted first fixes what its id means as well.
+    let (s, _) = app
+        .call(
+            "dc",
+            json!({"id": "c2", "name": "echo", "arguments": {"text": "ran"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let r = app
+        .post("/v1/threads/dc/messages", &turn("a4", "c2", "other"))
+        .await;
+    assert_eq!(r.status(), 409);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("already recorded"),
+        "{p}"
+    );
+    assert_eq!(
+        app.post("/v1/threads/dc/messages", &turn("a4", "c2", "ran"))
+            .await
+            .status(),
+        201
+    );
+    // A run's new assistant message is held to the same, before its stream.
+    let run = json!({"threadId": "dc", "runId": "run_1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {}, "messages": [
+            {"id": "a5", "role": "assistant", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"three\"}"}}]}]});
+    let r = app.post("/v1/threads/dc/runs", &run).await;
+    assert_eq!(r.status(), 409);
+    // Nothing refused was recorded.
+    let ids: Vec<String> = app
+        .history("dc")
+        .await
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!ids.iter().any(|id| id == "a3" || id == "a5"), "{ids:?}");
+    // The context pairs each result with the call it answers.
+    let context = app.get_json("/v1/threads/dc/context").await;
+    let turns: Vec<&Value> = context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(
+        turns[0]["tool_calls"][0]["function"]["arguments"], r#"{"text":"one"}"#,
+        "{context}"
+    );
+}
+
 both_backends!(
+    a_call_id_means_one_call_in_a_thread,
     a_refused_result_finishes_its_call_as_a_failure,
     a_result_the_database_fails_on_finishes_its_call_as_a_failure,
     extreme_numbers_survive_storage,

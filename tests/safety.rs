@@ -741,8 +741,12 @@ async fn the_context_answers_calls_that_have_no_result_yet(backend: Backend) {
         "{openai}"
     );
     assert_eq!(m[2]["content"], "{\"text\":\"hi\"}");
+    // Never posted, after the call that waits: said to be held back by it.
     assert!(
-        said(3)["message"].as_str().unwrap().contains("not posted"),
+        said(3)["message"]
+            .as_str()
+            .unwrap()
+            .contains("comes after call \"c_ask\""),
         "{openai}"
     );
     let anthropic = app
@@ -2356,12 +2360,15 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
     assert!(sub["root"].as_str().unwrap().ends_with("/proj"));
     assert_eq!(app.get("/v1/workspace?workspace=..").await.status(), 400);
 
-    // An AG-UI run whose call needs approval ends interrupted.
+    // An AG-UI run whose call needs approval ends interrupted; the
+    // frontend's own call of the turn is part of what it waits for.
     let input = json!({
-        "threadId": "r", "runId": "run-1", "state": {}, "tools": [], "context": [], "forwardedProps": {},
+        "threadId": "r", "runId": "run-1", "state": {}, "context": [], "forwardedProps": {},
+        "tools": [{"name": "confirm", "description": "Ask the person.", "parameters": {"type": "object"}}],
         "messages": [
             {"id": "u1", "role": "user", "content": "write it"},
             {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "f1", "type": "function", "function": {"name": "confirm", "arguments": "{}"}},
                 {"id": "w1", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"r.txt\",\"content\":\"r\"}"}},
                 // After the call that waits: it may depend on it, so it
                 // waits for the run that resumes after the decision.
@@ -2391,14 +2398,57 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
     );
     let finished = &frames.last().unwrap().data;
     assert_eq!(finished["outcome"]["type"], "interrupt", "{finished}");
-    let interrupt = &finished["outcome"]["interrupts"][0];
-    assert_eq!(interrupt["toolCallId"], "w1");
-    assert_eq!(interrupt["reason"], "approval_required");
+    let interrupts = finished["outcome"]["interrupts"].as_array().unwrap();
+    let reasons: Vec<(&str, &str)> = interrupts
+        .iter()
+        .map(|i| {
+            (
+                i["toolCallId"].as_str().unwrap(),
+                i["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
     assert_eq!(
-        finished["outcome"]["interrupts"].as_array().unwrap().len(),
-        1,
+        reasons,
+        [("f1", "frontend_tool_call"), ("w1", "approval_required")],
         "{finished}"
     );
+    assert!(
+        interrupts[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("confirm"),
+        "{finished}"
+    );
+    let interrupt = &interrupts[1];
+    // Until the decision, the context says why each call of the turn has
+    // no result: the application's own, waiting, held back behind it.
+    let context = app.get_json("/v1/threads/r/context").await;
+    let why = |id: &str| -> String {
+        let m = context["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["tool_call_id"] == id)
+            .unwrap_or_else(|| panic!("a result for {id}: {context}"));
+        let stand_in: Value = serde_json::from_str(m["content"].as_str().unwrap()).unwrap();
+        stand_in["message"].as_str().unwrap().to_string()
+    };
+    assert!(why("f1").contains("application's own tool"), "{context}");
+    assert!(
+        why("w1").contains("waiting for a person's approval"),
+        "{context}"
+    );
+    assert!(why("e1").contains("comes after call \"w1\""), "{context}");
+    let history = app.history("r").await;
+    let turn = history.iter().find(|m| m["id"] == "a1").unwrap();
+    let marked: Vec<&Value> = turn["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["frontend"])
+        .collect();
+    assert_eq!(marked, [&json!(true), &Value::Null, &Value::Null], "{turn}");
     assert!(
         app.history("r")
             .await

@@ -307,7 +307,8 @@ async fn view(state: &AppState, owner: &str) -> Result<PermissionsView, ApiError
 
 /// The rules that apply to the caller.
 #[utoipa::path(get, path = "/v1/permissions", tag = "permissions",
-    responses((status = 200, body = PermissionsView)),
+    responses((status = 200, body = PermissionsView),
+        (status = 400, description = "The path or query holds %00", content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn get_permissions(
     State(state): State<AppState>,

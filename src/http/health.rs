@@ -24,7 +24,8 @@ pub struct Health {
 }
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "operations", responses((status = 200, body = Health),
+    (status = 400, description = "The path or query holds %00", content_type = "application/problem+json")))]
 pub async fn healthz() -> axum::Json<Health> {
     axum::Json(Health {
         status: "ok".into(),
@@ -47,6 +48,7 @@ pub struct Readiness {
 /// The database is reachable and every migration is applied.
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
     (status = 200, body = Readiness),
+    (status = 400, description = "The path or query holds %00", content_type = "application/problem+json"),
     (status = 503, description = "Database unreachable or migrations missing", content_type = "application/problem+json")))]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readiness>, ApiError> {
     match state.store.ready().await {
@@ -77,7 +79,8 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
 }
 
 /// Prometheus text exposition.
-#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, content_type = "text/plain", body = String)))]
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, content_type = "text/plain", body = String),
+    (status = 400, description = "The path or query holds %00", content_type = "application/problem+json")))]
 pub async fn metrics_text(State(state): State<AppState>) -> Response {
     (
         StatusCode::OK,

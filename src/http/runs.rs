@@ -21,6 +21,7 @@ use crate::protocol::agui::{
     Event, EventBody, Interrupt, Message, RunAgentInput, RunOutcome, ToolCall,
 };
 use crate::protocol::calls::{self, CallShape, IncomingCall};
+use crate::protocol::context;
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{ToolError, codes};
 use crate::store::{NewMessage, Role, WriteOp, WriteUnit};
@@ -34,7 +35,9 @@ pub fn routes() -> Router<AppState> {
 /// New messages of the input are recorded in the thread. The calls of the
 /// last assistant message that have no tool message yet are executed in
 /// order; calls to tools listed in `RunAgentInput.tools` belong to the
-/// frontend and are reported in `outcome.pendingToolCallIds` instead.
+/// frontend and are reported in `outcome.pendingToolCallIds` instead (in a
+/// run paused for an approval, as interrupts whose `reason` is
+/// `frontend_tool_call`, beside the approvals' `approval_required`).
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/runs", tag = "ag-ui",
     params(("thread_id" = String, Path,)),
     request_body = RunAgentInput,
@@ -42,7 +45,7 @@ pub fn routes() -> Router<AppState> {
         (status = 200, description = "AG-UI event stream of the run", content_type = "text/event-stream", body = super::events::AgUiSseEvent),
         (status = 400, description = "Malformed input", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "A call of the run reuses an id the thread recorded for another call", content_type = "application/problem+json"),
+        (status = 409, description = "A call of the run reuses an id the thread recorded for another call, or a new assistant message declares a call id the thread has with another tool or arguments", content_type = "application/problem+json"),
         (status = 422, description = "threadId does not match the path, wrong field types, or an invalid or repeated tool call id", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
@@ -125,14 +128,29 @@ pub async fn post_run(
         });
     }
     check_owner(&state, &user, &thread).await?;
-    refuse_reused_call_ids(&state, &thread.0, &input).await?;
     // A run executes its calls one at a time: one slot, held to the end.
     let permit = state.acquire(&user.owner, 1)?;
+    let stored = state.store.all_messages(&thread.0).await?;
+    let known: HashSet<String> = stored.iter().map(|m| m.id.clone()).collect();
+    let frontend = frontend_tools(&input);
+    let declared: Vec<Value> = input
+        .messages
+        .iter()
+        .filter(|m| !known.contains(m.id()))
+        .filter_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls.as_ref(),
+            _ => None,
+        })
+        .flat_map(|calls_of_turn| declarations(calls_of_turn, &frontend))
+        .collect();
+    super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
+    drop(stored);
+    refuse_reused_call_ids(&state, &thread.0, &input).await?;
     let (tx, rx) = mpsc::channel(64);
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
     tokio::spawn(async move {
-        run(state.clone(), user.owner, input, tx).await;
+        run(state.clone(), user.owner, input, known, tx).await;
         drop(permit);
     });
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()))
@@ -208,7 +226,29 @@ async fn emit(tx: &Tx, event: &Event) {
     let _ = tx.send(Ok(SseEvent::default().data(event.to_json()))).await;
 }
 
-async fn run(state: AppState, owner: String, input: RunAgentInput, tx: Tx) {
+/// The names of the frontend's own tools (`RunAgentInput.tools`).
+fn frontend_tools(input: &RunAgentInput) -> HashSet<&str> {
+    input.tools.iter().map(|t| t.name.as_str()).collect()
+}
+
+/// An assistant message's calls as the thread records them: `{"id",
+/// "name", "arguments"}`, and `"frontend": true` for the application's own
+/// (so `/context` can say why such a call has no result yet).
+fn declarations(tool_calls: &[ToolCall], frontend: &HashSet<&str>) -> Vec<Value> {
+    tool_calls
+        .iter()
+        .map(|tc| {
+            let parsed = calls::parse_argument_text(&tc.function.arguments, "");
+            let mut call = json!({"id": tc.id, "name": tc.function.name, "arguments": run_arguments(tc, &parsed)});
+            if frontend.contains(tc.function.name.as_str()) {
+                call[context::FRONTEND] = json!(true);
+            }
+            call
+        })
+        .collect()
+}
+
+async fn run(state: AppState, owner: String, input: RunAgentInput, known: HashSet<String>, tx: Tx) {
     let thread_id = input.thread_id.clone();
     let run_id = input.run_id.clone();
     emit(
@@ -219,19 +259,34 @@ async fn run(state: AppState, owner: String, input: RunAgentInput, tx: Tx) {
         }),
     )
     .await;
-    match execute_run(&state, &owner, &input, &tx).await {
+    match execute_run(&state, &owner, &input, &known, &tx).await {
         Ok(finished) => {
             // Calls waiting for approval pause the run (AG-UI interrupt);
             // the next run answers them once decided.
             let outcome = if finished.interrupts.is_empty() {
+                let pending: Vec<String> =
+                    finished.frontend.into_iter().map(|(id, _)| id).collect();
                 RunOutcome::Success {
-                    pending_tool_call_ids: (!finished.frontend.is_empty())
-                        .then_some(finished.frontend),
+                    pending_tool_call_ids: (!pending.is_empty()).then_some(pending),
                 }
             } else {
-                RunOutcome::Interrupt {
-                    interrupts: finished.interrupts,
-                }
+                // The frontend's own calls of the turn are as much what the
+                // run waits for as the approvals: each is an interrupt too.
+                let mut interrupts: Vec<Interrupt> = finished
+                    .frontend
+                    .into_iter()
+                    .map(|(id, name)| Interrupt {
+                        id: id.clone(),
+                        reason: FRONTEND_TOOL_CALL.into(),
+                        message: Some(format!(
+                            "{name} is the application's own tool: toolgate does not run it; send its result in the next run's messages"
+                        )),
+                        tool_call_id: Some(id),
+                        metadata: None,
+                    })
+                    .collect();
+                interrupts.extend(finished.interrupts);
+                RunOutcome::Interrupt { interrupts }
             };
             emit(
                 &tx,
@@ -270,9 +325,10 @@ async fn execute_run(
     state: &AppState,
     owner: &str,
     input: &RunAgentInput,
+    known: &HashSet<String>,
     tx: &Tx,
 ) -> Result<Finished, ApiError> {
-    record_new_messages(state, owner, input).await?;
+    record_new_messages(state, owner, input, known).await?;
 
     let Some((parent_id, tool_calls)) = calls_to_run(input) else {
         return Ok(Finished {
@@ -281,7 +337,7 @@ async fn execute_run(
         });
     };
     let answered = answered_ids(input);
-    let frontend: HashSet<&str> = input.tools.iter().map(|t| t.name.as_str()).collect();
+    let frontend = frontend_tools(input);
     let mut pending_frontend = Vec::new();
     let mut interrupts = Vec::new();
 
@@ -290,7 +346,7 @@ async fn execute_run(
             continue;
         }
         if frontend.contains(tc.function.name.as_str()) {
-            pending_frontend.push(tc.id.clone());
+            pending_frontend.push((tc.id.clone(), tc.function.name.clone()));
             continue;
         }
         let (observer, mut observed) = mpsc::unbounded_channel();
@@ -381,10 +437,14 @@ async fn execute_run(
     })
 }
 
-/// How a run ended: frontend calls left for the application, and calls
-/// waiting for a human decision.
+/// The `reason` of an interrupt that stands for a frontend tool's call of
+/// a run paused for an approval.
+const FRONTEND_TOOL_CALL: &str = "frontend_tool_call";
+
+/// How a run ended: frontend calls left for the application (id, tool
+/// name), and calls waiting for a human decision.
 struct Finished {
-    frontend: Vec<String>,
+    frontend: Vec<(String, String)>,
     interrupts: Vec<Interrupt>,
 }
 
@@ -405,14 +465,9 @@ async fn record_new_messages(
     state: &AppState,
     owner: &str,
     input: &RunAgentInput,
+    known: &HashSet<String>,
 ) -> Result<(), ApiError> {
-    let known: HashSet<String> = state
-        .store
-        .all_messages(&input.thread_id)
-        .await?
-        .into_iter()
-        .map(|m| m.id)
-        .collect();
+    let frontend = frontend_tools(input);
     let mut ops = Vec::new();
     let mut events = Vec::new();
     for m in &input.messages {
@@ -429,14 +484,10 @@ async fn record_new_messages(
                 tool_calls,
                 ..
             } => {
-                let calls: Vec<Value> = tool_calls
-                    .iter()
-                    .flatten()
-                    .map(|tc| {
-                        let parsed = calls::parse_argument_text(&tc.function.arguments, "");
-                        json!({"id": tc.id, "name": tc.function.name, "arguments": run_arguments(tc, &parsed)})
-                    })
-                    .collect();
+                let calls = tool_calls
+                    .as_deref()
+                    .map(|calls_of_turn| declarations(calls_of_turn, &frontend))
+                    .unwrap_or_default();
                 let metadata = if calls.is_empty() {
                     json!({})
                 } else {

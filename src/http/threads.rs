@@ -1,5 +1,7 @@
 //! `/v1/threads/{thread_id}/…`: tool calls, messages, history and context.
 
+use std::collections::HashMap;
+
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -357,7 +359,7 @@ pub struct MessageCreated {
         (status = 200, description = "The same message was recorded under this id before: nothing new is recorded", body = MessageCreated),
         (status = 400, description = "Malformed request", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "Message id already recorded with another role, content or tool_calls", content_type = "application/problem+json"),
+        (status = 409, description = "Message id already recorded with another role, content or tool_calls, or a call id of tool_calls already declared or recorded in the thread with another tool or arguments", content_type = "application/problem+json"),
         (status = 422, description = "Wrong field types, an invalid id, or tool_calls on a message that is not the assistant's (errors name the JSON pointer)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -410,6 +412,10 @@ pub async fn post_message(
         metadata.insert("tool_calls".into(), Value::Array(parsed));
     }
     check_owner(&state, &user, &thread).await?;
+    if let Some(Value::Array(declared)) = metadata.get("tool_calls") {
+        let stored = state.store.all_messages(&thread.0).await?;
+        refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
+    }
     let content = body.content.unwrap_or_default();
     let role = match body.role {
         MessageRole::User => Role::User,
@@ -696,23 +702,35 @@ pub async fn get_context(
     let messages = state.store.all_messages(&thread.0).await?;
     // What each declared call without a result is waiting for.
     let mut unanswered = context::Unanswered::new();
-    for id in context::unanswered_calls(&messages) {
-        let why = match state.store.tool_call(&thread.0, &id).await? {
+    // Per declaring message, its first call that waits for approval: the
+    // calls after it were held back (they may depend on it).
+    let mut waiting: HashMap<&str, &str> = HashMap::new();
+    for declared in context::unanswered_calls(&messages) {
+        let why = match state.store.tool_call(&thread.0, declared.id).await? {
             Some(record) => match record.status {
                 CallStatus::PendingApproval => {
-                    "this call is waiting for a person's approval; its result is not available yet"
+                    waiting.entry(&declared.message.id).or_insert(declared.id);
+                    "this call is waiting for a person's approval; its result is not available yet".into()
                 }
                 CallStatus::Running => {
-                    "this call is still running; its result is not available yet"
+                    "this call is still running; its result is not available yet".into()
                 }
                 // Finished, but its message is not in the thread (a call
                 // finished by another process whose message is still being
                 // written): nothing to show yet either.
-                _ => "this call's result is not recorded in the conversation yet",
+                _ => "this call's result is not recorded in the conversation yet".into(),
             },
-            None => context::NO_RESULT,
+            None if declared.call.get(context::FRONTEND) == Some(&Value::Bool(true)) => {
+                "this call is the application's own tool, which toolgate does not run; its result has not been sent yet".into()
+            }
+            None => match waiting.get(declared.message.id.as_str()) {
+                Some(first) => format!(
+                    "this call has not run: it comes after call {first:?}, which is waiting for a person's approval, and may depend on it"
+                ),
+                None => context::NO_RESULT.into(),
+            },
         };
-        unanswered.insert(id, why.to_string());
+        unanswered.insert(declared.id.to_string(), why);
     }
     Ok(axum::Json(
         match q.format.unwrap_or(ContextFormat::Openai) {
@@ -720,6 +738,53 @@ pub async fn get_context(
             ContextFormat::Anthropic => context::anthropic(&messages, &unanswered),
         },
     ))
+}
+
+/// New declarations (`{"id", "name", "arguments"}`, in order) must not
+/// give a call id another tool or other arguments than the thread already
+/// has for it: in an assistant message of `stored` (the thread's messages),
+/// an earlier one of `declared`, or the call recorded under that id. Each
+/// result answers one call, so the context would pair it with a call it
+/// does not answer. `409`, before anything is recorded.
+pub(super) async fn refuse_redeclared_calls<'a>(
+    state: &AppState,
+    thread_id: &str,
+    stored: &'a [StoredMessage],
+    declared: impl Iterator<Item = &'a Value>,
+) -> Result<(), ApiError> {
+    let mut known: HashMap<&str, &Value> = HashMap::new();
+    for d in context::declared_calls(stored) {
+        known.entry(d.id).or_insert(d.call);
+    }
+    for call in declared {
+        let Some(id) = call["id"].as_str() else {
+            continue;
+        };
+        if let Some(first) = known.get(id) {
+            if context::same_call(first, call) {
+                continue;
+            }
+            return Err(ApiError::Conflict(format!(
+                "tool call {id:?} is already declared in this thread with another tool or arguments; a new call needs an id of its own"
+            )));
+        }
+        known.insert(id, call);
+        let Some(record) = state.store.tool_call(thread_id, id).await? else {
+            continue;
+        };
+        let name = call["name"].as_str().unwrap_or_default();
+        let name = state
+            .engine
+            .registry()
+            .resolve(name)
+            .map_or_else(|| name.to_string(), |t| t.definition.name.clone());
+        if record.tool_name != name || call.get("arguments") != Some(&record.args) {
+            return Err(ApiError::Conflict(format!(
+                "tool call {id:?} is already recorded in this thread with another tool or arguments; a new call needs an id of its own"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A recorded tool call: where it stands and, once finished, its outcome.

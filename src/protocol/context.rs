@@ -36,23 +36,76 @@ pub const UNRECORDED_TOOL: &str = "unrecorded_tool";
 
 pub const NO_RESULT: &str = "toolgate has no record of this call: it was not posted to toolgate";
 
+/// The key that marks a declared call as the application's own (a tool the
+/// AG-UI run's input listed in `tools`): toolgate does not run it.
+pub const FRONTEND: &str = "frontend";
+
+/// A call an assistant message of the thread declares.
+pub struct Declared<'a> {
+    pub id: &'a str,
+    /// The assistant message declaring it.
+    pub message: &'a StoredMessage,
+    /// `{"id", "name", "arguments"}`, and `"frontend": true` for the
+    /// application's own calls.
+    pub call: &'a Value,
+}
+
+/// Every call the thread's assistant messages declare, in order (an id
+/// declared twice, twice).
+pub fn declared_calls(messages: &[StoredMessage]) -> impl Iterator<Item = Declared<'_>> {
+    messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .flat_map(|m| {
+            stored_calls(m).into_iter().filter_map(move |call| {
+                Some(Declared {
+                    id: call["id"].as_str()?,
+                    message: m,
+                    call,
+                })
+            })
+        })
+}
+
+/// Whether two declarations (`{"id", "name", "arguments"}`) ask for the
+/// same call: the same tool with the same arguments.
+pub fn same_call(a: &Value, b: &Value) -> bool {
+    a.get("name") == b.get("name") && a.get("arguments") == b.get("arguments")
+}
+
 /// The calls that assistant messages of the thread declare and no tool
-/// message answers, in the order they were declared.
-pub fn unanswered_calls(messages: &[StoredMessage]) -> Vec<String> {
+/// message answers, each at its first declaration, in the order they were
+/// declared.
+pub fn unanswered_calls(messages: &[StoredMessage]) -> Vec<Declared<'_>> {
     let answered: HashSet<&str> = messages
         .iter()
         .filter(|m| m.role == Role::Tool)
         .filter_map(|m| m.tool_call_id.as_deref())
         .collect();
     let mut seen = HashSet::new();
-    messages
-        .iter()
-        .filter(|m| m.role == Role::Assistant)
-        .flat_map(stored_calls)
-        .filter_map(|c| c["id"].as_str())
-        .filter(|id| !answered.contains(id) && seen.insert(*id))
-        .map(String::from)
+    declared_calls(messages)
+        .filter(|d| !answered.contains(d.id) && seen.insert(d.id))
         .collect()
+}
+
+/// A declared call as its result records it was run: a chat backend may
+/// have posted the call with other arguments (or under an alias) than the
+/// assistant message it recorded declares, and the model must see the call
+/// its result answers. A result that records neither (a frontend tool's)
+/// leaves the declaration as it is.
+fn as_run<'a>(declared: &'a Value, result: &StoredMessage) -> Cow<'a, Value> {
+    let output = result.metadata.get("tool_agent_output");
+    let field = |name: &str| output.and_then(|o| o.get(name));
+    let (Some(name), Some(arguments)) = (field("tool_name"), field("tool_call_args")) else {
+        return Cow::Borrowed(declared);
+    };
+    if declared.get("name") == Some(name) && declared.get("arguments") == Some(arguments) {
+        return Cow::Borrowed(declared);
+    }
+    let mut call = declared.clone();
+    call["name"] = name.clone();
+    call["arguments"] = arguments.clone();
+    Cow::Owned(call)
 }
 
 /// A result standing in for a call that has none, saying why.
@@ -76,7 +129,8 @@ fn stand_in(after: &StoredMessage, id: &str, why: &str) -> StoredMessage {
 /// - A declared call's result is moved right after the first assistant
 ///   message declaring it (a chat backend may have recorded that message
 ///   after posting the call, or a user message may have come in between);
-///   a call declared again later is left out of the later message.
+///   a call declared again later is left out of the later message. The
+///   call shows as its result records it was run ([`as_run`]).
 /// - A declared call with no result (waiting for approval, still running,
 ///   never posted) gets a stand-in result saying so (`unanswered`).
 /// - A run of results whose calls no assistant message declares (posted
@@ -124,11 +178,20 @@ fn arranged<'a>(
                 .copied()
                 .filter(|c| c["id"].as_str().is_none_or(|id| !emitted.contains(id)))
                 .collect();
-            if fresh.len() == calls.len() {
+            let shown: Vec<Cow<Value>> = fresh
+                .iter()
+                .map(|c| match c["id"].as_str().and_then(|id| results.get(id)) {
+                    Some(result) => as_run(c, result),
+                    None => Cow::Borrowed(*c),
+                })
+                .collect();
+            let unchanged =
+                shown.len() == calls.len() && shown.iter().all(|c| matches!(c, Cow::Borrowed(_)));
+            if unchanged {
                 out.push(Cow::Borrowed(m));
             } else {
                 let mut kept = m.clone();
-                kept.metadata["tool_calls"] = json!(fresh);
+                kept.metadata["tool_calls"] = json!(shown);
                 out.push(Cow::Owned(kept));
             }
             for id in fresh.iter().filter_map(|c| c["id"].as_str()) {
@@ -429,7 +492,8 @@ mod tests {
             assistant(6, &["c1", "c5"]),
             result(7, "c5", "c5"),
         ];
-        assert_eq!(unanswered_calls(&thread), ["c3", "c4"]);
+        let ids: Vec<&str> = unanswered_calls(&thread).iter().map(|d| d.id).collect();
+        assert_eq!(ids, ["c3", "c4"]);
         let unanswered = Unanswered::from([("c3".to_string(), "awaiting approval".to_string())]);
 
         let v = openai(&thread, &unanswered);
@@ -492,6 +556,38 @@ mod tests {
         assert_eq!(answers, ["c1", "c2", "c3", "c4", "text"]);
         assert_eq!(m[3]["content"].as_array().unwrap().len(), 1);
         assert_eq!(m[4]["content"][0]["tool_use_id"], "c5");
+    }
+
+    #[test]
+    fn a_call_shows_as_it_was_run() {
+        // The assistant message declares c1 with "a"; the call posted and
+        // run under that id had "b": the model sees the call "b" answers.
+        let mut declared = assistant(2, &["c1", "c2"]);
+        declared.metadata["tool_calls"][0]["arguments"] = json!({"text": "a"});
+        let thread = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            declared,
+            result(3, "c1", "b"),
+            result(4, "c2", "c2"),
+        ];
+        let v = openai(&thread, &Unanswered::new());
+        let calls = &v["messages"][1]["tool_calls"];
+        assert_eq!(calls[0]["function"]["arguments"], r#"{"text":"b"}"#, "{v}");
+        assert_eq!(calls[1]["function"]["arguments"], r#"{"text":"c2"}"#, "{v}");
+        let v = anthropic(&thread, &Unanswered::new());
+        assert_eq!(
+            v["messages"][1]["content"][0]["input"],
+            json!({"text": "b"}),
+            "{v}"
+        );
+        // A frontend tool's result records no call: the declaration stays.
+        let mut frontend = thread.clone();
+        frontend[2].metadata = json!({});
+        let v = openai(&frontend, &Unanswered::new());
+        assert_eq!(
+            v["messages"][1]["tool_calls"][0]["function"]["arguments"], r#"{"text":"a"}"#,
+            "{v}"
+        );
     }
 
     #[test]
