@@ -1145,6 +1145,95 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
                 {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"three\"}"}}]}]});
     let r = app.post("/v1/threads/dc/runs", &run).await;
     assert_eq!(r.status(), 409);
+    let run_with = |messages: Value| {
+        json!({"threadId": "dc", "runId": "run_2", "state": {}, "context": [], "forwardedProps": {},
+               "tools": [{"name": "confirm", "description": "Ask.", "parameters": {"type": "object"}}],
+               "messages": messages})
+    };
+    // A recorded turn sent back with other calls: the record would no
+    // longer say what ran.
+    let rewritten = run_with(json!([{"id": "a1", "role": "assistant", "toolCalls": [
+        {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"one\"}"}},
+        {"id": "c9", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"new\"}"}}]}]));
+    let r = app.post("/v1/threads/dc/runs", &rewritten).await;
+    assert_eq!(r.status(), 409);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("other tool calls"),
+        "{p}"
+    );
+    // A call toolgate ran has its result; a second one is refused.
+    let forged =
+        run_with(json!([{"id": "t9", "role": "tool", "toolCallId": "c2", "content": "forged"}]));
+    let r = app.post("/v1/threads/dc/runs", &forged).await;
+    assert_eq!(r.status(), 409);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already has a result"),
+        "{p}"
+    );
+    // A tool message needs a valid call id, and a call one result.
+    for (messages, expected) in [
+        (
+            json!([{"id": "t1", "role": "tool", "toolCallId": "", "content": "x"}]),
+            "must be",
+        ),
+        (
+            json!([{"id": "t1", "role": "tool", "toolCallId": "f1", "content": "x"},
+                   {"id": "t2", "role": "tool", "toolCallId": "f1", "content": "y"}]),
+            "earlier tool message",
+        ),
+    ] {
+        let r = app.post("/v1/threads/dc/runs", &run_with(messages)).await;
+        assert_eq!(r.status(), 422);
+        let p: Value = r.json().await.unwrap();
+        assert!(p["detail"].as_str().unwrap().contains(expected), "{p}");
+    }
+    // A frontend call answered once; a second answer (in a later run) is
+    // refused.
+    let turn_f = json!({"id": "a6", "role": "assistant", "toolCalls": [
+        {"id": "f1", "type": "function", "function": {"name": "confirm", "arguments": "{}"}}]});
+    let answer = |id: &str| json!({"id": id, "role": "tool", "toolCallId": "f1", "content": "yes"});
+    let r = app
+        .post(
+            "/v1/threads/dc/runs",
+            &run_with(json!([turn_f, answer("t1")])),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let _ = r.text().await.unwrap();
+    let r = app
+        .post(
+            "/v1/threads/dc/runs",
+            &run_with(json!([turn_f, answer("t2")])),
+        )
+        .await;
+    assert_eq!(r.status(), 409);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already has a result"),
+        "{p}"
+    );
+    // A tool named by its alias is the same tool.
+    let (s, _) = app
+        .call(
+            "dc",
+            json!({"id": "s1", "name": "sleep", "arguments": {"ms": 1}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    for name in ["sleep", "wait"] {
+        let turn = json!({"role": "assistant",
+                          "tool_calls": [{"id": "s1", "name": name, "arguments": {"ms": 1}}]});
+        let r = app.post("/v1/threads/dc/messages", &turn).await;
+        assert_eq!(r.status(), 201, "{name}");
+    }
     // Nothing refused was recorded.
     let ids: Vec<String> = app
         .history("dc")
@@ -1152,7 +1241,11 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
         .iter()
         .map(|m| m["id"].as_str().unwrap().to_string())
         .collect();
-    assert!(!ids.iter().any(|id| id == "a3" || id == "a5"), "{ids:?}");
+    assert!(
+        !ids.iter()
+            .any(|id| ["a3", "a5", "t2", "t9", "c9"].contains(&id.as_str())),
+        "{ids:?}"
+    );
     // The context pairs each result with the call it answers.
     let context = app.get_json("/v1/threads/dc/context").await;
     let turns: Vec<&Value> = context["messages"]

@@ -2372,7 +2372,8 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
                 {"id": "w1", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"r.txt\",\"content\":\"r\"}"}},
                 // After the call that waits: it may depend on it, so it
                 // waits for the run that resumes after the decision.
-                {"id": "e1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"after\"}"}}]}
+                {"id": "e1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"after\"}"}},
+                {"id": "f2", "type": "function", "function": {"name": "confirm", "arguments": "{}"}}]}
         ]
     });
     let resp = app
@@ -2440,7 +2441,29 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
         "{context}"
     );
     assert!(why("e1").contains("comes after call \"w1\""), "{context}");
+    // The application's call after it is held back as well, as the run
+    // did not report it.
+    assert!(why("f2").contains("comes after call \"w1\""), "{context}");
+    // A result sent for the waiting call would stand in for the one
+    // toolgate records once it is decided: refused, before the stream.
+    let mut forged = input.clone();
+    forged["runId"] = json!("run-2");
+    forged["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "t-w1", "role": "tool", "toolCallId": "w1", "content": "done"}));
+    let r = app.post("/v1/threads/r/runs", &forged).await;
+    assert_eq!(r.status(), 409);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("toolgate's own"),
+        "{p}"
+    );
     let history = app.history("r").await;
+    assert!(
+        history.iter().all(|m| m["id"] != "t-w1"),
+        "nothing recorded"
+    );
     let turn = history.iter().find(|m| m["id"] == "a1").unwrap();
     let marked: Vec<&Value> = turn["tool_calls"]
         .as_array()
@@ -2448,7 +2471,11 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
         .iter()
         .map(|c| &c["frontend"])
         .collect();
-    assert_eq!(marked, [&json!(true), &Value::Null, &Value::Null], "{turn}");
+    assert_eq!(
+        marked,
+        [&json!(true), &Value::Null, &Value::Null, &json!(true)],
+        "{turn}"
+    );
     assert!(
         app.history("r")
             .await

@@ -3,7 +3,7 @@
 //! message, and streams the run from RUN_STARTED to exactly one RUN_FINISHED
 //! or RUN_ERROR. The stock `@ag-ui/client` `HttpAgent` talks to it unmodified.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 
 use axum::Router;
@@ -24,7 +24,7 @@ use crate::protocol::calls::{self, CallShape, IncomingCall};
 use crate::protocol::context;
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{ToolError, codes};
-use crate::store::{NewMessage, Role, WriteOp, WriteUnit};
+use crate::store::{NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
 
 pub fn routes() -> Router<AppState> {
     Router::new().route("/threads/{thread_id}/runs", post(post_run))
@@ -45,8 +45,8 @@ pub fn routes() -> Router<AppState> {
         (status = 200, description = "AG-UI event stream of the run", content_type = "text/event-stream", body = super::events::AgUiSseEvent),
         (status = 400, description = "Malformed input", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "A call of the run reuses an id the thread recorded for another call, or a new assistant message declares a call id the thread has with another tool or arguments", content_type = "application/problem+json"),
-        (status = 422, description = "threadId does not match the path, wrong field types, or an invalid or repeated tool call id", content_type = "application/problem+json"),
+        (status = 409, description = "A call of the run reuses an id the thread recorded for another call; a new assistant message declares a call id the thread has with another tool or arguments; a recorded assistant message comes back with other tool calls; or a new tool message answers a call that already has a result or that toolgate runs itself", content_type = "application/problem+json"),
+        (status = 422, description = "threadId does not match the path, wrong field types, an invalid or repeated message or tool call id, or two tool messages answering one call", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -75,6 +75,7 @@ pub async fn post_run(
         });
     }
     let mut message_ids = HashSet::with_capacity(input.messages.len());
+    let mut results_for = HashSet::new();
     for m in &input.messages {
         let problem = if !calls::valid_id(m.id()) {
             "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
@@ -86,6 +87,27 @@ pub async fn post_run(
         return Err(ApiError::Unprocessable {
             title: "Invalid message id".into(),
             detail: format!("message id {:?} {problem}", m.id()),
+            extra: Default::default(),
+        });
+    }
+    // A tool message answers one call, named by an id like any call's.
+    for m in &input.messages {
+        let Message::Tool { tool_call_id, .. } = m else {
+            continue;
+        };
+        let problem = if !calls::valid_id(tool_call_id) {
+            "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
+        } else if !results_for.insert(tool_call_id.as_str()) {
+            "is answered by an earlier tool message of the input; a call has one result"
+        } else {
+            continue;
+        };
+        return Err(ApiError::Unprocessable {
+            title: "Invalid tool call id".into(),
+            detail: format!(
+                "toolCallId {tool_call_id:?} of message {:?} {problem}",
+                m.id()
+            ),
             extra: Default::default(),
         });
     }
@@ -144,6 +166,8 @@ pub async fn post_run(
         .flat_map(|calls_of_turn| declarations(calls_of_turn, &frontend))
         .collect();
     super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
+    refuse_rewritten_turns(&stored, &input, &frontend)?;
+    refuse_second_results(&state, &thread.0, &stored, &input, &known).await?;
     drop(stored);
     refuse_reused_call_ids(&state, &thread.0, &input).await?;
     let (tx, rx) = mpsc::channel(64);
@@ -208,8 +232,8 @@ async fn refuse_reused_call_ids(
             .registry()
             .resolve(&tc.function.name)
             .map_or_else(|| tc.function.name.clone(), |t| t.definition.name.clone());
-        let arguments = calls::parse_argument_text(&tc.function.arguments, "/function/arguments");
-        if record.tool_name != name || arguments.is_ok_and(|a| a != record.args) {
+        let parsed = calls::parse_argument_text(&tc.function.arguments, "/function/arguments");
+        if record.tool_name != name || run_arguments(tc, &parsed) != record.args {
             return Err(ApiError::Conflict(format!(
                 "tool call {:?} is already recorded in this thread with a different tool or arguments; the run's calls need ids of their own",
                 tc.id
@@ -224,6 +248,94 @@ type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
 async fn emit(tx: &Tx, event: &Event) {
     // A closed stream only means the client left; the run goes on.
     let _ = tx.send(Ok(SseEvent::default().data(event.to_json()))).await;
+}
+
+/// An assistant message the thread has recorded must come back with the
+/// calls it was recorded with: the run executes the calls of the input,
+/// and the thread's record of the turn would no longer say what ran.
+fn refuse_rewritten_turns(
+    stored: &[StoredMessage],
+    input: &RunAgentInput,
+    frontend: &HashSet<&str>,
+) -> Result<(), ApiError> {
+    let by_id: HashMap<&str, &StoredMessage> = stored.iter().map(|m| (m.id.as_str(), m)).collect();
+    for m in &input.messages {
+        let Message::Assistant { id, tool_calls, .. } = m else {
+            continue;
+        };
+        let Some(recorded) = by_id.get(id.as_str()) else {
+            continue;
+        };
+        let sent = tool_calls
+            .as_deref()
+            .map(|calls_of_turn| declarations(calls_of_turn, frontend))
+            .unwrap_or_default();
+        let had = recorded
+            .metadata
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let same = recorded.role == Role::Assistant
+            && sent.len() == had.len()
+            && sent.iter().zip(had).all(|(a, b)| {
+                a.get("id") == b.get("id")
+                    && a.get("name") == b.get("name")
+                    && a.get("arguments") == b.get("arguments")
+            });
+        if !same {
+            return Err(ApiError::Conflict(format!(
+                "message {id:?} is already recorded in this thread with other tool calls (or another role); a new turn needs an id of its own"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A tool message new to the thread answers a call that has no result yet
+/// and that toolgate does not run itself: a second result for a call would
+/// leave the context two answers to one question, and a result sent for a
+/// call toolgate records (one waiting for approval, say) would stand in for
+/// the result toolgate stores.
+async fn refuse_second_results(
+    state: &AppState,
+    thread_id: &str,
+    stored: &[StoredMessage],
+    input: &RunAgentInput,
+    known: &HashSet<String>,
+) -> Result<(), ApiError> {
+    let answered: HashSet<&str> = stored
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect();
+    for m in &input.messages {
+        let Message::Tool {
+            id, tool_call_id, ..
+        } = m
+        else {
+            continue;
+        };
+        if known.contains(id) {
+            continue;
+        }
+        let problem = if answered.contains(tool_call_id.as_str()) {
+            "already has a result in this thread"
+        } else if state
+            .store
+            .tool_call(thread_id, tool_call_id)
+            .await?
+            .is_some()
+        {
+            "is toolgate's own: toolgate records its result"
+        } else {
+            continue;
+        };
+        return Err(ApiError::Conflict(format!(
+            "tool message {id:?} answers call {tool_call_id:?}, which {problem}; only a frontend tool's call without a result is answered in messages"
+        )));
+    }
+    Ok(())
 }
 
 /// The names of the frontend's own tools (`RunAgentInput.tools`).

@@ -720,13 +720,15 @@ pub async fn get_context(
                 // written): nothing to show yet either.
                 _ => "this call's result is not recorded in the conversation yet".into(),
             },
-            None if declared.call.get(context::FRONTEND) == Some(&Value::Bool(true)) => {
-                "this call is the application's own tool, which toolgate does not run; its result has not been sent yet".into()
-            }
+            // Held back first: a run leaves every call after the one
+            // that waits, the application's own too, to the next run.
             None => match waiting.get(declared.message.id.as_str()) {
                 Some(first) => format!(
                     "this call has not run: it comes after call {first:?}, which is waiting for a person's approval, and may depend on it"
                 ),
+                None if declared.call.get(context::FRONTEND) == Some(&Value::Bool(true)) => {
+                    "this call is the application's own tool, which toolgate does not run; its result has not been sent yet".into()
+                }
                 None => context::NO_RESULT.into(),
             },
         };
@@ -752,6 +754,15 @@ pub(super) async fn refuse_redeclared_calls<'a>(
     stored: &'a [StoredMessage],
     declared: impl Iterator<Item = &'a Value>,
 ) -> Result<(), ApiError> {
+    // A tool named by an alias is the same tool.
+    let canonical = |call: &Value| -> String {
+        let name = call["name"].as_str().unwrap_or_default();
+        state
+            .engine
+            .registry()
+            .resolve(name)
+            .map_or_else(|| name.to_string(), |t| t.definition.name.clone())
+    };
     let mut known: HashMap<&str, &Value> = HashMap::new();
     for d in context::declared_calls(stored) {
         known.entry(d.id).or_insert(d.call);
@@ -761,7 +772,9 @@ pub(super) async fn refuse_redeclared_calls<'a>(
             continue;
         };
         if let Some(first) = known.get(id) {
-            if context::same_call(first, call) {
+            if canonical(first) == canonical(call)
+                && first.get("arguments") == call.get("arguments")
+            {
                 continue;
             }
             return Err(ApiError::Conflict(format!(
@@ -772,13 +785,7 @@ pub(super) async fn refuse_redeclared_calls<'a>(
         let Some(record) = state.store.tool_call(thread_id, id).await? else {
             continue;
         };
-        let name = call["name"].as_str().unwrap_or_default();
-        let name = state
-            .engine
-            .registry()
-            .resolve(name)
-            .map_or_else(|| name.to_string(), |t| t.definition.name.clone());
-        if record.tool_name != name || call.get("arguments") != Some(&record.args) {
+        if record.tool_name != canonical(call) || call.get("arguments") != Some(&record.args) {
             return Err(ApiError::Conflict(format!(
                 "tool call {id:?} is already recorded in this thread with another tool or arguments; a new call needs an id of its own"
             )));

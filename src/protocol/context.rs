@@ -34,7 +34,7 @@ pub type Unanswered = HashMap<String, String>;
 /// it): both vendors refuse a call without a name.
 pub const UNRECORDED_TOOL: &str = "unrecorded_tool";
 
-pub const NO_RESULT: &str = "toolgate has no record of this call: it was not posted to toolgate";
+pub const NO_RESULT: &str = "toolgate has no result for this call and has not run it: it was not posted to toolgate, or it waits behind an earlier call of its turn";
 
 /// The key that marks a declared call as the application's own (a tool the
 /// AG-UI run's input listed in `tools`): toolgate does not run it.
@@ -65,12 +65,6 @@ pub fn declared_calls(messages: &[StoredMessage]) -> impl Iterator<Item = Declar
                 })
             })
         })
-}
-
-/// Whether two declarations (`{"id", "name", "arguments"}`) ask for the
-/// same call: the same tool with the same arguments.
-pub fn same_call(a: &Value, b: &Value) -> bool {
-    a.get("name") == b.get("name") && a.get("arguments") == b.get("arguments")
 }
 
 /// The calls that assistant messages of the thread declare and no tool
@@ -213,7 +207,21 @@ fn arranged<'a>(
             i += 1;
             continue;
         }
-        let results = &messages[i..i + run];
+        // A call has one result: a second one for an id (a thread written
+        // before toolgate refused those) is left out, as both vendors
+        // refuse an id declared twice.
+        let results: Vec<&StoredMessage> = messages[i..i + run]
+            .iter()
+            .filter(|m| {
+                m.tool_call_id
+                    .as_deref()
+                    .is_some_and(|id| emitted.insert(id))
+            })
+            .collect();
+        i += run;
+        let Some(first) = results.first().copied() else {
+            continue;
+        };
         let calls: Vec<Value> = results
             .iter()
             .map(|m| {
@@ -228,7 +236,6 @@ fn arranged<'a>(
                 })
             })
             .collect();
-        let first = &results[0];
         out.push(Cow::Owned(StoredMessage {
             thread_id: first.thread_id.clone(),
             seq: first.seq,
@@ -239,8 +246,7 @@ fn arranged<'a>(
             tool_call_id: None,
             created_at_ms: first.created_at_ms,
         }));
-        out.extend(results.iter().map(Cow::Borrowed));
-        i += run;
+        out.extend(results.into_iter().map(Cow::Borrowed));
     }
     out
 }
@@ -291,13 +297,13 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                 system.push(&m.content);
                 continue;
             }
-            // The API refuses an empty text block: an empty message adds
-            // nothing to the turn.
-            Role::User if m.content.is_empty() => continue,
+            // The API refuses a text block without a non-whitespace
+            // character: such a message adds nothing to the turn.
+            Role::User if m.content.trim().is_empty() => continue,
             Role::User => ("user", vec![json!({"type": "text", "text": m.content})]),
             Role::Assistant => {
                 let mut blocks = Vec::new();
-                if !m.content.is_empty() {
+                if !m.content.trim().is_empty() {
                     blocks.push(json!({"type": "text", "text": m.content}));
                 }
                 for c in stored_calls(m) {
@@ -559,6 +565,20 @@ mod tests {
     }
 
     #[test]
+    fn a_call_gets_one_result_in_the_context() {
+        let thread = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            result(2, "x1", "one"),
+            result(3, "x1", "two"),
+        ];
+        let v = openai(&thread, &Unanswered::new());
+        let m = v["messages"].as_array().unwrap();
+        assert_eq!(roles_of(m), ["user", "assistant", "tool"], "{v}");
+        assert_eq!(m[1]["tool_calls"].as_array().unwrap().len(), 1, "{v}");
+        assert_eq!(m[2]["content"], r#"{"text":"one"}"#, "{v}");
+    }
+
+    #[test]
     fn a_call_shows_as_it_was_run() {
         // The assistant message declares c1 with "a"; the call posted and
         // run under that id had "b": the model sees the call "b" answers.
@@ -651,12 +671,15 @@ mod tests {
         let mut messages = conversation();
         let next = messages.len() as i64 + 1;
         messages.push(msg(next, Role::User, "", json!({}), None));
-        messages.push(msg(next + 1, Role::Assistant, "", json!({}), None));
-        messages.push(msg(next + 2, Role::User, "again", json!({}), None));
+        messages.push(msg(next + 1, Role::Assistant, " \n", json!({}), None));
+        messages.push(msg(next + 2, Role::User, "\t ", json!({}), None));
+        messages.push(msg(next + 3, Role::User, "again", json!({}), None));
         let v = anthropic(&messages, &Unanswered::new());
         let m = v["messages"].as_array().unwrap();
+        // The API refuses a text block of whitespace alone.
         for block in m.iter().flat_map(|t| t["content"].as_array().unwrap()) {
-            assert_ne!(block["text"], "", "{v}");
+            let text = block["text"].as_str();
+            assert!(!text.is_some_and(|t| t.trim().is_empty()), "{v}");
         }
         assert_eq!(
             m.last().unwrap()["content"].as_array().unwrap().len(),
