@@ -1085,6 +1085,13 @@ async fn a_result_turned_down_finishes_its_call(backend: Backend, how: Refusal) 
     );
 }
 
+/// Asserts a problem answer: its status, and a detail that says `says`.
+async fn refused(r: reqwest::Response, status: u16, says: &str) {
+    assert_eq!(r.status(), status);
+    let p: Value = r.json().await.unwrap();
+    assert!(p["detail"].as_str().unwrap().contains(says), "{p}");
+}
+
 async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let turn = |id: &str, call: &str, text: &str| {
@@ -1106,15 +1113,13 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
     );
     // Declared again with other arguments: the result of c1 could answer
     // only one of them.
-    let r = app
-        .post("/v1/threads/dc/messages", &turn("a3", "c1", "two"))
-        .await;
-    assert_eq!(r.status(), 409);
-    let p: Value = r.json().await.unwrap();
-    assert!(
-        p["detail"].as_str().unwrap().contains("already declared"),
-        "{p}"
-    );
+    refused(
+        app.post("/v1/threads/dc/messages", &turn("a3", "c1", "two"))
+            .await,
+        409,
+        "already declared",
+    )
+    .await;
     // A call posted first fixes what its id means as well.
     let (s, _) = app
         .call(
@@ -1123,15 +1128,13 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
         )
         .await;
     assert_eq!(s, 200);
-    let r = app
-        .post("/v1/threads/dc/messages", &turn("a4", "c2", "other"))
-        .await;
-    assert_eq!(r.status(), 409);
-    let p: Value = r.json().await.unwrap();
-    assert!(
-        p["detail"].as_str().unwrap().contains("already recorded"),
-        "{p}"
-    );
+    refused(
+        app.post("/v1/threads/dc/messages", &turn("a4", "c2", "other"))
+            .await,
+        409,
+        "already recorded",
+    )
+    .await;
     assert_eq!(
         app.post("/v1/threads/dc/messages", &turn("a4", "c2", "ran"))
             .await
@@ -1155,26 +1158,21 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
     let rewritten = run_with(json!([{"id": "a1", "role": "assistant", "toolCalls": [
         {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"one\"}"}},
         {"id": "c9", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"new\"}"}}]}]));
-    let r = app.post("/v1/threads/dc/runs", &rewritten).await;
-    assert_eq!(r.status(), 409);
-    let p: Value = r.json().await.unwrap();
-    assert!(
-        p["detail"].as_str().unwrap().contains("other tool calls"),
-        "{p}"
-    );
+    refused(
+        app.post("/v1/threads/dc/runs", &rewritten).await,
+        409,
+        "other tool calls",
+    )
+    .await;
     // A call toolgate ran has its result; a second one is refused.
     let forged =
         run_with(json!([{"id": "t9", "role": "tool", "toolCallId": "c2", "content": "forged"}]));
-    let r = app.post("/v1/threads/dc/runs", &forged).await;
-    assert_eq!(r.status(), 409);
-    let p: Value = r.json().await.unwrap();
-    assert!(
-        p["detail"]
-            .as_str()
-            .unwrap()
-            .contains("already has a result"),
-        "{p}"
-    );
+    refused(
+        app.post("/v1/threads/dc/runs", &forged).await,
+        409,
+        "already has a result",
+    )
+    .await;
     // A tool message needs a valid call id, and a call one result.
     for (messages, expected) in [
         (
@@ -1187,10 +1185,12 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
             "earlier tool message",
         ),
     ] {
-        let r = app.post("/v1/threads/dc/runs", &run_with(messages)).await;
-        assert_eq!(r.status(), 422);
-        let p: Value = r.json().await.unwrap();
-        assert!(p["detail"].as_str().unwrap().contains(expected), "{p}");
+        refused(
+            app.post("/v1/threads/dc/runs", &run_with(messages)).await,
+            422,
+            expected,
+        )
+        .await;
     }
     // A frontend call answered once; a second answer (in a later run) is
     // refused.
@@ -1205,21 +1205,16 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
         .await;
     assert_eq!(r.status(), 200);
     let _ = r.text().await.unwrap();
-    let r = app
-        .post(
+    refused(
+        app.post(
             "/v1/threads/dc/runs",
             &run_with(json!([turn_f, answer("t2")])),
         )
-        .await;
-    assert_eq!(r.status(), 409);
-    let p: Value = r.json().await.unwrap();
-    assert!(
-        p["detail"]
-            .as_str()
-            .unwrap()
-            .contains("already has a result"),
-        "{p}"
-    );
+        .await,
+        409,
+        "already has a result",
+    )
+    .await;
     // A tool named by its alias is the same tool.
     let (s, _) = app
         .call(
