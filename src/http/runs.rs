@@ -169,7 +169,7 @@ pub async fn post_run(
     refuse_rewritten_turns(&stored, &input, &frontend)?;
     refuse_second_results(&state, &thread.0, &stored, &input, &known).await?;
     drop(stored);
-    refuse_reused_call_ids(&state, &thread.0, &input).await?;
+    refuse_reused_call_ids(&state, &thread.0, &input, &known).await?;
     let (tx, rx) = mpsc::channel(64);
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
@@ -210,15 +210,22 @@ fn answered_ids(input: &RunAgentInput) -> HashSet<&str> {
 /// for another call: refused before the stream starts and before anything
 /// of the run is stored (in the stream it could only end the run with
 /// `RUN_ERROR`, every retry alike). An id recorded for the same call is
-/// fine: its stored outcome answers it.
+/// fine: its stored outcome answers it. The calls of a message new to the
+/// thread (`known` holds the recorded ids) were checked as declarations
+/// ([`super::threads::refuse_redeclared_calls`]); this checks those of a
+/// recorded one, which may have been posted since.
 async fn refuse_reused_call_ids(
     state: &AppState,
     thread_id: &str,
     input: &RunAgentInput,
+    known: &HashSet<String>,
 ) -> Result<(), ApiError> {
-    let Some((_, tool_calls)) = calls_to_run(input) else {
+    let Some((message_id, tool_calls)) = calls_to_run(input) else {
         return Ok(());
     };
+    if !known.contains(message_id) {
+        return Ok(());
+    }
     let answered = answered_ids(input);
     for tc in tool_calls
         .iter()

@@ -745,7 +745,8 @@ pub async fn get_context(
 /// New declarations (`{"id", "name", "arguments"}`, in order) must not
 /// give a call id another tool or other arguments than the thread already
 /// has for it: in an assistant message of `stored` (the thread's messages),
-/// an earlier one of `declared`, or the call recorded under that id. Each
+/// an earlier one of `declared`, or the call recorded under that id (read
+/// once per id). Each
 /// result answers one call, so the context would pair it with a call it
 /// does not answer. `409`, before anything is recorded.
 pub(super) async fn refuse_redeclared_calls<'a>(
@@ -767,21 +768,30 @@ pub(super) async fn refuse_redeclared_calls<'a>(
     for d in context::declared_calls(stored) {
         known.entry(d.id).or_insert(d.call);
     }
+    // Each id's recorded call is read once, also for an id declared before
+    // (the call may have been posted since).
+    let mut looked_up = std::collections::HashSet::new();
     for call in declared {
         let Some(id) = call["id"].as_str() else {
             continue;
         };
-        if let Some(first) = known.get(id) {
-            if canonical(first) == canonical(call)
-                && first.get("arguments") == call.get("arguments")
+        match known.get(id) {
+            Some(first)
+                if canonical(first) != canonical(call)
+                    || first.get("arguments") != call.get("arguments") =>
             {
-                continue;
+                return Err(ApiError::Conflict(format!(
+                    "tool call {id:?} is already declared in this thread with another tool or arguments; a new call needs an id of its own"
+                )));
             }
-            return Err(ApiError::Conflict(format!(
-                "tool call {id:?} is already declared in this thread with another tool or arguments; a new call needs an id of its own"
-            )));
+            Some(_) => {}
+            None => {
+                known.insert(id, call);
+            }
         }
-        known.insert(id, call);
+        if !looked_up.insert(id) {
+            continue;
+        }
         let Some(record) = state.store.tool_call(thread_id, id).await? else {
             continue;
         };
