@@ -1050,6 +1050,11 @@ async fn an_owners_threads_page_newest_first(store: DynStore) {
         (0, 2, None)
     );
     assert_eq!(by_id("e").messages, 0);
+    // A thread is as old as the first message it holds (recorded before
+    // the write reached the store), not younger; one created by events
+    // alone dates from its write.
+    assert_eq!(by_id("a").created_at_ms, 1_700_000_000_000);
+    assert!(by_id("c").created_at_ms > 1_700_000_000_000);
 
     // Page by page from a cursor: every thread once, in the same order.
     let mut paged = Vec::new();

@@ -42,6 +42,8 @@ pub(crate) struct ThreadTotals<'a> {
     pub events: i64,
     pub messages: i64,
     pub calls: i64,
+    /// The earliest message or call its units insert.
+    pub created_at_ms: Option<i64>,
 }
 
 /// A batch the fast path may apply: its units in apply order and its
@@ -144,9 +146,13 @@ impl<'a> Plan<'a> {
                     events: 0,
                     messages: 0,
                     calls: 0,
+                    created_at_ms: None,
                 }),
             }
             let totals = threads.last_mut().expect("just pushed");
+            if let Some(at) = checks::earliest_record(unit) {
+                totals.created_at_ms = Some(totals.created_at_ms.map_or(at, |t| t.min(at)));
+            }
             for op in &unit.ops {
                 match op {
                     WriteOp::InsertToolCall(call) => {

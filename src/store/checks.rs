@@ -12,6 +12,9 @@ pub(crate) struct Reservation {
     pub events: i64,
     pub messages: i64,
     pub calls: i64,
+    /// When a thread the unit creates was created: its first message or
+    /// call, or now.
+    pub created_at_ms: i64,
 }
 
 impl Reservation {
@@ -20,6 +23,7 @@ impl Reservation {
             events: 0,
             messages: 0,
             calls: 0,
+            created_at_ms: earliest_record(unit).unwrap_or_else(crate::protocol::now_ms),
         };
         for op in &unit.ops {
             match op {
@@ -31,6 +35,19 @@ impl Reservation {
         }
         r
     }
+}
+
+/// The earliest `created_at_ms` of the messages and calls `unit` inserts: a
+/// thread the unit creates is not younger than what it holds.
+pub(crate) fn earliest_record(unit: &WriteUnit) -> Option<i64> {
+    unit.ops
+        .iter()
+        .filter_map(|op| match op {
+            WriteOp::InsertMessage(m) => Some(m.created_at_ms),
+            WriteOp::InsertToolCall(c) => Some(c.created_at_ms),
+            _ => None,
+        })
+        .min()
 }
 
 pub(crate) fn insertable_call_status(id: &str, status: CallStatus) -> StoreResult<()> {

@@ -164,7 +164,7 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
     let row = sqlx::query(RESERVE_SEQS)
         .bind(&unit.thread_id)
         .bind(&unit.owner)
-        .bind(crate::protocol::now_ms())
+        .bind(reserved.created_at_ms)
         .bind(reserved.events)
         .bind(reserved.messages)
         .bind(reserved.calls)
@@ -536,12 +536,18 @@ async fn apply_plan(
     let events: Vec<i64> = plan.threads.iter().map(|t| t.events).collect();
     let messages: Vec<i64> = plan.threads.iter().map(|t| t.messages).collect();
     let calls: Vec<i64> = plan.threads.iter().map(|t| t.calls).collect();
+    let now = crate::protocol::now_ms();
+    let created: Vec<i64> = plan
+        .threads
+        .iter()
+        .map(|t| t.created_at_ms.unwrap_or(now))
+        .collect();
     let returned = sqlx::query(
         "INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq, \
              last_call_ordinal) \
-         SELECT u.id, u.owner, $1, u.events, u.messages, u.calls \
-         FROM UNNEST($2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[]) \
-             WITH ORDINALITY AS u (id, owner, events, messages, calls, ord) \
+         SELECT u.id, u.owner, u.created, u.events, u.messages, u.calls \
+         FROM UNNEST($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[]) \
+             WITH ORDINALITY AS u (created, id, owner, events, messages, calls, ord) \
          ORDER BY u.ord \
          ON CONFLICT (id) DO UPDATE SET \
              last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
@@ -549,7 +555,7 @@ async fn apply_plan(
              last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
          RETURNING id, owner, last_event_seq, last_message_seq, last_call_ordinal",
     )
-    .bind(crate::protocol::now_ms())
+    .bind(&created)
     .bind(&ids)
     .bind(&owners)
     .bind(&events)

@@ -315,7 +315,7 @@ fn reserve(
     conn.prepare_cached(RESERVE_SEQS)?.execute(params![
         thread_id,
         owner,
-        crate::protocol::now_ms(),
+        r.created_at_ms,
         r.events,
         r.messages,
         r.calls
@@ -651,6 +651,7 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
             events: thread.events,
             messages: thread.messages,
             calls: thread.calls,
+            created_at_ms: thread.created_at_ms.unwrap_or_else(crate::protocol::now_ms),
         };
         let (owner, last) = reserve(tx, thread.id, thread.owner, &totals)?;
         if owner != thread.owner {
