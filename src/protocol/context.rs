@@ -15,11 +15,32 @@ fn stored_calls(m: &StoredMessage) -> Vec<&Value> {
         .unwrap_or_default()
 }
 
+/// The metadata key of a tool message holding why the application's own
+/// tool failed (AG-UI `ToolMessage.error`).
+pub const ERROR: &str = "error";
+
+/// Why an application's tool failed, when its result says so.
+pub fn frontend_error(m: &StoredMessage) -> Option<&str> {
+    m.metadata.get(ERROR).and_then(Value::as_str)
+}
+
 fn is_failure(m: &StoredMessage) -> bool {
-    m.metadata
-        .pointer("/tool_agent_output/status")
-        .and_then(Value::as_str)
-        == Some("failure")
+    frontend_error(m).is_some()
+        || m.metadata
+            .pointer("/tool_agent_output/status")
+            .and_then(Value::as_str)
+            == Some("failure")
+}
+
+/// A result's text as the model reads it: the stored content, and after it
+/// the error of an application's tool that failed (OpenAI has no error flag
+/// on a tool message, and the content may be a partial result).
+fn result_text(m: &StoredMessage) -> Cow<'_, str> {
+    match frontend_error(m) {
+        None => Cow::Borrowed(&m.content),
+        Some(error) if m.content.trim().is_empty() => Cow::Owned(format!("Error: {error}")),
+        Some(error) => Cow::Owned(format!("{}\n\nError: {error}", m.content)),
+    }
 }
 
 /// What a declared call without a recorded result is told, by call id (the
@@ -273,7 +294,9 @@ pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                 }
                 v
             }
-            Role::Tool => json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}),
+            Role::Tool => {
+                json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": result_text(m)})
+            }
             role => json!({"role": role.as_str(), "content": m.content}),
         })
         .collect();
@@ -284,13 +307,74 @@ pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
 /// turn is the assistant's.
 pub const OPENING_TURN: &str = "(start of the conversation)";
 
+/// Whether Anthropic accepts `id` as a `tool_use` id (`^[a-zA-Z0-9_-]+$`).
+fn anthropic_id_ok(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+}
+
+/// The call ids of `messages` that Anthropic refuses (toolgate also admits
+/// `.` and `:`), each with the id it is given instead: those characters as
+/// `_`, and a number after it when that id is taken. The same id in its
+/// `tool_use` and its `tool_result`, and the same in every read of the
+/// thread (assigned in the order the calls appear).
+fn anthropic_ids(messages: &[Cow<'_, StoredMessage>]) -> HashMap<String, String> {
+    let mut ids: Vec<&str> = Vec::new();
+    for m in messages {
+        match m.role {
+            Role::Assistant => {
+                ids.extend(stored_calls(m).into_iter().filter_map(|c| c["id"].as_str()))
+            }
+            Role::Tool => ids.extend(m.tool_call_id.as_deref()),
+            _ => {}
+        }
+    }
+    let mut taken: HashSet<String> = ids
+        .iter()
+        .filter(|id| anthropic_id_ok(id))
+        .map(|id| id.to_string())
+        .collect();
+    let mut renamed = HashMap::new();
+    for id in ids {
+        if anthropic_id_ok(id) || renamed.contains_key(id) {
+            continue;
+        }
+        let base: String = id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let mut wire = base.clone();
+        let mut n = 1;
+        while taken.contains(&wire) {
+            wire = format!("{base}_{n}");
+            n += 1;
+        }
+        taken.insert(wire.clone());
+        renamed.insert(id.to_string(), wire);
+    }
+    renamed
+}
+
 /// Anthropic Messages API: system text apart, content blocks, tool results
 /// as `user` turns, consecutive same-role turns merged (the API requires
-/// alternation).
+/// alternation), call ids as the API accepts them ([`anthropic_ids`]).
 pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
     let mut system: Vec<&str> = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let messages = arranged(messages, unanswered);
+    let renamed = anthropic_ids(&messages);
+    let wire_id = |id: Option<&str>| -> Value {
+        id.map(|id| json!(renamed.get(id).map_or(id, String::as_str)))
+            .unwrap_or(Value::Null)
+    };
     for m in messages.iter() {
         let (role, blocks): (&'static str, Vec<Value>) = match m.role {
             Role::System => {
@@ -314,14 +398,16 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                         object @ Value::Object(_) => object.clone(),
                         other => json!({"_raw": other}),
                     };
-                    blocks.push(json!({"type": "tool_use", "id": c["id"], "name": c["name"], "input": input}));
+                    blocks.push(json!({"type": "tool_use", "id": wire_id(c["id"].as_str()), "name": c["name"], "input": input}));
                 }
                 ("assistant", blocks)
             }
             Role::Tool => (
                 "user",
-                vec![json!({"type": "tool_result", "tool_use_id": m.tool_call_id,
-                            "content": m.content, "is_error": is_failure(m)})],
+                vec![
+                    json!({"type": "tool_result", "tool_use_id": wire_id(m.tool_call_id.as_deref()),
+                            "content": result_text(m), "is_error": is_failure(m)}),
+                ],
             ),
         };
         if blocks.is_empty() {
@@ -686,5 +772,86 @@ mod tests {
             3,
             "{v}"
         );
+    }
+
+    /// Anthropic refuses `.` and `:` in a `tool_use` id: such an id is
+    /// given one it accepts, the same in the call and its result, and not
+    /// one another call of the thread has.
+    #[test]
+    fn anthropic_gets_call_ids_it_accepts() {
+        let call = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
+        let messages = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            msg(
+                2,
+                Role::Assistant,
+                "",
+                json!({"tool_calls": [call("a.b"), call("a_b"), call("x:1")]}),
+                None,
+            ),
+            result(3, "a.b", "a.b"),
+            result(4, "a_b", "a_b"),
+            result(5, "x:1", "x:1"),
+        ];
+        let v = anthropic(&messages, &Unanswered::new());
+        let m = v["messages"].as_array().unwrap();
+        let uses: Vec<&str> = m[1]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(uses, ["a_b_1", "a_b", "x_1"], "{v}");
+        let answered: Vec<&str> = m[2]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["tool_use_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(answered, uses, "{v}");
+        assert!(uses.iter().all(|id| anthropic_id_ok(id)));
+        // OpenAI takes any id: unchanged there.
+        let o = openai(&messages, &Unanswered::new());
+        assert_eq!(o["messages"][1]["tool_calls"][0]["id"], "a.b", "{o}");
+        assert_eq!(o["messages"][2]["tool_call_id"], "a.b", "{o}");
+    }
+
+    /// An application's tool that failed (AG-UI `error`): both vendors see
+    /// the error after what it returned, and Anthropic flags the result.
+    #[test]
+    fn a_failed_frontend_result_shows_its_error() {
+        let messages = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            msg(
+                2,
+                Role::Assistant,
+                "",
+                json!({"tool_calls": [
+                    {"id": "f1", "name": "confirm", "arguments": {}, "frontend": true},
+                    {"id": "f2", "name": "confirm", "arguments": {}, "frontend": true}]}),
+                None,
+            ),
+            msg(
+                3,
+                Role::Tool,
+                "half done",
+                json!({"error": "disk full"}),
+                Some("f1"),
+            ),
+            msg(4, Role::Tool, "", json!({"error": "no answer"}), Some("f2")),
+        ];
+        let o = openai(&messages, &Unanswered::new());
+        assert_eq!(
+            o["messages"][2]["content"], "half done\n\nError: disk full",
+            "{o}"
+        );
+        assert_eq!(o["messages"][3]["content"], "Error: no answer", "{o}");
+        let a = anthropic(&messages, &Unanswered::new());
+        let results = a["messages"][2]["content"].as_array().unwrap();
+        assert_eq!(results[0]["is_error"], true, "{a}");
+        assert_eq!(results[1]["content"], "Error: no answer", "{a}");
+        // A result without an error is not flagged.
+        let v = anthropic(&conversation(), &Unanswered::new());
+        assert_eq!(v["messages"][2]["content"][0]["is_error"], false, "{v}");
     }
 }
