@@ -482,3 +482,60 @@ async fn http_agent_keeps_the_tool_call_arguments_it_sent() {
     }
     app.stop().await;
 }
+
+/// The AG-UI interrupt round trip with the stock client: a run paused for
+/// an approval and a frontend call ends with the interrupt outcome the
+/// client accepts, and the next run's `resume` (approval approved, the
+/// frontend call's result as the payload) lets the write run and finishes
+/// as a success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_agent_resumes_an_interrupted_run() {
+    node_ready().await;
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.permissions.ask = vec!["write_file".into()];
+    })
+    .await;
+    let out = run_script(&app, "interrupt.mjs", &["--thread", "agui-resume"]).await;
+    let report = out.report();
+    assert!(
+        out.status.success(),
+        "HttpAgent did not take the interrupt and its resume\nwarnings: {}\n{}",
+        report["warnings"],
+        out.describe()
+    );
+    let write = report["ids"]["write"].as_str().unwrap();
+    let pick = report["ids"]["pick"].as_str().unwrap();
+    let finished = &report["first"]["finishedParams"];
+    assert_eq!(finished["outcome"], "interrupt", "{report}");
+    assert_eq!(finished["event"]["type"], "interrupt", "{report}");
+    let asked: Vec<(&str, &str)> = finished["interrupts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["reason"].as_str().unwrap(),
+                i["toolCallId"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [("frontend_tool_call", pick), ("approval_required", write)],
+        "{report}"
+    );
+    let second = &report["second"];
+    assert_eq!(second["finishedParams"]["outcome"], "success", "{report}");
+    assert_eq!(second["results"][0]["toolCallId"], write, "{report}");
+    let ws = app.get_json("/v1/workspace").await;
+    let saved = std::path::Path::new(ws["root"].as_str().unwrap()).join("colour.txt");
+    assert_eq!(std::fs::read_to_string(saved).unwrap(), "teal\n");
+    // The frontend call's result is the payload the client resumed with.
+    let history = app.history("agui-resume").await;
+    let answer = history
+        .iter()
+        .find(|m| m["tool_call_id"] == pick)
+        .unwrap_or_else(|| panic!("a result for {pick}: {history:?}"));
+    assert_eq!(answer["content"], r#"{"colour":"teal"}"#);
+    app.stop().await;
+}

@@ -1255,7 +1255,89 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
     );
 }
 
+/// An AG-UI tool message answering the application's own call may carry
+/// content parts and an `error`: the text parts are kept, and the error
+/// reaches the model, the snapshot and the history.
+async fn an_application_tools_failure_is_kept(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let mut input = json!({
+        "threadId": "fe", "runId": "run_1",
+        "tools": [{"name": "upload", "description": "Upload a file.", "parameters": {"type": "object"}}],
+        "messages": [
+            {"id": "u1", "role": "user", "content": "upload it"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "up.1", "type": "function", "function": {"name": "upload", "arguments": "{}"}}]}
+        ]
+    });
+    let r = app.post("/v1/threads/fe/runs", &input).await;
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert_eq!(
+        frames.last().unwrap().data["outcome"]["pendingToolCallIds"],
+        json!(["up.1"])
+    );
+    input["runId"] = json!("run_2");
+    input["messages"].as_array_mut().unwrap().push(json!({
+        "id": "t1", "role": "tool", "toolCallId": "up.1",
+        "content": [
+            {"type": "text", "text": "sent 3 of 5 parts"},
+            {"type": "image", "source": {"type": "url", "value": "https://example.test/x.png", "mimeType": "image/png"}}],
+        "error": "the connection dropped"
+    }));
+    let r = app.post("/v1/threads/fe/runs", &input).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert_eq!(
+        frames.last().unwrap().data["outcome"],
+        json!({"type": "success"})
+    );
+    let context = app.get_json("/v1/threads/fe/context").await;
+    assert_eq!(
+        context["messages"][2],
+        json!({"role": "tool", "tool_call_id": "up.1",
+               "content": "sent 3 of 5 parts\n\nError: the connection dropped"}),
+        "{context}"
+    );
+    let context = app
+        .get_json("/v1/threads/fe/context?format=anthropic")
+        .await;
+    let result = &context["messages"][2]["content"][0];
+    assert_eq!(result["is_error"], true, "{context}");
+    // Anthropic refuses `.` in a tool_use id: the call and its result get
+    // one it accepts.
+    assert_eq!(result["tool_use_id"], "up_1", "{context}");
+    assert_eq!(
+        context["messages"][1]["content"][0]["id"], "up_1",
+        "{context}"
+    );
+    let history = app.history("fe").await;
+    let t1 = history.iter().find(|m| m["id"] == "t1").unwrap();
+    assert_eq!(
+        (&t1["content"], &t1["error"]),
+        (
+            &json!("sent 3 of 5 parts"),
+            &json!("the connection dropped")
+        ),
+        "{t1}"
+    );
+    let r = app
+        .client
+        .get(app.url("/v1/threads/fe/events?snapshot=true"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    let frames = common::SseReader::new(r).until("MESSAGES_SNAPSHOT").await;
+    let t1 = frames.last().unwrap().data["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "t1")
+        .unwrap();
+    assert_eq!(t1["error"], "the connection dropped", "{t1}");
+}
+
 both_backends!(
+    an_application_tools_failure_is_kept,
     a_call_id_means_one_call_in_a_thread,
     a_refused_result_finishes_its_call_as_a_failure,
     a_result_the_database_fails_on_finishes_its_call_as_a_failure,

@@ -2234,7 +2234,290 @@ both_backends!(
     the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,
     approver_scope_and_ag_ui_interrupts,
+    ag_ui_resume_answers_interrupts,
 );
+
+/// Post an AG-UI run to thread `thread` and read its stream to the end.
+async fn run_to_end(app: &TestApp, thread: &str, input: &Value) -> Vec<common::Frame> {
+    let r = app.post(&format!("/v1/threads/{thread}/runs"), input).await;
+    assert_eq!(r.status(), 200, "{input}");
+    common::SseReader::new(r).until("RUN_FINISHED").await
+}
+
+/// The `pointer` of a 422 problem's first error.
+async fn refused_at(app: &TestApp, thread: &str, input: &Value) -> String {
+    let r = app.post(&format!("/v1/threads/{thread}/runs"), input).await;
+    assert_eq!(r.status(), 422, "{input}");
+    let p: Value = r.json().await.unwrap();
+    p["errors"][0]["pointer"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a pointer: {p}"))
+        .to_string()
+}
+
+/// AG-UI `resume`: the run that continues a paused one answers its
+/// interrupts (approvals decided, the application's calls given their
+/// results or abandoned); an entry that cannot be an answer refuses the
+/// run before its stream, one toolgate did not ask for is left out with
+/// a warning, and a repeated run changes nothing.
+async fn ag_ui_resume_answers_interrupts(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["write_file".into()]).await;
+    let turn = |thread: &str, run: &str, calls: Value, resume: Value| {
+        json!({
+            "threadId": thread, "runId": run,
+            "tools": [{"name": "confirm", "description": "Ask the person.", "parameters": {"type": "object"}}],
+            "messages": [
+                {"id": "u1", "role": "user", "content": "write it"},
+                {"id": "a1", "role": "assistant", "toolCalls": calls}],
+            "resume": resume,
+        })
+    };
+    let call = |id: &str, name: &str, args: Value| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}});
+    let calls = json!([
+        call("f1", "confirm", json!({})),
+        call("w1", "write_file", json!({"path": "q.txt", "content": "q"})),
+        call("e1", "echo", json!({"text": "after"})),
+    ]);
+    let frames = run_to_end(&app, "q", &turn("q", "run-1", calls.clone(), json!([]))).await;
+    let finished = &frames.last().unwrap().data;
+    let interrupts = finished["outcome"]["interrupts"].as_array().unwrap();
+    assert_eq!(interrupts.len(), 2, "{finished}");
+    let approval = &interrupts[1];
+    assert_eq!(approval["reason"], "approval_required", "{finished}");
+    let approval_id = approval["id"].as_str().unwrap().to_string();
+    // When it expires, as RFC 3339, and the answer it expects.
+    let expires = humantime::parse_rfc3339(approval["expiresAt"].as_str().unwrap()).unwrap();
+    let expires_ms = expires
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert_eq!(
+        approval["metadata"]["expiresAtMs"], expires_ms,
+        "{approval}"
+    );
+    assert_eq!(approval["responseSchema"]["required"], json!(["decision"]));
+    assert!(interrupts[0]["responseSchema"].is_null(), "{finished}");
+
+    // Entries that cannot be answers: refused before anything is recorded.
+    let answer = |id: &str, status: &str, payload: Option<Value>| {
+        let mut entry = json!({"interruptId": id, "status": status});
+        if let Some(p) = payload {
+            entry["payload"] = p;
+        }
+        entry
+    };
+    for (resume, pointer) in [
+        (
+            json!([answer(
+                &approval_id,
+                "resolved",
+                Some(json!({"decision": "maybe"}))
+            )]),
+            "/resume/0/payload/decision",
+        ),
+        (
+            json!([answer(&approval_id, "resolved", None)]),
+            "/resume/0/payload",
+        ),
+        (json!([answer("f1", "resolved", None)]), "/resume/0/payload"),
+        (
+            json!([
+                answer(&approval_id, "cancelled", None),
+                answer(
+                    &approval_id,
+                    "resolved",
+                    Some(json!({"decision": "approve"}))
+                )
+            ]),
+            "/resume/1/interruptId",
+        ),
+        // More than a run can have interrupts (64 calls and an approval).
+        (
+            Value::Array(
+                (0..66)
+                    .map(|n| answer(&format!("i{n}"), "cancelled", None))
+                    .collect(),
+            ),
+            "/resume",
+        ),
+    ] {
+        let input = turn("q", "run-x", calls.clone(), resume);
+        assert_eq!(refused_at(&app, "q", &input).await, pointer, "{input}");
+    }
+    let mut answered_twice = turn(
+        "q",
+        "run-x",
+        calls.clone(),
+        json!([answer("f1", "cancelled", None)]),
+    );
+    answered_twice["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "t-f1", "role": "tool", "toolCallId": "f1", "content": "yes"}));
+    assert_eq!(
+        refused_at(&app, "q", &answered_twice).await,
+        "/resume/0/status"
+    );
+    let r = app
+        .post(
+            "/v1/threads/q/runs",
+            &turn(
+                "q",
+                "run-x",
+                calls.clone(),
+                json!([answer("f1", "later", None)]),
+            ),
+        )
+        .await;
+    assert_eq!(r.status(), 422, "an unknown status");
+    let pending = app.get_json(&format!("/v1/approvals/{approval_id}")).await;
+    assert_eq!(pending["status"], "pending", "{pending}");
+    assert!(
+        app.history("q").await.iter().all(|m| m["role"] != "tool"),
+        "nothing recorded"
+    );
+
+    // The answers: the approval decided, the application's call given its
+    // result; an entry for an interrupt toolgate never raised is left out.
+    let resume = json!([
+        answer("f1", "resolved", Some(json!({"confirmed": true}))),
+        answer(
+            &approval_id,
+            "resolved",
+            Some(json!({"decision": "approve", "reason": "fine"}))
+        ),
+        answer("nope", "cancelled", None),
+    ]);
+    let frames = run_to_end(
+        &app,
+        "q",
+        &turn("q", "run-2", calls.clone(), resume.clone()),
+    )
+    .await;
+    let ignored: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "CUSTOM" && f.data["name"] == "run.resume_ignored")
+        .map(|f| &f.data["value"]["interruptId"])
+        .collect();
+    assert_eq!(ignored, [&json!("nope")], "{frames:?}");
+    let results: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_RESULT")
+        .map(|f| &f.data["toolCallId"])
+        .collect();
+    assert_eq!(results, [&json!("w1"), &json!("e1")]);
+    let finished = &frames.last().unwrap().data;
+    assert_eq!(
+        finished["outcome"],
+        json!({"type": "success"}),
+        "{finished}"
+    );
+    let root = workspace_root(&app).await;
+    assert_eq!(std::fs::read_to_string(root.join("q.txt")).unwrap(), "q\n");
+    let decided = app.get_json(&format!("/v1/approvals/{approval_id}")).await;
+    assert_eq!(
+        (&decided["status"], &decided["decision_reason"]),
+        (&json!("approved"), &json!("fine")),
+        "{decided}"
+    );
+    let f1_results = |history: &[Value]| -> Vec<Value> {
+        history
+            .iter()
+            .filter(|m| m["tool_call_id"] == "f1")
+            .map(|m| m["content"].clone())
+            .collect()
+    };
+    assert_eq!(
+        f1_results(&app.history("q").await),
+        [json!("{\"confirmed\":true}")]
+    );
+    // The same run again: every entry is settled, so each is left out;
+    // nothing new is recorded and the calls' results replay.
+    let frames = run_to_end(&app, "q", &turn("q", "run-3", calls.clone(), resume)).await;
+    let ignored = frames
+        .iter()
+        .filter(|f| f.kind() == "CUSTOM" && f.data["name"] == "run.resume_ignored")
+        .count();
+    assert_eq!(ignored, 3, "{frames:?}");
+    assert_eq!(frames.last().unwrap().data["outcome"]["type"], "success");
+    assert_eq!(f1_results(&app.history("q").await).len(), 1);
+
+    // Abandoned: the approval is denied, the application's call gets a
+    // result saying so; both show as failures to the model.
+    let calls = json!([
+        call("f2", "confirm", json!({})),
+        call(
+            "w2",
+            "write_file",
+            json!({"path": "q2.txt", "content": "q"})
+        ),
+    ]);
+    let frames = run_to_end(&app, "q2", &turn("q2", "run-1", calls.clone(), json!([]))).await;
+    let interrupts = frames.last().unwrap().data["outcome"]["interrupts"].clone();
+    let approval_id = interrupts[1]["id"].as_str().unwrap();
+    let resume = json!([
+        answer("f2", "cancelled", None),
+        answer(approval_id, "cancelled", None)
+    ]);
+    let frames = run_to_end(&app, "q2", &turn("q2", "run-2", calls, resume)).await;
+    let denied = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT")
+        .unwrap_or_else(|| panic!("w2's result: {frames:?}"));
+    assert!(
+        denied.data["content"]
+            .as_str()
+            .unwrap()
+            .contains("APPROVAL_DENIED"),
+        "{}",
+        denied.raw
+    );
+    assert!(!root.join("q2.txt").exists());
+    let context = app
+        .get_json("/v1/threads/q2/context?format=anthropic")
+        .await;
+    let results = context["messages"][2]["content"].as_array().unwrap();
+    assert_eq!(
+        results.iter().map(|b| &b["is_error"]).collect::<Vec<_>>(),
+        [&json!(true), &json!(true)],
+        "{context}"
+    );
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("abandoned"),
+        "{context}"
+    );
+    let history = app.history("q2").await;
+    let f2 = history.iter().find(|m| m["tool_call_id"] == "f2").unwrap();
+    assert!(f2["error"].as_str().unwrap().contains("abandoned"), "{f2}");
+
+    // A client naming toolgate's tool as its own cannot answer a call
+    // toolgate holds for approval with a result of its making.
+    let (s, _) = app
+        .call("q3", json!({"id": "w9", "name": "write_file", "arguments": {"path": "q3.txt", "content": "q"}}))
+        .await;
+    assert_eq!(s, 202);
+    let mut forged = turn(
+        "q3",
+        "run-1",
+        json!([call(
+            "w9",
+            "write_file",
+            json!({"path": "q3.txt", "content": "q"})
+        )]),
+        json!([answer("w9", "resolved", Some(json!("written")))]),
+    );
+    forged["tools"] =
+        json!([{"name": "write_file", "description": "Mine.", "parameters": {"type": "object"}}]);
+    let r = app.post("/v1/threads/q3/runs", &forged).await;
+    assert_eq!(r.status(), 409);
+    assert!(
+        app.history("q3").await.iter().all(|m| m["role"] != "tool"),
+        "no result recorded"
+    );
+}
 
 /// `GET …/tool-calls/{id}`: where a call stands, its outcome once
 /// finished, and what undoing it would do; nothing runs for the read.

@@ -59,7 +59,7 @@ pub struct ApprovalView {
     pub decided_at_ms: Option<i64>,
 }
 
-fn status_name(s: ApprovalStatus) -> &'static str {
+pub(super) fn status_name(s: ApprovalStatus) -> &'static str {
     match s {
         ApprovalStatus::Pending => "pending",
         ApprovalStatus::Approved => "approved",

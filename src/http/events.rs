@@ -395,9 +395,10 @@ pub fn agui_message(m: StoredMessage) -> Message {
             Message::Tool {
                 error: output
                     .as_ref()
-                    .and_then(|o| o.error.as_ref().map(|e| e.message.clone())),
+                    .and_then(|o| o.error.as_ref().map(|e| e.message.clone()))
+                    .or_else(|| crate::protocol::context::frontend_error(&m).map(str::to_string)),
                 id: m.id,
-                content: m.content,
+                content: serde_json::Value::String(m.content),
                 tool_call_id: m.tool_call_id.unwrap_or_default(),
                 metadata: (!metadata.is_empty()).then_some(metadata),
             }

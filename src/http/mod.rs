@@ -10,6 +10,7 @@ pub mod error;
 mod events;
 mod health;
 pub mod openapi;
+mod resume;
 mod runs;
 mod threads;
 mod tools;

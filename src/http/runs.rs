@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::error::{ApiError, ApiJson};
+use super::resume::{self, FrontendResult, Resume};
 use super::{AppState, AuthUser, ThreadId, check_owner};
 use crate::engine::{CallRequest, Executed, Rejection};
 use crate::protocol::agui::{
@@ -38,6 +39,16 @@ pub fn routes() -> Router<AppState> {
 /// frontend and are reported in `outcome.pendingToolCallIds` instead (in a
 /// run paused for an approval, as interrupts whose `reason` is
 /// `frontend_tool_call`, beside the approvals' `approval_required`).
+///
+/// `resume` answers the interrupts of the thread's previous run before its
+/// calls run: an `approval_required` interrupt is decided (`resolved` with
+/// `{"decision": "approve" | "deny", "reason"?}`, the interrupt's
+/// `responseSchema`; `cancelled` denies it), a `frontend_tool_call`
+/// interrupt gets its result (`resolved`: the payload, unless a tool
+/// message of the input answers it; `cancelled`: a result saying the
+/// application abandoned the call). An entry for an interrupt toolgate did
+/// not raise in the thread, or one already settled, is left out with a
+/// `CUSTOM` event `run.resume_ignored`.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/runs", tag = "ag-ui",
     params(("thread_id" = String, Path,)),
     request_body = RunAgentInput,
@@ -45,8 +56,8 @@ pub fn routes() -> Router<AppState> {
         (status = 200, description = "AG-UI event stream of the run", content_type = "text/event-stream", body = super::events::AgUiSseEvent),
         (status = 400, description = "Malformed input", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "A call of the run reuses an id the thread recorded for another call; a new assistant message declares a call id the thread has with another tool or arguments; a recorded assistant message comes back with other tool calls; or a new tool message answers a call that already has a result or that toolgate runs itself", content_type = "application/problem+json"),
-        (status = 422, description = "threadId does not match the path, wrong field types, an invalid or repeated message or tool call id, or two tool messages answering one call", content_type = "application/problem+json"),
+        (status = 409, description = "A call of the run reuses an id the thread recorded for another call; a new assistant message declares a call id the thread has with another tool or arguments; a recorded assistant message comes back with other tool calls; a new tool message answers a call that already has a result or that toolgate runs itself; or a resume entry gives a result for a call toolgate runs itself", content_type = "application/problem+json"),
+        (status = 422, description = "threadId does not match the path, wrong field types, an invalid or repeated message or tool call id, two tool messages answering one call, or a resume entry that cannot be an answer (a payload outside the interrupt's responseSchema, an interrupt answered twice, more entries than a run has interrupts, an application's call resolved without its result or abandoned though a tool message answers it)", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -168,13 +179,31 @@ pub async fn post_run(
     super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
     refuse_rewritten_turns(&stored, &input, &frontend)?;
     refuse_second_results(&state, &thread.0, &stored, &input, &known).await?;
+    let resume = {
+        let calls = resume::Calls {
+            frontend: calls_to_run(&input)
+                .map(|(_, calls_of_turn)| calls_of_turn)
+                .unwrap_or_default()
+                .iter()
+                .filter(|tc| frontend.contains(tc.function.name.as_str()))
+                .map(|tc| tc.id.as_str())
+                .collect(),
+            answered_in_input: answered_ids(&input),
+            answered_in_thread: stored
+                .iter()
+                .filter(|m| m.role == Role::Tool)
+                .filter_map(|m| m.tool_call_id.as_deref())
+                .collect(),
+        };
+        resume::plan(&state, &user.owner, &input, &calls).await?
+    };
     drop(stored);
     refuse_reused_call_ids(&state, &thread.0, &input, &known).await?;
     let (tx, rx) = mpsc::channel(64);
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
     tokio::spawn(async move {
-        run(state.clone(), user.owner, input, known, tx).await;
+        run(state.clone(), user.owner, input, known, resume, tx).await;
         drop(permit);
     });
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()))
@@ -367,7 +396,14 @@ fn declarations(tool_calls: &[ToolCall], frontend: &HashSet<&str>) -> Vec<Value>
         .collect()
 }
 
-async fn run(state: AppState, owner: String, input: RunAgentInput, known: HashSet<String>, tx: Tx) {
+async fn run(
+    state: AppState,
+    owner: String,
+    input: RunAgentInput,
+    known: HashSet<String>,
+    mut resume: Resume,
+    tx: Tx,
+) {
     let thread_id = input.thread_id.clone();
     let run_id = input.run_id.clone();
     emit(
@@ -378,7 +414,7 @@ async fn run(state: AppState, owner: String, input: RunAgentInput, known: HashSe
         }),
     )
     .await;
-    match execute_run(&state, &owner, &input, &known, &tx).await {
+    match execute_run(&state, &owner, &input, &known, &mut resume, &tx).await {
         Ok(finished) => {
             // Calls waiting for approval pause the run (AG-UI interrupt);
             // the next run answers them once decided.
@@ -394,15 +430,7 @@ async fn run(state: AppState, owner: String, input: RunAgentInput, known: HashSe
                 let mut interrupts: Vec<Interrupt> = finished
                     .frontend
                     .into_iter()
-                    .map(|(id, name)| Interrupt {
-                        id: id.clone(),
-                        reason: FRONTEND_TOOL_CALL.into(),
-                        message: Some(format!(
-                            "{name} is the application's own tool: toolgate does not run it; send its result in the next run's messages"
-                        )),
-                        tool_call_id: Some(id),
-                        metadata: None,
-                    })
+                    .map(|(id, name)| resume::frontend_interrupt(id, &name))
                     .collect();
                 interrupts.extend(finished.interrupts);
                 RunOutcome::Interrupt { interrupts }
@@ -445,9 +473,15 @@ async fn execute_run(
     owner: &str,
     input: &RunAgentInput,
     known: &HashSet<String>,
+    resume: &mut Resume,
     tx: &Tx,
 ) -> Result<Finished, ApiError> {
-    record_new_messages(state, owner, input, known).await?;
+    record_new_messages(state, owner, input, known, &resume.results).await?;
+    // The decisions the entries carry, before the calls they let run.
+    resume.decide(state, owner).await?;
+    for warning in resume.warnings() {
+        emit(tx, &warning).await;
+    }
 
     let Some((parent_id, tool_calls)) = calls_to_run(input) else {
         return Ok(Finished {
@@ -455,7 +489,8 @@ async fn execute_run(
             interrupts: vec![],
         });
     };
-    let answered = answered_ids(input);
+    let mut answered = answered_ids(input);
+    answered.extend(resume.results.iter().map(|r| r.tool_call_id.as_str()));
     let frontend = frontend_tools(input);
     let mut pending_frontend = Vec::new();
     let mut interrupts = Vec::new();
@@ -532,19 +567,7 @@ async fn execute_run(
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("call task failed: {e}")))?
             .map_err(super::threads::rejection_to_api)?;
         if let Executed::AwaitingApproval(approval) = executed {
-            let mut metadata = serde_json::Map::new();
-            metadata.insert("approvalId".into(), json!(approval.id));
-            metadata.insert("expiresAtMs".into(), json!(approval.expires_at_ms));
-            interrupts.push(Interrupt {
-                id: approval.id.clone(),
-                reason: "approval_required".into(),
-                message: Some(format!(
-                    "{} needs a human approval: {}",
-                    approval.tool_name, approval.reason
-                )),
-                tool_call_id: Some(approval.tool_call_id.clone()),
-                metadata: Some(metadata),
-            });
+            interrupts.push(resume::approval_interrupt(&approval));
             // The calls after it may depend on it: they run in the run that
             // resumes after the decision (answered calls are skipped there).
             break;
@@ -555,10 +578,6 @@ async fn execute_run(
         interrupts,
     })
 }
-
-/// The `reason` of an interrupt that stands for a frontend tool's call of
-/// a run paused for an approval.
-const FRONTEND_TOOL_CALL: &str = "frontend_tool_call";
 
 /// How a run ended: frontend calls left for the application (id, tool
 /// name), and calls waiting for a human decision.
@@ -579,12 +598,14 @@ fn run_arguments<E>(tc: &ToolCall, parsed: &Result<Value, E>) -> Value {
     }
 }
 
-/// Messages of the input the thread has not recorded yet (by id).
+/// Messages of the input the thread has not recorded yet (by id), and the
+/// results of the application's calls that resume entries give.
 async fn record_new_messages(
     state: &AppState,
     owner: &str,
     input: &RunAgentInput,
     known: &HashSet<String>,
+    resumed: &[FrontendResult],
 ) -> Result<(), ApiError> {
     let frontend = frontend_tools(input);
     let mut ops = Vec::new();
@@ -594,7 +615,7 @@ async fn record_new_messages(
             continue;
         }
         let (role, content, metadata, tool_call_id) = match m {
-            Message::User { content, .. } => (Role::User, user_text(content), json!({}), None),
+            Message::User { content, .. } => (Role::User, text_of(content), json!({}), None),
             Message::System { content, .. } | Message::Developer { content, .. } => {
                 (Role::System, content.clone(), json!({}), None)
             }
@@ -623,11 +644,12 @@ async fn record_new_messages(
             Message::Tool {
                 content,
                 tool_call_id,
+                error,
                 ..
             } => (
                 Role::Tool,
-                content.clone(),
-                json!({}),
+                text_of(content),
+                frontend_result_metadata(error.as_deref()),
                 Some(tool_call_id.clone()),
             ),
         };
@@ -645,6 +667,16 @@ async fn record_new_messages(
             content,
             metadata: metadata.into(),
             tool_call_id,
+            created_at_ms: now_ms(),
+        }));
+    }
+    for result in resumed {
+        ops.push(WriteOp::InsertMessage(NewMessage {
+            id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+            role: Role::Tool,
+            content: result.content.clone(),
+            metadata: frontend_result_metadata(result.error.as_deref()).into(),
+            tool_call_id: Some(result.tool_call_id.clone()),
             created_at_ms: now_ms(),
         }));
     }
@@ -666,8 +698,18 @@ async fn record_new_messages(
     Ok(())
 }
 
-/// A user message's text: the string itself, or its text parts joined.
-fn user_text(content: &Value) -> String {
+/// The metadata of an application's tool result: why the tool failed,
+/// when it did.
+fn frontend_result_metadata(error: Option<&str>) -> Value {
+    match error {
+        Some(error) => json!({ context::ERROR: error }),
+        None => json!({}),
+    }
+}
+
+/// A user or tool message's text: the string itself, or its text parts
+/// joined (other parts, such as images, are not kept).
+fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts

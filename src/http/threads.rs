@@ -499,6 +499,10 @@ pub struct HistoryMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub tool_calls: Option<Value>,
+    /// A result of the application's own tool (sent to an AG-UI run):
+    /// why the tool failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub tool_agent_output: Option<PublicOutput>,
@@ -528,6 +532,7 @@ pub fn history_message(m: StoredMessage) -> HistoryMessage {
         ui_schema: output.as_ref().and_then(crate::engine::compile_ui),
         tool_agent_output: output.map(PublicOutput),
         tool_calls: m.metadata.get("tool_calls").cloned(),
+        error: context::frontend_error(&m).map(str::to_string),
         id: m.id,
         seq: m.seq,
         role: m.role.as_str().into(),

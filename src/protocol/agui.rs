@@ -158,8 +158,40 @@ pub struct Interrupt {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// A JSON Schema of the answer a resume entry's `payload` carries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<Value>,
+    /// When the interrupt stops being answerable (RFC 3339, UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Map<String, Value>>,
+}
+
+/// A run's answer to an interrupt of the run it continues
+/// (`RunAgentInput.resume`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeEntry {
+    /// The `id` of the interrupt answered.
+    pub interrupt_id: String,
+    pub status: ResumeStatus,
+    /// The answer, in the shape of the interrupt's `responseSchema`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<Value>,
+    /// Envelope information about the answer; toolgate keeps none of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+/// Whether a resume entry answers its interrupt or abandons it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ResumeStatus {
+    Resolved,
+    Cancelled,
 }
 
 /// An AG-UI message (snapshot, `RunAgentInput.messages`).
@@ -202,8 +234,12 @@ pub enum Message {
     #[serde(rename_all = "camelCase")]
     Tool {
         id: String,
-        content: String,
+        /// A string, or an array of content parts (only text parts are kept).
+        #[schema(value_type = Object)]
+        content: Value,
         tool_call_id: String,
+        /// Why the tool failed, when it did (beside `content`, which may
+        /// hold a partial result).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -263,6 +299,9 @@ pub struct RunAgentInput {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub forwarded_props: Value,
+    /// Answers to the interrupts that ended the thread's previous run.
+    #[serde(default)]
+    pub resume: Vec<ResumeEntry>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
