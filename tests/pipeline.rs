@@ -1283,6 +1283,21 @@ async fn an_application_tools_failure_is_kept(backend: Backend) {
             {"type": "image", "source": {"type": "url", "value": "https://example.test/x.png", "mimeType": "image/png"}}],
         "error": "the connection dropped"
     }));
+    // Content that is neither text nor parts is refused, before anything
+    // is recorded.
+    for content in [
+        json!(42),
+        json!({"colour": "red"}),
+        json!([{"text": "no type"}]),
+    ] {
+        let mut odd = input.clone();
+        odd["messages"][2]["content"] = content;
+        let r = app.post("/v1/threads/fe/runs", &odd).await;
+        assert_eq!(r.status(), 422);
+        let p: Value = r.json().await.unwrap();
+        assert_eq!(p["errors"][0]["pointer"], "/messages/2/content", "{p}");
+    }
+    assert!(app.history("fe").await.iter().all(|m| m["id"] != "t1"));
     let r = app.post("/v1/threads/fe/runs", &input).await;
     assert_eq!(r.status(), 200);
     let frames = common::SseReader::new(r).until("RUN_FINISHED").await;

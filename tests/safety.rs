@@ -2433,13 +2433,41 @@ async fn ag_ui_resume_answers_interrupts(backend: Backend) {
     );
     // The same run again: every entry is settled, so each is left out;
     // nothing new is recorded and the calls' results replay.
+    // Run twice at once: still one result for the call.
+    let (first, again) = (
+        turn("q", "run-3a", calls.clone(), resume.clone()),
+        turn("q", "run-3b", calls.clone(), resume.clone()),
+    );
+    let (a, b) = tokio::join!(
+        app.post("/v1/threads/q/runs", &first),
+        app.post("/v1/threads/q/runs", &again),
+    );
+    for r in [a, b] {
+        assert_eq!(r.status(), 200);
+        // One of them may find the other's result written first: its run
+        // ends with RUN_ERROR, and nothing of it is recorded.
+        let mut sse = common::SseReader::new(r);
+        let mut last = String::new();
+        while let Some(f) = sse.next(std::time::Duration::from_secs(10)).await {
+            last = f.kind().to_string();
+        }
+        assert!(
+            matches!(last.as_str(), "RUN_FINISHED" | "RUN_ERROR"),
+            "{last}"
+        );
+    }
+    assert_eq!(f1_results(&app.history("q").await).len(), 1);
     let frames = run_to_end(&app, "q", &turn("q", "run-3", calls.clone(), resume)).await;
     let ignored = frames
         .iter()
         .filter(|f| f.kind() == "CUSTOM" && f.data["name"] == "run.resume_ignored")
         .count();
     assert_eq!(ignored, 3, "{frames:?}");
-    assert_eq!(frames.last().unwrap().data["outcome"]["type"], "success");
+    // The call the resume answered is not pending for the application.
+    assert_eq!(
+        frames.last().unwrap().data["outcome"],
+        json!({"type": "success"})
+    );
     assert_eq!(f1_results(&app.history("q").await).len(), 1);
 
     // Abandoned: the approval is denied, the application's call gets a
@@ -2516,6 +2544,93 @@ async fn ag_ui_resume_answers_interrupts(backend: Backend) {
     assert!(
         app.history("q3").await.iter().all(|m| m["role"] != "tool"),
         "no result recorded"
+    );
+    // A run on the thread does not end as a success while that approval
+    // is open, though its input does not name the call.
+    let bare = |run: &str, resume: Value| json!({"threadId": "q3", "runId": run, "messages": [], "resume": resume});
+    let frames = run_to_end(&app, "q3", &bare("run-2", json!([]))).await;
+    let outcome = &frames.last().unwrap().data["outcome"];
+    assert_eq!(outcome["type"], "interrupt", "{outcome}");
+    assert_eq!(outcome["interrupts"][0]["toolCallId"], "w9", "{outcome}");
+    let w9 = outcome["interrupts"][0]["id"].as_str().unwrap().to_string();
+    // Neither another owner nor another thread of the owner decides it;
+    // both hear what a made-up id hears.
+    let stranger = app.token_for("stranger");
+    let foreign = json!({"threadId": "z", "runId": "r", "messages": [],
+                         "resume": [answer(&w9, "resolved", Some(json!({"decision": "approve"})))]});
+    let r = app.post_as(&stranger, "/v1/threads/z/runs", &foreign).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    let elsewhere = json!({"threadId": "q4", "runId": "r", "messages": [],
+                           "resume": [answer(&w9, "resolved", Some(json!({"decision": "approve"})))]});
+    let frames_elsewhere = run_to_end(&app, "q4", &elsewhere).await;
+    let made_up = json!({"threadId": "q4", "runId": "r2", "messages": [],
+                         "resume": [answer("apr_nope", "resolved", Some(json!({"decision": "approve"})))]});
+    let frames_made_up = run_to_end(&app, "q4", &made_up).await;
+    let warning = |frames: &[common::Frame]| -> Value {
+        frames
+            .iter()
+            .find(|f| f.data["name"] == "run.resume_ignored")
+            .map(|f| f.data["value"]["reason"].clone())
+            .unwrap_or_else(|| panic!("a warning: {frames:?}"))
+    };
+    assert_eq!(warning(&frames), warning(&frames_made_up));
+    assert_eq!(warning(&frames_elsewhere), warning(&frames_made_up));
+    let still = app.get_json(&format!("/v1/approvals/{w9}")).await;
+    assert_eq!(still["status"], "pending", "{still}");
+    // Its own thread's run decides it.
+    let frames = run_to_end(
+        &app,
+        "q3",
+        &bare("run-3", json!([answer(&w9, "cancelled", None)])),
+    )
+    .await;
+    assert_eq!(
+        frames.last().unwrap().data["outcome"],
+        json!({"type": "success"})
+    );
+    let denied = app.get_json(&format!("/v1/approvals/{w9}")).await;
+    assert_eq!(denied["status"], "denied", "{denied}");
+
+    // The application's call after one waiting for approval was not asked
+    // for: an answer to it is left out, and it is reported once the wait
+    // is over.
+    let calls = json!([
+        call(
+            "w5",
+            "write_file",
+            json!({"path": "q5.txt", "content": "q"})
+        ),
+        call("f5", "confirm", json!({})),
+    ]);
+    let frames = run_to_end(&app, "q5", &turn("q5", "run-1", calls.clone(), json!([]))).await;
+    let interrupts = frames.last().unwrap().data["outcome"]["interrupts"].clone();
+    assert_eq!(interrupts.as_array().unwrap().len(), 1, "{interrupts}");
+    let resume = json!([
+        answer("f5", "resolved", Some(json!("early"))),
+        answer(
+            interrupts[0]["id"].as_str().unwrap(),
+            "resolved",
+            Some(json!({"decision": "approve"}))
+        ),
+    ]);
+    let frames = run_to_end(&app, "q5", &turn("q5", "run-2", calls, resume)).await;
+    assert!(
+        warning(&frames)
+            .as_str()
+            .unwrap()
+            .contains("comes after call \"w5\""),
+        "{frames:?}"
+    );
+    assert_eq!(
+        frames.last().unwrap().data["outcome"],
+        json!({"type": "success", "pendingToolCallIds": ["f5"]})
+    );
+    assert!(
+        app.history("q5")
+            .await
+            .iter()
+            .all(|m| m["tool_call_id"] != "f5")
     );
 }
 

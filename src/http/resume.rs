@@ -143,14 +143,55 @@ impl Resume {
     }
 }
 
+/// The approvals of `owner` in `thread_id` still waiting for a decision:
+/// a run on the thread does not end as a success while one is open.
+pub async fn open_approvals(
+    state: &AppState,
+    owner: &str,
+    thread_id: &str,
+) -> Result<Vec<ApprovalRecord>, ApiError> {
+    const PAGE: i64 = 200;
+    let now = crate::protocol::now_ms();
+    let mut open = Vec::new();
+    let mut before: Option<(i64, String)> = None;
+    loop {
+        let page = state
+            .store
+            .approvals(
+                Some(owner),
+                Some(ApprovalStatus::Pending),
+                before.as_ref().map(|(at, id)| (*at, id.as_str())),
+                PAGE,
+            )
+            .await?;
+        let full = page.len() as i64 == PAGE;
+        before = page.last().map(|a| (a.created_at_ms, a.id.clone()));
+        // One past its expiry waits only for the sweeper to say so.
+        open.extend(
+            page.into_iter()
+                .filter(|a| a.thread_id == thread_id && a.expires_at_ms > now),
+        );
+        if !full {
+            break;
+        }
+    }
+    // Oldest first, as they were asked for.
+    open.reverse();
+    Ok(open)
+}
+
 /// What the thread and the input say of the run's calls.
 pub struct Calls<'a> {
-    /// The application's calls of the turn the run executes.
+    /// The application's calls of the turn the run continues that the run
+    /// before it asked for.
     pub frontend: HashSet<&'a str>,
+    /// The application's calls of that turn it held back, each with the
+    /// call waiting for approval they come after.
+    pub held_back: HashMap<&'a str, &'a str>,
     /// Calls a tool message of the input answers.
     pub answered_in_input: HashSet<&'a str>,
     /// Calls a tool message of the thread answers.
-    pub answered_in_thread: HashSet<&'a str>,
+    pub answered_in_thread: &'a HashSet<String>,
 }
 
 /// Read the input's resume entries: `422` for an entry that cannot be an
@@ -186,6 +227,13 @@ pub async fn plan(
                 ),
             ));
         }
+        if let Some(blocker) = calls.held_back.get(id) {
+            plan.ignored.push((
+                id.to_string(),
+                format!("the call was not asked for yet: it comes after call {blocker:?}, which waits for a person's approval; answer it once a run reports it"),
+            ));
+            continue;
+        }
         if calls.frontend.contains(id) {
             // A result given here must not stand in for one toolgate
             // records (as for a tool message of the input).
@@ -204,7 +252,7 @@ pub async fn plan(
             _ => {
                 plan.ignored.push((
                     id.to_string(),
-                    "toolgate raised no interrupt with this id in this thread".into(),
+                    "no open interrupt has this id: toolgate raised none with it in this thread, or it stands for a call of a turn this run does not continue".into(),
                 ));
                 continue;
             }
@@ -249,7 +297,11 @@ fn frontend_answer(
     let in_input = calls.answered_in_input.contains(id);
     match (entry.status, &entry.payload) {
         // The tool message is the result.
-        (ResumeStatus::Resolved, _) if in_input => {}
+        (ResumeStatus::Resolved, None) if in_input => {}
+        (ResumeStatus::Resolved, Some(_)) if in_input => plan.ignored.push((
+            id.to_string(),
+            "a tool message of the input answers the call: its content is the result, not this payload".into(),
+        )),
         (ResumeStatus::Resolved, Some(payload)) => plan.results.push(FrontendResult {
             tool_call_id: id.to_string(),
             content: match payload {

@@ -25,7 +25,7 @@ use crate::protocol::calls::{self, CallShape, IncomingCall};
 use crate::protocol::context;
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{ToolError, codes};
-use crate::store::{NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
+use crate::store::{CallStatus, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
 
 pub fn routes() -> Router<AppState> {
     Router::new().route("/threads/{thread_id}/runs", post(post_run))
@@ -100,6 +100,24 @@ pub async fn post_run(
             detail: format!("message id {:?} {problem}", m.id()),
             extra: Default::default(),
         });
+    }
+    // Text, or content parts (AG-UI `InputContent`): anything else is no
+    // message content.
+    for (i, m) in input.messages.iter().enumerate() {
+        let (Message::User { content, .. } | Message::Tool { content, .. }) = m else {
+            continue;
+        };
+        let parts_ok = |parts: &Vec<Value>| {
+            parts
+                .iter()
+                .all(|p| p.get("type").is_some_and(Value::is_string))
+        };
+        if !matches!(content, Value::String(_)) && !content.as_array().is_some_and(parts_ok) {
+            return Err(ApiError::invalid_body(
+                format!("/messages/{i}/content"),
+                "must be a string or an array of content parts (objects with a \"type\")".into(),
+            ));
+        }
     }
     // A tool message answers one call, named by an id like any call's.
     for m in &input.messages {
@@ -179,31 +197,44 @@ pub async fn post_run(
     super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
     refuse_rewritten_turns(&stored, &input, &frontend)?;
     refuse_second_results(&state, &thread.0, &stored, &input, &known).await?;
+    // The calls the thread has a result for: a run neither reports the
+    // application's own among them as pending nor takes another result.
+    let answered_in_thread: HashSet<String> = stored
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.clone())
+        .collect();
+    drop(stored);
     let resume = {
+        let answered_in_input = answered_ids(&input);
+        let (frontend, held_back) = if input.resume.is_empty() {
+            Default::default()
+        } else {
+            open_frontend_calls(&state, &input, &frontend, &answered_in_input).await?
+        };
         let calls = resume::Calls {
-            frontend: calls_to_run(&input)
-                .map(|(_, calls_of_turn)| calls_of_turn)
-                .unwrap_or_default()
-                .iter()
-                .filter(|tc| frontend.contains(tc.function.name.as_str()))
-                .map(|tc| tc.id.as_str())
-                .collect(),
-            answered_in_input: answered_ids(&input),
-            answered_in_thread: stored
-                .iter()
-                .filter(|m| m.role == Role::Tool)
-                .filter_map(|m| m.tool_call_id.as_deref())
-                .collect(),
+            frontend,
+            held_back,
+            answered_in_input,
+            answered_in_thread: &answered_in_thread,
         };
         resume::plan(&state, &user.owner, &input, &calls).await?
     };
-    drop(stored);
     refuse_reused_call_ids(&state, &thread.0, &input, &known).await?;
     let (tx, rx) = mpsc::channel(64);
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
     tokio::spawn(async move {
-        run(state.clone(), user.owner, input, known, resume, tx).await;
+        run(
+            state.clone(),
+            user.owner,
+            input,
+            known,
+            answered_in_thread,
+            resume,
+            tx,
+        )
+        .await;
         drop(permit);
     });
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()))
@@ -220,6 +251,46 @@ fn calls_to_run(input: &RunAgentInput) -> Option<(&str, &[ToolCall])> {
         } if !calls.is_empty() => Some((id.as_str(), calls.as_slice())),
         _ => None,
     })
+}
+
+/// The application's calls of the turn a run continues: those the previous
+/// run asked for (no earlier call of the turn waits for approval), and,
+/// by id, those it held back with the call they wait behind.
+async fn open_frontend_calls<'a>(
+    state: &AppState,
+    input: &'a RunAgentInput,
+    frontend: &HashSet<&str>,
+    answered: &HashSet<&str>,
+) -> Result<(HashSet<&'a str>, HashMap<&'a str, &'a str>), ApiError> {
+    let mut open = HashSet::new();
+    let mut held_back = HashMap::new();
+    let mut waiting: Option<&str> = None;
+    let Some((_, calls_of_turn)) = calls_to_run(input) else {
+        return Ok((open, held_back));
+    };
+    for tc in calls_of_turn {
+        let id = tc.id.as_str();
+        if frontend.contains(tc.function.name.as_str()) {
+            match waiting {
+                Some(blocker) => {
+                    held_back.insert(id, blocker);
+                }
+                None => {
+                    open.insert(id);
+                }
+            }
+        } else if waiting.is_none()
+            && !answered.contains(id)
+            && state
+                .store
+                .tool_call(&input.thread_id, id)
+                .await?
+                .is_some_and(|r| r.status == CallStatus::PendingApproval)
+        {
+            waiting = Some(id);
+        }
+    }
+    Ok((open, held_back))
 }
 
 /// The call ids the input already answers (its tool messages): a run
@@ -401,6 +472,7 @@ async fn run(
     owner: String,
     input: RunAgentInput,
     known: HashSet<String>,
+    answered_in_thread: HashSet<String>,
     mut resume: Resume,
     tx: Tx,
 ) {
@@ -414,7 +486,29 @@ async fn run(
         }),
     )
     .await;
-    match execute_run(&state, &owner, &input, &known, &mut resume, &tx).await {
+    let finished = async {
+        let mut finished = execute_run(
+            &state,
+            &owner,
+            &input,
+            &known,
+            &answered_in_thread,
+            &mut resume,
+            &tx,
+        )
+        .await?;
+        // Every approval of the thread still open is what the run waits
+        // for, also one an earlier run (or `/tool-calls`) asked for.
+        for approval in resume::open_approvals(&state, &owner, &thread_id).await? {
+            if !finished.interrupts.iter().any(|i| i.id == approval.id) {
+                finished
+                    .interrupts
+                    .push(resume::approval_interrupt(&approval));
+            }
+        }
+        Ok::<_, ApiError>(finished)
+    };
+    match finished.await {
         Ok(finished) => {
             // Calls waiting for approval pause the run (AG-UI interrupt);
             // the next run answers them once decided.
@@ -473,6 +567,7 @@ async fn execute_run(
     owner: &str,
     input: &RunAgentInput,
     known: &HashSet<String>,
+    answered_in_thread: &HashSet<String>,
     resume: &mut Resume,
     tx: &Tx,
 ) -> Result<Finished, ApiError> {
@@ -500,7 +595,10 @@ async fn execute_run(
             continue;
         }
         if frontend.contains(tc.function.name.as_str()) {
-            pending_frontend.push((tc.id.clone(), tc.function.name.clone()));
+            // A result the thread has (a resume entry's, say) answers it.
+            if !answered_in_thread.contains(&tc.id) {
+                pending_frontend.push((tc.id.clone(), tc.function.name.clone()));
+            }
             continue;
         }
         let (observer, mut observed) = mpsc::unbounded_channel();
@@ -672,7 +770,9 @@ async fn record_new_messages(
     }
     for result in resumed {
         ops.push(WriteOp::InsertMessage(NewMessage {
-            id: format!("msg_{}", uuid::Uuid::now_v7().simple()),
+            // One id per call: a run and its retry at once cannot both
+            // record a result for it (the second write conflicts).
+            id: format!("{}.resumed", result.tool_call_id),
             role: Role::Tool,
             content: result.content.clone(),
             metadata: frontend_result_metadata(result.error.as_deref()).into(),
@@ -701,7 +801,7 @@ async fn record_new_messages(
 /// The metadata of an application's tool result: why the tool failed,
 /// when it did.
 fn frontend_result_metadata(error: Option<&str>) -> Value {
-    match error {
+    match error.filter(|e| !e.trim().is_empty()) {
         Some(error) => json!({ context::ERROR: error }),
         None => json!({}),
     }

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 
 /// One AG-UI event: the typed body plus the fields every event shares.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -176,9 +177,10 @@ pub struct ResumeEntry {
     /// The `id` of the interrupt answered.
     pub interrupt_id: String,
     pub status: ResumeStatus,
-    /// The answer, in the shape of the interrupt's `responseSchema`.
+    /// The answer, in the shape of the interrupt's `responseSchema` (an
+    /// application's call: its result, text or any JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<AnyJson>)]
     pub payload: Option<Value>,
     /// Envelope information about the answer; toolgate keeps none of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,6 +196,45 @@ pub enum ResumeStatus {
     Cancelled,
 }
 
+/// A message's content in the OpenAPI document: text, or an array of
+/// content parts (AG-UI `InputContent`, each an object with a `type`).
+/// Never built; fields declare it with `value_type`.
+pub struct MessageContent;
+
+impl utoipa::PartialSchema for MessageContent {
+    fn schema() -> utoipa::openapi::RefOr<Schema> {
+        let part = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property("type", ObjectBuilder::new().schema_type(Type::String))
+            .required("type");
+        utoipa::openapi::schema::OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::String))
+            .item(utoipa::openapi::schema::ArrayBuilder::new().items(part))
+            .description(Some(
+                "Text, or an array of content parts (only text parts are kept)",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for MessageContent {}
+
+/// Any JSON value, in the OpenAPI document. Never built.
+pub struct AnyJson;
+
+impl utoipa::PartialSchema for AnyJson {
+    fn schema() -> utoipa::openapi::RefOr<Schema> {
+        Schema::Object(
+            ObjectBuilder::new()
+                .description(Some("Any JSON value"))
+                .build(),
+        )
+        .into()
+    }
+}
+
+impl ToSchema for AnyJson {}
+
 /// An AG-UI message (snapshot, `RunAgentInput.messages`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "role", rename_all = "lowercase")]
@@ -201,8 +242,7 @@ pub enum Message {
     #[serde(rename_all = "camelCase")]
     User {
         id: String,
-        /// A string, or an array of content parts (only text parts are kept).
-        #[schema(value_type = Object)]
+        #[schema(value_type = MessageContent)]
         content: Value,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
@@ -234,8 +274,7 @@ pub enum Message {
     #[serde(rename_all = "camelCase")]
     Tool {
         id: String,
-        /// A string, or an array of content parts (only text parts are kept).
-        #[schema(value_type = Object)]
+        #[schema(value_type = MessageContent)]
         content: Value,
         tool_call_id: String,
         /// Why the tool failed, when it did (beside `content`, which may

@@ -21,7 +21,10 @@ pub const ERROR: &str = "error";
 
 /// Why an application's tool failed, when its result says so.
 pub fn frontend_error(m: &StoredMessage) -> Option<&str> {
-    m.metadata.get(ERROR).and_then(Value::as_str)
+    m.metadata
+        .get(ERROR)
+        .and_then(Value::as_str)
+        .filter(|e| !e.trim().is_empty())
 }
 
 fn is_failure(m: &StoredMessage) -> bool {
@@ -157,9 +160,15 @@ fn arranged<'a>(
     unanswered: &Unanswered,
 ) -> Vec<Cow<'a, StoredMessage>> {
     let mut results: HashMap<&str, &StoredMessage> = HashMap::new();
+    // toolgate's own result of a call wins over one the application sent
+    // for it (a call it also answered, then posted to toolgate).
+    let own = |m: &StoredMessage| m.metadata.get("tool_agent_output").is_some();
     for m in messages.iter().filter(|m| m.role == Role::Tool) {
         if let Some(id) = m.tool_call_id.as_deref() {
-            results.entry(id).or_insert(m);
+            let kept = results.entry(id).or_insert(m);
+            if !own(kept) && own(m) {
+                *kept = m;
+            }
         }
     }
     let declared: HashSet<&str> = messages
@@ -315,50 +324,54 @@ fn anthropic_id_ok(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
 }
 
-/// The call ids of `messages` that Anthropic refuses (toolgate also admits
-/// `.` and `:`), each with the id it is given instead: those characters as
-/// `_`, and a number after it when that id is taken. The same id in its
-/// `tool_use` and its `tool_result`, and the same in every read of the
-/// thread (assigned in the order the calls appear).
+/// The call ids of `messages` that Anthropic cannot take as they are, each
+/// with the id it gets instead. An id with `.` or `:` (toolgate admits
+/// them, Anthropic does not) gets those as `_`; an id an earlier call of
+/// the thread already has on the wire gets `_<n>` after it. Ids are given
+/// in the order the calls appear, each depending only on the calls before
+/// it, so a call keeps its id as the thread grows; its `tool_result` names
+/// the same id.
 fn anthropic_ids(messages: &[Cow<'_, StoredMessage>]) -> HashMap<String, String> {
-    let mut ids: Vec<&str> = Vec::new();
-    for m in messages {
-        match m.role {
-            Role::Assistant => {
-                ids.extend(stored_calls(m).into_iter().filter_map(|c| c["id"].as_str()))
-            }
-            Role::Tool => ids.extend(m.tool_call_id.as_deref()),
-            _ => {}
-        }
-    }
-    let mut taken: HashSet<String> = ids
-        .iter()
-        .filter(|id| anthropic_id_ok(id))
-        .map(|id| id.to_string())
-        .collect();
+    // Wire id → the call id it stands for.
+    let mut taken: HashMap<String, &str> = HashMap::new();
     let mut renamed = HashMap::new();
-    for id in ids {
-        if anthropic_id_ok(id) || renamed.contains_key(id) {
-            continue;
+    for m in messages {
+        let ids: Vec<&str> = match m.role {
+            Role::Assistant => stored_calls(m)
+                .into_iter()
+                .filter_map(|c| c["id"].as_str())
+                .collect(),
+            Role::Tool => m.tool_call_id.as_deref().into_iter().collect(),
+            _ => continue,
+        };
+        for id in ids {
+            if renamed.contains_key(id) || taken.get(id) == Some(&id) {
+                continue;
+            }
+            let base: String = if anthropic_id_ok(id) {
+                id.to_string()
+            } else {
+                id.chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect()
+            };
+            let mut wire = base.clone();
+            let mut n = 1;
+            while taken.contains_key(&wire) {
+                wire = format!("{base}_{n}");
+                n += 1;
+            }
+            taken.insert(wire.clone(), id);
+            if wire != id {
+                renamed.insert(id.to_string(), wire);
+            }
         }
-        let base: String = id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let mut wire = base.clone();
-        let mut n = 1;
-        while taken.contains(&wire) {
-            wire = format!("{base}_{n}");
-            n += 1;
-        }
-        taken.insert(wire.clone());
-        renamed.insert(id.to_string(), wire);
     }
     renamed
 }
@@ -801,7 +814,9 @@ mod tests {
             .iter()
             .map(|b| b["id"].as_str().unwrap())
             .collect();
-        assert_eq!(uses, ["a_b_1", "a_b", "x_1"], "{v}");
+        // In order: `a.b` takes `a_b`, so the call whose id is `a_b` gets
+        // `a_b_1`.
+        assert_eq!(uses, ["a_b", "a_b_1", "x_1"], "{v}");
         let answered: Vec<&str> = m[2]["content"]
             .as_array()
             .unwrap()
@@ -810,6 +825,24 @@ mod tests {
             .collect();
         assert_eq!(answered, uses, "{v}");
         assert!(uses.iter().all(|id| anthropic_id_ok(id)));
+        // A later call with the id an earlier one got on the wire leaves
+        // the earlier one as it was: the id a model saw does not change.
+        let mut grown = messages.clone();
+        grown.push(msg(
+            6,
+            Role::Assistant,
+            "",
+            json!({"tool_calls": [call("x_1")]}),
+            None,
+        ));
+        grown.push(result(7, "x_1", "x_1"));
+        let g = anthropic(&grown, &Unanswered::new());
+        assert_eq!(g["messages"][1], v["messages"][1], "{g}");
+        assert_eq!(g["messages"][3]["content"][0]["id"], "x_1_1", "{g}");
+        assert_eq!(
+            g["messages"][4]["content"][0]["tool_use_id"], "x_1_1",
+            "{g}"
+        );
         // OpenAI takes any id: unchanged there.
         let o = openai(&messages, &Unanswered::new());
         assert_eq!(o["messages"][1]["tool_calls"][0]["id"], "a.b", "{o}");
