@@ -191,6 +191,15 @@ pub async fn get_approval(
     Ok(axum::Json(approval.into()))
 }
 
+/// The longest reason a decision keeps (the decision route and an AG-UI
+/// resume entry alike).
+pub(super) const MAX_REASON_CHARS: usize = 2000;
+
+/// Whether `reason` is short enough to keep with a decision.
+pub(super) fn reason_fits(reason: &str) -> bool {
+    reason.chars().count() <= MAX_REASON_CHARS
+}
+
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequest {
@@ -220,14 +229,10 @@ pub async fn decide(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<DecisionRequest>,
 ) -> Result<axum::Json<ApprovalView>, ApiError> {
-    if body
-        .reason
-        .as_ref()
-        .is_some_and(|r| r.chars().count() > 2000)
-    {
+    if body.reason.as_ref().is_some_and(|r| !reason_fits(r)) {
         return Err(ApiError::Unprocessable {
             title: "Invalid decision".into(),
-            detail: "reason must be at most 2000 characters".into(),
+            detail: format!("reason must be at most {MAX_REASON_CHARS} characters"),
             extra: Map::new(),
         });
     }

@@ -21,6 +21,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::{Map, Value, json};
 
 use super::AppState;
+use super::approvals::{MAX_REASON_CHARS, reason_fits};
 use super::error::ApiError;
 use crate::engine::{ApprovalError, Decision};
 use crate::protocol::agui::{Event, EventBody, Interrupt, ResumeStatus, RunAgentInput};
@@ -35,9 +36,6 @@ pub const FRONTEND_TOOL_CALL: &str = "frontend_tool_call";
 
 /// The name of the `CUSTOM` event warning that a resume entry was left out.
 pub const RESUME_IGNORED: &str = "run.resume_ignored";
-
-/// The longest reason a decision keeps (as `/v1/approvals/{id}/decision`).
-const MAX_REASON_CHARS: usize = 2000;
 
 /// The answer an approval interrupt expects, as its `responseSchema`.
 fn approval_response_schema() -> Value {
@@ -369,9 +367,12 @@ fn approval_answer(
     };
     let reason = match answer.get("reason") {
         None | Some(Value::Null) => None,
-        Some(Value::String(r)) if r.chars().count() <= MAX_REASON_CHARS => Some(r.clone()),
+        Some(Value::String(r)) if reason_fits(r) => Some(r.clone()),
         Some(Value::String(_)) => {
-            return invalid("/reason", "must be at most 2000 characters");
+            return invalid(
+                "/reason",
+                &format!("must be at most {MAX_REASON_CHARS} characters"),
+            );
         }
         Some(_) => return invalid("/reason", "must be text"),
     };
