@@ -256,6 +256,7 @@ on_both_backends! {
         seqs_are_gap_free_and_per_thread,
         events_after_pages_with_a_limit,
         messages_before_pages_backwards_in_ascending_pages,
+        an_outline_keeps_ids_roles_and_declared_calls_only,
         an_owners_threads_page_newest_first,
         running_tool_calls_lists_only_unfinished_calls,
         json_round_trips_exactly,
@@ -1179,6 +1180,58 @@ async fn messages_before_pages_backwards_in_ascending_pages(store: DynStore) {
     assert!(all.iter().all(|m| m.thread_id == "t"));
 }
 
+async fn an_outline_keeps_ids_roles_and_declared_calls_only(store: DynStore) {
+    let calls = json!([{"id": "c1", "name": "echo", "arguments": {"text": "hi"}}]);
+    let declaring = NewMessage {
+        metadata: json!({"tool_calls": calls, "note": "kept out"}).into(),
+        ..message("m2", Role::Assistant, "calling echo")
+    };
+    let result = NewMessage {
+        metadata: json!({"tool_agent_output": {"result": "x".repeat(100_000)}}).into(),
+        tool_call_id: Some("c1".into()),
+        ..message("m3", Role::Tool, &"y".repeat(100_000))
+    };
+    // An assistant message without calls, and one whose metadata holds
+    // something else under another key.
+    let plain = message("m4", Role::Assistant, "done");
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                WriteOp::InsertMessage(message("m1", Role::User, "hello")),
+                WriteOp::InsertMessage(declaring),
+                WriteOp::InsertMessage(result),
+                WriteOp::InsertMessage(plain),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    let full = store.all_messages("t").await.unwrap();
+    let outlines = store.message_outlines("t").await.unwrap();
+    let metadata = [
+        json!({}),
+        json!({"tool_calls": calls}),
+        json!({}),
+        json!({}),
+    ];
+    assert_eq!(outlines.len(), full.len());
+    for ((outline, message), metadata) in outlines.iter().zip(&full).zip(metadata) {
+        assert_eq!(
+            outline,
+            &StoredMessage {
+                content: String::new(),
+                metadata,
+                ..message.clone()
+            }
+        );
+    }
+    assert_eq!(outlines[2].tool_call_id.as_deref(), Some("c1"));
+    assert!(store.message_outlines("nowhere").await.unwrap().is_empty());
+}
+
 async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
     assert!(store.running_tool_calls().await.unwrap().is_empty());
     apply_one(
@@ -1441,6 +1494,13 @@ impl Store for Observed {
     ) -> StoreResult<Option<ApprovalRecord>> {
         self.inner.approval_of_call(thread_id, tool_call_id).await
     }
+    async fn open_approvals_of_thread(
+        &self,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>> {
+        self.inner.open_approvals_of_thread(thread_id, now_ms).await
+    }
     async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
         self.inner.expired_approvals(now_ms, limit).await
     }
@@ -1490,6 +1550,9 @@ impl Store for Observed {
     }
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.inner.all_messages(thread_id).await
+    }
+    async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
+        self.inner.message_outlines(thread_id).await
     }
     async fn threads_of(
         &self,
@@ -2302,6 +2365,18 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
     );
     assert!(store.approval_of_call("t", "c3").await.unwrap().is_none());
     assert!(store.approval_of_call("w", "c1").await.unwrap().is_none());
+    // A thread's open approvals: its own, oldest first, none past expiry.
+    let open = |thread: &'static str, now: i64| {
+        let store = store.clone();
+        async move { ids(store.open_approvals_of_thread(thread, now).await.unwrap()) }
+    };
+    assert_eq!(open("t", 0).await, ["ap1", "ap2"]);
+    assert_eq!(open("u", 0).await, ["ap3"]);
+    assert_eq!(open("v", 0).await, ["bp1"]);
+    assert!(open("w", 0).await.is_empty());
+    assert_eq!(open("t", a1.expires_at_ms - 1).await, ["ap1", "ap2"]);
+    assert_eq!(open("t", a1.expires_at_ms).await, ["ap2"]);
+    assert!(open("t", a2.expires_at_ms).await.is_empty());
 
     // Decide: the fields are stored, and a second decision conflicts.
     apply_one(
@@ -2339,6 +2414,7 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
     }
     assert_eq!(store.approval("ap1").await.unwrap().unwrap(), decided);
     assert_eq!(store.last_event_seq("t").await.unwrap(), 0);
+    assert_eq!(open("t", 0).await, ["ap2"]);
 
     // Two decisions racing in one batch: the first wins, the second conflicts.
     let results = store
@@ -2366,6 +2442,7 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
         store.approval("ap2").await.unwrap().unwrap().status,
         ApprovalStatus::Denied
     );
+    assert!(open("t", 0).await.is_empty());
 
     // Deciding "pending" is no decision; unknown ids and other threads'
     // approvals are not found.

@@ -141,41 +141,17 @@ impl Resume {
     }
 }
 
-/// The approvals of `owner` in `thread_id` still waiting for a decision:
-/// a run on the thread does not end as a success while one is open.
+/// The approvals of the run's thread still waiting for a decision: a run
+/// on the thread does not end as a success while one is open. The caller
+/// has checked that the thread is the owner's, and every approval of a
+/// thread is its owner's. One past its expiry waits only for the sweeper
+/// to say so, and is not open.
 pub async fn open_approvals(
     state: &AppState,
-    owner: &str,
     thread_id: &str,
 ) -> Result<Vec<ApprovalRecord>, ApiError> {
-    const PAGE: i64 = 200;
     let now = crate::protocol::now_ms();
-    let mut open = Vec::new();
-    let mut before: Option<(i64, String)> = None;
-    loop {
-        let page = state
-            .store
-            .approvals(
-                Some(owner),
-                Some(ApprovalStatus::Pending),
-                before.as_ref().map(|(at, id)| (*at, id.as_str())),
-                PAGE,
-            )
-            .await?;
-        let full = page.len() as i64 == PAGE;
-        before = page.last().map(|a| (a.created_at_ms, a.id.clone()));
-        // One past its expiry waits only for the sweeper to say so.
-        open.extend(
-            page.into_iter()
-                .filter(|a| a.thread_id == thread_id && a.expires_at_ms > now),
-        );
-        if !full {
-            break;
-        }
-    }
-    // Oldest first, as they were asked for.
-    open.reverse();
-    Ok(open)
+    Ok(state.store.open_approvals_of_thread(thread_id, now).await?)
 }
 
 /// What the thread and the input say of the run's calls.

@@ -181,7 +181,7 @@ pub async fn post_run(
     check_owner(&state, &user, &thread).await?;
     // A run executes its calls one at a time: one slot, held to the end.
     let permit = state.acquire(&user.owner, 1)?;
-    let stored = state.store.all_messages(&thread.0).await?;
+    let stored = state.store.message_outlines(&thread.0).await?;
     let known: HashSet<String> = stored.iter().map(|m| m.id.clone()).collect();
     let frontend = frontend_tools(&input);
     let declared: Vec<Value> = input
@@ -499,7 +499,7 @@ async fn run(
         .await?;
         // Every approval of the thread still open is what the run waits
         // for, also one an earlier run (or `/tool-calls`) asked for.
-        for approval in resume::open_approvals(&state, &owner, &thread_id).await? {
+        for approval in resume::open_approvals(&state, &thread_id).await? {
             if !finished.interrupts.iter().any(|i| i.id == approval.id) {
                 finished
                     .interrupts

@@ -413,7 +413,7 @@ pub async fn post_message(
     }
     check_owner(&state, &user, &thread).await?;
     if let Some(Value::Array(declared)) = metadata.get("tool_calls") {
-        let stored = state.store.all_messages(&thread.0).await?;
+        let stored = state.store.message_outlines(&thread.0).await?;
         refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
     }
     let content = body.content.unwrap_or_default();

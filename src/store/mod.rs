@@ -676,6 +676,17 @@ pub trait Store: Send + Sync + 'static {
         tool_call_id: &str,
     ) -> StoreResult<Option<ApprovalRecord>>;
 
+    /// The approvals of `thread_id` still waiting for a decision and not
+    /// yet expired at `now_ms` (`expires_at_ms > now_ms`), oldest first (by
+    /// `created_at_ms`, then id). Read by the thread's index, so a run's
+    /// check of its thread costs what the thread holds, not what its owner
+    /// has pending elsewhere.
+    async fn open_approvals_of_thread(
+        &self,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>>;
+
     /// Pending approvals of every owner with `expires_at_ms <= now_ms`, the
     /// longest expired first, at most `limit` (for the expiry sweeper, which
     /// decides each one `Expired` in a unit of its thread).
@@ -741,6 +752,13 @@ pub trait Store: Send + Sync + 'static {
 
     /// The whole conversation, ascending.
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;
+
+    /// The conversation's outline, ascending: every message without its
+    /// `content`, and with nothing of its `metadata` but an assistant
+    /// message's `tool_calls`. What the checks of a new turn read (which
+    /// calls the thread declares and answers, which message ids it holds)
+    /// without the results' text and outputs, a thread's bulk.
+    async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;
 
     /// Apply a batch of units in ONE transaction (each unit under its own
     /// savepoint). Returns one result per unit, in order. `Err` means the

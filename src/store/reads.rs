@@ -291,6 +291,25 @@ where
         rows.iter().map(approval_from_row).collect()
     }
 
+    pub async fn open_approvals_of_thread(
+        &self,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>> {
+        // `approvals_call` leads with the thread: the thread's approvals,
+        // few beside its calls, are read and sorted here.
+        let rows = sqlx::query(&format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals \
+             WHERE thread_id = $1 AND status = 'pending' AND expires_at_ms > $2 \
+             ORDER BY created_at_ms, id"
+        ))
+        .bind(thread_id)
+        .bind(now_ms)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(approval_from_row).collect()
+    }
+
     pub async fn expired_approvals(
         &self,
         now_ms: i64,
@@ -460,6 +479,19 @@ where
         .await?;
         rows.iter().map(message_from_row).collect()
     }
+
+    pub async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
+        // Both dialects read `->` as "this key's JSON, or NULL".
+        let rows = sqlx::query(
+            "SELECT thread_id, seq, id, role, tool_call_id, created_at_ms, \
+             CASE WHEN role = 'assistant' THEN metadata -> 'tool_calls' END AS tool_calls \
+             FROM messages WHERE thread_id = $1 ORDER BY seq",
+        )
+        .bind(thread_id)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(outline_from_row).collect()
+    }
 }
 
 /// The audit query for `filter` (`None` for an empty page). The caller runs
@@ -583,6 +615,27 @@ fn message_from_row(row: &impl StoreRow) -> StoreResult<StoredMessage> {
             .ok_or_else(|| StoreError::Corrupt(format!("unknown message role {role:?}")))?,
         content: row.text("content")?,
         metadata: row.json("metadata")?,
+        tool_call_id: row.opt_text("tool_call_id")?,
+        created_at_ms: row.int("created_at_ms")?,
+    })
+}
+
+/// A message of [`Reads::message_outlines`]: no content, and of the
+/// metadata only the tool calls.
+fn outline_from_row(row: &impl StoreRow) -> StoreResult<StoredMessage> {
+    let role = row.text("role")?;
+    let mut metadata = serde_json::Map::new();
+    if let Some(calls) = row.opt_json("tool_calls")? {
+        metadata.insert("tool_calls".into(), calls);
+    }
+    Ok(StoredMessage {
+        thread_id: row.text("thread_id")?,
+        seq: row.int("seq")?,
+        id: row.text("id")?,
+        role: Role::parse(&role)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown message role {role:?}")))?,
+        content: String::new(),
+        metadata: Value::Object(metadata),
         tool_call_id: row.opt_text("tool_call_id")?,
         created_at_ms: row.int("created_at_ms")?,
     })

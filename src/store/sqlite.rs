@@ -258,6 +258,16 @@ impl Store for SqliteStore {
         self.reads().approval_of_call(thread_id, tool_call_id).await
     }
 
+    async fn open_approvals_of_thread(
+        &self,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>> {
+        self.reads()
+            .open_approvals_of_thread(thread_id, now_ms)
+            .await
+    }
+
     async fn expired_approvals(&self, now_ms: i64, limit: i64) -> StoreResult<Vec<ApprovalRecord>> {
         self.reads().expired_approvals(now_ms, limit).await
     }
@@ -341,6 +351,10 @@ impl Store for SqliteStore {
 
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.reads().all_messages(thread_id).await
+    }
+
+    async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
+        self.reads().message_outlines(thread_id).await
     }
 
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
