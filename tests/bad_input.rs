@@ -929,7 +929,85 @@ async fn a_run_carries_at_most_a_batch_of_calls(backend: Backend) {
     );
 }
 
+/// A request target over 8 KiB, or header fields over 64 KiB in all, get
+/// a `414` or `431` problem (naming the largest field, never its value)
+/// before the token is checked, on every route; nothing is run or stored.
+/// Just under the limits the same requests are served.
+async fn oversized_targets_and_headers_get_problems(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let call = json!({"id": "big1", "name": "echo", "arguments": {"text": "hi"}});
+    // The target: path and query, counted as sent.
+    let at_limit = |path: &str| format!("{path}?pad={}", "a".repeat(8192 - path.len() - 5));
+    for path in ["/healthz", "/v1/tools", "/v1/threads/big/tool-calls"] {
+        let over = format!("{}a", at_limit(path));
+        let resp = app
+            .client
+            .post(app.url(&over))
+            .json(&call)
+            .send()
+            .await
+            .unwrap();
+        let (s, p) = problem(resp).await;
+        assert_eq!(s, 414, "{path}: {p}");
+        assert_eq!(p["type"], "urn:toolgate:problem:uri-too-long", "{p}");
+        assert!(p["detail"].as_str().unwrap().contains("8193 bytes"), "{p}");
+        assert!(p["detail"].as_str().unwrap().contains("8192"), "{p}");
+    }
+    let r = app.get(&at_limit("/healthz")).await;
+    assert_eq!(r.status(), 200, "a target of exactly 8192 bytes is read");
+
+    // Header fields: a token of 70 KiB is refused by name, its value unsaid.
+    let secret = format!("Bearer {}", "s".repeat(70 * 1024));
+    let resp = app
+        .client
+        .post(app.url("/v1/threads/big/tool-calls"))
+        .header("authorization", &secret)
+        .json(&call)
+        .send()
+        .await
+        .unwrap();
+    let (s, p) = problem(resp).await;
+    assert_eq!(s, 431, "{p}");
+    assert_eq!(
+        p["type"], "urn:toolgate:problem:request-header-fields-too-large",
+        "{p}"
+    );
+    let detail = p["detail"].as_str().unwrap();
+    assert!(detail.contains("`authorization`"), "{p}");
+    assert!(detail.contains("65536"), "{p}");
+    assert!(
+        !p.to_string().contains("sssssssss"),
+        "the value is never echoed: {p}"
+    );
+    // Many fields, each small, count together; with the dev token the call
+    // is still refused before it runs.
+    let mut many = app
+        .client
+        .post(app.url("/v1/threads/big/tool-calls"))
+        .bearer_auth(&app.token)
+        .json(&call);
+    for i in 0..40 {
+        many = many.header(format!("x-pad-{i}"), "p".repeat(2000));
+    }
+    let (s, p) = problem(many.send().await.unwrap()).await;
+    assert_eq!(s, 431, "{p}");
+    assert!(p["detail"].as_str().unwrap().contains("`x-pad-"), "{p}");
+    let r = app.get("/v1/threads/big/history").await;
+    assert_eq!(r.status(), 404, "nothing stored, not even the thread");
+    // Under the limit, the same padded call runs.
+    let mut fewer = app
+        .client
+        .post(app.url("/v1/threads/big/tool-calls"))
+        .bearer_auth(&app.token)
+        .json(&call);
+    for i in 0..20 {
+        fewer = fewer.header(format!("x-pad-{i}"), "p".repeat(2000));
+    }
+    assert_eq!(fewer.send().await.unwrap().status(), 200);
+}
+
 both_backends!(
+    oversized_targets_and_headers_get_problems,
     a_run_carries_at_most_a_batch_of_calls,
     repeated_keys_are_refused_with_where_they_repeat,
     deeply_nested_arguments_are_refused_and_the_thread_stays_readable,

@@ -26,6 +26,10 @@ pub enum ApiError {
     PayloadTooLarge(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
+    #[error("{0}")]
+    UriTooLong(String),
+    #[error("{0}")]
+    HeadersTooLarge(String),
     /// Understood but refused; `extra` carries problem extension members.
     #[error("{detail}")]
     Unprocessable {
@@ -103,6 +107,16 @@ impl ApiError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported-media-type",
                 "Unsupported media type".into(),
+            ),
+            ApiError::UriTooLong(_) => (
+                StatusCode::URI_TOO_LONG,
+                "uri-too-long",
+                "URI too long".into(),
+            ),
+            ApiError::HeadersTooLarge(_) => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "request-header-fields-too-large",
+                "Request header fields too large".into(),
             ),
             ApiError::Unprocessable { title, .. } => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -342,6 +356,46 @@ fn nul_pointer(value: &Value) -> Option<String> {
         }),
         _ => None,
     }
+}
+
+/// The longest request target (path and query) toolgate reads: ids,
+/// names, cursors and filters are all far shorter.
+pub const MAX_TARGET_BYTES: usize = 8 * 1024;
+
+/// The most a request's header fields may take in all (each counted as
+/// `name: value` and its line end), a bearer token many times over.
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// A request whose target or header fields are larger than toolgate reads
+/// gets a `414` or `431` problem naming the limit (and, for headers, the
+/// largest field by name, never its value), before routing or the token
+/// check. hyper answers larger ones still (a target over 64 KiB, a head
+/// over its ~400 KiB buffer) itself, with the bare status.
+pub async fn refuse_oversized_head(req: Request, next: axum::middleware::Next) -> Response {
+    let target = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+    if target > MAX_TARGET_BYTES {
+        return ApiError::UriTooLong(format!(
+            "the request target (path and query) is {target} bytes; toolgate reads at most {MAX_TARGET_BYTES}"
+        ))
+        .into_response();
+    }
+    let field =
+        |(name, value): (&header::HeaderName, &HeaderValue)| name.as_str().len() + value.len() + 4;
+    let total: usize = req.headers().iter().map(field).sum();
+    if total > MAX_HEADER_BYTES {
+        let largest = req
+            .headers()
+            .iter()
+            .max_by_key(|&h| field(h))
+            .map(|(name, value)| (name.as_str().to_owned(), field((name, value))))
+            .unwrap_or_default();
+        return ApiError::HeadersTooLarge(format!(
+            "the request's header fields take {total} bytes; toolgate reads at most {MAX_HEADER_BYTES} (the largest is `{}`, {} bytes)",
+            largest.0, largest.1
+        ))
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// Requests whose path or query spells `%00` are refused before routing:

@@ -303,6 +303,7 @@ pub fn service(
         .option_layer(cors)
         // Outside the timeout, so a 408 gets a problem body too.
         .layer(middleware::from_fn(error::problem_fallback))
+        .layer(middleware::from_fn(error::refuse_oversized_head))
         .layer(middleware::from_fn(error::refuse_nul_in_uri))
         .layer(middleware::from_fn(error::refuse_content_encoding))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(

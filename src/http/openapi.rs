@@ -168,7 +168,8 @@ fn constrain_ids(doc: &mut Value) {
 /// The answers every `/v1` operation can give whatever its handler says:
 /// the token check (401), malformed parameters (400), and for a JSON body
 /// a malformed (400), oversized (413), mistyped (415) or ill-shaped (422)
-/// one. Every problem answer gets the `Problem` schema.
+/// one; and every operation, `/v1` or not, an oversized target (414) or
+/// header fields (431). Every problem answer gets the `Problem` schema.
 fn add_common_problems(doc: &mut Value) {
     let problem = |description: &str| {
         json!({
@@ -194,7 +195,22 @@ fn add_common_problems(doc: &mut Value) {
             let responses = operation["responses"]
                 .as_object_mut()
                 .expect("an operation has responses");
-            let mut common = Vec::new();
+            let mut common = vec![
+                (
+                    "414",
+                    problem(&format!(
+                        "Request target (path and query) longer than {} bytes",
+                        super::error::MAX_TARGET_BYTES
+                    )),
+                ),
+                (
+                    "431",
+                    problem(&format!(
+                        "Request header fields larger than {} bytes in all",
+                        super::error::MAX_HEADER_BYTES
+                    )),
+                ),
+            ];
             if v1 {
                 let mut unauthorized = problem(
                     "Missing, malformed, expired or forged bearer token, or one for another audience",
@@ -348,6 +364,9 @@ mod tests {
                             "{method} {path} {status}"
                         );
                     }
+                }
+                for status in ["414", "431"] {
+                    assert!(responses.get(status).is_some(), "{method} {path}: {status}");
                 }
                 if !path.starts_with("/v1/") {
                     continue;
