@@ -2632,6 +2632,66 @@ async fn ag_ui_resume_answers_interrupts(backend: Backend) {
             .iter()
             .all(|m| m["tool_call_id"] != "f5")
     );
+
+    // Approvals asked by calls posted to `/tool-calls`, decided by a run's
+    // entries: the calls are not in the run's turn, yet their results
+    // (the write's, and the denial's failure) are in the run's stream,
+    // after the turn's own.
+    let mut approvals = vec![];
+    for (id, path) in [("w6", "q6.txt"), ("w7", "q7.txt")] {
+        let (s, out) = app
+            .call(
+                "q6",
+                json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "six"}}),
+            )
+            .await;
+        assert_eq!(s, 202, "{out}");
+        approvals.push(out["approval"]["id"].as_str().unwrap().to_string());
+    }
+    let input = json!({
+        "threadId": "q6", "runId": "run-1", "tools": [], "context": [], "state": {},
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u6", "role": "user", "content": "go on"},
+            {"id": "a6", "role": "assistant", "toolCalls": [call("e6", "echo", json!({"text": "six"}))]}],
+        "resume": [
+            answer(&approvals[0], "resolved", Some(json!({"decision": "approve"}))),
+            answer(&approvals[1], "cancelled", None),
+        ],
+    });
+    let frames = run_to_end(&app, "q6", &input).await;
+    let results: Vec<(&str, &Value)> = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_RESULT")
+        .map(|f| (f.data["toolCallId"].as_str().unwrap(), &f.data))
+        .collect();
+    let ids: Vec<&str> = results.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, ["e6", "w6", "w7"], "{frames:?}");
+    assert_eq!(results[1].1["metadata"]["status"], "success", "{frames:?}");
+    assert!(
+        results[1].1["metadata"]["ui_schema"].is_object(),
+        "{frames:?}"
+    );
+    assert_eq!(results[2].1["metadata"]["status"], "failure", "{frames:?}");
+    assert_eq!(
+        results[2].1["metadata"]["error"]["code"], "APPROVAL_DENIED",
+        "{frames:?}"
+    );
+    assert_eq!(
+        frames.last().unwrap().data["outcome"],
+        json!({"type": "success"})
+    );
+    // The same results as the thread keeps them.
+    let history = app.history("q6").await;
+    for (id, event) in &results[1..] {
+        let stored = history
+            .iter()
+            .find(|m| m["tool_call_id"] == *id)
+            .unwrap_or_else(|| panic!("{id} stored: {history:?}"));
+        assert_eq!(stored["id"], event["messageId"]);
+        assert_eq!(stored["content"], event["content"]);
+        assert_eq!(stored["ui_schema"], event["metadata"]["ui_schema"]);
+    }
 }
 
 /// `GET …/tool-calls/{id}`: where a call stands, its outcome once

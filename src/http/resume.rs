@@ -110,24 +110,29 @@ pub struct Resume {
 }
 
 impl Resume {
-    /// Decide the approvals the entries answer. An approval settled
-    /// meanwhile (by a person, or by its expiry) keeps its outcome, and the
-    /// entry joins `ignored`.
-    pub async fn decide(&mut self, state: &AppState, owner: &str) -> Result<(), ApiError> {
+    /// Decide the approvals the entries answer, and return those decided.
+    /// An approval settled meanwhile (by a person, or by its expiry) keeps
+    /// its outcome, and the entry joins `ignored`.
+    pub async fn decide(
+        &mut self,
+        state: &AppState,
+        owner: &str,
+    ) -> Result<Vec<ApprovalRecord>, ApiError> {
+        let mut decided = Vec::new();
         for (id, decision, reason) in std::mem::take(&mut self.decisions) {
             match state
                 .engine
                 .decide(&id, owner, false, decision, reason)
                 .await
             {
-                Ok(_) => {}
+                Ok(approval) => decided.push(approval),
                 Err(ApprovalError::Store(e)) => return Err(e.into()),
                 Err(other) => self
                     .ignored
                     .push((id, format!("{other}; its outcome stands"))),
             }
         }
-        Ok(())
+        Ok(decided)
     }
 
     /// The `CUSTOM` events warning of the entries left out.

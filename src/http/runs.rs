@@ -573,11 +573,55 @@ async fn execute_run(
 ) -> Result<Finished, ApiError> {
     record_new_messages(state, owner, input, known, &resume.results).await?;
     // The decisions the entries carry, before the calls they let run.
-    resume.decide(state, owner).await?;
+    let decided = resume.decide(state, owner).await?;
     for warning in resume.warnings() {
         emit(tx, &warning).await;
     }
+    let finished = execute_turn(state, owner, input, answered_in_thread, resume, tx).await?;
+    // A decided call the turn does not hold (one posted to `/tool-calls`,
+    // or of an earlier turn) ran, or failed with its denial, outside the
+    // turn's loop: its result is the run's too.
+    let turn: HashSet<&str> = calls_to_run(input)
+        .map(|(_, calls)| calls.iter().map(|c| c.id.as_str()).collect())
+        .unwrap_or_default();
+    let wait =
+        std::time::Duration::from_secs(state.settings.tools.timeout_secs) + OUTSIDE_RESULT_GRACE;
+    for approval in decided
+        .iter()
+        .filter(|a| !turn.contains(a.tool_call_id.as_str()))
+    {
+        let outcome = state
+            .engine
+            .wait_finished(&input.thread_id, &approval.tool_call_id, wait)
+            .await?;
+        if let Some(outcome) = outcome {
+            let event = crate::engine::result_event(
+                &outcome.output,
+                outcome.tool_response,
+                &outcome.message_id,
+                outcome.ui_schema.as_ref(),
+            );
+            emit(tx, &event).await;
+        }
+    }
+    Ok(finished)
+}
 
+/// How much longer than `tools.timeout_secs` a run waits for the result of
+/// a call it approved outside its turn; a result later than that reaches
+/// the thread's event stream only.
+const OUTSIDE_RESULT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The calls of the run's turn: run, waited for, or left to the
+/// application.
+async fn execute_turn(
+    state: &AppState,
+    owner: &str,
+    input: &RunAgentInput,
+    answered_in_thread: &HashSet<String>,
+    resume: &Resume,
+    tx: &Tx,
+) -> Result<Finished, ApiError> {
     let Some((parent_id, tool_calls)) = calls_to_run(input) else {
         return Ok(Finished {
             frontend: vec![],
