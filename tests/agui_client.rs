@@ -393,6 +393,64 @@ async fn http_agent_runs_backend_tools_and_leaves_frontend_calls() {
     app.stop().await;
 }
 
+/// A thread whose run carried media parts (a user's image and document, an
+/// application's result with an image) gives them back in its snapshot,
+/// and `@ag-ui/core`'s schemas and the client's checks take that snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_with_media_parts_is_valid_ag_ui() {
+    node_ready().await;
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let thread = "agui-media";
+    let asked = json!([
+        {"type": "text", "text": "is this the right chart?"},
+        {"type": "image", "source": {"type": "data", "value": "iVBORw0KGgo=", "mimeType": "image/png"},
+         "metadata": {"detail": "high"}},
+        {"type": "document", "source": {"type": "url", "value": "https://example.test/q3.pdf"}},
+    ]);
+    let answered = json!([
+        {"type": "text", "text": "cropped"},
+        {"type": "image", "source": {"type": "file", "value": "file-9", "provider": "anthropic", "mimeType": "image/jpeg"}},
+    ]);
+    let input = json!({
+        "threadId": thread, "runId": "run_1", "state": {}, "context": [], "forwardedProps": {},
+        "tools": [{"name": "crop", "description": "Crop the image.", "parameters": {"type": "object"}}],
+        "messages": [
+            {"id": "u1", "role": "user", "content": asked},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "crop", "arguments": "{}"}}]},
+            {"id": "t1", "role": "tool", "toolCallId": "c1", "content": answered},
+        ]
+    });
+    let r = app
+        .post(&format!("/v1/threads/{thread}/runs"), &input)
+        .await;
+    assert_eq!(r.status(), 200);
+    common::SseReader::new(r).until("RUN_FINISHED").await;
+
+    let snapshotted = run_script(
+        &app,
+        "stream.mjs",
+        &[
+            "--thread",
+            thread,
+            "--snapshot",
+            "true",
+            "--min-events",
+            "2",
+            "--idle-ms",
+            "1500",
+            "--timeout-ms",
+            "10000",
+        ],
+    )
+    .await;
+    let report = assert_stream_valid(&snapshotted, "snapshot with media parts");
+    let messages = &report["events"][1]["messages"];
+    assert_eq!(messages[0]["content"], asked, "{messages}");
+    assert_eq!(messages[2]["content"], answered, "{messages}");
+    app.stop().await;
+}
+
 /// Shape of a thread stream: RUN_STARTED on the thread, (a snapshot), then
 /// logged events with increasing ids holding both calls' four events.
 fn assert_thread_stream(report: &Value, thread: &str, calls: &[(&str, Value)], snapshot: bool) {

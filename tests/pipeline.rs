@@ -1285,17 +1285,21 @@ async fn an_application_tools_failure_is_kept(backend: Backend) {
     }));
     // Content that is neither text nor parts is refused, before anything
     // is recorded.
-    for content in [
-        json!(42),
-        json!({"colour": "red"}),
-        json!([{"text": "no type"}]),
+    for (content, pointer) in [
+        (json!(42), "/messages/2/content"),
+        (json!({"colour": "red"}), "/messages/2/content"),
+        (json!([{"text": "no type"}]), "/messages/2/content/0"),
+        (
+            json!([{"type": "image", "source": {"type": "data", "value": "AA=="}}]),
+            "/messages/2/content/0/source/mimeType",
+        ),
     ] {
         let mut odd = input.clone();
         odd["messages"][2]["content"] = content;
         let r = app.post("/v1/threads/fe/runs", &odd).await;
         assert_eq!(r.status(), 422);
         let p: Value = r.json().await.unwrap();
-        assert_eq!(p["errors"][0]["pointer"], "/messages/2/content", "{p}");
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
     }
     assert!(app.history("fe").await.iter().all(|m| m["id"] != "t1"));
     let r = app.post("/v1/threads/fe/runs", &input).await;
@@ -1309,7 +1313,7 @@ async fn an_application_tools_failure_is_kept(backend: Backend) {
     assert_eq!(
         context["messages"][2],
         json!({"role": "tool", "tool_call_id": "up.1",
-               "content": "sent 3 of 5 parts\n\nError: the connection dropped"}),
+               "content": "sent 3 of 5 parts\n\n[attached image (image/png) at https://example.test/x.png, which this context format cannot pass on]\n\nError: the connection dropped"}),
         "{context}"
     );
     let context = app
@@ -1349,9 +1353,107 @@ async fn an_application_tools_failure_is_kept(backend: Backend) {
         .find(|m| m["id"] == "t1")
         .unwrap();
     assert_eq!(t1["error"], "the connection dropped", "{t1}");
+    // The result's parts come back as sent, in the snapshot and history.
+    let sent = input["messages"][2]["content"].clone();
+    assert_eq!(t1["content"], sent, "{t1}");
+    let history = app.history("fe").await;
+    let t1 = history.iter().find(|m| m["id"] == "t1").unwrap();
+    assert_eq!(t1["content_parts"], sent, "{t1}");
+}
+
+/// A user message sent to a run with images, audio and documents keeps
+/// them: `/history` and the snapshot give the parts back as sent, and the
+/// context passes each on in the vendor's shape (a note where it has none).
+async fn a_users_media_parts_are_kept_and_passed_on(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let content = json!([
+        {"type": "text", "text": "what is wrong here?"},
+        {"type": "image", "source": {"type": "data", "value": "iVBORw0KGgo=", "mimeType": "image/png"}},
+        {"type": "document", "source": {"type": "url", "value": "https://example.test/r.pdf", "mimeType": "application/pdf"}},
+        {"type": "video", "source": {"type": "url", "value": "https://example.test/v.mp4", "mimeType": "video/mp4"}},
+    ]);
+    let input = json!({
+        "threadId": "mm", "runId": "run_1", "tools": [], "context": [], "state": {},
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u1", "role": "user", "content": content},
+            {"id": "u2", "role": "user", "content": "and plain text"},
+        ]
+    });
+    let r = app.post("/v1/threads/mm/runs", &input).await;
+    assert_eq!(r.status(), 200);
+    common::SseReader::new(r).until("RUN_FINISHED").await;
+
+    let history = app.history("mm").await;
+    assert_eq!(history[0]["content"], "what is wrong here?");
+    assert_eq!(history[0]["content_parts"], content);
+    assert!(
+        history[1].get("content_parts").is_none(),
+        "{:?}",
+        history[1]
+    );
+
+    let r = app
+        .client
+        .get(app.url("/v1/threads/mm/events?snapshot=true"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    let frames = common::SseReader::new(r).until("MESSAGES_SNAPSHOT").await;
+    let messages = &frames.last().unwrap().data["messages"];
+    assert_eq!(messages[0]["content"], content, "{messages}");
+    assert_eq!(messages[1]["content"], "and plain text", "{messages}");
+
+    let openai = app.get_json("/v1/threads/mm/context?format=openai").await;
+    let parts = &openai["messages"][0]["content"];
+    assert_eq!(
+        parts[0],
+        json!({"type": "text", "text": "what is wrong here?"})
+    );
+    assert_eq!(
+        parts[1],
+        json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}})
+    );
+    // A document OpenAI would have to fetch, and a video: notes.
+    assert!(
+        parts[2]["text"]
+            .as_str()
+            .unwrap()
+            .contains("https://example.test/r.pdf")
+    );
+    assert!(
+        parts[3]["text"]
+            .as_str()
+            .unwrap()
+            .contains("video (video/mp4)")
+    );
+    assert_eq!(openai["messages"][1]["content"], "and plain text");
+
+    let anthropic = app
+        .get_json("/v1/threads/mm/context?format=anthropic")
+        .await;
+    let blocks = &anthropic["messages"][0]["content"];
+    assert_eq!(
+        blocks[1],
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}})
+    );
+    assert_eq!(
+        blocks[2],
+        json!({"type": "document", "source": {"type": "url", "url": "https://example.test/r.pdf"}})
+    );
+    assert!(
+        blocks[3]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("[attached video")
+    );
+    // The two user messages are one user turn.
+    assert_eq!(blocks[4], json!({"type": "text", "text": "and plain text"}));
 }
 
 both_backends!(
+    a_users_media_parts_are_kept_and_passed_on,
     an_application_tools_failure_is_kept,
     a_call_id_means_one_call_in_a_thread,
     a_refused_result_finishes_its_call_as_a_failure,

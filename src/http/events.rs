@@ -346,10 +346,15 @@ async fn deliver(state: &AppState, tx: &Tx, event: SseEvent) -> Result<(), End> 
 
 /// A stored message in AG-UI's message shape (MESSAGES_SNAPSHOT).
 pub fn agui_message(m: StoredMessage) -> Message {
+    // A message sent with media parts is given back with them, as sent.
+    let content_of = |m: &StoredMessage| match crate::protocol::parts::stored(&m.metadata) {
+        Some(content_parts) => serde_json::Value::Array(content_parts.clone()),
+        None => serde_json::Value::String(m.content.clone()),
+    };
     match m.role {
         Role::User => Message::User {
+            content: content_of(&m),
             id: m.id,
-            content: serde_json::Value::String(m.content),
             name: None,
         },
         Role::System => Message::System {
@@ -397,8 +402,8 @@ pub fn agui_message(m: StoredMessage) -> Message {
                     .as_ref()
                     .and_then(|o| o.error.as_ref().map(|e| e.message.clone()))
                     .or_else(|| crate::protocol::context::frontend_error(&m).map(str::to_string)),
+                content: content_of(&m),
                 id: m.id,
-                content: serde_json::Value::String(m.content),
                 tool_call_id: m.tool_call_id.unwrap_or_default(),
                 metadata: (!metadata.is_empty()).then_some(metadata),
             }

@@ -24,6 +24,7 @@ use crate::protocol::agui::{
 use crate::protocol::calls::{self, CallShape, IncomingCall};
 use crate::protocol::context;
 use crate::protocol::now_ms;
+use crate::protocol::parts;
 use crate::protocol::tool_output::{ToolError, codes};
 use crate::store::{CallStatus, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
 
@@ -101,22 +102,22 @@ pub async fn post_run(
             extra: Default::default(),
         });
     }
-    // Text, or content parts (AG-UI `InputContent`): anything else is no
-    // message content.
+    // Text, or AG-UI content parts: anything else is no message content.
     for (i, m) in input.messages.iter().enumerate() {
         let (Message::User { content, .. } | Message::Tool { content, .. }) = m else {
             continue;
         };
-        let parts_ok = |parts: &Vec<Value>| {
-            parts
-                .iter()
-                .all(|p| p.get("type").is_some_and(Value::is_string))
-        };
-        if !matches!(content, Value::String(_)) && !content.as_array().is_some_and(parts_ok) {
-            return Err(ApiError::invalid_body(
-                format!("/messages/{i}/content"),
-                "must be a string or an array of content parts (objects with a \"type\")".into(),
-            ));
+        let at = format!("/messages/{i}/content");
+        match content {
+            Value::String(_) => {}
+            Value::Array(content_parts) => parts::check(content_parts)
+                .map_err(|(pointer, message)| ApiError::invalid_body(at + &pointer, message))?,
+            _ => {
+                return Err(ApiError::invalid_body(
+                    at,
+                    "must be a string or an array of content parts".into(),
+                ));
+            }
         }
     }
     // A tool message answers one call, named by an id like any call's.
@@ -757,7 +758,12 @@ async fn record_new_messages(
             continue;
         }
         let (role, content, metadata, tool_call_id) = match m {
-            Message::User { content, .. } => (Role::User, text_of(content), json!({}), None),
+            Message::User { content, .. } => (
+                Role::User,
+                text_of(content),
+                with_parts(json!({}), content),
+                None,
+            ),
             Message::System { content, .. } | Message::Developer { content, .. } => {
                 (Role::System, content.clone(), json!({}), None)
             }
@@ -791,7 +797,7 @@ async fn record_new_messages(
             } => (
                 Role::Tool,
                 text_of(content),
-                frontend_result_metadata(error.as_deref()),
+                with_parts(frontend_result_metadata(error.as_deref()), content),
                 Some(tool_call_id.clone()),
             ),
         };
@@ -851,8 +857,19 @@ fn frontend_result_metadata(error: Option<&str>) -> Value {
     }
 }
 
+/// A message's metadata with its content parts as sent, when they hold
+/// media (images, audio, video, documents): its text alone would lose them.
+fn with_parts(mut metadata: Value, content: &Value) -> Value {
+    if let Value::Array(content_parts) = content
+        && parts::has_media(content_parts)
+    {
+        metadata[parts::KEY] = content.clone();
+    }
+    metadata
+}
+
 /// A user or tool message's text: the string itself, or its text parts
-/// joined (other parts, such as images, are not kept).
+/// joined (its media parts are kept beside it: [`with_parts`]).
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),

@@ -503,6 +503,11 @@ pub struct HistoryMessage {
     /// why the tool failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A message an AG-UI run recorded with media (images, audio, video,
+    /// documents): its content parts as sent. `content` holds its text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub content_parts: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub tool_agent_output: Option<PublicOutput>,
@@ -533,6 +538,7 @@ pub fn history_message(m: StoredMessage) -> HistoryMessage {
         tool_agent_output: output.map(PublicOutput),
         tool_calls: m.metadata.get("tool_calls").cloned(),
         error: context::frontend_error(&m).map(str::to_string),
+        content_parts: m.metadata.get(crate::protocol::parts::KEY).cloned(),
         id: m.id,
         seq: m.seq,
         role: m.role.as_str().into(),

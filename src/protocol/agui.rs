@@ -197,7 +197,7 @@ pub enum ResumeStatus {
 }
 
 /// A message's content in the OpenAPI document: text, or an array of
-/// content parts (AG-UI `InputContent`, each an object with a `type`).
+/// AG-UI content parts (`protocol::parts`).
 /// Never built; fields declare it with `value_type`.
 pub struct MessageContent;
 
@@ -211,7 +211,7 @@ impl utoipa::PartialSchema for MessageContent {
             .item(ObjectBuilder::new().schema_type(Type::String))
             .item(utoipa::openapi::schema::ArrayBuilder::new().items(part))
             .description(Some(
-                "Text, or an array of content parts (only text parts are kept)",
+                "Text, or an array of AG-UI content parts: `text` (`text`), and `image`, `audio`, `video` or `document` with a `source` (`{\"type\": \"data\", \"value\": <base64>, \"mimeType\"}`, `{\"type\": \"url\", \"value\", \"mimeType\"?}` or `{\"type\": \"file\", \"value\", \"provider\"?, \"mimeType\"?}`). A message with media keeps its parts as sent",
             ))
             .into()
     }

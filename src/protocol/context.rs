@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 
+use super::parts;
 use crate::store::{Role, StoredMessage};
 
 fn stored_calls(m: &StoredMessage) -> Vec<&Value> {
@@ -35,15 +36,27 @@ fn is_failure(m: &StoredMessage) -> bool {
             == Some("failure")
 }
 
-/// A result's text as the model reads it: the stored content, and after it
-/// the error of an application's tool that failed (OpenAI has no error flag
-/// on a tool message, and the content may be a partial result).
+/// A result's text as the model reads it: the stored content, a note for
+/// each media part the application's result came with, and after them the
+/// error of an application's tool that failed (OpenAI has no error flag on
+/// a tool message, and the content may be a partial result).
 fn result_text(m: &StoredMessage) -> Cow<'_, str> {
-    match frontend_error(m) {
-        None => Cow::Borrowed(&m.content),
-        Some(error) if m.content.trim().is_empty() => Cow::Owned(format!("Error: {error}")),
-        Some(error) => Cow::Owned(format!("{}\n\nError: {error}", m.content)),
+    let notes = parts::stored(&m.metadata)
+        .map(|content_parts| parts::notes(content_parts))
+        .unwrap_or_default();
+    let error = frontend_error(m);
+    if notes.is_empty() && error.is_none() {
+        return Cow::Borrowed(&m.content);
     }
+    let mut pieces: Vec<String> = Vec::new();
+    if !m.content.trim().is_empty() {
+        pieces.push(m.content.clone());
+    }
+    pieces.extend(notes);
+    if let Some(error) = error {
+        pieces.push(format!("Error: {error}"));
+    }
+    Cow::Owned(pieces.join("\n\n"))
 }
 
 /// What a declared call without a recorded result is told, by call id (the
@@ -306,6 +319,12 @@ pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
             Role::Tool => {
                 json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": result_text(m)})
             }
+            Role::User => match parts::stored(&m.metadata) {
+                Some(content_parts) => {
+                    json!({"role": "user", "content": parts::openai_user(content_parts)})
+                }
+                None => json!({"role": "user", "content": m.content}),
+            },
             role => json!({"role": role.as_str(), "content": m.content}),
         })
         .collect();
@@ -396,8 +415,11 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
             }
             // The API refuses a text block without a non-whitespace
             // character: such a message adds nothing to the turn.
-            Role::User if m.content.trim().is_empty() => continue,
-            Role::User => ("user", vec![json!({"type": "text", "text": m.content})]),
+            Role::User => match parts::stored(&m.metadata) {
+                Some(content_parts) => ("user", parts::anthropic_blocks(content_parts)),
+                None if m.content.trim().is_empty() => continue,
+                None => ("user", vec![json!({"type": "text", "text": m.content})]),
+            },
             Role::Assistant => {
                 let mut blocks = Vec::new();
                 if !m.content.trim().is_empty() {

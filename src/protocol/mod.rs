@@ -6,6 +6,7 @@ pub mod agui;
 pub mod calls;
 pub mod context;
 pub mod json;
+pub mod parts;
 pub mod tool_output;
 pub mod ui_schema;
 

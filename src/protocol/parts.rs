@@ -1,0 +1,366 @@
+//! AG-UI content parts of a message a run records: `text`, and the media
+//! parts `image`, `audio`, `video` and `document`, each with a `source`
+//! that is inline data (`data`, base64 with its `mimeType`), a URL (`url`),
+//! or a handle a provider issued (`file`).
+//!
+//! A message sent with media keeps its parts as they came, in its metadata
+//! under [`KEY`], beside its text (the text parts joined) in `content`. The
+//! snapshot and `/history` give the parts back; `/context` passes each part
+//! on in the vendor's own shape where the vendor has one, and otherwise as
+//! a short note saying what was attached, so the model knows.
+
+use serde_json::{Value, json};
+
+/// The metadata key that holds a message's content parts as sent.
+pub const KEY: &str = "content_parts";
+
+/// The part types AG-UI defines besides `text`.
+const MEDIA: [&str; 4] = ["image", "audio", "video", "document"];
+
+/// Check content parts against AG-UI's shapes: `Err((pointer, message))`,
+/// the pointer relative to the content.
+pub fn check(parts: &[Value]) -> Result<(), (String, String)> {
+    for (j, part) in parts.iter().enumerate() {
+        let at = |rest: &str| format!("/{j}{rest}");
+        let Some(kind) = part.get("type").and_then(Value::as_str) else {
+            return Err((at(""), "must be an object with a string \"type\"".into()));
+        };
+        // What AG-UI's schemas hold of every part.
+        if part.get("id").is_some_and(|id| !id.is_string()) {
+            return Err((at("/id"), "must be a string".into()));
+        }
+        if part.get("metadata").is_some_and(Value::is_null) {
+            return Err((at("/metadata"), "must not be null (leave it out)".into()));
+        }
+        if kind == "text" {
+            if !part.get("text").is_some_and(Value::is_string) {
+                return Err((at("/text"), "a text part's text must be a string".into()));
+            }
+            continue;
+        }
+        if !MEDIA.contains(&kind) {
+            return Err((
+                at("/type"),
+                format!(
+                    "{kind:?} is not a content part type; one of \"text\", \"image\", \"audio\", \"video\", \"document\""
+                ),
+            ));
+        }
+        let Some(source) = part.get("source").filter(|s| s.is_object()) else {
+            return Err((
+                at("/source"),
+                format!("an {kind} part needs a source object (data, url or file)"),
+            ));
+        };
+        let source_type = source.get("type").and_then(Value::as_str);
+        if !matches!(source_type, Some("data" | "url" | "file")) {
+            return Err((
+                at("/source/type"),
+                "must be \"data\", \"url\" or \"file\"".into(),
+            ));
+        }
+        if !source.get("value").is_some_and(Value::is_string) {
+            return Err((at("/source/value"), "must be a string".into()));
+        }
+        match source.get("mimeType") {
+            None if source_type == Some("data") => {
+                return Err((
+                    at("/source/mimeType"),
+                    "inline data needs its mimeType".into(),
+                ));
+            }
+            Some(mime) if !mime.is_string() => {
+                return Err((at("/source/mimeType"), "must be a string".into()));
+            }
+            _ => {}
+        }
+        if source.get("provider").is_some_and(|p| !p.is_string()) {
+            return Err((at("/source/provider"), "must be a string".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the parts hold anything but text.
+pub fn has_media(parts: &[Value]) -> bool {
+    parts.iter().any(|p| p["type"] != "text")
+}
+
+/// The parts a stored message was sent with, when it had media.
+pub fn stored(metadata: &Value) -> Option<&Vec<Value>> {
+    metadata.get(KEY)?.as_array()
+}
+
+/// A media part, read.
+struct Media<'a> {
+    kind: &'a str,
+    /// `data`, `url` or `file`.
+    source: &'a str,
+    value: &'a str,
+    mime: Option<&'a str>,
+    /// For a `file` source, who issued the handle.
+    provider: Option<&'a str>,
+    filename: Option<&'a str>,
+}
+
+fn media(part: &Value) -> Option<Media<'_>> {
+    let source = part.get("source")?;
+    Some(Media {
+        kind: part["type"].as_str()?,
+        source: source["type"].as_str()?,
+        value: source["value"].as_str()?,
+        mime: source["mimeType"].as_str(),
+        provider: source["provider"].as_str(),
+        filename: part["metadata"]["filename"].as_str(),
+    })
+}
+
+impl Media<'_> {
+    fn data_url(&self) -> String {
+        format!(
+            "data:{};base64,{}",
+            self.mime.unwrap_or("application/octet-stream"),
+            self.value
+        )
+    }
+
+    /// Whether the part is a file handle `provider` issued.
+    fn issued_by(&self, provider: &str) -> bool {
+        self.source == "file"
+            && self
+                .provider
+                .is_some_and(|p| p.eq_ignore_ascii_case(provider))
+    }
+
+    /// What the model reads for a part its vendor's shape cannot carry.
+    fn note(&self) -> String {
+        let what = match self.mime {
+            Some(mime) => format!("{} ({mime})", self.kind),
+            None => self.kind.to_string(),
+        };
+        let name = self.filename.map(|f| format!(" {f:?}")).unwrap_or_default();
+        let place = match self.source {
+            "url" => format!(" at {}", self.value),
+            "file" => format!(" in file {}", self.value),
+            _ => String::new(),
+        };
+        format!("[attached {what}{name}{place}, which this context format cannot pass on]")
+    }
+}
+
+/// A message's parts as OpenAI Chat Completions user content: text, images
+/// (`image_url`, inline data as a data URL), WAV and MP3 audio
+/// (`input_audio`), documents as inline data or an OpenAI file id (`file`);
+/// other parts as notes.
+pub fn openai_user(parts: &[Value]) -> Vec<Value> {
+    parts
+        .iter()
+        .filter_map(|part| {
+            if part["type"] == "text" {
+                return Some(json!({"type": "text", "text": part["text"]}));
+            }
+            let m = media(part)?;
+            let audio_format = match m.mime {
+                Some("audio/wav" | "audio/x-wav" | "audio/wave") => Some("wav"),
+                Some("audio/mpeg" | "audio/mp3") => Some("mp3"),
+                _ => None,
+            };
+            Some(match (m.kind, m.source) {
+                ("image", "url") => json!({"type": "image_url", "image_url": {"url": m.value}}),
+                ("image", "data") => {
+                    json!({"type": "image_url", "image_url": {"url": m.data_url()}})
+                }
+                ("audio", "data") if audio_format.is_some() => {
+                    json!({"type": "input_audio", "input_audio": {"data": m.value, "format": audio_format}})
+                }
+                ("document", "data") => json!({"type": "file", "file": {
+                    "file_data": m.data_url(),
+                    "filename": m.filename.unwrap_or("document"),
+                }}),
+                ("document", "file") if m.issued_by("openai") => {
+                    json!({"type": "file", "file": {"file_id": m.value}})
+                }
+                _ => json!({"type": "text", "text": m.note()}),
+            })
+        })
+        .collect()
+}
+
+/// A message's parts as Anthropic content blocks: text (empty text left
+/// out: the API refuses it), images and PDF documents from inline data, a
+/// URL or an Anthropic file id; other parts as notes.
+pub fn anthropic_blocks(parts: &[Value]) -> Vec<Value> {
+    parts
+        .iter()
+        .filter_map(|part| {
+            if part["type"] == "text" {
+                let text = part["text"].as_str()?;
+                return (!text.trim().is_empty()).then(|| json!({"type": "text", "text": text}));
+            }
+            let m = media(part)?;
+            let pdf = matches!(m.mime, None | Some("application/pdf"));
+            let source = match m.source {
+                "url" => Some(json!({"type": "url", "url": m.value})),
+                "data" => m
+                    .mime
+                    .map(|mime| json!({"type": "base64", "media_type": mime, "data": m.value})),
+                _ if m.issued_by("anthropic") => Some(json!({"type": "file", "file_id": m.value})),
+                _ => None,
+            };
+            Some(match (m.kind, source) {
+                ("image", Some(source)) => json!({"type": "image", "source": source}),
+                ("document", Some(source)) if pdf => {
+                    json!({"type": "document", "source": source})
+                }
+                _ => json!({"type": "text", "text": m.note()}),
+            })
+        })
+        .collect()
+}
+
+/// The notes for a message's media parts, for a place that holds only text
+/// (a tool result's content).
+pub fn notes(parts: &[Value]) -> Vec<String> {
+    parts.iter().filter_map(media).map(|m| m.note()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Value> {
+        vec![
+            json!({"type": "text", "text": "what is this?"}),
+            json!({"type": "image", "source": {"type": "url", "value": "https://example.com/a.png"}}),
+            json!({"type": "image", "source": {"type": "data", "value": "iVBORw0=", "mimeType": "image/png"}}),
+            json!({"type": "audio", "source": {"type": "data", "value": "UklGRg==", "mimeType": "audio/wav"}}),
+            json!({"type": "document", "source": {"type": "data", "value": "JVBERi0=", "mimeType": "application/pdf"},
+                   "metadata": {"filename": "r.pdf"}}),
+            json!({"type": "video", "source": {"type": "url", "value": "https://example.com/v.mp4", "mimeType": "video/mp4"}}),
+            json!({"type": "document", "source": {"type": "file", "value": "file-1", "provider": "anthropic"}}),
+        ]
+    }
+
+    #[test]
+    fn parts_are_checked_where_they_break() {
+        assert_eq!(check(&sample()), Ok(()));
+        let refused =
+            |part: Value| check(&[json!({"type": "text", "text": "ok"}), part]).unwrap_err();
+        assert_eq!(refused(json!({"kind": "text"})).0, "/1");
+        assert_eq!(refused(json!({"type": "text", "text": 3})).0, "/1/text");
+        let (at, why) = refused(json!({"type": "binary", "mimeType": "image/png"}));
+        assert_eq!(at, "/1/type");
+        assert!(why.contains("\"binary\""), "{why}");
+        assert_eq!(refused(json!({"type": "image"})).0, "/1/source");
+        assert_eq!(
+            refused(json!({"type": "image", "source": {"type": "ftp", "value": "x"}})).0,
+            "/1/source/type"
+        );
+        assert_eq!(
+            refused(json!({"type": "image", "source": {"type": "url"}})).0,
+            "/1/source/value"
+        );
+        assert_eq!(
+            refused(json!({"type": "image", "source": {"type": "data", "value": "AA=="}})).0,
+            "/1/source/mimeType"
+        );
+        assert_eq!(
+            refused(
+                json!({"type": "audio", "source": {"type": "url", "value": "u", "mimeType": 1}})
+            )
+            .0,
+            "/1/source/mimeType"
+        );
+        assert_eq!(
+            refused(
+                json!({"type": "image", "source": {"type": "file", "value": "f", "provider": 7}})
+            )
+            .0,
+            "/1/source/provider"
+        );
+        assert_eq!(
+            refused(json!({"type": "text", "text": "t", "id": 1})).0,
+            "/1/id"
+        );
+        assert_eq!(
+            refused(json!({"type": "text", "text": "t", "metadata": null})).0,
+            "/1/metadata"
+        );
+    }
+
+    #[test]
+    fn openai_gets_images_audio_and_documents_and_notes_for_the_rest() {
+        let content = openai_user(&sample());
+        assert_eq!(content[0], json!({"type": "text", "text": "what is this?"}));
+        assert_eq!(
+            content[1],
+            json!({"type": "image_url", "image_url": {"url": "https://example.com/a.png"}})
+        );
+        assert_eq!(
+            content[2]["image_url"]["url"],
+            "data:image/png;base64,iVBORw0="
+        );
+        assert_eq!(
+            content[3],
+            json!({"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}})
+        );
+        assert_eq!(
+            content[4],
+            json!({"type": "file", "file": {"file_data": "data:application/pdf;base64,JVBERi0=", "filename": "r.pdf"}})
+        );
+        let video = content[5]["text"].as_str().unwrap();
+        assert!(
+            video.contains("video (video/mp4) at https://example.com/v.mp4"),
+            "{video}"
+        );
+        // Another provider's file handle means nothing to OpenAI.
+        assert!(
+            content[6]["text"]
+                .as_str()
+                .unwrap()
+                .contains("in file file-1")
+        );
+        assert_eq!(content.len(), 7);
+    }
+
+    #[test]
+    fn anthropic_gets_images_and_pdfs_and_notes_for_the_rest() {
+        let blocks = anthropic_blocks(&sample());
+        assert_eq!(blocks[0], json!({"type": "text", "text": "what is this?"}));
+        assert_eq!(
+            blocks[1],
+            json!({"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}})
+        );
+        assert_eq!(
+            blocks[2],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0="}})
+        );
+        assert!(
+            blocks[3]["text"]
+                .as_str()
+                .unwrap()
+                .contains("audio (audio/wav)")
+        );
+        assert_eq!(
+            blocks[4],
+            json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}})
+        );
+        assert!(
+            blocks[5]["text"]
+                .as_str()
+                .unwrap()
+                .starts_with("[attached video")
+        );
+        assert_eq!(
+            blocks[6],
+            json!({"type": "document", "source": {"type": "file", "file_id": "file-1"}})
+        );
+        // Empty text is left out; a part with media only still gives a block.
+        let only_image = anthropic_blocks(&[
+            json!({"type": "text", "text": "  "}),
+            json!({"type": "image", "source": {"type": "url", "value": "u"}}),
+        ]);
+        assert_eq!(only_image.len(), 1);
+        assert_eq!(notes(&sample()).len(), 6);
+    }
+}
