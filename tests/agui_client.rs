@@ -347,25 +347,7 @@ async fn http_agent_runs_backend_tools_and_leaves_frontend_calls() {
 
     // A snapshot instead, with a resume point as a reconnecting EventSource
     // sends it: the snapshot holds the past, nothing is replayed after it.
-    let snapshotted = run_script(
-        &app,
-        "stream.mjs",
-        &[
-            "--thread",
-            thread,
-            "--after",
-            "0",
-            "--snapshot",
-            "true",
-            "--min-events",
-            "2",
-            "--idle-ms",
-            "1500",
-            "--timeout-ms",
-            "10000",
-        ],
-    )
-    .await;
+    let snapshotted = snapshot_stream(&app, thread).await;
     let snapshot_report = assert_stream_valid(&snapshotted, "snapshot stream");
     assert_eq!(
         strs(&snapshot_report["types"]),
@@ -427,12 +409,25 @@ async fn a_snapshot_with_media_parts_is_valid_ag_ui() {
     assert_eq!(r.status(), 200);
     common::SseReader::new(r).until("RUN_FINISHED").await;
 
-    let snapshotted = run_script(
-        &app,
+    let snapshotted = snapshot_stream(&app, thread).await;
+    let report = assert_stream_valid(&snapshotted, "snapshot with media parts");
+    let messages = &report["events"][1]["messages"];
+    assert_eq!(messages[0]["content"], asked, "{messages}");
+    assert_eq!(messages[2]["content"], answered, "{messages}");
+    app.stop().await;
+}
+
+/// Reads the thread's stream with a snapshot, resumed from the start as a
+/// reconnecting EventSource asks (stream.mjs), until it goes quiet.
+async fn snapshot_stream(app: &TestApp, thread: &str) -> Output {
+    run_script(
+        app,
         "stream.mjs",
         &[
             "--thread",
             thread,
+            "--after",
+            "0",
             "--snapshot",
             "true",
             "--min-events",
@@ -443,12 +438,7 @@ async fn a_snapshot_with_media_parts_is_valid_ag_ui() {
             "10000",
         ],
     )
-    .await;
-    let report = assert_stream_valid(&snapshotted, "snapshot with media parts");
-    let messages = &report["events"][1]["messages"];
-    assert_eq!(messages[0]["content"], asked, "{messages}");
-    assert_eq!(messages[2]["content"], answered, "{messages}");
-    app.stop().await;
+    .await
 }
 
 /// Shape of a thread stream: RUN_STARTED on the thread, (a snapshot), then

@@ -606,36 +606,34 @@ fn audit_from_row(row: &impl StoreRow) -> StoreResult<AuditEntry> {
 }
 
 fn message_from_row(row: &impl StoreRow) -> StoreResult<StoredMessage> {
-    let role = row.text("role")?;
-    Ok(StoredMessage {
-        thread_id: row.text("thread_id")?,
-        seq: row.int("seq")?,
-        id: row.text("id")?,
-        role: Role::parse(&role)
-            .ok_or_else(|| StoreError::Corrupt(format!("unknown message role {role:?}")))?,
-        content: row.text("content")?,
-        metadata: row.json("metadata")?,
-        tool_call_id: row.opt_text("tool_call_id")?,
-        created_at_ms: row.int("created_at_ms")?,
-    })
+    message_with(row, row.text("content")?, row.json("metadata")?)
 }
 
 /// A message of [`Reads::message_outlines`]: no content, and of the
 /// metadata only the tool calls.
 fn outline_from_row(row: &impl StoreRow) -> StoreResult<StoredMessage> {
-    let role = row.text("role")?;
     let mut metadata = serde_json::Map::new();
     if let Some(calls) = row.opt_json("tool_calls")? {
         metadata.insert("tool_calls".into(), calls);
     }
+    message_with(row, String::new(), Value::Object(metadata))
+}
+
+/// A message row's own columns, with `content` and `metadata` as given.
+fn message_with(
+    row: &impl StoreRow,
+    content: String,
+    metadata: Value,
+) -> StoreResult<StoredMessage> {
+    let role = row.text("role")?;
     Ok(StoredMessage {
         thread_id: row.text("thread_id")?,
         seq: row.int("seq")?,
         id: row.text("id")?,
         role: Role::parse(&role)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown message role {role:?}")))?,
-        content: String::new(),
-        metadata: Value::Object(metadata),
+        content,
+        metadata,
         tool_call_id: row.opt_text("tool_call_id")?,
         created_at_ms: row.int("created_at_ms")?,
     })
