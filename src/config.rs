@@ -49,6 +49,12 @@ pub struct ServerSettings {
     /// Seconds in-flight requests get to finish after a shutdown signal
     /// (event streams end at once) before toolgate exits anyway.
     pub shutdown_grace_secs: u64,
+    /// Whole-thread reads (`/context`, `?snapshot=true`) served at once,
+    /// all owners together, and per owner; a read beyond them waits up to
+    /// `thread_read_wait_secs`, then is answered 429.
+    pub max_thread_reads: usize,
+    pub max_thread_reads_per_owner: usize,
+    pub thread_read_wait_secs: u64,
 }
 
 impl Default for ServerSettings {
@@ -63,6 +69,9 @@ impl Default for ServerSettings {
             header_read_timeout_secs: 30,
             max_connections: 0,
             shutdown_grace_secs: 30,
+            max_thread_reads: 8,
+            max_thread_reads_per_owner: 4,
+            thread_read_wait_secs: 10,
         }
     }
 }

@@ -184,6 +184,11 @@ impl Application {
             .await
             .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
         let limits_settings = settings.tools.clone();
+        let thread_reads = Arc::new(crate::engine::limits::ThreadReads::new(
+            settings.server.max_thread_reads,
+            settings.server.max_thread_reads_per_owner,
+            Duration::from_secs(settings.server.thread_read_wait_secs),
+        ));
         let state = AppState::new(Shared {
             engine,
             store,
@@ -196,6 +201,7 @@ impl Application {
                 limits_settings.max_concurrent_calls,
                 limits_settings.max_concurrent_calls_per_owner,
             )),
+            thread_reads,
             shutdown: CancellationToken::new(),
             workspaces,
             sandbox,

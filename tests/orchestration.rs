@@ -580,6 +580,101 @@ async fn a_quick_read_only_call_streams_in_order(backend: Backend) {
     assert_eq!(s, 409);
 }
 
+/// One answer of a whole-thread read in a burst: its status, and the
+/// problem or the number of messages it held.
+async fn read_whole(client: reqwest::Client, url: String, token: String) -> (u16, Value) {
+    let snapshot = url.contains("snapshot=true");
+    let resp = client.get(url).bearer_auth(token).send().await.unwrap();
+    let status = resp.status().as_u16();
+    if status == 429 {
+        assert_eq!(resp.headers()["retry-after"], "1");
+        assert_eq!(resp.headers()["content-type"], "application/problem+json");
+        return (status, resp.json().await.unwrap());
+    }
+    assert_eq!(status, 200);
+    let messages = if snapshot {
+        let mut sse = common::SseReader::new(resp);
+        let frame = sse.until("MESSAGES_SNAPSHOT").await.pop().unwrap();
+        frame.data["messages"].as_array().unwrap().len()
+    } else {
+        let body: Value = resp.json().await.unwrap();
+        body["messages"].as_array().unwrap().len()
+    };
+    (status, json!(messages))
+}
+
+async fn whole_thread_reads_are_limited_per_owner(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.server.max_thread_reads_per_owner = 1;
+        s.server.thread_read_wait_secs = 0;
+    })
+    .await;
+    // A thread that takes a while to read: eight messages of 400 KB.
+    let text = "x".repeat(400_000);
+    for _ in 0..8 {
+        let r = app
+            .post(
+                "/v1/threads/big/messages",
+                &json!({"role": "user", "content": text}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    let other = app.token_for("someone-else");
+    let r = app
+        .post_as(
+            &other,
+            "/v1/threads/small/messages",
+            &json!({"role": "user", "content": "hello"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    // Bursts of contexts and snapshots of the big thread by its owner, one
+    // read by another owner beside each: the owner's reads beyond the first
+    // are refused at once (no wait is configured), the other owner's never.
+    let mut refused = Vec::new();
+    for _ in 0..10 {
+        let mut burst = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let path = match i % 4 {
+                0 => "/v1/threads/big/events?snapshot=true",
+                _ => "/v1/threads/big/context",
+            };
+            burst.spawn(read_whole(
+                app.client.clone(),
+                app.url(path),
+                app.token.clone(),
+            ));
+        }
+        let (status, messages) = read_whole(
+            app.client.clone(),
+            app.url("/v1/threads/small/context"),
+            other.clone(),
+        )
+        .await;
+        assert_eq!((status, messages), (200, json!(1)), "another owner reads");
+        while let Some(answer) = burst.join_next().await {
+            match answer.unwrap() {
+                (200, messages) => assert_eq!(messages, 8),
+                (_, problem) => refused.push(problem),
+            }
+        }
+        if !refused.is_empty() {
+            break;
+        }
+    }
+    let problem = refused.first().expect("a burst of reads is limited");
+    assert_eq!(problem["status"], 429);
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("this owner is reading its maximum of 1 whole threads"),
+        "{detail}"
+    );
+    // Once the burst is over, the thread reads again.
+    let context = app.get_json("/v1/threads/big/context").await;
+    assert_eq!(context["messages"].as_array().unwrap().len(), 8);
+}
+
 both_backends!(
     a_timed_out_call_is_answered_while_its_blocking_work_goes_on,
     batches_run_safe_calls_together_and_the_rest_in_order,
@@ -589,4 +684,5 @@ both_backends!(
     progress_announces_a_read_only_call_first,
     a_quick_read_only_call_streams_in_order,
     a_read_only_call_within_the_delay_commits_once,
+    whole_thread_reads_are_limited_per_owner,
 );

@@ -1,17 +1,47 @@
-//! How many calls may run at once: a global limit and one per owner. A call
-//! holds its permits until it is finished (not until its HTTP response is
-//! sent), so a slow or cancelled call frees its slot exactly when it ends.
+//! How many calls may run at once, and how many whole-thread reads: a
+//! global limit and one per owner for each. A call holds its permits until
+//! it is finished (not until its HTTP response is sent), so a slow or
+//! cancelled call frees its slot exactly when it ends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-pub struct Limits {
+/// A global pool of slots and one pool per owner.
+struct Slots {
     global: Arc<Semaphore>,
     global_max: usize,
     per_owner_max: usize,
     per_owner: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Slots {
+    fn new(global_max: usize, per_owner_max: usize) -> Self {
+        let global_max = global_max.max(1);
+        Slots {
+            global: Arc::new(Semaphore::new(global_max)),
+            global_max,
+            per_owner_max: per_owner_max.max(1),
+            per_owner: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The owner's pool. Pools nobody holds or waits for are forgotten (a
+    /// permit, and whoever is about to take one, keeps its pool alive), so
+    /// the map stays small and an owner never gets a second pool.
+    fn of_owner(&self, owner: &str) -> Arc<Semaphore> {
+        let mut map = self.per_owner.lock().expect("limits lock");
+        map.retain(|_, s| Arc::strong_count(s) > 1);
+        map.entry(owner.to_string())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.per_owner_max)))
+            .clone()
+    }
+}
+
+pub struct Limits {
+    slots: Slots,
 }
 
 /// Held while calls run; dropping it frees the slots.
@@ -33,38 +63,78 @@ pub enum LimitExceeded {
 
 impl Limits {
     pub fn new(global_max: usize, per_owner_max: usize) -> Self {
-        let global_max = global_max.max(1);
         Limits {
-            global: Arc::new(Semaphore::new(global_max)),
-            global_max,
-            per_owner_max: per_owner_max.max(1),
-            per_owner: Mutex::new(HashMap::new()),
+            slots: Slots::new(global_max, per_owner_max),
         }
     }
 
     /// Take `n` slots for `owner` now, or say which limit is in the way.
     pub fn try_acquire(&self, owner: &str, n: usize) -> Result<Permit, LimitExceeded> {
-        let widest = self.global_max.min(self.per_owner_max);
+        let slots = &self.slots;
+        let widest = slots.global_max.min(slots.per_owner_max);
         if n > widest {
             return Err(LimitExceeded::TooWide(widest));
         }
-        let owner_sem = {
-            let mut map = self.per_owner.lock().expect("limits lock");
-            // Forget owners with nothing running, so the map stays small.
-            map.retain(|_, s| s.available_permits() < self.per_owner_max);
-            map.entry(owner.to_string())
-                .or_insert_with(|| Arc::new(Semaphore::new(self.per_owner_max)))
-                .clone()
-        };
         let n32 = n as u32;
-        let owner_permit = owner_sem
+        let owner_permit = slots
+            .of_owner(owner)
             .try_acquire_many_owned(n32)
-            .map_err(|_| LimitExceeded::Owner(self.per_owner_max))?;
-        let global_permit = self
+            .map_err(|_| LimitExceeded::Owner(slots.per_owner_max))?;
+        let global_permit = slots
             .global
             .clone()
             .try_acquire_many_owned(n32)
-            .map_err(|_| LimitExceeded::Global(self.global_max))?;
+            .map_err(|_| LimitExceeded::Global(slots.global_max))?;
+        Ok(Permit {
+            _global: global_permit,
+            _owner: owner_permit,
+        })
+    }
+}
+
+/// Reads that hold a whole thread in memory (`/context`, a stream's
+/// `MESSAGES_SNAPSHOT`): a thread has no size limit, so how many of them
+/// run at once is, or a burst of them on a large thread could take all
+/// the memory there is. A read waits up to `wait` for its slots.
+pub struct ThreadReads {
+    slots: Slots,
+    wait: Duration,
+}
+
+/// Why a whole-thread read was not started.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReadsBusy {
+    #[error(
+        "the service is reading its maximum of {0} whole threads at once (contexts and snapshots); retry shortly"
+    )]
+    Global(usize),
+    #[error(
+        "this owner is reading its maximum of {0} whole threads at once (contexts and snapshots); retry shortly"
+    )]
+    Owner(usize),
+}
+
+impl ThreadReads {
+    pub fn new(global_max: usize, per_owner_max: usize, wait: Duration) -> Self {
+        ThreadReads {
+            slots: Slots::new(global_max, per_owner_max),
+            wait,
+        }
+    }
+
+    /// Slots for one whole-thread read by `owner`, held until the permit is
+    /// dropped; waits up to the configured time for them.
+    pub async fn enter(&self, owner: &str) -> Result<Permit, ReadsBusy> {
+        let slots = &self.slots;
+        let deadline = tokio::time::Instant::now() + self.wait;
+        let owner_permit = tokio::time::timeout_at(deadline, slots.of_owner(owner).acquire_owned())
+            .await
+            .map_err(|_| ReadsBusy::Owner(slots.per_owner_max))?
+            .expect("the semaphore is never closed");
+        let global_permit = tokio::time::timeout_at(deadline, slots.global.clone().acquire_owned())
+            .await
+            .map_err(|_| ReadsBusy::Global(slots.global_max))?
+            .expect("the semaphore is never closed");
         Ok(Permit {
             _global: global_permit,
             _owner: owner_permit,
@@ -99,5 +169,45 @@ mod tests {
             limits.try_acquire("c", 5).unwrap_err(),
             LimitExceeded::TooWide(2)
         );
+    }
+
+    #[tokio::test]
+    async fn whole_thread_reads_wait_for_a_slot_then_give_up() {
+        // No wait: a read whose slot is taken is refused at once.
+        let reads = ThreadReads::new(3, 2, Duration::ZERO);
+        let a1 = reads.enter("a").await.unwrap();
+        let a2 = reads.enter("a").await.unwrap();
+        assert_eq!(reads.enter("a").await.unwrap_err(), ReadsBusy::Owner(2));
+        let b1 = reads.enter("b").await.unwrap();
+        assert_eq!(reads.enter("b").await.unwrap_err(), ReadsBusy::Global(3));
+        drop(a1);
+        assert!(
+            reads.enter("b").await.is_ok(),
+            "an ended read frees its slot"
+        );
+        // Owners whose reads have ended are forgotten.
+        drop((a2, b1));
+        let _c = reads.enter("c").await.unwrap();
+        let owners: Vec<String> = reads
+            .slots
+            .per_owner
+            .lock()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(owners, ["c"]);
+
+        // With a wait, a read starts as soon as a slot comes free.
+        let reads = Arc::new(ThreadReads::new(1, 1, Duration::from_secs(60)));
+        let first = reads.enter("a").await.unwrap();
+        let waiting = tokio::spawn({
+            let reads = reads.clone();
+            async move { reads.enter("b").await.map(drop) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "the second read waits");
+        drop(first);
+        assert_eq!(waiting.await.unwrap(), Ok(()));
     }
 }

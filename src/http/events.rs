@@ -96,6 +96,7 @@ fn parse_position(raw: &str, source: &str) -> Result<i64, ApiError> {
         (status = 200, description = "AG-UI event stream", content_type = "text/event-stream", body = AgUiSseEvent),
         (status = 400, description = "Resume point not a number or in the future", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
+        (status = 429, description = "Too many snapshots and contexts being read at once (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn get_events(
@@ -138,8 +139,10 @@ pub async fn get_events(
     // A snapshot and the event it ends at are read as of one moment: a
     // result committed meanwhile is in the snapshot or streamed, never both.
     let (snapshot, last) = if q.snapshot.unwrap_or(false) {
+        // Held until the snapshot is handed to the response.
+        let read = state.enter_thread_read(&user.owner).await?;
         let (messages, last) = state.store.snapshot(&thread.0).await?;
-        (Some(messages), last)
+        (Some((messages, read)), last)
     } else {
         (None, state.store.last_event_seq(&thread.0).await?)
     };
@@ -178,6 +181,10 @@ pub async fn get_events(
 }
 
 type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
+
+/// A stream's MESSAGES_SNAPSHOT, with the whole-thread read slot it holds
+/// until it is handed to the response.
+type Snapshot = (Vec<StoredMessage>, crate::engine::limits::Permit);
 
 fn untracked(event: &Event) -> SseEvent {
     SseEvent::default().data(event.to_json())
@@ -220,7 +227,7 @@ async fn stream_thread(
     state: AppState,
     thread_id: String,
     start: i64,
-    snapshot: Option<Vec<StoredMessage>>,
+    snapshot: Option<Snapshot>,
     live: Subscription,
     tx: Tx,
 ) {
@@ -263,15 +270,19 @@ async fn follow(
     state: &AppState,
     thread_id: &str,
     start: i64,
-    snapshot: Option<Vec<StoredMessage>>,
+    snapshot: Option<Snapshot>,
     mut live: Subscription,
     tx: &Tx,
 ) -> End {
-    if let Some(messages) = snapshot {
+    if let Some((messages, read)) = snapshot {
         let ev = Event::new(EventBody::MessagesSnapshot {
             messages: messages.into_iter().map(agui_message).collect(),
         });
-        if let Err(end) = deliver(state, tx, untracked(&ev)).await {
+        let sse = untracked(&ev);
+        drop(ev);
+        let delivered = deliver(state, tx, sse).await;
+        drop(read);
+        if let Err(end) = delivered {
             return end;
         }
     }

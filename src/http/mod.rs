@@ -68,6 +68,8 @@ pub struct Shared {
     pub settings: Arc<Settings>,
     pub metrics: PrometheusHandle,
     pub limits: Arc<crate::engine::limits::Limits>,
+    /// Whole-thread reads running at once.
+    pub thread_reads: Arc<crate::engine::limits::ThreadReads>,
     pub workspaces: Arc<crate::workspace::Workspaces>,
     /// Threads whose owner is known (owners never change).
     pub thread_owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
@@ -135,6 +137,21 @@ impl AppState {
     ) -> Result<crate::engine::limits::Permit, ApiError> {
         self.limits
             .try_acquire(owner, n)
+            .map_err(|e| ApiError::TooManyRequests {
+                detail: e.to_string(),
+                retry_after_secs: 1,
+            })
+    }
+
+    /// Slots for one whole-thread read of `owner` (held until dropped), or
+    /// a 429 once none has come free in the configured wait.
+    pub async fn enter_thread_read(
+        &self,
+        owner: &str,
+    ) -> Result<crate::engine::limits::Permit, ApiError> {
+        self.thread_reads
+            .enter(owner)
+            .await
             .map_err(|e| ApiError::TooManyRequests {
                 detail: e.to_string(),
                 retry_after_secs: 1,

@@ -700,6 +700,7 @@ pub struct ContextQuery {
         (status = 200, description = "The conversation in the vendor's shape", body = Object),
         (status = 400, description = "Unknown format", content_type = "application/problem+json"),
         (status = 404, description = "No such thread for this owner", content_type = "application/problem+json"),
+        (status = 429, description = "Too many contexts and snapshots being read at once (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn get_context(
@@ -707,9 +708,11 @@ pub async fn get_context(
     user: AuthUser,
     Path(thread_id): Path<String>,
     ApiQuery(q): ApiQuery<ContextQuery>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     require_thread(&state, &user, &thread).await?;
+    // Held until the answer is serialized: the thread is in memory till then.
+    let _read = state.enter_thread_read(&user.owner).await?;
     let messages = state.store.all_messages(&thread.0).await?;
     // What each declared call without a result is waiting for.
     let mut unanswered = context::Unanswered::new();
@@ -745,12 +748,14 @@ pub async fn get_context(
         };
         unanswered.insert(declared.id.to_string(), why);
     }
-    Ok(axum::Json(
-        match q.format.unwrap_or(ContextFormat::Openai) {
-            ContextFormat::Openai => context::openai(&messages, &unanswered),
-            ContextFormat::Anthropic => context::anthropic(&messages, &unanswered),
-        },
-    ))
+    let context = match q.format.unwrap_or(ContextFormat::Openai) {
+        ContextFormat::Openai => context::openai(&messages, &unanswered),
+        ContextFormat::Anthropic => context::anthropic(&messages, &unanswered),
+    };
+    drop(messages);
+    Ok(axum::response::IntoResponse::into_response(axum::Json(
+        context,
+    )))
 }
 
 /// New declarations (`{"id", "name", "arguments"}`, in order) must not
