@@ -2206,7 +2206,105 @@ async fn reading_the_workspace_creates_nothing() {
     assert_eq!(app.get_json("/v1/workspace").await["root"], main["root"]);
 }
 
+async fn a_dry_run_needs_what_reading_the_file_needs(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    put_rules(
+        &app,
+        json!({"ask": ["read(.env)", "write(plain.txt)"], "allow": ["write(notes/**)"]}),
+    )
+    .await;
+    app.put_file(".env", "TOPSECRET\n");
+    std::fs::create_dir_all(workspace_root(&app).await.join("notes")).unwrap();
+    app.put_file("notes/a.txt", "PLAIN\n");
+    let root = workspace_root(&app).await;
+    // What the model would be told: any part of the answer but the
+    // approval itself (which a person reads to decide).
+    let for_the_model = |out: &Value| {
+        let mut out = out.clone();
+        if let Some(o) = out.as_object_mut() {
+            o.remove("approval");
+        }
+        out.to_string()
+    };
+
+    // A dry-run write, edit or patch of `.env` would show its text (a
+    // diff, or a hint quoting the file): it waits for a person, as
+    // reading it would, and tells the model nothing of the file.
+    let calls = [
+        json!({"id": "d1", "name": "write_file", "arguments": {"path": ".env", "content": "x"}, "dry_run": true}),
+        json!({"id": "d2", "name": "edit_file", "arguments": {"path": ".env", "old_string": "TOPSECREX", "new_string": "y"}, "dry_run": true}),
+        json!({"id": "d3", "name": "apply_diff", "arguments": {"path": ".env", "diff": "@@ -1 +1 @@\n-nothing\n+y\n"}, "dry_run": true}),
+    ];
+    let mut approvals = vec![];
+    for call in &calls {
+        let (s, out) = app.call("dry", call.clone()).await;
+        assert_eq!(
+            (s, &out["status"]),
+            (202, &json!("pending_approval")),
+            "{out}"
+        );
+        assert!(!for_the_model(&out).contains("TOPSECRET"), "{out}");
+        assert!(
+            out["approval"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("read(.env)"),
+            "{out}"
+        );
+        approvals.push(out["approval"]["id"].as_str().unwrap().to_string());
+    }
+    // Approved, it is still a dry run: previewed, nothing written.
+    let out = approve_and_wait(&app, &approvals[0], "dry", calls[0].clone()).await;
+    let result = &out["tool_agent_output"]["result"];
+    assert_eq!(result["dry_run"], true, "{out}");
+    assert!(
+        result["preview"].as_str().unwrap().contains("-TOPSECRET"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join(".env")).unwrap(),
+        "TOPSECRET\n"
+    );
+
+    // Where reading is allowed, a dry run needs no approval, even of a
+    // write that would (an ask rule on writing `plain.txt`).
+    for (id, path) in [("d4", "notes/a.txt"), ("d5", "plain.txt")] {
+        let (s, out) = app
+            .call(
+                "dry",
+                json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "new"}, "dry_run": true}),
+            )
+            .await;
+        assert_eq!(s, 200, "{out}");
+        assert_eq!(out["tool_agent_output"]["result"]["dry_run"], true, "{out}");
+    }
+    let (s, out) = app
+        .call(
+            "dry",
+            json!({"id": "d6", "name": "write_file", "arguments": {"path": "plain.txt", "content": "new"}}),
+        )
+        .await;
+    assert_eq!(
+        (s, &out["status"]),
+        (202, &json!("pending_approval")),
+        "{out}"
+    );
+
+    // A deny on reading a path denies its dry runs as it denies writes.
+    put_rules(&app, json!({"deny": ["read_file(.env)"]})).await;
+    let (s, out) = app
+        .call(
+            "dry",
+            json!({"id": "d7", "name": "write_file", "arguments": {"path": ".env", "content": "x"}, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+    assert!(!out.to_string().contains("TOPSECRET"), "{out}");
+}
+
 both_backends!(
+    a_dry_run_needs_what_reading_the_file_needs,
     a_call_is_looked_up_by_its_id,
     pipes_into_interpreters_need_approval,
     an_undo_acts_in_the_calls_own_sub_workspace,

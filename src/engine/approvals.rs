@@ -120,6 +120,7 @@ impl Engine {
                 "run_id": req.call.run_id,
                 "parent_message_id": req.call.parent_message_id,
                 "workspace": req.call.workspace,
+                "dry_run": req.call.dry_run,
                 "undo_of": req.undo_of,
                 "verdict": permission.verdict.as_str(),
                 "rule": permission.rule,
@@ -388,7 +389,8 @@ impl Engine {
                 run_id: text("run_id"),
                 parent_message_id: text("parent_message_id"),
                 workspace: text("workspace"),
-                dry_run: false,
+                // A dry run held for what its preview shows stays a dry run.
+                dry_run: r.get("dry_run") == Some(&Value::Bool(true)),
             },
             observer: None,
             undo_of: text("undo_of"),
@@ -404,6 +406,7 @@ impl Engine {
             path_rules: None,
             judged_path: None,
             sub_workspace_at: None,
+            reading: None,
         };
         let written = self
             .writer

@@ -156,6 +156,9 @@ pub struct Permission {
     /// workspace when the verdict was reached (`None` while it does not
     /// exist); recorded with an approval, compared when it resumes.
     pub sub_workspace_at: Option<String>,
+    /// For a dry run of a file tool that writes: the verdict on reading its
+    /// path, which its preview shows (see [`Engine::execute`], step 6).
+    pub reading: Option<Box<Permission>>,
 }
 
 impl From<crate::permissions::Decision> for Permission {
@@ -172,6 +175,7 @@ impl From<crate::permissions::Decision> for Permission {
             path_rules: None,
             judged_path: None,
             sub_workspace_at: None,
+            reading: None,
         }
     }
 }
@@ -367,12 +371,37 @@ impl Engine {
             }
 
             // 6. Human checkpoint: a tool that requires one, or an `ask`
-            //    verdict, waits for a decision instead of running.
-            let needs_checkpoint =
-                tool.definition.metadata.requires_checkpoint || permission.verdict == Verdict::Ask;
-            if needs_checkpoint && !req.call.dry_run {
+            //    verdict, waits for a decision instead of running. A dry run
+            //    changes nothing, so what the call would do needs no
+            //    decision; but its preview (a diff, a failure's hint) shows
+            //    the file's text, so it needs what reading the file needs:
+            //    an `ask` on reading `.env` holds a dry-run write to it too.
+            let checkpoint = match (&permission.reading, req.call.dry_run) {
+                (_, false) => (tool.definition.metadata.requires_checkpoint
+                    || permission.verdict == Verdict::Ask)
+                    .then_some(&permission),
+                (Some(reading), true) => match reading.verdict {
+                    Verdict::Allow => None,
+                    Verdict::Ask => Some(&**reading),
+                    Verdict::Deny => {
+                        let error = ToolError::new(
+                            codes::PERMISSION_DENIED,
+                            format!(
+                                "a dry run of {} shows the file's text, and reading it is not permitted: {}",
+                                tool.definition.name, reading.reason
+                            ),
+                            false,
+                        )
+                        .with_hint(DENIED_HINT);
+                        let reading = (**reading).clone();
+                        return self.refuse(req, &tool, error, &reading).await;
+                    }
+                },
+                (None, true) => None,
+            };
+            if let Some(asking) = checkpoint {
                 match self
-                    .request_approval(req.clone(), &tool, arguments, &permission)
+                    .request_approval(req.clone(), &tool, arguments, asking)
                     .await?
                 {
                     Some(executed) => return Ok(executed),
@@ -1300,6 +1329,27 @@ impl Engine {
         permission.judged_path = file.judged.then(|| crate::tools::JudgedPath {
             leads_to: file.resolved.clone(),
         });
+        // A dry run of a writing file tool shows the file: judged as a read
+        // of the same path (any reading tool's path rules cover them all).
+        if is_file && req.call.dry_run && !tool.definition.metadata.read_only {
+            let reading = crate::permissions::CallFacts {
+                tool_name: "read_file",
+                read_only: true,
+                destructive: false,
+                ..facts
+            };
+            let mut verdict = Permission::from(crate::permissions::decide(
+                &self.config.permissions.rules,
+                owner_rules.as_ref(),
+                &self.config.permissions.defaults,
+                &reading,
+            ));
+            verdict.path_rules = permission.path_rules.clone();
+            verdict.judged_path = permission.judged_path.clone();
+            verdict.resolved_path = file.resolved.clone();
+            verdict.sub_workspace_at = sub_workspace_at.clone();
+            permission.reading = Some(Box::new(verdict));
+        }
         permission.resolved_path = file.resolved;
         permission.sub_workspace_at = sub_workspace_at;
         Ok(permission)
