@@ -121,6 +121,80 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     let (s, p) = problem(app.post(calls, &json!({"id": "x", "name": 3})).await).await;
     assert_eq!(s, 422);
     assert_eq!(p["errors"][0]["pointer"], "/name");
+    // A field no call has is refused by name, not ignored: a misspelt
+    // `dry_run` never runs the call for real.
+    for (path, body, pointer) in [
+        (
+            calls,
+            json!({"id": "x", "name": "echo", "arguments": {"text": "real"}, "dryRun": true}),
+            "/dryRun",
+        ),
+        (
+            calls,
+            json!({"type": "tool_use", "id": "x", "name": "echo", "input": {}, "workspce": "w"}),
+            "/workspce",
+        ),
+        (
+            "/v1/threads/t/messages",
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "x", "type": "function", "function": {"name": "echo", "argument": "{}"}}]}),
+            "/tool_calls/0/function/argument",
+        ),
+    ] {
+        let (s, p) = problem(app.post(path, &body).await).await;
+        assert_eq!(s, 422, "{p}");
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
+        assert!(
+            p["detail"].as_str().unwrap().contains("is not a field of"),
+            "{p}"
+        );
+    }
+    // A declared call's name must be one a tool (and a model API) can have.
+    for (call, pointer) in [
+        (
+            json!({"id": "x", "name": "has space"}),
+            "/tool_calls/0/name",
+        ),
+        (
+            json!({"id": "x", "function": {"name": "x".repeat(65)}}),
+            "/tool_calls/0/function/name",
+        ),
+    ] {
+        let (s, p) = problem(
+            app.post(
+                "/v1/threads/t/messages",
+                &json!({"role": "assistant", "content": null, "tool_calls": [call]}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(
+            (s, &p["errors"][0]["pointer"]),
+            (422, &json!(pointer)),
+            "{p}"
+        );
+        assert!(
+            p["detail"].as_str().unwrap().contains("is not a tool name"),
+            "{p}"
+        );
+    }
+    let r: Value = app
+        .post(
+            "/v1/threads/t/batches",
+            &json!({"calls": [{"id": "x", "name": "echo", "arguments": {"text": "real"}, "dry_run": false, "dryrun": true}]}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["results"][0]["status"], 422, "{r}");
+    assert!(
+        r["results"][0]["problem"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean \"dry_run\"?"),
+        "{r}"
+    );
     let (s, p) = problem(
         app.post(
             "/v1/threads/t/messages",
@@ -252,6 +326,15 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         p["detail"].as_str().unwrap().contains("call.executed"),
         "{p}"
     );
+    // So is an audit cursor no page ever gave.
+    for before in ["0", "-1"] {
+        let (s, p) = problem(app.get(&format!("/v1/audit?before={before}")).await).await;
+        assert_eq!(
+            (s, &p["errors"][0]["parameter"]),
+            (400, &json!("before")),
+            "{p}"
+        );
+    }
     // A value of the wrong type names its parameter too.
     let (s, p) = problem(app.get("/v1/threads/t/history?limit=abc").await).await;
     assert_eq!(s, 400);

@@ -224,6 +224,7 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
         "{body}"
     );
     assert_eq!(body["results"][1]["status"], 422, "{body}");
+    assert_eq!(body["results"][1]["tool_call_id"], "dup", "{body}");
     assert!(
         body["results"][1]["problem"]["detail"]
             .as_str()

@@ -992,6 +992,32 @@ async fn extreme_numbers_survive_storage(backend: Backend) {
         let resp = app.get(&format!("{t}/context?format={format}")).await;
         assert_eq!(resp.status(), 200, "{format}");
     }
+
+    // A negative zero (jsonb has one zero) is read as 0.0 wherever a
+    // request holds it, so every backend keeps and shows the same call,
+    // and a re-post matches what was stored.
+    let zero_sign = |v: &Value| v.as_f64().map(f64::is_sign_negative);
+    let call = json!({"id": "z1", "name": "echo", "arguments": {"text": "z", "n": -0.0}});
+    let (s, out) = app.call("numbers", call.clone()).await;
+    assert_eq!(s, 200, "{out}");
+    let (s, out) = app.call("numbers", call).await;
+    assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
+    let record = app.get_json(&format!("{t}/tool-calls/z1")).await;
+    assert_eq!(
+        zero_sign(&record["arguments"]["n"]),
+        Some(false),
+        "{record}"
+    );
+    let message = json!({"role": "assistant", "content": null,
+        "tool_calls": [{"id": "z2", "type": "function",
+            "function": {"name": "echo", "arguments": "{\"text\": \"z\", \"n\": -0.0}"}}]});
+    assert_eq!(
+        app.post(&format!("{t}/messages"), &message).await.status(),
+        201
+    );
+    let history = app.history("numbers").await;
+    let declared = &history.last().unwrap()["tool_calls"][0]["arguments"]["n"];
+    assert_eq!(zero_sign(declared), Some(false), "{history:?}");
 }
 
 /// The database refuses one call's result (a trigger): that call is
@@ -1452,7 +1478,31 @@ async fn a_users_media_parts_are_kept_and_passed_on(backend: Backend) {
     assert_eq!(blocks[4], json!({"type": "text", "text": "and plain text"}));
 }
 
+async fn a_run_claims_its_new_thread_even_when_it_records_nothing(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let r = app
+        .post(
+            "/v1/threads/empty-run/runs",
+            &json!({"threadId": "empty-run", "runId": "r1", "messages": []}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let stream = r.text().await.unwrap();
+    assert!(stream.contains("RUN_FINISHED"), "{stream}");
+    // The thread is the caller's now: empty, and nobody else's to take.
+    assert_eq!(app.history("empty-run").await, Vec::<Value>::new());
+    let r = app
+        .post_as(
+            &app.token_for("someone-else"),
+            "/v1/threads/empty-run/messages",
+            &json!({"role": "user", "content": "mine?"}),
+        )
+        .await;
+    assert_eq!(r.status(), 404);
+}
+
 both_backends!(
+    a_run_claims_its_new_thread_even_when_it_records_nothing,
     a_users_media_parts_are_kept_and_passed_on,
     an_application_tools_failure_is_kept,
     a_call_id_means_one_call_in_a_thread,

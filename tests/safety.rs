@@ -267,11 +267,30 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
     assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
     assert!(!root.join("real/secrets/key.txt").exists());
 
-    // A rule that does not parse is refused, naming it.
+    // A rule that does not parse is refused, naming it, and the rules in
+    // force stay.
     let resp = app
-        .put("/v1/permissions", &json!({"allow": ["bash(unclosed"]}))
+        .put(
+            "/v1/permissions",
+            &json!({"allow": ["bash"], "deny": ["bash(rm *)", "bash(unclosed"]}),
+        )
         .await;
     assert_eq!(resp.status(), 422);
+    let problem: Value = resp.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["pointer"], "/deny/1", "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("deny[1] `bash(unclosed`"),
+        "{problem}"
+    );
+    let view = app.get_json("/v1/permissions").await;
+    assert_eq!(
+        view["owner"]["deny"],
+        json!(["read_file(secrets/**)"]),
+        "{view}"
+    );
 
     // Audit: the denial with its rule.
     let audit = app

@@ -338,11 +338,16 @@ pub async fn put_permissions(
     ApiJson(body): ApiJson<RuleLists>,
 ) -> Result<axum::Json<PermissionsView>, ApiError> {
     let value = json!(body);
-    if let Err(e) = serde_json::from_value::<crate::permissions::RuleSet>(value.clone()) {
+    if let Err(e) = crate::permissions::RuleSet::from_lists(&body.allow, &body.ask, &body.deny) {
+        let mut extra = Map::new();
+        extra.insert(
+            "errors".into(),
+            json!([{"pointer": format!("/{}/{}", e.list, e.index), "message": e.error.to_string()}]),
+        );
         return Err(ApiError::Unprocessable {
             title: "Invalid rule".into(),
             detail: e.to_string(),
-            extra: Map::new(),
+            extra,
         });
     }
     let now = now_ms();

@@ -26,6 +26,7 @@ pub struct AuditQuery {
     pub until_ms: Option<i64>,
     /// Cursor from the previous page's `next_cursor` (or `next_before`):
     /// entries older than this entry id.
+    #[param(minimum = 1)]
     pub before: Option<i64>,
     /// 1–500, default 100.
     #[param(minimum = 1, maximum = 500)]
@@ -75,6 +76,13 @@ pub async fn get_audit(
                 "must be one of {}, got {action:?}",
                 crate::engine::audit::ACTIONS.join(", ")
             ),
+        ));
+    }
+    // Entry ids start at 1: a smaller one is no cursor this server gave.
+    if q.before.is_some_and(|before| before < 1) {
+        return Err(ApiError::invalid_param(
+            "before",
+            "must be a cursor returned as next_cursor (a positive entry id)",
         ));
     }
     // One more than a page: a full page with nothing after it is the last.

@@ -68,6 +68,10 @@ pub struct BatchResponse {
 /// Consecutive concurrency-safe calls (per the tool's metadata) run in
 /// parallel; any other call runs alone, after the ones before it. One
 /// refused call does not stop the others.
+/// A batch item as parsed: the call, or its refusal with the call's id
+/// when it has one.
+type Parsed = Result<IncomingCall, (Option<String>, ApiError)>;
+
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/batches", tag = "tool calls",
     params(("thread_id" = String, Path,)),
     request_body = BatchRequest,
@@ -107,17 +111,20 @@ pub async fn post_batch(
     // An id twice in one batch is answered at its second place: which of
     // two different calls ran would otherwise be down to timing.
     let mut first_at = std::collections::HashMap::new();
-    let parsed: Vec<Result<IncomingCall, ApiError>> = body
+    let parsed: Vec<Parsed> = body
         .calls
         .iter()
         .enumerate()
         .map(|(index, raw)| {
-            let call = calls::parse(raw).map_err(parse_error_to_api)?;
+            let call = calls::parse(raw).map_err(|e| (None, parse_error_to_api(e)))?;
             if let Some(first) = first_at.get(&call.id) {
-                return Err(unprocessable(format!(
-                    "tool call id {:?} is already the id of call {first} of this batch",
-                    call.id
-                )));
+                return Err((
+                    Some(call.id.clone()),
+                    unprocessable(format!(
+                        "tool call id {:?} is already the id of call {first} of this batch",
+                        call.id
+                    )),
+                ));
             }
             first_at.insert(call.id.clone(), index);
             let mut call = call;
@@ -139,8 +146,7 @@ pub async fn post_batch(
     let permit = state.acquire(&user.owner, widest)?;
 
     let mut results: Vec<Option<BatchItem>> = (0..parsed.len()).map(|_| None).collect();
-    let mut parsed: Vec<Option<Result<IncomingCall, ApiError>>> =
-        parsed.into_iter().map(Some).collect();
+    let mut parsed: Vec<Option<Parsed>> = parsed.into_iter().map(Some).collect();
     // The first call found waiting for a human decision: the calls after
     // it may depend on it, so they do not run before it (nothing of them
     // is recorded; posted again once it is decided, they run then).
@@ -149,7 +155,7 @@ pub async fn post_batch(
         let mut tasks = Vec::with_capacity(group.len());
         for index in group {
             match parsed[index].take().expect("each call is taken once") {
-                Err(problem) => results[index] = Some(refused(index, None, problem)),
+                Err((id, problem)) => results[index] = Some(refused(index, id, problem)),
                 Ok(call) if waiting_for.is_some() => {
                     let (at, before) = waiting_for.as_ref().expect("checked");
                     let id = call.id.clone();

@@ -141,6 +141,12 @@ fn separate_call_shapes(doc: &mut Value) {
         {"required": ["function"]},
     ]});
     schemas["AnthropicCall"]["not"] = json!({"required": ["function"]});
+    // A field no shape has is refused (a misspelt `dry_run` must not run
+    // the call for real).
+    for shape in ["NativeCall", "OpenAiCall", "AnthropicCall"] {
+        schemas[shape]["additionalProperties"] = json!(false);
+    }
+    schemas["OpenAiCall"]["properties"]["function"]["additionalProperties"] = json!(false);
 }
 
 /// Path parameters that are toolgate ids, checked by `valid_id`.
@@ -166,10 +172,11 @@ fn constrain_ids(doc: &mut Value) {
 }
 
 /// The answers every `/v1` operation can give whatever its handler says:
-/// the token check (401), malformed parameters (400), and for a JSON body
-/// a malformed (400), oversized (413), mistyped (415) or ill-shaped (422)
-/// one; and every operation, `/v1` or not, an oversized target (414) or
-/// header fields (431). Every problem answer gets the `Problem` schema.
+/// the token check (401), the database being unavailable (503), malformed
+/// parameters (400), and for a JSON body a malformed (400), oversized
+/// (413), mistyped (415) or ill-shaped (422) one; and every operation,
+/// `/v1` or not, an oversized target (414) or header fields (431), or no
+/// answer in time (408). Every problem answer gets the `Problem` schema.
 fn add_common_problems(doc: &mut Value) {
     let problem = |description: &str| {
         json!({
@@ -210,6 +217,12 @@ fn add_common_problems(doc: &mut Value) {
                         super::error::MAX_HEADER_BYTES
                     )),
                 ),
+                (
+                    "408",
+                    problem(
+                        "No answer within `server.request_timeout_secs` (a tool call goes on and is recorded: post it again with the same id for its outcome)",
+                    ),
+                ),
             ];
             if v1 {
                 let mut unauthorized = problem(
@@ -220,6 +233,10 @@ fn add_common_problems(doc: &mut Value) {
                     "schema": {"type": "string"},
                 }});
                 common.push(("401", unauthorized));
+                common.push((
+                    "503",
+                    problem("The database is unavailable; retry (a call posted again with the same id runs at most once)"),
+                ));
             }
             if v1 && (has_parameters || has_body) {
                 common.push((
@@ -450,6 +467,16 @@ mod tests {
             json!({"name": "echo", "arguments": {}}),
             json!({"type": "tool_use", "id": "c", "input": {}}),
             json!({"id": "c", "name": "echo", "arguments": [1]}),
+            // Every shape takes the common fields; none takes an unknown one.
+            json!({"id": "c", "name": "echo", "dry_run": true, "workspace": "w"}),
+            json!({"id": "c", "name": "echo", "dryRun": true}),
+            json!({"id": "c", "index": 0, "function": {"name": "echo"}, "dry_run": true,
+                "workspace": "w", "parent_message_id": "m"}),
+            json!({"id": "c", "function": {"name": "echo", "strict": true}}),
+            json!({"id": "c", "function": {"name": "echo"}, "workspce": "w"}),
+            json!({"type": "tool_use", "id": "c", "name": "echo", "dry_run": true,
+                "cache_control": {"type": "ephemeral"}, "caller": {"type": "direct"}}),
+            json!({"type": "tool_use", "id": "c", "name": "echo", "extra": 1}),
         ];
         for body in samples {
             let parsed = crate::protocol::calls::parse(&body);

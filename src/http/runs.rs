@@ -179,7 +179,7 @@ pub async fn post_run(
             extra: Default::default(),
         });
     }
-    check_owner(&state, &user, &thread).await?;
+    let claimed = check_owner(&state, &user, &thread).await?;
     // A run executes its calls one at a time: one slot, held to the end.
     let permit = state.acquire(&user.owner, 1)?;
     let stored = state.store.message_outlines(&thread.0).await?;
@@ -198,6 +198,10 @@ pub async fn post_run(
     super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
     refuse_rewritten_turns(&stored, &input, &frontend)?;
     refuse_second_results(&state, &thread.0, &stored, &input, &known).await?;
+    // A run on a new thread id claims it, even one that records nothing.
+    if !claimed {
+        state.store.claim_thread(&thread.0, &user.owner).await?;
+    }
     // The calls the thread has a result for: a run neither reports the
     // application's own among them as pending nor takes another result.
     let answered_in_thread: HashSet<String> = stored

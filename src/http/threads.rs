@@ -396,6 +396,21 @@ pub async fn post_message(
             let call = calls::parse(raw).map_err(|e| {
                 ApiError::invalid_body(format!("/tool_calls/{i}{}", e.pointer), e.message)
             })?;
+            // A name no tool can have (nor a vendor's function) would make
+            // the thread's context one no model API accepts.
+            if !crate::tools::registry::valid_tool_name(&call.name) {
+                let at = match call.shape {
+                    calls::CallShape::Openai => "function/name",
+                    _ => "name",
+                };
+                return Err(ApiError::invalid_body(
+                    format!("/tool_calls/{i}/{at}"),
+                    format!(
+                        "{:?} is not a tool name: it must match [A-Za-z0-9_.-]{{1,64}}",
+                        call.name
+                    ),
+                ));
+            }
             // Each result answers one call by its id: both vendors refuse
             // a turn that declares an id twice.
             if !ids.insert(call.id.clone()) {

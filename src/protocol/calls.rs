@@ -241,6 +241,52 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
     }
 }
 
+/// The fields every call shape takes besides its own.
+const COMMON_FIELDS: [&str; 4] = ["run_id", "parent_message_id", "workspace", "dry_run"];
+const NATIVE_FIELDS: [&str; 3] = ["id", "name", "arguments"];
+/// `index`: as a streamed OpenAI response numbers its calls.
+const OPENAI_FIELDS: [&str; 4] = ["id", "type", "function", "index"];
+const OPENAI_FUNCTION_FIELDS: [&str; 2] = ["name", "arguments"];
+/// `cache_control` and `caller`: as Anthropic's messages may carry them.
+const ANTHROPIC_FIELDS: [&str; 6] = ["type", "id", "name", "input", "cache_control", "caller"];
+
+/// A field no call shape has is refused, not ignored: a misspelt
+/// `dry_run` (`dryRun`) or `workspace` must not run the call for real, or
+/// somewhere else. Names that differ from a known one only in case, `_` or
+/// `-` are pointed at it.
+fn refuse_unknown_fields(
+    obj: &serde_json::Map<String, Value>,
+    at: &str,
+    what: &str,
+    known: &[&[&str]],
+) -> Result<(), CallParseError> {
+    let known: Vec<&str> = known.iter().flat_map(|k| k.iter().copied()).collect();
+    let squash = |s: &str| -> String {
+        s.chars()
+            .filter(|c| !matches!(c, '_' | '-'))
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    for key in obj.keys() {
+        if known.contains(&key.as_str()) {
+            continue;
+        }
+        let like = known
+            .iter()
+            .find(|k| squash(k) == squash(key))
+            .map(|k| format!("; did you mean {k:?}?"))
+            .unwrap_or_default();
+        return Err(err(
+            &format!("{at}/{}", super::pointer_token(key)),
+            format!(
+                "is not a field of {what}, which takes {}{like}",
+                known.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Parse a request body in any of the three accepted shapes.
 pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
     let obj = body
@@ -285,6 +331,13 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
                 format!("must be an object, got {}", kind(function)),
             )
         })?;
+        refuse_unknown_fields(obj, "", "an OpenAI call", &[&OPENAI_FIELDS, &COMMON_FIELDS])?;
+        refuse_unknown_fields(
+            f,
+            "/function",
+            "an OpenAI call's function",
+            &[&OPENAI_FUNCTION_FIELDS],
+        )?;
         let arguments = match f.get("arguments") {
             Some(Value::String(s)) => parse_argument_text(s, "/function/arguments")?,
             other => object_arguments(other, "/function/arguments")?,
@@ -303,6 +356,12 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
 
     if obj.get("type").and_then(Value::as_str) == Some("tool_use") {
         // Anthropic: {"type": "tool_use", "id", "name", "input": {...}}
+        refuse_unknown_fields(
+            obj,
+            "",
+            "an Anthropic call",
+            &[&ANTHROPIC_FIELDS, &COMMON_FIELDS],
+        )?;
         return Ok(IncomingCall {
             id: id_field(obj, "id", "/id")?,
             name: string_field(obj, "name", "/name")?,
@@ -314,6 +373,12 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
             dry_run,
         });
     }
+    if obj.get("type").and_then(Value::as_str) == Some("function") {
+        return Err(err(
+            "/function",
+            "is missing: an OpenAI call (`type: \"function\"`) names its tool and arguments in `function: {\"name\", \"arguments\"}`; a native call has no `type`",
+        ));
+    }
     if let Some(t) = obj.get("type") {
         return Err(err(
             "/type",
@@ -324,6 +389,7 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
     }
 
     // Native: {"id", "name", "arguments": {...}}
+    refuse_unknown_fields(obj, "", "a call", &[&NATIVE_FIELDS, &COMMON_FIELDS])?;
     let arguments = match obj.get("arguments") {
         Some(Value::String(s)) => parse_argument_text(s, "/arguments")?,
         other => object_arguments(other, "/arguments")?,
@@ -383,8 +449,18 @@ pub struct OpenAiCall {
     #[schema(value_type = Option<String>, pattern = "^function$", nullable = false)]
     pub kind: Option<String>,
     pub function: super::agui::FunctionCall,
+    /// The call's place in a streamed response; accepted and ignored.
+    #[schema(minimum = 0)]
+    pub index: Option<u32>,
     #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
+    #[schema(value_type = Option<Id>)]
+    pub parent_message_id: Option<String>,
+    /// Sub-workspace of the owner to work in.
+    #[schema(value_type = Option<WorkspaceName>)]
+    pub workspace: Option<String>,
+    /// Preview instead of executing: `{would_affect, preview, estimated_impact}`.
+    pub dry_run: Option<bool>,
 }
 
 /// Anthropic shape, as the model produced it.
@@ -401,8 +477,21 @@ pub struct AnthropicCall {
     /// Absent or `null`: `{}`.
     #[schema(value_type = Option<Object>)]
     pub input: Value,
+    /// As Anthropic's messages may carry it; accepted and ignored.
+    #[schema(value_type = Option<Object>)]
+    pub cache_control: Option<Value>,
+    /// As Anthropic's messages may carry it; accepted and ignored.
+    #[schema(value_type = Option<Object>)]
+    pub caller: Option<Value>,
     #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
+    #[schema(value_type = Option<Id>)]
+    pub parent_message_id: Option<String>,
+    /// Sub-workspace of the owner to work in.
+    #[schema(value_type = Option<WorkspaceName>)]
+    pub workspace: Option<String>,
+    /// Preview instead of executing: `{would_affect, preview, estimated_impact}`.
+    pub dry_run: Option<bool>,
 }
 
 /// A tool call in any accepted shape.
@@ -436,6 +525,50 @@ mod tests {
         }
         assert_eq!(openai.shape, CallShape::Openai);
         assert_eq!(anthropic.shape, CallShape::Anthropic);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_by_name() {
+        let refused = |body: Value| parse(&body).unwrap_err();
+        let e = refused(json!({"id": "c", "name": "write_file", "arguments": {}, "dryRun": true}));
+        assert_eq!(e.pointer, "/dryRun");
+        assert!(
+            e.message.contains("did you mean \"dry_run\"?"),
+            "{}",
+            e.message
+        );
+        let e = refused(json!({"id": "c", "name": "echo", "workspce": "x"}));
+        assert_eq!(e.pointer, "/workspce");
+        assert!(
+            e.message
+                .starts_with("is not a field of a call, which takes id, name, arguments, run_id"),
+            "{}",
+            e.message
+        );
+        let e = refused(json!({"id": "c", "function": {"name": "echo", "a/b": 1}}));
+        assert_eq!(e.pointer, "/function/a~1b");
+        let e = refused(json!({"type": "tool_use", "id": "c", "name": "echo", "Input": {}}));
+        assert_eq!(e.pointer, "/Input");
+        assert!(
+            e.message.contains("did you mean \"input\"?"),
+            "{}",
+            e.message
+        );
+        // A native call marked as OpenAI's is told what OpenAI's looks like.
+        let e = refused(json!({"id": "c", "type": "function", "name": "echo", "arguments": {}}));
+        assert_eq!(e.pointer, "/function");
+        assert!(
+            e.message.contains("function: {\"name\", \"arguments\"}"),
+            "{}",
+            e.message
+        );
+        // What the vendors send besides the call is accepted.
+        for body in [
+            json!({"index": 0, "id": "c", "type": "function", "function": {"name": "echo", "arguments": "{}"}}),
+            json!({"type": "tool_use", "id": "c", "name": "echo", "input": {}, "cache_control": {"type": "ephemeral"}}),
+        ] {
+            assert!(parse(&body).is_ok(), "{body}");
+        }
     }
 
     /// The spec documents `arguments` / `input` as optional: absent or

@@ -1,5 +1,6 @@
 //! JSON text as toolgate reads it from callers: serde_json's grammar and
-//! limits, and one rule more, that an object never names a key twice.
+//! limits, and one rule more, that an object never names a key twice (and
+//! a negative zero is read as 0.0, the one zero Postgres's jsonb keeps).
 //!
 //! RFC 8259 leaves a repeated key's meaning to the reader ("the names
 //! within an object SHOULD be unique"); serde_json keeps the last value,
@@ -122,6 +123,9 @@ impl<'de> Visitor<'de> for Strict<'_> {
     }
 
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // A negative zero is read as 0.0: Postgres's jsonb has one zero,
+        // and every backend must keep (and compare) what it was sent alike.
+        let v = if v == 0.0 { 0.0 } else { v };
         // JSON text cannot spell a NaN or an infinity.
         Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
     }
