@@ -17,6 +17,39 @@ pub const KEY: &str = "content_parts";
 /// The part types AG-UI defines besides `text`.
 const MEDIA: [&str; 4] = ["image", "audio", "video", "document"];
 
+/// The image types both vendors take.
+const WEB_IMAGES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+
+/// Base64 as browsers and SDKs write it: standard alphabet, padding
+/// optional, no line breaks.
+const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+/// Whether `mime` is a media type (`type/subtype`, parameters allowed)
+/// that a part of `kind` can be: an image part an `image/…`, and so on;
+/// a document any type.
+fn mime_fits(kind: &str, mime: &str) -> bool {
+    let essence = mime.split(';').next().unwrap_or_default().trim();
+    let Some((top, sub)) = essence.split_once('/') else {
+        return false;
+    };
+    let token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$&^_.+-".contains(&b))
+    };
+    token(top)
+        && token(sub)
+        && match kind {
+            "image" | "audio" | "video" => top.eq_ignore_ascii_case(kind),
+            _ => true,
+        }
+}
+
 /// Check content parts against AG-UI's shapes: `Err((pointer, message))`,
 /// the pointer relative to the content.
 pub fn check(parts: &[Value]) -> Result<(), (String, String)> {
@@ -72,7 +105,23 @@ pub fn check(parts: &[Value]) -> Result<(), (String, String)> {
             Some(mime) if !mime.is_string() => {
                 return Err((at("/source/mimeType"), "must be a string".into()));
             }
+            Some(Value::String(mime)) if !mime_fits(kind, mime) => {
+                let what = match kind {
+                    "document" => "a media type (type/subtype)".to_string(),
+                    _ => format!("a media type of an {kind} part ({kind}/…)"),
+                };
+                return Err((at("/source/mimeType"), format!("{mime:?} is not {what}")));
+            }
             _ => {}
+        }
+        if source_type == Some("data") {
+            let value = source["value"].as_str().unwrap_or_default();
+            if value.is_empty() || base64::Engine::decode(&BASE64, value).is_err() {
+                return Err((
+                    at("/source/value"),
+                    "inline data must be base64 (standard alphabet, no line breaks)".into(),
+                ));
+            }
         }
         if source.get("provider").is_some_and(|p| !p.is_string()) {
             return Err((at("/source/provider"), "must be a string".into()));
@@ -116,6 +165,33 @@ fn media(part: &Value) -> Option<Media<'_>> {
 }
 
 impl Media<'_> {
+    /// An image type both vendors take, or an image whose type is not
+    /// given (a URL: the vendor looks).
+    fn web_image(&self) -> bool {
+        self.mime.is_none_or(|mime| {
+            let essence = mime.split(';').next().unwrap_or_default().trim();
+            WEB_IMAGES.iter().any(|t| t.eq_ignore_ascii_case(essence))
+        })
+    }
+
+    /// A PDF: said so, or, with no type given, a URL ending in `.pdf` or
+    /// a provider's file handle.
+    fn pdf(&self) -> bool {
+        match self.mime {
+            Some(mime) => mime
+                .split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/pdf")),
+            None => match self.source {
+                "url" => {
+                    let path = self.value.split(['?', '#']).next().unwrap_or_default();
+                    path.to_ascii_lowercase().ends_with(".pdf")
+                }
+                source => source == "file",
+            },
+        }
+    }
+
     fn data_url(&self) -> String {
         format!(
             "data:{};base64,{}",
@@ -148,10 +224,10 @@ impl Media<'_> {
     }
 }
 
-/// A message's parts as OpenAI Chat Completions user content: text, images
-/// (`image_url`, inline data as a data URL), WAV and MP3 audio
-/// (`input_audio`), documents as inline data or an OpenAI file id (`file`);
-/// other parts as notes.
+/// A message's parts as OpenAI Chat Completions user content: text, JPEG,
+/// PNG, GIF and WebP images (`image_url`, inline data as a data URL), WAV
+/// and MP3 audio (`input_audio`), PDFs as inline data or an OpenAI file id
+/// (`file`); other parts as notes.
 pub fn openai_user(parts: &[Value]) -> Vec<Value> {
     parts
         .iter()
@@ -166,14 +242,16 @@ pub fn openai_user(parts: &[Value]) -> Vec<Value> {
                 _ => None,
             };
             Some(match (m.kind, m.source) {
-                ("image", "url") => json!({"type": "image_url", "image_url": {"url": m.value}}),
-                ("image", "data") => {
+                ("image", "url") if m.web_image() => {
+                    json!({"type": "image_url", "image_url": {"url": m.value}})
+                }
+                ("image", "data") if m.web_image() => {
                     json!({"type": "image_url", "image_url": {"url": m.data_url()}})
                 }
                 ("audio", "data") if audio_format.is_some() => {
                     json!({"type": "input_audio", "input_audio": {"data": m.value, "format": audio_format}})
                 }
-                ("document", "data") => json!({"type": "file", "file": {
+                ("document", "data") if m.pdf() => json!({"type": "file", "file": {
                     "file_data": m.data_url(),
                     "filename": m.filename.unwrap_or("document"),
                 }}),
@@ -187,8 +265,9 @@ pub fn openai_user(parts: &[Value]) -> Vec<Value> {
 }
 
 /// A message's parts as Anthropic content blocks: text (empty text left
-/// out: the API refuses it), images and PDF documents from inline data, a
-/// URL or an Anthropic file id; other parts as notes.
+/// out: the API refuses it), JPEG, PNG, GIF and WebP images and PDF
+/// documents from inline data, a URL or an Anthropic file id; other parts
+/// as notes.
 pub fn anthropic_blocks(parts: &[Value]) -> Vec<Value> {
     parts
         .iter()
@@ -198,7 +277,6 @@ pub fn anthropic_blocks(parts: &[Value]) -> Vec<Value> {
                 return (!text.trim().is_empty()).then(|| json!({"type": "text", "text": text}));
             }
             let m = media(part)?;
-            let pdf = matches!(m.mime, None | Some("application/pdf"));
             let source = match m.source {
                 "url" => Some(json!({"type": "url", "url": m.value})),
                 "data" => m
@@ -208,8 +286,10 @@ pub fn anthropic_blocks(parts: &[Value]) -> Vec<Value> {
                 _ => None,
             };
             Some(match (m.kind, source) {
-                ("image", Some(source)) => json!({"type": "image", "source": source}),
-                ("document", Some(source)) if pdf => {
+                ("image", Some(source)) if m.web_image() => {
+                    json!({"type": "image", "source": source})
+                }
+                ("document", Some(source)) if m.pdf() => {
                     json!({"type": "document", "source": source})
                 }
                 _ => json!({"type": "text", "text": m.note()}),
@@ -286,6 +366,65 @@ mod tests {
             refused(json!({"type": "text", "text": "t", "metadata": null})).0,
             "/1/metadata"
         );
+        // Inline data is base64; a type is a media type of the part's kind.
+        for value in ["not base64 !!", "", "QUJD\nREVG"] {
+            let (at, why) = refused(
+                json!({"type": "image", "source": {"type": "data", "value": value, "mimeType": "image/png"}}),
+            );
+            assert_eq!(at, "/1/source/value", "{value:?}");
+            assert!(why.contains("base64"), "{why}");
+        }
+        assert_eq!(
+            check(&[
+                json!({"type": "image", "source": {"type": "data", "value": "iVBORw", "mimeType": "image/png"}})
+            ]),
+            Ok(()),
+            "padding may be left out"
+        );
+        for (kind, mime) in [
+            ("image", "text/html"),
+            ("audio", "image/png"),
+            ("document", "pdf"),
+            ("image", "image/"),
+        ] {
+            let (at, why) = refused(
+                json!({"type": kind, "source": {"type": "url", "value": "u", "mimeType": mime}}),
+            );
+            assert_eq!(at, "/1/source/mimeType", "{kind} {mime}");
+            assert!(why.contains(&format!("{mime:?} is not")), "{why}");
+        }
+        assert_eq!(
+            check(&[
+                json!({"type": "audio", "source": {"type": "url", "value": "u", "mimeType": "audio/ogg; codecs=opus"}})
+            ]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn parts_a_vendor_refuses_become_notes() {
+        let parts = [
+            json!({"type": "image", "source": {"type": "data", "value": "Qk0=", "mimeType": "image/bmp"}}),
+            json!({"type": "image", "source": {"type": "url", "value": "https://e.com/i.tiff", "mimeType": "image/tiff"}}),
+            json!({"type": "document", "source": {"type": "url", "value": "https://e.com/r.docx"}}),
+            json!({"type": "document", "source": {"type": "data", "value": "UEs=", "mimeType": "application/zip"}}),
+        ];
+        for (vendor, rendered) in [
+            ("openai", openai_user(&parts)),
+            ("anthropic", anthropic_blocks(&parts)),
+        ] {
+            assert_eq!(rendered.len(), 4, "{vendor}");
+            for block in &rendered {
+                assert_eq!(block["type"], "text", "{vendor}: {block}");
+                assert!(
+                    block["text"].as_str().unwrap().starts_with("[attached "),
+                    "{vendor}: {block}"
+                );
+            }
+        }
+        // A URL document with no type is a PDF when its path says so.
+        let pdf = json!({"type": "document", "source": {"type": "url", "value": "https://e.com/R.PDF?x=1"}});
+        assert_eq!(anthropic_blocks(&[pdf])[0]["type"], "document");
     }
 
     #[test]
