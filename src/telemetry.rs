@@ -5,10 +5,18 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
+/// Crates the file tools use that log what they are given (a `grep`
+/// pattern, a glob) at debug and trace: a tool's arguments may hold
+/// secrets, and no setting of `RUST_LOG` makes those crates log them.
+const QUIET_CRATES: [&str; 4] = ["grep_regex", "grep_searcher", "globset", "ignore"];
+
 /// Human-readable or JSON logs to stderr; `RUST_LOG` filters (default
 /// `info`). Calling it twice is harmless.
 pub fn init_logging(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    for name in QUIET_CRATES {
+        filter = filter.add_directive(format!("{name}=info").parse().expect("a valid directive"));
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

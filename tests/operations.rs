@@ -886,6 +886,7 @@ async fn serve_binary_with(
     env: &[(&str, &str)],
 ) -> Served {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    cmd.env("RUST_LOG", "debug");
     cmd.envs(env.iter().copied());
     cmd.args([
         "--data-dir",
@@ -894,7 +895,6 @@ async fn serve_binary_with(
         "--bind",
         "127.0.0.1:0",
     ])
-    .env("RUST_LOG", "debug")
     .env_remove("DATABASE_URL")
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -1588,9 +1588,35 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
     let data_dir = tempfile::tempdir().unwrap();
     let pg = common::database_for(backend).await;
     let url = pg.as_ref().map(|p| p.url.as_str());
-    let mut served = serve_binary(data_dir.path(), url).await;
+    // The crates that log what the file tools give them, at their most
+    // talkative.
+    let mut served = serve_binary_with(
+        data_dir.path(),
+        url,
+        &[(
+            "RUST_LOG",
+            "debug,grep_regex=trace,grep_searcher=trace,globset=trace",
+        )],
+    )
+    .await;
     let client = reqwest::Client::new();
     let secret_in_args = "sk-live-0123456789abcdef";
+    let secret_pattern = "skgrep0123456789abcdef";
+    for call in [
+        json!({"id": "w", "name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}),
+        json!({"id": "g", "name": "grep", "arguments": {"pattern": secret_pattern}}),
+        json!({"id": "f", "name": "glob", "arguments": {"pattern": format!("**/{secret_pattern}*")}}),
+    ] {
+        let r = client
+            .post(format!("{}/v1/threads/logs/tool-calls", served.base))
+            .bearer_auth(&served.token)
+            .json(&call)
+            .send()
+            .await
+            .unwrap();
+        let out: Value = r.json().await.unwrap();
+        assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    }
     let r = client
         .post(format!("{}/v1/threads/logs/tool-calls", served.base))
         .bearer_auth(&served.token)
@@ -1622,6 +1648,10 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
         "no Authorization header in logs"
     );
     assert!(!logs.contains(secret_in_args));
+    assert!(
+        !logs.contains(secret_pattern),
+        "a tool's arguments are never logged"
+    );
     // Nor stored: scan the whole database.
     let dump = match (&pg, backend) {
         (Some(pg), _) => {

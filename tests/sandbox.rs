@@ -1290,6 +1290,28 @@ async fn a_command_cannot_make_namespaces_of_its_own() {
     assert_eq!(stdout(&r), "spawned\nforked 0\nsubshell\n", "{r}");
 }
 
+/// Performance events and BPF programs are refused whatever their
+/// arguments: a command cannot reach into the kernel (or watch other
+/// processes) through them.
+#[tokio::test]
+async fn a_command_cannot_open_performance_events_or_load_bpf() {
+    let h = harness();
+    let r = h
+        .run(
+            "python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); \
+             nr = {\"x86_64\": (298, 321), \"aarch64\": (241, 280)}[os.uname().machine]; \
+             errs = []; \
+             [errs.append(os.strerror(ctypes.get_errno()) if libc.syscall(n, 0, 0, 0, 0, 0) != 0 else \"ALLOWED\") for n in nr]; \
+             print(errs)'",
+        )
+        .await;
+    assert_eq!(
+        stdout(&r),
+        "['Operation not permitted', 'Operation not permitted']\n",
+        "{r}"
+    );
+}
+
 /// The service blocks and handles signals of its own (and the Rust runtime
 /// ignores SIGPIPE); a command starts with none blocked or ignored, so a
 /// pipeline's writer dies quietly when its reader is done.

@@ -18,12 +18,34 @@ use crate::config::AuthSettings;
 pub struct Claims {
     pub sub: String,
     pub exp: u64,
-    pub iat: u64,
+    /// Optional (RFC 7519 §4.1.6); toolgate's own tokens carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iat: Option<u64>,
     pub aud: Audience,
     pub iss: String,
-    /// Space-separated scopes, e.g. `toolgate:approve`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Space-separated scopes, e.g. `toolgate:approve`. Read from a
+    /// space-separated string (RFC 8693 §4.2) or, as some identity
+    /// providers send it, a list of strings.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "scope_claim"
+    )]
     pub scope: Option<String>,
+}
+
+/// The `scope` claim as a space-separated string, whichever form it came in.
+fn scope_claim<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Scope {
+        Text(String),
+        List(Vec<String>),
+    }
+    Ok(Option::<Scope>::deserialize(d)?.map(|scope| match scope {
+        Scope::Text(text) => text,
+        Scope::List(list) => list.join(" "),
+    }))
 }
 
 /// The `aud` claim: one audience, or several (RFC 7519 §4.1.3; identity
@@ -200,7 +222,7 @@ impl Keys {
         let now = unix_now();
         let claims = Claims {
             sub: sub.to_string(),
-            iat: now,
+            iat: Some(now),
             exp: now + ttl_secs,
             aud: Audience::One(self.audience.clone()),
             iss: self.issuer.clone(),
@@ -328,6 +350,10 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
 /// Parse the `Authorization` header value into a token.
 pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
     let value = header.ok_or(AuthError::Missing)?;
+    // The scheme with no token after it: the token is what is missing.
+    if value.trim().eq_ignore_ascii_case("bearer") {
+        return Err(AuthError::Missing);
+    }
     let (scheme, token) = value.split_once(' ').ok_or(AuthError::NotBearer)?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return Err(AuthError::NotBearer);
@@ -373,7 +399,7 @@ mod tests {
         let claims = Claims {
             sub: "a".into(),
             exp: unix_now() - 10,
-            iat: unix_now() - 20,
+            iat: Some(unix_now() - 20),
             aud: "toolgate".into(),
             iss: "toolgate".into(),
             scope: None,
@@ -385,6 +411,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(expired_keys.verify(&expired), Err(AuthError::Expired));
+    }
+
+    #[test]
+    fn tokens_without_iat_or_with_a_list_of_scopes_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let k = keys(dir.path());
+        let sign = |claims: serde_json::Value| {
+            jsonwebtoken::encode(
+                &Header::new(Algorithm::HS256),
+                &claims,
+                k.encoding.as_ref().unwrap(),
+            )
+            .unwrap()
+        };
+        let token = sign(serde_json::json!({"sub": "a", "exp": unix_now() + 60,
+            "aud": "toolgate", "iss": "toolgate", "scope": ["toolgate:approve", "x"]}));
+        let claims = k.verify(&token).unwrap();
+        assert_eq!(claims.iat, None);
+        assert_eq!(claims.scope.as_deref(), Some("toolgate:approve x"));
+        let token = sign(serde_json::json!({"sub": "a", "exp": unix_now() + 60,
+            "aud": "toolgate", "iss": "toolgate", "scope": [1]}));
+        assert!(matches!(k.verify(&token), Err(AuthError::Invalid(_))));
     }
 
     #[test]
@@ -510,5 +558,6 @@ mod tests {
         assert_eq!(bearer_token(Some("Basic abc")), Err(AuthError::NotBearer));
         assert_eq!(bearer_token(None), Err(AuthError::Missing));
         assert_eq!(bearer_token(Some("Bearer ")), Err(AuthError::Missing));
+        assert_eq!(bearer_token(Some("Bearer")), Err(AuthError::Missing));
     }
 }

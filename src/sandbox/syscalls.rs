@@ -60,7 +60,9 @@ pub(crate) fn build(deny_network: bool) -> Result<Filters, String> {
     // whole of it can be found and killed (setpgid stays allowed: it cannot
     // leave the session, and coreutils `timeout` needs it). io_uring runs
     // socket and file operations without passing through these filters.
-    // Kernel keyrings are shared with the service.
+    // Kernel keyrings are shared with the service. Performance events and
+    // BPF programs reach deep into the kernel (and can watch other
+    // processes); no command a tool runs needs them.
     let base: BTreeMap<i64, Vec<SeccompRule>> = [
         libc::SYS_setsid,
         libc::SYS_io_uring_setup,
@@ -69,6 +71,8 @@ pub(crate) fn build(deny_network: bool) -> Result<Filters, String> {
         libc::SYS_keyctl,
         libc::SYS_add_key,
         libc::SYS_request_key,
+        libc::SYS_perf_event_open,
+        libc::SYS_bpf,
     ]
     .into_iter()
     .map(|nr| (nr, vec![]))
@@ -83,6 +87,8 @@ pub(crate) fn build(deny_network: bool) -> Result<Filters, String> {
             "keyctl",
             "add_key",
             "request_key",
+            "perf_event_open",
+            "bpf",
         ]
         .map(String::from),
     );
