@@ -1815,6 +1815,31 @@ async fn cli_token_migrate_and_layered_settings() {
     assert_eq!(parsed["level"], "INFO");
 }
 
+/// A run's stream, quiet while its call runs, gets the same heartbeats.
+#[tokio::test]
+async fn a_runs_stream_heartbeats_while_its_calls_run() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.permissions.allow = vec!["bash(sleep *)".into()];
+    })
+    .await;
+    // A command reports no progress while it runs.
+    let run = json!({"threadId": "hb-run", "runId": "r1", "messages": [
+        {"id": "a1", "role": "assistant", "toolCalls": [{"id": "w1", "type": "function",
+            "function": {"name": "bash", "arguments": "{\"command\": \"sleep 2.5\"}"}}]}]});
+    let r = app.post("/v1/threads/hb-run/runs", &run).await;
+    assert_eq!(r.status(), 200);
+    let stream = r.text().await.unwrap();
+    let quiet = stream
+        .split("TOOL_CALL_END")
+        .nth(1)
+        .and_then(|after| after.split("TOOL_CALL_RESULT").next())
+        .unwrap_or_else(|| panic!("{stream}"));
+    assert!(
+        quiet.contains("\n\n: heartbeat\n\n"),
+        "a heartbeat while the call ran: {stream}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_heartbeat_and_end_with_one_terminal_event_at_shutdown() {
     let app = TestApp::spawn(Backend::Sqlite).await;

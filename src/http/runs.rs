@@ -226,6 +226,8 @@ pub async fn post_run(
         resume::plan(&state, &user.owner, &input, &calls).await?
     };
     refuse_reused_call_ids(&state, &thread.0, &input, &known).await?;
+    // Heartbeats as on `/events`, so a proxy tuned to one keeps both.
+    let heartbeat = std::time::Duration::from_secs(state.settings.server.sse_heartbeat_secs.max(1));
     let (tx, rx) = mpsc::channel(64);
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
@@ -242,7 +244,8 @@ pub async fn post_run(
         .await;
         drop(permit);
     });
-    Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::new().interval(heartbeat).text("heartbeat")))
 }
 
 /// The calls a run executes: those of the input's last assistant message
