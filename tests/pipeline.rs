@@ -864,6 +864,14 @@ async fn progress_of_long_tools_streams_as_custom_events(backend: Backend) {
         result.data["metadata"]["toolName"], "wait",
         "aliases resolve to the tool"
     );
+    let start = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_START")
+        .unwrap();
+    assert_eq!(
+        start.data["toolCallName"], "sleep",
+        "a call is announced by the name it was called"
+    );
     let ids: Vec<i64> = frames.iter().map(|f| f.id.unwrap()).collect();
     assert!(
         ids.windows(2).all(|w| w[1] == w[0] + 1),
@@ -1501,7 +1509,55 @@ async fn a_run_claims_its_new_thread_even_when_it_records_nothing(backend: Backe
     assert_eq!(r.status(), 404);
 }
 
+/// An AG-UI client renames its copy of a call to the name a run announces:
+/// a call by a tool's alias is announced by that alias, so the client's
+/// next run, which sends the conversation back, declares it unchanged.
+async fn a_run_announces_a_call_by_the_name_it_was_called(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let first = json!({"threadId": "alias", "runId": "r1", "messages": [
+        {"id": "u1", "role": "user", "content": "nap"},
+        {"id": "a1", "role": "assistant", "toolCalls": [{"id": "s1", "type": "function",
+            "function": {"name": "sleep", "arguments": "{\"ms\": 1}"}}]}]});
+    let stream = app
+        .post("/v1/threads/alias/runs", &first)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        stream.contains(r#""toolCallId":"s1","toolCallName":"sleep""#),
+        "{stream}"
+    );
+    // The next run sends the conversation back as the client holds it.
+    let mut next = first.clone();
+    next["runId"] = json!("r2");
+    let result = stream
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "TOOL_CALL_RESULT")
+        .unwrap();
+    next["messages"].as_array_mut().unwrap().extend([
+        json!({"id": result["messageId"], "role": "tool", "toolCallId": "s1", "content": result["content"]}),
+        json!({"id": "u2", "role": "user", "content": "again"}),
+    ]);
+    let r = app.post("/v1/threads/alias/runs", &next).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // A retry of the first run replays the call by the same name.
+    let again = app
+        .post("/v1/threads/alias/runs", &first)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        again.contains(r#""toolCallId":"s1","toolCallName":"sleep""#),
+        "{again}"
+    );
+}
+
 both_backends!(
+    a_run_announces_a_call_by_the_name_it_was_called,
     a_run_claims_its_new_thread_even_when_it_records_nothing,
     a_users_media_parts_are_kept_and_passed_on,
     an_application_tools_failure_is_kept,

@@ -624,13 +624,15 @@ impl Engine {
     }
 
     /// The TOOL_CALL_START/ARGS/END announcing a call (`args`: its arguments'
-    /// JSON text).
-    fn announce(req: &CallRequest, name: &str, args: &JsonText) -> Vec<Event> {
+    /// JSON text). The call is announced under the name it was called by
+    /// (an alias stays an alias), as the message declaring it names it: an
+    /// AG-UI client renames its copy of the call to the name announced.
+    fn announce(req: &CallRequest, args: &JsonText) -> Vec<Event> {
         let call = &req.call;
         vec![
             Event::new(EventBody::ToolCallStart {
                 tool_call_id: call.id.clone(),
-                tool_call_name: name.to_string(),
+                tool_call_name: call.name.clone(),
                 parent_message_id: call.parent_message_id.clone(),
             }),
             Event::new(EventBody::ToolCallArgs {
@@ -708,7 +710,7 @@ impl Engine {
     ) -> (WriteUnit, Vec<Event>) {
         // Serialized once: the call's record and its TOOL_CALL_ARGS delta.
         let args = JsonText::of(&req.call.arguments);
-        let events = Self::announce(req, name, &args);
+        let events = Self::announce(req, &args);
         let mut ops = vec![WriteOp::InsertToolCall(NewToolCall {
             id: req.call.id.clone(),
             run_id: req
@@ -1854,7 +1856,7 @@ fn replay_events(
     vec![
         Event::new(EventBody::ToolCallStart {
             tool_call_id: record.id.clone(),
-            tool_call_name: record.tool_name.clone(),
+            tool_call_name: call.name.clone(),
             parent_message_id: call.parent_message_id.clone(),
         }),
         Event::new(EventBody::ToolCallArgs {
