@@ -225,6 +225,12 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
             powershell_reads_program_from_stdin(args, open_ended)
         } else if let Some(interpreter) = interpreter(name) {
             interpreter.reads_program_from_stdin(args, open_ended)
+        } else if let Some(tcl) = tcl(name) {
+            tcl_reads_program_from_stdin(tcl, args, open_ended)
+        } else if matches!(name, "source" | ".") {
+            // `source /dev/stdin`
+            let operand = args.iter().find(|w| w.text != "--");
+            operand.is_some_and(|w| is_stdin_path(&w.text))
         } else {
             continue;
         };
@@ -545,12 +551,13 @@ impl Interpreter {
             if !seen_operand && self.stdin_subcommands.contains(&t) {
                 return true;
             }
-            // A script file: stdin is its data (unless told otherwise).
-            return stdin_mode;
+            // A script file: stdin is its data (unless told otherwise, or
+            // the file is stdin: `bash /dev/stdin`).
+            return stdin_mode || is_stdin_path(t);
         }
         match args.get(i) {
             // After `--`: the script, unless it is computed and may vanish.
-            Some(word) if !may_vanish(word) => stdin_mode,
+            Some(word) if !may_vanish(word) => stdin_mode || is_stdin_path(&word.text),
             // No script: the program comes from stdin, unless xargs
             // supplies the operands.
             _ => stdin_mode || !open_ended,
@@ -608,7 +615,11 @@ fn powershell_reads_program_from_stdin(args: &[Word], open_ended: bool) -> bool 
             || names(param, "encodedcommand", 2) && param != "ex";
         if program {
             return match args.get(i + 1) {
-                Some(value) => value.text == "-" || (open_ended && value.text.contains("{}")),
+                Some(value) => {
+                    value.text == "-"
+                        || is_stdin_path(&value.text)
+                        || (open_ended && value.text.contains("{}"))
+                }
                 None => open_ended,
             };
         }
@@ -618,6 +629,119 @@ fn powershell_reads_program_from_stdin(args: &[Word], open_ended: bool) -> bool 
         i += if valued { 2 } else { 1 };
     }
     true
+}
+
+/// `/dev/stdin`, `/dev/fd/0`, `/proc/self/fd/0` (or another process's,
+/// `/proc/$$/fd/0`), however spelled (`//dev/./stdin`): a path that reads
+/// standard input.
+pub(crate) fn is_stdin_path(path: &str) -> bool {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    path.starts_with('/')
+        && matches!(
+            parts.as_slice(),
+            ["dev", "stdin"] | ["dev", "fd", "0"] | ["proc", _, "fd", "0"]
+        )
+}
+
+/// Tcl shells and expect, which take single-dash long options.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tcl {
+    Tclsh,
+    Wish,
+    Expect,
+}
+
+fn tcl(name: &str) -> Option<Tcl> {
+    let versioned = |base: &str| {
+        name.strip_prefix(base)
+            .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    };
+    if versioned("tclsh") || name == "jimsh" {
+        Some(Tcl::Tclsh)
+    } else if versioned("wish") {
+        Some(Tcl::Wish)
+    } else if name == "expect" {
+        Some(Tcl::Expect)
+    } else {
+        None
+    }
+}
+
+/// `tclsh [-encoding name] [script args…]` and `wish [options] [script
+/// args…]` read their program from stdin without a script (or with `-`
+/// or a stdin path as one). `expect [-dDinN] [-c cmds] [[-f|-b] file]`
+/// reads it from stdin when given neither `-c` nor a file, with `-i`, or
+/// with `-` or a stdin path as the file.
+fn tcl_reads_program_from_stdin(tcl: Tcl, args: &[Word], open_ended: bool) -> bool {
+    const WISH_VALUED: [&str; 7] = [
+        "-encoding",
+        "-display",
+        "-geometry",
+        "-name",
+        "-use",
+        "-visual",
+        "-colormap",
+    ];
+    let mut commands_given = false;
+    let mut interactive = false;
+    let mut i = 0;
+    while let Some(word) = args.get(i) {
+        let t = word.text.as_str();
+        let stdin_file = t == "-" || is_stdin_path(t);
+        if stdin_file {
+            return true;
+        }
+        if t == "--" {
+            i += 1;
+            break;
+        }
+        if !t.starts_with('-') {
+            if may_vanish(word) {
+                i += 1;
+                continue;
+            }
+            // A script file.
+            return interactive;
+        }
+        match tcl {
+            Tcl::Tclsh if t == "-encoding" => i += 2,
+            Tcl::Wish if WISH_VALUED.contains(&t) => i += 2,
+            Tcl::Expect => {
+                let flags = &t[1..];
+                if flags.contains('i') {
+                    interactive = true;
+                }
+                if let Some(at) = flags.find(['c', 'f', 'b']) {
+                    let value = if at + 1 < flags.len() {
+                        Some(&flags[at + 1..])
+                    } else {
+                        i += 1;
+                        args.get(i).map(|w| w.text.as_str())
+                    };
+                    if flags.as_bytes()[at] == b'c' {
+                        commands_given = true;
+                    } else {
+                        return interactive || value.is_none_or(|v| v == "-" || is_stdin_path(v));
+                    }
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    match args.get(i) {
+        Some(word) if !may_vanish(word) => interactive || is_stdin_path(&word.text),
+        _ => interactive || (!commands_given && !open_ended),
+    }
 }
 
 /// Under `xargs`, the program option's value: none (xargs appends it from

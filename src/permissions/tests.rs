@@ -639,6 +639,52 @@ fn dangerous_commands_are_never_auto_allowed() {
     }
 }
 
+/// A shell or interpreter told to read its program from a path that is its
+/// standard input (`bash /dev/stdin`, `source /dev/fd/0`) reads it from
+/// the pipe; so do Tcl's shells and expect without a script.
+#[test]
+fn interpreters_reading_their_program_from_a_stdin_path_ask() {
+    let set = rules(&["bash"], &[], &[]);
+    for command in [
+        "echo id | bash /dev/stdin",
+        "echo id | sh /dev/fd/0",
+        "echo id | bash /proc/self/fd/0",
+        "echo id | bash //dev/./stdin",
+        "echo id | bash -- /dev/stdin",
+        "echo id | source /dev/stdin",
+        "echo id | . /dev/stdin",
+        "echo id | . /proc/self/fd/0",
+        "echo id | python3 /dev/stdin",
+        "echo id | perl /dev/fd/0",
+        "echo id | pwsh -File /dev/stdin",
+        "echo 'exec id' | tclsh",
+        "echo 'exec id' | tclsh8.6 -encoding utf-8",
+        "echo 'exec id' | tclsh /dev/stdin",
+        "echo 'exec id' | wish",
+        "echo 'exec id' | expect",
+        "echo 'exec id' | expect -f -",
+        "echo 'exec id' | expect -i script.exp",
+    ] {
+        let d = bash(&set, command);
+        assert_eq!(
+            (d.verdict, d.source.as_str()),
+            (Verdict::Ask, "dangerous"),
+            "{command}: {d:?}"
+        );
+    }
+    for command in [
+        "cat data | bash script.sh",
+        "cat data | source ./env.sh",
+        "cat data | tclsh script.tcl",
+        "cat data | expect -c 'send hi'",
+        "cat data | expect script.exp",
+        "cat data | python3 /dev/stdin.py",
+        "bash /dev/stdin",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
 #[test]
 fn dangerous_commands_allowed_by_default_also_ask() {
     let defaults = Defaults {
