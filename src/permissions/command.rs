@@ -100,7 +100,7 @@ fn expand(src: &str, depth: usize, shadow: bool, an: &mut Analysis, next_pipelin
     }
     for mut raw in lexed.pieces {
         raw.shadow |= shadow;
-        normalise(raw, depth, an, next_pipeline);
+        normalise(raw, depth, an, next_pipeline, None);
     }
 }
 
@@ -157,11 +157,29 @@ enum Step {
     /// The same command without these words (git's global options: `git
     /// -C dir push` runs `git push`).
     Drop(std::ops::Range<usize>),
+    /// A wrapper whose options cannot be read with confidence (one it does
+    /// not know, perhaps an abbreviation, or a tool with too many to list):
+    /// the command it runs starts somewhere at or after word `from`.
+    Unreadable { from: usize, open_ended: bool },
     /// Not a wrapper (or a wrapper used without a command).
     Stop,
 }
 
-fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut usize) {
+/// How many guesses at where an unreadable wrapper's command starts are
+/// checked before the command is declared unreadable.
+const MAX_GUESSES: usize = 32;
+
+/// `guess`: `Some(open_ended)` when the piece is one guess at where an
+/// unreadable wrapper's command starts (see [`Step::Unreadable`]); a
+/// guess makes no guesses of its own, since its own later words are
+/// guesses already.
+fn normalise(
+    raw: RawPiece,
+    depth: usize,
+    an: &mut Analysis,
+    next_pipeline: &mut usize,
+    guess: Option<bool>,
+) {
     let RawPiece {
         mut words,
         redirects,
@@ -180,8 +198,9 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
     strip_keywords(&mut words);
 
     let mut layers = Vec::new();
-    let mut open_ended = false;
+    let mut open_ended = guess.unwrap_or(false);
     let mut payload = None;
+    let mut guesses: Vec<Vec<Word>> = Vec::new();
     loop {
         let assignments = words.iter().take_while(|w| w.assignment).count();
         for word in &words[..assignments] {
@@ -219,6 +238,36 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
             }
             Step::Drop(range) if range.end < words.len() => {
                 words.drain(range);
+            }
+            Step::Unreadable {
+                from,
+                open_ended: open,
+            } => {
+                open_ended |= open;
+                let name = words.first().and_then(command_name).unwrap_or_default();
+                if opaque.is_none() {
+                    opaque = Some(format!(
+                        "the options of `{name}` cannot be read with confidence, so which command it runs is not known"
+                    ));
+                }
+                if guess.is_none() {
+                    // Deny and ask rules see every place the command may
+                    // start at: each later word that is no option.
+                    let starts: Vec<usize> = (from..words.len())
+                        .filter(|&k| !words[k].text.starts_with('-'))
+                        .collect();
+                    if starts.len() > MAX_GUESSES {
+                        an.malformed.push(format!(
+                            "too many words after `{name}` to tell which command it runs"
+                        ));
+                    }
+                    guesses = starts
+                        .into_iter()
+                        .take(MAX_GUESSES)
+                        .map(|k| words[k..].to_vec())
+                        .collect();
+                }
+                break;
             }
             Step::Inner { .. } | Step::Drop(_) | Step::Stop => break,
         }
@@ -278,6 +327,11 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
         .last()
         .map(|l| find_exec_commands(&l.words))
         .unwrap_or_default();
+    let guess_redirects = if guesses.is_empty() {
+        Vec::new()
+    } else {
+        redirects.clone()
+    };
     an.pieces.push(Piece {
         text,
         layers,
@@ -292,17 +346,29 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
     if let Some(payload) = payload.filter(|p| p.literal) {
         expand(&payload.text, depth + 1, shadow, an, next_pipeline);
     }
+    for words in guesses {
+        if depth >= MAX_DEPTH {
+            an.malformed
+                .push("commands are nested too deeply to be checked".into());
+            break;
+        }
+        let raw = RawPiece {
+            text: join(&words),
+            words,
+            redirects: guess_redirects.clone(),
+            pipeline,
+            stage,
+            shadow,
+        };
+        normalise(raw, depth + 1, an, next_pipeline, Some(open_ended));
+    }
     for words in exec_commands {
         if depth >= MAX_DEPTH {
             an.malformed
                 .push("commands are nested too deeply to be checked".into());
             break;
         }
-        let text = words
-            .iter()
-            .map(|w| w.text.as_str())
-            .collect::<Vec<_>>()
-            .join(" ");
+        let text = join(&words);
         let pipeline = *next_pipeline;
         *next_pipeline += 1;
         let raw = RawPiece {
@@ -313,8 +379,17 @@ fn normalise(raw: RawPiece, depth: usize, an: &mut Analysis, next_pipeline: &mut
             stage: 0,
             shadow,
         };
-        normalise(raw, depth + 1, an, next_pipeline);
+        normalise(raw, depth + 1, an, next_pipeline, None);
     }
+}
+
+/// The words' texts joined by spaces.
+fn join(words: &[Word]) -> String {
+    words
+        .iter()
+        .map(|w| w.text.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The wrapper or assignment that `words` start with and that would be
@@ -334,7 +409,7 @@ pub(crate) fn peeled_prefix(words: &[Word]) -> Option<String> {
                 .collect::<Vec<_>>()
                 .join(" "),
         ),
-        Step::Inner { .. } | Step::Drop(_) | Step::Stop => None,
+        Step::Inner { .. } | Step::Drop(_) | Step::Unreadable { .. } | Step::Stop => None,
     }
 }
 
@@ -461,31 +536,78 @@ fn skip_options(
                 return None;
             }
         } else {
-            // `-n5`, `-i{}` (value attached), `-i` (optional value absent),
-            // or a cluster of flags such as `-rt`.
-            let attached = t.len() > 2
-                && t.is_char_boundary(2)
-                && (with_arg.contains(&&t[..2]) || optional_attached.contains(&&t[..2]));
-            let cluster = t[1..]
-                .chars()
-                .all(|c| no_arg.iter().any(|f| f.len() == 2 && f.ends_with(c)));
-            if !(attached || cluster || optional_attached.contains(&t)) {
-                return None;
+            // A cluster (`-rt`), perhaps ending in an option taking a value:
+            // the rest of the word (`-n5`, `-i{}`, `-fn5`), or, for a
+            // required value, the next word when nothing is attached.
+            let short = |list: &[&str], c: char| {
+                list.iter()
+                    .any(|f| f.len() == 2 && f.starts_with('-') && f.ends_with(c))
+            };
+            let mut next = i + 1;
+            for (at, c) in t[1..].char_indices() {
+                let rest = &t[1 + at + c.len_utf8()..];
+                if short(with_arg, c) {
+                    if rest.is_empty() {
+                        next += 1;
+                    }
+                    break;
+                }
+                if short(optional_attached, c) {
+                    break;
+                }
+                if !short(no_arg, c) {
+                    return None;
+                }
             }
-            i += 1;
+            i = next;
         }
     }
     Some(i)
 }
 
+/// The command after a wrapper's options, or an unreadable wrapper when
+/// `skip_options` met an option it does not know.
 fn inner(skip: Option<usize>) -> Step {
     match skip {
         Some(skip) => Step::Inner {
             skip,
             open_ended: false,
         },
-        None => Step::Stop,
+        None => UNREADABLE,
     }
+}
+
+/// A wrapper whose command could start anywhere after its name.
+const UNREADABLE: Step = Step::Unreadable {
+    from: 1,
+    open_ended: false,
+};
+
+/// `skip_options`' result, then `operands` words of the wrapper's own (a
+/// CPU mask, a lock file), then the command.
+fn after_operands(words: &[Word], skip: Option<usize>, operands: usize) -> Step {
+    match skip {
+        Some(i) if i + operands < words.len() => Step::Inner {
+            skip: i + operands,
+            open_ended: false,
+        },
+        Some(_) => Step::Stop,
+        None => UNREADABLE,
+    }
+}
+
+/// Does one of the options before a wrapper's operands (up to `--` or the
+/// first word that is no option) ask for one of the `short` letters (alone
+/// or in a cluster) or one of the `long` options (`--pid`, `--pid=1`)?
+fn asks_for(words: &[Word], short: &str, long: &[&str]) -> bool {
+    words[1..]
+        .iter()
+        .map(|w| w.text.as_str())
+        .take_while(|t| t.starts_with('-') && *t != "--" && *t != "-")
+        .any(|t| match t.strip_prefix("--") {
+            Some(name) => long.contains(&&t[..2 + name.find('=').unwrap_or(name.len())]),
+            None => t[1..].chars().any(|c| short.contains(c)),
+        })
 }
 
 fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
@@ -506,7 +628,8 @@ fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
                 skip: i + 1,
                 open_ended: false,
             },
-            _ => Step::Stop,
+            Some(_) => Step::Stop,
+            None => UNREADABLE,
         },
         "nice" => {
             let legacy = words.get(1).is_some_and(|w| {
@@ -614,7 +737,10 @@ fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
                 skip,
                 open_ended: true,
             },
-            None => Step::Stop,
+            None => Step::Unreadable {
+                from: 1,
+                open_ended: true,
+            },
         },
         "sudo" => {
             if words[1..]
@@ -751,6 +877,669 @@ fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
             shell_payload(words)
         }
         "su" => su_payload(words),
+        // `runuser -u user [--] command`, or like `su`: `runuser user -c …`.
+        "runuser" => {
+            let with_user = words[1..]
+                .iter()
+                .take_while(|w| w.text != "--")
+                .any(|w| w.text == "-u" || w.text.starts_with("--user"));
+            if with_user {
+                inner(skip_options(
+                    words,
+                    1,
+                    &[
+                        "-u",
+                        "--user",
+                        "-g",
+                        "--group",
+                        "-G",
+                        "--supp-group",
+                        "-s",
+                        "--shell",
+                        "-w",
+                        "--whitelist-environment",
+                    ],
+                    &[
+                        "-l",
+                        "--login",
+                        "-m",
+                        "-p",
+                        "--preserve-environment",
+                        "-P",
+                        "--pty",
+                        "-f",
+                        "--fast",
+                    ],
+                    &[],
+                ))
+            } else {
+                su_payload(words)
+            }
+        }
+        // `sg [-] group [-c] 'command'`: the command goes to `/bin/sh -c`.
+        "sg" => {
+            let group = if words.get(1).is_some_and(|w| w.text == "-") {
+                2
+            } else {
+                1
+            };
+            let at = match words.get(group + 1) {
+                Some(w) if w.text == "-c" => group + 2,
+                _ => group + 1,
+            };
+            words
+                .get(at)
+                .map_or(Step::Stop, |w| Step::Payload(w.clone()))
+        }
+        // `taskset [-a] [-c] mask command`; `-p` changes a running process.
+        "taskset" => {
+            if asks_for(words, "phV", &["--pid", "--help", "--version"]) {
+                return Step::Stop;
+            }
+            let skip = skip_options(
+                words,
+                1,
+                &[],
+                &["-a", "--all-tasks", "-c", "--cpu-list"],
+                &[],
+            );
+            after_operands(words, skip, 1)
+        }
+        // `chrt [policy options] [priority] command`.
+        "chrt" => {
+            if asks_for(words, "pmhV", &["--pid", "--max", "--help", "--version"]) {
+                return Step::Stop;
+            }
+            let skip = skip_options(
+                words,
+                1,
+                &[
+                    "-T",
+                    "--sched-runtime",
+                    "-P",
+                    "--sched-period",
+                    "-D",
+                    "--sched-deadline",
+                ],
+                &[
+                    "-a",
+                    "--all-tasks",
+                    "-b",
+                    "--batch",
+                    "-d",
+                    "--deadline",
+                    "-e",
+                    "--ext",
+                    "-f",
+                    "--fifo",
+                    "-i",
+                    "--idle",
+                    "-o",
+                    "--other",
+                    "-r",
+                    "--rr",
+                    "-R",
+                    "--reset-on-fork",
+                    "-v",
+                    "--verbose",
+                ],
+                &[],
+            );
+            match skip.and_then(|i| words.get(i).map(|w| (i, w))) {
+                Some((i, w)) if w.literal && w.text.bytes().all(|b| b.is_ascii_digit()) => {
+                    after_operands(words, Some(i), 1)
+                }
+                Some((_, w)) if !w.literal => UNREADABLE,
+                _ => after_operands(words, skip, 0),
+            }
+        }
+        "setpriv" => {
+            if asks_for(
+                words,
+                "dhV",
+                &["--dump", "--list-caps", "--help", "--version"],
+            ) {
+                return Step::Stop;
+            }
+            inner(skip_options(
+                words,
+                1,
+                &[
+                    "--reuid",
+                    "--regid",
+                    "--ruid",
+                    "--euid",
+                    "--rgid",
+                    "--egid",
+                    "--groups",
+                    "--inh-caps",
+                    "--ambient-caps",
+                    "--bounding-set",
+                    "--securebits",
+                    "--pdeathsig",
+                    "--selinux-label",
+                    "--apparmor-profile",
+                    "--landlock-access",
+                    "--landlock-rule",
+                    "--seccomp-filter",
+                ],
+                &[
+                    "--clear-groups",
+                    "--keep-groups",
+                    "--init-groups",
+                    "--nnp",
+                    "--no-new-privs",
+                    "--reset-env",
+                ],
+                &[],
+            ))
+        }
+        // `flock [options] file command…` or `flock [options] file -c 'command'`.
+        "flock" => {
+            let skip = skip_options(
+                words,
+                1,
+                &["-w", "--timeout", "--wait", "-E", "--conflict-exit-code"],
+                &[
+                    "-s",
+                    "--shared",
+                    "-x",
+                    "-e",
+                    "--exclusive",
+                    "-u",
+                    "--unlock",
+                    "-n",
+                    "--nb",
+                    "--nonblock",
+                    "-o",
+                    "--close",
+                    "-F",
+                    "--no-fork",
+                    "--verbose",
+                ],
+                &[],
+            );
+            match skip.map(|i| (i, words.get(i + 1))) {
+                Some((i, Some(w))) if w.text == "-c" || w.text == "--command" => words
+                    .get(i + 2)
+                    .map_or(Step::Stop, |p| Step::Payload(p.clone())),
+                _ => after_operands(words, skip, 1),
+            }
+        }
+        // `prlimit [--resource[=limits]…] command`; `--pid` changes a
+        // running process.
+        "prlimit" => {
+            if asks_for(words, "phV", &["--pid", "--help", "--version"]) {
+                return Step::Stop;
+            }
+            inner(skip_options(
+                words,
+                1,
+                &["-o", "--output"],
+                &["--noheadings", "--raw", "--verbose"],
+                &[
+                    "-c",
+                    "--core",
+                    "-d",
+                    "--data",
+                    "-e",
+                    "--nice",
+                    "-f",
+                    "--fsize",
+                    "-i",
+                    "--sigpending",
+                    "-l",
+                    "--memlock",
+                    "-m",
+                    "--rss",
+                    "-n",
+                    "--nofile",
+                    "-q",
+                    "--msgqueue",
+                    "-r",
+                    "--rtprio",
+                    "-s",
+                    "--stack",
+                    "-t",
+                    "--cpu",
+                    "-u",
+                    "--nproc",
+                    "-v",
+                    "--as",
+                    "-x",
+                    "--locks",
+                    "-y",
+                    "--rttime",
+                ],
+            ))
+        }
+        "strace" => {
+            if asks_for(words, "hV", &["--help", "--version"]) {
+                return Step::Stop;
+            }
+            sensitive_env_option(words, &["-E", "--env"], opaque);
+            inner(skip_options(
+                words,
+                1,
+                &[
+                    "-a",
+                    "-b",
+                    "-e",
+                    "-I",
+                    "-o",
+                    "-O",
+                    "-p",
+                    "-P",
+                    "-s",
+                    "-S",
+                    "-u",
+                    "-U",
+                    "-X",
+                    "-E",
+                    "--output",
+                    "--attach",
+                    "--user",
+                    "--env",
+                    "--trace",
+                    "--trace-path",
+                    "--signal",
+                    "--status",
+                    "--string-limit",
+                    "--summary-sort-by",
+                    "--columns",
+                    "--detach-on",
+                    "--const-print-style",
+                    "--abbrev",
+                    "--verbose",
+                    "--raw",
+                    "--read",
+                    "--write",
+                    "--fault",
+                    "--inject",
+                    "--kvm",
+                ],
+                &[
+                    "-c",
+                    "-C",
+                    "-d",
+                    "-D",
+                    "-f",
+                    "-F",
+                    "-i",
+                    "-k",
+                    "-n",
+                    "-q",
+                    "-r",
+                    "-t",
+                    "-T",
+                    "-v",
+                    "-w",
+                    "-x",
+                    "-y",
+                    "-z",
+                    "-Z",
+                    "-A",
+                    "--summary-only",
+                    "--summary",
+                    "--summary-wall-clock",
+                    "--follow-forks",
+                    "--output-separately",
+                    "--daemonize",
+                    "--seccomp-bpf",
+                    "--successful-only",
+                    "--failed-only",
+                    "--no-abbrev",
+                    "--relative-timestamps",
+                    "--syscall-times",
+                    "--timestamps",
+                    "--decode-fds",
+                    "--decode-pids",
+                    "--quiet",
+                    "--silent",
+                    "--stack-trace",
+                    "--debug",
+                    "--output-append-mode",
+                    "--instruction-pointer",
+                    "--syscall-number",
+                    "--always-show-pid",
+                    "--tips",
+                ],
+                &[],
+            ))
+        }
+        "ltrace" => {
+            if asks_for(words, "hV", &["--help", "--version"]) {
+                return Step::Stop;
+            }
+            inner(skip_options(
+                words,
+                1,
+                &[
+                    "-a",
+                    "-A",
+                    "-D",
+                    "-e",
+                    "-F",
+                    "-l",
+                    "-n",
+                    "-o",
+                    "-p",
+                    "-s",
+                    "-u",
+                    "-w",
+                    "-x",
+                    "--align",
+                    "--debug",
+                    "--config",
+                    "--library",
+                    "--indent",
+                    "--output",
+                    "--where",
+                ],
+                &[
+                    "-b",
+                    "-c",
+                    "-C",
+                    "-f",
+                    "-i",
+                    "-L",
+                    "-r",
+                    "-S",
+                    "-t",
+                    "-T",
+                    "--no-signals",
+                    "--demangle",
+                ],
+                &[],
+            ))
+        }
+        // Its options are all one word (`--tool=memcheck`).
+        "valgrind" => {
+            if asks_for(words, "hV", &["--help", "--help-debug", "--version"]) {
+                return Step::Stop;
+            }
+            let i = 1 + words[1..]
+                .iter()
+                .take_while(|w| w.text.starts_with('-'))
+                .count();
+            after_operands(words, Some(i), 0)
+        }
+        // `gdb … --args program args…`. gdb itself runs the commands it is
+        // given (`-ex`, command files, its standard input), which can run
+        // any program, so no specific allow rule vouches for it.
+        "gdb" => {
+            *opaque = Some(
+                "gdb runs the commands it is given (`-ex`, a command file, its standard input), which can run any program".into(),
+            );
+            match words
+                .iter()
+                .position(|w| w.text == "--args" || w.text == "-args")
+            {
+                Some(at) => after_operands(words, Some(at + 1), 0),
+                None => Step::Stop,
+            }
+        }
+        // `perf stat|record|trace … command`: too many options (and
+        // abbreviations) to find the command with confidence.
+        "perf" => match words.get(1).map(|w| w.text.as_str()) {
+            Some(
+                "stat" | "record" | "trace" | "ftrace" | "mem" | "c2c" | "sched" | "lock" | "kmem"
+                | "kvm" | "timechart" | "kwork" | "script",
+            ) => Step::Unreadable {
+                from: 2,
+                open_ended: false,
+            },
+            _ => Step::Stop,
+        },
+        "numactl" => {
+            if asks_for(words, "sH", &["--show", "--hardware"]) {
+                return Step::Stop;
+            }
+            inner(skip_options(
+                words,
+                1,
+                &[
+                    "-i",
+                    "--interleave",
+                    "-p",
+                    "--preferred",
+                    "-m",
+                    "--membind",
+                    "-N",
+                    "--cpunodebind",
+                    "-C",
+                    "--physcpubind",
+                    "-P",
+                    "--preferred-many",
+                    "-w",
+                    "--weighted-interleave",
+                ],
+                &["-l", "--localalloc", "-a", "--all", "-b", "--balancing"],
+                &[],
+            ))
+        }
+        "cgexec" => inner(skip_options(words, 1, &["-g"], &["--sticky"], &[])),
+        // `chroot [options] newroot [command…]`; alone, it starts a shell.
+        "chroot" => after_operands(
+            words,
+            skip_options(
+                words,
+                1,
+                &["--userspec", "--groups"],
+                &["--skip-chdir"],
+                &[],
+            ),
+            1,
+        ),
+        "unbuffer" => inner(skip_options(words, 1, &[], &["-p"], &[])),
+        // `busybox applet args…`
+        "busybox" => match words.get(1) {
+            Some(w) if !w.text.starts_with('-') => inner(Some(1)),
+            _ => Step::Stop,
+        },
+        "catchsegv" => inner(Some(1)),
+        "fakeroot" => {
+            if asks_for(words, "l", &["--lib", "--faked"]) {
+                *opaque = Some(
+                    "it makes fakeroot load another library or daemon (`-l`, `--faked`)".into(),
+                );
+            }
+            inner(skip_options(
+                words,
+                1,
+                &["-l", "--lib", "--faked", "-i", "-s", "-b"],
+                &["-u", "--unknown-is-real"],
+                &[],
+            ))
+        }
+        // Its options are all one word (`--net=none`).
+        "firejail" => {
+            let i = 1 + words[1..]
+                .iter()
+                .take_while(|w| w.text.starts_with('-') && w.text != "--")
+                .count();
+            if words[1..i].iter().any(|w| {
+                w.text.starts_with("--env=")
+                    && text_assignment(&w.text["--env=".len()..]).is_some_and(is_sensitive_variable)
+            }) {
+                *opaque = Some("it sets a variable that changes what the command runs".into());
+            }
+            let i = if words.get(i).is_some_and(|w| w.text == "--") {
+                i + 1
+            } else {
+                i
+            };
+            after_operands(words, Some(i), 0)
+        }
+        "nsenter" | "unshare" => inner(skip_options(
+            words,
+            1,
+            &[
+                "-t",
+                "--target",
+                "-G",
+                "--setgid",
+                "-S",
+                "--setuid",
+                "-R",
+                "--root",
+                "-W",
+                "--wdns",
+                "--setgroups",
+                "--propagation",
+                "--map-user",
+                "--map-group",
+                "--map-users",
+                "--map-groups",
+                "--monotonic",
+                "--boottime",
+            ],
+            &[
+                "-a",
+                "--all",
+                "--preserve-credentials",
+                "-e",
+                "--env",
+                "-F",
+                "--no-fork",
+                "-Z",
+                "--follow-context",
+                "-c",
+                "--join-cgroup",
+                "--keep-caps",
+                "-f",
+                "--fork",
+                "-r",
+                "--map-root-user",
+                "--map-current-user",
+                "--map-auto",
+            ],
+            &[
+                "-m",
+                "--mount",
+                "-u",
+                "--uts",
+                "-i",
+                "--ipc",
+                "-n",
+                "--net",
+                "-p",
+                "--pid",
+                "-U",
+                "--user",
+                "-C",
+                "--cgroup",
+                "-T",
+                "--time",
+                "-w",
+                "--wd",
+                "--kill-child",
+                "--mount-proc",
+                "--mount-binfmt",
+            ],
+        )),
+        "run0" => {
+            sensitive_env_option(words, &["--setenv"], opaque);
+            inner(skip_options(
+                words,
+                1,
+                &[
+                    "-u",
+                    "--user",
+                    "-g",
+                    "--group",
+                    "-D",
+                    "--chdir",
+                    "--setenv",
+                    "--unit",
+                    "--property",
+                    "--description",
+                    "--slice",
+                    "--nice",
+                    "--machine",
+                    "--background",
+                    "--shell-prompt-prefix",
+                ],
+                &["--no-ask-password", "--slice-inherit", "--pty", "--pipe"],
+                &[],
+            ))
+        }
+        "systemd-run" => {
+            sensitive_env_option(words, &["-E", "--setenv"], opaque);
+            if asks_for(words, "p", &["--property"]) {
+                *opaque = Some(
+                    "its unit properties (`-p`) can make it run other programs (`ExecStartPre=`)"
+                        .into(),
+                );
+            }
+            inner(skip_options(
+                words,
+                1,
+                &[
+                    "-u",
+                    "--unit",
+                    "-p",
+                    "--property",
+                    "-E",
+                    "--setenv",
+                    "--description",
+                    "--slice",
+                    "--uid",
+                    "--gid",
+                    "--nice",
+                    "-D",
+                    "--chdir",
+                    "--working-directory",
+                    "-M",
+                    "--machine",
+                    "-H",
+                    "--host",
+                    "--service-type",
+                    "--background",
+                    "--on-active",
+                    "--on-boot",
+                    "--on-startup",
+                    "--on-unit-active",
+                    "--on-unit-inactive",
+                    "--on-calendar",
+                    "--timer-property",
+                    "--path-property",
+                    "--socket-property",
+                ],
+                &[
+                    "--user",
+                    "--system",
+                    "--scope",
+                    "-r",
+                    "--remain-after-exit",
+                    "--send-sighup",
+                    "-t",
+                    "--pty",
+                    "-P",
+                    "--pipe",
+                    "-q",
+                    "--quiet",
+                    "-G",
+                    "--collect",
+                    "--wait",
+                    "-S",
+                    "--shell",
+                    "--no-block",
+                    "--no-ask-password",
+                    "-d",
+                    "--same-dir",
+                    "--slice-inherit",
+                ],
+                &[],
+            ))
+        }
+        // `script [options] [file]` runs `-c`'s command string (alone, it
+        // starts an interactive shell).
+        "script" => match option_value(words, 'c', "command", "EIOBTmo", &[]) {
+            Some(payload) => Step::Payload(payload),
+            None => Step::Stop,
+        },
+
         "git" => git_global_options(words),
         "eval" if words.len() > 1 => joined_payload(&words[1..]),
         // `trap 'cmd' SIGNAL…` runs `cmd` on the signal (or at EXIT).
@@ -975,7 +1764,7 @@ fn env(words: &[Word], opaque: &mut Option<String>) -> Step {
             {
                 i += 1
             }
-            _ if t.starts_with('-') => return Step::Stop,
+            _ if t.starts_with('-') => return UNREADABLE,
             _ => break,
         }
     }
@@ -1030,26 +1819,113 @@ fn shell_payload(words: &[Word]) -> Step {
     }
 }
 
-/// `su [options] [user] -c 'command'`
+/// `su [options] [user] -c 'command'` (or `--command`, `--session-command`,
+/// abbreviated or not, or `-lc 'command'` in a cluster).
+/// After `--`, the words past the user are the shell's own arguments
+/// (`su -- root -c 'command'`).
 fn su_payload(words: &[Word]) -> Step {
-    for (i, word) in words.iter().enumerate().skip(1) {
-        let t = word.text.as_str();
-        if t == "-c" || t == "--command" {
-            return words
-                .get(i + 1)
-                .map_or(Step::Stop, |w| Step::Payload(w.clone()));
-        }
-        if let Some(text) = t
-            .strip_prefix("--command=")
-            .or_else(|| t.strip_prefix("-c").filter(|rest| !rest.is_empty()))
-        {
-            return Step::Payload(Word {
-                text: text.to_string(),
-                ..word.clone()
-            });
+    if let Some(payload) = option_value(words, 'c', "command", "gGsw", &["session-command"]) {
+        return Step::Payload(payload);
+    }
+    let Some(end) = words.iter().position(|w| w.text == "--") else {
+        return Step::Stop;
+    };
+    for from in [end, end + 1] {
+        if let Some(rest) = words.get(from..) {
+            if let payload @ Step::Payload(_) = shell_payload(rest) {
+                return payload;
+            }
         }
     }
     Step::Stop
+}
+
+/// The value of a getopt-style option that takes a command string: `-c
+/// cmd`, `-ccmd`, `-lc cmd` (a cluster of flags ending in it),
+/// `--command=cmd`, `--command cmd`, or any abbreviation of the long name
+/// (or of one of `also`). `valued`: the other short options taking a
+/// value (in a cluster, the rest of the word is their value). Options may
+/// follow operands (GNU getopt permutes them), up to `--`.
+fn option_value(
+    words: &[Word],
+    letter: char,
+    long: &str,
+    valued: &str,
+    also: &[&str],
+) -> Option<Word> {
+    let mut i = 1;
+    while let Some(word) = words.get(i) {
+        let t = word.text.as_str();
+        i += 1;
+        if t == "--" {
+            return None;
+        }
+        if let Some(name) = t.strip_prefix("--") {
+            let (name, value) = match name.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (name, None),
+            };
+            let names_it = !name.is_empty()
+                && std::iter::once(long)
+                    .chain(also.iter().copied())
+                    .any(|full| full.starts_with(name));
+            if names_it {
+                return match value {
+                    Some(value) => Some(Word {
+                        text: value.to_string(),
+                        ..word.clone()
+                    }),
+                    None => words.get(i).cloned(),
+                };
+            }
+            continue;
+        }
+        let Some(flags) = t.strip_prefix('-') else {
+            continue;
+        };
+        for (at, c) in flags.char_indices() {
+            let rest = &flags[at + c.len_utf8()..];
+            if c == letter {
+                return if rest.is_empty() {
+                    words.get(i).cloned()
+                } else {
+                    Some(Word {
+                        text: rest.to_string(),
+                        ..word.clone()
+                    })
+                };
+            }
+            if valued.contains(c) {
+                if rest.is_empty() {
+                    i += 1;
+                }
+                break;
+            }
+        }
+    }
+    None
+}
+
+/// An option that sets a variable for the command (`strace -E NAME=v`,
+/// `systemd-run --setenv=NAME=v`) naming one that changes what it runs.
+fn sensitive_env_option(words: &[Word], options: &[&str], opaque: &mut Option<String>) {
+    let mut values = words.iter().enumerate().skip(1).filter_map(|(i, w)| {
+        let t = w.text.as_str();
+        if options.contains(&t) {
+            return words.get(i + 1).map(|v| v.text.as_str());
+        }
+        options.iter().find_map(|o| {
+            t.strip_prefix(o)
+                .and_then(|rest| rest.strip_prefix('=').or((o.len() == 2).then_some(rest)))
+                .filter(|rest| !rest.is_empty())
+        })
+    });
+    if let Some(name) = values.find_map(|v| text_assignment(v).filter(|n| is_sensitive_variable(n)))
+    {
+        *opaque = Some(format!(
+            "it sets {name}, which changes what the command runs"
+        ));
+    }
 }
 
 /// The commands `find` runs through `-exec`, `-execdir`, `-ok`, `-okdir`.
@@ -1138,11 +2014,117 @@ mod tests {
         assert_eq!(commands("env"), ["env"]);
         assert_eq!(commands("command -v git"), ["command -v git"]);
         assert_eq!(commands("time"), ["time"]);
-        // An option the wrapper does not know: not peeled.
+        // An option the wrapper does not know (perhaps an abbreviation):
+        // the wrapper is kept, no allow rule vouches for it, and every
+        // place its command may start at is a piece of its own.
         assert_eq!(
             commands("timeout --bogus 5 make"),
-            ["timeout --bogus 5 make"]
+            ["timeout --bogus 5 make", "5 make", "make"]
         );
+        let an = analyse("timeout --bogus 5 make");
+        assert!(an.pieces[0].opaque.is_some());
+    }
+
+    #[test]
+    fn more_wrappers_are_peeled() {
+        for (src, inner) in [
+            ("taskset 1 touch x", "touch x"),
+            ("taskset -c 0-3 touch x", "touch x"),
+            ("taskset -ac 0 touch x", "touch x"),
+            ("chrt -i 0 touch x", "touch x"),
+            ("chrt --rr 5 touch x", "touch x"),
+            ("chrt -o touch x", "touch x"),
+            ("setpriv -- touch x", "touch x"),
+            ("setpriv --nnp --reuid 1000 touch x", "touch x"),
+            ("setpriv --reuid=1000 --clear-groups touch x", "touch x"),
+            ("flock f touch x", "touch x"),
+            ("flock -n -w 5 f touch x", "touch x"),
+            ("prlimit touch x", "touch x"),
+            ("prlimit --nofile=1024 -c0 touch x", "touch x"),
+            ("strace -o /dev/null touch x", "touch x"),
+            ("strace -f -e trace=open -s 80 touch x", "touch x"),
+            ("ltrace -o out touch x", "touch x"),
+            ("valgrind touch x", "touch x"),
+            ("valgrind --tool=memcheck -q touch x", "touch x"),
+            ("gdb -batch -ex run --args touch x", "touch x"),
+            ("numactl -N 0 --localalloc touch x", "touch x"),
+            ("cgexec -g cpu:grp touch x", "touch x"),
+            ("chroot / touch x", "touch x"),
+            ("chroot --userspec=1:1 / touch x", "touch x"),
+            ("runuser -u nobody -- touch x", "touch x"),
+            ("unbuffer -p touch x", "touch x"),
+            ("busybox touch x", "touch x"),
+            ("catchsegv touch x", "touch x"),
+            ("fakeroot -- touch x", "touch x"),
+            ("firejail --noprofile --net=none touch x", "touch x"),
+            ("nsenter -t 1 -m touch x", "touch x"),
+            ("unshare -r -n touch x", "touch x"),
+            ("unshare --mount-proc -fp touch x", "touch x"),
+            ("systemd-run --user --scope touch x", "touch x"),
+            ("run0 touch x", "touch x"),
+            ("taskset 1 nice -n 5 setpriv -- touch x", "touch x"),
+        ] {
+            assert_eq!(
+                commands(src).last().map(String::as_str),
+                Some(inner),
+                "{src}"
+            );
+        }
+        // Command strings for a shell.
+        for (src, inner) in [
+            ("flock f -c 'touch x'", "touch x"),
+            ("sg staff 'touch x'", "touch x"),
+            ("sg - staff -c 'touch x'", "touch x"),
+            ("su -lc 'touch x'", "touch x"),
+            ("su --comm='touch x'", "touch x"),
+            ("su root -- -c 'touch x'", "touch x"),
+            ("runuser root -c 'touch x'", "touch x"),
+            ("script -qc 'touch x' /dev/null", "touch x"),
+            ("script --command 'touch x'", "touch x"),
+        ] {
+            assert_eq!(commands(src), [inner], "{src}");
+        }
+        // Used to change a running process, or with nothing to run.
+        for src in [
+            "taskset -p 1 123",
+            "chrt -p 5 123",
+            "prlimit --pid 1",
+            "chroot /",
+        ] {
+            assert_eq!(commands(src), [src], "{src}");
+        }
+    }
+
+    #[test]
+    fn unreadable_wrappers_are_opaque_and_guessed() {
+        for src in [
+            "perf stat touch x",
+            "perf record -g touch x",
+            "setpriv --reu=1 touch x",
+            "env --ign touch x",
+            "strace --bogus touch x",
+        ] {
+            let an = analyse(src);
+            assert!(an.pieces[0].opaque.is_some(), "{src}");
+            assert!(
+                an.pieces.iter().any(|p| p.command_name() == Some("touch")),
+                "{src}: {:?}",
+                commands(src)
+            );
+        }
+        // Guesses do not multiply.
+        let an = analyse("perf stat perf stat perf stat touch x");
+        assert!(an.pieces.len() <= 8, "{}", an.pieces.len());
+        let long = format!("perf stat {}", "a ".repeat(40));
+        assert!(!analyse(&long).malformed.is_empty());
+        // Wrappers that set a variable changing what runs.
+        assert!(
+            analyse("strace -E LD_PRELOAD=x.so ls").pieces[0]
+                .opaque
+                .is_some()
+        );
+        assert!(analyse("gdb --args ls").pieces[0].opaque.is_some());
+        assert!(analyse("strace -o out ls").pieces[0].opaque.is_none());
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub(crate) fn hazards(analysis: &Analysis) -> Vec<Hazard> {
 fn piece_hazards(piece: &Piece) -> Vec<String> {
     let mut reasons = Vec::new();
     for layer in &piece.layers {
-        if let Some(name @ ("sudo" | "doas" | "su" | "pkexec" | "run0")) =
+        if let Some(name @ ("sudo" | "doas" | "su" | "pkexec" | "run0" | "runuser")) =
             layer.words.first().and_then(command_name)
         {
             reasons.push(format!("it runs with another user's privileges (`{name}`)"));

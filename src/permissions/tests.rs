@@ -406,6 +406,96 @@ fn wrappers_are_stripped_before_matching() {
     assert_eq!(verdict_of(&set, "ionice -c3 nice rm x"), Verdict::Deny);
 }
 
+/// Wrappers that run the command after their own options (`taskset`,
+/// `setpriv`, `strace`, …) are seen through: a deny rule on the command
+/// denies it, and the dangerous list sees what really runs.
+#[test]
+fn more_wrappers_are_seen_through() {
+    let set = rules(&["bash"], &[], &["bash(touch *)"]);
+    for command in [
+        "taskset 1 touch x",
+        "setpriv -- touch x",
+        "chrt -i 0 touch x",
+        "flock f touch x",
+        "flock f -c 'touch x'",
+        "prlimit touch x",
+        "strace -o /dev/null touch x",
+        "ltrace touch x",
+        "valgrind touch x",
+        "gdb -batch -ex run --args touch x",
+        "perf stat touch x",
+        "perf record -g -- touch x",
+        "numactl --localalloc touch x",
+        "cgexec -g cpu:x touch x",
+        "chroot / touch x",
+        "runuser -u me touch x",
+        "sg staff 'touch x'",
+        "su -c 'touch x'",
+        "su -lc 'touch x'",
+        "script -qc 'touch x' /dev/null",
+        "unbuffer touch x",
+        "busybox touch x",
+        "catchsegv touch x",
+        "fakeroot touch x",
+        "firejail --quiet touch x",
+        "nsenter -t 1 -m touch x",
+        "unshare -r touch x",
+        "systemd-run --user touch x",
+        "taskset 1 nice setpriv -- touch x",
+        // Options the wrapper does not know (abbreviations included):
+        // every place the command may start at meets the deny rules.
+        "taskset --all 1 touch x",
+        "setpriv --reu=1000 touch x",
+        "timeout --sig=KILL 5 touch x",
+        "env --ignore touch x",
+    ] {
+        let d = bash(&set, command);
+        assert_eq!(d.verdict, Verdict::Deny, "{command}: {d:?}");
+    }
+    for command in [
+        "echo id | taskset 1 sh",
+        "echo id | setpriv -- bash",
+        "echo id | flock lk sh",
+        "echo id | chrt -i 0 bash",
+        "echo id | prlimit bash",
+        "echo id | taskset 1 python3",
+        "echo id | strace -o /dev/null bash",
+        "echo id | busybox sh",
+        "taskset 1 sudo true",
+        "runuser -u root -- true",
+        "setpriv -- mkfs.ext4 -n /dev/null",
+        "taskset --bogus 1 sh < /dev/null | sh",
+    ] {
+        let d = bash(&set, command);
+        assert_eq!(
+            (d.verdict, d.source.as_str()),
+            (Verdict::Ask, "dangerous"),
+            "{command}: {d:?}"
+        );
+    }
+    // An allow rule on the command vouches for it under a wrapper that
+    // is read with confidence, not under one that is not.
+    let set = rules(&["bash(make *)"], &[], &[]);
+    for command in [
+        "taskset -c 0 make",
+        "chrt -i 0 make",
+        "flock .lock make",
+        "strace -f -o trace.txt make",
+        "valgrind -q make",
+        "setpriv --nnp make",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+    for command in [
+        "perf stat make",
+        "gdb --args make",
+        "taskset --bogus 0 make",
+        "strace -E LD_PRELOAD=x.so make",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
+    }
+}
+
 #[test]
 fn deny_rules_may_name_wrappers() {
     let set = rules(&["bash"], &[], &["bash(sudo *)", "bash(nohup *)"]);
