@@ -308,6 +308,21 @@ fn normalise(
             }
         }
     }
+    // Options and program texts that make the command run another program
+    // (`tar --to-command=…`, `sed '1e …'`, `strace -o '|…'`).
+    let mut embedded: Vec<Word> = Vec::new();
+    for layer in &layers {
+        if let Some(found) = super::embedded::runs_programs(&layer.words) {
+            if opaque.is_none() {
+                opaque = Some(found.why);
+            }
+            for command in found.commands {
+                if !embedded.contains(&command) {
+                    embedded.push(command);
+                }
+            }
+        }
+    }
     if layers.is_empty() && opaque.is_none() && !redirects.iter().any(Redirect::writes) {
         // Plain assignments, a lone keyword, or a loop's `done < input`:
         // nothing runs and nothing is written.
@@ -315,7 +330,7 @@ fn normalise(
     }
 
     let mut transparent = false;
-    let mut computed_payload = false;
+    let mut computed_payload = embedded.iter().any(|w| !w.literal);
     if let Some(payload) = &payload {
         if payload.literal {
             transparent = true;
@@ -345,6 +360,9 @@ fn normalise(
     });
     if let Some(payload) = payload.filter(|p| p.literal) {
         expand(&payload.text, depth + 1, shadow, an, next_pipeline);
+    }
+    for command in embedded.iter().filter(|w| w.literal) {
+        expand(&command.text, depth + 1, shadow, an, next_pipeline);
     }
     for words in guesses {
         if depth >= MAX_DEPTH {
@@ -452,7 +470,7 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// Variables that change which code a command runs (its program, its
 /// libraries, its helpers), so `NAME=… git status` is not `git status`.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 34] = [
+    const EXACT: [&str; 41] = [
         "PATH",
         "IFS",
         "ENV",
@@ -487,6 +505,13 @@ fn is_sensitive_variable(name: &str) -> bool {
         "RUSTC",
         "CC",
         "SHELL",
+        "TAR_OPTIONS",
+        "RSYNC_RSH",
+        "RSYNC_CONNECT_PROG",
+        "ZIPOPT",
+        "MAKEFLAGS",
+        "MFLAGS",
+        "GNUMAKEFLAGS",
     ];
     const PREFIXES: [&str; 6] = [
         "LD_",
@@ -1697,7 +1722,7 @@ fn git_runs_program(words: &[Word]) -> Option<String> {
     None
 }
 
-fn git_key_runs_program(key: &str) -> bool {
+pub(crate) fn git_key_runs_program(key: &str) -> bool {
     const EXACT: [&str; 13] = [
         "core.pager",
         "core.editor",

@@ -231,6 +231,9 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
             // `source /dev/stdin`
             let operand = args.iter().find(|w| w.text != "--");
             operand.is_some_and(|w| is_stdin_path(&w.text))
+        } else if name == "parallel" {
+            // No command: it runs the lines it reads as commands.
+            args.iter().all(|w| w.text.starts_with('-'))
         } else {
             continue;
         };

@@ -67,6 +67,7 @@
 mod bash;
 mod command;
 mod dangerous;
+mod embedded;
 mod file;
 mod rules;
 mod shell;

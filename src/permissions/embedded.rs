@@ -1,0 +1,975 @@
+//! Options and program texts through which a command runs another
+//! program: `tar --to-command='…'`, `git ls-remote --upload-pack='…'`,
+//! `rsync -e '…'`, `ssh -o ProxyCommand='…'`, `sed '1e …'`, `awk
+//! 'BEGIN{system("…")}'`. A command doing so is never vouched for by a
+//! specific allow rule (`bash(tar *)` names tar, not what tar is told to
+//! run), and a command string handed to a shell this way is checked as a
+//! command of its own, like `find -exec`'s, so deny rules still see it.
+
+use super::command::command_name;
+use super::shell::Word;
+
+/// What one command is told to run besides itself.
+pub(crate) struct Embedded {
+    /// Why no specific allow rule vouches for the command.
+    pub why: String,
+    /// Command strings it hands to a shell (or runs as a command line).
+    pub commands: Vec<Word>,
+}
+
+/// The programs `words` (one command, wrappers peeled or not) run through
+/// their options or program text.
+pub(crate) fn runs_programs(words: &[Word]) -> Option<Embedded> {
+    let name = words.first().and_then(command_name)?;
+    match name {
+        "tar" | "gtar" => tar(words),
+        "sort" => commands_in(
+            name,
+            option_values(words, "STyko", &["compress-program"], &[], true),
+            &["--compress-program"],
+        ),
+        "split" => commands_in(
+            name,
+            option_values(words, "abClnt", &["filter"], &[], true),
+            &["--filter"],
+        ),
+        "zip" => zip(words),
+        "rsync" => commands_in(
+            name,
+            option_values(words, "eBfMT@", &["rsh", "rsync-path"], &[], true),
+            &["-e", "--rsh", "--rsync-path"],
+        ),
+        "ssh" | "scp" | "sftp" => ssh(name, words),
+        "git" => git(words),
+        "strace" => strace(words),
+        "parallel" => parallel(words),
+        "sed" | "gsed" => sed(words),
+        "awk" | "gawk" | "mawk" | "nawk" | "original-awk" => awk(name, words),
+        "make" | "gmake" => make(name, words),
+        _ => None,
+    }
+}
+
+/// Every option that takes a value, with its value, as getopt reads a
+/// command line: `-x v`, `-xv`, `-abx v` (flags, then one option taking a
+/// value), `--name=v`, `--name v` (for the `long` names, also
+/// abbreviated: `--to-com=…`). `short`: the letters that take a value.
+/// Options are returned as `-x` or `--full-name`; other long options are
+/// skipped (with their `=value`), and so are those in `exact` (options of
+/// the program whose whole name is also the start of one in `long`, such
+/// as tar's `--checkpoint`). Stops at `--`; operands are skipped, and with
+/// `permute` unset, the first one ends the options.
+fn option_values(
+    words: &[Word],
+    short: &str,
+    long: &[&str],
+    exact: &[&str],
+    permute: bool,
+) -> Vec<(String, Word)> {
+    let mut found = Vec::new();
+    let mut i = 1;
+    while let Some(word) = words.get(i) {
+        let t = word.text.as_str();
+        i += 1;
+        if t == "--" {
+            break;
+        }
+        if let Some(name) = t.strip_prefix("--") {
+            let (name, value) = match name.split_once('=') {
+                Some((name, value)) => (name, Some(value)),
+                None => (name, None),
+            };
+            let Some(full) = long
+                .iter()
+                .find(|full| !name.is_empty() && full.starts_with(name))
+                .filter(|full| **full == name || !exact.contains(&name))
+            else {
+                continue;
+            };
+            let value = match value {
+                Some(value) => Some(Word {
+                    text: value.to_string(),
+                    ..word.clone()
+                }),
+                None => {
+                    i += 1;
+                    words.get(i - 1).cloned()
+                }
+            };
+            if let Some(value) = value {
+                found.push((format!("--{full}"), value));
+            }
+            continue;
+        }
+        let Some(flags) = t.strip_prefix('-').filter(|f| !f.is_empty()) else {
+            if permute {
+                continue;
+            }
+            break;
+        };
+        for (at, c) in flags.char_indices() {
+            if !short.contains(c) {
+                continue;
+            }
+            let rest = &flags[at + c.len_utf8()..];
+            let value = if rest.is_empty() {
+                i += 1;
+                words.get(i - 1).cloned()
+            } else {
+                Some(Word {
+                    text: rest.to_string(),
+                    ..word.clone()
+                })
+            };
+            if let Some(value) = value {
+                found.push((format!("-{c}"), value));
+            }
+            break;
+        }
+    }
+    found
+}
+
+/// The values of `options` among `values` are command strings.
+fn commands_in(name: &str, values: Vec<(String, Word)>, options: &[&str]) -> Option<Embedded> {
+    let mut named = Vec::new();
+    let mut commands = Vec::new();
+    for (option, value) in values {
+        if options.contains(&option.as_str()) {
+            if !named.contains(&option) {
+                named.push(option);
+            }
+            commands.push(value);
+        }
+    }
+    if commands.is_empty() {
+        return None;
+    }
+    Some(Embedded {
+        why: format!(
+            "its option {} makes `{name}` run another program",
+            quoted_list(&named)
+        ),
+        commands,
+    })
+}
+
+fn quoted_list(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|o| format!("`{o}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// GNU tar: `--to-command`, `--checkpoint-action=exec=…`, `-I` /
+/// `--use-compress-program`, `-F` / `--info-script` /
+/// `--new-volume-script`, `--rsh-command`, `--rmt-command`; also in the
+/// old style, where the first word bundles the letters and their values
+/// follow in order (`tar cIf 'cmd' a.tar f`).
+fn tar(words: &[Word]) -> Option<Embedded> {
+    const VALUED: &str = "bCfFgHIKLNTVX";
+    let mut values = option_values(
+        words,
+        VALUED,
+        &[
+            "to-command",
+            "checkpoint-action",
+            "use-compress-program",
+            "info-script",
+            "new-volume-script",
+            "rsh-command",
+            "rmt-command",
+        ],
+        &["checkpoint"],
+        true,
+    );
+    if let Some(first) = words.get(1).filter(|w| {
+        !w.text.starts_with('-')
+            && !w.text.is_empty()
+            && w.text.chars().all(|c| c.is_ascii_alphabetic())
+    }) {
+        let valued = first.text.chars().filter(|c| VALUED.contains(*c));
+        for (next, c) in (2..).zip(valued) {
+            if let Some(value) = words.get(next) {
+                values.push((format!("-{c}"), value.clone()));
+            }
+        }
+    }
+    let values = values
+        .into_iter()
+        .filter_map(|(option, value)| {
+            if option == "--checkpoint-action" {
+                let command = value.text.strip_prefix("exec=")?.to_string();
+                Some((
+                    option,
+                    Word {
+                        text: command,
+                        ..value
+                    },
+                ))
+            } else {
+                Some((option, value))
+            }
+        })
+        .collect();
+    commands_in(
+        "tar",
+        values,
+        &[
+            "--to-command",
+            "--checkpoint-action",
+            "-I",
+            "--use-compress-program",
+            "-F",
+            "--info-script",
+            "--new-volume-script",
+            "--rsh-command",
+            "--rmt-command",
+        ],
+    )
+}
+
+/// zip `-TT cmd` / `--unzip-command cmd` (the command that tests the
+/// archive, run by a shell).
+fn zip(words: &[Word]) -> Option<Embedded> {
+    let mut commands = Vec::new();
+    let mut i = 1;
+    while let Some(word) = words.get(i) {
+        let t = word.text.as_str();
+        i += 1;
+        if t == "--" {
+            break;
+        }
+        let attached = if let Some(long) = t.strip_prefix("--") {
+            let (name, value) = long.split_once('=').unwrap_or((long, ""));
+            if name.len() < 2 || !"unzip-command".starts_with(name) {
+                continue;
+            }
+            value
+        } else if let Some(at) = t.strip_prefix('-').and_then(|f| f.find("TT")) {
+            let rest = &t[1 + at + 2..];
+            rest.strip_prefix('=').unwrap_or(rest)
+        } else {
+            continue;
+        };
+        if attached.is_empty() {
+            commands.extend(words.get(i).cloned());
+            i += 1;
+        } else {
+            commands.push(Word {
+                text: attached.to_string(),
+                ..word.clone()
+            });
+        }
+    }
+    (!commands.is_empty()).then(|| Embedded {
+        why: "its option `-TT` (`--unzip-command`) makes `zip` run another program".into(),
+        commands,
+    })
+}
+
+/// ssh, scp, sftp: `-o ProxyCommand=…` (or `LocalCommand`,
+/// `KnownHostsCommand`, `RemoteCommand`, `ProxyJump`; keys are
+/// case-insensitive, `=` or a space before the value), scp's and sftp's
+/// `-S program`, sftp's `-D server`.
+fn ssh(name: &str, words: &[Word]) -> Option<Embedded> {
+    const RUNS: [&str; 5] = [
+        "proxycommand",
+        "localcommand",
+        "knownhostscommand",
+        "remotecommand",
+        "proxyjump",
+    ];
+    let valued = if name == "ssh" {
+        "BbcDEeFIiJLlmOopQRSWw"
+    } else {
+        "cDFiJlloPSX"
+    };
+    let mut commands = Vec::new();
+    let mut why = None;
+    for (option, value) in option_values(words, valued, &[], &[], true) {
+        match option.as_str() {
+            "-o" => {
+                let text = value.text.trim_start();
+                let split = text
+                    .find(|c: char| c == '=' || c.is_whitespace())
+                    .unwrap_or(text.len());
+                let key = text[..split].to_ascii_lowercase();
+                if RUNS.contains(&key.as_str()) {
+                    let rest = text[split..].trim_start();
+                    let rest = rest.strip_prefix('=').unwrap_or(rest).trim_start();
+                    if matches!(
+                        key.as_str(),
+                        "proxycommand" | "localcommand" | "knownhostscommand"
+                    ) {
+                        commands.push(Word {
+                            text: rest.to_string(),
+                            ..value.clone()
+                        });
+                    }
+                    why = Some(format!(
+                        "its option `-o {}` makes `{name}` run another program",
+                        &text[..split]
+                    ));
+                }
+            }
+            "-S" | "-D" if name == "sftp" || (name == "scp" && option == "-S") => {
+                commands.push(value);
+                why = Some(format!(
+                    "its option `{option}` makes `{name}` run another program"
+                ));
+            }
+            _ => {}
+        }
+    }
+    why.map(|why| Embedded { why, commands })
+}
+
+/// git options whose value is a program: `--upload-pack`, `--receive-pack`,
+/// `--exec` (fetch, pull, push, ls-remote, archive, clone …), clone's
+/// `-u`, rebase's and difftool's `-x` (`--exec`, `--extcmd`), grep's `-O`
+/// (`--open-files-in-pager`), filter-branch's filters, `bisect run` and
+/// `submodule foreach`; and clone's `-c`/`--config` setting a key that runs
+/// a program.
+fn git(words: &[Word]) -> Option<Embedded> {
+    // The subcommand, after git's global options.
+    let mut i = 1;
+    while let Some(word) = words.get(i) {
+        match word.text.as_str() {
+            "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
+            | "--config-env" | "--attr-source" => i += 2,
+            t if t.starts_with('-') => i += 1,
+            _ => break,
+        }
+    }
+    let sub = words.get(i)?.text.as_str();
+    let args = &words[i..];
+    let mut commands = Vec::new();
+    let mut named: Vec<String> = Vec::new();
+    let joined = |from: usize| {
+        let rest = &args[from.min(args.len())..];
+        (!rest.is_empty()).then(|| Word {
+            text: rest
+                .iter()
+                .map(|w| w.text.as_str())
+                .collect::<Vec<_>>()
+                .join(" "),
+            literal: rest.iter().all(|w| w.literal),
+            computed: rest.iter().any(|w| w.computed),
+            ..Word::default()
+        })
+    };
+    match sub {
+        "bisect" if args.get(1).is_some_and(|w| w.text == "run") => {
+            named.push("bisect run".into());
+            commands.extend(joined(2));
+        }
+        "submodule" => {
+            if let Some(at) = args.iter().position(|w| w.text == "foreach") {
+                let from = at
+                    + 1
+                    + args[at + 1..]
+                        .iter()
+                        .take_while(|w| w.text.starts_with('-'))
+                        .count();
+                named.push("submodule foreach".into());
+                commands.extend(joined(from));
+            }
+        }
+        _ => {}
+    }
+    let short = match sub {
+        "clone" => "ubocj",
+        "rebase" | "difftool" => "xsXCt",
+        "grep" => "efABCm",
+        _ => "",
+    };
+    let mut long = vec!["upload-pack", "receive-pack", "exec"];
+    match sub {
+        "difftool" => long.push("extcmd"),
+        "grep" => long.push("open-files-in-pager"),
+        "clone" => long.extend(["config", "template"]),
+        "filter-branch" => long.extend([
+            "env-filter",
+            "tree-filter",
+            "index-filter",
+            "parent-filter",
+            "msg-filter",
+            "commit-filter",
+            "tag-name-filter",
+        ]),
+        _ => {}
+    }
+    let mut sub_words = vec![words[0].clone()];
+    sub_words.extend(args[1..].iter().cloned());
+    // grep's `-O` takes its value attached only (`-Oless`), or none.
+    if sub == "grep" {
+        for w in args[1..].iter().take_while(|w| w.text != "--") {
+            let t = w.text.as_str();
+            let pager = t.strip_prefix("--open-files-in-pager").or_else(|| {
+                t.strip_prefix('-')
+                    .filter(|f| !f.starts_with('-'))
+                    .and_then(|f| f.find('O').map(|at| &f[at + 1..]))
+            });
+            if let Some(pager) = pager {
+                named.push("-O".into());
+                let pager = pager.strip_prefix('=').unwrap_or(pager);
+                if !pager.is_empty() {
+                    commands.push(Word {
+                        text: pager.to_string(),
+                        ..w.clone()
+                    });
+                }
+            }
+        }
+    }
+    for (option, value) in option_values(&sub_words, short, &long, &[], true) {
+        let command = match (sub, option.as_str()) {
+            (_, "--upload-pack" | "--receive-pack" | "--exec") => true,
+            ("clone", "-u") | ("rebase" | "difftool", "-x") => true,
+            ("difftool", "--extcmd") => true,
+            ("filter-branch", o) if o.ends_with("-filter") => true,
+            ("clone", "-c" | "--config") => {
+                let key = value.text.split('=').next().unwrap_or_default();
+                if super::command::git_key_runs_program(&key.to_ascii_lowercase()) {
+                    named.push(format!("{option} {key}"));
+                }
+                false
+            }
+            ("clone", "--template") => {
+                named.push(option.clone());
+                false
+            }
+            _ => false,
+        };
+        if command {
+            named.push(option);
+            commands.push(value);
+        }
+    }
+    if named.is_empty() {
+        return None;
+    }
+    named.dedup();
+    Some(Embedded {
+        why: format!(
+            "{} makes `git {sub}` run another program",
+            quoted_list(&named)
+        ),
+        commands,
+    })
+}
+
+/// `strace -o '|command'` (or `!command`) pipes its trace to a command.
+fn strace(words: &[Word]) -> Option<Embedded> {
+    let commands: Vec<Word> = option_values(words, "abeIoOpPsSuUXE", &["output"], &[], false)
+        .into_iter()
+        .filter(|(option, _)| option == "-o" || option == "--output")
+        .filter_map(|(_, value)| {
+            let command = value.text.strip_prefix(['|', '!'])?.to_string();
+            Some(Word {
+                text: command,
+                ..value
+            })
+        })
+        .collect();
+    (!commands.is_empty()).then(|| Embedded {
+        why: "`strace -o '|…'` pipes its output to another program".into(),
+        commands,
+    })
+}
+
+/// GNU parallel joins its command words and runs them through a shell,
+/// once per input. It has too many options to tell its command from their
+/// values, so every run of words before `:::` that could be the command
+/// is checked as one; with no command, the inputs themselves are run.
+fn parallel(words: &[Word]) -> Option<Embedded> {
+    let separator = |w: &Word| matches!(w.text.as_str(), ":::" | "::::" | ":::+" | "::::+");
+    let end = words.iter().position(separator).unwrap_or(words.len());
+    let join = |part: &[Word]| Word {
+        text: part
+            .iter()
+            .map(|w| w.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        literal: part.iter().all(|w| w.literal),
+        computed: part.iter().any(|w| w.computed),
+        ..Word::default()
+    };
+    let mut commands: Vec<Word> = (1..end)
+        .filter(|&k| !words[k].text.starts_with('-'))
+        .map(|k| join(&words[k..end]))
+        .collect();
+    if commands.is_empty() {
+        commands = words[end.min(words.len())..]
+            .iter()
+            .filter(|w| !separator(w))
+            .cloned()
+            .collect();
+    }
+    Some(Embedded {
+        why: "GNU parallel runs its arguments as commands through a shell, and its options cannot be told from them with confidence".into(),
+        commands,
+    })
+}
+
+/// sed scripts with the `e` command or the `s///e` flag run commands.
+/// A script from a file is the file's business (as a Makefile is make's),
+/// unless the file is standard input; `--sandbox` turns `e` off.
+fn sed(words: &[Word]) -> Option<Embedded> {
+    let args = &words[1..];
+    if args.iter().any(|w| w.text == "--sandbox") {
+        return None;
+    }
+    let values = option_values(
+        words,
+        "efl",
+        &["expression", "file", "line-length"],
+        &[],
+        true,
+    );
+    let mut scripts: Vec<&Word> = Vec::new();
+    let mut given = false;
+    for (option, value) in &values {
+        match option.as_str() {
+            "-e" | "--expression" => {
+                given = true;
+                scripts.push(value);
+            }
+            "-f" | "--file" => {
+                given = true;
+                if value.text == "-" || super::dangerous::is_stdin_path(&value.text) {
+                    return Some(Embedded {
+                        why: "`sed` reads its script from standard input, which no rule has seen"
+                            .into(),
+                        commands: Vec::new(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    if !given {
+        // The first operand.
+        let mut i = 0;
+        while let Some(word) = args.get(i) {
+            let t = word.text.as_str();
+            if t == "--" {
+                scripts.extend(args.get(i + 1));
+                break;
+            }
+            if t.starts_with('-') && t.len() > 1 {
+                // `-l N` takes the next word.
+                i += if t == "-l" || t == "--line-length" {
+                    2
+                } else {
+                    1
+                };
+                continue;
+            }
+            scripts.push(word);
+            break;
+        }
+    }
+    scripts.iter().find_map(|script| {
+        let runs = !script.literal || sed_script_runs_commands(&script.text);
+        runs.then(|| Embedded {
+            why: if script.literal {
+                "its sed script runs commands (the `e` command or the `s///e` flag)".into()
+            } else {
+                "its sed script is only known when it runs (and could run commands)".into()
+            },
+            commands: Vec::new(),
+        })
+    })
+}
+
+/// Does a sed script use `e` (run a command) or `s///e`? A script this
+/// reader cannot follow counts as running commands.
+pub(crate) fn sed_script_runs_commands(script: &str) -> bool {
+    let s: Vec<char> = script.chars().collect();
+    let mut i = 0;
+    let skip_blank = |i: &mut usize| {
+        while *i < s.len() && (s[*i].is_whitespace() || s[*i] == ';') {
+            *i += 1;
+        }
+    };
+    // Up to (past) an unescaped `delim`; false when it is missing.
+    let delimited = |i: &mut usize, delim: char| {
+        while *i < s.len() {
+            if s[*i] == '\\' {
+                *i += 2;
+                continue;
+            }
+            if s[*i] == delim {
+                *i += 1;
+                return true;
+            }
+            *i += 1;
+        }
+        false
+    };
+    let to_line_end = |i: &mut usize| {
+        while *i < s.len() && s[*i] != '\n' {
+            *i += 1;
+        }
+    };
+    loop {
+        skip_blank(&mut i);
+        if i >= s.len() {
+            return false;
+        }
+        // Addresses: `12`, `$`, `/re/I`, `\%re%`, `first~step`, `addr,+N`.
+        for _ in 0..2 {
+            match s.get(i) {
+                Some(c) if c.is_ascii_digit() => {
+                    while i < s.len() && (s[i].is_ascii_digit() || s[i] == '~') {
+                        i += 1;
+                    }
+                }
+                Some('$') => i += 1,
+                Some('/') => {
+                    i += 1;
+                    if !delimited(&mut i, '/') {
+                        return true;
+                    }
+                    while i < s.len() && matches!(s[i], 'I' | 'M') {
+                        i += 1;
+                    }
+                }
+                Some('\\') => {
+                    let Some(&delim) = s.get(i + 1) else {
+                        return true;
+                    };
+                    i += 2;
+                    if !delimited(&mut i, delim) {
+                        return true;
+                    }
+                    while i < s.len() && matches!(s[i], 'I' | 'M') {
+                        i += 1;
+                    }
+                }
+                _ => {}
+            }
+            while i < s.len() && s[i] == ' ' {
+                i += 1;
+            }
+            if s.get(i) == Some(&',') {
+                i += 1;
+                while i < s.len() && s[i] == ' ' {
+                    i += 1;
+                }
+                if matches!(s.get(i), Some('+' | '~')) {
+                    i += 1;
+                }
+                continue;
+            }
+            break;
+        }
+        while i < s.len() && (s[i] == '!' || s[i] == ' ') {
+            i += 1;
+        }
+        let Some(&command) = s.get(i) else {
+            return true;
+        };
+        i += 1;
+        match command {
+            'e' => return true,
+            '{' | '}' | '=' | 'd' | 'D' | 'g' | 'G' | 'h' | 'H' | 'n' | 'N' | 'p' | 'P' | 'x'
+            | 'z' | 'F' => {}
+            'q' | 'Q' | 'l' | 'L' => {
+                while i < s.len() && (s[i].is_ascii_digit() || s[i] == ' ') {
+                    i += 1;
+                }
+            }
+            // Text, a label, a file name or a comment: to the end of the
+            // line (labels and `v` also end at `;`).
+            'a' | 'i' | 'c' => loop {
+                to_line_end(&mut i);
+                if i > 0 && s.get(i - 1) == Some(&'\\') && i < s.len() {
+                    i += 1;
+                    continue;
+                }
+                break;
+            },
+            '#' | 'r' | 'R' | 'w' | 'W' => to_line_end(&mut i),
+            ':' | 'b' | 't' | 'T' | 'v' => {
+                while i < s.len() && s[i] != '\n' && s[i] != ';' && s[i] != '}' {
+                    i += 1;
+                }
+            }
+            's' | 'y' => {
+                let Some(&delim) = s.get(i) else {
+                    return true;
+                };
+                if delim == '\n' || delim == '\\' {
+                    return true;
+                }
+                i += 1;
+                if !delimited(&mut i, delim) || !delimited(&mut i, delim) {
+                    return true;
+                }
+                if command == 's' {
+                    // Flags, up to the end of the command.
+                    while i < s.len() && !matches!(s[i], ';' | '\n' | '}') {
+                        match s[i] {
+                            'e' => return true,
+                            'w' => {
+                                to_line_end(&mut i);
+                                break;
+                            }
+                            'g' | 'p' | 'i' | 'I' | 'm' | 'M' | ' ' | '\t' => {}
+                            c if c.is_ascii_digit() => {}
+                            _ => return true,
+                        }
+                        i += 1;
+                    }
+                }
+            }
+            _ => return true,
+        }
+    }
+}
+
+/// awk programs that call `system(…)`, pipe to or from a command (`print |
+/// "cmd"`, `"cmd" | getline`, `|&`), or call a function by name (`@f(…)`,
+/// which can be `system`). A program from a file is the file's business,
+/// unless it is standard input; `--sandbox` (`-S`) turns all of it off,
+/// and loading an extension (`-l`, `@load`) counts too.
+fn awk(name: &str, words: &[Word]) -> Option<Embedded> {
+    let runs = |why: &str| {
+        Some(Embedded {
+            why: format!("its {name} program {why}"),
+            commands: Vec::new(),
+        })
+    };
+    let args = &words[1..];
+    if args
+        .iter()
+        .take_while(|w| w.text != "--")
+        .any(|w| w.text == "--sandbox" || w.text == "-S")
+    {
+        return None;
+    }
+    let values = option_values(
+        words,
+        "fvFeEilW",
+        &[
+            "file",
+            "source",
+            "exec",
+            "include",
+            "load",
+            "assign",
+            "field-separator",
+        ],
+        &[],
+        false,
+    );
+    let mut given = false;
+    for (option, value) in &values {
+        match option.as_str() {
+            "-e" | "--source" => {
+                given = true;
+                if !value.literal {
+                    return runs("is only known when it runs (and could run commands)");
+                }
+                if awk_program_runs_commands(&value.text) {
+                    return runs("runs commands (`system()` or a pipe)");
+                }
+            }
+            "-f" | "--file" | "-E" | "--exec" | "-i" | "--include" => {
+                given = true;
+                if value.text == "-" || super::dangerous::is_stdin_path(&value.text) {
+                    return runs("is read from standard input, which no rule has seen");
+                }
+            }
+            "-l" | "--load" => return runs("loads an extension library (`-l`)"),
+            _ => {}
+        }
+    }
+    if given {
+        return None;
+    }
+    // The first operand that is not an option or an option's value.
+    let mut i = 1;
+    while let Some(word) = words.get(i) {
+        let t = word.text.as_str();
+        if t == "--" {
+            i += 1;
+            break;
+        }
+        if !t.starts_with('-') || t == "-" {
+            break;
+        }
+        // `-F x`, `-v a=b`, `-W opt` take the next word unless attached.
+        i += if matches!(t, "-F" | "-v" | "-W" | "--assign" | "--field-separator") {
+            2
+        } else {
+            1
+        };
+    }
+    let program = words.get(i)?;
+    if !program.literal {
+        return runs("is only known when it runs (and could run commands)");
+    }
+    if awk_program_runs_commands(&program.text) {
+        return runs("runs commands (`system()` or a pipe)");
+    }
+    None
+}
+
+/// `system(`, a `|` that is no `||` in a program that prints or reads
+/// lines (`print | cmd`, `cmd | getline`), `|&`, `@name(` or `@load`.
+/// Strings and regular expressions are not told apart from code: a `|`
+/// inside them counts too when the program prints.
+pub(crate) fn awk_program_runs_commands(program: &str) -> bool {
+    let compact: String = program.chars().filter(|c| !c.is_whitespace()).collect();
+    if compact.contains("system(") || compact.contains("|&") || compact.contains("@load") {
+        return true;
+    }
+    let chars: Vec<char> = compact.chars().collect();
+    let indirect_call = chars.windows(2).enumerate().any(|(at, w)| {
+        w[0] == '@' && (w[1].is_ascii_alphabetic() || w[1] == '_') && {
+            let name_end = chars[at + 1..]
+                .iter()
+                .position(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
+                .map(|n| at + 1 + n);
+            name_end.is_some_and(|end| chars[end] == '(')
+        }
+    });
+    if indirect_call {
+        return true;
+    }
+    let lone_pipe = chars.iter().enumerate().any(|(at, &c)| {
+        c == '|' && chars.get(at + 1) != Some(&'|') && (at == 0 || chars[at - 1] != '|')
+    });
+    lone_pipe && (program.contains("print") || program.contains("getline"))
+}
+
+/// make runs what its makefiles say: a makefile in the workspace is its
+/// business, as `package.json` is npm's. Makefile text on the command line
+/// (`--eval`, `-E`), a makefile read from standard input, and variables
+/// set on the command line (`make CC='…'` replaces what recipes run) are
+/// not vouched for by a specific allow rule.
+fn make(name: &str, words: &[Word]) -> Option<Embedded> {
+    let why = |what: &str| {
+        Some(Embedded {
+            why: format!("{what}, which can make `{name}` run any command"),
+            commands: Vec::new(),
+        })
+    };
+    let values = option_values(
+        words,
+        "CEfIoW",
+        &[
+            "eval",
+            "file",
+            "makefile",
+            "directory",
+            "include-dir",
+            "old-file",
+            "assume-old",
+            "what-if",
+            "new-file",
+            "assume-new",
+        ],
+        &[],
+        true,
+    );
+    for (option, value) in &values {
+        match option.as_str() {
+            "-E" | "--eval" => return why("it gives makefile text on the command line (`--eval`)"),
+            "-f" | "--file" | "--makefile"
+                if value.text == "-" || super::dangerous::is_stdin_path(&value.text) =>
+            {
+                return why("it reads a makefile from standard input");
+            }
+            _ => {}
+        }
+    }
+    let value_texts: Vec<&str> = values.iter().map(|(_, v)| v.text.as_str()).collect();
+    let assignment = words[1..].iter().find(|w| {
+        !w.text.starts_with('-')
+            && !value_texts.contains(&w.text.as_str())
+            && w.text
+                .split_once('=')
+                .is_some_and(|(n, _)| !n.is_empty() && !n.contains('/'))
+    });
+    if let Some(assignment) = assignment {
+        let variable = assignment.text.split('=').next().unwrap_or_default();
+        let variable = variable.trim_end_matches([':', '+', '?', '!']);
+        return why(&format!(
+            "it sets the make variable `{variable}` on the command line"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sed_scripts_that_run_commands() {
+        for script in [
+            "1e touch x",
+            "e",
+            "s/a/b/e",
+            "s|a|b|ge",
+            "s/a/b/;e id",
+            "/x/,/y/{e id\n}",
+            "$!e id",
+            "1~2e id",
+            "0,/x/e id",
+            "s/a/b/x",
+            "s/a",
+            "\\%x%e id",
+            "k",
+        ] {
+            assert!(sed_script_runs_commands(script), "{script}");
+        }
+        for script in [
+            "1,5p",
+            "s/a/b/g",
+            "s/e/f/2p",
+            "s/x/y/w e",
+            "/^#/d;/^$/d",
+            "$!N;s/\\n/ /;P;D",
+            "y/abc/xyz/",
+            "1i header; e id",
+            "a\\\ntext e\\\nmore",
+            ":a;N;$!ba;s/\\n/ /g",
+            "/s/!d",
+            "# e id\np",
+            "",
+        ] {
+            assert!(!sed_script_runs_commands(script), "{script}");
+        }
+    }
+
+    #[test]
+    fn awk_programs_that_run_commands() {
+        for program in [
+            "BEGIN{system(\"id\")}",
+            "{ system ( $0 ) }",
+            "{print | \"sh\"}",
+            "BEGIN{\"id\" | getline}",
+            "BEGIN{print \"id\" |& \"sh\"}",
+            "BEGIN{f=\"system\"; @f(\"id\")}",
+            "@load \"filefuncs\"",
+        ] {
+            assert!(awk_program_runs_commands(program), "{program}");
+        }
+        for program in [
+            "{print $1}",
+            "/a|b/",
+            "$1 || $2 {n++} END{print n}",
+            "{print > \"out.txt\"}",
+            "{getline line < \"f\"; print line}",
+        ] {
+            assert!(!awk_program_runs_commands(program), "{program}");
+        }
+    }
+}
