@@ -163,23 +163,44 @@ async fn resume_replays_exactly_what_was_missed(backend: Backend) {
         let (s, _) = app.call("t3", json!({"id": format!("c{i}"), "name": "echo", "arguments": {"text": i.to_string()}})).await;
         assert_eq!(s, 200);
     }
-    // 3 calls × 4 events. Resume after 6 → events 7..=12, nothing else.
+    // 3 calls × 4 events. Resume after 6 → events 7..=12, nothing else;
+    // 6 is c1's TOOL_CALL_ARGS, inside the group its START (5) opened, so
+    // the stream opens that group again first, with no id (the client's
+    // resume point stays), and every event comes inside its group.
     let mut sse = app.events("t3", "", Some("6")).await;
     assert_eq!(
         sse.next(Duration::from_secs(5)).await.unwrap().kind(),
         "RUN_STARTED"
     );
-    let mut ids = vec![];
+    let mut frames = vec![];
     while let Some(f) = sse.next(Duration::from_millis(700)).await {
-        ids.push(f.id.unwrap());
+        frames.push(f);
     }
+    assert_eq!(
+        (
+            frames[0].kind(),
+            frames[0].id,
+            &frames[0].data["toolCallId"]
+        ),
+        ("TOOL_CALL_START", None, &json!("c1"))
+    );
+    let ids: Vec<i64> = frames[1..].iter().map(|f| f.id.unwrap()).collect();
     assert_eq!(ids, (7..=12).collect::<Vec<_>>());
+    assert_groups_close(&frames);
 
     let mut sse = app.events("t3", "?after=10", None).await;
     sse.next(Duration::from_secs(5)).await.unwrap();
     let f = sse.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!((f.kind(), f.id), ("TOOL_CALL_START", None));
+    assert_eq!(f.data["toolCallName"], "echo");
+    let f = sse.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(f.id, Some(11));
     assert_eq!(f.kind(), "TOOL_CALL_END");
+    // A resume point between groups opens none.
+    let mut sse = app.events("t3", "?after=8", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let f = sse.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!((f.kind(), f.id), ("TOOL_CALL_START", Some(9)));
 
     let mut sse = app.events("t3", "?snapshot=true", None).await;
     sse.next(Duration::from_secs(5)).await.unwrap();
@@ -240,6 +261,32 @@ async fn resume_replays_exactly_what_was_missed(backend: Backend) {
         messages[0]["tool_calls"][3]["function"],
         json!({"name": "echo", "arguments": "{\"text\":\"new\"}"})
     );
+}
+
+/// Every TOOL_CALL_ARGS/END and TEXT_MESSAGE_CONTENT/END of a stream comes
+/// inside the group its START opened in that stream, as AG-UI clients
+/// check, and a group is opened once.
+fn assert_groups_close(frames: &[common::Frame]) {
+    let mut open = std::collections::HashSet::new();
+    for f in frames {
+        let id = f.data["toolCallId"]
+            .as_str()
+            .or(f.data["messageId"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        match f.kind() {
+            "TOOL_CALL_START" | "TEXT_MESSAGE_START" => {
+                assert!(open.insert(id), "opened twice: {f:?}");
+            }
+            "TOOL_CALL_ARGS" | "TEXT_MESSAGE_CONTENT" => {
+                assert!(open.contains(&id), "outside its group: {f:?}");
+            }
+            "TOOL_CALL_END" | "TEXT_MESSAGE_END" => {
+                assert!(open.remove(&id), "closes no group: {f:?}");
+            }
+            _ => {}
+        }
+    }
 }
 
 async fn idempotent_calls_run_once(backend: Backend) {

@@ -4,6 +4,7 @@
 //! client never misses an event.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -212,6 +213,107 @@ impl Drop for SubscriberGauge {
     }
 }
 
+/// The START…END groups (a tool call's announcement, a text message) a
+/// stream is inside: their START delivered, their END not yet. AG-UI
+/// clients check that events come inside their group and that a run ends
+/// with none open, so a stream that starts inside a group (a resume point
+/// between its START and END) opens it again first, and one that ends at
+/// shutdown closes the groups it is inside.
+#[derive(Default)]
+struct Open {
+    /// The id of each open group and its START event as logged, oldest
+    /// first.
+    groups: Vec<(Group, Arc<str>)>,
+}
+
+#[derive(PartialEq)]
+enum Group {
+    ToolCall(String),
+    Text(String),
+}
+
+impl Open {
+    /// Notes a logged event the stream carries.
+    fn track(&mut self, event: &StoredEvent) {
+        let group = |key: &str| -> Option<String> {
+            let data: serde_json::Value = serde_json::from_str(&event.data).ok()?;
+            data.get(key)?.as_str().map(str::to_string)
+        };
+        match event.event_type.as_str() {
+            "TOOL_CALL_START" => {
+                if let Some(id) = group("toolCallId") {
+                    self.groups.push((Group::ToolCall(id), event.data.clone()));
+                }
+            }
+            "TEXT_MESSAGE_START" => {
+                if let Some(id) = group("messageId") {
+                    self.groups.push((Group::Text(id), event.data.clone()));
+                }
+            }
+            "TOOL_CALL_END" => {
+                if let Some(id) = group("toolCallId") {
+                    self.groups
+                        .retain(|(g, _)| *g != Group::ToolCall(id.clone()));
+                }
+            }
+            "TEXT_MESSAGE_END" => {
+                if let Some(id) = group("messageId") {
+                    self.groups.retain(|(g, _)| *g != Group::Text(id.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The groups open just after event `at` of the thread: a group's
+    /// events are committed together, one after another (START, its
+    /// content, END), so its START is among the few events just before.
+    async fn at(state: &AppState, thread_id: &str, at: i64) -> Result<Open, End> {
+        const WINDOW: i64 = 16;
+        let mut open = Open::default();
+        if at <= 0 {
+            return Ok(open);
+        }
+        let from = (at - WINDOW).max(0);
+        let window = state
+            .store
+            .events_after(thread_id, from, at - from)
+            .await
+            .map_err(End::Failed)?;
+        for event in window.iter().filter(|e| e.seq <= at) {
+            open.track(event);
+        }
+        Ok(open)
+    }
+
+    /// The STARTs of the open groups, as logged but without their ids (the
+    /// client's resume point stays where it is).
+    fn reopening(&self) -> Vec<SseEvent> {
+        self.groups
+            .iter()
+            .map(|(_, start)| SseEvent::default().data(&**start))
+            .collect()
+    }
+
+    /// ENDs for the open groups, newest first.
+    fn closing(&self) -> Vec<Event> {
+        self.groups
+            .iter()
+            .rev()
+            .map(|(group, _)| {
+                Event::new(match group {
+                    Group::ToolCall(id) => EventBody::ToolCallEnd {
+                        tool_call_id: id.clone(),
+                    },
+                    Group::Text(id) => EventBody::TextMessageEnd {
+                        message_id: id.clone(),
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
 /// Why a stream stopped following its thread.
 enum End {
     /// The client has gone, or read nothing for [`SEND_STALL`]: nobody to
@@ -241,16 +343,27 @@ async fn stream_thread(
     if tx.send(Ok(untracked(&started))).await.is_err() {
         return;
     }
-    let ev = match follow(&state, &thread_id, start, snapshot, live, &tx).await {
+    let mut open = Open::default();
+    let ev = match follow(&state, &thread_id, start, snapshot, live, &tx, &mut open).await {
         End::Gone => return,
-        End::Shutdown => Event::new(EventBody::RunFinished {
-            thread_id,
-            run_id,
-            result: None,
-            outcome: Some(RunOutcome::Success {
-                pending_tool_call_ids: None,
-            }),
-        }),
+        End::Shutdown => {
+            // A run ends with no group open: close the ones the stream is
+            // inside (a resumed stream opens them again).
+            for end in open.closing() {
+                let sent = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&end)))).await;
+                if !matches!(sent, Ok(Ok(()))) {
+                    return;
+                }
+            }
+            Event::new(EventBody::RunFinished {
+                thread_id,
+                run_id,
+                result: None,
+                outcome: Some(RunOutcome::Success {
+                    pending_tool_call_ids: None,
+                }),
+            })
+        }
         End::Failed(e) => {
             tracing::error!(error = %e, "event stream failed");
             Event::new(EventBody::RunError {
@@ -273,6 +386,7 @@ async fn follow(
     snapshot: Option<Snapshot>,
     mut live: Subscription,
     tx: &Tx,
+    open: &mut Open,
 ) -> End {
     if let Some((messages, read)) = snapshot {
         let ev = Event::new(EventBody::MessagesSnapshot {
@@ -287,7 +401,19 @@ async fn follow(
         }
     }
     let mut last = start;
-    if let Err(end) = catch_up(state, thread_id, &mut last, tx).await {
+    // A resume point inside a group: open it again first.
+    if start > 0 {
+        *open = match Open::at(state, thread_id, start).await {
+            Ok(open) => open,
+            Err(end) => return end,
+        };
+        for start in open.reopening() {
+            if let Err(end) = deliver(state, tx, start).await {
+                return end;
+            }
+        }
+    }
+    if let Err(end) = catch_up(state, thread_id, &mut last, tx, open).await {
         return end;
     }
     loop {
@@ -301,14 +427,18 @@ async fn follow(
             Ok(Live::Event(ev)) if ev.seq == last + 1 => match logged(state, &ev) {
                 Ok(sse) => {
                     last = ev.seq;
-                    deliver(state, tx, sse).await
+                    let delivered = deliver(state, tx, sse).await;
+                    if delivered.is_ok() {
+                        open.track(&ev);
+                    }
+                    delivered
                 }
                 Err(e) => Err(End::Failed(e)),
             },
             // A large event (carried as its position), a gap (events
             // committed in another order) or a lag: the log has everything.
             Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                catch_up(state, thread_id, &mut last, tx).await
+                catch_up(state, thread_id, &mut last, tx, open).await
             }
             Err(broadcast::error::RecvError::Closed) => Err(End::Gone),
         };
@@ -318,7 +448,13 @@ async fn follow(
     }
 }
 
-async fn catch_up(state: &AppState, thread_id: &str, last: &mut i64, tx: &Tx) -> Result<(), End> {
+async fn catch_up(
+    state: &AppState,
+    thread_id: &str,
+    last: &mut i64,
+    tx: &Tx,
+    open: &mut Open,
+) -> Result<(), End> {
     loop {
         let page = state
             .store
@@ -330,6 +466,7 @@ async fn catch_up(state: &AppState, thread_id: &str, last: &mut i64, tx: &Tx) ->
             let sse = logged(state, &ev).map_err(End::Failed)?;
             *last = ev.seq;
             deliver(state, tx, sse).await?;
+            open.track(&ev);
         }
         if !full {
             return Ok(());
@@ -419,5 +556,73 @@ pub fn agui_message(m: StoredMessage) -> Message {
                 metadata: (!metadata.is_empty()).then_some(metadata),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logged(seq: i64, event: EventBody) -> StoredEvent {
+        let event = Event::new(event);
+        StoredEvent {
+            thread_id: "t".into(),
+            seq,
+            event_type: event.body.type_name().into(),
+            data: event.to_json().into(),
+            created_at_ms: 0,
+            from_message: None,
+        }
+    }
+
+    #[test]
+    fn open_groups_are_followed_reopened_and_closed() {
+        let start = logged(
+            1,
+            EventBody::ToolCallStart {
+                tool_call_id: "c1".into(),
+                tool_call_name: "echo".into(),
+                parent_message_id: None,
+            },
+        );
+        let mut open = Open::default();
+        for event in [
+            start.clone(),
+            logged(
+                2,
+                EventBody::ToolCallArgs {
+                    tool_call_id: "c1".into(),
+                    delta: "{}".into(),
+                },
+            ),
+            logged(
+                3,
+                EventBody::TextMessageStart {
+                    message_id: "m1".into(),
+                    role: "user".into(),
+                },
+            ),
+        ] {
+            open.track(&event);
+        }
+        assert_eq!(open.reopening().len(), 2);
+        let closing: Vec<String> = open.closing().iter().map(Event::to_json).collect();
+        assert_eq!(closing.len(), 2);
+        assert!(closing[0].contains(r#""type":"TEXT_MESSAGE_END","messageId":"m1""#));
+        assert!(closing[1].contains(r#""type":"TOOL_CALL_END","toolCallId":"c1""#));
+        open.track(&logged(
+            4,
+            EventBody::TextMessageEnd {
+                message_id: "m1".into(),
+            },
+        ));
+        open.track(&logged(
+            5,
+            EventBody::ToolCallEnd {
+                tool_call_id: "c1".into(),
+            },
+        ));
+        assert!(open.groups.is_empty());
+        assert!(open.closing().is_empty());
     }
 }
