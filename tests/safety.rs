@@ -2322,7 +2322,65 @@ async fn a_dry_run_needs_what_reading_the_file_needs(backend: Backend) {
     assert!(!out.to_string().contains("TOPSECRET"), "{out}");
 }
 
+/// A frontend that opens (or reopens) a thread's stream with a snapshot
+/// learns of the calls waiting for a person: the snapshot holds messages,
+/// and each open approval is announced again after it.
+async fn a_snapshot_is_followed_by_the_open_approvals(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let (s, pending) = app
+        .call(
+            "snap",
+            json!({"id": "b1", "name": "bash", "arguments": {"command": "ls"}}),
+        )
+        .await;
+    assert_eq!(s, 202, "{pending}");
+    let approval_id = pending["approval"]["id"].as_str().unwrap().to_string();
+    let mut sse = app.events("snap", "?snapshot=true", None).await;
+    let frames: Vec<_> = [
+        sse.next(std::time::Duration::from_secs(5)).await.unwrap(),
+        sse.next(std::time::Duration::from_secs(5)).await.unwrap(),
+        sse.next(std::time::Duration::from_secs(5)).await.unwrap(),
+    ]
+    .into();
+    let kinds: Vec<&str> = frames.iter().map(|f| f.kind()).collect();
+    assert_eq!(kinds, ["RUN_STARTED", "MESSAGES_SNAPSHOT", "CUSTOM"]);
+    let announced = &frames[2];
+    assert_eq!(announced.id, None, "not a logged event");
+    assert_eq!(announced.data["name"], "tool_call.approval_required");
+    assert_eq!(announced.data["value"]["approvalId"], approval_id.as_str());
+    assert_eq!(announced.data["value"]["toolCallId"], "b1");
+    common::assert_agui_conformant(announced);
+    assert!(
+        sse.next(std::time::Duration::from_millis(300))
+            .await
+            .is_none()
+    );
+    // Decided, it is announced no more.
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval_id}/decision"),
+            &json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let mut sse = app.events("snap", "?snapshot=true", None).await;
+    sse.next(std::time::Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        sse.next(std::time::Duration::from_secs(5))
+            .await
+            .unwrap()
+            .kind(),
+        "MESSAGES_SNAPSHOT"
+    );
+    assert!(
+        sse.next(std::time::Duration::from_millis(300))
+            .await
+            .is_none()
+    );
+}
+
 both_backends!(
+    a_snapshot_is_followed_by_the_open_approvals,
     a_dry_run_needs_what_reading_the_file_needs,
     a_call_is_looked_up_by_its_id,
     pipes_into_interpreters_need_approval,

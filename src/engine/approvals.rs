@@ -69,6 +69,27 @@ fn status_word(s: ApprovalStatus) -> &'static str {
 /// What a model is told about a call that needs an approval no one can give.
 const NO_APPROVER_HINT: &str = "do not retry; tell the user this action needs an approver";
 
+/// The `CUSTOM tool_call.approval_required` event announcing an open
+/// approval: logged when it is asked for, and sent again after a stream's
+/// `MESSAGES_SNAPSHOT` while it is still open.
+pub fn approval_required(approval: &ApprovalRecord) -> Event {
+    let mut value = json!({
+        "approvalId": approval.id,
+        "toolCallId": approval.tool_call_id,
+        "toolName": approval.tool_name,
+        "arguments": approval.arguments,
+        "reason": approval.reason,
+        "expiresAt": approval.expires_at_ms,
+    });
+    if let Some(p) = &approval.preview {
+        value["preview"] = p.clone();
+    }
+    Event::new(EventBody::Custom {
+        name: "tool_call.approval_required".into(),
+        value,
+    })
+}
+
 impl Engine {
     /// Record the call as waiting for approval. `Ok(None)` when the call id
     /// was recorded meanwhile (the caller looks again).
@@ -138,21 +159,7 @@ impl Engine {
             expires_at_ms: now + self.config.approvals.ttl.as_millis() as i64,
             decided_at_ms: None,
         };
-        let mut value = json!({
-            "approvalId": approval.id,
-            "toolCallId": approval.tool_call_id,
-            "toolName": approval.tool_name,
-            "arguments": arguments,
-            "reason": reason,
-            "expiresAt": approval.expires_at_ms,
-        });
-        if let Some(p) = &preview {
-            value["preview"] = p.clone();
-        }
-        let event = Event::new(EventBody::Custom {
-            name: "tool_call.approval_required".into(),
-            value,
-        });
+        let event = approval_required(&approval);
         let extra = vec![
             WriteOp::InsertApproval(approval.clone()),
             WriteOp::AppendAudit(audit::approval_requested(

@@ -4,6 +4,7 @@
 //! through toolgate.
 
 mod approvals;
+pub use approvals::approval_required;
 pub mod audit;
 pub mod gates;
 pub mod limits;

@@ -399,6 +399,25 @@ async fn follow(
         if let Err(end) = delivered {
             return end;
         }
+        // The snapshot holds messages; a call still waiting for a person
+        // is announced again, as when it was asked for, so a frontend
+        // that (re)opens with a snapshot can show it. (One asked for
+        // while the snapshot was read may come twice: once here, once
+        // from the log.)
+        let open = match state
+            .store
+            .open_approvals_of_thread(thread_id, crate::protocol::now_ms())
+            .await
+        {
+            Ok(open) => open,
+            Err(e) => return End::Failed(e),
+        };
+        for approval in &open {
+            let ev = crate::engine::approval_required(approval);
+            if let Err(end) = deliver(state, tx, untracked(&ev)).await {
+                return end;
+            }
+        }
     }
     let mut last = start;
     // A resume point inside a group: open it again first.
