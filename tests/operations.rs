@@ -1867,6 +1867,30 @@ async fn streams_heartbeat_and_end_with_one_terminal_event_at_shutdown() {
     );
 }
 
+/// A run that would not finish within the shutdown grace ends with
+/// RUN_ERROR before its connection is closed: never without a terminal
+/// event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_unfinished_at_shutdown_ends_with_run_error() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.shutdown_grace_secs = 2).await;
+    let run = json!({"threadId": "down", "runId": "r1", "messages": [
+        {"id": "a1", "role": "assistant", "toolCalls": [{"id": "w1", "type": "function",
+            "function": {"name": "wait", "arguments": "{\"ms\": 20000}"}}]}]});
+    let resp = app.post("/v1/threads/down/runs", &run).await;
+    assert_eq!(resp.status(), 200);
+    let mut sse = common::SseReader::new(resp);
+    sse.until("TOOL_CALL_END").await;
+    app.shutdown.cancel();
+    let frames = sse.until("RUN_ERROR").await;
+    let last = frames.last().unwrap();
+    assert_eq!(last.data["code"], "SHUTTING_DOWN", "{:?}", last.data);
+    common::assert_agui_conformant(last);
+    assert!(
+        sse.next(Duration::from_secs(2)).await.is_none(),
+        "nothing after the terminal event"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_that_times_out_still_finishes_its_call() {
     let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.request_timeout_secs = 1).await;

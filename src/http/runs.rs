@@ -516,7 +516,31 @@ async fn run(
         }
         Ok::<_, ApiError>(finished)
     };
-    match finished.await {
+    // At shutdown a run may still finish within the grace in-flight
+    // requests get; one that would not ends with RUN_ERROR just before its
+    // connection is closed (its calls are finished as INTERRUPTED at the
+    // next start if they do not end either), never without a terminal
+    // event.
+    let grace = std::time::Duration::from_secs(state.settings.server.shutdown_grace_secs)
+        .saturating_sub(SHUTDOWN_MARGIN);
+    let finished = tokio::select! {
+        finished = finished => finished,
+        _ = async {
+            state.shutdown.cancelled().await;
+            tokio::time::sleep(grace).await;
+        } => {
+            emit(
+                &tx,
+                &Event::new(EventBody::RunError {
+                    message: "toolgate is shutting down and this run did not finish in time; run it again with the same messages once toolgate is back: calls that finished are answered from storage, the others were stopped (INTERRUPTED)".into(),
+                    code: Some("SHUTTING_DOWN".into()),
+                }),
+            )
+            .await;
+            return;
+        }
+    };
+    match finished {
         Ok(finished) => {
             // Calls waiting for approval pause the run (AG-UI interrupt);
             // the next run answers them once decided.
@@ -619,6 +643,11 @@ async fn execute_run(
 /// a call it approved outside its turn; a result later than that reaches
 /// the thread's event stream only.
 const OUTSIDE_RESULT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long before the end of the shutdown grace an unfinished run ends
+/// with RUN_ERROR, so the event reaches the client before the connection
+/// is closed.
+const SHUTDOWN_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The calls of the run's turn: run, waited for, or left to the
 /// application.
