@@ -349,16 +349,7 @@ fn git(words: &[Word]) -> Option<Embedded> {
     let mut named: Vec<String> = Vec::new();
     let joined = |from: usize| {
         let rest = &args[from.min(args.len())..];
-        (!rest.is_empty()).then(|| Word {
-            text: rest
-                .iter()
-                .map(|w| w.text.as_str())
-                .collect::<Vec<_>>()
-                .join(" "),
-            literal: rest.iter().all(|w| w.literal),
-            computed: rest.iter().any(|w| w.computed),
-            ..Word::default()
-        })
+        (!rest.is_empty()).then(|| join_words(rest))
     };
     match sub {
         "bisect" if args.get(1).is_some_and(|w| w.text == "run") => {
@@ -487,19 +478,9 @@ fn strace(words: &[Word]) -> Option<Embedded> {
 fn parallel(words: &[Word]) -> Option<Embedded> {
     let separator = |w: &Word| matches!(w.text.as_str(), ":::" | "::::" | ":::+" | "::::+");
     let end = words.iter().position(separator).unwrap_or(words.len());
-    let join = |part: &[Word]| Word {
-        text: part
-            .iter()
-            .map(|w| w.text.as_str())
-            .collect::<Vec<_>>()
-            .join(" "),
-        literal: part.iter().all(|w| w.literal),
-        computed: part.iter().any(|w| w.computed),
-        ..Word::default()
-    };
     let mut commands: Vec<Word> = (1..end)
         .filter(|&k| !words[k].text.starts_with('-'))
-        .map(|k| join(&words[k..end]))
+        .map(|k| join_words(&words[k..end]))
         .collect();
     if commands.is_empty() {
         commands = words[end.min(words.len())..]
@@ -905,6 +886,21 @@ fn make(name: &str, words: &[Word]) -> Option<Embedded> {
         ));
     }
     None
+}
+
+/// Words run as one command line: their texts joined by spaces, literal
+/// only if every word is, computed if any is.
+fn join_words(part: &[Word]) -> Word {
+    Word {
+        text: part
+            .iter()
+            .map(|w| w.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        literal: part.iter().all(|w| w.literal),
+        computed: part.iter().any(|w| w.computed),
+        ..Word::default()
+    }
 }
 
 #[cfg(test)]
