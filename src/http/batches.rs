@@ -63,15 +63,15 @@ pub struct BatchResponse {
     pub results: Vec<BatchItem>,
 }
 
+/// A batch item as parsed: the call, or its refusal with the call's id
+/// when it has one.
+type Parsed = Result<IncomingCall, (Option<String>, ApiError)>;
+
 /// Execute several calls as one run.
 ///
 /// Consecutive concurrency-safe calls (per the tool's metadata) run in
 /// parallel; any other call runs alone, after the ones before it. One
 /// refused call does not stop the others.
-/// A batch item as parsed: the call, or its refusal with the call's id
-/// when it has one.
-type Parsed = Result<IncomingCall, (Option<String>, ApiError)>;
-
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/batches", tag = "tool calls",
     params(("thread_id" = String, Path,)),
     request_body = BatchRequest,

@@ -251,14 +251,13 @@ impl Open {
                 }
             }
             "TOOL_CALL_END" => {
-                if let Some(id) = group("toolCallId") {
-                    self.groups
-                        .retain(|(g, _)| *g != Group::ToolCall(id.clone()));
+                if let Some(ended) = group("toolCallId").map(Group::ToolCall) {
+                    self.groups.retain(|(g, _)| *g != ended);
                 }
             }
             "TEXT_MESSAGE_END" => {
-                if let Some(id) = group("messageId") {
-                    self.groups.retain(|(g, _)| *g != Group::Text(id.clone()));
+                if let Some(ended) = group("messageId").map(Group::Text) {
+                    self.groups.retain(|(g, _)| *g != ended);
                 }
             }
             _ => {}

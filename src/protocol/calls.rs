@@ -260,7 +260,9 @@ fn refuse_unknown_fields(
     what: &str,
     known: &[&[&str]],
 ) -> Result<(), CallParseError> {
-    let known: Vec<&str> = known.iter().flat_map(|k| k.iter().copied()).collect();
+    // Every call passes through here: nothing is allocated unless a field
+    // is refused.
+    let fields = || known.iter().flat_map(|k| k.iter().copied());
     let squash = |s: &str| -> String {
         s.chars()
             .filter(|c| !matches!(c, '_' | '-'))
@@ -268,11 +270,10 @@ fn refuse_unknown_fields(
             .collect()
     };
     for key in obj.keys() {
-        if known.contains(&key.as_str()) {
+        if fields().any(|k| k == key) {
             continue;
         }
-        let like = known
-            .iter()
+        let like = fields()
             .find(|k| squash(k) == squash(key))
             .map(|k| format!("; did you mean {k:?}?"))
             .unwrap_or_default();
@@ -280,7 +281,7 @@ fn refuse_unknown_fields(
             &format!("{at}/{}", super::pointer_token(key)),
             format!(
                 "is not a field of {what}, which takes {}{like}",
-                known.join(", ")
+                fields().collect::<Vec<_>>().join(", ")
             ),
         ));
     }
