@@ -29,12 +29,17 @@ const BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::n
         .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
 );
 
+/// A media type without its parameters (`audio/ogg; codecs=opus` →
+/// `audio/ogg`).
+fn essence(mime: &str) -> &str {
+    mime.split(';').next().unwrap_or_default().trim()
+}
+
 /// Whether `mime` is a media type (`type/subtype`, parameters allowed)
 /// that a part of `kind` can be: an image part an `image/…`, and so on;
 /// a document any type.
 fn mime_fits(kind: &str, mime: &str) -> bool {
-    let essence = mime.split(';').next().unwrap_or_default().trim();
-    let Some((top, sub)) = essence.split_once('/') else {
+    let Some((top, sub)) = essence(mime).split_once('/') else {
         return false;
     };
     let token = |s: &str| {
@@ -169,8 +174,9 @@ impl Media<'_> {
     /// given (a URL: the vendor looks).
     fn web_image(&self) -> bool {
         self.mime.is_none_or(|mime| {
-            let essence = mime.split(';').next().unwrap_or_default().trim();
-            WEB_IMAGES.iter().any(|t| t.eq_ignore_ascii_case(essence))
+            WEB_IMAGES
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(essence(mime)))
         })
     }
 
@@ -178,10 +184,7 @@ impl Media<'_> {
     /// a provider's file handle.
     fn pdf(&self) -> bool {
         match self.mime {
-            Some(mime) => mime
-                .split(';')
-                .next()
-                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/pdf")),
+            Some(mime) => essence(mime).eq_ignore_ascii_case("application/pdf"),
             None => match self.source {
                 "url" => {
                     let path = self.value.split(['?', '#']).next().unwrap_or_default();
