@@ -847,6 +847,91 @@ async fn a_snapshot_and_the_stream_after_it_never_overlap(backend: Backend) {
     }
 }
 
+async fn a_snapshot_is_followed_by_the_calls_it_does_not_show(backend: Backend) {
+    let app = std::sync::Arc::new(TestApp::spawn(backend).await);
+    let r = app
+        .post(
+            "/v1/threads/sr/messages",
+            &json!({"role": "assistant", "tool_calls": [
+                {"id": "d1", "name": "wait", "arguments": {"ms": 1500}}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    // Two calls running: d1, which the snapshot's assistant message shows,
+    // and w1, posted to /tool-calls alone, which nothing in it shows.
+    let mut calls = Vec::new();
+    for call in [
+        json!({"id": "d1", "name": "wait", "arguments": {"ms": 1500}}),
+        json!({"id": "w1", "name": "sleep", "arguments": {"ms": 1500}}),
+    ] {
+        let app = app.clone();
+        calls.push(tokio::spawn(async move { app.call("sr", call).await.0 }));
+    }
+    for id in ["d1", "w1"] {
+        let mut status = Value::Null;
+        for _ in 0..100 {
+            let r = app.get(&format!("/v1/threads/sr/tool-calls/{id}")).await;
+            if r.status() == 200 {
+                status = r.json::<Value>().await.unwrap()["status"].clone();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(status, "running", "{id}");
+    }
+    let mut sse = app.events("sr", "?snapshot=true", None).await;
+    let mut seen = Vec::new();
+    while let Some(f) = sse.next(Duration::from_secs(10)).await {
+        let call = f.data["toolCallId"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        seen.push((f.kind().to_string(), call));
+        if f.kind() == "TOOL_CALL_START" {
+            assert_eq!(f.id, None, "not a logged event: no resume point");
+            assert_eq!(f.data["toolCallName"], "wait");
+        }
+        if f.kind() == "TOOL_CALL_ARGS" {
+            assert_eq!(f.data["delta"], r#"{"ms":1500}"#);
+        }
+        let results = seen
+            .iter()
+            .filter(|(kind, _)| kind == "TOOL_CALL_RESULT")
+            .count();
+        if results == 2 {
+            break;
+        }
+    }
+    let kinds: Vec<(&str, &str)> = seen
+        .iter()
+        .map(|(k, c)| (k.as_str(), c.as_str()))
+        // Progress reports aside.
+        .filter(|(k, _)| !["RUN_STARTED", "CUSTOM"].contains(k))
+        .collect();
+    assert_eq!(
+        kinds.get(..4),
+        Some(
+            &[
+                ("MESSAGES_SNAPSHOT", ""),
+                ("TOOL_CALL_START", "w1"),
+                ("TOOL_CALL_ARGS", "w1"),
+                ("TOOL_CALL_END", "w1"),
+            ][..]
+        ),
+        "{kinds:?}"
+    );
+    let mut rest = kinds[4..].to_vec();
+    rest.sort();
+    assert_eq!(
+        rest,
+        [("TOOL_CALL_RESULT", "d1"), ("TOOL_CALL_RESULT", "w1")],
+        "{kinds:?}"
+    );
+    for call in calls {
+        assert_eq!(call.await.unwrap(), 200);
+    }
+}
+
 async fn failures_are_data_with_an_error_template(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.tools.timeout_secs = 1).await;
     let (status, out) = app
@@ -1171,6 +1256,68 @@ async fn refused(r: reqwest::Response, status: u16, says: &str) {
     assert_eq!(r.status(), status);
     let p: Value = r.json().await.unwrap();
     assert!(p["detail"].as_str().unwrap().contains(says), "{p}");
+}
+
+async fn a_declared_call_runs_only_as_declared(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let turn = |calls: Value| json!({"role": "assistant", "tool_calls": calls});
+    let r = app
+        .post(
+            "/v1/threads/dd/messages",
+            &turn(json!([
+                {"id": "c1", "name": "echo", "arguments": {"text": "one"}},
+                {"id": "s1", "name": "sleep", "arguments": {"ms": 1}}])),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    // The backend posts c1 with what the model did not ask for: the
+    // context would show a call that never ran. Nothing is recorded.
+    for other in [
+        json!({"id": "c1", "name": "echo", "arguments": {"text": "two"}}),
+        json!({"id": "c1", "name": "wait", "arguments": {"ms": 1}}),
+        json!({"id": "s1", "name": "wait", "arguments": {"ms": 2}}),
+    ] {
+        refused(
+            app.post("/v1/threads/dd/tool-calls", &other).await,
+            409,
+            "already declared",
+        )
+        .await;
+    }
+    let r = app.get("/v1/threads/dd/tool-calls/c1").await;
+    assert_eq!(r.status(), 404);
+    // The declared calls run; a tool declared by its alias is the same tool.
+    for declared in [
+        json!({"id": "c1", "name": "echo", "arguments": {"text": "one"}}),
+        json!({"id": "s1", "name": "wait", "arguments": {"ms": 1}}),
+    ] {
+        let (s, body) = app.call("dd", declared).await;
+        assert_eq!(s, 200, "{body}");
+    }
+
+    // Two messages at once declaring one id differently: one is recorded,
+    // the other refused, never both.
+    let posts = (0..12).flat_map(|i| {
+        ["x", "y"].map(|text| {
+            let body = turn(json!([{"id": format!("r{i}"), "name": "echo",
+                                    "arguments": {"text": text}}]));
+            let app = &app;
+            async move { app.post("/v1/threads/dd/messages", &body).await.status() }
+        })
+    });
+    let statuses = futures::future::join_all(posts).await;
+    for (i, pair) in statuses.chunks(2).enumerate() {
+        let mut pair: Vec<u16> = pair.iter().map(|s| s.as_u16()).collect();
+        pair.sort();
+        assert_eq!(pair, [201, 409], "r{i}");
+    }
+    let declared = app
+        .history("dd")
+        .await
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .count();
+    assert_eq!(declared, 1 + 12);
 }
 
 async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
@@ -1602,6 +1749,7 @@ both_backends!(
     a_users_media_parts_are_kept_and_passed_on,
     an_application_tools_failure_is_kept,
     a_call_id_means_one_call_in_a_thread,
+    a_declared_call_runs_only_as_declared,
     a_refused_result_finishes_its_call_as_a_failure,
     a_result_the_database_fails_on_finishes_its_call_as_a_failure,
     extreme_numbers_survive_storage,
@@ -1618,6 +1766,7 @@ both_backends!(
     a_runs_messages_reach_watchers_and_a_valid_context,
     an_owner_lists_their_threads_page_by_page,
     a_snapshot_and_the_stream_after_it_never_overlap,
+    a_snapshot_is_followed_by_the_calls_it_does_not_show,
     failures_are_data_with_an_error_template,
     progress_of_long_tools_streams_as_custom_events,
 );

@@ -18,7 +18,7 @@ use toolgate::store::postgres::PgStore;
 use toolgate::store::sqlite::SqliteStore;
 use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DynStore,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DeclaredCall, DynStore,
     FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, ResultReference,
     Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSummary,
     ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
@@ -273,6 +273,7 @@ on_both_backends! {
         audit_entries_commit_or_roll_back_with_their_unit,
         audit_filters_and_keyset_pages,
         run_calls_keep_the_recorded_order,
+        a_call_id_means_one_call_in_declarations_and_records,
         undo_links_are_recorded_once,
         owner_rules_round_trip_and_overwrite,
         a_large_batch_across_threads_commits_in_thread_then_unit_order,
@@ -362,6 +363,7 @@ fn tool_message(end: &FinishedToolCall, output: &Value) -> NewMessage {
         metadata: json!({"tool_agent_output": output}).into(),
         tool_call_id: Some(end.id.clone()),
         created_at_ms: end.finished_at_ms,
+        declares: Vec::new(),
     }
 }
 
@@ -387,6 +389,7 @@ fn message(id: &str, role: Role, content: &str) -> NewMessage {
         metadata: json!({"n": id}).into(),
         tool_call_id: None,
         created_at_ms: 1_700_000_000_000,
+        declares: Vec::new(),
     }
 }
 
@@ -1284,6 +1287,28 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
         }
     };
     assert_eq!(running, [expected("t", "alice"), expected("u", "bob")]);
+    // One thread's, in the order they were recorded.
+    apply_one(
+        &store,
+        unit("u", "bob", vec![WriteOp::InsertToolCall(new_call("0"))]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        call_ids(&store.running_calls_of_thread("u").await.unwrap()),
+        ["a", "0"]
+    );
+    assert_eq!(
+        call_ids(&store.running_calls_of_thread("t").await.unwrap()),
+        ["a"]
+    );
+    assert!(
+        store
+            .running_calls_of_thread("nobody")
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 fn tricky_json() -> Value {
@@ -1471,6 +1496,9 @@ impl Store for Observed {
     }
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.running_tool_calls().await
+    }
+    async fn running_calls_of_thread(&self, thread_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
+        self.inner.running_calls_of_thread(thread_id).await
     }
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.run_calls(thread_id, run_id).await
@@ -2984,6 +3012,152 @@ async fn the_audit_log_is_append_only(target: Target) {
     assert_eq!(store.audit(&filter("alice")).await.unwrap().len(), 2);
 }
 
+/// An assistant message `id` declaring `calls` (id, tool, arguments).
+fn declaring(id: &str, calls: &[(&str, &str, Value)]) -> NewMessage {
+    let listed: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, args)| json!({"id": id, "name": name, "arguments": args}))
+        .collect();
+    NewMessage {
+        metadata: json!({ "tool_calls": listed }).into(),
+        declares: calls
+            .iter()
+            .map(|(id, name, args)| DeclaredCall {
+                id: (*id).to_owned(),
+                tool_name: (*name).to_owned(),
+                args: args.into(),
+            })
+            .collect(),
+        ..message(id, Role::Assistant, "")
+    }
+}
+
+fn echo_call(id: &str, args: Value) -> NewToolCall {
+    NewToolCall {
+        tool_name: "echo".into(),
+        args: args.into(),
+        ..new_call(id)
+    }
+}
+
+fn is_redeclared<T: std::fmt::Debug>(result: &StoreResult<T>) -> bool {
+    matches!(result, Err(StoreError::Redeclared(_)))
+}
+
+async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {
+    let alice = |ops| unit("t", "alice", ops);
+    let declare = |id: &str, calls: &[(&str, &str, Value)]| {
+        alice(vec![WriteOp::InsertMessage(declaring(id, calls))])
+    };
+    let call = |id: &str, tool: &str, args: Value| {
+        alice(vec![WriteOp::InsertToolCall(NewToolCall {
+            tool_name: tool.into(),
+            ..echo_call(id, args)
+        })])
+    };
+    apply_one(
+        &store,
+        declare(
+            "m1",
+            &[("c1", "echo", json!({"a": 1})), ("c2", "wait", json!({}))],
+        ),
+    )
+    .await
+    .unwrap();
+
+    // Another message giving c1 other arguments, or another tool, is
+    // refused, and nothing of its unit is kept.
+    for calls in [
+        [("c9", "echo", json!({})), ("c1", "echo", json!({"a": 2}))],
+        [("c9", "echo", json!({})), ("c1", "wait", json!({"a": 1}))],
+    ] {
+        let refused = apply_one(&store, declare("m2", &calls)).await;
+        assert!(is_redeclared(&refused), "{refused:?}");
+        assert!(format!("{:?}", refused).contains("already declared"));
+    }
+    assert_eq!(store.all_messages("t").await.unwrap().len(), 1);
+    // The same call declared again is no conflict; c9, refused with the
+    // unit above, is free.
+    apply_one(
+        &store,
+        declare(
+            "m2",
+            &[("c1", "echo", json!({"a": 1})), ("c9", "echo", json!({}))],
+        ),
+    )
+    .await
+    .unwrap();
+
+    // A call posted under a declared id must be the declared call.
+    for refused in [
+        call("c1", "echo", json!({"a": 2})),
+        call("c1", "wait", json!({"a": 1})),
+    ] {
+        let refused = apply_one(&store, refused).await;
+        assert!(is_redeclared(&refused), "{refused:?}");
+    }
+    assert!(store.tool_call("t", "c1").await.unwrap().is_none());
+    apply_one(&store, call("c1", "echo", json!({"a": 1})))
+        .await
+        .unwrap();
+    // Another thread's ids are its own.
+    apply_one(
+        &store,
+        unit(
+            "t2",
+            "alice",
+            vec![WriteOp::InsertToolCall(echo_call("c2", json!({"x": 1})))],
+        ),
+    )
+    .await
+    .unwrap();
+
+    // A call recorded first: a declaration must match the record.
+    apply_one(&store, call("c3", "echo", json!({"b": [1, 2]})))
+        .await
+        .unwrap();
+    let refused = apply_one(
+        &store,
+        declare("m3", &[("c3", "echo", json!({"b": [2, 1]}))]),
+    )
+    .await;
+    assert!(is_redeclared(&refused), "{refused:?}");
+    assert!(format!("{:?}", refused).contains("already recorded"));
+    apply_one(
+        &store,
+        declare("m3", &[("c3", "echo", json!({"b": [1, 2]}))]),
+    )
+    .await
+    .unwrap();
+
+    // In one batch, each unit is checked against those before it: the
+    // batch's other units commit.
+    let results = store
+        .apply_batch(&[
+            call("c4", "echo", json!({"z": 1})),
+            declare("m4", &[("c4", "echo", json!({"z": 2}))]),
+            declare("m5", &[("c5", "echo", json!({"q": 1}))]),
+            call("c5", "echo", json!({"q": 2})),
+            call("c6", "echo", json!({})),
+        ])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    assert!(is_redeclared(&results[1]), "{:?}", results[1]);
+    assert!(results[2].is_ok(), "{:?}", results[2]);
+    assert!(is_redeclared(&results[3]), "{:?}", results[3]);
+    assert!(results[4].is_ok(), "{:?}", results[4]);
+    assert!(store.tool_call("t", "c5").await.unwrap().is_none());
+    let ids: Vec<String> = store
+        .all_messages("t")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids, ["m1", "m2", "m3", "m5"]);
+}
+
 async fn run_calls_keep_the_recorded_order(store: DynStore) {
     // Same millisecond everywhere; ids not in alphabetical order.
     let call = |id: &str, run: &str| NewToolCall {
@@ -3493,7 +3667,7 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
     target
         .stage_at_0001(
             "INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq) \
-             VALUES ('t', 'alice', 1, 2, 1), ('u', 'bob', 1, 0, 0); \
+             VALUES ('t', 'alice', 1, 2, 1), ('u', 'bob', 1, 0, 2); \
              INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
                  output, undo, message_id, created_at_ms, finished_at_ms) VALUES \
              ('t', 'b', 'alice', 'r1', 'echo', '{\"x\":1}', 'success', '{\"ok\":true}', \
@@ -3502,7 +3676,12 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
              ('t', 'c', 'alice', 'r1', 'echo', '{}', 'failure', '{}', NULL, NULL, 90, 95), \
              ('u', 'a', 'bob', 'r9', 'echo', '{}', 'running', NULL, NULL, NULL, 5, NULL); \
              INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, \
-                 created_at_ms) VALUES ('t', 1, 'm1', 'tool', '{\"ok\":true}', '{}', 'b', 150); \
+                 created_at_ms) VALUES ('t', 1, 'm1', 'tool', '{\"ok\":true}', '{}', 'b', 150), \
+             ('u', 1, 'a1', 'assistant', '', '{\"tool_calls\":[{\"id\":\"d\",\"name\":\"echo\",\
+                 \"arguments\":{\"x\":3}},{\"id\":\"e\",\"name\":\"echo\",\"arguments\":{}}]}', \
+                 NULL, 3), \
+             ('u', 2, 'a2', 'assistant', '', '{\"tool_calls\":[{\"id\":\"d\",\"name\":\"echo\",\
+                 \"arguments\":{\"x\":4}}]}', NULL, 4); \
              INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) VALUES \
              ('t', 1, 'CUSTOM', '{}', 1), ('t', 2, 'CUSTOM', '{}', 2);",
         )
@@ -3576,6 +3755,30 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
     .await
     .unwrap();
     assert_eq!(call_ids(&store.run_calls("u", "r9").await.unwrap()), ["a"]);
+    // The calls old messages declared are known: the first declaration of
+    // an id holds.
+    let refused = apply_one(
+        &store,
+        unit(
+            "u",
+            "bob",
+            vec![WriteOp::InsertToolCall(echo_call("d", json!({"x": 4})))],
+        ),
+    )
+    .await;
+    assert!(is_redeclared(&refused), "{refused:?}");
+    for (id, args) in [("d", json!({"x": 3})), ("e", json!({}))] {
+        apply_one(
+            &store,
+            unit(
+                "u",
+                "bob",
+                vec![WriteOp::InsertToolCall(echo_call(id, args))],
+            ),
+        )
+        .await
+        .unwrap();
+    }
     assert!(target.try_execute("DELETE FROM audit_log").await.is_err());
     drop(store);
     // Reopening a migrated database applies nothing twice.

@@ -630,20 +630,7 @@ impl Engine {
     /// AG-UI client renames its copy of the call to the name announced.
     fn announce(req: &CallRequest, args: &JsonText) -> Vec<Event> {
         let call = &req.call;
-        vec![
-            Event::new(EventBody::ToolCallStart {
-                tool_call_id: call.id.clone(),
-                tool_call_name: call.name.clone(),
-                parent_message_id: call.parent_message_id.clone(),
-            }),
-            Event::new(EventBody::ToolCallArgs {
-                tool_call_id: call.id.clone(),
-                delta: args.as_str().to_owned(),
-            }),
-            Event::new(EventBody::ToolCallEnd {
-                tool_call_id: call.id.clone(),
-            }),
-        ]
+        announcement(&call.id, &call.name, call.parent_message_id.clone(), args)
     }
 
     /// Record the call with `status` and announce it, in one transaction
@@ -906,6 +893,7 @@ impl Engine {
             metadata,
             tool_call_id: Some(output.tool_call_id.clone()),
             created_at_ms: now,
+            declares: Vec::new(),
         }));
         // The log keeps the result event as a reference to its message.
         ops.push(WriteOp::AppendEvents(vec![NewEvent {
@@ -1804,6 +1792,33 @@ fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) 
 
 /// The TOOL_CALL_RESULT event, whose `content` is the output's text
 /// projection; our additions ride under `metadata`.
+/// A recorded call's announcement (TOOL_CALL_START, TOOL_CALL_ARGS with
+/// its arguments, TOOL_CALL_END), under its tool's own name, for a stream
+/// that joins while it runs.
+pub fn announcement_of(record: &ToolCallRecord) -> Vec<Event> {
+    let args = JsonText::of(&record.args);
+    announcement(&record.id, &record.tool_name, None, &args)
+}
+
+/// TOOL_CALL_START, TOOL_CALL_ARGS (the arguments' JSON text) and
+/// TOOL_CALL_END of call `id`.
+fn announcement(id: &str, name: &str, parent: Option<String>, args: &JsonText) -> Vec<Event> {
+    vec![
+        Event::new(EventBody::ToolCallStart {
+            tool_call_id: id.to_owned(),
+            tool_call_name: name.to_owned(),
+            parent_message_id: parent,
+        }),
+        Event::new(EventBody::ToolCallArgs {
+            tool_call_id: id.to_owned(),
+            delta: args.as_str().to_owned(),
+        }),
+        Event::new(EventBody::ToolCallEnd {
+            tool_call_id: id.to_owned(),
+        }),
+    ]
+}
+
 pub fn result_event(
     output: &ToolAgentOutput,
     content: String,

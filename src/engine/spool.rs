@@ -180,6 +180,7 @@ mod tests {
                     })),
                     tool_call_id: Some(call.into()),
                     created_at_ms: 7,
+                    declares: Vec::new(),
                 }),
                 WriteOp::AppendEvents(vec![NewEvent {
                     event_type: "TOOL_CALL_RESULT".into(),

@@ -223,7 +223,7 @@ impl From<crate::store::StoreError> for ApiError {
         use crate::store::StoreError;
         match e {
             StoreError::NotOwner => ApiError::thread_not_found(),
-            StoreError::Conflict(what) => ApiError::Conflict(what),
+            StoreError::Conflict(what) | StoreError::Redeclared(what) => ApiError::Conflict(what),
             StoreError::NotFound(what) => ApiError::NotFound(what),
             e if e.is_unavailable() || matches!(e, StoreError::WriterClosed) => {
                 ApiError::Unavailable("the database is unavailable; retry later".into())

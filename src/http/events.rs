@@ -21,7 +21,7 @@ use super::error::{ApiError, ApiQuery};
 use super::{AppState, AuthUser, ThreadId, check_owner};
 use crate::events::{Live, Subscription};
 use crate::protocol::agui::{Event, EventBody, Message, RunOutcome};
-use crate::store::{Role, StoredEvent, StoredMessage};
+use crate::store::{Role, StoredEvent, StoredMessage, ToolCallRecord};
 
 pub fn routes() -> Router<AppState> {
     // HEAD would open (and claim) the thread's stream like GET; it is not
@@ -41,7 +41,9 @@ pub struct EventsQuery {
     /// Resume after this event id (same as the `Last-Event-ID` header, which wins).
     #[param(pattern = "^0*[0-9]{1,18}$")]
     pub after: Option<String>,
-    /// Start with a MESSAGES_SNAPSHOT of the thread.
+    /// Start with a MESSAGES_SNAPSHOT of the thread, followed (without
+    /// ids) by the approvals still open and the running calls it does not
+    /// show, then only new events.
     pub snapshot: Option<bool>,
 }
 
@@ -142,8 +144,11 @@ pub async fn get_events(
     let (snapshot, last) = if q.snapshot.unwrap_or(false) {
         // Held until the snapshot is handed to the response.
         let read = state.enter_thread_read(&user.owner).await?;
+        // Read first: a call running now was announced before the
+        // snapshot's last event.
+        let running = state.store.running_calls_of_thread(&thread.0).await?;
         let (messages, last) = state.store.snapshot(&thread.0).await?;
-        (Some((messages, read)), last)
+        (Some((messages, read, running)), last)
     } else {
         (None, state.store.last_event_seq(&thread.0).await?)
     };
@@ -185,7 +190,13 @@ type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
 
 /// A stream's MESSAGES_SNAPSHOT, with the whole-thread read slot it holds
 /// until it is handed to the response.
-type Snapshot = (Vec<StoredMessage>, crate::engine::limits::Permit);
+/// A snapshot's messages, the thread-read permit held until it is sent,
+/// and the calls running when it was asked for.
+type Snapshot = (
+    Vec<StoredMessage>,
+    crate::engine::limits::Permit,
+    Vec<ToolCallRecord>,
+);
 
 fn untracked(event: &Event) -> SseEvent {
     SseEvent::default().data(event.to_json())
@@ -387,7 +398,21 @@ async fn follow(
     tx: &Tx,
     open: &mut Open,
 ) -> End {
-    if let Some((messages, read)) = snapshot {
+    if let Some((messages, read, running)) = snapshot {
+        // Calls still running that the snapshot shows nothing of: no
+        // assistant message declares them (posted to /tool-calls), and
+        // they have no result yet.
+        let shown: std::collections::HashSet<&str> =
+            crate::protocol::context::declared_calls(&messages)
+                .map(|d| d.id)
+                .chain(messages.iter().filter_map(|m| m.tool_call_id.as_deref()))
+                .collect();
+        let unshown: Vec<Event> = running
+            .iter()
+            .filter(|call| !shown.contains(call.id.as_str()))
+            .flat_map(crate::engine::announcement_of)
+            .collect();
+        drop(shown);
         let ev = Event::new(EventBody::MessagesSnapshot {
             messages: messages.into_iter().map(agui_message).collect(),
         });
@@ -414,6 +439,15 @@ async fn follow(
         for approval in &open {
             let ev = crate::engine::approval_required(approval);
             if let Err(end) = deliver(state, tx, untracked(&ev)).await {
+                return end;
+            }
+        }
+        // Such a call is announced again, as when it started, so its
+        // result (streamed when it comes) answers a call the frontend
+        // knows. (One that started while the snapshot was read shows only
+        // with its result.)
+        for ev in &unshown {
+            if let Err(end) = deliver(state, tx, untracked(ev)).await {
                 return end;
             }
         }

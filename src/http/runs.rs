@@ -793,6 +793,7 @@ async fn record_new_messages(
         if known.contains(m.id()) {
             continue;
         }
+        let mut declares = Vec::new();
         let (role, content, metadata, tool_call_id) = match m {
             Message::User { content, .. } => (
                 Role::User,
@@ -812,6 +813,7 @@ async fn record_new_messages(
                     .as_deref()
                     .map(|calls_of_turn| declarations(calls_of_turn, &frontend))
                     .unwrap_or_default();
+                declares = super::threads::declared(state, &calls);
                 let metadata = if calls.is_empty() {
                     json!({})
                 } else {
@@ -852,6 +854,7 @@ async fn record_new_messages(
             metadata: metadata.into(),
             tool_call_id,
             created_at_ms: now_ms(),
+            declares,
         }));
     }
     for result in resumed {
@@ -864,6 +867,7 @@ async fn record_new_messages(
             metadata: frontend_result_metadata(result.error.as_deref()).into(),
             tool_call_id: Some(result.tool_call_id.clone()),
             created_at_ms: now_ms(),
+            declares: Vec::new(),
         }));
     }
     if !events.is_empty() {

@@ -19,7 +19,7 @@ use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
 use crate::protocol::context;
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{PublicOutput, ToolError, ToolResponse, codes};
-use crate::store::{CallStatus, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
+use crate::store::{CallStatus, DeclaredCall, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -180,7 +180,7 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
         (status = 202, description = "The call waits for a human decision (see /v1/approvals)", body = PendingApprovalResponse),
         (status = 400, description = "Malformed JSON", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "Call id reused with other arguments", content_type = "application/problem+json"),
+        (status = 409, description = "Call id already recorded in the thread with another tool, arguments, sub-workspace or dry_run, or declared by an assistant message with another tool or arguments; nothing runs", content_type = "application/problem+json"),
         (status = 413, description = "Body too large", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
         (status = 422, description = "Invalid call envelope (errors name the JSON pointer), unknown tool or invalid arguments (these carry `tool_error` and `tool_response`)", content_type = "application/problem+json"),
@@ -438,6 +438,10 @@ pub async fn post_message(
         MessageRole::System => Role::System,
     };
     let events = Event::text_message(&id, role.as_str(), &content);
+    let declares = match metadata.get("tool_calls") {
+        Some(Value::Array(calls)) => declared(&state, calls),
+        _ => Vec::new(),
+    };
     let metadata = Value::Object(metadata);
     // What a repeated post must match to be the same message.
     let posted = chosen_id.then(|| (content.clone(), metadata.clone()));
@@ -452,6 +456,7 @@ pub async fn post_message(
                 metadata: metadata.into(),
                 tool_call_id: None,
                 created_at_ms: now_ms(),
+                declares,
             }),
             WriteOp::AppendEvents(events.iter().map(crate::engine::new_event).collect()),
         ],
@@ -773,6 +778,32 @@ pub async fn get_context(
     )))
 }
 
+/// The tool's own name for `name`: a tool named by an alias is the same
+/// tool. A name no tool has stays as it is.
+fn canonical_name(state: &AppState, name: &str) -> String {
+    state
+        .engine
+        .registry()
+        .resolve(name)
+        .map_or_else(|| name.to_string(), |t| t.definition.name.clone())
+}
+
+/// What the store keeps of declarations (`{"id", "name", "arguments"}`):
+/// the writer checks them again in the transaction that records them, so
+/// two requests at once cannot both declare one id differently.
+pub(super) fn declared(state: &AppState, declarations: &[Value]) -> Vec<DeclaredCall> {
+    declarations
+        .iter()
+        .filter_map(|call| {
+            Some(DeclaredCall {
+                id: call["id"].as_str()?.to_string(),
+                tool_name: canonical_name(state, call["name"].as_str()?),
+                args: call.get("arguments").unwrap_or(&Value::Null).into(),
+            })
+        })
+        .collect()
+}
+
 /// New declarations (`{"id", "name", "arguments"}`, in order) must not
 /// give a call id another tool or other arguments than the thread already
 /// has for it: in an assistant message of `stored` (the thread's messages),
@@ -786,15 +817,7 @@ pub(super) async fn refuse_redeclared_calls<'a>(
     stored: &'a [StoredMessage],
     declared: impl Iterator<Item = &'a Value>,
 ) -> Result<(), ApiError> {
-    // A tool named by an alias is the same tool.
-    let canonical = |call: &Value| -> String {
-        let name = call["name"].as_str().unwrap_or_default();
-        state
-            .engine
-            .registry()
-            .resolve(name)
-            .map_or_else(|| name.to_string(), |t| t.definition.name.clone())
-    };
+    let canonical = |call: &Value| canonical_name(state, call["name"].as_str().unwrap_or_default());
     let mut known: HashMap<&str, &Value> = HashMap::new();
     for d in context::declared_calls(stored) {
         known.entry(d.id).or_insert(d.call);

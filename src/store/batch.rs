@@ -172,7 +172,10 @@ impl<'a> Plan<'a> {
                         }
                     }
                     WriteOp::InsertMessage(message) => {
-                        if !messages.insert((thread, message.id.as_str())) {
+                        // Declared calls are checked one by one (per unit).
+                        if !message.declares.is_empty()
+                            || !messages.insert((thread, message.id.as_str()))
+                        {
                             return None;
                         }
                         totals.messages += 1;

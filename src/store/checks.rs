@@ -207,3 +207,38 @@ impl<'a> Decision<'a> {
 pub(crate) fn approval_exists(id: &str) -> StoreError {
     StoreError::Conflict(format!("approval {id:?} already exists"))
 }
+
+/// Where a call id's first tool and arguments were given: a call recorded
+/// under it, or an assistant message declaring it.
+#[derive(Clone, Copy)]
+pub(crate) enum GivenIn {
+    Record,
+    Declaration,
+}
+
+/// Whether a call id given `(tool, args)` before and now `(tool_name,
+/// args)` again means the same call. Arguments are JSON texts: equal
+/// texts, or texts of equal values (key order aside).
+pub(crate) fn same_declared_call(before: (&str, &str), now: (&str, &str)) -> bool {
+    before.0 == now.0
+        && (before.1 == now.1
+            || matches!(
+                (
+                    serde_json::from_str::<serde_json::Value>(before.1),
+                    serde_json::from_str::<serde_json::Value>(now.1),
+                ),
+                (Ok(a), Ok(b)) if a == b
+            ))
+}
+
+/// The error for call id `id` given another tool or other arguments than
+/// it was given before, where `before` says.
+pub(crate) fn redeclared(id: &str, before: GivenIn) -> StoreError {
+    let given = match before {
+        GivenIn::Record => "recorded",
+        GivenIn::Declaration => "declared",
+    };
+    StoreError::Redeclared(format!(
+        "tool call {id:?} is already {given} in this thread with another tool or arguments; a new call needs an id of its own"
+    ))
+}

@@ -30,6 +30,12 @@ pub enum StoreError {
     /// A unique constraint failed (e.g. a tool call id recorded concurrently).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A call id the thread declares (in an assistant message's
+    /// `tool_calls`) or records with one tool and arguments came again with
+    /// another tool or other arguments. Unlike [`StoreError::Conflict`],
+    /// looking again finds nothing that answers for the call.
+    #[error("{0}")]
+    Redeclared(String),
     /// A referenced row does not exist.
     #[error("not found: {0}")]
     NotFound(String),
@@ -88,7 +94,10 @@ impl StoreError {
     pub fn is_unit_local(&self) -> bool {
         matches!(
             self,
-            StoreError::NotOwner | StoreError::Conflict(_) | StoreError::NotFound(_)
+            StoreError::NotOwner
+                | StoreError::Conflict(_)
+                | StoreError::Redeclared(_)
+                | StoreError::NotFound(_)
         ) || self.is_raised_on_statement()
     }
 }
@@ -300,6 +309,22 @@ pub struct NewMessage {
     pub metadata: JsonText,
     pub tool_call_id: Option<String>,
     pub created_at_ms: i64,
+    /// The calls an assistant message declares (its `tool_calls`), kept
+    /// in the thread's table of declared calls: a call id declared, or
+    /// recorded, with another tool or other arguments fails the unit with
+    /// [`StoreError::Redeclared`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub declares: Vec<DeclaredCall>,
+}
+
+/// A call an assistant message declares: its id, the tool's name (its
+/// canonical name, when the name was an alias of a registered tool) and
+/// its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeclaredCall {
+    pub id: String,
+    pub tool_name: String,
+    pub args: JsonText,
 }
 
 /// An event of the thread's log. `data` is the complete AG-UI event JSON text
@@ -564,8 +589,10 @@ pub struct AuditFilter {
 pub enum WriteOp {
     /// Insert the tool call with its status (`running` or
     /// `pending_approval`). A duplicate (thread, id) fails the unit with
-    /// [`StoreError::Conflict`]. The call gets the thread's next ordinal
-    /// (the order of [`Store::run_calls`]).
+    /// [`StoreError::Conflict`]; an id the thread declares (an assistant
+    /// message's `tool_calls`) with another tool or other arguments fails
+    /// it with [`StoreError::Redeclared`]. The call gets the thread's next
+    /// ordinal (the order of [`Store::run_calls`]).
     InsertToolCall(NewToolCall),
     /// Mark a `running` or `pending_approval` call finished (a denied or
     /// expired call is finished without ever running). Fails with `NotFound`
@@ -580,6 +607,9 @@ pub enum WriteOp {
     /// it is not recorded, `Conflict` if it is already marked undone.
     MarkUndone { id: String, undone_by: String },
     /// Append a message; a duplicate (thread, id) fails with `Conflict`.
+    /// Its declared calls are kept; one the thread already declares or
+    /// records with another tool or other arguments fails the unit with
+    /// [`StoreError::Redeclared`].
     InsertMessage(NewMessage),
     /// Append events to the thread's log, in order.
     AppendEvents(Vec<NewEvent>),
@@ -646,6 +676,10 @@ pub trait Store: Send + Sync + 'static {
     /// Calls in `pending_approval` are not listed: they never started, and
     /// survive a restart untouched.
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>>;
+
+    /// The calls of one thread still `running`, in the order they were
+    /// recorded.
+    async fn running_calls_of_thread(&self, thread_id: &str) -> StoreResult<Vec<ToolCallRecord>>;
 
     /// The calls of run `run_id` in the thread, in the order they were
     /// recorded (stable even for calls recorded in the same millisecond or

@@ -66,6 +66,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "approvals by call",
         include_str!("../../migrations/postgres/0007_approvals_by_call.sql"),
     ),
+    (
+        8,
+        "declared calls",
+        include_str!("../../migrations/postgres/0008_declared_calls.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -222,6 +227,10 @@ async fn insert_tool_call(
     ordinal: i64,
 ) -> StoreResult<()> {
     checks::insertable_call_status(&call.id, call.status)?;
+    let given = (call.tool_name.as_str(), call.args.as_str());
+    if same_as_declared(conn, &unit.thread_id, &call.id, given).await? == Some(false) {
+        return Err(checks::redeclared(&call.id, checks::GivenIn::Declaration));
+    }
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
          created_at_ms, undo_of, ordinal, workspace, dry_run) \
@@ -481,7 +490,69 @@ async fn insert_message(
             message.id, unit.thread_id
         )));
     }
+    declare(conn, unit, message).await
+}
+
+/// Keep the calls `message` declares; `Redeclared` when the thread
+/// records or declares one of their ids with another tool or other
+/// arguments (the first declaration of an id is kept).
+async fn declare(
+    conn: &mut PgConnection,
+    unit: &WriteUnit,
+    message: &NewMessage,
+) -> StoreResult<()> {
+    for d in &message.declares {
+        let row = sqlx::query(
+            "WITH recorded AS ( \
+                 SELECT tool_name = $3 AND args = $4::JSONB AS same FROM tool_calls \
+                 WHERE thread_id = $1 AND id = $2), \
+             inserted AS ( \
+                 INSERT INTO declared_calls (thread_id, call_id, tool_name, args, message_id) \
+                 SELECT $1, $2, $3, $4::JSONB, $5 \
+                 WHERE NOT EXISTS (SELECT 1 FROM recorded WHERE NOT same) \
+                 ON CONFLICT (thread_id, call_id) DO NOTHING RETURNING 1) \
+             SELECT (SELECT same FROM recorded) AS recorded, \
+                 EXISTS (SELECT 1 FROM inserted) AS inserted",
+        )
+        .bind(&unit.thread_id)
+        .bind(&d.id)
+        .bind(&d.tool_name)
+        .bind(d.args.as_str())
+        .bind(&message.id)
+        .fetch_one(&mut *conn)
+        .await?;
+        if row.try_get::<Option<bool>, _>("recorded")? == Some(false) {
+            return Err(checks::redeclared(&d.id, checks::GivenIn::Record));
+        }
+        if row.try_get::<bool, _>("inserted")? {
+            continue;
+        }
+        let given = (d.tool_name.as_str(), d.args.as_str());
+        if same_as_declared(conn, &unit.thread_id, &d.id, given).await? == Some(false) {
+            return Err(checks::redeclared(&d.id, checks::GivenIn::Declaration));
+        }
+    }
     Ok(())
+}
+
+/// Whether the thread declares call `id` with `(tool name, arguments' JSON
+/// text)`; `None` when it does not declare it.
+async fn same_as_declared(
+    conn: &mut PgConnection,
+    thread_id: &str,
+    id: &str,
+    (tool_name, args): (&str, &str),
+) -> StoreResult<Option<bool>> {
+    Ok(sqlx::query_scalar(
+        "SELECT tool_name = $3 AND args = $4::JSONB FROM declared_calls \
+         WHERE thread_id = $1 AND call_id = $2",
+    )
+    .bind(thread_id)
+    .bind(id)
+    .bind(tool_name)
+    .bind(args)
+    .fetch_optional(&mut *conn)
+    .await?)
 }
 
 /// Append `events` with seqs from `first_seq` on, in one statement.
@@ -601,6 +672,9 @@ async fn apply_plan(
                  $11::TEXT[], $12::TEXT[], $13::BIGINT[], $14::TEXT[], $15::BIGINT[]) \
                  AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
                      undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run) \
+             WHERE NOT EXISTS (SELECT 1 FROM declared_calls AS d \
+                 WHERE d.thread_id = u.thread_id AND d.call_id = u.id \
+                     AND (d.tool_name <> u.tool_name OR d.args <> u.args::JSONB)) \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -641,7 +715,7 @@ async fn apply_plan(
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != c.len() as u64 {
-            return Ok(None); // a call already recorded
+            return Ok(None); // a call already recorded, or declared otherwise
         }
     }
 
@@ -828,6 +902,10 @@ impl Store for PgStore {
 
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
         self.reads().running_tool_calls().await
+    }
+
+    async fn running_calls_of_thread(&self, thread_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
+        self.reads().running_calls_of_thread(thread_id).await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {

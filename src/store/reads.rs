@@ -230,6 +230,20 @@ where
         rows.iter().map(tool_call_from_row).collect()
     }
 
+    pub async fn running_calls_of_thread(
+        &self,
+        thread_id: &str,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} \
+             WHERE c.status = 'running' AND c.thread_id = $1 ORDER BY c.ordinal"
+        ))
+        .bind(thread_id)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(tool_call_from_row).collect()
+    }
+
     pub async fn run_calls(
         &self,
         thread_id: &str,

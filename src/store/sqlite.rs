@@ -83,6 +83,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "approvals by call",
         include_str!("../../migrations/sqlite/0008_approvals_by_call.sql"),
     ),
+    (
+        9,
+        "declared calls",
+        include_str!("../../migrations/sqlite/0009_declared_calls.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -230,6 +235,10 @@ impl Store for SqliteStore {
 
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
         self.reads().running_tool_calls().await
+    }
+
+    async fn running_calls_of_thread(&self, thread_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
+        self.reads().running_calls_of_thread(thread_id).await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {

@@ -111,6 +111,17 @@ INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id,
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
 ON CONFLICT (thread_id, id) DO NOTHING";
 
+const DECLARED_CALL: &str = "\
+SELECT tool_name, args FROM declared_calls WHERE thread_id = ?1 AND call_id = ?2";
+
+const RECORDED_CALL: &str = "\
+SELECT tool_name, args FROM tool_calls WHERE thread_id = ?1 AND id = ?2";
+
+const INSERT_DECLARED_CALL: &str = "\
+INSERT INTO declared_calls (thread_id, call_id, tool_name, args, message_id) \
+VALUES (?1, ?2, ?3, ?4, ?5) \
+ON CONFLICT (thread_id, call_id) DO NOTHING";
+
 const INSERT_EVENT: &str = "\
 INSERT INTO events (thread_id, seq, event_type, data, created_at_ms, message_id) \
 VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
@@ -350,6 +361,7 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
         match op {
             WriteOp::InsertToolCall(call) => {
                 checks::insertable_call_status(&call.id, call.status)?;
+                check_declared(conn, &unit.thread_id, call)?;
                 if !insert_call(
                     conn,
                     (&unit.thread_id, &unit.owner),
@@ -385,6 +397,7 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                         message.id, unit.thread_id
                     )));
                 }
+                declare(conn, &unit.thread_id, message)?;
                 receipt
                     .messages
                     .push((message.id.clone(), next_message_seq));
@@ -445,6 +458,64 @@ fn insert_call(
         ])
         .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
     Ok(changed == 1)
+}
+
+/// A call's `(tool_name, args)` as `statement` (a thread id and a call id
+/// as parameters) reads it, if there is a row.
+fn given_call(
+    conn: &Connection,
+    statement: &str,
+    thread_id: &str,
+    id: &str,
+) -> StoreResult<Option<(String, String)>> {
+    Ok(conn
+        .prepare_cached(statement)?
+        .query_row(params![thread_id, id], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?)
+}
+
+/// `Redeclared` when the thread declares `call`'s id with another tool or
+/// other arguments.
+fn check_declared(conn: &Connection, thread_id: &str, call: &NewToolCall) -> StoreResult<()> {
+    match given_call(conn, DECLARED_CALL, thread_id, &call.id)? {
+        Some((tool, args))
+            if !checks::same_declared_call(
+                (&tool, &args),
+                (&call.tool_name, call.args.as_str()),
+            ) =>
+        {
+            Err(checks::redeclared(&call.id, checks::GivenIn::Declaration))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Keep the calls `message` declares; `Redeclared` when the thread
+/// records or declares one of their ids with another tool or other
+/// arguments.
+fn declare(conn: &Connection, thread_id: &str, message: &NewMessage) -> StoreResult<()> {
+    for d in &message.declares {
+        let now = (d.tool_name.as_str(), d.args.as_str());
+        if let Some((tool, args)) = given_call(conn, RECORDED_CALL, thread_id, &d.id)?
+            && !checks::same_declared_call((&tool, &args), now)
+        {
+            return Err(checks::redeclared(&d.id, checks::GivenIn::Record));
+        }
+        let inserted = conn.prepare_cached(INSERT_DECLARED_CALL)?.execute(params![
+            thread_id,
+            d.id,
+            d.tool_name,
+            d.args.as_str(),
+            message.id
+        ])?;
+        if inserted == 0
+            && let Some((tool, args)) = given_call(conn, DECLARED_CALL, thread_id, &d.id)?
+            && !checks::same_declared_call((&tool, &args), now)
+        {
+            return Err(checks::redeclared(&d.id, checks::GivenIn::Declaration));
+        }
+    }
+    Ok(())
 }
 
 /// Finish a running or pending call; false when no such call matched.
@@ -663,6 +734,7 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
     // Units that reach the fast path were checked by the plan; a row that
     // does not go in means a unit that must fail.
     for c in &rows.calls {
+        check_declared(tx, c.thread_id, c.call)?;
         if !insert_call(tx, (c.thread_id, c.owner), c.call, c.ordinal, c.finish)? {
             return Ok(None); // a call already recorded
         }

@@ -270,6 +270,7 @@ fn replicate(err: &StoreError) -> StoreError {
     match err {
         StoreError::NotOwner => StoreError::NotOwner,
         StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+        StoreError::Redeclared(m) => StoreError::Redeclared(m.clone()),
         StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
         StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
         StoreError::WriterClosed => StoreError::WriterClosed,
