@@ -1790,8 +1790,6 @@ fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) 
     }
 }
 
-/// The TOOL_CALL_RESULT event, whose `content` is the output's text
-/// projection; our additions ride under `metadata`.
 /// A recorded call's announcement (TOOL_CALL_START, TOOL_CALL_ARGS with
 /// its arguments, TOOL_CALL_END), under its tool's own name, for a stream
 /// that joins while it runs.
@@ -1819,6 +1817,8 @@ fn announcement(id: &str, name: &str, parent: Option<String>, args: &JsonText) -
     ]
 }
 
+/// The TOOL_CALL_RESULT event, whose `content` is the output's text
+/// projection; our additions ride under `metadata`.
 pub fn result_event(
     output: &ToolAgentOutput,
     content: String,

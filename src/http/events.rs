@@ -188,10 +188,9 @@ pub async fn get_events(
 
 type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
 
-/// A stream's MESSAGES_SNAPSHOT, with the whole-thread read slot it holds
-/// until it is handed to the response.
-/// A snapshot's messages, the thread-read permit held until it is sent,
-/// and the calls running when it was asked for.
+/// A stream's MESSAGES_SNAPSHOT: its messages, the whole-thread read slot
+/// it holds until it is handed to the response, and the calls running
+/// when it was asked for.
 type Snapshot = (
     Vec<StoredMessage>,
     crate::engine::limits::Permit,
@@ -412,7 +411,6 @@ async fn follow(
             .filter(|call| !shown.contains(call.id.as_str()))
             .flat_map(crate::engine::announcement_of)
             .collect();
-        drop(shown);
         let ev = Event::new(EventBody::MessagesSnapshot {
             messages: messages.into_iter().map(agui_message).collect(),
         });
