@@ -20,8 +20,8 @@ use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DeclaredCall, DynStore,
     FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, ResultReference,
-    Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSummary,
-    ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
+    Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot,
+    ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -273,6 +273,7 @@ on_both_backends! {
         audit_entries_commit_or_roll_back_with_their_unit,
         audit_filters_and_keyset_pages,
         run_calls_keep_the_recorded_order,
+        a_snapshot_and_its_running_calls_are_one_moment,
         a_call_id_means_one_call_in_declarations_and_records,
         undo_links_are_recorded_once,
         owner_rules_round_trip_and_overwrite,
@@ -1294,21 +1295,60 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
     )
     .await
     .unwrap();
-    assert_eq!(
-        call_ids(&store.running_calls_of_thread("u").await.unwrap()),
-        ["a", "0"]
-    );
-    assert_eq!(
-        call_ids(&store.running_calls_of_thread("t").await.unwrap()),
-        ["a"]
-    );
-    assert!(
-        store
-            .running_calls_of_thread("nobody")
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    let running_in = |thread: &'static str| {
+        let store = store.clone();
+        async move { store.snapshot(thread).await.unwrap().running }
+    };
+    assert_eq!(call_ids(&running_in("u").await), ["a", "0"]);
+    assert_eq!(call_ids(&running_in("t").await), ["a"]);
+    assert!(running_in("nobody").await.is_empty());
+}
+
+async fn a_snapshot_and_its_running_calls_are_one_moment(store: DynStore) {
+    // Calls start (one event each) and finish (a tool message and one
+    // event each) while snapshots are read. As of any one moment, the
+    // thread's events are its starts plus its finishes, so a snapshot whose
+    // running calls were read at another moment than its messages and last
+    // event would miss a call or count one twice.
+    let writes = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 0..120 {
+                let start = vec![
+                    WriteOp::InsertToolCall(new_call(&format!("c{i}"))),
+                    events(1),
+                ];
+                apply_one(&store, unit("t", "alice", start)).await.unwrap();
+                if i >= 2 {
+                    let mut end = finishing(&format!("c{}", i - 2), CallStatus::Success);
+                    end.push(events(1));
+                    apply_one(&store, unit("t", "alice", end)).await.unwrap();
+                }
+            }
+        })
+    };
+    let mut read = 0;
+    while !writes.is_finished() || read == 0 {
+        let snap = store.snapshot("t").await.unwrap();
+        let finished = snap
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .count();
+        assert_eq!(
+            snap.last_event_seq,
+            (snap.running.len() + 2 * finished) as i64,
+            "running {:?}, {finished} finished",
+            call_ids(&snap.running)
+        );
+        assert!(snap.running.len() <= 3, "{:?}", call_ids(&snap.running));
+        read += 1;
+        tokio::task::yield_now().await;
+    }
+    finish(writes.await);
+    let snap = store.snapshot("t").await.unwrap();
+    assert_eq!(call_ids(&snap.running), ["c118", "c119"]);
+    assert_eq!(snap.last_event_seq, 120 + 118);
 }
 
 fn tricky_json() -> Value {
@@ -1497,9 +1537,6 @@ impl Store for Observed {
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.running_tool_calls().await
     }
-    async fn running_calls_of_thread(&self, thread_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
-        self.inner.running_calls_of_thread(thread_id).await
-    }
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.run_calls(thread_id, run_id).await
     }
@@ -1573,7 +1610,7 @@ impl Store for Observed {
     async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>> {
         self.inner.message(thread_id, id).await
     }
-    async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)> {
+    async fn snapshot(&self, thread_id: &str) -> StoreResult<ThreadSnapshot> {
         self.inner.snapshot(thread_id).await
     }
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {

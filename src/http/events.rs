@@ -144,11 +144,12 @@ pub async fn get_events(
     let (snapshot, last) = if q.snapshot.unwrap_or(false) {
         // Held until the snapshot is handed to the response.
         let read = state.enter_thread_read(&user.owner).await?;
-        // Read first: a call running now was announced before the
-        // snapshot's last event.
-        let running = state.store.running_calls_of_thread(&thread.0).await?;
-        let (messages, last) = state.store.snapshot(&thread.0).await?;
-        (Some((messages, read, running)), last)
+        // The running calls are read as of the same moment: each was
+        // announced before the snapshot's last event, and its result comes
+        // after it.
+        let snapshot = state.store.snapshot(&thread.0).await?;
+        let last = snapshot.last_event_seq;
+        (Some((snapshot.messages, read, snapshot.running)), last)
     } else {
         (None, state.store.last_event_seq(&thread.0).await?)
     };

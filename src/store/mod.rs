@@ -244,6 +244,17 @@ pub struct StoredMessage {
     pub created_at_ms: i64,
 }
 
+/// A thread as of one moment (see [`Store::snapshot`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadSnapshot {
+    /// Every message, ascending.
+    pub messages: Vec<StoredMessage>,
+    /// The id of the thread's last event, 0 before the first.
+    pub last_event_seq: i64,
+    /// The calls still `running`, in the order they were recorded.
+    pub running: Vec<ToolCallRecord>,
+}
+
 /// One of an owner's threads, as `GET /v1/threads` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadSummary {
@@ -677,10 +688,6 @@ pub trait Store: Send + Sync + 'static {
     /// survive a restart untouched.
     async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>>;
 
-    /// The calls of one thread still `running`, in the order they were
-    /// recorded.
-    async fn running_calls_of_thread(&self, thread_id: &str) -> StoreResult<Vec<ToolCallRecord>>;
-
     /// The calls of run `run_id` in the thread, in the order they were
     /// recorded (stable even for calls recorded in the same millisecond or
     /// the same unit).
@@ -779,10 +786,11 @@ pub trait Store: Send + Sync + 'static {
     /// One message by its id in the thread, `None` if there is none.
     async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>>;
 
-    /// The whole conversation, ascending, and the thread's last event id
-    /// (0 when none), both as of one moment: what a `MESSAGES_SNAPSHOT`
-    /// holds and where the stream after it starts.
-    async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)>;
+    /// The whole conversation, the thread's last event id and its running
+    /// calls, all as of one moment: what a `MESSAGES_SNAPSHOT` holds, where
+    /// the stream after it starts, and the calls announced before that
+    /// event whose results it will carry.
+    async fn snapshot(&self, thread_id: &str) -> StoreResult<ThreadSnapshot>;
 
     /// The whole conversation, ascending.
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;

@@ -22,7 +22,8 @@ use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, FinishedToolCall, JsonText,
     NewAuditEntry, NewEvent, NewMessage, NewToolCall, Store, StoreError, StoreResult, StoredEvent,
-    StoredMessage, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
+    StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
+    checks,
 };
 
 /// The migrations of `migrations/postgres`, embedded in the binary.
@@ -904,10 +905,6 @@ impl Store for PgStore {
         self.reads().running_tool_calls().await
     }
 
-    async fn running_calls_of_thread(&self, thread_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
-        self.reads().running_calls_of_thread(thread_id).await
-    }
-
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.reads().run_calls(thread_id, run_id).await
     }
@@ -1018,8 +1015,13 @@ impl Store for PgStore {
         self.reads().message(thread_id, id).await
     }
 
-    async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)> {
-        self.reads().snapshot(thread_id).await
+    async fn snapshot(&self, thread_id: &str) -> StoreResult<ThreadSnapshot> {
+        self.reads()
+            .snapshot(
+                thread_id,
+                Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+            )
+            .await
     }
 
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {

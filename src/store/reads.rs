@@ -14,7 +14,8 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, ResultReference, Role,
-    StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSummary, ToolCallRecord,
+    StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary,
+    ToolCallRecord,
 };
 
 /// A call's row (as `c`) with its output, read from its tool message (`m`,
@@ -225,20 +226,6 @@ where
             "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} WHERE c.status = 'running' \
              ORDER BY c.created_at_ms, c.thread_id, c.id"
         ))
-        .fetch_all(self.pool)
-        .await?;
-        rows.iter().map(tool_call_from_row).collect()
-    }
-
-    pub async fn running_calls_of_thread(
-        &self,
-        thread_id: &str,
-    ) -> StoreResult<Vec<ToolCallRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} \
-             WHERE c.status = 'running' AND c.thread_id = $1 ORDER BY c.ordinal"
-        ))
-        .bind(thread_id)
         .fetch_all(self.pool)
         .await?;
         rows.iter().map(tool_call_from_row).collect()
@@ -457,10 +444,22 @@ where
         row.as_ref().map(message_from_row).transpose()
     }
 
-    /// The whole conversation and the thread's last event id, read in one
-    /// statement: one snapshot of the database in either backend, so a
-    /// result committed meanwhile is in both or in neither.
-    pub async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)> {
+    /// The whole conversation, the thread's last event id and its running
+    /// calls, read in one transaction as of one moment, so a call started
+    /// or finished meanwhile is in all three or in none. `isolation`, when
+    /// given, is the statement that makes the transaction's reads see one
+    /// moment (Postgres reads each statement as of its own start by
+    /// default; a SQLite read transaction keeps the moment of its first
+    /// read).
+    pub async fn snapshot(
+        &self,
+        thread_id: &str,
+        isolation: Option<&str>,
+    ) -> StoreResult<ThreadSnapshot> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(isolation) = isolation {
+            sqlx::query(isolation).execute(&mut *tx).await?;
+        }
         let rows = sqlx::query(&format!(
             "SELECT s.last_event_seq AS snapshot_last_event_seq, {MESSAGE_COLUMNS} \
              FROM (SELECT last_event_seq FROM threads WHERE id = $1) AS s \
@@ -468,9 +467,17 @@ where
              ORDER BY seq"
         ))
         .bind(thread_id)
-        .fetch_all(self.pool)
+        .fetch_all(&mut *tx)
         .await?;
-        let last = match rows.first() {
+        let running = sqlx::query(&format!(
+            "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} \
+             WHERE c.status = 'running' AND c.thread_id = $1 ORDER BY c.ordinal"
+        ))
+        .bind(thread_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let last_event_seq = match rows.first() {
             Some(row) => row.int("snapshot_last_event_seq")?,
             None => 0,
         };
@@ -481,7 +488,14 @@ where
                 messages.push(message_from_row(row)?);
             }
         }
-        Ok((messages, last))
+        Ok(ThreadSnapshot {
+            messages,
+            last_event_seq,
+            running: running
+                .iter()
+                .map(tool_call_from_row)
+                .collect::<StoreResult<_>>()?,
+        })
     }
 
     pub async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {

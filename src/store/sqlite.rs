@@ -31,7 +31,8 @@ use super::reads::{Reads, audit_entries, audit_query};
 use super::sqlite_writes::{DEFAULT_CHECKPOINT_EVERY, WriteConnection};
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, NewAuditEntry, Store, StoreError,
-    StoreResult, StoredEvent, StoredMessage, ThreadSummary, ToolCallRecord, UnitReceipt, WriteUnit,
+    StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord,
+    UnitReceipt, WriteUnit,
 };
 
 /// How long a statement waits for SQLite's write lock before failing.
@@ -237,10 +238,6 @@ impl Store for SqliteStore {
         self.reads().running_tool_calls().await
     }
 
-    async fn running_calls_of_thread(&self, thread_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
-        self.reads().running_calls_of_thread(thread_id).await
-    }
-
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.reads().run_calls(thread_id, run_id).await
     }
@@ -354,8 +351,8 @@ impl Store for SqliteStore {
         self.reads().message(thread_id, id).await
     }
 
-    async fn snapshot(&self, thread_id: &str) -> StoreResult<(Vec<StoredMessage>, i64)> {
-        self.reads().snapshot(thread_id).await
+    async fn snapshot(&self, thread_id: &str) -> StoreResult<ThreadSnapshot> {
+        self.reads().snapshot(thread_id, None).await
     }
 
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
