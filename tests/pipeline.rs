@@ -350,12 +350,19 @@ async fn messages_context_and_text_events(backend: Backend) {
     let r = app
         .post(
             "/v1/threads/t5/messages",
+            &json!({"role": "developer", "content": "prefer tools"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let r = app
+        .post(
+            "/v1/threads/t5/messages",
             &json!({"id": "u1", "role": "user", "content": "echo hi"}),
         )
         .await;
     assert_eq!(r.status(), 201);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body, json!({"id": "u1", "seq": 2}));
+    assert_eq!(body, json!({"id": "u1", "seq": 3}));
     // Posted again (a retry after a timeout): the first post's answer,
     // nothing recorded or streamed twice. Another message under the same
     // id is a conflict.
@@ -363,7 +370,7 @@ async fn messages_context_and_text_events(backend: Backend) {
     let r = app.post("/v1/threads/t5/messages", &again).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
-    assert_eq!(body, json!({"id": "u1", "seq": 2, "replayed": true}));
+    assert_eq!(body, json!({"id": "u1", "seq": 3, "replayed": true}));
     for other in [
         json!({"id": "u1", "role": "user", "content": "echo bye"}),
         json!({"id": "u1", "role": "system", "content": "echo hi"}),
@@ -394,6 +401,9 @@ async fn messages_context_and_text_events(backend: Backend) {
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_CONTENT",
             "TEXT_MESSAGE_END",
+            "TEXT_MESSAGE_START",
+            "TEXT_MESSAGE_CONTENT",
+            "TEXT_MESSAGE_END",
             // the assistant message is empty: no CONTENT event with an empty delta
             "TEXT_MESSAGE_START",
             "TEXT_MESSAGE_END",
@@ -410,13 +420,20 @@ async fn messages_context_and_text_events(backend: Backend) {
             "TEXT_MESSAGE_* carry no ui data"
         );
     }
-    assert_eq!(frames[8].data["parentMessageId"], "a1");
+    let started: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "TEXT_MESSAGE_START")
+        .map(|f| &f.data["role"])
+        .collect();
+    assert_eq!(started, ["system", "developer", "user", "assistant"]);
+    assert_eq!(frames[11].data["parentMessageId"], "a1");
 
     let openai = app.get_json("/v1/threads/t5/context?format=openai").await;
     assert_eq!(
         openai["messages"],
         json!([
             {"role": "system", "content": "be brief"},
+            {"role": "developer", "content": "prefer tools"},
             {"role": "user", "content": "echo hi"},
             {"role": "assistant", "content": null, "tool_calls": [
                 {"id": "call_1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"hi\"}"}}]},
@@ -426,7 +443,7 @@ async fn messages_context_and_text_events(backend: Backend) {
     let anthropic = app
         .get_json("/v1/threads/t5/context?format=anthropic")
         .await;
-    assert_eq!(anthropic["system"], "be brief");
+    assert_eq!(anthropic["system"], "be brief\n\nprefer tools");
     assert_eq!(
         anthropic["messages"],
         json!([
@@ -440,8 +457,8 @@ async fn messages_context_and_text_events(backend: Backend) {
         .iter()
         .map(|m| m["role"].as_str().unwrap())
         .collect();
-    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
-    assert_eq!(history[2]["tool_calls"][0]["name"], "echo");
+    assert_eq!(roles, ["system", "developer", "user", "assistant", "tool"]);
+    assert_eq!(history[3]["tool_calls"][0]["name"], "echo");
 
     let dup = app
         .post(
@@ -450,6 +467,60 @@ async fn messages_context_and_text_events(backend: Backend) {
         )
         .await;
     assert_eq!(dup.status(), 409);
+}
+
+/// An AG-UI run's `developer` message is kept as `developer`: the
+/// snapshot and the history give it back with the role it was sent with,
+/// the OpenAI context keeps the role and the Anthropic one reads it as
+/// system text; the run posted again with it is the same turn.
+async fn a_runs_developer_message_keeps_its_role(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let input = json!({
+        "threadId": "dev", "runId": "run_1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "s1", "role": "system", "content": "be brief"},
+            {"id": "d1", "role": "developer", "content": "answer in French"},
+            {"id": "u1", "role": "user", "content": "hi"}
+        ]
+    });
+    for attempt in ["first", "again"] {
+        let r = app.post("/v1/threads/dev/runs", &input).await;
+        assert_eq!(r.status(), 200, "{attempt}");
+        let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+        assert!(frames.iter().all(|f| f.kind() != "RUN_ERROR"), "{attempt}");
+    }
+    let mut sse = app.events("dev", "?snapshot=true", None).await;
+    let snapshot = sse.until("MESSAGES_SNAPSHOT").await.pop().unwrap();
+    assert_agui_conformant(&snapshot);
+    assert_eq!(
+        snapshot.data["messages"],
+        json!([
+            {"id": "s1", "role": "system", "content": "be brief"},
+            {"id": "d1", "role": "developer", "content": "answer in French"},
+            {"id": "u1", "role": "user", "content": "hi"}
+        ])
+    );
+    let roles: Vec<Value> = app
+        .history("dev")
+        .await
+        .iter()
+        .map(|m| m["role"].clone())
+        .collect();
+    assert_eq!(roles, ["system", "developer", "user"]);
+    let openai = app.get_json("/v1/threads/dev/context?format=openai").await;
+    assert_eq!(
+        openai["messages"][1],
+        json!({"role": "developer", "content": "answer in French"})
+    );
+    let anthropic = app
+        .get_json("/v1/threads/dev/context?format=anthropic")
+        .await;
+    assert_eq!(anthropic["system"], "be brief\n\nanswer in French");
+    assert_eq!(
+        anthropic["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    );
 }
 
 /// A run posted again (a client's retry) does not execute its calls twice:
@@ -1764,6 +1835,7 @@ both_backends!(
     history_pages_backwards_with_cursors,
     a_retried_run_replays_its_calls_under_their_message,
     a_runs_messages_reach_watchers_and_a_valid_context,
+    a_runs_developer_message_keeps_its_role,
     an_owner_lists_their_threads_page_by_page,
     a_snapshot_and_the_stream_after_it_never_overlap,
     a_snapshot_is_followed_by_the_calls_it_does_not_show,

@@ -3525,10 +3525,11 @@ async fn the_schema_refuses_unknown_roles_and_statuses(target: Target) {
              VALUES ('t', {seq}, 'm{seq}', '{role}', 'x', '{{}}', 1)"
         )
     };
-    for (seq, role) in ["user", "assistant", "system", "tool"].iter().enumerate() {
+    let roles = ["user", "assistant", "system", "developer", "tool"];
+    for (seq, role) in roles.iter().enumerate() {
         target.execute(&message(seq as i64 + 1, role)).await;
     }
-    for bad in ["bogus", "User", ""] {
+    for bad in ["bogus", "User", "", "Developer"] {
         assert!(
             target.try_execute(&message(10, bad)).await.is_err(),
             "role {bad:?} was stored"
@@ -3566,7 +3567,13 @@ async fn the_schema_refuses_unknown_roles_and_statuses(target: Target) {
         .collect();
     assert_eq!(
         roles,
-        [Role::User, Role::Assistant, Role::System, Role::Tool]
+        [
+            Role::User,
+            Role::Assistant,
+            Role::System,
+            Role::Developer,
+            Role::Tool
+        ]
     );
     let mut stored: Vec<CallStatus> = Vec::new();
     for n in 1..=5 {

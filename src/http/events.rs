@@ -561,6 +561,11 @@ pub fn agui_message(m: StoredMessage) -> Message {
             content: m.content,
             name: None,
         },
+        Role::Developer => Message::Developer {
+            id: m.id,
+            content: m.content,
+            name: None,
+        },
         Role::Assistant => {
             let calls: Vec<crate::protocol::agui::ToolCall> = m
                 .metadata

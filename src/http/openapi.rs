@@ -499,7 +499,13 @@ mod tests {
         let doc = document();
         let message = component_in_document(&doc, "NewMessageRequest");
         let call = json!({"id": "c", "name": "echo", "arguments": {}});
-        for (role, allowed) in [("assistant", true), ("user", false), ("system", false)] {
+        let roles = [
+            ("assistant", true),
+            ("user", false),
+            ("system", false),
+            ("developer", false),
+        ];
+        for (role, allowed) in roles {
             let with_calls = json!({"role": role, "content": "x", "tool_calls": [call]});
             assert_eq!(message.is_valid(&with_calls), allowed, "{with_calls}");
             let empty_list = json!({"role": role, "content": "x", "tool_calls": []});

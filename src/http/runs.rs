@@ -801,8 +801,9 @@ async fn record_new_messages(
                 with_parts(json!({}), content),
                 None,
             ),
-            Message::System { content, .. } | Message::Developer { content, .. } => {
-                (Role::System, content.clone(), json!({}), None)
+            Message::System { content, .. } => (Role::System, content.clone(), json!({}), None),
+            Message::Developer { content, .. } => {
+                (Role::Developer, content.clone(), json!({}), None)
             }
             Message::Assistant {
                 content,

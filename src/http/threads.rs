@@ -316,6 +316,9 @@ pub enum MessageRole {
     User,
     Assistant,
     System,
+    /// OpenAI's and AG-UI's `developer`: kept as such, given to an
+    /// Anthropic context as system text.
+    Developer,
 }
 
 /// A conversation message to record.
@@ -436,6 +439,7 @@ pub async fn post_message(
         MessageRole::User => Role::User,
         MessageRole::Assistant => Role::Assistant,
         MessageRole::System => Role::System,
+        MessageRole::Developer => Role::Developer,
     };
     let events = Event::text_message(&id, role.as_str(), &content);
     let declares = match metadata.get("tool_calls") {
@@ -511,6 +515,8 @@ pub struct HistoryQuery {
 pub struct HistoryMessage {
     pub id: String,
     pub seq: i64,
+    /// `user`, `assistant`, `system`, `developer` or `tool`.
+    #[schema(pattern = "^(user|assistant|system|developer|tool)$")]
     pub role: String,
     pub content: String,
     pub created_at_ms: i64,

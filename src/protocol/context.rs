@@ -409,7 +409,7 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
     };
     for m in messages.iter() {
         let (role, blocks): (&'static str, Vec<Value>) = match m.role {
-            Role::System => {
+            Role::System | Role::Developer => {
                 system.push(&m.content);
                 continue;
             }

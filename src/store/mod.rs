@@ -160,6 +160,10 @@ pub enum Role {
     User,
     Assistant,
     System,
+    /// Instructions from the application's developer (AG-UI and OpenAI
+    /// `developer`); a model context treats them as system text where the
+    /// vendor has no such role.
+    Developer,
     Tool,
 }
 
@@ -169,6 +173,7 @@ impl Role {
             Role::User => "user",
             Role::Assistant => "assistant",
             Role::System => "system",
+            Role::Developer => "developer",
             Role::Tool => "tool",
         }
     }
@@ -178,6 +183,7 @@ impl Role {
             "user" => Role::User,
             "assistant" => Role::Assistant,
             "system" => Role::System,
+            "developer" => Role::Developer,
             "tool" => Role::Tool,
             _ => return None,
         })

@@ -72,6 +72,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "declared calls",
         include_str!("../../migrations/postgres/0008_declared_calls.sql"),
     ),
+    (
+        9,
+        "developer role",
+        include_str!("../../migrations/postgres/0009_developer_role.sql"),
+    ),
 ];
 
 #[derive(Debug)]

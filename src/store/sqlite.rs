@@ -89,6 +89,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "declared calls",
         include_str!("../../migrations/sqlite/0009_declared_calls.sql"),
     ),
+    (
+        10,
+        "developer role",
+        include_str!("../../migrations/sqlite/0010_developer_role.sql"),
+    ),
 ];
 
 #[derive(Debug)]
