@@ -285,6 +285,7 @@ on_both_backends! {
     ],
     target: [
         two_handles_on_one_database_serialise_their_writes,
+        two_handles_agree_on_what_a_call_id_means,
         data_survives_reopening,
         a_constraint_violation_rolls_back_only_its_unit,
         the_audit_log_is_append_only,
@@ -1941,6 +1942,57 @@ async fn two_handles_on_one_database_serialise_their_writes(target: Target) {
             (1..=50).collect::<Vec<_>>()
         );
         assert_eq!(b.last_event_seq(thread).await.unwrap(), 100);
+    }
+}
+
+async fn two_handles_agree_on_what_a_call_id_means(target: Target) {
+    // Two toolgate processes on one database, one recording a message that
+    // declares a call while the other records a call under the same id with
+    // other arguments (or declares it otherwise): each pair ends with one
+    // of the two kept and the other refused, never both. The writer locks
+    // the thread before it checks the thread's calls.
+    let a = target.open().await;
+    let b = target.open().await;
+    let declare = |message_id: String, call_id: String, n: i64| {
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::InsertMessage(declaring(
+                &message_id,
+                &[(&call_id, "echo", json!({ "n": n }))],
+            ))],
+        )
+    };
+    for round in 0..30 {
+        let call_id = format!("c{round}");
+        let first = declare(format!("m{round}"), call_id.clone(), 1);
+        let second = if round % 2 == 0 {
+            unit(
+                "t",
+                "alice",
+                vec![WriteOp::InsertToolCall(echo_call(
+                    &call_id,
+                    json!({"n": 2}),
+                ))],
+            )
+        } else {
+            declare(format!("m{round}b"), call_id.clone(), 2)
+        };
+        let (x, y) = tokio::join!(apply_one(&a, first), apply_one(&b, second));
+        let kept = [&x, &y].iter().filter(|r| r.is_ok()).count();
+        assert_eq!(kept, 1, "round {round}: {x:?} / {y:?}");
+        let refused = if x.is_ok() { &y } else { &x };
+        assert!(is_redeclared(refused), "round {round}: {refused:?}");
+    }
+    // What is kept agrees: a recorded call is never also declared otherwise.
+    for round in (0..30).step_by(2) {
+        let call_id = format!("c{round}");
+        let recorded = a.tool_call("t", &call_id).await.unwrap();
+        let declared = b.message("t", &format!("m{round}")).await.unwrap();
+        assert!(
+            recorded.is_some() != declared.is_some(),
+            "round {round}: call {recorded:?}, message {declared:?}"
+        );
     }
 }
 
