@@ -3763,7 +3763,7 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
     target
         .stage_at_0001(
             "INSERT INTO threads (id, owner, created_at_ms, last_event_seq, last_message_seq) \
-             VALUES ('t', 'alice', 1, 2, 1), ('u', 'bob', 1, 0, 2); \
+             VALUES ('t', 'alice', 1, 2, 1), ('u', 'bob', 1, 0, 3); \
              INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
                  output, undo, message_id, created_at_ms, finished_at_ms) VALUES \
              ('t', 'b', 'alice', 'r1', 'echo', '{\"x\":1}', 'success', '{\"ok\":true}', \
@@ -3777,7 +3777,9 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
                  \"arguments\":{\"x\":3}},{\"id\":\"e\",\"name\":\"echo\",\"arguments\":{}}]}', \
                  NULL, 3), \
              ('u', 2, 'a2', 'assistant', '', '{\"tool_calls\":[{\"id\":\"d\",\"name\":\"echo\",\
-                 \"arguments\":{\"x\":4}}]}', NULL, 4); \
+                 \"arguments\":{\"x\":4}},{\"id\":\"f\",\"name\":\"sleep\",\
+                 \"arguments\":{\"ms\":1}}]}', NULL, 4), \
+             ('u', 3, 's1', 'system', 'be brief', '{}', NULL, 5); \
              INSERT INTO events (thread_id, seq, event_type, data, created_at_ms) VALUES \
              ('t', 1, 'CUSTOM', '{}', 1), ('t', 2, 'CUSTOM', '{}', 2);",
         )
@@ -3875,6 +3877,29 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
         .await
         .unwrap();
     }
+    // A built-in tool an old message named by its alias (`sleep`) is
+    // declared under its own name, as new declarations are.
+    let wait = |ms: i64| {
+        unit(
+            "u",
+            "bob",
+            vec![WriteOp::InsertToolCall(NewToolCall {
+                tool_name: "wait".into(),
+                ..echo_call("f", json!({ "ms": ms }))
+            })],
+        )
+    };
+    assert!(is_redeclared(&apply_one(&store, wait(2)).await));
+    apply_one(&store, wait(1)).await.unwrap();
+    // Old messages keep their roles.
+    let roles: Vec<Role> = store
+        .all_messages("u")
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.role)
+        .collect();
+    assert_eq!(roles, [Role::Assistant, Role::Assistant, Role::System]);
     assert!(target.try_execute("DELETE FROM audit_log").await.is_err());
     drop(store);
     // Reopening a migrated database applies nothing twice.

@@ -856,6 +856,37 @@ pub async fn open(
 mod tests {
     use super::*;
 
+    /// Each file of `migrations/<backend>` is embedded, under the version
+    /// and description its name gives, in order, and nothing else is.
+    #[test]
+    fn every_migration_file_is_embedded_in_order() {
+        for (backend, embedded) in [
+            ("sqlite", sqlite::MIGRATIONS),
+            ("postgres", postgres::MIGRATIONS),
+        ] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations")
+                .join(backend);
+            let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|entry| {
+                    let path = entry.unwrap().path();
+                    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                    (name, std::fs::read_to_string(&path).unwrap())
+                })
+                .collect();
+            files.sort();
+            let named: Vec<(String, String)> = embedded
+                .iter()
+                .map(|(version, description, sql)| {
+                    let name = format!("{version:04}_{}.sql", description.replace(' ', "_"));
+                    (name, (*sql).to_owned())
+                })
+                .collect();
+            assert_eq!(files, named, "{backend}");
+        }
+    }
+
     /// A `JsonText` read back (from the spool) is a JSON document or
     /// nothing: the SQLite writer does not check it again.
     #[test]

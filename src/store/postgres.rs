@@ -31,7 +31,7 @@ use super::{
 /// `sqlx::migrate!` lives behind sqlx's `macros` feature, which this crate
 /// does not enable; the files are embedded here instead. Version, description
 /// and checksum match what `migrate!` would record.
-const MIGRATIONS: &[(i64, &str, &str)] = &[
+pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
     (
         1,
         "init",
@@ -76,6 +76,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         9,
         "developer role",
         include_str!("../../migrations/postgres/0009_developer_role.sql"),
+    ),
+    (
+        10,
+        "declared aliases",
+        include_str!("../../migrations/postgres/0010_declared_aliases.sql"),
     ),
 ];
 

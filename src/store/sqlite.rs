@@ -43,7 +43,7 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `sqlx::migrate!` lives behind sqlx's `macros` feature, which this crate
 /// does not enable; the files are embedded here instead. Version, description
 /// and checksum match what `migrate!` would record.
-const MIGRATIONS: &[(i64, &str, &str)] = &[
+pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
     (
         1,
         "init",
@@ -93,6 +93,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         10,
         "developer role",
         include_str!("../../migrations/sqlite/0010_developer_role.sql"),
+    ),
+    (
+        11,
+        "declared aliases",
+        include_str!("../../migrations/sqlite/0011_declared_aliases.sql"),
     ),
 ];
 
