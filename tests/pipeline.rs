@@ -1620,6 +1620,17 @@ async fn an_application_tools_failure_is_kept(backend: Backend) {
         .await;
     let result = &context["messages"][2]["content"][0];
     assert_eq!(result["is_error"], true, "{context}");
+    // Its image is passed on as an image, after the text and before the
+    // error.
+    assert_eq!(
+        result["content"],
+        json!([
+            {"type": "text", "text": "sent 3 of 5 parts"},
+            {"type": "image", "source": {"type": "url", "url": "https://example.test/x.png"}},
+            {"type": "text", "text": "Error: the connection dropped"}
+        ]),
+        "{context}"
+    );
     // Anthropic refuses `.` in a tool_use id: the call and its result get
     // one it accepts.
     assert_eq!(result["tool_use_id"], "up_1", "{context}");

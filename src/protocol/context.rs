@@ -59,6 +59,23 @@ fn result_text(m: &StoredMessage) -> Cow<'_, str> {
     Cow::Owned(pieces.join("\n\n"))
 }
 
+/// A result as an Anthropic `tool_result`'s content: its text, or, for an
+/// application's result sent with media, its parts as blocks (images as
+/// images, other media as notes) followed by its error.
+fn anthropic_result(m: &StoredMessage) -> Value {
+    let Some(content_parts) = parts::stored(&m.metadata) else {
+        return json!(result_text(m));
+    };
+    let mut blocks = parts::anthropic_result_blocks(content_parts);
+    if let Some(error) = frontend_error(m) {
+        blocks.push(json!({"type": "text", "text": format!("Error: {error}")}));
+    }
+    if blocks.is_empty() {
+        return json!(result_text(m));
+    }
+    Value::Array(blocks)
+}
+
 /// What a declared call without a recorded result is told, by call id (the
 /// HTTP layer knows whether it waits for approval or still runs); a call
 /// missing here gets [`NO_RESULT`].
@@ -441,7 +458,7 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                 "user",
                 vec![
                     json!({"type": "tool_result", "tool_use_id": wire_id(m.tool_call_id.as_deref()),
-                            "content": result_text(m), "is_error": is_failure(m)}),
+                            "content": anthropic_result(m), "is_error": is_failure(m)}),
                 ],
             ),
         };

@@ -272,6 +272,17 @@ pub fn openai_user(parts: &[Value]) -> Vec<Value> {
 /// documents from inline data, a URL or an Anthropic file id; other parts
 /// as notes.
 pub fn anthropic_blocks(parts: &[Value]) -> Vec<Value> {
+    anthropic_blocks_of(parts, true)
+}
+
+/// A tool result's parts as the content of an Anthropic `tool_result`:
+/// text and images as [`anthropic_blocks`] gives them, documents and
+/// other parts as notes (a `tool_result` is held to text and images here).
+pub fn anthropic_result_blocks(parts: &[Value]) -> Vec<Value> {
+    anthropic_blocks_of(parts, false)
+}
+
+fn anthropic_blocks_of(parts: &[Value], documents: bool) -> Vec<Value> {
     parts
         .iter()
         .filter_map(|part| {
@@ -292,7 +303,7 @@ pub fn anthropic_blocks(parts: &[Value]) -> Vec<Value> {
                 ("image", Some(source)) if m.web_image() => {
                     json!({"type": "image", "source": source})
                 }
-                ("document", Some(source)) if m.pdf() => {
+                ("document", Some(source)) if documents && m.pdf() => {
                     json!({"type": "document", "source": source})
                 }
                 _ => json!({"type": "text", "text": m.note()}),
@@ -302,7 +313,7 @@ pub fn anthropic_blocks(parts: &[Value]) -> Vec<Value> {
 }
 
 /// The notes for a message's media parts, for a place that holds only text
-/// (a tool result's content).
+/// (an OpenAI tool message's content).
 pub fn notes(parts: &[Value]) -> Vec<String> {
     parts.iter().filter_map(media).map(|m| m.note()).collect()
 }
@@ -504,5 +515,21 @@ mod tests {
         ]);
         assert_eq!(only_image.len(), 1);
         assert_eq!(notes(&sample()).len(), 6);
+    }
+
+    /// A tool result takes the same text and images; its documents become
+    /// notes.
+    #[test]
+    fn an_anthropic_tool_result_gets_images_and_notes_for_documents() {
+        let blocks = anthropic_result_blocks(&sample());
+        let all = anthropic_blocks(&sample());
+        assert_eq!(blocks.len(), all.len());
+        for i in [0, 1, 2, 3, 5] {
+            assert_eq!(blocks[i], all[i], "part {i}");
+        }
+        for i in [4, 6] {
+            let note = blocks[i]["text"].as_str().unwrap();
+            assert!(note.starts_with("[attached document"), "{note}");
+        }
     }
 }
