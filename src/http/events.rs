@@ -21,7 +21,7 @@ use super::error::{ApiError, ApiQuery};
 use super::{AppState, AuthUser, ThreadId, check_owner};
 use crate::events::{Live, Subscription};
 use crate::protocol::agui::{Event, EventBody, Message, RunOutcome};
-use crate::store::{Role, StoredEvent, StoredMessage, ToolCallRecord};
+use crate::store::{Role, StoredEvent, StoredMessage, ThreadSnapshot};
 
 pub fn routes() -> Router<AppState> {
     // HEAD would open (and claim) the thread's stream like GET; it is not
@@ -149,7 +149,7 @@ pub async fn get_events(
         // after it.
         let snapshot = state.store.snapshot(&thread.0).await?;
         let last = snapshot.last_event_seq;
-        (Some((snapshot.messages, read, snapshot.running)), last)
+        (Some((snapshot, read)), last)
     } else {
         (None, state.store.last_event_seq(&thread.0).await?)
     };
@@ -189,14 +189,9 @@ pub async fn get_events(
 
 type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
 
-/// A stream's MESSAGES_SNAPSHOT: its messages, the whole-thread read slot
-/// it holds until it is handed to the response, and the calls running
-/// when it was asked for.
-type Snapshot = (
-    Vec<StoredMessage>,
-    crate::engine::limits::Permit,
-    Vec<ToolCallRecord>,
-);
+/// A stream's MESSAGES_SNAPSHOT: the thread as of one moment, and the
+/// whole-thread read slot it holds until it is handed to the response.
+type Snapshot = (ThreadSnapshot, crate::engine::limits::Permit);
 
 fn untracked(event: &Event) -> SseEvent {
     SseEvent::default().data(event.to_json())
@@ -398,7 +393,13 @@ async fn follow(
     tx: &Tx,
     open: &mut Open,
 ) -> End {
-    if let Some((messages, read, running)) = snapshot {
+    if let Some((
+        ThreadSnapshot {
+            messages, running, ..
+        },
+        read,
+    )) = snapshot
+    {
         // Calls still running that the snapshot shows nothing of: no
         // assistant message declares them (posted to /tool-calls), and
         // they have no result yet.
@@ -443,8 +444,7 @@ async fn follow(
         }
         // Such a call is announced again, as when it started, so its
         // result (streamed when it comes) answers a call the frontend
-        // knows. (One that started while the snapshot was read shows only
-        // with its result.)
+        // knows.
         for ev in &unshown {
             if let Err(end) = deliver(state, tx, untracked(ev)).await {
                 return end;

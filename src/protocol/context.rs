@@ -70,9 +70,6 @@ fn anthropic_result(m: &StoredMessage) -> Value {
     if let Some(error) = frontend_error(m) {
         blocks.push(json!({"type": "text", "text": format!("Error: {error}")}));
     }
-    if blocks.is_empty() {
-        return json!(result_text(m));
-    }
     Value::Array(blocks)
 }
 
