@@ -273,7 +273,7 @@ on_both_backends! {
         audit_entries_commit_or_roll_back_with_their_unit,
         audit_filters_and_keyset_pages,
         run_calls_keep_the_recorded_order,
-        a_snapshot_and_its_running_calls_are_one_moment,
+        a_snapshot_its_running_calls_and_open_approvals_are_one_moment,
         a_call_id_means_one_call_in_declarations_and_records,
         undo_links_are_recorded_once,
         owner_rules_round_trip_and_overwrite,
@@ -1298,31 +1298,52 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
     .unwrap();
     let running_in = |thread: &'static str| {
         let store = store.clone();
-        async move { store.snapshot(thread).await.unwrap().running }
+        async move { store.snapshot(thread, 0).await.unwrap().running }
     };
     assert_eq!(call_ids(&running_in("u").await), ["a", "0"]);
     assert_eq!(call_ids(&running_in("t").await), ["a"]);
     assert!(running_in("nobody").await.is_empty());
 }
 
-async fn a_snapshot_and_its_running_calls_are_one_moment(store: DynStore) {
+async fn a_snapshot_its_running_calls_and_open_approvals_are_one_moment(store: DynStore) {
     // Calls start (one event each) and finish (a tool message and one
-    // event each) while snapshots are read. As of any one moment, the
-    // thread's events are its starts plus its finishes, so a snapshot whose
-    // running calls were read at another moment than its messages and last
-    // event would miss a call or count one twice.
+    // event each) while snapshots are read; every third call is asked
+    // about (an approval and one more event) and decided as it finishes
+    // (one more event). As of any one moment, the thread's events are its
+    // starts and asks plus its finishes and decisions, so a snapshot whose
+    // running calls or open approvals were read at another moment than its
+    // messages and last event would miss one or count one twice.
+    let asked = |i: usize| i % 3 == 1;
     let writes = {
         let store = store.clone();
         tokio::spawn(async move {
             for i in 0..120 {
-                let start = vec![
+                let mut start = vec![
                     WriteOp::InsertToolCall(new_call(&format!("c{i}"))),
                     events(1),
                 ];
+                if asked(i) {
+                    start.push(WriteOp::InsertApproval(approval(
+                        &format!("ap{i}"),
+                        "t",
+                        "alice",
+                        &format!("c{i}"),
+                        1_000 + i as i64,
+                    )));
+                    start.push(events(1));
+                }
                 apply_one(&store, unit("t", "alice", start)).await.unwrap();
                 if i >= 2 {
                     let mut end = finishing(&format!("c{}", i - 2), CallStatus::Success);
                     end.push(events(1));
+                    if asked(i - 2) {
+                        end.push(decide(
+                            &format!("ap{}", i - 2),
+                            ApprovalStatus::Approved,
+                            2_000,
+                        ));
+                        end.push(events(1));
+                    }
                     apply_one(&store, unit("t", "alice", end)).await.unwrap();
                 }
             }
@@ -1330,26 +1351,53 @@ async fn a_snapshot_and_its_running_calls_are_one_moment(store: DynStore) {
     };
     let mut read = 0;
     while !writes.is_finished() || read == 0 {
-        let snap = store.snapshot("t").await.unwrap();
-        let finished = snap
+        let snap = store.snapshot("t", 2_000).await.unwrap();
+        let finished: Vec<usize> = snap
             .messages
             .iter()
             .filter(|m| m.role == Role::Tool)
-            .count();
+            .map(|m| m.tool_call_id.as_deref().unwrap()[1..].parse().unwrap())
+            .collect();
+        let decided = finished.iter().filter(|&&i| asked(i)).count();
         assert_eq!(
             snap.last_event_seq,
-            (snap.running.len() + 2 * finished) as i64,
-            "running {:?}, {finished} finished",
-            call_ids(&snap.running)
+            (snap.running.len() + snap.open_approvals.len() + 2 * finished.len() + 2 * decided)
+                as i64,
+            "running {:?}, open approvals {:?}, {} finished",
+            call_ids(&snap.running),
+            approval_ids(&snap.open_approvals),
+            finished.len()
         );
+        // The calls asked about and still running are the ones waiting.
+        let waiting: Vec<String> = snap
+            .open_approvals
+            .iter()
+            .map(|a| a.tool_call_id.clone())
+            .collect();
+        let running_asked: Vec<String> = snap
+            .running
+            .iter()
+            .filter(|c| asked(c.id[1..].parse().unwrap()))
+            .map(|c| c.id.clone())
+            .collect();
+        assert_eq!(waiting, running_asked);
         assert!(snap.running.len() <= 3, "{:?}", call_ids(&snap.running));
         read += 1;
         tokio::task::yield_now().await;
     }
     finish(writes.await);
-    let snap = store.snapshot("t").await.unwrap();
+    let snap = store.snapshot("t", 2_000).await.unwrap();
     assert_eq!(call_ids(&snap.running), ["c118", "c119"]);
-    assert_eq!(snap.last_event_seq, 120 + 118);
+    assert_eq!(approval_ids(&snap.open_approvals), ["ap118"]);
+    assert_eq!(snap.last_event_seq, 120 + 40 + 118 + 39);
+    // Expired at the moment asked for: not open, though not yet swept.
+    let later = store.snapshot("t", 1_118 + 60_000).await.unwrap();
+    assert!(later.open_approvals.is_empty());
+    assert_eq!(later.running.len(), 2);
+}
+
+fn approval_ids(approvals: &[ApprovalRecord]) -> Vec<&str> {
+    approvals.iter().map(|a| a.id.as_str()).collect()
 }
 
 fn tricky_json() -> Value {
@@ -1611,8 +1659,8 @@ impl Store for Observed {
     async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>> {
         self.inner.message(thread_id, id).await
     }
-    async fn snapshot(&self, thread_id: &str) -> StoreResult<ThreadSnapshot> {
-        self.inner.snapshot(thread_id).await
+    async fn snapshot(&self, thread_id: &str, now_ms: i64) -> StoreResult<ThreadSnapshot> {
+        self.inner.snapshot(thread_id, now_ms).await
     }
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.inner.all_messages(thread_id).await

@@ -144,10 +144,13 @@ pub async fn get_events(
     let (snapshot, last) = if q.snapshot.unwrap_or(false) {
         // Held until the snapshot is handed to the response.
         let read = state.enter_thread_read(&user.owner).await?;
-        // The running calls are read as of the same moment: each was
-        // announced before the snapshot's last event, and its result comes
-        // after it.
-        let snapshot = state.store.snapshot(&thread.0).await?;
+        // The running calls and open approvals are read as of the same
+        // moment: each was announced before the snapshot's last event, and
+        // its result (or decision) comes after it.
+        let snapshot = state
+            .store
+            .snapshot(&thread.0, crate::protocol::now_ms())
+            .await?;
         let last = snapshot.last_event_seq;
         (Some((snapshot, read)), last)
     } else {
@@ -395,7 +398,10 @@ async fn follow(
 ) -> End {
     if let Some((
         ThreadSnapshot {
-            messages, running, ..
+            messages,
+            running,
+            open_approvals,
+            ..
         },
         read,
     )) = snapshot
@@ -425,18 +431,9 @@ async fn follow(
         }
         // The snapshot holds messages; a call still waiting for a person
         // is announced again, as when it was asked for, so a frontend
-        // that (re)opens with a snapshot can show it. (One asked for
-        // while the snapshot was read may come twice: once here, once
-        // from the log.)
-        let open = match state
-            .store
-            .open_approvals_of_thread(thread_id, crate::protocol::now_ms())
-            .await
-        {
-            Ok(open) => open,
-            Err(e) => return End::Failed(e),
-        };
-        for approval in &open {
+        // that (re)opens with a snapshot can show it. One asked for after
+        // the snapshot's moment comes from the log instead, once.
+        for approval in &open_approvals {
             let ev = crate::engine::approval_required(approval);
             if let Err(end) = deliver(state, tx, untracked(&ev)).await {
                 return end;

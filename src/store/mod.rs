@@ -259,6 +259,10 @@ pub struct ThreadSnapshot {
     pub last_event_seq: i64,
     /// The calls still `running`, in the order they were recorded.
     pub running: Vec<ToolCallRecord>,
+    /// The approvals still waiting for a decision and not yet expired at
+    /// the `now_ms` the snapshot was read for, oldest first (as
+    /// [`Store::open_approvals_of_thread`] orders them).
+    pub open_approvals: Vec<ApprovalRecord>,
 }
 
 /// One of an owner's threads, as `GET /v1/threads` lists it.
@@ -792,11 +796,12 @@ pub trait Store: Send + Sync + 'static {
     /// One message by its id in the thread, `None` if there is none.
     async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>>;
 
-    /// The whole conversation, the thread's last event id and its running
-    /// calls, all as of one moment: what a `MESSAGES_SNAPSHOT` holds, where
-    /// the stream after it starts, and the calls announced before that
-    /// event whose results it will carry.
-    async fn snapshot(&self, thread_id: &str) -> StoreResult<ThreadSnapshot>;
+    /// The whole conversation, the thread's last event id, its running
+    /// calls and its open approvals (not expired at `now_ms`), all as of
+    /// one moment: what a `MESSAGES_SNAPSHOT` holds, where the stream after
+    /// it starts, the calls announced before that event whose results it
+    /// will carry, and the calls still waiting for a person.
+    async fn snapshot(&self, thread_id: &str, now_ms: i64) -> StoreResult<ThreadSnapshot>;
 
     /// The whole conversation, ascending.
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;

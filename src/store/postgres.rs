@@ -1025,10 +1025,11 @@ impl Store for PgStore {
         self.reads().message(thread_id, id).await
     }
 
-    async fn snapshot(&self, thread_id: &str) -> StoreResult<ThreadSnapshot> {
+    async fn snapshot(&self, thread_id: &str, now_ms: i64) -> StoreResult<ThreadSnapshot> {
         self.reads()
             .snapshot(
                 thread_id,
+                now_ms,
                 Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             )
             .await

@@ -297,6 +297,18 @@ where
         thread_id: &str,
         now_ms: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
+        let mut conn = self.pool.acquire().await?;
+        Self::open_approvals(&mut conn, thread_id, now_ms).await
+    }
+
+    /// The approvals of `thread_id` still pending and not expired at
+    /// `now_ms`, oldest first, read on `conn` (so a transaction can read
+    /// them with the rest of its moment).
+    async fn open_approvals(
+        conn: &mut DB::Connection,
+        thread_id: &str,
+        now_ms: i64,
+    ) -> StoreResult<Vec<ApprovalRecord>> {
         // `approvals_call` leads with the thread: the thread's approvals,
         // few beside its calls, are read and sorted here.
         let rows = sqlx::query(&format!(
@@ -306,7 +318,7 @@ where
         ))
         .bind(thread_id)
         .bind(now_ms)
-        .fetch_all(self.pool)
+        .fetch_all(conn)
         .await?;
         rows.iter().map(approval_from_row).collect()
     }
@@ -444,9 +456,10 @@ where
         row.as_ref().map(message_from_row).transpose()
     }
 
-    /// The whole conversation, the thread's last event id and its running
-    /// calls, read in one transaction as of one moment, so a call started
-    /// or finished meanwhile is in all three or in none. `isolation`, when
+    /// The whole conversation, the thread's last event id, its running
+    /// calls and its open approvals, read in one transaction as of one
+    /// moment, so a call started or finished (or an approval asked for or
+    /// decided) meanwhile is in all of them or in none. `isolation`, when
     /// given, is the statement that makes the transaction's reads see one
     /// moment (Postgres reads each statement as of its own start by
     /// default; a SQLite read transaction keeps the moment of its first
@@ -454,6 +467,7 @@ where
     pub async fn snapshot(
         &self,
         thread_id: &str,
+        now_ms: i64,
         isolation: Option<&str>,
     ) -> StoreResult<ThreadSnapshot> {
         let mut tx = self.pool.begin().await?;
@@ -476,6 +490,7 @@ where
         .bind(thread_id)
         .fetch_all(&mut *tx)
         .await?;
+        let open_approvals = Self::open_approvals(&mut tx, thread_id, now_ms).await?;
         tx.commit().await?;
         let last_event_seq = match rows.first() {
             Some(row) => row.int("snapshot_last_event_seq")?,
@@ -495,6 +510,7 @@ where
                 .iter()
                 .map(tool_call_from_row)
                 .collect::<StoreResult<_>>()?,
+            open_approvals,
         })
     }
 

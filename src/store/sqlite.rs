@@ -361,8 +361,8 @@ impl Store for SqliteStore {
         self.reads().message(thread_id, id).await
     }
 
-    async fn snapshot(&self, thread_id: &str) -> StoreResult<ThreadSnapshot> {
-        self.reads().snapshot(thread_id, None).await
+    async fn snapshot(&self, thread_id: &str, now_ms: i64) -> StoreResult<ThreadSnapshot> {
+        self.reads().snapshot(thread_id, now_ms, None).await
     }
 
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
