@@ -276,7 +276,56 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     .await;
     assert_eq!(s, 422);
     assert_eq!(p["code"], "INVALID_ARGUMENTS");
-    assert_eq!(p["tool_error"]["errors"][0]["path"], "/function/arguments");
+    // `path` points into the arguments (`""`: the arguments themselves),
+    // in `errors` as in `tool_error.errors`, as for a schema failure.
+    assert_eq!(
+        p["errors"],
+        json!([{"path": "", "message": p["errors"][0]["message"]}]),
+        "{p}"
+    );
+    assert_eq!(p["tool_error"]["errors"], p["errors"], "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("/function/arguments: "),
+        "{p}"
+    );
+    // Arguments that are not an object, in each shape.
+    for (id, call, pointer) in [
+        ("x5a", json!({"name": "echo", "arguments": 5}), "/arguments"),
+        (
+            "x5b",
+            json!({"name": "echo", "arguments": "[1]"}),
+            "/arguments",
+        ),
+        (
+            "x5c",
+            json!({"type": "function", "function": {"name": "echo", "arguments": "7"}}),
+            "/function/arguments",
+        ),
+        (
+            "x5d",
+            json!({"type": "tool_use", "name": "echo", "input": []}),
+            "/input",
+        ),
+    ] {
+        let mut call = call;
+        call["id"] = json!(id);
+        let (s, p) = problem(app.post(calls, &call).await).await;
+        assert_eq!(s, 422, "{call}: {p}");
+        assert_eq!(p["code"], "INVALID_ARGUMENTS", "{p}");
+        assert_eq!(p["errors"][0]["path"], "", "{p}");
+        assert_eq!(p["tool_error"]["errors"], p["errors"], "{p}");
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{pointer}: ")),
+            "{p}"
+        );
+        assert!(p["detail"].as_str().unwrap().contains("object"), "{p}");
+    }
 
     // Oversized body.
     let big = "x".repeat(8000);
@@ -780,10 +829,82 @@ async fn nul_characters_are_refused_in_requests_and_replaced_in_results(backend:
         assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
         assert!(p["detail"].as_str().unwrap().contains("U+0000"), "{p}");
     }
+    // Arguments sent as JSON text spell it `\u0000`: refused alike, with
+    // the place in the arguments, so a call never runs with what its
+    // stored record cannot say.
+    let text = r#"{"path": "n.txt", "content": "x\u0000y"}"#;
+    for (path, body) in [
+        (
+            "tool-calls",
+            json!({"id": "n4", "name": "write_file", "arguments": text}),
+        ),
+        (
+            "tool-calls",
+            json!({"id": "n5", "type": "function", "function": {"name": "write_file", "arguments": text}}),
+        ),
+        (
+            "batches",
+            json!({"calls": [{"id": "n6", "type": "function", "function": {"name": "write_file", "arguments": text}}]}),
+        ),
+        (
+            "messages",
+            json!({"role": "assistant", "tool_calls": [{"id": "n7", "type": "function", "function": {"name": "write_file", "arguments": text}}]}),
+        ),
+    ] {
+        let r = app.post(&format!("{t}/{path}"), &body).await;
+        let p = if path == "batches" {
+            assert_eq!(r.status(), 200);
+            let r: Value = r.json().await.unwrap();
+            assert_eq!(r["results"][0]["status"], 422, "{r}");
+            r["results"][0]["problem"].clone()
+        } else {
+            let (s, p) = problem(r).await;
+            assert_eq!(s, 422, "{path}: {p}");
+            p
+        };
+        assert!(p["detail"].as_str().unwrap().contains("U+0000"), "{p}");
+        if path != "messages" {
+            assert_eq!(p["code"], "INVALID_ARGUMENTS", "{p}");
+            assert_eq!(p["errors"][0]["path"], "/content", "{p}");
+            assert_eq!(p["tool_error"]["errors"], p["errors"], "{p}");
+        }
+    }
     assert_eq!(
         snapshot(&app, "nul").await,
         before,
         "refusals store nothing"
+    );
+    // A run's call answers with a failure the model can correct, and
+    // records the text as sent.
+    let run = json!({"threadId": "nul", "runId": "rn", "tools": [], "context": [], "state": {}, "forwardedProps": {},
+        "messages": [{"id": "an", "role": "assistant", "toolCalls": [
+            {"id": "n8", "type": "function", "function": {"name": "write_file", "arguments": text}}]}]});
+    let r = app.post(&format!("{t}/runs"), &run).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    let result = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT")
+        .expect("the call is answered");
+    let output: Value = serde_json::from_str(result.data["content"].as_str().unwrap()).unwrap();
+    assert_eq!(output["error"]["code"], "INVALID_ARGUMENTS", "{output}");
+    assert!(
+        output["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("U+0000"),
+        "{output}"
+    );
+    let view = app.get_json(&format!("{t}/tool-calls/n8")).await;
+    assert_eq!(view["arguments"], json!({"_raw": text}), "{view}");
+    assert!(
+        !app.data_dir
+            .path()
+            .join("workspaces")
+            .join(toolgate::workspace::Workspaces::owner_dir_name("dev"))
+            .join("n.txt")
+            .exists(),
+        "nothing was written"
     );
 
     // The text `\u0000` (a backslash, then `u0000`) is no NUL.
@@ -813,7 +934,7 @@ async fn nul_characters_are_refused_in_requests_and_replaced_in_results(backend:
     let history = app.history("nul").await;
     let tool = history
         .iter()
-        .find(|m| m["role"] == "tool")
+        .find(|m| m["role"] == "tool" && m["tool_call_id"] == "p1")
         .expect("tool message");
     assert_eq!(tool["ui_schema"], first["ui_schema"]);
 }
@@ -958,10 +1079,8 @@ async fn repeated_keys_are_refused_with_where_they_repeat(backend: Backend) {
     assert_eq!(s, 422, "{p}");
     // An arguments error, told the way a model reads one.
     assert_eq!(p["code"], "INVALID_ARGUMENTS", "{p}");
-    assert_eq!(
-        p["tool_error"]["errors"][0]["path"], "/function/arguments",
-        "{p}"
-    );
+    assert_eq!(p["errors"][0]["path"], "/text", "{p}");
+    assert_eq!(p["tool_error"]["errors"], p["errors"], "{p}");
     assert!(
         p["detail"]
             .as_str()

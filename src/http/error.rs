@@ -316,11 +316,11 @@ where
         // backends answer alike. Only a body that spells `\u0000` can hold
         // one (JSON forbids a raw NUL in strings).
         if bytes.windows(6).any(|w| w == b"\\u0000")
-            && let Some(pointer) = nul_pointer(&value)
+            && let Some(pointer) = crate::protocol::json::nul_pointer(&value)
         {
             return Err(ApiError::invalid_body(
                 pointer,
-                "strings must not contain U+0000 (NUL)".to_string(),
+                crate::protocol::json::NUL_MESSAGE.to_string(),
             ));
         }
         // Every body toolgate takes is an object; serde would also read a
@@ -337,24 +337,6 @@ where
         serde_path_to_error::deserialize(value)
             .map(ApiJson)
             .map_err(|e| ApiError::invalid_body(json_pointer(e.path()), e.inner().to_string()))
-    }
-}
-
-/// The JSON pointer of the first string or key holding U+0000, if any.
-fn nul_pointer(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => s.contains('\0').then(String::new),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(i, item)| nul_pointer(item).map(|rest| format!("/{i}{rest}"))),
-        Value::Object(map) => map.iter().find_map(|(key, item)| {
-            if key.contains('\0') {
-                return Some(format!("/{}", pointer_token(key)));
-            }
-            nul_pointer(item).map(|rest| format!("/{}{rest}", pointer_token(key)))
-        }),
-        _ => None,
     }
 }
 

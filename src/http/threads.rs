@@ -132,18 +132,27 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
 }
 
 pub fn parse_error_to_api(e: CallParseError) -> ApiError {
-    if e.in_arguments {
+    if let Some(path) = e.arguments_path {
         let mut error = ToolError::new(
             codes::INVALID_ARGUMENTS,
             format!("{}: {}", e.pointer, e.message),
             false,
         )
-        .with_hint("send the arguments as one JSON object");
-        error.errors = Some(vec![crate::protocol::tool_output::FieldError {
-            path: e.pointer.clone(),
-            message: e.message.clone(),
-        }]);
-        refusal("Invalid arguments", error, Map::new())
+        .with_hint(if path.is_empty() {
+            "send the arguments as one JSON object"
+        } else {
+            "correct the arguments at `path` and call again"
+        });
+        let errors = vec![crate::protocol::tool_output::FieldError {
+            path,
+            message: e.message,
+        }];
+        // As for a schema failure: `errors` names the place in the
+        // arguments, as `tool_error.errors` does.
+        let mut extra = Map::new();
+        extra.insert("errors".into(), json!(errors));
+        error.errors = Some(errors);
+        refusal("Invalid arguments", error, extra)
     } else {
         let mut extra = Map::new();
         extra.insert(

@@ -40,9 +40,10 @@ pub struct CallParseError {
     /// JSON Pointer of the offending field in the request body.
     pub pointer: String,
     pub message: String,
-    /// True when the problem is the arguments' content (a model error the
-    /// model can fix) rather than the envelope.
-    pub in_arguments: bool,
+    /// When the problem is the arguments' content (a model error the model
+    /// can fix) rather than the envelope: where in the arguments, as a JSON
+    /// pointer into them (`""` is the arguments themselves).
+    pub arguments_path: Option<String>,
 }
 
 /// [`valid_id`] as a JSON Schema `pattern`.
@@ -105,7 +106,20 @@ fn err(pointer: &str, message: impl Into<String>) -> CallParseError {
     CallParseError {
         pointer: pointer.to_string(),
         message: message.into(),
-        in_arguments: false,
+        arguments_path: None,
+    }
+}
+
+/// A problem with the arguments' content at `path` (a JSON pointer into
+/// them), which the body holds at `pointer`.
+fn arguments_err(
+    pointer: &str,
+    path: impl Into<String>,
+    message: impl Into<String>,
+) -> CallParseError {
+    CallParseError {
+        arguments_path: Some(path.into()),
+        ..err(pointer, message)
     }
 }
 
@@ -172,13 +186,11 @@ fn object_arguments(v: Option<&Value>, pointer: &str) -> Result<Value, CallParse
     match v {
         None | Some(Value::Null) => Ok(Value::Object(Map::new())),
         Some(Value::Object(o)) => Ok(Value::Object(o.clone())),
-        Some(other) => Err(CallParseError {
-            in_arguments: true,
-            ..err(
-                pointer,
-                format!("must be a JSON object, got {}", kind(other)),
-            )
-        }),
+        Some(other) => Err(arguments_err(
+            pointer,
+            "",
+            format!("must be a JSON object, got {}", kind(other)),
+        )),
     }
 }
 
@@ -213,31 +225,42 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
         return Ok(Value::Object(Map::new()));
     }
     match super::json::from_str(text) {
-        Ok(v @ Value::Object(_)) => match too_deep(&v) {
-            None => Ok(v),
-            Some(at) => Err(CallParseError {
-                in_arguments: true,
-                ..err(
+        Ok(v @ Value::Object(_)) => {
+            if let Some(at) = too_deep(&v) {
+                return Err(arguments_err(
                     pointer,
+                    at.clone(),
                     format!("nests arrays and objects more than {MAX_DEPTH} levels deep (at {at})"),
-                )
-            }),
-        },
-        Ok(other) => Err(CallParseError {
-            in_arguments: true,
-            ..err(
-                pointer,
-                format!("must encode a JSON object, got {}", kind(&other)),
-            )
-        }),
-        Err(e @ super::json::ReadError::RepeatedKey { .. }) => Err(CallParseError {
-            in_arguments: true,
-            ..err(pointer, e.to_string())
-        }),
-        Err(e) => Err(CallParseError {
-            in_arguments: true,
-            ..err(pointer, format!("is not valid JSON: {e}"))
-        }),
+                ));
+            }
+            // The text spells it `\u0000` (JSON text holds no raw NUL);
+            // refused as in a request body, so what runs is what is stored.
+            if text.contains("\\u0000")
+                && let Some(at) = super::json::nul_pointer(&v)
+            {
+                return Err(arguments_err(
+                    pointer,
+                    at.clone(),
+                    format!("{} (at {at})", super::json::NUL_MESSAGE),
+                ));
+            }
+            Ok(v)
+        }
+        Ok(other) => Err(arguments_err(
+            pointer,
+            "",
+            format!("must encode a JSON object, got {}", kind(&other)),
+        )),
+        Err(super::json::ReadError::RepeatedKey { pointer: at, key }) => Err(arguments_err(
+            pointer,
+            at.clone(),
+            super::json::ReadError::RepeatedKey { pointer: at, key }.to_string(),
+        )),
+        Err(e) => Err(arguments_err(
+            pointer,
+            "",
+            format!("is not valid JSON: {e}"),
+        )),
     }
 }
 
@@ -590,7 +613,7 @@ mod tests {
     fn invalid_argument_text_names_the_field() {
         let e = parse(&json!({"id": "c", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":"}})).unwrap_err();
         assert_eq!(e.pointer, "/function/arguments");
-        assert!(e.in_arguments);
+        assert_eq!(e.arguments_path.as_deref(), Some(""));
         assert!(e.message.contains("not valid JSON"), "{}", e.message);
     }
 

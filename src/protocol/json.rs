@@ -41,6 +41,28 @@ impl fmt::Display for ReadError {
     }
 }
 
+/// What a string or key holding U+0000 is told. It cannot be stored
+/// (Postgres text and jsonb refuse it), and no model or frontend needs it.
+pub const NUL_MESSAGE: &str = "strings must not contain U+0000 (NUL)";
+
+/// The JSON pointer of the first string or key holding U+0000, if any.
+pub fn nul_pointer(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => s.contains('\0').then(String::new),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, item)| nul_pointer(item).map(|rest| format!("/{i}{rest}"))),
+        Value::Object(map) => map.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                return Some(format!("/{}", super::pointer_token(key)));
+            }
+            nul_pointer(item).map(|rest| format!("/{}{rest}", super::pointer_token(key)))
+        }),
+        _ => None,
+    }
+}
+
 /// What a repeated key's error says about it.
 pub fn repeated_key_message(key: &str) -> String {
     format!("the key {key:?} appears more than once in its object; give each key once")
