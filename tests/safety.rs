@@ -920,6 +920,75 @@ async fn a_call_whose_undo_failed_can_be_undone_again(backend: Backend) {
     assert_eq!(problem["code"], "NOT_UNDOABLE", "{problem}");
 }
 
+/// An undo's id is a call's own: one another call already holds (a call
+/// posted as `undo_<id>`, the undo of a call whose long id starts alike,
+/// an id an assistant message declares) is passed over, so no call
+/// becomes impossible to undo or roll back.
+async fn an_undo_passes_over_ids_other_calls_hold(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let root = workspace_root(&app).await;
+    let write = |id: &str, path: &str, run: &str| json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "x"}, "run_id": run});
+    let undo = |id: &str| {
+        let app = &app;
+        let path = format!("/v1/threads/o/tool-calls/{id}/undo");
+        async move {
+            let r = app.post(&path, &json!({})).await;
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    let undone_by = |out: &Value| out["tool_agent_output"]["tool_call_id"].clone();
+    // A call that took the id the undo would run under.
+    for call in [
+        write("w1", "w1.txt", "r1"),
+        json!({"id": "undo_w1", "name": "echo", "arguments": {"text": "mine"}}),
+    ] {
+        let (s, out) = app.call("o", call).await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let (s, out) = undo("w1").await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(undone_by(&out), "undo2_w1", "{out}");
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert!(!root.join("w1.txt").exists());
+    // Two long ids alike in their first 123 characters.
+    let long = |tail: &str| format!("{}{tail}", "x".repeat(124));
+    for (id, path) in [(long("AAAA"), "a.txt"), (long("BBBB"), "b.txt")] {
+        let (s, out) = app.call("o", write(&id, path, "r2")).await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let (s, first) = undo(&long("AAAA")).await;
+    assert_eq!(s, 200, "{first}");
+    let (s, second) = undo(&long("BBBB")).await;
+    assert_eq!(s, 200, "{second}");
+    assert_ne!(undone_by(&first), undone_by(&second));
+    assert!(!root.join("a.txt").exists() && !root.join("b.txt").exists());
+    // An id an assistant message declares for a call of its own.
+    let (s, out) = app.call("o", write("w3", "w3.txt", "r3")).await;
+    assert_eq!(s, 200, "{out}");
+    let r = app
+        .post(
+            "/v1/threads/o/messages",
+            &json!({"role": "assistant", "tool_calls": [{"id": "undo_w3", "type": "function",
+                "function": {"name": "echo", "arguments": "{\"text\": \"later\"}"}}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let r = app.post("/v1/threads/o/runs/r3/rollback", &json!({})).await;
+    assert_eq!(r.status(), 200);
+    let report: Value = r.json().await.unwrap();
+    assert_eq!(report["steps"][0]["action"], "undone", "{report}");
+    assert_eq!(report["steps"][0]["undo_call_id"], "undo2_w3", "{report}");
+    assert!(!root.join("w3.txt").exists());
+    // Asked again, each finds its own undo, and runs nothing twice.
+    let (s, again) = undo("w1").await;
+    assert_eq!(s, 409, "{again}");
+    assert!(
+        again["detail"].as_str().unwrap().contains("undo2_w1"),
+        "{again}"
+    );
+}
+
 /// What `bash` did cannot be taken back: undoing it, or rolling back its
 /// run, says so with a guide (`irreversible`), not "nothing to undo", and
 /// the rest of the run is still rolled back.
@@ -2406,6 +2475,7 @@ both_backends!(
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,
     a_call_whose_undo_failed_can_be_undone_again,
+    an_undo_passes_over_ids_other_calls_hold,
     the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,
     approver_scope_and_ag_ui_interrupts,

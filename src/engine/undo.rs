@@ -167,17 +167,27 @@ impl Engine {
             .1
     }
 
-    /// The id undoing `id` runs under now: the last attempt's, unless that
-    /// attempt failed (refused, denied at its approval, a conflict: nothing
-    /// was undone), in which case a new one, so a call whose undo failed
-    /// can still be undone. A pending, running or finished attempt is
-    /// found again instead of undoing twice.
-    async fn undo_attempt_id(&self, thread_id: &str, id: &str) -> Result<String, UndoError> {
-        for attempt in 1..=UNDO_ATTEMPTS {
+    /// The id undoing `id` runs under now, trying attempts from `from`:
+    /// the last attempt's, unless that attempt failed (refused, denied at
+    /// its approval, a conflict: nothing was undone), in which case a new
+    /// one, so a call whose undo failed can still be undone. A pending,
+    /// running or finished attempt is found again instead of undoing
+    /// twice. An id some other call holds (a call posted as `undo_<id>`,
+    /// or the undo of another call whose id starts alike, cut to 128
+    /// characters) is passed over: it is not this call's undo. Also
+    /// returned: the attempt's number, and whether no call holds its id yet.
+    async fn undo_attempt_id(
+        &self,
+        thread_id: &str,
+        id: &str,
+        from: u32,
+    ) -> Result<(u32, String, bool), UndoError> {
+        for attempt in from..=UNDO_ATTEMPTS {
             let call_id = undo_call_id(id, attempt);
             match self.store.tool_call(thread_id, &call_id).await? {
                 Some(r) if matches!(r.status, CallStatus::Failure) => continue,
-                _ => return Ok(call_id),
+                Some(r) if r.undo_of.as_deref() != Some(id) => continue,
+                found => return Ok((attempt, call_id, found.is_none())),
             }
         }
         Err(UndoError::NotUndoable {
@@ -199,24 +209,36 @@ impl Engine {
         info: UndoInfo,
         workspace: Option<String>,
     ) -> (Option<String>, Result<Executed, UndoError>) {
-        let call_id = match self.undo_attempt_id(thread_id, id).await {
-            Ok(call_id) => call_id,
-            Err(e) => return (None, Err(e)),
-        };
-        let call = IncomingCall {
-            id: call_id.clone(),
-            name: info.tool_name,
-            arguments: info.input,
-            shape: CallShape::Native,
-            run_id: None,
-            parent_message_id: None,
-            workspace,
-            dry_run: false,
-        };
-        let mut req = CallRequest::new(owner, thread_id, call);
-        req.undo_of = Some(id.to_string());
-        let executed = self.execute(req).await.map_err(UndoError::Rejected);
-        (Some(call_id), executed)
+        let mut from = 1;
+        loop {
+            let (attempt, call_id, fresh) = match self.undo_attempt_id(thread_id, id, from).await {
+                Ok(chosen) => chosen,
+                Err(e) => return (None, Err(e)),
+            };
+            let call = IncomingCall {
+                id: call_id.clone(),
+                name: info.tool_name.clone(),
+                arguments: info.input.clone(),
+                shape: CallShape::Native,
+                run_id: None,
+                parent_message_id: None,
+                workspace: workspace.clone(),
+                dry_run: false,
+            };
+            let mut req = CallRequest::new(owner, thread_id, call);
+            req.undo_of = Some(id.to_string());
+            match self.execute(req).await {
+                // An assistant message declares the fresh id for a call
+                // of its own: the next attempt's id. (An attempt found
+                // again is this call's undo, and never run twice.)
+                Err(Rejection::IdConflict { .. } | Rejection::Store(StoreError::Redeclared(_)))
+                    if fresh && attempt < UNDO_ATTEMPTS =>
+                {
+                    from = attempt + 1;
+                }
+                executed => return (Some(call_id), executed.map_err(UndoError::Rejected)),
+            }
+        }
     }
 
     /// Undo every reversible call of a run, newest first. The report is
