@@ -216,29 +216,34 @@ async fn http_agent_runs_backend_tools_and_leaves_frontend_calls() {
         "the client reads the pending call from the outcome"
     );
 
-    // The agent's messages after the run: its own two, plus one tool message
-    // per executed call, with the assistant's tool calls not duplicated.
+    // The agent's messages after the run: its own three, plus one tool
+    // message per executed call, with the assistant's tool calls not
+    // duplicated.
     let messages = report["messages"].as_array().unwrap();
     let roles: Vec<&str> = messages
         .iter()
         .map(|m| m["role"].as_str().unwrap())
         .collect();
-    assert_eq!(roles, ["user", "assistant", "tool", "tool"], "{messages:?}");
+    assert_eq!(
+        roles,
+        ["user", "reasoning", "assistant", "tool", "tool"],
+        "{messages:?}"
+    );
     assert_eq!(messages[0]["id"], user_id);
-    assert_eq!(messages[1]["id"], assistant_id);
-    let call_ids: Vec<&str> = messages[1]["toolCalls"]
+    assert_eq!(messages[2]["id"], assistant_id);
+    let call_ids: Vec<&str> = messages[2]["toolCalls"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["id"].as_str().unwrap())
         .collect();
-    assert_eq!(call_ids, [echo_id, wait_id, frontend_id], "{}", messages[1]);
-    assert_eq!(messages[2]["toolCallId"], echo_id);
-    assert_eq!(messages[2]["content"], "{\"text\":\"hi\"}");
-    assert_eq!(messages[3]["toolCallId"], wait_id);
-    assert_eq!(messages[2]["id"], results[0]["messageId"]);
-    assert_eq!(messages[3]["id"], results[1]["messageId"]);
-    for (m, r) in messages[2..].iter().zip(results) {
+    assert_eq!(call_ids, [echo_id, wait_id, frontend_id], "{}", messages[2]);
+    assert_eq!(messages[3]["toolCallId"], echo_id);
+    assert_eq!(messages[3]["content"], "{\"text\":\"hi\"}");
+    assert_eq!(messages[4]["toolCallId"], wait_id);
+    assert_eq!(messages[3]["id"], results[0]["messageId"]);
+    assert_eq!(messages[4]["id"], results[1]["messageId"]);
+    for (m, r) in messages[3..].iter().zip(results) {
         assert_eq!(
             m["metadata"]["ui_schema"], r["metadata"]["ui_schema"],
             "the client keeps ui_schema on its tool message"
@@ -261,7 +266,8 @@ async fn http_agent_runs_backend_tools_and_leaves_frontend_calls() {
     assert_eq!(second["finishedParams"]["outcome"], "success");
     assert_eq!(second["finishedParams"]["pendingToolCallIds"], json!([]));
 
-    // The thread recorded the same conversation, the answer last.
+    // The thread recorded the same conversation, the answer last; the
+    // model's reasoning is left out.
     let history = app.history(thread).await;
     let roles: Vec<&str> = history
         .iter()
@@ -513,7 +519,7 @@ async fn http_agent_keeps_the_tool_call_arguments_it_sent() {
         ("show_confirmation", json!({"question": "Done?"})),
     ];
     for turn in [&report, &report["second"]] {
-        let assistant = &turn["messages"][1];
+        let assistant = &turn["messages"][2];
         assert_eq!(assistant["role"], "assistant");
         let calls = assistant["toolCalls"].as_array().unwrap();
         assert_eq!(calls.len(), sent.len(), "{assistant}");

@@ -1117,6 +1117,7 @@ async fn a_run_carries_at_most_a_batch_of_calls(backend: Backend) {
     let (s, p) = problem(app.post("/v1/threads/many/runs", &run(65)).await).await;
     assert_eq!(s, 422, "{p}");
     assert!(p["detail"].as_str().unwrap().contains("at most 64"), "{p}");
+    assert_eq!(p["errors"][0]["pointer"], "/messages/0/toolCalls", "{p}");
     let r = app.get("/v1/threads/many/history").await;
     assert_eq!(r.status(), 404, "nothing stored, not even the thread");
     let r = app.post("/v1/threads/many/runs", &run(64)).await;
@@ -1129,6 +1130,104 @@ async fn a_run_carries_at_most_a_batch_of_calls(backend: Backend) {
             .count(),
         64
     );
+}
+
+/// Each refusal of a run's input names the field, as a JSON pointer into
+/// the body; the run's reasoning and activity messages are taken and left
+/// out of the thread.
+async fn a_runs_refusals_name_the_field(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"a\"}"}});
+    let run = |thread: &str, run: &str, messages: Value| {
+        json!({"threadId": thread, "runId": run, "tools": [], "context": [], "state": {}, "forwardedProps": {},
+        "messages": messages})
+    };
+    let user = |id: &str| json!({"id": id, "role": "user", "content": "hi"});
+    for (body, pointer) in [
+        (run("other", "r1", json!([user("u1")])), "/threadId"),
+        (run("rf", "r 1", json!([user("u1")])), "/runId"),
+        (
+            run("rf", "r1", json!([user("u1"), user("u 2")])),
+            "/messages/1/id",
+        ),
+        (
+            run("rf", "r1", json!([user("u1"), user("u1")])),
+            "/messages/1/id",
+        ),
+        (
+            run(
+                "rf",
+                "r1",
+                json!([user("u1"), {"id": "a1", "role": "assistant", "toolCalls": [call("c1"), call("c1")]}]),
+            ),
+            "/messages/1/toolCalls/1/id",
+        ),
+        (
+            run(
+                "rf",
+                "r1",
+                json!([user("u1"), {"id": "t1", "role": "tool", "toolCallId": "c 1", "content": "x"}]),
+            ),
+            "/messages/1/toolCallId",
+        ),
+        (
+            run(
+                "rf",
+                "r1",
+                json!([{"id": "t1", "role": "tool", "toolCallId": "c1", "content": "x"},
+                {"id": "t2", "role": "tool", "toolCallId": "c1", "content": "y"}]),
+            ),
+            "/messages/1/toolCallId",
+        ),
+        (
+            run(
+                "rf",
+                "r1",
+                json!([{"id": "z1", "role": "reasoning", "content": "x"}, {"id": "z1", "role": "user", "content": "y"}]),
+            ),
+            "/messages/1/id",
+        ),
+    ] {
+        let (s, p) = problem(app.post("/v1/threads/rf/runs", &body).await).await;
+        assert_eq!(s, 422, "{body}: {p}");
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{body}: {p}");
+        assert_eq!(p["errors"][0]["message"], p["detail"], "{p}");
+    }
+    let r = app.get("/v1/threads/rf/history").await;
+    assert_eq!(r.status(), 404, "nothing stored, not even the thread");
+    // Reasoning and activity messages, anywhere in the input: the run goes
+    // on without them.
+    let body = run(
+        "rf",
+        "r2",
+        json!([
+            user("u1"),
+            {"id": "z1", "role": "reasoning", "content": "echo it", "encryptedValue": "opaque"},
+            {"id": "a1", "role": "assistant", "toolCalls": [call("c1")]},
+            {"id": "v1", "role": "activity", "activityType": "plan", "content": {"steps": ["echo"]}},
+        ]),
+    );
+    let r = app.post("/v1/threads/rf/runs", &body).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert!(
+        frames.iter().any(|f| f.kind() == "TOOL_CALL_RESULT"),
+        "the call ran"
+    );
+    let ids: Vec<Value> = app
+        .history("rf")
+        .await
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(ids[..2], [json!("u1"), json!("a1")], "{ids:?}");
+    assert_eq!(ids.len(), 3, "and c1's result: {ids:?}");
+    // An activity message is an AG-UI one: its content is an object.
+    let mut bad = body.clone();
+    bad["runId"] = json!("r3");
+    bad["messages"][3]["content"] = json!("text");
+    let (s, p) = problem(app.post("/v1/threads/rf/runs", &bad).await).await;
+    assert_eq!(s, 422, "{p}");
 }
 
 /// A request target over 8 KiB, or header fields over 64 KiB in all, get
@@ -1211,6 +1310,7 @@ async fn oversized_targets_and_headers_get_problems(backend: Backend) {
 both_backends!(
     oversized_targets_and_headers_get_problems,
     a_run_carries_at_most_a_batch_of_calls,
+    a_runs_refusals_name_the_field,
     repeated_keys_are_refused_with_where_they_repeat,
     deeply_nested_arguments_are_refused_and_the_thread_stays_readable,
     malformed_requests_are_refused_and_change_nothing,

@@ -82,6 +82,21 @@ impl ApiError {
         }
     }
 
+    /// 422 titled `title` for a body refused at `pointer`: `detail` says
+    /// why, and `errors` names the place.
+    pub fn unprocessable_at(title: &str, pointer: String, detail: String) -> Self {
+        let mut extra = Map::new();
+        extra.insert(
+            "errors".into(),
+            json!([{"pointer": pointer, "message": detail}]),
+        );
+        ApiError::Unprocessable {
+            title: title.into(),
+            detail,
+            extra,
+        }
+    }
+
     pub fn thread_not_found() -> Self {
         ApiError::NotFound("thread not found".into())
     }

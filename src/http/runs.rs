@@ -70,25 +70,25 @@ pub async fn post_run(
 ) -> Result<impl axum::response::IntoResponse, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     if input.thread_id != thread.0 {
-        return Err(ApiError::Unprocessable {
-            title: "Thread mismatch".into(),
-            detail: format!(
+        return Err(ApiError::unprocessable_at(
+            "Thread mismatch",
+            "/threadId".into(),
+            format!(
                 "threadId {:?} does not match the path's thread {:?}",
                 input.thread_id, thread.0
             ),
-            extra: Default::default(),
-        });
+        ));
     }
     if !calls::valid_id(&input.run_id) {
-        return Err(ApiError::Unprocessable {
-            title: "Invalid runId".into(),
-            detail: "runId must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
-            extra: Default::default(),
-        });
+        return Err(ApiError::unprocessable_at(
+            "Invalid runId",
+            "/runId".into(),
+            "runId must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+        ));
     }
     let mut message_ids = HashSet::with_capacity(input.messages.len());
     let mut results_for = HashSet::new();
-    for m in &input.messages {
+    for (i, m) in input.messages.iter().enumerate() {
         let problem = if !calls::valid_id(m.id()) {
             "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
         } else if !message_ids.insert(m.id()) {
@@ -96,11 +96,11 @@ pub async fn post_run(
         } else {
             continue;
         };
-        return Err(ApiError::Unprocessable {
-            title: "Invalid message id".into(),
-            detail: format!("message id {:?} {problem}", m.id()),
-            extra: Default::default(),
-        });
+        return Err(ApiError::unprocessable_at(
+            "Invalid message id",
+            format!("/messages/{i}/id"),
+            format!("message id {:?} {problem}", m.id()),
+        ));
     }
     // Text, or AG-UI content parts: anything else is no message content.
     for (i, m) in input.messages.iter().enumerate() {
@@ -121,7 +121,7 @@ pub async fn post_run(
         }
     }
     // A tool message answers one call, named by an id like any call's.
-    for m in &input.messages {
+    for (i, m) in input.messages.iter().enumerate() {
         let Message::Tool { tool_call_id, .. } = m else {
             continue;
         };
@@ -132,16 +132,16 @@ pub async fn post_run(
         } else {
             continue;
         };
-        return Err(ApiError::Unprocessable {
-            title: "Invalid tool call id".into(),
-            detail: format!(
+        return Err(ApiError::unprocessable_at(
+            "Invalid tool call id",
+            format!("/messages/{i}/toolCallId"),
+            format!(
                 "toolCallId {tool_call_id:?} of message {:?} {problem}",
                 m.id()
             ),
-            extra: Default::default(),
-        });
+        ));
     }
-    for m in &input.messages {
+    for (i, m) in input.messages.iter().enumerate() {
         let Message::Assistant {
             tool_calls: Some(calls_of_turn),
             ..
@@ -150,7 +150,7 @@ pub async fn post_run(
             continue;
         };
         let mut ids = HashSet::with_capacity(calls_of_turn.len());
-        for tc in calls_of_turn {
+        for (j, tc) in calls_of_turn.iter().enumerate() {
             let problem = if !calls::valid_id(&tc.id) {
                 "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
             } else if !ids.insert(tc.id.as_str()) {
@@ -158,11 +158,11 @@ pub async fn post_run(
             } else {
                 continue;
             };
-            return Err(ApiError::Unprocessable {
-                title: "Invalid tool call id".into(),
-                detail: format!("tool call id {:?} of message {:?} {problem}", tc.id, m.id()),
-                extra: Default::default(),
-            });
+            return Err(ApiError::unprocessable_at(
+                "Invalid tool call id",
+                format!("/messages/{i}/toolCalls/{j}/id"),
+                format!("tool call id {:?} of message {:?} {problem}", tc.id, m.id()),
+            ));
         }
     }
     // A run's calls are a batch: as many at most.
@@ -170,15 +170,25 @@ pub async fn post_run(
     if let Some((message_id, calls)) = calls_to_run(&input)
         && calls.len() > max
     {
-        return Err(ApiError::Unprocessable {
-            title: "Too many tool calls".into(),
-            detail: format!(
+        let at = input
+            .messages
+            .iter()
+            .position(|m| m.id() == message_id)
+            .unwrap_or_default();
+        return Err(ApiError::unprocessable_at(
+            "Too many tool calls",
+            format!("/messages/{at}/toolCalls"),
+            format!(
                 "message {message_id:?} carries {} tool calls; a run executes at most {max} (tools.max_batch_calls)",
                 calls.len()
             ),
-            extra: Default::default(),
-        });
+        ));
     }
+    // The model's reasoning and the frontend's activity views are no part
+    // of the conversation toolgate records or hands to a model (their ids
+    // were checked with the rest).
+    let mut input = input;
+    input.messages.retain(Message::is_recorded);
     let claimed = check_owner(&state, &user, &thread).await?;
     // A run executes its calls one at a time: one slot, held to the end.
     let permit = state.acquire(&user.owner, 1)?;
@@ -839,6 +849,8 @@ async fn record_new_messages(
                 with_parts(frontend_result_metadata(error.as_deref()), content),
                 Some(tool_call_id.clone()),
             ),
+            // Left out before (`Message::is_recorded`).
+            Message::Reasoning { .. } | Message::Activity { .. } => continue,
         };
         // Frontends watching the thread see the run's text messages as they
         // see those posted to /messages (the run's own stream does not

@@ -285,6 +285,25 @@ pub enum Message {
         #[schema(value_type = Option<Object>)]
         metadata: Option<Map<String, Value>>,
     },
+    /// A span of the model's reasoning. A run takes it (the stock client
+    /// sends the ones it holds) and leaves it out of the thread: toolgate
+    /// neither runs nor replays reasoning, and gives no model it back.
+    #[serde(rename_all = "camelCase")]
+    Reasoning {
+        id: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted_value: Option<String>,
+    },
+    /// A frontend's activity view. A run takes it and leaves it out of the
+    /// thread, as for `reasoning`.
+    #[serde(rename_all = "camelCase")]
+    Activity {
+        id: String,
+        activity_type: String,
+        #[schema(value_type = Object)]
+        content: Map<String, Value>,
+    },
 }
 
 impl Message {
@@ -294,8 +313,16 @@ impl Message {
             | Message::Assistant { id, .. }
             | Message::System { id, .. }
             | Message::Developer { id, .. }
-            | Message::Tool { id, .. } => id,
+            | Message::Tool { id, .. }
+            | Message::Reasoning { id, .. }
+            | Message::Activity { id, .. } => id,
         }
+    }
+
+    /// Whether toolgate records the message in its thread: every role but
+    /// `reasoning` and `activity`, which a run takes and leaves out.
+    pub fn is_recorded(&self) -> bool {
+        !matches!(self, Message::Reasoning { .. } | Message::Activity { .. })
     }
 }
 

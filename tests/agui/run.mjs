@@ -8,8 +8,9 @@
 // The token comes from $TOOLGATE_TOKEN (or --token); base and thread may
 // also come from $TOOLGATE_BASE and $TOOLGATE_THREAD.
 //
-// Two turns: the first run carries a user message and an assistant message
-// calling `echo`, `wait` and a frontend tool listed in `tools`; then the
+// Two turns: the first run carries a user message, a reasoning message and
+// an assistant message calling `echo`, `wait` and a frontend tool listed in
+// `tools`; then the
 // application answers the frontend call with a tool message and runs again.
 //
 // Prints ONE JSON line on stdout, the first run's record at the top level:
@@ -43,6 +44,7 @@ const thread = args.thread;
 const runId = args["run-id"] ?? `run_${randomUUID()}`;
 const ids = {
   user: `msg_user_${randomUUID()}`,
+  reasoning: `msg_reasoning_${randomUUID()}`,
   assistant: `msg_assistant_${randomUUID()}`,
   echo: `call_echo_${randomUUID()}`,
   wait: `call_wait_${randomUUID()}`,
@@ -70,6 +72,9 @@ const agent = new HttpAgent({
 
 agent.setMessages([
   { id: ids.user, role: "user", content: "Echo hi, wait a little, then ask me." },
+  // The model's reasoning, as the client holds and sends it: taken, and
+  // left out of the thread.
+  { id: ids.reasoning, role: "reasoning", content: "Echo first, then wait, then ask." },
   {
     id: ids.assistant,
     role: "assistant",
