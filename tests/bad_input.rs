@@ -367,6 +367,22 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         // The failing parameter is named, as for out-of-range values.
         assert_eq!(p["errors"][0]["parameter"], "format", "{p}");
     }
+    // A parameter given twice is named: which value counts would be a guess.
+    for path in [
+        "/v1/threads/t/history?limit=1&limit=2",
+        "/v1/tools?format=openai&format=openai",
+        "/v1/audit?action=call.executed&limit=5&action=call.executed",
+    ] {
+        let (s, p) = problem(app.get(path).await).await;
+        assert_eq!(s, 400, "{path}: {p}");
+        assert!(
+            p["detail"].as_str().unwrap().contains("more than once"),
+            "{p}"
+        );
+        assert!(p["errors"][0]["parameter"].is_string(), "{p}");
+    }
+    let (_, p) = problem(app.get("/v1/threads/t/history?limit=1&limit=2").await).await;
+    assert_eq!(p["errors"][0]["parameter"], "limit", "{p}");
     // An audit action that no entry can have is an error, not an empty page.
     let (s, p) = problem(app.get("/v1/audit?action=bogus").await).await;
     assert_eq!(s, 400, "{p}");

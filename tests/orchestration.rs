@@ -198,16 +198,19 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
     );
 
     let too_many = json!({"calls": (0..65).map(|i| json!({"id": format!("c{i}"), "name": "echo", "arguments": {"text": "x"}})).collect::<Vec<_>>()});
-    assert_eq!(
-        app.post("/v1/threads/b/batches", &too_many).await.status(),
-        422
-    );
-    assert_eq!(
-        app.post("/v1/threads/b/batches", &json!({"calls": []}))
-            .await
-            .status(),
-        422
-    );
+    let empty = json!({"calls": []});
+    let bad_run = json!({"calls": [{"id": "c", "name": "echo", "arguments": {"text": "x"}}], "run_id": "a b"});
+    for (body, pointer) in [
+        (&too_many, "/calls"),
+        (&empty, "/calls"),
+        (&bad_run, "/run_id"),
+    ] {
+        let r = app.post("/v1/threads/b/batches", body).await;
+        assert_eq!(r.status(), 422);
+        let p: Value = r.json().await.unwrap();
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
+        assert_eq!(p["errors"][0]["message"], p["detail"], "{p}");
+    }
 
     // One id twice in a batch: the second is refused, whatever its
     // arguments, and the first runs.

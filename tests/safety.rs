@@ -397,6 +397,8 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 422, "one character too many");
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(p["errors"][0]["pointer"], "/reason", "{p}");
     let r = app
         .post(
             &format!("/v1/approvals/{id2}/decision"),

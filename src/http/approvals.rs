@@ -230,11 +230,11 @@ pub async fn decide(
     ApiJson(body): ApiJson<DecisionRequest>,
 ) -> Result<axum::Json<ApprovalView>, ApiError> {
     if body.reason.as_ref().is_some_and(|r| !reason_fits(r)) {
-        return Err(ApiError::Unprocessable {
-            title: "Invalid decision".into(),
-            detail: format!("reason must be at most {MAX_REASON_CHARS} characters"),
-            extra: Map::new(),
-        });
+        return Err(ApiError::unprocessable_at(
+            "Invalid decision",
+            "/reason".into(),
+            format!("reason must be at most {MAX_REASON_CHARS} characters"),
+        ));
     }
     let approval = state
         .engine

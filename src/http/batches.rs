@@ -91,15 +91,18 @@ pub async fn post_batch(
     let thread = ThreadId::parse(thread_id)?;
     let max = state.settings.tools.max_batch_calls;
     if body.calls.is_empty() || body.calls.len() > max {
-        return Err(unprocessable(format!(
-            "a batch carries 1 to {max} calls, got {}",
-            body.calls.len()
-        )));
+        return Err(ApiError::unprocessable_at(
+            "Invalid batch",
+            "/calls".into(),
+            format!("a batch carries 1 to {max} calls, got {}", body.calls.len()),
+        ));
     }
     let run_id = match body.run_id {
         Some(r) if calls::valid_id(&r) => r,
         Some(_) => {
-            return Err(unprocessable(
+            return Err(ApiError::unprocessable_at(
+                "Invalid batch",
+                "/run_id".into(),
                 "run_id must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
             ));
         }

@@ -474,6 +474,16 @@ where
         // What axum's Query does, with the failing parameter kept: the
         // answer names it in `errors[].parameter`, as for range errors.
         let query = parts.uri.query().unwrap_or_default();
+        // A parameter given twice: which value counts would be a guess.
+        let mut seen = std::collections::HashSet::new();
+        for (name, _) in form_urlencoded::parse(query.as_bytes()) {
+            if !seen.insert(name.clone()) {
+                return Err(ApiError::invalid_param(
+                    &name,
+                    "is given more than once; give it once",
+                ));
+            }
+        }
         let deserializer =
             serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
         serde_path_to_error::deserialize(deserializer)
