@@ -1825,7 +1825,38 @@ async fn a_run_announces_a_call_by_the_name_it_was_called(backend: Backend) {
     stream(first).await;
 }
 
+/// JSON Schema's `integer` takes `30.0` as well as `30`: the tool gets
+/// the integer either way, and the call is recorded as sent.
+async fn a_whole_number_with_a_fraction_is_the_integer(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let (s, out) = app
+        .call(
+            "num",
+            json!({"id": "w1", "name": "wait", "arguments": {"ms": 30.0}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["result"]["waited_ms"], 30, "{out}");
+    let (s, out) = app
+        .call(
+            "num",
+            json!({"id": "w1", "name": "wait", "arguments": {"ms": 30.0}}),
+        )
+        .await;
+    assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
+    // A fraction that is not whole is no integer.
+    let (s, out) = app
+        .call(
+            "num",
+            json!({"id": "w2", "name": "wait", "arguments": {"ms": 30.5}}),
+        )
+        .await;
+    assert_eq!(s, 422, "{out}");
+    assert_eq!(out["errors"][0]["path"], "/ms", "{out}");
+}
+
 both_backends!(
+    a_whole_number_with_a_fraction_is_the_integer,
     a_run_announces_a_call_by_the_name_it_was_called,
     a_run_claims_its_new_thread_even_when_it_records_nothing,
     a_users_media_parts_are_kept_and_passed_on,

@@ -771,6 +771,7 @@ impl Engine {
         let handle = {
             let tool = tool.tool.clone();
             let dry_run = req.call.dry_run;
+            let arguments = crate::protocol::json::integral_numbers(arguments);
             tokio::spawn(async move {
                 if dry_run {
                     tool.dry_run(arguments, ctx).await.map(|preview| {

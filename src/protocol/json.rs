@@ -63,6 +63,30 @@ pub fn nul_pointer(value: &Value) -> Option<String> {
     }
 }
 
+/// `value` with every whole number written with a fraction (`2000.0`)
+/// as the integer it is: JSON Schema's `integer` takes both spellings, and
+/// a tool reading an integer must not see none where the schema let one
+/// through. Numbers beyond 2^53 in magnitude are left as they are.
+pub fn integral_numbers(value: Value) -> Value {
+    match value {
+        Value::Number(n) if n.is_f64() => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0 {
+                Value::from(x as i64)
+            } else {
+                Value::Number(n)
+            }
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(integral_numbers).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, integral_numbers(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// What a repeated key's error says about it.
 pub fn repeated_key_message(key: &str) -> String {
     format!("the key {key:?} appears more than once in its object; give each key once")
@@ -212,6 +236,17 @@ impl<'de> Visitor<'de> for Strict<'_> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn whole_numbers_lose_their_fraction_and_others_stay() {
+        let v =
+            serde_json::json!({"ms": 2000.0, "n": [1.5, -3.0, 0.0, 7], "big": 1e300, "s": "2.0"});
+        assert_eq!(
+            integral_numbers(v).to_string(),
+            r#"{"big":1e+300,"ms":2000,"n":[1.5,-3,0,7],"s":"2.0"}"#
+        );
+    }
+
     use super::*;
     use serde_json::json;
 
