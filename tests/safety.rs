@@ -2407,15 +2407,32 @@ async fn a_snapshot_is_followed_by_the_open_approvals(backend: Backend) {
     assert_eq!(s, 202, "{pending}");
     let approval_id = pending["approval"]["id"].as_str().unwrap().to_string();
     let mut sse = app.events("snap", "?snapshot=true", None).await;
-    let frames: Vec<_> = [
-        sse.next(std::time::Duration::from_secs(5)).await.unwrap(),
-        sse.next(std::time::Duration::from_secs(5)).await.unwrap(),
-        sse.next(std::time::Duration::from_secs(5)).await.unwrap(),
-    ]
-    .into();
+    let mut frames = Vec::new();
+    for _ in 0..6 {
+        frames.push(sse.next(std::time::Duration::from_secs(5)).await.unwrap());
+    }
     let kinds: Vec<&str> = frames.iter().map(|f| f.kind()).collect();
-    assert_eq!(kinds, ["RUN_STARTED", "MESSAGES_SNAPSHOT", "CUSTOM"]);
-    let announced = &frames[2];
+    // The call, posted to /tool-calls, is in no message: it is announced
+    // again first, so the result that follows its decision answers a call
+    // the frontend knows.
+    assert_eq!(
+        kinds,
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "TOOL_CALL_START",
+            "TOOL_CALL_ARGS",
+            "TOOL_CALL_END",
+            "CUSTOM"
+        ]
+    );
+    for f in &frames[2..5] {
+        assert_eq!(f.data["toolCallId"], "b1", "{:?}", f.data);
+        assert_eq!(f.id, None, "not a logged event");
+        common::assert_agui_conformant(f);
+    }
+    assert_eq!(frames[2].data["toolCallName"], "bash");
+    let announced = &frames[5];
     assert_eq!(announced.id, None, "not a logged event");
     assert_eq!(announced.data["name"], "tool_call.approval_required");
     assert_eq!(announced.data["value"]["approvalId"], approval_id.as_str());

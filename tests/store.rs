@@ -1298,11 +1298,31 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
     .unwrap();
     let running_in = |thread: &'static str| {
         let store = store.clone();
-        async move { store.snapshot(thread, 0).await.unwrap().running }
+        async move { store.snapshot(thread, 0).await.unwrap().unfinished }
     };
     assert_eq!(call_ids(&running_in("u").await), ["a", "0"]);
     assert_eq!(call_ids(&running_in("t").await), ["a"]);
     assert!(running_in("nobody").await.is_empty());
+    // A snapshot's unfinished calls are those waiting for a person too.
+    let waiting = NewToolCall {
+        status: CallStatus::PendingApproval,
+        ..new_call("p")
+    };
+    apply_one(
+        &store,
+        unit("u", "bob", vec![WriteOp::InsertToolCall(waiting)]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(call_ids(&running_in("u").await), ["a", "0", "p"]);
+    assert_eq!(
+        call_ids(&store.running_tool_calls().await.unwrap())
+            .iter()
+            .filter(|id| **id == "p")
+            .count(),
+        0,
+        "not running"
+    );
 }
 
 async fn a_snapshot_its_running_calls_and_open_approvals_are_one_moment(store: DynStore) {
@@ -1361,10 +1381,10 @@ async fn a_snapshot_its_running_calls_and_open_approvals_are_one_moment(store: D
         let decided = finished.iter().filter(|&&i| asked(i)).count();
         assert_eq!(
             snap.last_event_seq,
-            (snap.running.len() + snap.open_approvals.len() + 2 * finished.len() + 2 * decided)
+            (snap.unfinished.len() + snap.open_approvals.len() + 2 * finished.len() + 2 * decided)
                 as i64,
             "running {:?}, open approvals {:?}, {} finished",
-            call_ids(&snap.running),
+            call_ids(&snap.unfinished),
             approval_ids(&snap.open_approvals),
             finished.len()
         );
@@ -1375,25 +1395,29 @@ async fn a_snapshot_its_running_calls_and_open_approvals_are_one_moment(store: D
             .map(|a| a.tool_call_id.clone())
             .collect();
         let running_asked: Vec<String> = snap
-            .running
+            .unfinished
             .iter()
             .filter(|c| asked(c.id[1..].parse().unwrap()))
             .map(|c| c.id.clone())
             .collect();
         assert_eq!(waiting, running_asked);
-        assert!(snap.running.len() <= 3, "{:?}", call_ids(&snap.running));
+        assert!(
+            snap.unfinished.len() <= 3,
+            "{:?}",
+            call_ids(&snap.unfinished)
+        );
         read += 1;
         tokio::task::yield_now().await;
     }
     finish(writes.await);
     let snap = store.snapshot("t", 2_000).await.unwrap();
-    assert_eq!(call_ids(&snap.running), ["c118", "c119"]);
+    assert_eq!(call_ids(&snap.unfinished), ["c118", "c119"]);
     assert_eq!(approval_ids(&snap.open_approvals), ["ap118"]);
     assert_eq!(snap.last_event_seq, 120 + 40 + 118 + 39);
     // Expired at the moment asked for: not open, though not yet swept.
     let later = store.snapshot("t", 1_118 + 60_000).await.unwrap();
     assert!(later.open_approvals.is_empty());
-    assert_eq!(later.running.len(), 2);
+    assert_eq!(later.unfinished.len(), 2);
 }
 
 fn approval_ids(approvals: &[ApprovalRecord]) -> Vec<&str> {

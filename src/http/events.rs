@@ -42,8 +42,8 @@ pub struct EventsQuery {
     #[param(pattern = "^0*[0-9]{1,18}$")]
     pub after: Option<String>,
     /// Start with a MESSAGES_SNAPSHOT of the thread, followed (without
-    /// ids) by the approvals still open and the running calls it does not
-    /// show, then only new events.
+    /// ids) by the unfinished calls it does not show and the approvals
+    /// still open, then only new events.
     pub snapshot: Option<bool>,
 }
 
@@ -144,7 +144,7 @@ pub async fn get_events(
     let (snapshot, last) = if q.snapshot.unwrap_or(false) {
         // Held until the snapshot is handed to the response.
         let read = state.enter_thread_read(&user.owner).await?;
-        // The running calls and open approvals are read as of the same
+        // The unfinished calls and open approvals are read as of the same
         // moment: each was announced before the snapshot's last event, and
         // its result (or decision) comes after it.
         let snapshot = state
@@ -399,14 +399,14 @@ async fn follow(
     if let Some((
         ThreadSnapshot {
             messages,
-            running,
+            unfinished,
             open_approvals,
             ..
         },
         read,
     )) = snapshot
     {
-        // Calls still running that the snapshot shows nothing of: no
+        // Calls not finished that the snapshot shows nothing of: no
         // assistant message declares them (posted to /tool-calls), and
         // they have no result yet.
         let shown: std::collections::HashSet<&str> =
@@ -414,7 +414,7 @@ async fn follow(
                 .map(|d| d.id)
                 .chain(messages.iter().filter_map(|m| m.tool_call_id.as_deref()))
                 .collect();
-        let unshown: Vec<Event> = running
+        let unshown: Vec<Event> = unfinished
             .iter()
             .filter(|call| !shown.contains(call.id.as_str()))
             .flat_map(crate::engine::announcement_of)
@@ -429,6 +429,14 @@ async fn follow(
         if let Err(end) = delivered {
             return end;
         }
+        // Such a call (running, or waiting for a person) is announced
+        // again, as when it started, so its result (streamed when it
+        // comes) answers a call the frontend knows.
+        for ev in &unshown {
+            if let Err(end) = deliver(state, tx, untracked(ev)).await {
+                return end;
+            }
+        }
         // The snapshot holds messages; a call still waiting for a person
         // is announced again, as when it was asked for, so a frontend
         // that (re)opens with a snapshot can show it. One asked for after
@@ -436,14 +444,6 @@ async fn follow(
         for approval in &open_approvals {
             let ev = crate::engine::approval_required(approval);
             if let Err(end) = deliver(state, tx, untracked(&ev)).await {
-                return end;
-            }
-        }
-        // Such a call is announced again, as when it started, so its
-        // result (streamed when it comes) answers a call the frontend
-        // knows.
-        for ev in &unshown {
-            if let Err(end) = deliver(state, tx, untracked(ev)).await {
                 return end;
             }
         }

@@ -257,8 +257,9 @@ pub struct ThreadSnapshot {
     pub messages: Vec<StoredMessage>,
     /// The id of the thread's last event, 0 before the first.
     pub last_event_seq: i64,
-    /// The calls still `running`, in the order they were recorded.
-    pub running: Vec<ToolCallRecord>,
+    /// The calls not finished yet (`running`, or `pending_approval`: asked
+    /// about and not decided), in the order they were recorded.
+    pub unfinished: Vec<ToolCallRecord>,
     /// The approvals still waiting for a decision and not yet expired at
     /// the `now_ms` the snapshot was read for, oldest first (as
     /// [`Store::open_approvals_of_thread`] orders them).
@@ -796,7 +797,7 @@ pub trait Store: Send + Sync + 'static {
     /// One message by its id in the thread, `None` if there is none.
     async fn message(&self, thread_id: &str, id: &str) -> StoreResult<Option<StoredMessage>>;
 
-    /// The whole conversation, the thread's last event id, its running
+    /// The whole conversation, the thread's last event id, its unfinished
     /// calls and its open approvals (not expired at `now_ms`), all as of
     /// one moment: what a `MESSAGES_SNAPSHOT` holds, where the stream after
     /// it starts, the calls announced before that event whose results it

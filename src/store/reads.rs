@@ -456,7 +456,7 @@ where
         row.as_ref().map(message_from_row).transpose()
     }
 
-    /// The whole conversation, the thread's last event id, its running
+    /// The whole conversation, the thread's last event id, its unfinished
     /// calls and its open approvals, read in one transaction as of one
     /// moment, so a call started or finished (or an approval asked for or
     /// decided) meanwhile is in all of them or in none. `isolation`, when
@@ -483,9 +483,10 @@ where
         .bind(thread_id)
         .fetch_all(&mut *tx)
         .await?;
-        let running = sqlx::query(&format!(
+        let unfinished = sqlx::query(&format!(
             "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} \
-             WHERE c.status = 'running' AND c.thread_id = $1 ORDER BY c.ordinal"
+             WHERE c.status IN ('running', 'pending_approval') AND c.thread_id = $1 \
+             ORDER BY c.ordinal"
         ))
         .bind(thread_id)
         .fetch_all(&mut *tx)
@@ -506,7 +507,7 @@ where
         Ok(ThreadSnapshot {
             messages,
             last_event_seq,
-            running: running
+            unfinished: unfinished
                 .iter()
                 .map(tool_call_from_row)
                 .collect::<StoreResult<_>>()?,
