@@ -116,6 +116,40 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(problem(r).await.0, 415);
+    // A JSON media type, in any case (RFC 6838): taken.
+    for (i, content_type) in [
+        "APPLICATION/JSON",
+        "application/vnd.example+JSON; charset=utf-8",
+        "application/vnd.example+json",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // On a thread of its own: this test's refusals change nothing.
+        let r = app
+            .client
+            .post(app.url("/v1/threads/ct/tool-calls"))
+            .bearer_auth(&app.token)
+            .header("content-type", content_type)
+            .body(
+                json!({"id": format!("ct{i}"), "name": "echo", "arguments": {"text": "t"}})
+                    .to_string(),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{content_type}");
+    }
+    let r = app
+        .client
+        .post(app.url(calls))
+        .bearer_auth(&app.token)
+        .header("content-type", "application/jsonx")
+        .body(json!({"id": "ct9", "name": "echo", "arguments": {"text": "t"}}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(problem(r).await.0, 415);
 
     // Wrong types in the envelope: the field is named.
     let (s, p) = problem(app.post(calls, &json!({"id": "x", "name": 3})).await).await;

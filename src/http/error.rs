@@ -278,7 +278,13 @@ where
             .and_then(|v| v.split(';').next())
             .is_some_and(|mime| {
                 let mime = mime.trim();
-                mime.eq_ignore_ascii_case("application/json") || mime.ends_with("+json")
+                // Media types are case-insensitive (RFC 6838), suffix too.
+                mime.eq_ignore_ascii_case("application/json")
+                    || mime
+                        .len()
+                        .checked_sub(5)
+                        .and_then(|at| mime.get(at..))
+                        .is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json"))
             });
         if !is_json {
             return Err(ApiError::UnsupportedMediaType(
