@@ -1142,9 +1142,10 @@ async fn resumed_results_are_the_live_ones_byte_for_byte(backend: Backend) {
     }
     assert_eq!(streamed[1].data["metadata"]["error"]["code"], "TIMEOUT");
     // Postgres's jsonb has one zero: a negative zero is 0.0 from the start,
-    // live and stored alike, on both backends.
+    // live and stored alike, on both backends; and a tool gets a whole
+    // number as the integer it is, so echo gives back 0.
     let content = streamed[0].data["content"].as_str().unwrap();
-    assert!(content.contains("-9223372036854775808,0.0]"), "{content}");
+    assert!(content.contains("-9223372036854775808,0]"), "{content}");
 
     let mut resumed = app.events("t9", "?after=0", None).await;
     let mut replayed = Vec::new();
