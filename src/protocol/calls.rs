@@ -251,11 +251,11 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
             "",
             format!("must encode a JSON object, got {}", kind(&other)),
         )),
-        Err(super::json::ReadError::RepeatedKey { pointer: at, key }) => Err(arguments_err(
-            pointer,
-            at.clone(),
-            super::json::ReadError::RepeatedKey { pointer: at, key }.to_string(),
-        )),
+        Err(
+            ref e @ super::json::ReadError::RepeatedKey {
+                pointer: ref at, ..
+            },
+        ) => Err(arguments_err(pointer, at.clone(), e.to_string())),
         Err(e) => Err(arguments_err(
             pointer,
             "",
