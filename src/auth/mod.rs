@@ -10,47 +10,29 @@ use base64::Engine as _;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
 use secrecy::ExposeSecret;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::config::AuthSettings;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Claims {
     pub sub: String,
     pub exp: u64,
     /// Optional (RFC 7519 §4.1.6); toolgate's own tokens carry it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub iat: Option<u64>,
     pub aud: Audience,
     pub iss: String,
     /// Space-separated scopes, e.g. `toolgate:approve`. Read from a
     /// space-separated string (RFC 8693 §4.2) or, as some identity
     /// providers send it, a list of strings.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "scope_claim"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
-}
-
-/// The `scope` claim as a space-separated string, whichever form it came in.
-fn scope_claim<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Scope {
-        Text(String),
-        List(Vec<String>),
-    }
-    Ok(Option::<Scope>::deserialize(d)?.map(|scope| match scope {
-        Scope::Text(text) => text,
-        Scope::List(list) => list.join(" "),
-    }))
 }
 
 /// The `aud` claim: one audience, or several (RFC 7519 §4.1.3; identity
 /// providers send either). The token must name the configured one.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(untagged)]
 pub enum Audience {
     One(String),
@@ -269,41 +251,122 @@ impl Keys {
                 "critical header extensions (crit) are not supported".into(),
             ));
         }
+        // The signature and algorithm are checked by `jsonwebtoken`; the
+        // claims are read here, so that a claim of the wrong type is named
+        // rather than reported as a malformed token, and none is ignored.
         let mut validation = Validation::new(self.algorithm);
-        validation.set_audience(&[&self.audience]);
-        validation.set_issuer(&[&self.issuer]);
-        validation.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
-        validation.leeway = self.leeway;
-        validation.validate_nbf = true;
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map_err(
-            |e| match e.kind() {
-                jsonwebtoken::errors::ErrorKind::ExpiredSignature => AuthError::Expired,
-                jsonwebtoken::errors::ErrorKind::ImmatureSignature => {
-                    AuthError::Invalid("not valid yet (nbf is in the future)".into())
-                }
-                jsonwebtoken::errors::ErrorKind::InvalidSignature => {
-                    AuthError::Invalid("bad signature".into())
-                }
-                jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => {
-                    AuthError::Invalid("algorithm not accepted".into())
-                }
-                jsonwebtoken::errors::ErrorKind::InvalidAudience => {
-                    AuthError::Invalid("wrong audience".into())
-                }
-                jsonwebtoken::errors::ErrorKind::InvalidIssuer => {
-                    AuthError::Invalid("wrong issuer".into())
-                }
-                jsonwebtoken::errors::ErrorKind::MissingRequiredClaim(c) => {
-                    AuthError::Invalid(format!("missing claim {c}"))
-                }
-                _ => AuthError::Invalid("malformed token".into()),
-            },
-        )?;
-        if !valid_subject(&data.claims.sub) {
+        validation.required_spec_claims.clear();
+        validation.validate_exp = false;
+        validation.validate_aud = false;
+        let data = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            &self.decoding,
+            &validation,
+        )
+        .map_err(|e| match e.kind() {
+            jsonwebtoken::errors::ErrorKind::InvalidSignature => {
+                AuthError::Invalid("bad signature".into())
+            }
+            jsonwebtoken::errors::ErrorKind::InvalidAlgorithm => {
+                AuthError::Invalid("algorithm not accepted".into())
+            }
+            _ => AuthError::Invalid("malformed token".into()),
+        })?;
+        let (claims, not_before) = read_claims(&data.claims)?;
+        let now = unix_now();
+        if claims.exp.saturating_add(self.leeway) < now {
+            return Err(AuthError::Expired);
+        }
+        if not_before.is_some_and(|nbf| nbf > now.saturating_add(self.leeway)) {
+            return Err(AuthError::Invalid(
+                "not valid yet (nbf is in the future)".into(),
+            ));
+        }
+        if claims.iss != self.issuer {
+            return Err(AuthError::Invalid("wrong issuer".into()));
+        }
+        let audiences = match &claims.aud {
+            Audience::One(one) => std::slice::from_ref(one),
+            Audience::Many(many) => many.as_slice(),
+        };
+        if !audiences.contains(&self.audience) {
+            return Err(AuthError::Invalid("wrong audience".into()));
+        }
+        if !valid_subject(&claims.sub) {
             return Err(AuthError::Invalid("unusable subject".into()));
         }
-        Ok(data.claims)
+        Ok(claims)
     }
+}
+
+/// The claims of a token whose signature was checked, and its `nbf`. Each
+/// registered claim toolgate reads must be present where required and of its
+/// type (RFC 7519 §4.1); the refusal names the claim.
+fn read_claims(
+    claims: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(Claims, Option<u64>), AuthError> {
+    use serde_json::Value;
+    let missing = |name: &str| AuthError::Invalid(format!("missing claim {name}"));
+    let wrong = |name: &str, what: &str| AuthError::Invalid(format!("claim {name} must be {what}"));
+    // A NumericDate is seconds since the epoch and may have a fraction
+    // (RFC 7519 §2); the whole seconds are kept.
+    let date = |name: &str| -> Result<Option<u64>, AuthError> {
+        match claims.get(name) {
+            None => Ok(None),
+            Some(Value::Number(n)) => n
+                .as_f64()
+                .filter(|seconds| seconds.is_finite())
+                .map(|seconds| Some(seconds.max(0.0).floor() as u64))
+                .ok_or_else(|| wrong(name, "a number of seconds since the epoch")),
+            Some(_) => Err(wrong(name, "a number of seconds since the epoch")),
+        }
+    };
+    let text = |name: &str| -> Result<String, AuthError> {
+        match claims.get(name) {
+            None => Err(missing(name)),
+            Some(Value::String(text)) => Ok(text.clone()),
+            Some(_) => Err(wrong(name, "a string")),
+        }
+    };
+    let exp = date("exp")?.ok_or_else(|| missing("exp"))?;
+    let nbf = date("nbf")?;
+    let iat = date("iat")?;
+    let sub = text("sub")?;
+    let iss = text("iss")?;
+    let aud = match claims.get("aud") {
+        None => return Err(missing("aud")),
+        Some(Value::String(one)) => Audience::One(one.clone()),
+        Some(Value::Array(many)) => Audience::Many(
+            many.iter()
+                .map(|a| a.as_str().map(str::to_string))
+                .collect::<Option<_>>()
+                .ok_or_else(|| wrong("aud", "a string or a list of strings"))?,
+        ),
+        Some(_) => return Err(wrong("aud", "a string or a list of strings")),
+    };
+    let scope = match claims.get("scope") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::Array(list)) => Some(
+            list.iter()
+                .map(Value::as_str)
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| wrong("scope", "a string or a list of strings"))?
+                .join(" "),
+        ),
+        Some(_) => return Err(wrong("scope", "a string or a list of strings")),
+    };
+    Ok((
+        Claims {
+            sub,
+            exp,
+            iat,
+            aud,
+            iss,
+            scope,
+        },
+        nbf,
+    ))
 }
 
 /// Does the token's header carry `crit`? A header that cannot be read is
@@ -521,6 +584,71 @@ mod tests {
             claims(serde_json::json!({"nbf": now - 1})),
         );
         assert_eq!(k.verify(&due).unwrap().sub, "alice");
+        // A NumericDate may have a fraction; the whole seconds are kept.
+        let fractional = signed(
+            &k,
+            header.clone(),
+            claims(serde_json::json!({"exp": now as f64 + 60.75, "iat": now as f64 - 0.5})),
+        );
+        let read = k.verify(&fractional).unwrap();
+        assert_eq!((read.exp, read.iat), (now + 60, Some(now - 1)));
+        // A registered claim of the wrong type, or one that is missing, is
+        // named, not ignored and not called a malformed token.
+        let refused = |extra: serde_json::Value, drop: &str| {
+            let mut c = claims(extra);
+            c.as_object_mut().unwrap().remove(drop);
+            k.verify(&signed(&k, header.clone(), c))
+        };
+        for (extra, drop, message) in [
+            (
+                serde_json::json!({"nbf": "tomorrow"}),
+                "",
+                "claim nbf must be a number of seconds since the epoch",
+            ),
+            (
+                serde_json::json!({"exp": "soon"}),
+                "",
+                "claim exp must be a number of seconds since the epoch",
+            ),
+            (
+                serde_json::json!({"iat": true}),
+                "",
+                "claim iat must be a number of seconds since the epoch",
+            ),
+            (serde_json::json!({}), "exp", "missing claim exp"),
+            (serde_json::json!({}), "sub", "missing claim sub"),
+            (
+                serde_json::json!({"sub": 7}),
+                "",
+                "claim sub must be a string",
+            ),
+            (
+                serde_json::json!({"iss": ["toolgate"]}),
+                "",
+                "claim iss must be a string",
+            ),
+            (serde_json::json!({}), "aud", "missing claim aud"),
+            (
+                serde_json::json!({"aud": ["toolgate", 1]}),
+                "",
+                "claim aud must be a string or a list of strings",
+            ),
+            (
+                serde_json::json!({"scope": {"a": 1}}),
+                "",
+                "claim scope must be a string or a list of strings",
+            ),
+        ] {
+            assert_eq!(
+                refused(extra, drop),
+                Err(AuthError::Invalid(message.into()))
+            );
+        }
+        // A token naming another issuer.
+        assert_eq!(
+            refused(serde_json::json!({"iss": "elsewhere"}), ""),
+            Err(AuthError::Invalid("wrong issuer".into()))
+        );
         // An audience list naming this service is accepted; one that does
         // not is refused.
         let listed = signed(
