@@ -164,12 +164,13 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
         {"id": "bad", "name": "nope", "arguments": {}},
         {"id": "x2", "name": "exclusive", "arguments": {"tag": "b"}},
         {"name": "echo"},
+        "echo",
     ]});
     let resp = app.post("/v1/threads/b/batches", &batch).await;
     assert_eq!(resp.status(), 200);
     let body: Value = resp.json().await.unwrap();
     let results = body["results"].as_array().unwrap();
-    assert_eq!(results.len(), 7);
+    assert_eq!(results.len(), 8);
     for (i, r) in results.iter().enumerate() {
         assert_eq!(r["index"], i, "request order");
     }
@@ -183,7 +184,22 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
     assert_eq!(results[4]["status"], 422);
     assert_eq!(results[4]["problem"]["code"], "TOOL_NOT_FOUND");
     assert_eq!(results[6]["status"], 422);
-    assert_eq!(results[6]["problem"]["errors"][0]["pointer"], "/id");
+    // Pointers name the place in the request body.
+    assert_eq!(results[6]["problem"]["errors"][0]["pointer"], "/calls/6/id");
+    assert_eq!(results[7]["status"], 422);
+    assert_eq!(
+        results[7]["problem"]["errors"][0]["pointer"], "/calls/7",
+        "an item that is not an object: {}",
+        results[7]
+    );
+    assert!(
+        results[7]["problem"]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("/calls/7 "),
+        "{}",
+        results[7]
+    );
     assert_eq!(
         *log.lock().unwrap(),
         ["start a", "end a", "start b", "end b"],

@@ -119,7 +119,12 @@ pub async fn post_batch(
         .iter()
         .enumerate()
         .map(|(index, raw)| {
-            let call = calls::parse(raw).map_err(|e| (None, parse_error_to_api(e)))?;
+            // A pointer names the place in the request body, this item's
+            // place included.
+            let call = calls::parse(raw).map_err(|mut e| {
+                e.pointer = format!("/calls/{index}{}", e.pointer);
+                (None, parse_error_to_api(e))
+            })?;
             if let Some(first) = first_at.get(&call.id) {
                 return Err((
                     Some(call.id.clone()),
