@@ -477,7 +477,26 @@ mod tests {
             json!({"type": "tool_use", "id": "c", "name": "echo", "dry_run": true,
                 "cache_control": {"type": "ephemeral"}, "caller": {"type": "direct"}}),
             json!({"type": "tool_use", "id": "c", "name": "echo", "extra": 1}),
+            // Fields taken and ignored are checked as documented.
+            json!({"id": "c", "index": null, "function": {"name": "echo"}}),
+            json!({"id": "c", "index": 2147483647, "function": {"name": "echo"}}),
+            json!({"id": "c", "index": 2147483648u64, "function": {"name": "echo"}}),
+            json!({"id": "c", "index": -1, "function": {"name": "echo"}}),
+            json!({"id": "c", "index": 1.5, "function": {"name": "echo"}}),
+            json!({"id": "c", "index": "0", "function": {"name": "echo"}}),
+            json!({"type": "tool_use", "id": "c", "name": "echo", "cache_control": null}),
+            json!({"type": "tool_use", "id": "c", "name": "echo", "cache_control": "ephemeral"}),
+            json!({"type": "tool_use", "id": "c", "name": "echo", "caller": ["direct"]}),
         ];
+        // `1.0` is an integer to JSON Schema 2020-12 and to the server;
+        // this validator takes it for `integer` but not for
+        // `["integer", "null"]`, so it is checked apart.
+        assert!(
+            crate::protocol::calls::parse(
+                &json!({"id": "c", "index": 1.0, "function": {"name": "echo"}})
+            )
+            .is_ok()
+        );
         for body in samples {
             let parsed = crate::protocol::calls::parse(&body);
             assert_eq!(any.is_valid(&body), parsed.is_ok(), "{body}: {parsed:?}");

@@ -356,6 +356,28 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
             )
         })?;
         refuse_unknown_fields(obj, "", "an OpenAI call", &[&OPENAI_FIELDS, &COMMON_FIELDS])?;
+        // Ignored, but only in the form its schema documents.
+        match obj.get("index") {
+            None | Some(Value::Null) => {}
+            // `1.0` is an integer to JSON Schema, so to this check too.
+            Some(Value::Number(n))
+                if n.as_f64().is_some_and(|i| {
+                    i.fract() == 0.0 && (0.0..=f64::from(i32::MAX)).contains(&i)
+                }) => {}
+            Some(other) => {
+                return Err(err(
+                    "/index",
+                    format!(
+                        "must be a whole number from 0 to {}, got {}",
+                        i32::MAX,
+                        match other {
+                            Value::Number(n) => n.to_string(),
+                            _ => kind(other).to_string(),
+                        }
+                    ),
+                ));
+            }
+        }
         refuse_unknown_fields(
             f,
             "/function",
@@ -386,6 +408,18 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
             "an Anthropic call",
             &[&ANTHROPIC_FIELDS, &COMMON_FIELDS],
         )?;
+        // Ignored, but only in the form their schema documents.
+        for field in ["cache_control", "caller"] {
+            match obj.get(field) {
+                None | Some(Value::Null | Value::Object(_)) => {}
+                Some(other) => {
+                    return Err(err(
+                        &format!("/{field}"),
+                        format!("must be an object, got {}", kind(other)),
+                    ));
+                }
+            }
+        }
         return Ok(IncomingCall {
             id: id_field(obj, "id", "/id")?,
             name: string_field(obj, "name", "/name")?,
@@ -474,8 +508,8 @@ pub struct OpenAiCall {
     pub kind: Option<String>,
     pub function: super::agui::FunctionCall,
     /// The call's place in a streamed response; accepted and ignored.
-    #[schema(minimum = 0)]
-    pub index: Option<u32>,
+    #[schema(minimum = 0, maximum = 2147483647)]
+    pub index: Option<i32>,
     #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
     #[schema(value_type = Option<Id>)]
