@@ -1845,6 +1845,22 @@ async fn a_whole_number_with_a_fraction_is_the_integer(backend: Backend) {
         )
         .await;
     assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
+    // The same whole number written without its fraction is the same
+    // call, as the tool got it; another number is not.
+    let (s, out) = app
+        .call(
+            "num",
+            json!({"id": "w1", "name": "wait", "arguments": {"ms": 30}}),
+        )
+        .await;
+    assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
+    let (s, out) = app
+        .call(
+            "num",
+            json!({"id": "w1", "name": "wait", "arguments": {"ms": 31}}),
+        )
+        .await;
+    assert_eq!(s, 409, "{out}");
     // A fraction that is not whole is no integer.
     let (s, out) = app
         .call(

@@ -54,9 +54,12 @@ pub struct EngineConfig {
 /// Is `call` the call `record` recorded (its tool aside): the same
 /// arguments, in the same sub-workspace, a dry run or not alike? Calls
 /// recorded before the sub-workspace and dry-run flag were are compared by
-/// their arguments.
+/// their arguments. A whole number is the same written `1` or `1.0`, as the
+/// tool gets it.
 fn same_call(record: &ToolCallRecord, call: &crate::protocol::calls::IncomingCall) -> bool {
-    record.args == call.arguments
+    let integral = crate::protocol::json::integral_numbers;
+    (record.args == call.arguments
+        || integral(record.args.clone()) == integral(call.arguments.clone()))
         && record
             .dry_run
             .is_none_or(|dry_run| dry_run == call.dry_run && record.workspace == call.workspace)
