@@ -1619,9 +1619,16 @@ impl Drop for InFlightGuard<'_> {
 }
 
 fn validate_arguments(tool: &RegisteredTool, arguments: &Value) -> Result<(), Rejection> {
+    if tool.validator.is_valid(arguments) {
+        return Ok(());
+    }
+    // Checked again with whole numbers as integers, as the tool gets them:
+    // the validator takes `2.0` for `integer` but not for `["integer",
+    // "null"]`, which JSON Schema means alike.
+    let integral = crate::protocol::json::integral_numbers(arguments.clone());
     let errors: Vec<FieldError> = tool
         .validator
-        .iter_errors(arguments)
+        .iter_errors(&integral)
         .map(|e| FieldError {
             path: e.instance_path.to_string(),
             message: e.to_string(),
@@ -1994,6 +2001,59 @@ mod tests {
                 output: serde_json::to_value(&output).unwrap(),
             }),
         }
+    }
+
+    struct Counter;
+
+    #[async_trait::async_trait]
+    impl crate::tools::Tool for Counter {
+        fn definition(&self) -> crate::tools::ToolDefinition {
+            crate::tools::ToolDefinition {
+                name: "counter".into(),
+                description: "takes a count or none".into(),
+                input_schema: json!({"type": "object", "properties": {
+                    "n": {"type": ["integer", "null"]},
+                    "m": {"type": "integer"},
+                }}),
+                output_schema: None,
+                aliases: vec![],
+                metadata: Default::default(),
+                capability: Default::default(),
+            }
+        }
+        async fn execute(
+            &self,
+            args: Value,
+            _ctx: crate::tools::ToolContext,
+        ) -> Result<crate::tools::ToolSuccess, ToolError> {
+            Ok(crate::tools::ToolSuccess::complete(args))
+        }
+    }
+
+    #[test]
+    fn a_whole_number_with_a_fraction_passes_any_integer_type() {
+        let registry = crate::tools::registry::Registry::new();
+        registry.register(Arc::new(Counter)).unwrap();
+        let tool = registry.resolve("counter").unwrap();
+        for ok in [
+            json!({"n": 2}),
+            json!({"n": 2.0}),
+            json!({"n": null, "m": 3.0}),
+        ] {
+            assert!(validate_arguments(&tool, &ok).is_ok(), "{ok}");
+        }
+        let Err(Rejection::InvalidArguments { error, .. }) =
+            validate_arguments(&tool, &json!({"n": 2.5, "m": 1}))
+        else {
+            panic!("2.5 is no integer");
+        };
+        let paths: Vec<&str> = error
+            .errors
+            .iter()
+            .flatten()
+            .map(|e| e.path.as_str())
+            .collect();
+        assert_eq!(paths, ["/n"]);
     }
 
     #[test]
