@@ -308,16 +308,23 @@ fn arranged<'a>(
     out
 }
 
-/// OpenAI Chat Completions messages.
+/// OpenAI Chat Completions messages, call ids as the API accepts them
+/// ([`wire_ids`]).
 pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
-    let out: Vec<Value> = arranged(messages, unanswered)
+    let messages = arranged(messages, unanswered);
+    let renamed = wire_ids(&messages, openai_id_ok, OPENAI_ID_STEM);
+    let wire_id = |id: Option<&str>| -> Value {
+        id.map(|id| json!(renamed.get(id).map_or(id, String::as_str)))
+            .unwrap_or(Value::Null)
+    };
+    let out: Vec<Value> = messages
         .iter()
         .map(|m| match m.role {
             Role::Assistant => {
                 let calls: Vec<Value> = stored_calls(m)
                     .into_iter()
                     .map(|c| {
-                        json!({"id": c["id"], "type": "function",
+                        json!({"id": wire_id(c["id"].as_str()), "type": "function",
                                "function": {"name": c["name"], "arguments": c["arguments"].to_string()}})
                     })
                     .collect();
@@ -331,7 +338,7 @@ pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                 v
             }
             Role::Tool => {
-                json!({"role": "tool", "tool_call_id": m.tool_call_id, "content": result_text(m)})
+                json!({"role": "tool", "tool_call_id": wire_id(m.tool_call_id.as_deref()), "content": result_text(m)})
             }
             Role::User => match parts::stored(&m.metadata) {
                 Some(content_parts) => {
@@ -357,14 +364,54 @@ fn anthropic_id_ok(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
 }
 
-/// The call ids of `messages` that Anthropic cannot take as they are, each
-/// with the id it gets instead. An id with `.` or `:` (toolgate admits
-/// them, Anthropic does not) gets those as `_`; an id an earlier call of
-/// the thread already has on the wire gets `_<n>` after it. Ids are given
-/// in the order the calls appear, each depending only on the calls before
-/// it, so a call keeps its id as the thread grows; its `tool_result` names
-/// the same id.
-fn anthropic_ids(messages: &[Cow<'_, StoredMessage>]) -> HashMap<String, String> {
+/// Whether OpenAI accepts `id` as a tool call id: at most 40 characters
+/// (toolgate admits 128, and an undo's id is the call's with `undo_`
+/// before it).
+fn openai_id_ok(id: &str) -> bool {
+    id.len() <= 40
+}
+
+/// How much of a call id an OpenAI wire id keeps: with `_` and 8 hex
+/// digits after it, 40 characters.
+const OPENAI_ID_STEM: usize = 31;
+
+/// The wire id of a call id the vendor does not take as it is: at most
+/// `stem` characters of it, each outside `A-Z a-z 0-9 _ -` as `_`, then
+/// `_` and 8 hex digits of a hash of the id (and of `salt`, counted up
+/// should the result be taken). It depends on the id alone, not on where
+/// in the thread the call is.
+fn hashed_id(id: &str, salt: u32, stem: usize) -> String {
+    // FNV-1a, 64 bits, folded to 32: stable across builds and platforms.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in id.bytes().chain(salt.to_le_bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let stem: String = id
+        .chars()
+        .take(stem)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{stem}_{:08x}", (hash ^ (hash >> 32)) as u32)
+}
+
+/// The call ids of `messages` that a vendor cannot take as they are
+/// (`accepts`), each with the id it gets instead ([`hashed_id`]); its
+/// result names the same id. A call's wire id depends on its id alone, so
+/// it keeps it as the thread grows, unless a call of the thread already
+/// has that id on the wire (only an id written to look like a wire id
+/// can), in which case the later call in the thread's order gets another.
+fn wire_ids(
+    messages: &[Cow<'_, StoredMessage>],
+    accepts: fn(&str) -> bool,
+    stem: usize,
+) -> HashMap<String, String> {
     // Wire id → the call id it stands for.
     let mut taken: HashMap<String, &str> = HashMap::new();
     let mut renamed = HashMap::new();
@@ -381,24 +428,15 @@ fn anthropic_ids(messages: &[Cow<'_, StoredMessage>]) -> HashMap<String, String>
             if renamed.contains_key(id) || taken.get(id) == Some(&id) {
                 continue;
             }
-            let base: String = if anthropic_id_ok(id) {
+            let mut salt = 0;
+            let mut wire = if accepts(id) {
                 id.to_string()
             } else {
-                id.chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '-' {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect()
+                hashed_id(id, salt, stem)
             };
-            let mut wire = base.clone();
-            let mut n = 1;
             while taken.contains_key(&wire) {
-                wire = format!("{base}_{n}");
-                n += 1;
+                salt += 1;
+                wire = hashed_id(id, salt, stem);
             }
             taken.insert(wire.clone(), id);
             if wire != id {
@@ -411,20 +449,23 @@ fn anthropic_ids(messages: &[Cow<'_, StoredMessage>]) -> HashMap<String, String>
 
 /// Anthropic Messages API: system text apart, content blocks, tool results
 /// as `user` turns, consecutive same-role turns merged (the API requires
-/// alternation), call ids as the API accepts them ([`anthropic_ids`]).
+/// alternation), call ids as the API accepts them ([`wire_ids`]).
 pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
     let mut system: Vec<&str> = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let messages = arranged(messages, unanswered);
-    let renamed = anthropic_ids(&messages);
+    let renamed = wire_ids(&messages, anthropic_id_ok, usize::MAX);
     let wire_id = |id: Option<&str>| -> Value {
         id.map(|id| json!(renamed.get(id).map_or(id, String::as_str)))
             .unwrap_or(Value::Null)
     };
     for m in messages.iter() {
         let (role, blocks): (&'static str, Vec<Value>) = match m.role {
+            // A blank one adds nothing to the system text.
             Role::System | Role::Developer => {
-                system.push(&m.content);
+                if !m.content.trim().is_empty() {
+                    system.push(&m.content);
+                }
                 continue;
             }
             // The API refuses a text block without a non-whitespace
@@ -475,6 +516,17 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
             0,
             ("user", vec![json!({"type": "text", "text": OPENING_TURN})]),
         );
+    }
+    // The API refuses a last assistant turn whose text ends in whitespace
+    // (it would continue it as a prefill).
+    if let Some(("assistant", blocks)) = turns.last_mut()
+        && let Some(text) = blocks
+            .last_mut()
+            .filter(|b| b["type"] == "text")
+            .and_then(|b| b.get_mut("text"))
+        && let Some(trimmed) = text.as_str().map(str::trim_end)
+    {
+        *text = json!(trimmed);
     }
     let messages: Vec<Value> = turns
         .into_iter()
@@ -821,11 +873,30 @@ mod tests {
             3,
             "{v}"
         );
+        // A blank system message adds nothing to the system text, and a
+        // last assistant turn does not end in whitespace.
+        let next = messages.len() as i64 + 1;
+        messages.push(msg(next, Role::System, "", json!({}), None));
+        messages.push(msg(next + 1, Role::Developer, "  ", json!({}), None));
+        messages.push(msg(
+            next + 2,
+            Role::Assistant,
+            "answer  \n",
+            json!({}),
+            None,
+        ));
+        let v = anthropic(&messages, &Unanswered::new());
+        assert_eq!(v["system"], "be brief", "{v}");
+        let last = v["messages"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(
+            last,
+            json!({"role": "assistant", "content": [{"type": "text", "text": "answer"}]})
+        );
     }
 
     /// Anthropic refuses `.` and `:` in a `tool_use` id: such an id is
-    /// given one it accepts, the same in the call and its result, and not
-    /// one another call of the thread has.
+    /// given one it accepts, the same in the call and its result, that
+    /// depends on the id alone and is not one another call of the thread has.
     #[test]
     fn anthropic_gets_call_ids_it_accepts() {
         let call = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
@@ -850,9 +921,12 @@ mod tests {
             .iter()
             .map(|b| b["id"].as_str().unwrap())
             .collect();
-        // In order: `a.b` takes `a_b`, so the call whose id is `a_b` gets
-        // `a_b_1`.
-        assert_eq!(uses, ["a_b", "a_b_1", "x_1"], "{v}");
+        let (ab, x1) = (
+            hashed_id("a.b", 0, usize::MAX),
+            hashed_id("x:1", 0, usize::MAX),
+        );
+        assert!(ab.starts_with("a_b_") && ab.len() == 12, "{ab}");
+        assert_eq!(uses, [ab.as_str(), "a_b", x1.as_str()], "{v}");
         let answered: Vec<&str> = m[2]["content"]
             .as_array()
             .unwrap()
@@ -861,28 +935,78 @@ mod tests {
             .collect();
         assert_eq!(answered, uses, "{v}");
         assert!(uses.iter().all(|id| anthropic_id_ok(id)));
-        // A later call with the id an earlier one got on the wire leaves
-        // the earlier one as it was: the id a model saw does not change.
+        // The same ids in a thread where the calls come in another order:
+        // a call's wire id does not depend on the calls before it.
+        let reordered = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            msg(
+                2,
+                Role::Assistant,
+                "",
+                json!({"tool_calls": [call("x:1"), call("a.b")]}),
+                None,
+            ),
+            result(3, "x:1", "x:1"),
+            result(4, "a.b", "a.b"),
+        ];
+        let r = anthropic(&reordered, &Unanswered::new());
+        assert_eq!(r["messages"][1]["content"][0]["id"], x1.as_str(), "{r}");
+        assert_eq!(r["messages"][1]["content"][1]["id"], ab.as_str(), "{r}");
+        // A later call whose own id is one an earlier call has on the wire
+        // gets another; the id a model saw does not change.
         let mut grown = messages.clone();
         grown.push(msg(
             6,
             Role::Assistant,
             "",
-            json!({"tool_calls": [call("x_1")]}),
+            json!({"tool_calls": [call(&x1)]}),
             None,
         ));
-        grown.push(result(7, "x_1", "x_1"));
+        grown.push(result(7, &x1, "x1"));
         let g = anthropic(&grown, &Unanswered::new());
         assert_eq!(g["messages"][1], v["messages"][1], "{g}");
-        assert_eq!(g["messages"][3]["content"][0]["id"], "x_1_1", "{g}");
-        assert_eq!(
-            g["messages"][4]["content"][0]["tool_use_id"], "x_1_1",
-            "{g}"
-        );
-        // OpenAI takes any id: unchanged there.
+        let again = g["messages"][3]["content"][0]["id"].as_str().unwrap();
+        assert_eq!(again, hashed_id(&x1, 1, usize::MAX), "{g}");
+        assert_eq!(g["messages"][4]["content"][0]["tool_use_id"], again, "{g}");
+        // OpenAI takes `.` and `:`: unchanged there.
         let o = openai(&messages, &Unanswered::new());
         assert_eq!(o["messages"][1]["tool_calls"][0]["id"], "a.b", "{o}");
         assert_eq!(o["messages"][2]["tool_call_id"], "a.b", "{o}");
+    }
+
+    /// OpenAI refuses a tool call id over 40 characters: such an id (an
+    /// undo's `undo_` and a UUID is 41) is given one of 40, the same in the
+    /// call and its result; shorter ones are left as they are.
+    #[test]
+    fn openai_gets_call_ids_it_accepts() {
+        let long = "undo_3f2b8c1e-5d4a-4e2b-9a7c-1b2c3d4e5f61";
+        let forty = &long[1..];
+        let call = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
+        let messages = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            msg(
+                2,
+                Role::Assistant,
+                "",
+                json!({"tool_calls": [call(long), call(forty)]}),
+                None,
+            ),
+            result(3, long, "a"),
+            result(4, forty, "b"),
+        ];
+        let o = openai(&messages, &Unanswered::new());
+        let wire = o["messages"][1]["tool_calls"][0]["id"].as_str().unwrap();
+        assert_eq!(wire.len(), 40, "{o}");
+        assert!(
+            wire.starts_with("undo_3f2b8c1e-5d4a-4e2b-9a7c-1b_"),
+            "{wire}"
+        );
+        assert_eq!(o["messages"][2]["tool_call_id"], wire, "{o}");
+        assert_eq!(o["messages"][1]["tool_calls"][1]["id"], forty, "{o}");
+        assert_eq!(o["messages"][3]["tool_call_id"], forty, "{o}");
+        // Anthropic has no such limit.
+        let a = anthropic(&messages, &Unanswered::new());
+        assert_eq!(a["messages"][1]["content"][0]["id"], long, "{a}");
     }
 
     /// An application's tool that failed (AG-UI `error`): both vendors see

@@ -195,10 +195,18 @@ impl Media<'_> {
         }
     }
 
+    /// The part's media type as the vendors take it: its essence, in lower
+    /// case (`IMAGE/PNG; x=y` is `image/png`). They match it exactly.
+    fn media_type(&self) -> Option<String> {
+        self.mime.map(|mime| essence(mime).to_ascii_lowercase())
+    }
+
     fn data_url(&self) -> String {
         format!(
             "data:{};base64,{}",
-            self.mime.unwrap_or("application/octet-stream"),
+            self.media_type()
+                .as_deref()
+                .unwrap_or("application/octet-stream"),
             self.value
         )
     }
@@ -239,7 +247,7 @@ pub fn openai_user(parts: &[Value]) -> Vec<Value> {
                 return Some(json!({"type": "text", "text": part["text"]}));
             }
             let m = media(part)?;
-            let audio_format = match m.mime {
+            let audio_format = match m.media_type().as_deref() {
                 Some("audio/wav" | "audio/x-wav" | "audio/wave") => Some("wav"),
                 Some("audio/mpeg" | "audio/mp3") => Some("mp3"),
                 _ => None,
@@ -294,7 +302,7 @@ fn anthropic_blocks_of(parts: &[Value], documents: bool) -> Vec<Value> {
             let source = match m.source {
                 "url" => Some(json!({"type": "url", "url": m.value})),
                 "data" => m
-                    .mime
+                    .media_type()
                     .map(|mime| json!({"type": "base64", "media_type": mime, "data": m.value})),
                 _ if m.issued_by("anthropic") => Some(json!({"type": "file", "file_id": m.value})),
                 _ => None,
@@ -474,6 +482,46 @@ mod tests {
                 .contains("in file file-1")
         );
         assert_eq!(content.len(), 7);
+    }
+
+    /// A media type is matched whatever its case and parameters, and
+    /// handed on as the bare lower-case type the vendors match exactly.
+    #[test]
+    fn media_types_are_handed_on_as_the_vendors_spell_them() {
+        let data = |kind: &str, mime: &str| json!({"type": kind, "source": {"type": "data", "value": "AAAA", "mimeType": mime}});
+        let parts = [
+            data("image", "IMAGE/PNG"),
+            data("image", "image/webp "),
+            data("document", "Application/PDF; x=y"),
+            data("audio", "audio/MPEG"),
+        ];
+        let blocks = anthropic_blocks(&parts);
+        let types: Vec<&Value> = blocks[..3]
+            .iter()
+            .map(|b| &b["source"]["media_type"])
+            .collect();
+        assert_eq!(
+            types,
+            [
+                &json!("image/png"),
+                &json!("image/webp"),
+                &json!("application/pdf")
+            ]
+        );
+        let content = openai_user(&parts);
+        assert_eq!(content[0]["image_url"]["url"], "data:image/png;base64,AAAA");
+        assert_eq!(
+            content[1]["image_url"]["url"],
+            "data:image/webp;base64,AAAA"
+        );
+        assert_eq!(
+            content[2]["file"]["file_data"],
+            "data:application/pdf;base64,AAAA"
+        );
+        assert_eq!(content[3]["input_audio"]["format"], "mp3");
+        // In a tool result too.
+        let result = anthropic_result_blocks(&[data("image", "image/png; charset=binary")]);
+        assert_eq!(result[0]["source"]["media_type"], "image/png");
     }
 
     #[test]
