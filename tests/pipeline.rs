@@ -1633,10 +1633,12 @@ async fn an_application_tools_failure_is_kept(backend: Backend) {
         "{context}"
     );
     // Anthropic refuses `.` in a tool_use id: the call and its result get
-    // one it accepts.
-    assert_eq!(result["tool_use_id"], "up_1", "{context}");
+    // one it accepts, `_` for `.` and a hash of the id after it.
+    // (README: `up.1` → `up_1_f6f1c42d`.)
+    let wire = "up_1_f6f1c42d";
+    assert_eq!(result["tool_use_id"], wire, "{context}");
     assert_eq!(
-        context["messages"][1]["content"][0]["id"], "up_1",
+        context["messages"][1]["content"][0]["id"], wire,
         "{context}"
     );
     let history = app.history("fe").await;
@@ -1872,7 +1874,102 @@ async fn a_whole_number_with_a_fraction_is_the_integer(backend: Backend) {
     assert_eq!(out["errors"][0]["path"], "/ms", "{out}");
 }
 
+/// A declared call refused before it runs (arguments that do not match,
+/// an unknown tool) is the call's failed result: the model waits for it,
+/// and no corrected call can answer under its id. An undeclared one is a
+/// request error that records nothing.
+async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let t = "/v1/threads/decl-refused";
+    let r = app
+        .post(
+            &format!("{t}/messages"),
+            &json!({"role": "user", "content": "go"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let declared = json!({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "name": "echo", "arguments": {"txt": "typo"}},
+        {"id": "c2", "name": "nope", "arguments": {}},
+    ]});
+    assert_eq!(
+        app.post(&format!("{t}/messages"), &declared).await.status(),
+        201
+    );
+    let (s, out) = app
+        .call(
+            "decl-refused",
+            json!({"id": "c1", "name": "echo", "arguments": {"txt": "typo"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let output = &out["tool_agent_output"];
+    assert_eq!(output["status"], "failure", "{out}");
+    assert_eq!(output["error"]["code"], "INVALID_ARGUMENTS", "{out}");
+    assert_eq!(output["error"]["errors"][0]["path"], "", "{out}");
+    assert!(
+        out["tool_response"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("INVALID_ARGUMENTS")
+    );
+    // Posted again: the stored outcome, nothing new.
+    let (s, again) = app
+        .call(
+            "decl-refused",
+            json!({"id": "c1", "name": "echo", "arguments": {"txt": "typo"}}),
+        )
+        .await;
+    assert_eq!((s, &again["replayed"]), (200, &json!(true)), "{again}");
+    assert_eq!(again["tool_agent_output"], *output);
+    let (s, out) = app
+        .call(
+            "decl-refused",
+            json!({"id": "c2", "name": "nope", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(
+        out["tool_agent_output"]["error"]["code"], "TOOL_NOT_FOUND",
+        "{out}"
+    );
+    // The model reads both errors in its context, not a stand-in.
+    let context = app.get_json(&format!("{t}/context")).await;
+    let results: Vec<&str> = context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(results.len(), 2, "{context}");
+    assert!(results[0].contains("INVALID_ARGUMENTS"), "{context}");
+    assert!(results[1].contains("TOOL_NOT_FOUND"), "{context}");
+    // A call no message declares is refused and leaves nothing.
+    let before = app.history("decl-refused").await.len();
+    let (s, out) = app
+        .call(
+            "decl-refused",
+            json!({"id": "c3", "name": "echo", "arguments": {"txt": "typo"}}),
+        )
+        .await;
+    assert_eq!(s, 422, "{out}");
+    assert_eq!(app.history("decl-refused").await.len(), before);
+    // Nor does a declared call's id posted to another owner's thread.
+    let other = app.token_for("mallory");
+    let r = app
+        .client
+        .post(format!("{}{t}/tool-calls", app.base))
+        .bearer_auth(&other)
+        .json(&json!({"id": "c2", "name": "nope", "arguments": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+}
+
 both_backends!(
+    a_declared_call_refused_before_it_runs_is_its_failed_result,
     a_whole_number_with_a_fraction_is_the_integer,
     a_run_announces_a_call_by_the_name_it_was_called,
     a_run_claims_its_new_thread_even_when_it_records_nothing,

@@ -254,6 +254,28 @@ pub enum Rejection {
     Store(StoreError),
 }
 
+impl Rejection {
+    /// The structured error of a call refused before it runs (an unknown
+    /// tool, arguments that do not match), as a model reads it.
+    pub fn tool_error(&self) -> Option<ToolError> {
+        match self {
+            Rejection::ToolNotFound { name, available } => Some(
+                ToolError::new(
+                    codes::TOOL_NOT_FOUND,
+                    format!(
+                        "no tool named {name:?}; available tools: {}",
+                        available.join(", ")
+                    ),
+                    false,
+                )
+                .with_hint("call one of the available tools by its exact name"),
+            ),
+            Rejection::InvalidArguments { error, .. } => Some((**error).clone()),
+            _ => None,
+        }
+    }
+}
+
 impl From<StoreError> for Rejection {
     fn from(e: StoreError) -> Self {
         match e {
@@ -313,7 +335,10 @@ impl Engine {
     /// gate's refusal and a tool's own failure, is recorded and streamed.
     pub async fn execute(&self, req: CallRequest) -> Result<Executed, Rejection> {
         // 1. Resolve the tool by name or alias.
-        let tool = self.resolve(&req.call.name)?;
+        let tool = match self.resolve(&req.call.name) {
+            Ok(tool) => tool,
+            Err(rejection) => return self.refused_before_running(req, rejection).await,
+        };
 
         // A read-only tool's write-ahead may be deferred (step 7).
         let deferred = tool.definition.metadata.read_only && !self.config.announce_after.is_zero();
@@ -356,7 +381,9 @@ impl Engine {
             };
 
             // 5. Validate the arguments against the compiled input schema.
-            validate_arguments(&tool, &arguments)?;
+            if let Err(rejection) = validate_arguments(&tool, &arguments) {
+                return self.refused_before_running(req, rejection).await;
+            }
 
             // A dry run previews and changes nothing: only tools that
             // declare it can, and it needs no checkpoint.
@@ -519,6 +546,35 @@ impl Engine {
             finishing,
         )
         .await
+    }
+
+    /// A call refused before it runs (unknown tool, arguments that do not
+    /// match) is a request error, and nothing is recorded, unless an
+    /// assistant message of the thread declares the call: the model then
+    /// waits for its result, and no other call can give one (a call posted
+    /// under that id must match the declaration). So the refusal is
+    /// recorded as the call's failed result, as a gate's refusal is, and
+    /// the model reads it in the thread's history and context.
+    async fn refused_before_running(
+        &self,
+        req: CallRequest,
+        rejection: Rejection,
+    ) -> Result<Executed, Rejection> {
+        let Some(error) = rejection.tool_error() else {
+            return Err(rejection);
+        };
+        // The thread's messages are read only for its owner.
+        if self.store.thread_owner(&req.thread_id).await?.as_deref() != Some(req.owner.as_str()) {
+            return Err(rejection);
+        }
+        let outlines = self.store.message_outlines(&req.thread_id).await?;
+        if !crate::protocol::context::declared_calls(&outlines).any(|d| d.id == req.call.id) {
+            return Err(rejection);
+        }
+        self.record_rejected_call(req, error)
+            .await
+            .map(Executed::Finished)
+            .map_err(Rejection::from)
     }
 
     fn resolve(&self, name: &str) -> Result<Arc<RegisteredTool>, Rejection> {

@@ -724,15 +724,10 @@ async fn execute_turn(
             retry.observer = request.observer.clone();
             // In a stream every call gets an answer: refusals are recorded.
             let refusal = match engine.execute(request).await {
-                Err(Rejection::ToolNotFound { name, available }) => ToolError::new(
-                    codes::TOOL_NOT_FOUND,
-                    format!(
-                        "no tool named {name:?}; available tools: {}",
-                        available.join(", ")
-                    ),
-                    false,
-                ),
-                Err(Rejection::InvalidArguments { error, .. }) => *error,
+                Err(rejection) => match rejection.tool_error() {
+                    Some(error) => error,
+                    None => return Err(rejection),
+                },
                 other => return other,
             };
             engine

@@ -100,18 +100,10 @@ fn refusal(title: &str, error: ToolError, mut extra: Map<String, Value>) -> ApiE
 
 pub fn rejection_to_api(r: Rejection) -> ApiError {
     match r {
-        Rejection::ToolNotFound { name, available } => {
-            let error = ToolError::new(
-                codes::TOOL_NOT_FOUND,
-                format!(
-                    "no tool named {name:?}; available tools: {}",
-                    available.join(", ")
-                ),
-                false,
-            )
-            .with_hint("call one of the available tools by its exact name");
+        Rejection::ToolNotFound { ref available, .. } => {
             let mut extra = Map::new();
             extra.insert("available_tools".into(), json!(available));
+            let error = r.tool_error().expect("an unknown tool's error");
             refusal("Unknown tool", error, extra)
         }
         Rejection::InvalidArguments { error, .. } => {
