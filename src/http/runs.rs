@@ -917,16 +917,35 @@ fn with_parts(mut metadata: Value, content: &Value) -> Value {
 }
 
 /// A user or tool message's text: the string itself, or its text parts
-/// joined (its media parts are kept beside it: [`with_parts`]).
+/// joined by line breaks, empty ones left out (its media parts are kept
+/// beside it: [`with_parts`]).
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts
             .iter()
             .filter(|p| p["type"] == "text")
-            .map(|p| p["text"].as_str().unwrap_or_default())
+            .filter_map(|p| p["text"].as_str().filter(|t| !t.is_empty()))
             .collect::<Vec<_>>()
             .join("\n"),
         _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_messages_text_parts_are_joined_without_the_empty_ones() {
+        let parts = json!([
+            {"type": "text", "text": "look"},
+            {"type": "text", "text": ""},
+            {"type": "image", "source": {"type": "url", "value": "https://e.test/a.png"}},
+            {"type": "text", "text": "here"},
+        ]);
+        assert_eq!(super::text_of(&parts), "look\nhere");
+        assert_eq!(super::text_of(&json!([{"type": "text", "text": ""}])), "");
+        assert_eq!(super::text_of(&json!("as sent ")), "as sent ");
     }
 }
