@@ -165,12 +165,13 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
         {"id": "x2", "name": "exclusive", "arguments": {"tag": "b"}},
         {"name": "echo"},
         "echo",
+        {"id": "no-name", "type": "tool_use"},
     ]});
     let resp = app.post("/v1/threads/b/batches", &batch).await;
     assert_eq!(resp.status(), 200);
     let body: Value = resp.json().await.unwrap();
     let results = body["results"].as_array().unwrap();
-    assert_eq!(results.len(), 8);
+    assert_eq!(results.len(), 9);
     for (i, r) in results.iter().enumerate() {
         assert_eq!(r["index"], i, "request order");
     }
@@ -200,6 +201,14 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
         "{}",
         results[7]
     );
+    // A refused item names its id when it has one.
+    assert_eq!(
+        (&results[8]["status"], &results[8]["tool_call_id"]),
+        (&json!(422), &json!("no-name")),
+        "{}",
+        results[8]
+    );
+    assert_eq!(results[6]["tool_call_id"], Value::Null);
     assert_eq!(
         *log.lock().unwrap(),
         ["start a", "end a", "start b", "end b"],

@@ -31,12 +31,34 @@ pub struct BatchRequest {
     /// at most `tools.max_batch_calls` (64 by default). Each is checked on
     /// its own: one that is not a valid call gets its own 422 in `results`,
     /// and the others still run.
-    #[schema(value_type = Vec<crate::protocol::calls::ToolCallRequest>, min_items = 1)]
+    #[schema(value_type = Vec<BatchCall>, min_items = 1)]
     pub calls: Vec<Value>,
     /// The run the calls belong to (for rollback); generated when absent.
     #[schema(value_type = Option<crate::protocol::calls::Id>)]
     pub run_id: Option<String>,
 }
+
+/// A batch item in the OpenAPI document: a tool call in any accepted shape
+/// ([`crate::protocol::calls::ToolCallRequest`]), though any JSON value is
+/// taken, and one that is not a valid call is answered with its own 422 in
+/// `results`.
+pub struct BatchCall;
+
+impl utoipa::PartialSchema for BatchCall {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::AnyOfBuilder::new()
+            .item(utoipa::openapi::RefOr::Ref(
+                utoipa::openapi::Ref::from_schema_name("ToolCallRequest"),
+            ))
+            .item(crate::protocol::agui::AnyJson::schema())
+            .description(Some(
+                "A tool call in any accepted shape (ToolCallRequest); any other value is answered with its own 422 in `results`",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for BatchCall {}
 
 /// One call's answer: its result, or the problem that refused it.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -123,7 +145,13 @@ pub async fn post_batch(
             // place included.
             let call = calls::parse(raw).map_err(|mut e| {
                 e.pointer = format!("/calls/{index}{}", e.pointer);
-                (None, parse_error_to_api(e))
+                // The item's id, when it has a usable one.
+                let id = raw
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .filter(|id| calls::valid_id(id))
+                    .map(str::to_string);
+                (id, parse_error_to_api(e))
             })?;
             if let Some(first) = first_at.get(&call.id) {
                 return Err((

@@ -511,6 +511,83 @@ mod tests {
         }
     }
 
+    /// What the server takes and refuses in a message's calls, a run's
+    /// input and a batch, the document says too: a message's calls name a
+    /// tool a tool can have; a run's ids are ids and the fields it ignores
+    /// take any JSON; a batch takes any item (answering a bad one in its
+    /// results).
+    #[test]
+    fn messages_runs_and_batches_are_described_as_the_server_takes_them() {
+        let doc = document();
+        let message = component_in_document(&doc, "NewMessageRequest");
+        let with = |call: Value| json!({"role": "assistant", "tool_calls": [call]});
+        for (call, valid) in [
+            (json!({"id": "c", "name": "ui.pick"}), true),
+            (json!({"id": "c", "name": "my tool"}), false),
+            (
+                json!({"id": "c", "type": "tool_use", "name": "my tool"}),
+                false,
+            ),
+            (
+                json!({"id": "c", "function": {"name": "ui-pick", "arguments": "{}"}}),
+                true,
+            ),
+            (
+                json!({"id": "c", "function": {"name": "my tool", "arguments": "{}"}}),
+                false,
+            ),
+            (json!({"id": "c", "name": &"n".repeat(65)}), false),
+        ] {
+            assert_eq!(message.is_valid(&with(call.clone())), valid, "{call}");
+        }
+        let run = component_in_document(&doc, "RunAgentInput");
+        let input = |extra: Value| {
+            let mut v = json!({"threadId": "t", "runId": "r", "messages": [
+                {"id": "u1", "role": "user", "content": "hi"}]});
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            v
+        };
+        for (extra, valid) in [
+            (
+                json!({"state": "AAA", "forwardedProps": [1], "context": [1, null],
+                    "tools": [{"name": "fe", "parameters": "AAA"}]}),
+                true,
+            ),
+            (
+                json!({"resume": [{"interruptId": "i", "status": "resolved", "payload": "text"}]}),
+                true,
+            ),
+            (
+                json!({"resume": [{"interruptId": "i", "status": "resolved", "payload": null}]}),
+                true,
+            ),
+            (
+                json!({"resume": [{"interruptId": "i", "status": "resolved"}]}),
+                true,
+            ),
+            (
+                json!({"messages": [{"id": "u 1", "role": "user", "content": "hi"}]}),
+                false,
+            ),
+            (
+                json!({"messages": [{"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "c 1", "type": "function", "function": {"name": "echo", "arguments": "{}"}}]}]}),
+                false,
+            ),
+            (
+                json!({"messages": [{"id": "t1", "role": "tool", "toolCallId": "c 1", "content": "x"}]}),
+                false,
+            ),
+        ] {
+            assert_eq!(run.is_valid(&input(extra.clone())), valid, "{extra}");
+        }
+        let batch = component_in_document(&doc, "BatchRequest");
+        assert!(batch.is_valid(&json!({"calls": [{"id": "c1", "type": "tool_use"}, "echo", 5]})));
+        assert!(!batch.is_valid(&json!({"calls": []})));
+    }
+
     /// Only an assistant message may carry `tool_calls`, in the document as
     /// in `post_message`.
     #[test]

@@ -335,7 +335,7 @@ pub struct NewMessageRequest {
     #[serde(default)]
     pub content: Option<String>,
     /// Assistant only: the calls the model made, in any accepted shape.
-    #[schema(value_type = Option<Vec<calls::ToolCallRequest>>)]
+    #[schema(value_type = Option<Vec<calls::DeclaredToolCall>>)]
     pub tool_calls: Option<Vec<Value>>,
 }
 
@@ -364,7 +364,7 @@ pub struct MessageCreated {
         (status = 400, description = "Malformed request", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "Message id already recorded with another role, content or tool_calls, or a call id of tool_calls already declared or recorded in the thread with another tool or arguments", content_type = "application/problem+json"),
-        (status = 422, description = "Wrong field types, an invalid id, or tool_calls on a message that is not the assistant's (errors name the JSON pointer)", content_type = "application/problem+json"),
+        (status = 422, description = "Wrong field types, an invalid id, tool_calls on a message that is not the assistant's, a call's tool name outside [A-Za-z0-9_.-]{1,64}, or arguments sent as text that are not the JSON text of an object (errors name the JSON pointer)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn post_message(
@@ -1104,7 +1104,7 @@ pub async fn undo_tool_call(
     params(("thread_id" = String, Path,), ("run_id" = String, Path,)),
     responses(
         (status = 200, description = "Each call's step", body = crate::engine::RollbackReport),
-        (status = 404, description = "No such run in this thread", content_type = "application/problem+json"),
+        (status = 404, description = "No tool call of this run in this thread (a run that called no tool has nothing to roll back)", content_type = "application/problem+json"),
         (status = 409, description = "Already rolled back", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),

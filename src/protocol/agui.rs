@@ -180,7 +180,7 @@ pub struct ResumeEntry {
     /// The answer, in the shape of the interrupt's `responseSchema` (an
     /// application's call: its result, text or any JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<AnyJson>)]
+    #[schema(value_type = AnyJson, required = false)]
     pub payload: Option<Value>,
     /// Envelope information about the answer; toolgate keeps none of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,6 +226,7 @@ impl utoipa::PartialSchema for AnyJson {
     fn schema() -> utoipa::openapi::RefOr<Schema> {
         Schema::Object(
             ObjectBuilder::new()
+                .schema_type(utoipa::openapi::schema::SchemaType::AnyValue)
                 .description(Some("Any JSON value"))
                 .build(),
         )
@@ -241,6 +242,7 @@ impl ToSchema for AnyJson {}
 pub enum Message {
     #[serde(rename_all = "camelCase")]
     User {
+        #[schema(value_type = super::calls::Id)]
         id: String,
         #[schema(value_type = MessageContent)]
         content: Value,
@@ -249,6 +251,7 @@ pub enum Message {
     },
     #[serde(rename_all = "camelCase")]
     Assistant {
+        #[schema(value_type = super::calls::Id)]
         id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<String>,
@@ -259,6 +262,7 @@ pub enum Message {
     },
     #[serde(rename_all = "camelCase")]
     System {
+        #[schema(value_type = super::calls::Id)]
         id: String,
         content: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,6 +270,7 @@ pub enum Message {
     },
     #[serde(rename_all = "camelCase")]
     Developer {
+        #[schema(value_type = super::calls::Id)]
         id: String,
         content: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -273,9 +278,11 @@ pub enum Message {
     },
     #[serde(rename_all = "camelCase")]
     Tool {
+        #[schema(value_type = super::calls::Id)]
         id: String,
         #[schema(value_type = MessageContent)]
         content: Value,
+        #[schema(value_type = super::calls::Id)]
         tool_call_id: String,
         /// Why the tool failed, when it did (beside `content`, which may
         /// hold a partial result).
@@ -290,6 +297,7 @@ pub enum Message {
     /// neither runs nor replays reasoning, and gives no model it back.
     #[serde(rename_all = "camelCase")]
     Reasoning {
+        #[schema(value_type = super::calls::Id)]
         id: String,
         content: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -299,6 +307,7 @@ pub enum Message {
     /// thread, as for `reasoning`.
     #[serde(rename_all = "camelCase")]
     Activity {
+        #[schema(value_type = super::calls::Id)]
         id: String,
         activity_type: String,
         #[schema(value_type = Object)]
@@ -328,6 +337,7 @@ impl Message {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolCall {
+    #[schema(value_type = super::calls::Id)]
     pub id: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -352,18 +362,21 @@ pub struct RunAgentInput {
     pub run_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_run_id: Option<String>,
+    /// Ignored, as AG-UI leaves it to the agent.
     #[serde(default)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = AnyJson)]
     pub state: Value,
     pub messages: Vec<Message>,
     /// The frontend's own tools: calls to these are left to the frontend.
     #[serde(default)]
     pub tools: Vec<FrontendTool>,
+    /// Ignored.
     #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<AnyJson>)]
     pub context: Vec<Value>,
+    /// Ignored.
     #[serde(default)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = AnyJson)]
     pub forwarded_props: Value,
     /// Answers to the interrupts that ended the thread's previous run.
     #[serde(default)]
@@ -375,8 +388,9 @@ pub struct FrontendTool {
     pub name: String,
     #[serde(default)]
     pub description: String,
+    /// Ignored: the application runs its tools.
     #[serde(default)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = AnyJson)]
     pub parameters: Value,
 }
 

@@ -70,6 +70,41 @@ impl utoipa::PartialSchema for Id {
 
 impl ToSchema for Id {}
 
+/// [`crate::tools::registry::valid_tool_name`] as a JSON Schema `pattern`.
+pub const TOOL_NAME_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+
+/// A call an assistant message declares, in the OpenAPI document: a
+/// [`ToolCallRequest`] whose tool name is one a tool can have (a message
+/// recording any other would give a context no model API accepts).
+pub struct DeclaredToolCall;
+
+impl utoipa::PartialSchema for DeclaredToolCall {
+    fn schema() -> RefOr<Schema> {
+        let name = || {
+            text_schema(
+                Some(64),
+                Some(TOOL_NAME_PATTERN),
+                "A tool's name: 1-64 characters from A-Z a-z 0-9 _ - .",
+            )
+        };
+        utoipa::openapi::schema::AllOfBuilder::new()
+            .item(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
+                "ToolCallRequest",
+            )))
+            .item(
+                ObjectBuilder::new()
+                    .property("name", name())
+                    .property("function", ObjectBuilder::new().property("name", name())),
+            )
+            .description(Some(
+                "A tool call in any accepted shape whose tool name matches [A-Za-z0-9_.-]{1,64}; arguments sent as text must be the JSON text of an object",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for DeclaredToolCall {}
+
 /// A sub-workspace name in the OpenAPI document: what
 /// [`valid_workspace_name`] accepts.
 pub struct WorkspaceName;
