@@ -325,7 +325,7 @@ pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                     .into_iter()
                     .map(|c| {
                         json!({"id": wire_id(c["id"].as_str()), "type": "function",
-                               "function": {"name": c["name"], "arguments": c["arguments"].to_string()}})
+                               "function": {"name": wire_name(&c["name"]), "arguments": c["arguments"].to_string()}})
                     })
                     .collect();
                 let mut v = json!({"role": "assistant", "content": m.content});
@@ -350,6 +350,35 @@ pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
         })
         .collect();
     json!({ "messages": out })
+}
+
+/// A call's tool name as a vendor's API takes it. A run records the name
+/// its client sent, whatever it is (the call fails with `TOOL_NOT_FOUND`,
+/// which the model reads and corrects): in a context, a name no tool can
+/// have gets `_` for each character outside `A-Z a-z 0-9 _ - .`, and is cut
+/// to 64 characters (`unnamed_tool` when empty), since one name the API
+/// refuses would make it refuse the whole conversation.
+fn wire_name(name: &Value) -> Value {
+    let name = name.as_str().unwrap_or_default();
+    if crate::tools::registry::valid_tool_name(name) {
+        return json!(name);
+    }
+    let sanitized: String = name
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    json!(if sanitized.is_empty() {
+        "unnamed_tool"
+    } else {
+        sanitized.as_str()
+    })
 }
 
 /// The user turn an Anthropic context opens with when the thread's first
@@ -488,7 +517,7 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                         object @ Value::Object(_) => object.clone(),
                         other => json!({"_raw": other}),
                     };
-                    blocks.push(json!({"type": "tool_use", "id": wire_id(c["id"].as_str()), "name": c["name"], "input": input}));
+                    blocks.push(json!({"type": "tool_use", "id": wire_id(c["id"].as_str()), "name": wire_name(&c["name"]), "input": input}));
                 }
                 ("assistant", blocks)
             }
@@ -972,6 +1001,43 @@ mod tests {
         let o = openai(&messages, &Unanswered::new());
         assert_eq!(o["messages"][1]["tool_calls"][0]["id"], "a.b", "{o}");
         assert_eq!(o["messages"][2]["tool_call_id"], "a.b", "{o}");
+    }
+
+    /// A name a run recorded as its client sent it, which no tool can
+    /// have, is given in a form the vendors take.
+    #[test]
+    fn a_tool_name_no_tool_can_have_is_given_as_vendors_take_it() {
+        let call = |id: &str, name: &str| json!({"id": id, "name": name, "arguments": {}});
+        let messages = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            msg(
+                2,
+                Role::Assistant,
+                "",
+                json!({"tool_calls": [call("a", "bad name!"), call("b", ""), call("c", "ui.pick"),
+                                      call("d", &"é".repeat(70))]}),
+                None,
+            ),
+        ];
+        let o = openai(&messages, &Unanswered::new());
+        let names: Vec<&Value> = o["messages"][1]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| &c["function"]["name"])
+            .collect();
+        let long = "_".repeat(64);
+        assert_eq!(
+            names,
+            [
+                &json!("bad_name_"),
+                &json!("unnamed_tool"),
+                &json!("ui.pick"),
+                &json!(long)
+            ]
+        );
+        let a = anthropic(&messages, &Unanswered::new());
+        assert_eq!(a["messages"][1]["content"][0]["name"], "bad_name_", "{a}");
     }
 
     /// OpenAI refuses a tool call id over 40 characters: such an id (an
