@@ -26,6 +26,47 @@ pub struct Application {
     state: AppState,
     cors: Option<http::cors::CorsLayer>,
     pub dev_token: Option<String>,
+    /// Held until the server has stopped: see [`lock_data_dir`].
+    _data_dir_lock: std::fs::File,
+}
+
+/// The file in the data directory that the serving process holds locked.
+pub const DATA_DIR_LOCK: &str = "toolgate.lock";
+
+/// Lock the data directory for this process, or fail if another process
+/// serves from it. What a starting process does assumes it is the only
+/// one: it finishes the calls left running as INTERRUPTED, writes the
+/// results kept on disk during an outage, and ends the commands a previous
+/// process left behind. A second process on the same directory would do
+/// all of that to a live one's calls and commands. The lock (`flock`) goes
+/// with the process, however it ends.
+fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    crate::private_dir(data_dir)
+        .with_context(|| format!("cannot create the data directory {}", data_dir.display()))?;
+    let path = data_dir.join(DATA_DIR_LOCK);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: flock on a descriptor this function owns, open until `file`
+    // is dropped.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(file);
+    }
+    let error = std::io::Error::last_os_error();
+    if error.kind() == std::io::ErrorKind::WouldBlock {
+        anyhow::bail!(
+            "another toolgate process is serving from the data directory {} (it holds {} \
+             locked); stop it first, or give this one a data directory of its own \
+             (--data-dir)",
+            data_dir.display(),
+            path.display()
+        );
+    }
+    Err(error).with_context(|| format!("cannot lock {}", path.display()))
 }
 
 /// The data directory's record of running commands' sessions.
@@ -113,6 +154,8 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         let cors = http::cors::layer(&settings.server.cors_origins)?;
         let data_dir = settings.storage.data_dir.clone();
+        // Before anything that assumes this process is the directory's only one.
+        let data_dir_lock = lock_data_dir(&data_dir)?;
         let database_url = settings
             .storage
             .database_url
@@ -214,6 +257,7 @@ impl Application {
             state,
             cors,
             dev_token,
+            _data_dir_lock: data_dir_lock,
         })
     }
 

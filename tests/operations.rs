@@ -936,6 +936,71 @@ async fn serve_binary_with(
     }
 }
 
+/// A second process started on a data directory another serves from stops
+/// before it touches anything: it would otherwise finish the live one's
+/// running calls as INTERRUPTED and end its commands.
+async fn a_second_process_on_a_served_data_dir_refuses_to_start(backend: Backend) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let pg = common::database_for(backend).await;
+    let url = pg.as_ref().map(|p| p.url.as_str());
+    let first = serve_binary(data_dir.path(), url).await;
+    let client = reqwest::Client::new();
+    let stream = client
+        .get(format!("{}/v1/threads/two/events", first.base))
+        .bearer_auth(&first.token)
+        .send()
+        .await
+        .unwrap();
+    let mut sse = SseReader::new(stream);
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let (base, token) = (first.base.clone(), first.token.clone());
+    let running = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{base}/v1/threads/two/tool-calls"))
+            .bearer_auth(token)
+            .json(&json!({"id": "live", "name": "wait", "arguments": {"ms": 3000}}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    });
+    sse.until("TOOL_CALL_END").await;
+    let mut second = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
+    second
+        .args([
+            "--data-dir",
+            data_dir.path().to_str().unwrap(),
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+        ])
+        .env_remove("DATABASE_URL")
+        .kill_on_drop(true);
+    if let Some(url) = url {
+        second.env("DATABASE_URL", url);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(30), second.output())
+        .await
+        .expect("the second process stops at once")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("another toolgate process is serving from the data directory"),
+        "{stderr}"
+    );
+    // The live process's call was left to it: it finishes as it ran.
+    let result = running.await.unwrap();
+    assert_eq!(result["tool_agent_output"]["status"], "success", "{result}");
+    assert_eq!(
+        result["tool_agent_output"]["result"]["waited_ms"], 3000,
+        "{result}"
+    );
+    drop(first);
+}
+
 async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     let data_dir = tempfile::tempdir().unwrap();
     let pg = common::database_for(backend).await;
@@ -1694,6 +1759,7 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
 both_backends!(
     health_readiness_and_metrics,
     a_crash_mid_call_is_finished_as_interrupted,
+    a_second_process_on_a_served_data_dir_refuses_to_start,
     nothing_acknowledged_is_lost_when_the_service_is_killed,
     tokens_never_reach_logs_or_storage,
 );
