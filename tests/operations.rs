@@ -936,6 +936,42 @@ async fn serve_binary_with(
     }
 }
 
+/// A `wait` call of `ms` posted to `served` in `thread`, once it is
+/// recorded as running (its TOOL_CALL_END seen on the thread's stream): the
+/// stream, and the caller's request, which ends with the call.
+async fn a_running_wait(
+    served: &Served,
+    thread: &str,
+    id: &str,
+    ms: u64,
+) -> (
+    SseReader,
+    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+) {
+    let stream = reqwest::Client::new()
+        .get(format!("{}/v1/threads/{thread}/events", served.base))
+        .bearer_auth(&served.token)
+        .send()
+        .await
+        .unwrap();
+    let mut sse = SseReader::new(stream);
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let (base, token) = (served.base.clone(), served.token.clone());
+    let body = json!({"id": id, "name": "wait", "arguments": {"ms": ms}});
+    let url = format!("{base}/v1/threads/{thread}/tool-calls");
+    let caller = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+    });
+    // Recorded as running (write-ahead) before it executes.
+    sse.until("TOOL_CALL_END").await;
+    (sse, caller)
+}
+
 /// A second process started on a data directory another serves from stops
 /// before it touches anything: it would otherwise finish the live one's
 /// running calls as INTERRUPTED and end its commands.
@@ -944,29 +980,7 @@ async fn a_second_process_on_a_served_data_dir_refuses_to_start(backend: Backend
     let pg = common::database_for(backend).await;
     let url = pg.as_ref().map(|p| p.url.as_str());
     let first = serve_binary(data_dir.path(), url).await;
-    let client = reqwest::Client::new();
-    let stream = client
-        .get(format!("{}/v1/threads/two/events", first.base))
-        .bearer_auth(&first.token)
-        .send()
-        .await
-        .unwrap();
-    let mut sse = SseReader::new(stream);
-    sse.next(Duration::from_secs(5)).await.unwrap();
-    let (base, token) = (first.base.clone(), first.token.clone());
-    let running = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(format!("{base}/v1/threads/two/tool-calls"))
-            .bearer_auth(token)
-            .json(&json!({"id": "live", "name": "wait", "arguments": {"ms": 3000}}))
-            .send()
-            .await
-            .unwrap()
-            .json::<Value>()
-            .await
-            .unwrap()
-    });
-    sse.until("TOOL_CALL_END").await;
+    let (_sse, running) = a_running_wait(&first, "two", "live", 3000).await;
     let mut second = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
     second
         .args([
@@ -992,7 +1006,7 @@ async fn a_second_process_on_a_served_data_dir_refuses_to_start(backend: Backend
         "{stderr}"
     );
     // The live process's call was left to it: it finishes as it ran.
-    let result = running.await.unwrap();
+    let result: Value = running.await.unwrap().unwrap().json().await.unwrap();
     assert_eq!(result["tool_agent_output"]["status"], "success", "{result}");
     assert_eq!(
         result["tool_agent_output"]["result"]["waited_ms"], 3000,
@@ -1007,25 +1021,7 @@ async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     let url = pg.as_ref().map(|p| p.url.as_str());
     let mut first = serve_binary(data_dir.path(), url).await;
     let client = reqwest::Client::new();
-    let stream = client
-        .get(format!("{}/v1/threads/crash/events", first.base))
-        .bearer_auth(&first.token)
-        .send()
-        .await
-        .unwrap();
-    let mut sse = SseReader::new(stream);
-    sse.next(Duration::from_secs(5)).await.unwrap();
-    let (base, token) = (first.base.clone(), first.token.clone());
-    let pending = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(format!("{base}/v1/threads/crash/tool-calls"))
-            .bearer_auth(token)
-            .json(&json!({"id": "long", "name": "wait", "arguments": {"ms": 30000}}))
-            .send()
-            .await
-    });
-    // Recorded as running (write-ahead) before it executes.
-    sse.until("TOOL_CALL_END").await;
+    let (_sse, pending) = a_running_wait(&first, "crash", "long", 30000).await;
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
     assert!(

@@ -928,16 +928,9 @@ mod tests {
     /// depends on the id alone and is not one another call of the thread has.
     #[test]
     fn anthropic_gets_call_ids_it_accepts() {
-        let call = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
         let messages = vec![
             msg(1, Role::User, "go", json!({}), None),
-            msg(
-                2,
-                Role::Assistant,
-                "",
-                json!({"tool_calls": [call("a.b"), call("a_b"), call("x:1")]}),
-                None,
-            ),
+            assistant(2, &["a.b", "a_b", "x:1"]),
             result(3, "a.b", "a.b"),
             result(4, "a_b", "a_b"),
             result(5, "x:1", "x:1"),
@@ -968,13 +961,7 @@ mod tests {
         // a call's wire id does not depend on the calls before it.
         let reordered = vec![
             msg(1, Role::User, "go", json!({}), None),
-            msg(
-                2,
-                Role::Assistant,
-                "",
-                json!({"tool_calls": [call("x:1"), call("a.b")]}),
-                None,
-            ),
+            assistant(2, &["x:1", "a.b"]),
             result(3, "x:1", "x:1"),
             result(4, "a.b", "a.b"),
         ];
@@ -984,13 +971,7 @@ mod tests {
         // A later call whose own id is one an earlier call has on the wire
         // gets another; the id a model saw does not change.
         let mut grown = messages.clone();
-        grown.push(msg(
-            6,
-            Role::Assistant,
-            "",
-            json!({"tool_calls": [call(&x1)]}),
-            None,
-        ));
+        grown.push(assistant(6, &[&x1]));
         grown.push(result(7, &x1, "x1"));
         let g = anthropic(&grown, &Unanswered::new());
         assert_eq!(g["messages"][1], v["messages"][1], "{g}");
@@ -1047,16 +1028,9 @@ mod tests {
     fn openai_gets_call_ids_it_accepts() {
         let long = "undo_3f2b8c1e-5d4a-4e2b-9a7c-1b2c3d4e5f61";
         let forty = &long[1..];
-        let call = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
         let messages = vec![
             msg(1, Role::User, "go", json!({}), None),
-            msg(
-                2,
-                Role::Assistant,
-                "",
-                json!({"tool_calls": [call(long), call(forty)]}),
-                None,
-            ),
+            assistant(2, &[long, forty]),
             result(3, long, "a"),
             result(4, forty, "b"),
         ];
