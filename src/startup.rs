@@ -30,6 +30,37 @@ pub struct Application {
     _data_dir_lock: std::fs::File,
 }
 
+/// The file in the data directory that names its process to the database.
+pub const INSTANCE_FILE: &str = "instance.id";
+
+/// The data directory's instance id, created on its first start: the calls
+/// its process runs are recorded as this instance's, and a process finishes
+/// only its own instance's calls left `running` (with several processes on
+/// one database, each has its own data directory, so its own id; the data
+/// directory's lock makes it one process at a time).
+fn instance_id(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = data_dir.join(INSTANCE_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    // Written whole, then renamed: a crash leaves the old file or the new one.
+    let partial = data_dir.join(format!("{INSTANCE_FILE}.partial"));
+    let write = || -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(&partial)?;
+        file.write_all(id.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&partial, &path)?;
+        std::fs::File::open(data_dir)?.sync_all()
+    };
+    write().with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(id)
+}
+
 /// The file in the data directory that the serving process holds locked.
 pub const DATA_DIR_LOCK: &str = "toolgate.lock";
 
@@ -156,6 +187,7 @@ impl Application {
         let data_dir = settings.storage.data_dir.clone();
         // Before anything that assumes this process is the directory's only one.
         let data_dir_lock = lock_data_dir(&data_dir)?;
+        let instance = instance_id(&data_dir)?;
         let database_url = settings
             .storage
             .database_url
@@ -207,6 +239,7 @@ impl Application {
                 },
                 result_spool: Spool::open(&kept_results)
                     .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", kept_results.display()))?,
+                instance,
             },
         ));
         let kept = engine.write_kept_results().await?;

@@ -1015,6 +1015,45 @@ async fn a_second_process_on_a_served_data_dir_refuses_to_start(backend: Backend
     drop(first);
 }
 
+/// Two processes on one Postgres database, each with its own data
+/// directory: the second's start leaves the first's running call to it,
+/// and finishes only what its own data directory's process left behind.
+#[tokio::test]
+async fn a_process_starting_on_a_shared_database_leaves_the_others_calls_alone() {
+    let pg = common::create_pg_database().await;
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = serve_binary(first_dir.path(), Some(&pg.url)).await;
+    let (_sse, running) = a_running_wait(&first, "shared", "live", 3000).await;
+    // A process of the second directory dies with a call running.
+    let mut crashed = serve_binary(second_dir.path(), Some(&pg.url)).await;
+    let (_crash_sse, lost) = a_running_wait(&crashed, "shared-2", "lost", 30000).await;
+    crashed.child.start_kill().unwrap();
+    crashed.child.wait().await.unwrap();
+    assert!(lost.await.unwrap().is_err());
+    // Its restart finishes its own call, not the first process's.
+    let second = serve_binary(second_dir.path(), Some(&pg.url)).await;
+    let history: Value = reqwest::Client::new()
+        .get(format!("{}/v1/threads/shared-2/history", second.base))
+        .bearer_auth(&second.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        history["messages"][0]["tool_agent_output"]["error"]["code"], "INTERRUPTED",
+        "{history}"
+    );
+    let result: Value = running.await.unwrap().unwrap().json().await.unwrap();
+    assert_eq!(result["tool_agent_output"]["status"], "success", "{result}");
+    assert_eq!(
+        result["tool_agent_output"]["result"]["waited_ms"], 3000,
+        "{result}"
+    );
+    drop((first, second));
+}
+
 async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     let data_dir = tempfile::tempdir().unwrap();
     let pg = common::database_for(backend).await;

@@ -27,6 +27,9 @@ use toolgate::store::{
 // ---------------------------------------------------------------------------
 // Harness: where a test's database lives, and how to open it.
 
+/// The process instance the tests' store reads ask about.
+const INSTANCE: &str = "test-instance";
+
 const DEFAULT_PG_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 /// One test's private database. `open()` gives an independent handle (its
@@ -259,6 +262,7 @@ on_both_backends! {
         an_outline_keeps_ids_roles_and_declared_calls_only,
         an_owners_threads_page_newest_first,
         running_tool_calls_lists_only_unfinished_calls,
+        running_tool_calls_are_a_processes_own,
         json_round_trips_exactly,
         a_unit_the_database_rejects_fails_alone,
         ready_reports_a_migrated_database,
@@ -338,6 +342,7 @@ fn new_call(id: &str) -> NewToolCall {
         workspace: None,
         dry_run: false,
         created_at_ms: 1_700_000_000_000,
+        instance: None,
     }
 }
 
@@ -618,7 +623,7 @@ async fn finishing_a_call_stores_output_message_and_events(store: DynStore) {
         seqs(&store.events_after("t", 0, 100).await.unwrap()),
         [1, 2, 3, 4]
     );
-    assert!(store.running_tool_calls().await.unwrap().is_empty());
+    assert!(store.running_tool_calls(INSTANCE).await.unwrap().is_empty());
 
     // Other terminal statuses are stored as given; a call without undo keeps none.
     for (id, status) in [
@@ -1237,8 +1242,74 @@ async fn an_outline_keeps_ids_roles_and_declared_calls_only(store: DynStore) {
     assert!(store.message_outlines("nowhere").await.unwrap().is_empty());
 }
 
+/// A process finishes at start-up only the calls it ran (or that name no
+/// process: recorded before calls did), never another live process's.
+async fn running_tool_calls_are_a_processes_own(store: DynStore) {
+    let of = |id: &str, instance: Option<&str>| {
+        WriteOp::InsertToolCall(NewToolCall {
+            instance: instance.map(str::to_string),
+            ..new_call(id)
+        })
+    };
+    let waiting = NewToolCall {
+        status: CallStatus::PendingApproval,
+        instance: None,
+        ..new_call("w")
+    };
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![
+                of("a", Some("A")),
+                of("b", Some("B")),
+                of("old", None),
+                WriteOp::InsertToolCall(waiting),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    let ids = |calls: Vec<ToolCallRecord>| {
+        let mut ids: Vec<String> = calls.into_iter().map(|c| c.id).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(
+        ids(store.running_tool_calls("A").await.unwrap()),
+        ["a", "old"]
+    );
+    assert_eq!(
+        ids(store.running_tool_calls("B").await.unwrap()),
+        ["b", "old"]
+    );
+    // An approved call is the process's that starts it.
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::StartPendingCall {
+                id: "w".into(),
+                instance: Some("B".into()),
+            }],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ids(store.running_tool_calls("A").await.unwrap()),
+        ["a", "old"]
+    );
+    assert_eq!(
+        ids(store.running_tool_calls("B").await.unwrap()),
+        ["b", "old", "w"]
+    );
+}
+
 async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
-    assert!(store.running_tool_calls().await.unwrap().is_empty());
+    assert!(store.running_tool_calls(INSTANCE).await.unwrap().is_empty());
     apply_one(
         &store,
         unit(
@@ -1265,7 +1336,7 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
     .await
     .unwrap();
 
-    let mut running = store.running_tool_calls().await.unwrap();
+    let mut running = store.running_tool_calls(INSTANCE).await.unwrap();
     running.sort_by(|x, y| (&x.thread_id, &x.id).cmp(&(&y.thread_id, &y.id)));
     let expected = |thread: &str, owner: &str| {
         let call = new_call("a");
@@ -1316,7 +1387,7 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
     .unwrap();
     assert_eq!(call_ids(&running_in("u").await), ["a", "0", "p"]);
     assert_eq!(
-        call_ids(&store.running_tool_calls().await.unwrap())
+        call_ids(&store.running_tool_calls(INSTANCE).await.unwrap())
             .iter()
             .filter(|id| **id == "p")
             .count(),
@@ -1607,8 +1678,8 @@ impl Store for Observed {
     async fn tool_call(&self, thread_id: &str, id: &str) -> StoreResult<Option<ToolCallRecord>> {
         self.inner.tool_call(thread_id, id).await
     }
-    async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
-        self.inner.running_tool_calls().await
+    async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>> {
+        self.inner.running_tool_calls(instance).await
     }
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.run_calls(thread_id, run_id).await
@@ -1910,7 +1981,7 @@ async fn writer_fails_every_caller_of_a_failed_batch(store: DynStore) {
         "no commit hook for a failed batch"
     );
     assert!(store.events_after("t", 0, 100).await.unwrap().is_empty());
-    assert!(store.running_tool_calls().await.unwrap().is_empty());
+    assert!(store.running_tool_calls(INSTANCE).await.unwrap().is_empty());
 
     // A hook that panics does not cost the callers their acknowledgement.
     let panicking: CommitHook =
@@ -1964,7 +2035,7 @@ async fn writer_finishes_queued_work_after_every_handle_is_dropped(store: DynSto
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(store.running_tool_calls().await.unwrap().len(), 10);
+    assert_eq!(store.running_tool_calls(INSTANCE).await.unwrap().len(), 10);
 }
 
 async fn two_handles_on_one_database_serialise_their_writes(target: Target) {
@@ -2089,7 +2160,7 @@ async fn data_survives_reopening(target: Target) {
     let store = target.open().await;
     store.ready().await.unwrap();
     assert_eq!(store.last_event_seq("t").await.unwrap(), 3);
-    assert_eq!(store.running_tool_calls().await.unwrap().len(), 1);
+    assert_eq!(store.running_tool_calls(INSTANCE).await.unwrap().len(), 1);
     assert_eq!(store.all_messages("t").await.unwrap().len(), 1);
     assert_eq!(
         store.thread_owner("t").await.unwrap().as_deref(),
@@ -2240,7 +2311,7 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
     assert_eq!(record.finished_at_ms, None);
     assert!(!CallStatus::PendingApproval.is_finished());
     // Waiting for a decision is not running.
-    assert!(store.running_tool_calls().await.unwrap().is_empty());
+    assert!(store.running_tool_calls(INSTANCE).await.unwrap().is_empty());
 
     apply_one(
         &store,
@@ -2249,14 +2320,20 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
             "alice",
             vec![
                 decide("ap1", ApprovalStatus::Approved, 2_000),
-                WriteOp::StartPendingCall { id: "c1".into() },
+                WriteOp::StartPendingCall {
+                    id: "c1".into(),
+                    instance: None,
+                },
             ],
         ),
     )
     .await
     .unwrap();
     assert_eq!(status_of(&store, "t", "c1").await, CallStatus::Running);
-    assert_eq!(call_ids(&store.running_tool_calls().await.unwrap()), ["c1"]);
+    assert_eq!(
+        call_ids(&store.running_tool_calls(INSTANCE).await.unwrap()),
+        ["c1"]
+    );
 
     // Starting twice is a conflict, and takes the rest of its unit with it.
     let again = apply_one(
@@ -2264,7 +2341,13 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
         unit(
             "t",
             "alice",
-            vec![events(1), WriteOp::StartPendingCall { id: "c1".into() }],
+            vec![
+                events(1),
+                WriteOp::StartPendingCall {
+                    id: "c1".into(),
+                    instance: None,
+                },
+            ],
         ),
     )
     .await;
@@ -2275,7 +2358,10 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
         unit(
             "t",
             "alice",
-            vec![WriteOp::StartPendingCall { id: "nope".into() }],
+            vec![WriteOp::StartPendingCall {
+                id: "nope".into(),
+                instance: None,
+            }],
         ),
     )
     .await;
@@ -2289,7 +2375,10 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
         unit(
             "u",
             "alice",
-            vec![WriteOp::StartPendingCall { id: "c1".into() }],
+            vec![WriteOp::StartPendingCall {
+                id: "c1".into(),
+                instance: None,
+            }],
         ),
     )
     .await;
@@ -2310,7 +2399,10 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
         unit(
             "t",
             "alice",
-            vec![WriteOp::StartPendingCall { id: "c1".into() }],
+            vec![WriteOp::StartPendingCall {
+                id: "c1".into(),
+                instance: None,
+            }],
         ),
     )
     .await;
@@ -2318,7 +2410,7 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
         matches!(finished_start, Err(StoreError::Conflict(_))),
         "{finished_start:?}"
     );
-    assert!(store.running_tool_calls().await.unwrap().is_empty());
+    assert!(store.running_tool_calls(INSTANCE).await.unwrap().is_empty());
 }
 
 async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
@@ -2368,7 +2460,10 @@ async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
     let mut again = finished("c1", CallStatus::Success);
     again.message_id = "msg-c1-again".into();
     for ops in [
-        vec![WriteOp::StartPendingCall { id: "c1".into() }],
+        vec![WriteOp::StartPendingCall {
+            id: "c1".into(),
+            instance: None,
+        }],
         finishing_end(again),
     ] {
         let refused = apply_one(&store, unit("t", "alice", ops)).await;
@@ -3607,7 +3702,10 @@ async fn pending_work_survives_a_restart_untouched(target: Target) {
     let store = target.open().await;
     store.ready().await.unwrap();
     // Start-up recovery sees only the call that was running.
-    assert_eq!(call_ids(&store.running_tool_calls().await.unwrap()), ["c2"]);
+    assert_eq!(
+        call_ids(&store.running_tool_calls(INSTANCE).await.unwrap()),
+        ["c2"]
+    );
     assert_eq!(store.tool_call("t", "c1").await.unwrap(), Some(before));
     assert_eq!(store.approval("ap1").await.unwrap(), Some(record.clone()));
     assert_eq!(
@@ -3626,13 +3724,16 @@ async fn pending_work_survives_a_restart_untouched(target: Target) {
             "alice",
             vec![
                 decide("ap1", ApprovalStatus::Approved, 2_000),
-                WriteOp::StartPendingCall { id: "c1".into() },
+                WriteOp::StartPendingCall {
+                    id: "c1".into(),
+                    instance: None,
+                },
             ],
         ),
     )
     .await
     .unwrap();
-    assert_eq!(store.running_tool_calls().await.unwrap().len(), 2);
+    assert_eq!(store.running_tool_calls(INSTANCE).await.unwrap().len(), 2);
 }
 
 async fn the_schema_refuses_unknown_roles_and_statuses(target: Target) {
@@ -3878,7 +3979,7 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
     assert_eq!(b.undo, Some(json!({"method": "delete"})));
     assert_eq!((b.undo_of, b.undone_by), (None, None));
     assert_eq!(b.finished_at_ms, Some(150));
-    let mut running = store.running_tool_calls().await.unwrap();
+    let mut running = store.running_tool_calls(INSTANCE).await.unwrap();
     running.sort_by(|x, y| x.thread_id.cmp(&y.thread_id));
     assert_eq!(
         running
@@ -4197,7 +4298,7 @@ async fn a_call_recorded_and_finished_in_one_unit_is_stored_as_if_in_two(store: 
         many
     );
     // Nothing is left running, and each thread's log is 4 events per call.
-    assert!(store.running_tool_calls().await.unwrap().is_empty());
+    assert!(store.running_tool_calls(INSTANCE).await.unwrap().is_empty());
     assert_eq!(store.last_event_seq("one").await.unwrap(), 12);
     assert_eq!(store.last_event_seq("many").await.unwrap(), 4 * 39);
 }
@@ -4345,7 +4446,7 @@ async fn a_large_batch_across_threads_commits_in_thread_then_unit_order(store: D
             assert_eq!(receipts[i].audit_ids.len(), 1);
         }
     }
-    assert!(store.running_tool_calls().await.unwrap().is_empty());
+    assert!(store.running_tool_calls(INSTANCE).await.unwrap().is_empty());
 }
 
 /// The call id a write-ahead or result unit is about.

@@ -344,6 +344,7 @@ impl Engine {
                     decide_op(ApprovalStatus::Approved),
                     WriteOp::StartPendingCall {
                         id: approval.tool_call_id.clone(),
+                        instance: Some(self.config.instance.clone()),
                     },
                     WriteOp::AppendAudit(audit::approval_decided(
                         &approval,

@@ -49,6 +49,10 @@ pub struct EngineConfig {
     pub permissions: PermissionConfig,
     /// Where results wait on disk while the database is unreachable.
     pub result_spool: spool::Spool,
+    /// This process's instance id (its data directory's): the calls it
+    /// runs are recorded as its own, and at start-up it finishes only its
+    /// own calls left `running`, never another live process's.
+    pub instance: String,
 }
 
 /// Is `call` the call `record` recorded (its tool aside): the same
@@ -449,7 +453,7 @@ impl Engine {
                 continue; // someone started the same id a moment ago: wait for it
             };
             let (unit, events) =
-                Self::write_ahead_unit(&req, &tool.definition.name, CallStatus::Running, vec![]);
+                self.write_ahead_unit(&req, &tool.definition.name, CallStatus::Running, vec![]);
             let write_ahead = if deferred {
                 WriteAhead::deferred(self.writer.clone(), unit, events, req.observer.clone())
             } else {
@@ -701,7 +705,7 @@ impl Engine {
         status: CallStatus,
         extra: Vec<WriteOp>,
     ) -> Result<(), StoreError> {
-        let (unit, events) = Self::write_ahead_unit(req, name, status, extra);
+        let (unit, events) = self.write_ahead_unit(req, name, status, extra);
         self.commit_write_ahead(req, unit, events).await
     }
 
@@ -750,6 +754,7 @@ impl Engine {
     /// The write-ahead's unit (the call's record, its announcement and
     /// `extra` operations) and the announcement's events.
     fn write_ahead_unit(
+        &self,
         req: &CallRequest,
         name: &str,
         status: CallStatus,
@@ -772,6 +777,7 @@ impl Engine {
             workspace: req.call.workspace.clone(),
             dry_run: req.call.dry_run,
             created_at_ms: now_ms(),
+            instance: Some(self.config.instance.clone()),
         })];
         let mut extra_events = Vec::new();
         for op in extra {
@@ -1268,8 +1274,7 @@ impl Engine {
             )));
         }
         // Nothing runs: the record and its result share one transaction.
-        let (unit, announced) =
-            Self::write_ahead_unit(&req, tool_name, CallStatus::Running, vec![]);
+        let (unit, announced) = self.write_ahead_unit(&req, tool_name, CallStatus::Running, vec![]);
         let output =
             postprocess::failure_output(tool_name, &req.call.id, &req.call.arguments, error);
         let mut ops = unit.ops;
@@ -1307,7 +1312,7 @@ impl Engine {
         let kept = on_disk.pending_calls().map_err(spool::unreadable)?;
         let running: Vec<_> = self
             .store
-            .running_tool_calls()
+            .running_tool_calls(&self.config.instance)
             .await?
             .into_iter()
             .filter(|r| !kept.contains(&(r.thread_id.clone(), r.id.clone())))

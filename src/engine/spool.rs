@@ -242,6 +242,7 @@ mod tests {
                 workspace: None,
                 dry_run: false,
                 created_at_ms: 7,
+                instance: None,
             }),
         );
         assert!(!worth_keeping(&with_record));

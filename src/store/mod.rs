@@ -467,6 +467,10 @@ pub struct NewToolCall {
     #[serde(default)]
     pub dry_run: bool,
     pub created_at_ms: i64,
+    /// The process running the call (its data directory's instance id):
+    /// a starting process finishes only its own calls left `running`.
+    #[serde(default)]
+    pub instance: Option<String>,
 }
 
 /// The end of a call: its status, undo record and the id of the tool
@@ -624,7 +628,11 @@ pub enum WriteOp {
     FinishToolCall(FinishedToolCall),
     /// Start an approved call: `pending_approval` → `running`. `NotFound` if
     /// it is not recorded, `Conflict` if it is not pending.
-    StartPendingCall { id: String },
+    StartPendingCall {
+        id: String,
+        /// The process that runs it ([`NewToolCall::instance`]).
+        instance: Option<String>,
+    },
     /// Record that call `id` was undone by call `undone_by`. `NotFound` if
     /// it is not recorded, `Conflict` if it is already marked undone.
     MarkUndone { id: String, undone_by: String },
@@ -694,10 +702,11 @@ pub trait Store: Send + Sync + 'static {
 
     async fn tool_call(&self, thread_id: &str, id: &str) -> StoreResult<Option<ToolCallRecord>>;
 
-    /// Every call still `running` (left by a crash when called at start-up).
-    /// Calls in `pending_approval` are not listed: they never started, and
-    /// survive a restart untouched.
-    async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>>;
+    /// Every call still `running` that process `instance` ran, or that no
+    /// process is named for (recorded before calls named one): left by a
+    /// crash when called at start-up. Calls in `pending_approval` are not
+    /// listed: they never started, and survive a restart untouched.
+    async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>>;
 
     /// The calls of run `run_id` in the thread, in the order they were
     /// recorded (stable even for calls recorded in the same millisecond or

@@ -82,6 +82,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "declared aliases",
         include_str!("../../migrations/postgres/0010_declared_aliases.sql"),
     ),
+    (
+        11,
+        "call instance",
+        include_str!("../../migrations/postgres/0011_call_instance.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -202,7 +207,9 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
                 next_ordinal += 1;
             }
             WriteOp::FinishToolCall(finished) => finish_tool_call(conn, unit, finished).await?,
-            WriteOp::StartPendingCall { id } => start_pending_call(conn, unit, id).await?,
+            WriteOp::StartPendingCall { id, instance } => {
+                start_pending_call(conn, unit, id, instance.as_deref()).await?
+            }
             WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by).await?,
             WriteOp::InsertMessage(message) => {
                 insert_message(conn, unit, message, next_message_seq).await?;
@@ -244,8 +251,8 @@ async fn insert_tool_call(
     }
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-         created_at_ms, undo_of, ordinal, workspace, dry_run) \
-         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10, $11, $12) \
+         created_at_ms, undo_of, ordinal, workspace, dry_run, instance) \
+         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10, $11, $12, $13) \
          ON CONFLICT (thread_id, id) DO NOTHING",
     )
     .bind(&unit.thread_id)
@@ -260,6 +267,7 @@ async fn insert_tool_call(
     .bind(ordinal)
     .bind(&call.workspace)
     .bind(i64::from(call.dry_run))
+    .bind(&call.instance)
     .execute(&mut *conn)
     .await
     .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
@@ -321,13 +329,15 @@ async fn start_pending_call(
     conn: &mut PgConnection,
     unit: &WriteUnit,
     id: &str,
+    instance: Option<&str>,
 ) -> StoreResult<()> {
     let done = sqlx::query(
-        "UPDATE tool_calls SET status = 'running' \
+        "UPDATE tool_calls SET status = 'running', instance = $3 \
          WHERE thread_id = $1 AND id = $2 AND status = 'pending_approval'",
     )
     .bind(&unit.thread_id)
     .bind(id)
+    .bind(instance)
     .execute(&mut *conn)
     .await?;
     if done.rows_affected() == 1 {
@@ -674,15 +684,17 @@ async fn apply_plan(
         let done = sqlx::query(
             "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
                  created_at_ms, undo_of, ordinal, undo, message_id, finished_at_ms, workspace, \
-                 dry_run) \
+                 dry_run, instance) \
              SELECT u.thread_id, u.id, u.owner, u.run_id, u.tool_name, u.args::JSONB, u.status, \
                  u.created_at_ms, u.undo_of, u.ordinal, u.undo::JSONB, u.message_id, \
-                 u.finished_at_ms, u.workspace, u.dry_run \
+                 u.finished_at_ms, u.workspace, u.dry_run, u.instance \
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[], \
-                 $11::TEXT[], $12::TEXT[], $13::BIGINT[], $14::TEXT[], $15::BIGINT[]) \
+                 $11::TEXT[], $12::TEXT[], $13::BIGINT[], $14::TEXT[], $15::BIGINT[], \
+                 $16::TEXT[]) \
                  AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
-                     undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run) \
+                     undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run, \
+                     instance) \
              WHERE NOT EXISTS (SELECT 1 FROM declared_calls AS d \
                  WHERE d.thread_id = u.thread_id AND d.call_id = u.id \
                      AND (d.tool_name <> u.tool_name OR d.args <> u.args::JSONB)) \
@@ -721,6 +733,11 @@ async fn apply_plan(
         .bind(
             c.iter()
                 .map(|r| i64::from(r.call.dry_run))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|r| r.call.instance.as_deref())
                 .collect::<Vec<_>>(),
         )
         .execute(&mut *conn)
@@ -911,8 +928,8 @@ impl Store for PgStore {
         self.reads().tool_call(thread_id, id).await
     }
 
-    async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
-        self.reads().running_tool_calls().await
+    async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>> {
+        self.reads().running_tool_calls(instance).await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {

@@ -221,11 +221,13 @@ where
         row.as_ref().map(tool_call_from_row).transpose()
     }
 
-    pub async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
+    pub async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>> {
         let rows = sqlx::query(&format!(
             "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} WHERE c.status = 'running' \
+             AND (c.instance IS NULL OR c.instance = $1) \
              ORDER BY c.created_at_ms, c.thread_id, c.id"
         ))
+        .bind(instance)
         .fetch_all(self.pool)
         .await?;
         rows.iter().map(tool_call_from_row).collect()

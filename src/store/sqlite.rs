@@ -99,6 +99,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "declared aliases",
         include_str!("../../migrations/sqlite/0011_declared_aliases.sql"),
     ),
+    (
+        12,
+        "call instance",
+        include_str!("../../migrations/sqlite/0012_call_instance.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -244,8 +249,8 @@ impl Store for SqliteStore {
         self.reads().tool_call(thread_id, id).await
     }
 
-    async fn running_tool_calls(&self) -> StoreResult<Vec<ToolCallRecord>> {
-        self.reads().running_tool_calls().await
+    async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>> {
+        self.reads().running_tool_calls(instance).await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {

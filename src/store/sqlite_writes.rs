@@ -98,8 +98,8 @@ SELECT owner, last_event_seq, last_message_seq, last_call_ordinal FROM threads W
 
 const INSERT_CALL: &str = "\
 INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
-    undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run) \
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+    undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run, instance) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
 ON CONFLICT (thread_id, id) DO NOTHING";
 
 const FINISH_CALL: &str = "\
@@ -388,7 +388,9 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                     ));
                 }
             }
-            WriteOp::StartPendingCall { id } => start_pending_call(conn, unit, id)?,
+            WriteOp::StartPendingCall { id, instance } => {
+                start_pending_call(conn, unit, id, instance.as_deref())?
+            }
             WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by)?,
             WriteOp::InsertMessage(message) => {
                 if !insert_message(conn, &unit.thread_id, message, next_message_seq)? {
@@ -455,6 +457,7 @@ fn insert_call(
             finish.map(|f| f.finished_at_ms),
             call.workspace,
             i64::from(call.dry_run),
+            call.instance,
         ])
         .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
     Ok(changed == 1)
@@ -539,13 +542,18 @@ fn call_status(conn: &Connection, unit: &WriteUnit, id: &str) -> StoreResult<Opt
         .optional()?)
 }
 
-fn start_pending_call(conn: &Connection, unit: &WriteUnit, id: &str) -> StoreResult<()> {
+fn start_pending_call(
+    conn: &Connection,
+    unit: &WriteUnit,
+    id: &str,
+    instance: Option<&str>,
+) -> StoreResult<()> {
     let changed = conn
         .prepare_cached(
-            "UPDATE tool_calls SET status = 'running' \
+            "UPDATE tool_calls SET status = 'running', instance = ?3 \
              WHERE thread_id = ?1 AND id = ?2 AND status = 'pending_approval'",
         )?
-        .execute(params![unit.thread_id, id])?;
+        .execute(params![unit.thread_id, id, instance])?;
     if changed == 1 {
         return Ok(());
     }
