@@ -972,6 +972,20 @@ async fn a_running_wait(
     (sse, caller)
 }
 
+/// The caller of a [`a_running_wait`] call of `ms` is answered with its
+/// whole wait: nothing cut it short.
+async fn finished_as_it_ran(
+    caller: tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+    ms: u64,
+) {
+    let result: Value = caller.await.unwrap().unwrap().json().await.unwrap();
+    assert_eq!(result["tool_agent_output"]["status"], "success", "{result}");
+    assert_eq!(
+        result["tool_agent_output"]["result"]["waited_ms"], ms,
+        "{result}"
+    );
+}
+
 /// A second process started on a data directory another serves from stops
 /// before it touches anything: it would otherwise finish the live one's
 /// running calls as INTERRUPTED and end its commands.
@@ -1006,12 +1020,7 @@ async fn a_second_process_on_a_served_data_dir_refuses_to_start(backend: Backend
         "{stderr}"
     );
     // The live process's call was left to it: it finishes as it ran.
-    let result: Value = running.await.unwrap().unwrap().json().await.unwrap();
-    assert_eq!(result["tool_agent_output"]["status"], "success", "{result}");
-    assert_eq!(
-        result["tool_agent_output"]["result"]["waited_ms"], 3000,
-        "{result}"
-    );
+    finished_as_it_ran(running, 3000).await;
     drop(first);
 }
 
@@ -1045,12 +1054,7 @@ async fn a_process_starting_on_a_shared_database_leaves_the_others_calls_alone()
         history["messages"][0]["tool_agent_output"]["error"]["code"], "INTERRUPTED",
         "{history}"
     );
-    let result: Value = running.await.unwrap().unwrap().json().await.unwrap();
-    assert_eq!(result["tool_agent_output"]["status"], "success", "{result}");
-    assert_eq!(
-        result["tool_agent_output"]["result"]["waited_ms"], 3000,
-        "{result}"
-    );
+    finished_as_it_ran(running, 3000).await;
     drop((first, second));
 }
 
