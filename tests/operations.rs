@@ -1041,18 +1041,10 @@ async fn a_process_starting_on_a_shared_database_leaves_the_others_calls_alone()
     assert!(lost.await.unwrap().is_err());
     // Its restart finishes its own call, not the first process's.
     let second = serve_binary(second_dir.path(), Some(&pg.url)).await;
-    let history: Value = reqwest::Client::new()
-        .get(format!("{}/v1/threads/shared-2/history", second.base))
-        .bearer_auth(&second.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history = common::history_at(&second.base, &second.token, "shared-2").await;
     assert_eq!(
-        history["messages"][0]["tool_agent_output"]["error"]["code"], "INTERRUPTED",
-        "{history}"
+        history[0]["tool_agent_output"]["error"]["code"], "INTERRUPTED",
+        "{history:?}"
     );
     finished_as_it_ran(running, 3000).await;
     drop((first, second));
