@@ -54,10 +54,19 @@ const CACHE_SPILL_PAGES: i64 = 16_384;
 /// itself while every caller of the batch waits.
 const AUTOCHECKPOINT_PAGES: i64 = 50_000;
 
-/// Bytes the WAL file keeps once a checkpoint has copied it all back and
-/// the next commit starts it over: without a limit it keeps its largest
-/// size (a burst of large results left a gigabyte) until toolgate stops.
-const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+/// Bytes of WAL file kept for good: past them the [checkpointer]
+/// (Checkpointer) gives the space back once writes pause. Without that the
+/// file would keep its largest size (a burst of large results left a
+/// gigabyte) until toolgate stops.
+///
+/// The write connection itself never shrinks the file (its
+/// `journal_size_limit` stays -1). SQLite's own limit would have it cut the
+/// file at the first commit after every restart of the WAL, inside a batch
+/// every caller waits for: under a saturating load of echo calls the WAL
+/// passed 64 MiB about once a second, and each cut (an `ftruncate` freeing
+/// tens of megabytes) held the batch up 28 ms, which made the p99 of the
+/// whole load (35-39 ms against 20 ms without the cuts, BENCHMARKS.md).
+const WAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// How often the checkpointer copies the WAL back into the database unless
 /// told otherwise (`storage.sqlite_checkpoint_ms`). Under a saturating load
@@ -156,13 +165,15 @@ impl Checkpointer {
         let conn = Connection::open_with_flags(path, flags)?;
         conn.busy_timeout(super::sqlite::BUSY_TIMEOUT)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
+        let wal = wal_path(path);
         let (stop, stopped) = mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("toolgate-checkpoint".into())
             .spawn(move || {
                 super::writer::set_thread_nice(CHECKPOINTER_NICE, "checkpointer");
+                let mut last = None;
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    checkpoint(&conn);
+                    last = checkpoint(&conn, &wal, last);
                 }
             })
             .map_err(|e| StoreError::Corrupt(format!("starting the checkpointer: {e}")))?;
@@ -170,17 +181,69 @@ impl Checkpointer {
     }
 }
 
-/// One passive checkpoint; reports the WAL's size as a gauge.
-fn checkpoint(conn: &Connection) {
+/// The WAL file of the database file at `path` (SQLite's name for it).
+fn wal_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
+/// What one checkpoint found: the frames in the WAL and how many of them
+/// are in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WalState {
+    frames: i64,
+    copied: i64,
+}
+
+/// One passive checkpoint; reports the WAL's size as a gauge. When the WAL
+/// file is larger than [`WAL_SIZE_LIMIT`] and nothing was written since
+/// the `previous` checkpoint, which copied everything back, the file is
+/// truncated (see [`shrink_wal`]). Returns what this checkpoint found.
+fn checkpoint(conn: &Connection, wal: &Path, previous: Option<WalState>) -> Option<WalState> {
     let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-        Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+        Ok(WalState {
+            frames: row.get(1)?,
+            copied: row.get(2)?,
+        })
     });
     match done {
-        Ok((wal_pages, copied)) => {
-            metrics::gauge!("toolgate_sqlite_wal_pages").set(wal_pages as f64);
-            tracing::trace!(wal_pages, copied, "checkpoint");
+        Ok(state) => {
+            metrics::gauge!("toolgate_sqlite_wal_pages").set(state.frames as f64);
+            tracing::trace!(frames = state.frames, copied = state.copied, "checkpoint");
+            let quiet = previous == Some(state) && state.copied == state.frames;
+            if quiet && std::fs::metadata(wal).is_ok_and(|m| m.len() > WAL_SIZE_LIMIT) {
+                shrink_wal(conn);
+                return None;
+            }
+            Some(state)
         }
-        Err(err) => tracing::warn!(error = %err, "checkpoint failed"),
+        Err(err) => {
+            tracing::warn!(error = %err, "checkpoint failed");
+            None
+        }
+    }
+}
+
+/// Give the WAL file's space back: a `TRUNCATE` checkpoint, which takes the
+/// write lock and needs every reader on the newest snapshot. It is tried
+/// without waiting (a busy database is left for the next pause), so a
+/// long read cannot make writers wait behind it.
+fn shrink_wal(conn: &Connection) {
+    if let Err(err) = conn.busy_timeout(Duration::ZERO) {
+        tracing::warn!(error = %err, "checkpoint: setting the busy timeout failed");
+        return;
+    }
+    let done = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+        row.get::<_, i64>(0)
+    });
+    match done {
+        Ok(0) => tracing::debug!("checkpoint: the WAL file was truncated"),
+        Ok(_) => tracing::debug!("checkpoint: the WAL is in use; truncating it later"),
+        Err(err) => tracing::warn!(error = %err, "checkpoint: truncating the WAL failed"),
+    }
+    if let Err(err) = conn.busy_timeout(super::sqlite::BUSY_TIMEOUT) {
+        tracing::warn!(error = %err, "checkpoint: restoring the busy timeout failed");
     }
 }
 
@@ -234,7 +297,8 @@ impl WriteConnection {
             conn.pragma_update(None, "cache_spill", CACHE_SPILL_PAGES)?;
             conn.pragma_update(None, "cache_spill", "ON")?;
             conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES)?;
-            conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+            // The checkpointer, not a commit, shrinks the file.
+            conn.pragma_update(None, "journal_size_limit", -1)?;
             Some(Checkpointer::start(path, flags, checkpoint_every)?)
         };
         Ok(WriteConnection {
@@ -789,14 +853,15 @@ mod tests {
         (path, writes)
     }
 
-    /// After a burst, the WAL file shrinks back to its limit once it has
-    /// been checkpointed and starts over.
-    #[test]
-    fn the_wal_file_shrinks_after_a_burst() {
-        let dir = tempfile::tempdir().unwrap();
-        // Checkpoints only when the test asks.
-        let (path, writes) = wal_database_checkpointed_every(&dir, Duration::from_secs(3600));
-        let wal = path.with_extension("db-wal");
+    /// A WAL file of `dir`'s database grown well past [`WAL_SIZE_LIMIT`]
+    /// by a burst of large rows (deleted again), checkpoints only when the
+    /// test asks. Returns the database's path, the write connection and the
+    /// WAL's path.
+    fn after_a_burst(
+        dir: &tempfile::TempDir,
+    ) -> (std::path::PathBuf, WriteConnection, std::path::PathBuf) {
+        let (path, writes) = wal_database_checkpointed_every(dir, Duration::from_secs(3600));
+        let wal = wal_path(&path);
         {
             let conn = writes.lock();
             conn.execute_batch("CREATE TABLE burst (b BLOB)").unwrap();
@@ -807,15 +872,89 @@ mod tests {
             conn.execute("DELETE FROM burst", []).unwrap();
         }
         let burst = std::fs::metadata(&wal).unwrap().len();
-        assert!(burst > WAL_SIZE_LIMIT as u64, "{burst}");
-        let reader = Connection::open(&path).unwrap();
-        checkpoint(&reader);
+        assert!(burst > WAL_SIZE_LIMIT, "{burst}");
+        (path, writes, wal)
+    }
+
+    fn wal_size(wal: &Path) -> u64 {
+        std::fs::metadata(wal).unwrap().len()
+    }
+
+    /// After a burst the WAL file shrinks back, not at a commit (which every
+    /// caller of a batch waits for) but in the checkpointer, once a
+    /// checkpoint finds that nothing was written since the one before.
+    #[test]
+    fn the_wal_file_shrinks_once_writes_pause() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writes, wal) = after_a_burst(&dir);
+        let burst = wal_size(&wal);
+        let checkpointer = Connection::open(&path).unwrap();
+        let first = checkpoint(&checkpointer, &wal, None);
+        assert!(first.is_some_and(|s| s.copied == s.frames), "{first:?}");
+        // A commit after the checkpoint starts the WAL over and leaves its
+        // size alone.
         writes
             .lock()
             .execute("INSERT INTO burst VALUES (1)", [])
             .unwrap();
-        let after = std::fs::metadata(&wal).unwrap().len();
-        assert!(after <= WAL_SIZE_LIMIT as u64, "{burst} → {after}");
+        assert_eq!(wal_size(&wal), burst);
+        // Written since: no pause yet.
+        let second = checkpoint(&checkpointer, &wal, first);
+        assert!(second.is_some() && second != first, "{first:?} {second:?}");
+        assert_eq!(wal_size(&wal), burst);
+        // Nothing written since the last checkpoint: the file is cut.
+        assert_eq!(checkpoint(&checkpointer, &wal, second), None);
+        let after = wal_size(&wal);
+        assert!(after <= WAL_SIZE_LIMIT, "{burst} → {after}");
+        // The database goes on as before.
+        let conn = writes.lock();
+        conn.execute("INSERT INTO burst VALUES (2)", []).unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM burst", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(rows, 2);
+    }
+
+    /// A reader still on an old snapshot keeps the WAL in use: the shrink
+    /// is given up at once (and tried at the next pause), rather than
+    /// holding the write lock while it waits for the reader.
+    #[test]
+    fn a_reader_in_the_wal_does_not_hold_up_writes_behind_a_shrink() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, writes, wal) = after_a_burst(&dir);
+        let burst = wal_size(&wal);
+        let mut reader = Connection::open(&path).unwrap();
+        let snapshot = reader.transaction().unwrap();
+        let _: i64 = snapshot
+            .query_row("SELECT count(*) FROM burst", [], |row| row.get(0))
+            .unwrap();
+        // Were the shrink to wait for the reader, it would wait an hour.
+        let checkpointer = Connection::open(&path).unwrap();
+        checkpointer
+            .busy_timeout(Duration::from_secs(3600))
+            .unwrap();
+        let (done, finished) = mpsc::channel();
+        let wal_file = wal.clone();
+        std::thread::spawn(move || {
+            let first = checkpoint(&checkpointer, &wal_file, None);
+            let second = checkpoint(&checkpointer, &wal_file, first);
+            let _ = done.send((second, checkpointer));
+        });
+        let (second, checkpointer) = finished
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the shrink gave up at once");
+        assert_eq!(second, None);
+        assert_eq!(wal_size(&wal), burst, "the reader's frames stay");
+        // The write lock is free again, and the busy timeout is back.
+        writes
+            .lock()
+            .execute("INSERT INTO burst VALUES (1)", [])
+            .unwrap();
+        let timeout: i64 = checkpointer
+            .pragma_query_value(None, "busy_timeout", |row| row.get(0))
+            .unwrap();
+        assert_eq!(timeout, 10_000);
+        drop(snapshot);
     }
 
     /// The write connection is where durability is decided: it must wait for
@@ -837,7 +976,8 @@ mod tests {
         // The spill threshold (0 would mean spilling is off).
         assert_eq!(pragma("cache_spill"), CACHE_SPILL_PAGES);
         assert_eq!(pragma("wal_autocheckpoint"), AUTOCHECKPOINT_PAGES);
-        assert_eq!(pragma("journal_size_limit"), WAL_SIZE_LIMIT);
+        // The writer never cuts the WAL file (the checkpointer does).
+        assert_eq!(pragma("journal_size_limit"), -1);
         let journal: String = conn
             .pragma_query_value(None, "journal_mode", |row| row.get(0))
             .unwrap();
