@@ -12,7 +12,7 @@ use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Settings {
     pub server: ServerSettings,
     pub storage: StorageSettings,
@@ -29,7 +29,7 @@ pub struct Settings {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ServerSettings {
     pub bind: SocketAddr,
     pub request_timeout_secs: u64,
@@ -77,11 +77,13 @@ impl Default for ServerSettings {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct StorageSettings {
     pub data_dir: PathBuf,
-    /// From `DATABASE_URL`; never read from a file, never serialized.
-    #[serde(skip_serializing)]
+    /// From `DATABASE_URL`; never read from a file or a `TOOLGATE_…`
+    /// variable (a key of that name there is refused as unknown), never
+    /// serialized.
+    #[serde(skip)]
     pub database_url: Option<SecretString>,
     pub writer_max_batch: usize,
     pub writer_linger_ms: u64,
@@ -113,7 +115,7 @@ impl StorageSettings {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct AuthSettings {
     #[serde(skip_serializing)]
     pub hs256_secret: Option<SecretString>,
@@ -142,7 +144,7 @@ impl Default for AuthSettings {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ToolSettings {
     pub timeout_secs: u64,
     pub wait_max_ms: u64,
@@ -179,7 +181,7 @@ pub enum LineEndings {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorkspaceSettings {
     /// Holds one directory per owner; default `<data_dir>/workspaces`.
     pub root: Option<PathBuf>,
@@ -250,7 +252,7 @@ pub enum NetworkPolicy {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SandboxSettings {
     pub landlock: LandlockMode,
     pub namespaces: NamespaceMode,
@@ -300,7 +302,7 @@ impl Default for SandboxSettings {
 /// evaluated deny → ask → allow before each owner's own rules of the same
 /// kind; and the verdict for calls no rule matches, by the tool's nature.
 #[derive(Debug, Clone, Deserialize, Serialize, Default)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PermissionSettings {
     pub allow: Vec<String>,
     pub ask: Vec<String>,
@@ -322,7 +324,7 @@ impl PermissionSettings {
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct ApprovalSettings {
     /// Whether calls that need approval may be approved (by their owner or a
     /// token with `approver_scope`). Off: they are denied, never allowed.
@@ -359,10 +361,23 @@ impl Settings {
                 "config file {} does not exist",
                 file.display()
             );
+            anyhow::ensure!(
+                file.is_file(),
+                "config file {} is not a file",
+                file.display()
+            );
             figment = figment.merge(Toml::file(file));
             files.push(file.to_path_buf());
         }
-        figment = figment.merge(Env::prefixed("TOOLGATE_").split("__"));
+        // Every setting is in a section, so only `TOOLGATE_SECTION__KEY`
+        // names one; other `TOOLGATE_…` variables are not settings.
+        figment = figment.merge(
+            Env::prefixed("TOOLGATE_")
+                .filter(|key| key.as_str().contains("__"))
+                .split("__"),
+        );
+        // A section or key toolgate does not have (a misspelling) is an
+        // error naming it and where it was read, never ignored.
         let mut settings: Settings = figment.extract()?;
         settings.files = files;
         if let Ok(url) = std::env::var("DATABASE_URL")

@@ -1,4 +1,5 @@
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use toolgate::config::Settings;
@@ -67,8 +68,21 @@ enum Command {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            if toolgate::telemetry::json_logs() {
+                tracing::error!(error = format!("{err:#}"), "toolgate stopped");
+            } else {
+                eprintln!("Error: {err:?}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let command = cli.command.unwrap_or(Command::Serve { bind: None });
     // The watchdog reads no settings: it must start whatever they say.
     if let Command::WatchSessions { dir, service } = &command {

@@ -1,6 +1,8 @@
 //! Logging and metrics, set up once per process.
 
+use std::io::IsTerminal;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
@@ -17,14 +19,28 @@ pub fn init_logging(json: bool) {
     for name in QUIET_CRATES {
         filter = filter.add_directive(format!("{name}=info").parse().expect("a valid directive"));
     }
+    // Colours only for a person at a terminal: a file, a pipe or a log
+    // collector gets plain text (and `NO_COLOR` turns them off anyway).
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().flatten_event(true).try_init()
+    if json {
+        if builder.json().flatten_event(true).try_init().is_ok() {
+            JSON_LOGS.store(true, Ordering::Relaxed);
+        }
     } else {
-        builder.try_init()
-    };
+        let _ = builder.try_init();
+    }
+}
+
+static JSON_LOGS: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`init_logging`] installed JSON logs: then the error that stops
+/// the process is one more JSON line, not text among them.
+pub fn json_logs() -> bool {
+    JSON_LOGS.load(Ordering::Relaxed)
 }
 
 /// The process-wide Prometheus recorder (tests start many servers in one

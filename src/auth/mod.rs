@@ -115,11 +115,16 @@ impl Keys {
         }
         if let Some(public) = &settings.public_key_pem {
             let alg = settings.algorithm.as_deref().unwrap_or("RS256");
-            let pem = std::fs::read(public)?;
+            let read = |setting: &str, path: &Path| {
+                std::fs::read(path).map_err(|e| {
+                    anyhow::anyhow!("auth.{setting}: cannot read {}: {e}", path.display())
+                })
+            };
+            let pem = read("public_key_pem", public)?;
             let private = settings
                 .private_key_pem
-                .as_ref()
-                .map(std::fs::read)
+                .as_deref()
+                .map(|path| read("private_key_pem", path))
                 .transpose()?;
             let (algorithm, decoding, encoding) = match alg {
                 "RS256" => (
@@ -202,10 +207,21 @@ impl Keys {
             "the subject must be 1-128 printable characters"
         );
         let now = unix_now();
+        // A JSON number every reader takes as an exact integer.
+        const LAST_EXP: u64 = (1 << 53) - 1;
+        let exp = now
+            .checked_add(ttl_secs)
+            .filter(|exp| *exp <= LAST_EXP)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "a lifetime of {ttl_secs} s is too long: a token must expire by {LAST_EXP} \
+                     (seconds since 1970)"
+                )
+            })?;
         let claims = Claims {
             sub: sub.to_string(),
             iat: Some(now),
-            exp: now + ttl_secs,
+            exp,
             aud: Audience::One(self.audience.clone()),
             iss: self.issuer.clone(),
             scope: scope.map(str::to_string),
