@@ -139,15 +139,18 @@ fn refused_data_code(code: &str) -> bool {
 /// class 08, operator intervention 57P0x, class 53 (a full disk, no
 /// memory, too many connections), class 58 (an I/O error), a database not
 /// accepting connections (55000), a lock not available (55P03), class 40 (a
-/// serialization failure or a deadlock); SQLite BUSY, LOCKED, IOERR, FULL
-/// and CANTOPEN. Each clears without the data changing.
+/// serialization failure or a deadlock), and the refusals of a connection
+/// by name or credentials: the database does not exist under its name
+/// (3D000: renamed, or dropped to be restored) and class 28 (a login the
+/// server does not take, as while a password is rotated); SQLite BUSY,
+/// LOCKED, IOERR, FULL and CANTOPEN. Each clears without the data changing.
 fn unavailable_code(code: &str) -> bool {
     match ErrorCode::of(code) {
         ErrorCode::SqlState(s) => {
-            ["08", "40", "53", "57P", "58"]
+            ["08", "28", "40", "53", "57P", "58"]
                 .iter()
                 .any(|c| s.starts_with(c))
-                || ["55000", "55P03"].contains(&s)
+                || ["55000", "55P03", "3D000"].contains(&s)
         }
         ErrorCode::Sqlite(primary) => matches!(primary, 5 | 6 | 10 | 13 | 14),
         ErrorCode::Unknown => false,
@@ -928,7 +931,7 @@ mod tests {
         }
         for unavailable in [
             "08006", "57P01", "53100", "53200", "53300", "58030", "55000", "55P03", "40001",
-            "40P01",
+            "40P01", "3D000", "28000", "28P01",
         ] {
             assert!(unavailable_code(unavailable), "{unavailable}");
             assert!(!refused_data_code(unavailable), "{unavailable}");
