@@ -16,7 +16,7 @@ mod threads;
 mod tools;
 mod workspace;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -78,6 +78,10 @@ pub struct Shared {
     pub replay_cache: Arc<crate::engine::ReplayCache>,
     /// Cancelled at shutdown: open SSE streams end with RUN_FINISHED.
     pub shutdown: CancellationToken,
+    /// The tasks that run calls (and AG-UI runs) apart from their request,
+    /// so that a client that leaves does not cut a call: shutdown gives
+    /// them the grace too, not only open connections.
+    pub calls: tokio_util::task::TaskTracker,
 }
 
 /// The authenticated caller. A handler that takes it cannot forget the check.
@@ -318,6 +322,8 @@ pub fn service(
         .layer(PropagateRequestIdLayer::new(request_id))
         // Preflights are answered here, before any check that needs a token.
         .option_layer(cors)
+        // Outside every refusal and the timeout, so each answer is counted.
+        .layer(middleware::from_fn(record_metrics))
         // Outside the timeout, so a 408 gets a problem body too.
         .layer(middleware::from_fn(error::problem_fallback))
         .layer(middleware::from_fn(error::refuse_oversized_head))
@@ -346,8 +352,24 @@ fn router(state: AppState) -> Router {
         .nest("/v1", api)
         .merge(health::routes())
         .merge(openapi::routes())
-        .route_layer(middleware::from_fn(record_metrics))
+        .route_layer(middleware::from_fn(note_route))
         .with_state(state)
+}
+
+/// Where the router writes the route pattern a request matched, for
+/// [`record_metrics`], which runs outside the router (and outside the
+/// timeout, which drops the route's future when it fires).
+#[derive(Clone, Default)]
+struct RouteSlot(Arc<OnceLock<String>>);
+
+async fn note_route(req: Request, next: Next) -> Response {
+    if let (Some(slot), Some(path)) = (
+        req.extensions().get::<RouteSlot>(),
+        req.extensions().get::<MatchedPath>(),
+    ) {
+        let _ = slot.0.set(path.as_str().to_string());
+    }
+    next.run(req).await
 }
 
 /// A request method as a metrics label: the methods HTTP defines by name,
@@ -370,15 +392,16 @@ fn method_label(method: &axum::http::Method) -> &'static str {
     }
 }
 
-async fn record_metrics(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".into());
+/// Counts every answer the service gives: by the route pattern the request
+/// matched, or `unmatched` (no route, or refused before routing: a NUL in
+/// the path, an encoded body, an oversized head).
+async fn record_metrics(mut req: Request, next: Next) -> Response {
+    let slot = RouteSlot::default();
+    req.extensions_mut().insert(slot.clone());
     let method = method_label(req.method());
     let started = Instant::now();
     let resp = next.run(req).await;
+    let route = slot.0.get().cloned().unwrap_or_else(|| "unmatched".into());
     let status = resp.status().as_u16().to_string();
     metrics::counter!("toolgate_http_requests_total", "method" => method, "route" => route.clone(), "status" => status)
         .increment(1);
