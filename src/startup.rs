@@ -279,6 +279,7 @@ impl Application {
             )),
             thread_reads,
             shutdown: CancellationToken::new(),
+            calls: tokio_util::task::TaskTracker::new(),
             workspaces,
             sandbox,
             thread_owners: Default::default(),
@@ -325,6 +326,7 @@ impl Application {
     pub async fn run(self) -> anyhow::Result<()> {
         use tower::ServiceExt as _;
         let shutdown = self.state.shutdown.clone();
+        let calls = self.state.calls.clone();
         let server = self.state.settings.server.clone();
         let service = http::service(self.state, self.cors).map_request(
             |req: hyper::Request<hyper::body::Incoming>| req.map(axum::body::Body::new),
@@ -374,13 +376,27 @@ impl Application {
         drop(self.listener);
         connections.close();
         let grace = Duration::from_secs(server.shutdown_grace_secs);
-        if tokio::time::timeout(grace, connections.wait())
+        let deadline = tokio::time::Instant::now() + grace;
+        if tokio::time::timeout_at(deadline, connections.wait())
             .await
             .is_err()
         {
             tracing::warn!(
                 open = connections.len(),
                 "connections still open {}s after the shutdown signal; exiting anyway",
+                grace.as_secs()
+            );
+        }
+        // Calls whose client has gone run on: they get the same grace.
+        calls.close();
+        if tokio::time::timeout_at(deadline, calls.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                running = calls.len(),
+                "calls still running {}s after the shutdown signal; exiting anyway (the next \
+                 start finishes them as INTERRUPTED)",
                 grace.as_secs()
             );
         }

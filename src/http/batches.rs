@@ -212,7 +212,9 @@ pub async fn post_batch(
                     tasks.push((
                         index,
                         id,
-                        tokio::spawn(Box::pin(async move { engine.execute(request).await })),
+                        state
+                            .calls
+                            .spawn(Box::pin(async move { engine.execute(request).await })),
                     ));
                 }
             }

@@ -241,7 +241,8 @@ pub async fn post_run(
     let (tx, rx) = mpsc::channel(64);
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
-    tokio::spawn(async move {
+    let calls = state.calls.clone();
+    calls.spawn(async move {
         run(
             state.clone(),
             user.owner,
@@ -711,7 +712,7 @@ async fn execute_turn(
             .err()
             .map(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false));
         // Boxed, as in `threads::with_slot`: tokio copies an inline future whole.
-        let task = tokio::spawn(Box::pin(async move {
+        let task = state.calls.spawn(Box::pin(async move {
             if let Some(error) = refused {
                 return engine
                     .record_rejected_call(request, error)
