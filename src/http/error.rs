@@ -468,7 +468,7 @@ pub struct ApiQuery<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiQuery<T>
 where
-    T: DeserializeOwned,
+    T: DeserializeOwned + utoipa::IntoParams,
     S: Send + Sync,
 {
     type Rejection = ApiError;
@@ -482,7 +482,24 @@ where
         let query = parts.uri.query().unwrap_or_default();
         // A parameter given twice: which value counts would be a guess.
         let mut seen = std::collections::HashSet::new();
+        // A parameter the route does not take (a misspelt `format`) would
+        // otherwise be ignored, and the answer be another than asked for.
+        let known: Vec<String> = T::into_params(|| Some(utoipa::openapi::path::ParameterIn::Query))
+            .into_iter()
+            .map(|p| p.name)
+            .collect();
         for (name, _) in form_urlencoded::parse(query.as_bytes()) {
+            if !known.iter().any(|k| *k == name) {
+                let takes = if known.is_empty() {
+                    "this route takes no query parameters".to_string()
+                } else {
+                    format!("this route takes {}", known.join(", "))
+                };
+                return Err(ApiError::invalid_param(
+                    &name,
+                    format!("is not a parameter of this route; {takes}"),
+                ));
+            }
             if !seen.insert(name.clone()) {
                 return Err(ApiError::invalid_param(
                     &name,

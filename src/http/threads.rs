@@ -226,7 +226,7 @@ where
     F: std::future::Future<Output = T> + Send + 'static,
 {
     let task = state.acquire(&user.owner, 1).map(|permit| {
-        tokio::spawn(Box::pin(async move {
+        state.calls.spawn(Box::pin(async move {
             let result = work.await;
             drop(permit);
             result
@@ -400,6 +400,21 @@ pub async fn post_message(
             let call = calls::parse(raw).map_err(|e| {
                 ApiError::invalid_body(format!("/tool_calls/{i}{}", e.pointer), e.message)
             })?;
+            // A declaration records what the model asked for; how a call is
+            // run is said when it is posted. Were these kept silently, a
+            // call declared as a dry run could be posted and run for real.
+            if let Some(field) = calls::COMMON_FIELDS
+                .iter()
+                .find(|f| raw.as_object().is_some_and(|o| o.contains_key(**f)))
+            {
+                return Err(ApiError::invalid_body(
+                    format!("/tool_calls/{i}/{field}"),
+                    format!(
+                        "a declared call does not take {field}: give it when the call is \
+                         posted to /tool-calls"
+                    ),
+                ));
+            }
             // A name no tool can have (nor a vendor's function) would make
             // the thread's context one no model API accepts.
             if !crate::tools::registry::valid_tool_name(&call.name) {

@@ -97,7 +97,7 @@ impl utoipa::PartialSchema for DeclaredToolCall {
                     .property("function", ObjectBuilder::new().property("name", name())),
             )
             .description(Some(
-                "A tool call in any accepted shape whose tool name matches [A-Za-z0-9_.-]{1,64}; arguments sent as text must be the JSON text of an object",
+                "A tool call in any accepted shape whose tool name matches [A-Za-z0-9_.-]{1,64}; arguments sent as text must be the JSON text of an object. run_id, parent_message_id, workspace and dry_run are refused here: they are given when the call is posted",
             ))
             .into()
     }
@@ -300,7 +300,7 @@ pub fn parse_argument_text(text: &str, pointer: &str) -> Result<Value, CallParse
 }
 
 /// The fields every call shape takes besides its own.
-const COMMON_FIELDS: [&str; 4] = ["run_id", "parent_message_id", "workspace", "dry_run"];
+pub const COMMON_FIELDS: [&str; 4] = ["run_id", "parent_message_id", "workspace", "dry_run"];
 const NATIVE_FIELDS: [&str; 3] = ["id", "name", "arguments"];
 /// `index`: as a streamed OpenAI response numbers its calls.
 const OPENAI_FIELDS: [&str; 4] = ["id", "type", "function", "index"];

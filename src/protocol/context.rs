@@ -352,27 +352,24 @@ pub fn openai(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
     json!({ "messages": out })
 }
 
-/// A call's tool name as a vendor's API takes it. A run records the name
-/// its client sent, whatever it is (the call fails with `TOOL_NOT_FOUND`,
-/// which the model reads and corrects): in a context, a name no tool can
-/// have gets `_` for each character outside `A-Z a-z 0-9 _ - .`, and is cut
-/// to 64 characters (`unnamed_tool` when empty), since one name the API
-/// refuses would make it refuse the whole conversation.
+/// A call's tool name as a vendor's API takes it: both take
+/// `[A-Za-z0-9_-]{1,64}` and refuse the whole conversation for one other
+/// name. A run records the name its client sent, whatever it is, and a
+/// model may call a name no tool has (OpenAI's `multi_tool_use.parallel`):
+/// either fails with `TOOL_NOT_FOUND`, which the model reads and corrects.
+/// In a context such a name gets `_` for each other character (`.`
+/// included, which toolgate admits in a tool's name but neither vendor
+/// does) and is cut to 64 characters (`unnamed_tool` when empty).
 fn wire_name(name: &Value) -> Value {
     let name = name.as_str().unwrap_or_default();
-    if crate::tools::registry::valid_tool_name(name) {
+    let taken = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-');
+    if !name.is_empty() && name.len() <= 64 && name.chars().all(taken) {
         return json!(name);
     }
     let sanitized: String = name
         .chars()
         .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if taken(c) { c } else { '_' })
         .collect();
     json!(if sanitized.is_empty() {
         "unnamed_tool"
@@ -984,10 +981,11 @@ mod tests {
         assert_eq!(o["messages"][2]["tool_call_id"], "a.b", "{o}");
     }
 
-    /// A name a run recorded as its client sent it, which no tool can
-    /// have, is given in a form the vendors take.
+    /// A name a run recorded as its client sent it, or one with `.` (a
+    /// name a model made up, or a dotted tool's), is given in a form the
+    /// vendors take.
     #[test]
-    fn a_tool_name_no_tool_can_have_is_given_as_vendors_take_it() {
+    fn a_tool_name_a_vendor_does_not_take_is_given_as_vendors_take_it() {
         let call = |id: &str, name: &str| json!({"id": id, "name": name, "arguments": {}});
         let messages = vec![
             msg(1, Role::User, "go", json!({}), None),
@@ -996,7 +994,8 @@ mod tests {
                 Role::Assistant,
                 "",
                 json!({"tool_calls": [call("a", "bad name!"), call("b", ""), call("c", "ui.pick"),
-                                      call("d", &"é".repeat(70))]}),
+                                      call("d", &"é".repeat(70)),
+                                      call("e", "multi_tool_use.parallel"), call("f", "ok-name_2")]}),
                 None,
             ),
         ];
@@ -1013,12 +1012,15 @@ mod tests {
             [
                 &json!("bad_name_"),
                 &json!("unnamed_tool"),
-                &json!("ui.pick"),
-                &json!(long)
+                &json!("ui_pick"),
+                &json!(long),
+                &json!("multi_tool_use_parallel"),
+                &json!("ok-name_2")
             ]
         );
         let a = anthropic(&messages, &Unanswered::new());
         assert_eq!(a["messages"][1]["content"][0]["name"], "bad_name_", "{a}");
+        assert_eq!(a["messages"][1]["content"][2]["name"], "ui_pick", "{a}");
     }
 
     /// OpenAI refuses a tool call id over 40 characters: such an id (an

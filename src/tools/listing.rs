@@ -61,12 +61,7 @@ pub fn render(def: &ToolDefinition, format: ListingFormat) -> Value {
                 "name": def.name,
                 "description": description,
                 "inputSchema": input,
-                "annotations": {
-                    "readOnlyHint": def.metadata.read_only,
-                    "destructiveHint": def.metadata.destructive,
-                    "idempotentHint": def.metadata.read_only,
-                    "openWorldHint": false,
-                }
+                "annotations": mcp_hints(&def.metadata),
             });
             // An output schema MCP cannot carry (structuredContent is an
             // object) is left out: in the listing it would make MCP clients
@@ -176,6 +171,21 @@ pub fn system_prompt(defs: &[ToolDefinition], format: PromptFormat) -> String {
             format!("{PREAMBLE}\n\n{body}\n")
         }
     }
+}
+
+/// MCP's hints from a tool's metadata. MCP reads `destructiveHint: false`
+/// as "only additive updates", which clients may take as safe to approve:
+/// every tool that writes may overwrite or remove (`write_file` replaces a
+/// file), so only a read-only tool says false. A tool that claims to be
+/// read-only and destructive is destructive, as for permissions.
+fn mcp_hints(metadata: &super::ToolMetadata) -> Value {
+    let read_only = metadata.read_only && !metadata.destructive;
+    json!({
+        "readOnlyHint": read_only,
+        "destructiveHint": !read_only,
+        "idempotentHint": read_only,
+        "openWorldHint": false,
+    })
 }
 
 #[cfg(test)]
