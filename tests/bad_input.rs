@@ -417,6 +417,20 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     }
     let (_, p) = problem(app.get("/v1/threads/t/history?limit=1&limit=2").await).await;
     assert_eq!(p["errors"][0]["parameter"], "limit", "{p}");
+    // A parameter the route does not take is named with the ones it does,
+    // never ignored: a misspelt `format` would answer in another shape.
+    for (path, named, takes) in [
+        ("/v1/tools?fromat=openai", "fromat", "format"),
+        ("/v1/threads/t/context?Format=anthropic", "Format", "format"),
+        ("/v1/threads/t/history?limt=2", "limt", "limit, before"),
+        ("/v1/approvals?stauts=pending", "stauts", "status"),
+        ("/v1/system-prompt?format=xml&x=1", "x", "format"),
+    ] {
+        let (s, p) = problem(app.get(path).await).await;
+        assert_eq!(s, 400, "{path}: {p}");
+        assert_eq!(p["errors"][0]["parameter"], named, "{p}");
+        assert!(p["detail"].as_str().unwrap().contains(takes), "{path}: {p}");
+    }
     // An audit action that no entry can have is an error, not an empty page.
     let (s, p) = problem(app.get("/v1/audit?action=bogus").await).await;
     assert_eq!(s, 400, "{p}");
@@ -604,6 +618,32 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     .await;
     assert_eq!(s, 422, "{p}");
     assert_eq!(p["errors"][0]["pointer"], "/tool_calls/1/id", "{p}");
+    // How a call is run is given when it is posted: a declaration that
+    // says it (kept silently, a declared dry run could run for real).
+    for (field, value) in [
+        ("dry_run", json!(true)),
+        ("workspace", json!("sub")),
+        ("run_id", json!("r")),
+        ("parent_message_id", json!("m")),
+    ] {
+        let mut call = json!({"id": "t4", "name": "write_file",
+                              "arguments": {"path": "f.txt", "content": "x"}});
+        call[field] = value;
+        let (s, p) = problem(
+            app.post(
+                "/v1/threads/t/messages",
+                &json!({"role": "assistant", "content": "x", "tool_calls": [call]}),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(s, 422, "{field}: {p}");
+        assert_eq!(
+            p["errors"][0]["pointer"],
+            format!("/tool_calls/0/{field}"),
+            "{p}"
+        );
+    }
 
     assert_eq!(
         snapshot(&app, "t").await,

@@ -94,18 +94,20 @@ async fn mcp_sdk_accepts_the_mcp_tool_listing() {
     assert_eq!(bash["destructiveHint"], true, "bash: {bash}");
     assert_eq!(bash["readOnlyHint"], false, "bash: {bash}");
 
-    // The hints say what the native metadata says, for every tool.
+    // write_file replaces a file's content: not an additive update, which
+    // is what MCP reads `destructiveHint: false` as.
+    let write = &tool("write_file")["annotations"];
+    assert_eq!(write["destructiveHint"], true, "write_file: {write}");
+
+    // The hints say what the native metadata says, for every tool: a tool
+    // that is not read-only may destroy.
     for def in native["tools"].as_array().unwrap() {
         let name = def["name"].as_str().unwrap();
         let hints = &tool(name)["annotations"];
-        assert_eq!(
-            hints["readOnlyHint"], def["metadata"]["read_only"],
-            "{name}: {hints}"
-        );
-        assert_eq!(
-            hints["destructiveHint"], def["metadata"]["destructive"],
-            "{name}: {hints}"
-        );
+        let read_only =
+            def["metadata"]["read_only"] == true && def["metadata"]["destructive"] == false;
+        assert_eq!(hints["readOnlyHint"], read_only, "{name}: {hints}");
+        assert_eq!(hints["destructiveHint"], !read_only, "{name}: {hints}");
         assert_eq!(tool(name)["inputSchema"], def["input_schema"], "{name}");
     }
 

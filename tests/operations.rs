@@ -62,10 +62,29 @@ async fn health_readiness_and_metrics(backend: Backend) {
             .unwrap();
         assert_eq!(r.status(), 405);
     }
+    // Answers given before or without a route are counted too.
+    let r = client.get(app.url("/no-such-route")).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = client
+        .post(app.url("/v1/threads/m/tool-calls"))
+        .bearer_auth(&app.token)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
     let _sse = app.events("m", "", None).await;
     // The stream counts itself once its task runs, which may be just after
     // the client has the response headers.
     let text = metrics_once(&app, |n| n >= 1.0).await;
+    for status in ["404", "415"] {
+        assert!(
+            requests_counted(&text, "unmatched", status),
+            "{status}: {text}"
+        );
+    }
     assert!(text.contains("toolgate_http_requests_total{"), "{text}");
     assert!(
         text.contains("method=\"other\"") && !text.contains("XMETHOD") && !text.contains("BREW"),
@@ -88,6 +107,15 @@ async fn health_readiness_and_metrics(backend: Backend) {
         subscribers.is_some_and(|n| n >= 1.0),
         "an open stream is counted: {text}"
     );
+}
+
+/// Whether `/metrics` counts a request answered `status` on `route`.
+fn requests_counted(metrics: &str, route: &str, status: &str) -> bool {
+    metrics.lines().any(|l| {
+        l.starts_with("toolgate_http_requests_total{")
+            && l.contains(&format!("route=\"{route}\""))
+            && l.contains(&format!("status=\"{status}\""))
+    })
 }
 
 /// `/metrics` as text, as soon as its SSE subscriber gauge satisfies
@@ -485,6 +513,71 @@ async fn readiness_fails_when_the_database_is_gone() {
     assert!(p["detail"].as_str().unwrap().contains("postgres"), "{p}");
 }
 
+/// A TCP proxy in front of Postgres that can be frozen: from then on it
+/// passes nothing on and closes nothing, as a database host that hangs.
+struct FreezingProxy {
+    url: String,
+    frozen: tokio_util::sync::CancellationToken,
+}
+
+async fn freezing_proxy(pg: &common::PgDatabase) -> FreezingProxy {
+    // postgres://user@host:port/name
+    let (head, rest) = pg.url.split_once('@').unwrap();
+    let (target, name) = rest.split_once('/').unwrap();
+    let target = target.to_string();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("{head}@{}/{name}", listener.local_addr().unwrap());
+    let frozen = tokio_util::sync::CancellationToken::new();
+    let freeze = frozen.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut client, _)) = listener.accept().await {
+            if freeze.is_cancelled() {
+                held.push(client);
+                continue;
+            }
+            let freeze = freeze.clone();
+            let target = target.clone();
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                    // Frozen: both ends stay open, and nothing passes.
+                    _ = freeze.cancelled() => std::future::pending::<()>().await,
+                }
+            });
+        }
+    });
+    FreezingProxy { url, frozen }
+}
+
+/// A database that does not answer at all is not ready either: `/readyz`
+/// says so within a probe's usual timeout instead of hanging with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_fails_when_the_database_does_not_answer() {
+    let pg = common::create_pg_database().await;
+    let proxy = freezing_proxy(&pg).await;
+    let url = proxy.url.clone();
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut settings = common::test_settings(data_dir.path());
+    settings.storage.database_url = Some(url.into());
+    let app = TestApp::start(settings, data_dir, Some(pg)).await;
+    let resp = reqwest::get(app.url("/readyz")).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    proxy.frozen.cancel();
+    let resp = reqwest::Client::new()
+        .get(app.url("/readyz"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("an answer, not a hang");
+    assert_eq!(resp.status(), 503);
+    let p: Value = resp.json().await.unwrap();
+    assert!(p["detail"].as_str().unwrap().contains("no answer"), "{p}");
+}
+
 /// Refuse new connections to the test database and end the open ones, or
 /// accept connections again.
 async fn set_database_reachable(pg: &common::PgDatabase, reachable: bool) {
@@ -503,6 +596,58 @@ async fn set_database_reachable(pg: &common::PgDatabase, reachable: bool) {
     for sql in statements {
         sqlx::query(&sql).execute(&mut admin).await.unwrap();
     }
+}
+
+/// Rename the test database `from` → `to` (no connection may be open to it
+/// meanwhile), then let clients connect to `to`.
+async fn rename_database(pg: &common::PgDatabase, from: &str, to: &str) {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(&pg.admin_url).await.unwrap();
+    for sql in [
+        format!("ALTER DATABASE {from} ALLOW_CONNECTIONS false"),
+        format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{from}'"),
+        format!("ALTER DATABASE {from} RENAME TO {to}"),
+        format!("ALTER DATABASE {to} ALLOW_CONNECTIONS true"),
+    ] {
+        sqlx::query(&sql).execute(&mut admin).await.unwrap();
+    }
+}
+
+/// A database gone by name (renamed, or dropped to be restored: Postgres
+/// refuses the connection with 3D000) is an outage as a refused connection
+/// is: the caller hears 503 and the result waits for the database, rather
+/// than an internal error that leaves the call `running` until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_waits_out_a_database_gone_by_name() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let pg = app.pg.as_ref().unwrap();
+    let moved = format!("{}_moved", pg.name);
+    let call = json!({"id": "moved", "name": "wait", "arguments": {"ms": 1500}});
+    let url = app.url("/v1/threads/moved/tool-calls");
+    let posted = tokio::spawn(
+        app.client
+            .post(&url)
+            .bearer_auth(&app.token)
+            .json(&call)
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    rename_database(pg, &pg.name, &moved).await;
+    let resp = posted.await.unwrap().unwrap();
+    assert_eq!(resp.status(), 503, "{}", resp.text().await.unwrap());
+    assert_eq!(
+        kept_results(app.data_dir.path()),
+        1,
+        "kept on disk meanwhile"
+    );
+    let echo = json!({"id": "quick", "name": "echo", "arguments": {"text": "x"}});
+    let (status, body) = app.call("moved", echo).await;
+    assert_eq!(status, 503, "{body}");
+    rename_database(pg, &moved, &pg.name).await;
+    let stored = post_until_stored(&app, "moved", &call).await;
+    assert_eq!(stored["replayed"], true, "{stored}");
+    assert_eq!(stored["tool_agent_output"]["status"], "success", "{stored}");
+    until_nothing_is_kept(&app).await;
 }
 
 /// Post `call` (a `wait` long enough), take the database away while it
@@ -970,6 +1115,39 @@ async fn a_running_wait(
     // Recorded as running (write-ahead) before it executes.
     sse.until("TOOL_CALL_END").await;
     (sse, caller)
+}
+
+/// A call whose client has gone runs on after SIGTERM for the shutdown
+/// grace, as one whose client still waits does: it is stored as it ran,
+/// not finished as INTERRUPTED at the next start.
+#[tokio::test]
+async fn a_call_whose_client_left_gets_the_shutdown_grace() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let grace = [("TOOLGATE_SERVER__SHUTDOWN_GRACE_SECS", "30")];
+    let mut first = serve_binary_with(data_dir.path(), None, &grace).await;
+    let (sse, caller) = a_running_wait(&first, "left", "w", 1500).await;
+    // The client leaves, its stream too: no connection holds the process.
+    caller.abort();
+    assert!(caller.await.is_err(), "the caller left before its answer");
+    drop(sse);
+    let pid = first.child.id().unwrap() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let exited = tokio::time::timeout(Duration::from_secs(60), first.child.wait())
+        .await
+        .expect("it exits once the call is stored")
+        .unwrap();
+    assert!(exited.success(), "{exited:?}");
+    let second = serve_binary(data_dir.path(), None).await;
+    let call: Value = reqwest::Client::new()
+        .get(format!("{}/v1/threads/left/tool-calls/w", second.base))
+        .bearer_auth(&second.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(call["status"], "success", "{call}");
 }
 
 /// The caller of a [`a_running_wait`] call of `ms` is answered with its
@@ -1912,6 +2090,139 @@ async fn cli_token_migrate_and_layered_settings() {
     assert_eq!(parsed["level"], "INFO");
 }
 
+/// `toolgate migrate` in a new data directory with `args` before the
+/// command and `env` set: whether it succeeded, and its stderr.
+fn migrate_with(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(args)
+        .args(["--data-dir", data_dir.path().to_str().unwrap(), "migrate"])
+        .env_remove("DATABASE_URL")
+        .env_remove("RUST_BACKTRACE")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A misspelt section or key, in a settings file or a `TOOLGATE_…`
+/// variable, stops the start naming it: ignored, `[permisions]` would
+/// drop the deployment's deny rules without a word.
+#[test]
+fn settings_toolgate_does_not_have_stop_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let fine = file("fine.toml", "[permissions]\ndeny = [\"echo\"]\n");
+    let (ok, err) = migrate_with(&["--config", &fine], &[]);
+    assert!(ok, "{err}");
+    for (name, text, named) in [
+        (
+            "section.toml",
+            "[permisions]\ndeny = [\"echo\"]\n",
+            "permisions",
+        ),
+        ("key.toml", "[server]\nbnid = \"127.0.0.1:1\"\n", "bnid"),
+        // The database's URL, which may hold a password, only ever comes
+        // from DATABASE_URL.
+        (
+            "url.toml",
+            "[storage]\ndatabase_url = \"postgres://u:p@127.0.0.1/x\"\n",
+            "database_url",
+        ),
+    ] {
+        let (ok, err) = migrate_with(&["--config", &file(name, text)], &[]);
+        assert!(!ok && err.contains(named), "{name}: {err}");
+        assert!(!err.contains("u:p@"), "{err}");
+    }
+    for (var, named) in [
+        ("TOOLGATE_SERVER__BINDD", "bindd"),
+        ("TOOLGATE_SERVR__BIND", "servr"),
+        ("TOOLGATE_STORAGE__DATABASE_URL", "database_url"),
+    ] {
+        let (ok, err) = migrate_with(&[], &[(var, "1")]);
+        assert!(!ok && err.contains(named), "{var}: {err}");
+    }
+    // A variable with no `SECTION__KEY` shape names no setting: left alone.
+    let (ok, err) = migrate_with(&[], &[("TOOLGATE_SOMETHING_ELSE", "1")]);
+    assert!(ok, "{err}");
+    // A directory is no settings file.
+    let (ok, err) = migrate_with(&["--config", dir.path().to_str().unwrap()], &[]);
+    assert!(!ok && err.contains("is not a file"), "{err}");
+}
+
+/// Start-up errors name the setting behind them; with JSON logs the error
+/// that stops the process is a JSON line too.
+#[test]
+fn a_missing_key_file_is_named_and_logged_as_json() {
+    let (ok, err) = migrate_with(
+        &[],
+        &[("TOOLGATE_AUTH__PUBLIC_KEY_PEM", "/nonexistent/jwt.pem")],
+    );
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("auth.public_key_pem") && err.contains("/nonexistent/jwt.pem"),
+        "{err}"
+    );
+    let (ok, err) = migrate_with(
+        &[],
+        &[
+            ("TOOLGATE_AUTH__PUBLIC_KEY_PEM", "/nonexistent/jwt.pem"),
+            ("TOOLGATE_SERVER__JSON_LOGS", "true"),
+        ],
+    );
+    assert!(!ok, "{err}");
+    let last = err.lines().last().unwrap_or_default();
+    let line: Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert!(
+        line["error"]
+            .as_str()
+            .unwrap()
+            .contains("auth.public_key_pem"),
+        "{line}"
+    );
+    // Text logs written to a pipe carry no colour codes.
+    let (_, err) = migrate_with(&[], &[("RUST_LOG", "debug")]);
+    assert!(!err.is_empty() && !err.contains('\u{1b}'), "{err:?}");
+}
+
+/// A token lifetime past what a token can say is refused, not wrapped
+/// around into a token that has already expired.
+#[test]
+fn a_token_lifetime_too_long_is_refused() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let dir = data_dir.path().to_str().unwrap();
+    let bin = env!("CARGO_BIN_EXE_toolgate");
+    let migrate = std::process::Command::new(bin)
+        .args(["--data-dir", dir, "migrate"])
+        .env_remove("DATABASE_URL")
+        .output()
+        .unwrap();
+    assert!(migrate.status.success());
+    let token = |ttl: &str| {
+        std::process::Command::new(bin)
+            .args(["--data-dir", dir, "token", "--sub", "a", "--ttl", ttl])
+            .output()
+            .unwrap()
+    };
+    let long = token("18446744073700000000s");
+    assert!(!long.status.success());
+    assert!(
+        String::from_utf8_lossy(&long.stderr).contains("too long"),
+        "{}",
+        String::from_utf8_lossy(&long.stderr)
+    );
+    assert!(long.stdout.is_empty());
+    assert!(token("100y").status.success());
+}
+
 /// A run's stream, quiet while its call runs, gets the same heartbeats.
 #[tokio::test]
 async fn a_runs_stream_heartbeats_while_its_calls_run() {
@@ -1999,6 +2310,13 @@ async fn a_request_that_times_out_still_finishes_its_call() {
         .await;
     assert_eq!(resp.status(), 408);
     assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    // Counted under the route it timed out on.
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    assert!(
+        requests_counted(&metrics, "/v1/threads/{thread_id}/tool-calls", "408"),
+        "{metrics}"
+    );
     // The call was not cut off with the response: re-posting the id waits
     // for it and answers with its result.
     let (s, out) = app
