@@ -2,10 +2,12 @@
 # toolgate: multi-stage build. Not exercised by CI (no Docker engine there).
 #
 #   docker build -t toolgate .
-#   docker run --rm -p 8080:8080 -v toolgate-data:/data toolgate
+#   docker run --rm -p 8080:8080 -v toolgate-data:/data --stop-timeout 35 toolgate
 #
-# The first start generates a signing key in /data and prints a dev bearer
-# token (see `docker logs`). Set DATABASE_URL=postgres://… to use Postgres
+# (--stop-timeout: SIGTERM gives in-flight calls server.shutdown_grace_secs,
+# 30 s; Docker's default kills after 10 s.) The first start generates a
+# signing key in /data; each start prints a dev bearer token signed with it
+# (see `docker logs`). Set DATABASE_URL=postgres://… to use Postgres
 # instead of the SQLite file in /data (docker-compose.yml does).
 
 FROM rust:1-bookworm AS builder
