@@ -613,51 +613,44 @@ async fn rename_database(pg: &common::PgDatabase, from: &str, to: &str) {
     }
 }
 
-/// A database gone by name (renamed, or dropped to be restored: Postgres
-/// refuses the connection with 3D000) is an outage as a refused connection
-/// is: the caller hears 503 and the result waits for the database, rather
-/// than an internal error that leaves the call `running` until a restart.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_result_waits_out_a_database_gone_by_name() {
-    let app = TestApp::spawn(Backend::Postgres).await;
-    let pg = app.pg.as_ref().unwrap();
-    let moved = format!("{}_moved", pg.name);
-    let call = json!({"id": "moved", "name": "wait", "arguments": {"ms": 1500}});
-    let url = app.url("/v1/threads/moved/tool-calls");
-    let posted = tokio::spawn(
-        app.client
-            .post(&url)
-            .bearer_auth(&app.token)
-            .json(&call)
-            .send(),
-    );
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    rename_database(pg, &pg.name, &moved).await;
-    let resp = posted.await.unwrap().unwrap();
-    assert_eq!(resp.status(), 503, "{}", resp.text().await.unwrap());
-    assert_eq!(
-        kept_results(app.data_dir.path()),
-        1,
-        "kept on disk meanwhile"
-    );
-    let echo = json!({"id": "quick", "name": "echo", "arguments": {"text": "x"}});
-    let (status, body) = app.call("moved", echo).await;
-    assert_eq!(status, 503, "{body}");
-    rename_database(pg, &moved, &pg.name).await;
-    let stored = post_until_stored(&app, "moved", &call).await;
-    assert_eq!(stored["replayed"], true, "{stored}");
-    assert_eq!(stored["tool_agent_output"]["status"], "success", "{stored}");
-    until_nothing_is_kept(&app).await;
+/// How the database goes away in an outage test.
+#[derive(Clone, Copy)]
+enum Outage {
+    /// Connections refused (the database does not allow them).
+    Refused,
+    /// Gone by name: renamed, as one dropped to be restored (Postgres
+    /// refuses the connection with 3D000, "does not exist").
+    Renamed,
+}
+
+impl Outage {
+    async fn begin(self, pg: &common::PgDatabase) {
+        match self {
+            Outage::Refused => set_database_reachable(pg, false).await,
+            Outage::Renamed => rename_database(pg, &pg.name, &format!("{}_moved", pg.name)).await,
+        }
+    }
+
+    async fn end(self, pg: &common::PgDatabase) {
+        match self {
+            Outage::Refused => set_database_reachable(pg, true).await,
+            Outage::Renamed => rename_database(pg, &format!("{}_moved", pg.name), &pg.name).await,
+        }
+    }
 }
 
 /// Post `call` (a `wait` long enough), take the database away while it
 /// runs, and check its caller hears 503.
 async fn lose_the_database_during(app: &TestApp, thread: &str, call: &Value) {
+    lose_the_database_by(Outage::Refused, app, thread, call).await
+}
+
+async fn lose_the_database_by(outage: Outage, app: &TestApp, thread: &str, call: &Value) {
     let url = app.url(&format!("/v1/threads/{thread}/tool-calls"));
     let request = app.client.post(&url).bearer_auth(&app.token).json(call);
     let posted = tokio::spawn(request.send());
     tokio::time::sleep(Duration::from_millis(600)).await;
-    set_database_reachable(app.pg.as_ref().unwrap(), false).await;
+    outage.begin(app.pg.as_ref().unwrap()).await;
     let resp = posted.await.unwrap().unwrap();
     assert_eq!(resp.status(), 503, "{}", resp.text().await.unwrap());
 }
@@ -729,9 +722,21 @@ async fn eventually_every(
 /// call does not stay `running`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_result_is_stored_once_the_database_is_back() {
+    a_result_waits_out(Outage::Refused).await
+}
+
+/// The same when the database is gone by name, which is an outage as a
+/// refused connection is, not an internal error that leaves the call
+/// `running` until a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_waits_out_a_database_gone_by_name() {
+    a_result_waits_out(Outage::Renamed).await
+}
+
+async fn a_result_waits_out(outage: Outage) {
     let app = TestApp::spawn(Backend::Postgres).await;
     let call = json!({"id": "blip", "name": "wait", "arguments": {"ms": 1500}});
-    lose_the_database_during(&app, "blip", &call).await;
+    lose_the_database_by(outage, &app, "blip", &call).await;
     assert_eq!(
         kept_results(app.data_dir.path()),
         1,
@@ -743,7 +748,7 @@ async fn a_result_is_stored_once_the_database_is_back() {
     let (status, body) = app.call("blip", quick).await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(kept_results(app.data_dir.path()), 1);
-    set_database_reachable(app.pg.as_ref().unwrap(), true).await;
+    outage.end(app.pg.as_ref().unwrap()).await;
     let stored = post_until_stored(&app, "blip", &call).await;
     assert_eq!(stored["replayed"], true, "{stored}");
     assert_eq!(stored["tool_agent_output"]["status"], "success", "{stored}");
