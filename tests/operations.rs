@@ -1025,6 +1025,21 @@ struct Served {
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
+impl Served {
+    /// `GET path` with the served token, as JSON.
+    async fn get_json(&self, path: &str) -> Value {
+        reqwest::Client::new()
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
 async fn serve_binary(data_dir: &std::path::Path, database_url: Option<&str>) -> Served {
     serve_binary_with(data_dir, database_url, &[]).await
 }
@@ -1143,15 +1158,7 @@ async fn a_call_whose_client_left_gets_the_shutdown_grace() {
         .unwrap();
     assert!(exited.success(), "{exited:?}");
     let second = serve_binary(data_dir.path(), None).await;
-    let call: Value = reqwest::Client::new()
-        .get(format!("{}/v1/threads/left/tool-calls/w", second.base))
-        .bearer_auth(&second.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let call = second.get_json("/v1/threads/left/tool-calls/w").await;
     assert_eq!(call["status"], "success", "{call}");
 }
 
@@ -1248,15 +1255,7 @@ async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     );
 
     let second = serve_binary(data_dir.path(), url).await;
-    let history: Value = client
-        .get(format!("{}/v1/threads/crash/history", second.base))
-        .bearer_auth(&second.token)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let history = second.get_json("/v1/threads/crash/history").await;
     let msgs = history["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 1, "{history}");
     assert_eq!(msgs[0]["tool_agent_output"]["status"], "failure");
