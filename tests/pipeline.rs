@@ -315,7 +315,33 @@ async fn idempotent_calls_run_once(backend: Backend) {
         )
         .await;
     assert_eq!(status, 409, "{problem}");
-    assert!(problem["detail"].as_str().unwrap().contains("different"));
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("other arguments"),
+        "{problem}"
+    );
+    assert_eq!(problem["errors"][0]["field"], "arguments", "{problem}");
+    // The answer names what differs.
+    for (call, field) in [
+        (
+            json!({"id": "same", "name": "wait", "arguments": {"ms": 1}}),
+            "name",
+        ),
+        (
+            json!({"id": "same", "name": "echo", "arguments": {"text": "once"}, "dry_run": true}),
+            "dry_run",
+        ),
+        (
+            json!({"id": "same", "name": "echo", "arguments": {"text": "once"}, "workspace": "sub"}),
+            "workspace",
+        ),
+    ] {
+        let (status, problem) = app.call("t4", call).await;
+        assert_eq!(status, 409, "{field}: {problem}");
+        assert_eq!(problem["errors"][0]["field"], field, "{problem}");
+    }
 
     // Concurrent duplicates: one execution, every caller gets the outcome.
     let posts = (0..8).map(|_| {

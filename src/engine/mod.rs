@@ -61,12 +61,31 @@ pub struct EngineConfig {
 /// their arguments. A whole number is the same written `1` or `1.0`, as the
 /// tool gets it.
 fn same_call(record: &ToolCallRecord, call: &crate::protocol::calls::IncomingCall) -> bool {
+    call_difference(record, &record.tool_name, call).is_none()
+}
+
+/// What makes `call` of the tool `tool_name` another call than `record`, as
+/// the field a conflict names: `name`, `arguments`, `workspace` or
+/// `dry_run`.
+fn call_difference(
+    record: &ToolCallRecord,
+    tool_name: &str,
+    call: &crate::protocol::calls::IncomingCall,
+) -> Option<&'static str> {
     let integral = crate::protocol::json::integral_numbers;
-    (record.args == call.arguments
-        || integral(record.args.clone()) == integral(call.arguments.clone()))
-        && record
-            .dry_run
-            .is_none_or(|dry_run| dry_run == call.dry_run && record.workspace == call.workspace)
+    if record.tool_name != tool_name {
+        return Some("name");
+    }
+    if record.args != call.arguments
+        && integral(record.args.clone()) != integral(call.arguments.clone())
+    {
+        return Some("arguments");
+    }
+    match record.dry_run {
+        Some(dry_run) if dry_run != call.dry_run => Some("dry_run"),
+        Some(_) if record.workspace != call.workspace => Some("workspace"),
+        _ => None,
+    }
 }
 
 /// What a model is told to do about a call the permission rules deny.
@@ -246,10 +265,13 @@ pub enum Rejection {
     },
     #[error("arguments do not match the input schema of {tool:?}")]
     InvalidArguments { tool: String, error: Box<ToolError> },
-    #[error(
-        "tool call {id:?} is already recorded in this thread with a different tool, arguments, sub-workspace or dry_run"
-    )]
-    IdConflict { id: String },
+    #[error("tool call {id:?} is already recorded in this thread with another {field}")]
+    IdConflict {
+        id: String,
+        /// What differs: `name` (the tool), `arguments`, `workspace` or
+        /// `dry_run`.
+        field: &'static str,
+    },
     #[error("tool call {id:?} is running in another process, or its result is not stored yet")]
     InProgressElsewhere { id: String },
     #[error("thread not found")]
@@ -618,9 +640,10 @@ impl Engine {
             let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? else {
                 return Ok(None);
             };
-            if record.tool_name != tool.definition.name || !same_call(&record, &req.call) {
+            if let Some(field) = call_difference(&record, &tool.definition.name, &req.call) {
                 return Err(Rejection::IdConflict {
                     id: req.call.id.clone(),
+                    field,
                 });
             }
             if record.status != CallStatus::Running {
@@ -1254,11 +1277,11 @@ impl Engine {
         audit: crate::store::NewAuditEntry,
     ) -> Result<CallOutcome, StoreError> {
         if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {
-            if !same_call(&record, &req.call) {
-                return Err(StoreError::Conflict(format!(
-                    "tool call {:?} is already recorded in this thread with other arguments, another sub-workspace or another dry_run; use a new id for a new call",
-                    req.call.id
-                )));
+            if let Some(field) = call_difference(&record, tool_name, &req.call) {
+                return Err(StoreError::CallConflict {
+                    id: req.call.id.clone(),
+                    field,
+                });
             }
             if record.status.is_finished() {
                 let outcome = outcome_from_record(&record)?;

@@ -22,6 +22,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// A conflict that one field of the request makes: `errors` names it.
+    #[error("{detail}")]
+    ConflictAt { detail: String, errors: Vec<Value> },
     #[error("{0}")]
     PayloadTooLarge(String),
     #[error("{0}")]
@@ -97,6 +100,26 @@ impl ApiError {
         }
     }
 
+    /// 409: call `id` is recorded in the thread as another call; `field`
+    /// (`name`, `arguments`, `workspace` or `dry_run`) says what differs.
+    pub fn call_conflict(id: &str, field: &str) -> Self {
+        let what = match field {
+            "name" => "another tool",
+            "arguments" => "other arguments",
+            "workspace" => "another sub-workspace",
+            _ => "another dry_run",
+        };
+        ApiError::ConflictAt {
+            detail: format!(
+                "tool call {id:?} is already recorded in this thread with {what}; use a new id for a new call"
+            ),
+            errors: vec![json!({
+                "field": field,
+                "message": format!("differs from the call recorded under this id ({what})"),
+            })],
+        }
+    }
+
     pub fn thread_not_found() -> Self {
         ApiError::NotFound("thread not found".into())
     }
@@ -112,7 +135,9 @@ impl ApiError {
                 "Unauthorized".into(),
             ),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found".into()),
-            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict", "Conflict".into()),
+            ApiError::Conflict(_) | ApiError::ConflictAt { .. } => {
+                (StatusCode::CONFLICT, "conflict", "Conflict".into())
+            }
             ApiError::PayloadTooLarge(_) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",
@@ -193,7 +218,9 @@ impl ApiError {
         };
         let mut body = problem_body(status, slug, &title, &detail);
         match self {
-            ApiError::BadRequest { errors, .. } if !errors.is_empty() => {
+            ApiError::BadRequest { errors, .. } | ApiError::ConflictAt { errors, .. }
+                if !errors.is_empty() =>
+            {
                 body.insert("errors".into(), Value::Array(errors.clone()));
             }
             ApiError::Unprocessable { extra, .. } => body.extend(extra.clone()),
@@ -239,6 +266,7 @@ impl From<crate::store::StoreError> for ApiError {
         match e {
             StoreError::NotOwner => ApiError::thread_not_found(),
             StoreError::Conflict(what) | StoreError::Redeclared(what) => ApiError::Conflict(what),
+            StoreError::CallConflict { id, field } => ApiError::call_conflict(&id, field),
             StoreError::NotFound(what) => ApiError::NotFound(what),
             e if e.is_unavailable() || matches!(e, StoreError::WriterClosed) => {
                 ApiError::Unavailable("the database is unavailable; retry later".into())

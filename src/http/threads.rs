@@ -112,9 +112,7 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
             extra.insert("input_schema".into(), json!(error.input_schema));
             refusal("Invalid arguments", *error, extra)
         }
-        Rejection::IdConflict { id } => ApiError::Conflict(format!(
-            "tool call {id:?} is already recorded in this thread with a different tool, arguments, sub-workspace or dry_run; use a new id for a new call"
-        )),
+        Rejection::IdConflict { id, field } => ApiError::call_conflict(&id, field),
         Rejection::InProgressElsewhere { id } => ApiError::Conflict(format!(
             "tool call {id:?} is still running in another toolgate process, or its result is waiting for the database to answer again; post it again later to get its result"
         )),

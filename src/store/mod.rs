@@ -36,6 +36,10 @@ pub enum StoreError {
     /// looking again finds nothing that answers for the call.
     #[error("{0}")]
     Redeclared(String),
+    /// A call id recorded in the thread came again as another call:
+    /// `field` (`name`, `arguments`, `workspace` or `dry_run`) differs.
+    #[error("tool call {id:?} is already recorded in this thread with another {field}")]
+    CallConflict { id: String, field: &'static str },
     /// A referenced row does not exist.
     #[error("not found: {0}")]
     NotFound(String),
@@ -96,6 +100,7 @@ impl StoreError {
             self,
             StoreError::NotOwner
                 | StoreError::Conflict(_)
+                | StoreError::CallConflict { .. }
                 | StoreError::Redeclared(_)
                 | StoreError::NotFound(_)
         ) || self.is_raised_on_statement()

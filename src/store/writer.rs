@@ -271,6 +271,10 @@ fn replicate(err: &StoreError) -> StoreError {
         StoreError::NotOwner => StoreError::NotOwner,
         StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
         StoreError::Redeclared(m) => StoreError::Redeclared(m.clone()),
+        StoreError::CallConflict { id, field } => StoreError::CallConflict {
+            id: id.clone(),
+            field,
+        },
         StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
         StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
         StoreError::WriterClosed => StoreError::WriterClosed,
