@@ -494,9 +494,32 @@ fn json_pointer(path: &serde_path_to_error::Path) -> String {
 /// `Query<T>` whose rejections are problems naming the parameter.
 pub struct ApiQuery<T>(pub T);
 
+/// The query parameters `T` takes, as its OpenAPI description names them;
+/// built once per type (a description is a tree of schemas, too much to
+/// build for every request).
+fn query_names<T: utoipa::IntoParams + 'static>() -> std::sync::Arc<[String]> {
+    use std::any::TypeId;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashMap<TypeId, Arc<[String]>>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    names
+        .entry(TypeId::of::<T>())
+        .or_insert_with(|| {
+            T::into_params(|| Some(utoipa::openapi::path::ParameterIn::Query))
+                .into_iter()
+                .map(|p| p.name)
+                .collect()
+        })
+        .clone()
+}
+
 impl<S, T> FromRequestParts<S> for ApiQuery<T>
 where
-    T: DeserializeOwned + utoipa::IntoParams,
+    T: DeserializeOwned + utoipa::IntoParams + 'static,
     S: Send + Sync,
 {
     type Rejection = ApiError;
@@ -512,10 +535,11 @@ where
         let mut seen = std::collections::HashSet::new();
         // A parameter the route does not take (a misspelt `format`) would
         // otherwise be ignored, and the answer be another than asked for.
-        let known: Vec<String> = T::into_params(|| Some(utoipa::openapi::path::ParameterIn::Query))
-            .into_iter()
-            .map(|p| p.name)
-            .collect();
+        let known = if query.is_empty() {
+            std::sync::Arc::default()
+        } else {
+            query_names::<T>()
+        };
         for (name, _) in form_urlencoded::parse(query.as_bytes()) {
             if !known.iter().any(|k| *k == name) {
                 let takes = if known.is_empty() {
