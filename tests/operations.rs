@@ -873,6 +873,46 @@ async fn openapi_document_is_served_and_checked_in() {
     assert!(!id.is_empty());
 }
 
+/// A client's request id is echoed (and logged) when it is one; a value
+/// that could write fields of its own into a log line, or of any length,
+/// is replaced by a new id.
+#[tokio::test]
+async fn a_clients_request_id_is_kept_only_when_it_is_one() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let echoed = |ids: &[&str]| {
+        let mut req = app.client.get(app.url("/healthz"));
+        for id in ids {
+            req = req.header("x-request-id", *id);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            let ids: Vec<String> = resp
+                .headers()
+                .get_all("x-request-id")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect();
+            assert_eq!(ids.len(), 1, "{ids:?}");
+            ids[0].clone()
+        }
+    };
+    for kept in [
+        "my-req-42",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ] {
+        assert_eq!(echoed(&[kept]).await, kept);
+    }
+    let long = "a".repeat(129);
+    for replaced in [
+        vec!["a b\" injected=1"],
+        vec![long.as_str()],
+        vec!["x", "y"],
+    ] {
+        let id = echoed(&replaced).await;
+        assert!(uuid::Uuid::parse_str(&id).is_ok(), "{replaced:?} → {id}");
+    }
+}
+
 /// Every `/v1` operation the served document lists, asked without a token
 /// and (with one) with a body of the wrong media type or of the wrong
 /// shape, answers with a problem whose status the document lists for it.

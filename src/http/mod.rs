@@ -309,6 +309,22 @@ pub fn service(
     tower::ServiceBuilder::new()
         .map_response(|r: axum::http::Response<_>| r.map(axum::body::Body::new))
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
+        // A client's own request id is kept only when it is one: a value
+        // with spaces or quotes would write fields of its own into every
+        // text log line of the request, and one of any length would be
+        // echoed and logged whole. Any other gets a new id.
+        .map_request(|mut req: Request| {
+            let usable = req
+                .headers()
+                .get_all("x-request-id")
+                .iter()
+                .map(|v| usable_request_id(v.as_bytes()))
+                .collect::<Vec<_>>();
+            if usable != [true] {
+                req.headers_mut().remove("x-request-id");
+            }
+            req
+        })
         .layer(SetRequestIdLayer::new(request_id.clone(), MakeRequestUuid))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
             let id = req
@@ -354,6 +370,16 @@ fn router(state: AppState) -> Router {
         .merge(openapi::routes())
         .route_layer(middleware::from_fn(note_route))
         .with_state(state)
+}
+
+/// A request id a client may give: 1-128 characters of `A-Z a-z 0-9` and
+/// `. _ : / + = -` (UUIDs, ULIDs, trace ids, base64), so nothing that
+/// could pass for another field in a log line.
+fn usable_request_id(id: &[u8]) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"._:/+=-".contains(b))
 }
 
 /// Where the router writes the route pattern a request matched, for
