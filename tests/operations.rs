@@ -513,6 +513,33 @@ async fn readiness_fails_when_the_database_is_gone() {
     assert!(p["detail"].as_str().unwrap().contains("postgres"), "{p}");
 }
 
+/// A database that lacks a migration (an older schema) is not ready, and
+/// the answer says what is missing and what applies it.
+#[tokio::test]
+async fn readiness_names_a_missing_migration() {
+    use sqlx::Connection;
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let file = app.data_dir.path().join("toolgate.db");
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", file.display()))
+        .await
+        .unwrap();
+    sqlx::query(
+        "DELETE FROM _sqlx_migrations WHERE version = (SELECT max(version) FROM _sqlx_migrations)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let resp = reqwest::get(app.url("/readyz")).await.unwrap();
+    assert_eq!(resp.status(), 503);
+    let p: Value = resp.json().await.unwrap();
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("is not applied") && detail.contains("toolgate migrate"),
+        "{p}"
+    );
+    assert!(!detail.contains("corrupt"), "{p}");
+}
+
 /// A TCP proxy in front of Postgres that can be frozen: from then on it
 /// passes nothing on and closes nothing, as a database host that hangs.
 struct FreezingProxy {

@@ -49,6 +49,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The schema lacks a migration (the database is an older one's).
+    #[error("{0} (`toolgate migrate`, or a start of toolgate, applies it)")]
+    NotMigrated(String),
     /// The writer task is gone (shutting down).
     #[error("writer unavailable")]
     WriterClosed,

@@ -172,7 +172,7 @@ where
                 .await?;
         for &(version, description, _) in migrations {
             if !applied.contains(&version) {
-                return Err(StoreError::Corrupt(format!(
+                return Err(StoreError::NotMigrated(format!(
                     "migration {version} ({description}) is not applied"
                 )));
             }

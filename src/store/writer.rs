@@ -277,6 +277,7 @@ fn replicate(err: &StoreError) -> StoreError {
         },
         StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
         StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
+        StoreError::NotMigrated(m) => StoreError::NotMigrated(m.clone()),
         StoreError::WriterClosed => StoreError::WriterClosed,
         StoreError::Migrate(e) => StoreError::Corrupt(e.to_string()),
         StoreError::Database(e) => StoreError::Database(replicate_sqlx(e)),
