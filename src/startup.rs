@@ -165,17 +165,38 @@ pub fn builtin_registry(
 }
 
 /// Expires approvals past their deadline, once a second, until shutdown.
+/// A sweep that keeps failing (the database away) is logged when it starts
+/// failing, then once a minute, and when it works again: not every second.
 fn spawn_expiry_sweeper(engine: Arc<Engine>, shutdown: CancellationToken) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut failing: Option<(tokio::time::Instant, u64)> = None;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tick.tick() => {
-                    if let Err(e) = engine.expire_due().await {
-                        tracing::warn!(error = %e, "approval expiry sweep failed");
+                _ = tick.tick() => match engine.expire_due().await {
+                    Ok(_) => {
+                        if let Some((_, failures)) = failing.take() {
+                            tracing::info!(failures, "approval expiry sweep works again");
+                        }
                     }
-                }
+                    Err(e) => {
+                        let now = tokio::time::Instant::now();
+                        match &mut failing {
+                            Some((logged, failures)) => {
+                                *failures += 1;
+                                if now.duration_since(*logged) >= Duration::from_secs(60) {
+                                    *logged = now;
+                                    tracing::warn!(error = %e, failures = *failures, "approval expiry sweep still failing");
+                                }
+                            }
+                            None => {
+                                failing = Some((now, 1));
+                                tracing::warn!(error = %e, "approval expiry sweep failed");
+                            }
+                        }
+                    }
+                },
             }
         }
     });

@@ -513,6 +513,46 @@ async fn readiness_fails_when_the_database_is_gone() {
     assert!(p["detail"].as_str().unwrap().contains("postgres"), "{p}");
 }
 
+/// While the database is away the approval sweep, which runs every second,
+/// says so once (then once a minute), and says when it works again.
+#[tokio::test]
+async fn an_outage_is_logged_once_by_the_approval_sweep() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let pg = common::create_pg_database().await;
+    let served = serve_binary(data_dir.path(), Some(&pg.url)).await;
+    let failed = || {
+        served
+            .stderr
+            .lock()
+            .unwrap()
+            .matches("approval expiry sweep failed")
+            .count()
+    };
+    set_database_reachable(&pg, false).await;
+    eventually(
+        Duration::from_secs(30),
+        || failed() >= 1,
+        || "no failure logged".into(),
+    )
+    .await;
+    // Three more sweeps fail meanwhile.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(failed(), 1, "{}", served.stderr.lock().unwrap());
+    set_database_reachable(&pg, true).await;
+    eventually(
+        Duration::from_secs(30),
+        || {
+            served
+                .stderr
+                .lock()
+                .unwrap()
+                .contains("approval expiry sweep works again")
+        },
+        || served.stderr.lock().unwrap().clone(),
+    )
+    .await;
+}
+
 /// A database that lacks a migration (an older schema) is not ready, and
 /// the answer says what is missing and what applies it.
 #[tokio::test]
