@@ -507,10 +507,22 @@ async fn readiness_fails_when_the_database_is_gone() {
             .await
             .unwrap();
     }
-    let resp = reqwest::get(app.url("/readyz")).await.unwrap();
+    let detail = not_ready(&app).await;
+    assert!(detail.contains("postgres"), "{detail}");
+}
+
+/// `/readyz` answers 503 (within 30 s): its detail.
+async fn not_ready(app: &TestApp) -> String {
+    let resp = app
+        .client
+        .get(app.url("/readyz"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("an answer, not a hang");
     assert_eq!(resp.status(), 503);
     let p: Value = resp.json().await.unwrap();
-    assert!(p["detail"].as_str().unwrap().contains("postgres"), "{p}");
+    p["detail"].as_str().unwrap().to_string()
 }
 
 /// While the database is away the approval sweep, which runs every second,
@@ -569,15 +581,12 @@ async fn readiness_names_a_missing_migration() {
     .execute(&mut conn)
     .await
     .unwrap();
-    let resp = reqwest::get(app.url("/readyz")).await.unwrap();
-    assert_eq!(resp.status(), 503);
-    let p: Value = resp.json().await.unwrap();
-    let detail = p["detail"].as_str().unwrap();
+    let detail = not_ready(&app).await;
     assert!(
         detail.contains("is not applied") && detail.contains("toolgate migrate"),
-        "{p}"
+        "{detail}"
     );
-    assert!(!detail.contains("corrupt"), "{p}");
+    assert!(!detail.contains("corrupt"), "{detail}");
 }
 
 /// A TCP proxy in front of Postgres that can be frozen: from then on it
@@ -634,15 +643,8 @@ async fn readiness_fails_when_the_database_does_not_answer() {
     let resp = reqwest::get(app.url("/readyz")).await.unwrap();
     assert_eq!(resp.status(), 200);
     proxy.frozen.cancel();
-    let resp = reqwest::Client::new()
-        .get(app.url("/readyz"))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .expect("an answer, not a hang");
-    assert_eq!(resp.status(), 503);
-    let p: Value = resp.json().await.unwrap();
-    assert!(p["detail"].as_str().unwrap().contains("no answer"), "{p}");
+    let detail = not_ready(&app).await;
+    assert!(detail.contains("no answer"), "{detail}");
 }
 
 /// Refuse new connections to the test database and end the open ones, or
