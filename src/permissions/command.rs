@@ -602,6 +602,53 @@ fn inner(skip: Option<usize>) -> Step {
     }
 }
 
+/// `setarch` or one of its per-architecture names.
+pub(crate) fn is_setarch(name: &str) -> bool {
+    matches!(
+        name,
+        "setarch" | "linux32" | "linux64" | "i386" | "i686" | "x86_64" | "uname26"
+    )
+}
+
+/// Where the program a `setarch` runs starts: `Some(None)` when none is
+/// given (it starts a shell), `None` when an option is not one it has.
+pub(crate) fn setarch_program(words: &[Word]) -> Option<Option<usize>> {
+    let arch = words.first().and_then(command_name) == Some("setarch")
+        && words.get(1).is_some_and(|w| !w.text.starts_with('-'));
+    let from = if arch { 2 } else { 1 };
+    skip_options(words, from.min(words.len()), &[], &SETARCH_FLAGS, &[])
+        .map(|i| (i < words.len()).then_some(i))
+}
+
+/// `setarch`'s options, none of which takes a value.
+const SETARCH_FLAGS: [&str; 25] = [
+    "-v",
+    "--verbose",
+    "-3",
+    "--3gb",
+    "--4gb",
+    "--uname-2.6",
+    "-B",
+    "--32bit",
+    "-F",
+    "--fdpic-funcptrs",
+    "-I",
+    "--short-inode",
+    "-L",
+    "--addr-compat-layout",
+    "-R",
+    "--addr-no-randomize",
+    "-S",
+    "--whole-seconds",
+    "-T",
+    "--sticky-timeouts",
+    "-X",
+    "--read-implies-exec",
+    "-Z",
+    "--mmap-page-zero",
+    "--list",
+];
+
 /// A wrapper whose command could start anywhere after its name.
 const UNREADABLE: Step = Step::Unreadable {
     from: 1,
@@ -668,6 +715,17 @@ fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
             }
         }
         "nohup" => inner(skip_options(words, 1, &[], &[], &[])),
+        // `setarch [arch] [options] [program …]` and its per-architecture
+        // names (`linux64 [options] [program …]`). Without a program it
+        // starts a shell (see `dangerous::piped_into_interpreter`).
+        name if is_setarch(name) => match setarch_program(words) {
+            Some(Some(i)) => Step::Inner {
+                skip: i,
+                open_ended: false,
+            },
+            Some(None) => Step::Stop,
+            None => UNREADABLE,
+        },
         "time" => inner(skip_options(
             words,
             1,

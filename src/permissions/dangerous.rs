@@ -166,6 +166,41 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
         }
         _ => {}
     }
+    // `source <(…)`, `bash <(…)`: the program is what the substitution
+    // prints at run time, which no rule has seen (as `… | bash`).
+    let substituted = |w: &Word| w.text.starts_with("<(");
+    let program_substituted = if SHELLS.contains(&name) || matches!(name, "source" | ".") {
+        args.iter().any(substituted)
+    } else {
+        // An interpreter's script is its first operand; later ones are data.
+        interpreter(name).is_some()
+            && args
+                .iter()
+                .find(|w| !w.text.starts_with('-'))
+                .is_some_and(substituted)
+    };
+    if program_substituted {
+        reasons.push(format!(
+            "it hands `{name}` a program computed at run time (`<(…)`), which no rule has seen"
+        ));
+    }
+    // `alias d=rm; d x`, `hash -p /bin/rm d; d x`: a program given another
+    // name, so the commands after it cannot be checked by their names.
+    let renames = match name {
+        "alias" => args.iter().any(|w| w.text.contains('=')),
+        "hash" => args
+            .iter()
+            .any(|w| w.text.starts_with('-') && !w.text.starts_with("--") && w.text.contains('p')),
+        "enable" => args
+            .iter()
+            .any(|w| w.text.starts_with('-') && w.text.contains('f')),
+        _ => false,
+    };
+    if renames {
+        reasons.push(format!(
+            "it gives a program another name (`{name}`), so the commands after it cannot be checked by name"
+        ));
+    }
     if SHELLS.contains(&name) || matches!(name, "eval" | "source" | ".") {
         let fetches = command
             .iter()
@@ -231,6 +266,9 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
             // `source /dev/stdin`
             let operand = args.iter().find(|w| w.text != "--");
             operand.is_some_and(|w| is_stdin_path(&w.text))
+        } else if super::command::is_setarch(name) {
+            // No program: it starts a shell.
+            super::command::setarch_program(piece.command()) == Some(None)
         } else if name == "parallel" {
             // No command: it runs the lines it reads as commands.
             args.iter().all(|w| w.text.starts_with('-'))

@@ -94,6 +94,8 @@ impl Redirect {
     /// something.
     pub fn feeds_computed_text(&self) -> bool {
         (self.normalised_op() == "<<<" && self.target.computed)
+            // `< <(…)`: what a process substitution prints.
+            || (self.normalised_op() == "<" && self.target.text.starts_with("<("))
             || self.heredoc_computed.as_ref().is_some_and(|c| c.get())
     }
 

@@ -139,6 +139,16 @@ fn verdict_of(set: &RuleSet, command: &str) -> Verdict {
     bash(set, command).verdict
 }
 
+/// `command` is on the dangerous list: it asks, whatever the allow rules.
+fn assert_dangerous(set: &RuleSet, command: &str) {
+    let d = bash(set, command);
+    assert_eq!(
+        (d.verdict, d.source.as_str()),
+        (Verdict::Ask, "dangerous"),
+        "{command}: {d:?}"
+    );
+}
+
 // ---------------------------------------------------------------- precedence
 
 #[test]
@@ -470,12 +480,7 @@ fn more_wrappers_are_seen_through() {
         "setpriv -- mkfs.ext4 -n /dev/null",
         "taskset --bogus 1 sh < /dev/null | sh",
     ] {
-        let d = bash(&set, command);
-        assert_eq!(
-            (d.verdict, d.source.as_str()),
-            (Verdict::Ask, "dangerous"),
-            "{command}: {d:?}"
-        );
+        assert_dangerous(&set, command);
     }
     // An allow rule on the command vouches for it under a wrapper that
     // is read with confidence, not under one that is not.
@@ -927,12 +932,7 @@ fn interpreters_reading_their_program_from_a_stdin_path_ask() {
         "echo 'exec id' | expect -f -",
         "echo 'exec id' | expect -i script.exp",
     ] {
-        let d = bash(&set, command);
-        assert_eq!(
-            (d.verdict, d.source.as_str()),
-            (Verdict::Ask, "dangerous"),
-            "{command}: {d:?}"
-        );
+        assert_dangerous(&set, command);
     }
     for command in [
         "cat data | bash script.sh",
@@ -945,6 +945,76 @@ fn interpreters_reading_their_program_from_a_stdin_path_ask() {
     ] {
         assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
     }
+}
+
+/// A program handed over through a process substitution (`source <(…)`,
+/// `bash < <(…)`) is text no rule has seen, as one piped in: it asks,
+/// and a deny rule on what it would run cannot be dodged that way.
+#[test]
+fn programs_from_a_process_substitution_ask() {
+    let set = rules(&["bash"], &[], &["bash(rm *)"]);
+    for command in [
+        "source <(echo rm victim)",
+        ". <(printf 'rm victim')",
+        "bash <(echo rm victim)",
+        "sh <(echo rm victim)",
+        "bash < <(echo rm victim)",
+        "bash < <(echo sudo -n true)",
+        "python3 <(echo 'print(1)')",
+    ] {
+        assert_dangerous(&set, command);
+    }
+    // Data from a substitution is data.
+    for command in [
+        "diff <(ls a) <(ls b)",
+        "python3 script.py <(cat data)",
+        "cat < <(ls)",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
+/// `alias`, `hash -p` and `enable -f` give a program another name for the
+/// commands after them, which rules then cannot recognise: they ask.
+#[test]
+fn renaming_a_program_asks() {
+    let set = rules(&["bash"], &[], &["bash(rm *)"]);
+    for command in [
+        "hash -p /bin/rm d; d victim",
+        "shopt -s expand_aliases\nalias d=rm\nd victim",
+        "alias d=rm",
+        "enable -f ./x.so rm",
+    ] {
+        let d = bash(&set, command);
+        assert_ne!(d.verdict, Verdict::Allow, "{command}: {d:?}");
+    }
+    for command in ["alias", "alias ll", "hash", "hash -r", "hash -t ls"] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
+/// `setarch` and its per-architecture names run the command after their
+/// options: deny rules and the dangerous list see it.
+#[test]
+fn setarch_is_seen_through() {
+    let set = rules(&["bash"], &[], &["bash(rm *)"]);
+    for command in [
+        "setarch x86_64 rm victim",
+        "setarch x86_64 -R rm victim",
+        "setarch -R rm victim",
+        "linux64 rm victim",
+        "linux32 --addr-no-randomize rm victim",
+        "x86_64 rm victim",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Deny, "{command}");
+    }
+    assert_dangerous(&set, "setarch x86_64 sudo -n true");
+    // No program: a shell, reading what it is fed.
+    assert_ne!(
+        verdict_of(&set, "echo rm x | setarch x86_64"),
+        Verdict::Allow
+    );
+    assert_eq!(verdict_of(&set, "setarch x86_64 uname -m"), Verdict::Allow);
 }
 
 #[test]
