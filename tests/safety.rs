@@ -641,6 +641,42 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
     }
     assert_eq!(snapshot(&root), mid, "nothing ran");
 
+    // An undo takes no options: one sent is refused naming it, and
+    // nothing is undone (`force` belongs to the undo_edit tool).
+    let undo_c3 = app.url("/v1/threads/u/tool-calls/c3/undo");
+    let with_force = app
+        .post("/v1/threads/u/tool-calls/c3/undo", &json!({"force": true}))
+        .await;
+    assert_eq!(with_force.status(), 422);
+    let problem: Value = with_force.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["pointer"], "/force", "{problem}");
+    for (request, status, named) in [
+        (
+            app.client.post(format!("{undo_c3}?force=true")),
+            400,
+            "force",
+        ),
+        (
+            app.client
+                .post(&undo_c3)
+                .header("content-type", "application/json")
+                .body("not json"),
+            400,
+            "malformed JSON",
+        ),
+    ] {
+        let r = request.bearer_auth(&app.token).send().await.unwrap();
+        assert_eq!(r.status(), status);
+        let problem: Value = r.json().await.unwrap();
+        assert!(
+            problem["detail"].as_str().unwrap().contains(named),
+            "{problem}"
+        );
+    }
+    assert_eq!(snapshot(&root), mid, "nothing was undone");
+    let c3 = app.get_json("/v1/threads/u/tool-calls/c3").await;
+    assert_eq!(c3["undo"], "available", "{c3}");
+
     // Undo one call, then refuse to undo it twice.
     let r = app
         .post("/v1/threads/u/tool-calls/c3/undo", &json!({}))

@@ -319,18 +319,7 @@ where
                 "send the body as JSON with `Content-Type: application/json`".into(),
             ));
         }
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| {
-                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge(
-                        "the request body exceeds the configured limit (server.body_limit_bytes)"
-                            .into(),
-                    )
-                } else {
-                    ApiError::bad_request(format!("could not read the body: {}", e.body_text()))
-                }
-            })?;
+        let bytes = read_body(req, state).await?;
         // Two steps, so that syntax (400) and shape (422) errors are told
         // apart and a shape error names the field's path.
         let too_deep = |pointer: String| {
@@ -493,6 +482,62 @@ fn json_pointer(path: &serde_path_to_error::Path) -> String {
 
 /// `Query<T>` whose rejections are problems naming the parameter.
 pub struct ApiQuery<T>(pub T);
+
+/// A request's whole body, within `server.body_limit_bytes`.
+async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::Bytes::from_request(req, state)
+        .await
+        .map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(
+                    "the request body exceeds the configured limit (server.body_limit_bytes)"
+                        .into(),
+                )
+            } else {
+                ApiError::bad_request(format!("could not read the body: {}", e.body_text()))
+            }
+        })
+}
+
+/// The input of a `POST` route that takes none (cancel, undo, rollback):
+/// no query parameters, and no body but an empty one or `{}`. Anything
+/// else is refused naming it, never ignored: a client sending `{"force":
+/// true}` to an undo must not think it forced anything.
+pub struct NoInput;
+
+impl<S: Send + Sync> FromRequest<S> for NoInput {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let query = req.uri().query().unwrap_or_default();
+        if let Some((name, _)) = form_urlencoded::parse(query.as_bytes()).next() {
+            return Err(ApiError::invalid_param(
+                &name,
+                "is not a parameter of this route; this route takes no query parameters",
+            ));
+        }
+        let bytes = read_body(req, state).await?;
+        if bytes.trim_ascii().is_empty() {
+            return Ok(NoInput);
+        }
+        match crate::protocol::json::from_slice(&bytes) {
+            Ok(Value::Object(fields)) => match fields.keys().next() {
+                None => Ok(NoInput),
+                Some(field) => Err(ApiError::invalid_body(
+                    format!("/{}", pointer_token(field)),
+                    "is not a field: this route takes no body".into(),
+                )),
+            },
+            Ok(_) => Err(ApiError::invalid_body(
+                String::new(),
+                "this route takes no body (at most an empty object)".into(),
+            )),
+            Err(e) => Err(ApiError::bad_request(format!(
+                "malformed JSON: {e}; this route takes no body"
+            ))),
+        }
+    }
+}
 
 /// The query parameters `T` takes, as its OpenAPI description names them;
 /// built once per type (a description is a tree of schemas, too much to

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, ApiJson, ApiQuery};
+use super::error::{ApiError, ApiJson, ApiQuery, NoInput};
 use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
 use crate::engine::{CallOutcome, CallRequest, Executed, Rejection, UndoError};
 use crate::protocol::agui::Event;
@@ -997,12 +997,14 @@ pub struct CancelAccepted {
         (status = 202, description = "The call is being cancelled, or was withdrawn from its approval", body = CancelAccepted),
         (status = 404, description = "No such call in this thread", content_type = "application/problem+json"),
         (status = 409, description = "The call has finished, or runs in another process", content_type = "application/problem+json"),
+        (status = 422, description = "A body with fields: the route takes none (at most `{}`)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn cancel_tool_call(
     State(state): State<AppState>,
     user: AuthUser,
     Path((thread_id, tool_call_id)): Path<(String, String)>,
+    _: NoInput,
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     super::check_path_id("tool_call_id", &tool_call_id)?;
@@ -1086,7 +1088,7 @@ fn undo_error(e: UndoError) -> ApiError {
         (status = 202, description = "The undo waits for approval", body = PendingApprovalResponse),
         (status = 404, description = "No such call", content_type = "application/problem+json"),
         (status = 409, description = "Already undone", content_type = "application/problem+json"),
-        (status = 422, description = "Not undoable (`code` `NOT_UNDOABLE`: failed, not reversible, changed nothing) or irreversible (`code` `IRREVERSIBLE`, with `manual_guide`)", content_type = "application/problem+json"),
+        (status = 422, description = "Not undoable (`code` `NOT_UNDOABLE`: failed, not reversible, changed nothing) or irreversible (`code` `IRREVERSIBLE`, with `manual_guide`); or a body with fields: the route takes none (at most `{}`; to undo past later changes to a file, call the `undo_edit` tool with `force: true`)", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -1094,6 +1096,7 @@ pub async fn undo_tool_call(
     State(state): State<AppState>,
     user: AuthUser,
     Path((thread_id, tool_call_id)): Path<(String, String)>,
+    _: NoInput,
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     super::check_path_id("tool_call_id", &tool_call_id)?;
@@ -1119,6 +1122,7 @@ pub async fn undo_tool_call(
         (status = 200, description = "Each call's step", body = crate::engine::RollbackReport),
         (status = 404, description = "No tool call of this run in this thread (a run that called no tool has nothing to roll back)", content_type = "application/problem+json"),
         (status = 409, description = "Already rolled back", content_type = "application/problem+json"),
+        (status = 422, description = "A body with fields: the route takes none (at most `{}`)", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -1126,6 +1130,7 @@ pub async fn rollback_run(
     State(state): State<AppState>,
     user: AuthUser,
     Path((thread_id, run_id)): Path<(String, String)>,
+    _: NoInput,
 ) -> Result<axum::Json<crate::engine::RollbackReport>, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     super::check_path_id("run_id", &run_id)?;
