@@ -749,6 +749,20 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
     );
     let audit = app.get_json("/v1/audit?action=run.rolled_back").await;
     assert_eq!(audit["entries"][0]["detail"]["run_id"], "run_1");
+    // The log names a call's run as its record does: an undo, posted
+    // without a run, is its own run.
+    for (id, run) in [("c3", "run_1"), ("undo_c3", "undo_c3")] {
+        let audit = app.get_json(&format!("/v1/audit?tool_call_id={id}")).await;
+        let entries = audit["entries"].as_array().unwrap();
+        assert!(!entries.is_empty(), "{audit}");
+        for entry in entries {
+            assert_eq!(entry["detail"]["run_id"], run, "{audit}");
+        }
+        let record = app
+            .get_json(&format!("/v1/threads/u/tool-calls/{id}"))
+            .await;
+        assert_eq!(record["run_id"], run, "{record}");
+    }
 }
 
 /// A model context rebuilt while a call waits for approval is still one a

@@ -87,7 +87,7 @@ pub fn executed(
     e.approval_id = approval_id.map(str::to_string);
     e.outcome = Some(output.status.as_str().to_string());
     e.duration_ms = Some(took.as_millis() as i64);
-    let mut detail = json!({"run_id": req.call.run_id});
+    let mut detail = json!({"run_id": run_of(req)});
     if let Some(err) = &output.error {
         detail["error_code"] = json!(err.code);
     }
@@ -117,8 +117,14 @@ pub fn refused(
     );
     e.operation = operation.map(str::to_string);
     e.outcome = Some("failure".into());
-    e.detail = json!({"error_code": error.code, "run_id": req.call.run_id}).into();
+    e.detail = json!({"error_code": error.code, "run_id": run_of(req)}).into();
     e
+}
+
+/// The run a call belongs to, as its record says: the `run_id` it was
+/// posted with, or else its own id (a call without one is its own run).
+fn run_of(req: &CallRequest) -> &str {
+    req.call.run_id.as_deref().unwrap_or(&req.call.id)
 }
 
 pub fn interrupted(record: &ToolCallRecord) -> NewAuditEntry {
