@@ -914,6 +914,19 @@ async fn an_undo_never_reverts_another_calls_change(backend: Backend) {
     );
 }
 
+/// The workspace's `f.txt` written `one`, then edited to `two` by call
+/// `e1` of thread `u`; the workspace root.
+async fn edited_e1(app: &TestApp) -> std::path::PathBuf {
+    let ws = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    // Reading the description creates nothing: the workspace is made here.
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("f.txt"), "one\n").unwrap();
+    let (_, out) = app.call("u", json!({"id": "e1", "name": "edit_file", "arguments": {"path": "f.txt", "old_string": "one", "new_string": "two"}})).await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    root
+}
+
 async fn undo_e1(app: &TestApp) -> Value {
     let r = app
         .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
@@ -926,13 +939,7 @@ async fn undo_e1(app: &TestApp) -> Value {
 /// what stopped it is gone: a new attempt runs under a new id.
 async fn a_call_whose_undo_failed_can_be_undone_again(backend: Backend) {
     let app = TestApp::spawn(backend).await;
-    let ws = app.get_json("/v1/workspace").await;
-    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
-    // Reading the description creates nothing: the workspace is made here.
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::write(root.join("f.txt"), "one\n").unwrap();
-    let (_, out) = app.call("u", json!({"id": "e1", "name": "edit_file", "arguments": {"path": "f.txt", "old_string": "one", "new_string": "two"}})).await;
-    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    let root = edited_e1(&app).await;
     // Changed by hand since: the undo refuses to lose that change.
     std::fs::write(root.join("f.txt"), "two, and more\n").unwrap();
     let first = undo_e1(&app).await;
@@ -967,6 +974,30 @@ async fn a_call_whose_undo_failed_can_be_undone_again(backend: Backend) {
     assert_eq!(r.status(), 422, "a failed attempt has nothing to undo");
     let problem: Value = r.json().await.unwrap();
     assert_eq!(problem["code"], "NOT_UNDOABLE", "{problem}");
+}
+
+/// Once the last allowed attempt to undo a call has failed, the call's
+/// record says there is nothing to undo (`none`), as an undo answers.
+async fn a_call_whose_undo_attempts_ran_out_says_so(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let root = edited_e1(&app).await;
+    std::fs::write(root.join("f.txt"), "changed by hand\n").unwrap();
+    let state = || async { app.get_json("/v1/threads/u/tool-calls/e1").await["undo"].clone() };
+    for _ in 0..19 {
+        assert_eq!(error_code(&undo_e1(&app).await), "UNDO_CONFLICT");
+    }
+    assert_eq!(state().await, "available");
+    let last = undo_e1(&app).await;
+    assert_eq!(
+        last["tool_agent_output"]["tool_call_id"], "undo20_e1",
+        "{last}"
+    );
+    assert_eq!(error_code(&last), "UNDO_CONFLICT");
+    assert_eq!(state().await, "none");
+    let r = app
+        .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 422);
 }
 
 /// An undo's id is a call's own: one another call already holds (a call
@@ -2541,6 +2572,7 @@ both_backends!(
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,
     a_call_whose_undo_failed_can_be_undone_again,
+    a_call_whose_undo_attempts_ran_out_says_so,
     an_undo_passes_over_ids_other_calls_hold,
     the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,

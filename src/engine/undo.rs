@@ -126,18 +126,34 @@ impl Engine {
     /// What undoing a finished call would do now: `available`, `undone`,
     /// `irreversible` (only by hand), or `none` (nothing to undo); `None`
     /// for a call that has not finished.
-    pub fn undo_state(&self, record: &ToolCallRecord) -> Option<&'static str> {
+    pub async fn undo_state(
+        &self,
+        record: &ToolCallRecord,
+    ) -> Result<Option<&'static str>, StoreError> {
         if !record.status.is_finished() {
-            return None;
+            return Ok(None);
         }
-        Some(
+        Ok(Some(
             match undo_info(record, self.changes_outright(&record.tool_name)) {
-                Ok(_) => "available",
+                // Unless its last attempt failed: then it cannot be tried
+                // again (a `422`), as if there were nothing to undo.
+                Ok(_) => {
+                    let last = undo_call_id(&record.id, UNDO_ATTEMPTS);
+                    match self.store.tool_call(&record.thread_id, &last).await? {
+                        Some(r)
+                            if r.status == CallStatus::Failure
+                                && r.undo_of.as_deref() == Some(record.id.as_str()) =>
+                        {
+                            "none"
+                        }
+                        _ => "available",
+                    }
+                }
                 Err(UndoError::AlreadyUndone { .. }) => "undone",
                 Err(UndoError::Irreversible { .. }) => "irreversible",
                 Err(_) => "none",
             },
-        )
+        ))
     }
 
     /// Whether `tool` (as registered now) changes things it cannot take

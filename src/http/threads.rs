@@ -958,8 +958,9 @@ pub async fn get_tool_call(
         true => Some(crate::engine::outcome_from_record(&record)?.into()),
         false => None,
     };
+    let undo = state.engine.undo_state(&record).await?;
     Ok(axum::Json(ToolCallView {
-        undo: state.engine.undo_state(&record).map(str::to_string),
+        undo: undo.map(str::to_string),
         status: record.status.as_str().to_string(),
         id: record.id,
         tool_name: record.tool_name,
