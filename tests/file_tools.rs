@@ -1345,6 +1345,35 @@ async fn undo_refuses_to_lose_changes_made_since_unless_forced() {
     assert_eq!(world.read("f.txt"), b"original\n");
 }
 
+/// Undoing the creation of a file that something else removed since is
+/// no conflict: the file is already as the undo would leave it, and the
+/// directories the change made go too.
+#[tokio::test]
+async fn undoing_a_creation_already_removed_succeeds() {
+    let world = World::new();
+    let empty = tree(&world.ws, &[]);
+    ok(
+        &world.write_file(),
+        &world,
+        json!({"path": "d/new.txt", "content": "x"}),
+    )
+    .await;
+    std::fs::remove_file(world.ws.join("d/new.txt")).unwrap();
+    let undone = ok(&world.undo_edit(), &world, json!({"path": "d/new.txt"})).await;
+    assert_eq!(undone.result["action"], "removed");
+    assert_eq!(empty, tree(&world.ws, &[]));
+    // A file put back in its place is something else's change: kept.
+    ok(
+        &world.write_file(),
+        &world,
+        json!({"path": "e.txt", "content": "x"}),
+    )
+    .await;
+    world.write("e.txt", "someone else's\n");
+    let error = err(&world.undo_edit(), &world, json!({"path": "e.txt"})).await;
+    assert_eq!(error.code, "UNDO_CONFLICT");
+}
+
 #[tokio::test]
 async fn history_survives_new_tool_instances() {
     let world = World::new();

@@ -118,7 +118,11 @@ impl Tool for UndoEdit {
                         )
                     });
                 }
-                if !args.force && !entry.header.left(current.before.as_deref()) {
+                // A file the change created and something else has removed
+                // since is already as undoing would leave it: no conflict.
+                let already_undone = !entry.header.existed && current.before.is_none();
+                if !args.force && !already_undone && !entry.header.left(current.before.as_deref())
+                {
                     return Err(ToolError::new(
                         codes::UNDO_CONFLICT,
                         format!(
