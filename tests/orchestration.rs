@@ -237,6 +237,27 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
         assert_eq!(p["errors"][0]["message"], p["detail"], "{p}");
     }
 
+    // A batch is one run: an item filed under another run is refused (it
+    // would be left out of the batch's rollback); the batch's own is fine.
+    let runs = json!({"run_id": "R1", "calls": [
+        {"id": "in", "name": "echo", "arguments": {"text": "x"}, "run_id": "R1"},
+        {"id": "out", "name": "echo", "arguments": {"text": "x"}, "run_id": "OTHER"},
+    ]});
+    let r = app.post("/v1/threads/b3/batches", &runs).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["results"][0]["status"], 200, "{body}");
+    assert_eq!(body["results"][1]["status"], 422, "{body}");
+    assert_eq!(
+        body["results"][1]["problem"]["errors"][0]["pointer"], "/calls/1/run_id",
+        "{body}"
+    );
+    assert_eq!(
+        app.history("b3").await.len(),
+        1,
+        "the refused item stored nothing"
+    );
+
     // One id twice in a batch: the second is refused, whatever its
     // arguments, and the first runs.
     let twice = json!({"calls": [

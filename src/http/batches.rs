@@ -163,8 +163,22 @@ pub async fn post_batch(
                 ));
             }
             first_at.insert(call.id.clone(), index);
+            // A batch is one run: an item filed under another would be
+            // left out of the batch's rollback without a word.
+            if let Some(own) = call.run_id.as_ref().filter(|own| **own != run_id) {
+                return Err((
+                    Some(call.id.clone()),
+                    ApiError::invalid_body(
+                        format!("/calls/{index}/run_id"),
+                        format!(
+                            "{own:?} is not the batch's run {run_id:?}: a batch's calls are one \
+                             run; leave run_id out of its calls, or give it as the batch's"
+                        ),
+                    ),
+                ));
+            }
             let mut call = call;
-            call.run_id = Some(call.run_id.unwrap_or_else(|| run_id.clone()));
+            call.run_id = Some(run_id.clone());
             Ok(call)
         })
         .collect();
