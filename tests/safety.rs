@@ -765,6 +765,51 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
     }
 }
 
+/// Rolling a run back withdraws its calls still waiting for approval: they
+/// never run after their run was rolled back, whatever is decided later.
+async fn a_rollback_withdraws_the_runs_calls_waiting_for_approval(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["write_file".into()];
+    })
+    .await;
+    let (s, out) = app.call("rw", json!({"id": "w1", "run_id": "R", "name": "write_file", "arguments": {"path": "x.txt", "content": "x"}})).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    let (s, _) = app
+        .call(
+            "rw",
+            json!({"id": "e1", "run_id": "R", "name": "echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let r = app.post("/v1/threads/rw/runs/R/rollback", &json!({})).await;
+    assert_eq!(r.status(), 200);
+    let report: Value = r.json().await.unwrap();
+    let w1 = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["tool_call_id"] == "w1")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(w1["action"], "withdrawn", "{report}");
+    let record = app.get_json("/v1/threads/rw/tool-calls/w1").await;
+    assert_eq!(record["status"], "failure", "{record}");
+    assert_eq!(
+        record["outcome"]["tool_agent_output"]["error"]["code"], "APPROVAL_DENIED",
+        "{record}"
+    );
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 409, "decided already");
+    let ws = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    assert!(!root.join("x.txt").exists(), "the call never ran");
+}
+
 /// A model context rebuilt while a call waits for approval is still one a
 /// vendor accepts: every call of the assistant turn gets a result, a
 /// stand-in saying why there is none yet.
@@ -2573,6 +2618,7 @@ both_backends!(
     undo_and_rollback_restore_the_exact_state,
     a_call_whose_undo_failed_can_be_undone_again,
     a_call_whose_undo_attempts_ran_out_says_so,
+    a_rollback_withdraws_the_runs_calls_waiting_for_approval,
     an_undo_passes_over_ids_other_calls_hold,
     the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,

@@ -242,18 +242,16 @@ impl Engine {
         }
     }
 
-    /// Decide an open approval. Approving resumes the call (it runs in the
-    /// background and streams its result as usual); denying finishes it
-    /// with `APPROVAL_DENIED`.
     /// Withdraw call `call_id` of `thread_id` while it waits for a
-    /// decision: its approval is denied on its owner's behalf, so the call
-    /// finishes `APPROVAL_DENIED` ("withdrawn") and runs nothing. `None`
-    /// when the call does not wait for one.
+    /// decision: its approval is denied on its owner's behalf, `reason`
+    /// saying why, so the call finishes `APPROVAL_DENIED` ("withdrawn")
+    /// and runs nothing. `None` when the call does not wait for one.
     pub async fn withdraw(
         self: &Arc<Self>,
         owner: &str,
         thread_id: &str,
         call_id: &str,
+        reason: &str,
     ) -> Result<Option<ApprovalRecord>, ApprovalError> {
         let Some(record) = self.store.tool_call(thread_id, call_id).await? else {
             return Ok(None);
@@ -262,7 +260,6 @@ impl Engine {
             return Ok(None);
         }
         let approval = self.pending_approval_of(&record).await?;
-        let reason = "withdrawn: its owner cancelled the call before it was decided";
         self.decide(
             &approval.id,
             owner,
@@ -274,6 +271,9 @@ impl Engine {
         .map(Some)
     }
 
+    /// Decide an open approval. Approving resumes the call (it runs in the
+    /// background and streams its result as usual); denying finishes it
+    /// with `APPROVAL_DENIED`.
     pub async fn decide(
         self: &Arc<Self>,
         id: &str,

@@ -4,6 +4,8 @@
 //! run back undoes its reversible calls in reverse order and reports the
 //! irreversible ones with their manual guide.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
@@ -39,7 +41,9 @@ pub struct RollbackStep {
     pub tool_call_id: String,
     pub tool_name: String,
     /// `undone`, `undo_failed`, `irreversible`, `already_undone`,
-    /// `awaiting_approval`, or `skipped` (nothing to undo).
+    /// `awaiting_approval` (the undo waits for one), `withdrawn` (the call
+    /// itself waited for approval: it is denied, and never runs), or
+    /// `skipped` (nothing to undo).
     pub action: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undo_call_id: Option<String>,
@@ -260,7 +264,7 @@ impl Engine {
     /// Undo every reversible call of a run, newest first. The report is
     /// itself recorded in the audit log.
     pub async fn rollback(
-        &self,
+        self: &Arc<Self>,
         owner: &str,
         thread_id: &str,
         run_id: &str,
@@ -294,6 +298,25 @@ impl Engine {
                 manual_guide: None,
                 detail: None,
             };
+            // A call still waiting for approval would run after the run
+            // was rolled back, were it approved: it is withdrawn.
+            if record.status == CallStatus::PendingApproval {
+                let reason = format!("withdrawn: its run {run_id:?} was rolled back");
+                match self.withdraw(owner, thread_id, &record.id, &reason).await {
+                    Ok(Some(approval)) => {
+                        step.action = "withdrawn".into();
+                        step.detail = Some(format!("approval {} denied", approval.id));
+                    }
+                    Err(super::approvals::ApprovalError::Store(e)) => return Err(e.into()),
+                    // Decided or expired meanwhile: it runs or ended as that said.
+                    Ok(None) | Err(_) => {
+                        step.action = "skipped".into();
+                        step.detail = Some("its approval was decided meanwhile".into());
+                    }
+                }
+                steps.push(step);
+                continue;
+            }
             match undo_info(record, self.changes_outright(&record.tool_name)) {
                 Err(UndoError::Irreversible { guide, .. }) => {
                     step.action = "irreversible".into();

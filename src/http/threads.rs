@@ -1020,7 +1020,12 @@ pub async fn cancel_tool_call(
     // A call waiting for approval is withdrawn: its approval is denied.
     let withdrawn = state
         .engine
-        .withdraw(&user.owner, &thread.0, &tool_call_id)
+        .withdraw(
+            &user.owner,
+            &thread.0,
+            &tool_call_id,
+            "withdrawn: its owner cancelled the call before it was decided",
+        )
         .await
         .map_err(super::approvals::approval_error)?;
     if withdrawn.is_some() {
