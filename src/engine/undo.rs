@@ -128,8 +128,9 @@ fn undo_info(record: &ToolCallRecord, changes_outright: bool) -> Result<UndoInfo
 
 impl Engine {
     /// What undoing a finished call would do now: `available`, `undone`,
-    /// `irreversible` (only by hand), or `none` (nothing to undo); `None`
-    /// for a call that has not finished.
+    /// `irreversible` (only by hand), or `none` (nothing to undo, or its
+    /// last allowed attempt failed); `None` for a call that has not
+    /// finished.
     pub async fn undo_state(
         &self,
         record: &ToolCallRecord,
