@@ -509,13 +509,7 @@ impl<S: Send + Sync> FromRequest<S> for NoInput {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let query = req.uri().query().unwrap_or_default();
-        if let Some((name, _)) = form_urlencoded::parse(query.as_bytes()).next() {
-            return Err(ApiError::invalid_param(
-                &name,
-                "is not a parameter of this route; this route takes no query parameters",
-            ));
-        }
+        check_params(req.uri().query().unwrap_or_default(), &[])?;
         let bytes = read_body(req, state).await?;
         if bytes.trim_ascii().is_empty() {
             return Ok(NoInput);
@@ -537,6 +531,32 @@ impl<S: Send + Sync> FromRequest<S> for NoInput {
             ))),
         }
     }
+}
+
+/// Each parameter of `query` is one of `known`, and given once (for one
+/// given twice, which value counts would be a guess).
+fn check_params(query: &str, known: &[String]) -> Result<(), ApiError> {
+    let mut seen = std::collections::HashSet::new();
+    for (name, _) in form_urlencoded::parse(query.as_bytes()) {
+        if !known.iter().any(|k| *k == name) {
+            let takes = if known.is_empty() {
+                "this route takes no query parameters".to_string()
+            } else {
+                format!("this route takes {}", known.join(", "))
+            };
+            return Err(ApiError::invalid_param(
+                &name,
+                format!("is not a parameter of this route; {takes}"),
+            ));
+        }
+        if !seen.insert(name.clone()) {
+            return Err(ApiError::invalid_param(
+                &name,
+                "is given more than once; give it once",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The query parameters `T` takes, as its OpenAPI description names them;
@@ -576,33 +596,10 @@ where
         // What axum's Query does, with the failing parameter kept: the
         // answer names it in `errors[].parameter`, as for range errors.
         let query = parts.uri.query().unwrap_or_default();
-        // A parameter given twice: which value counts would be a guess.
-        let mut seen = std::collections::HashSet::new();
         // A parameter the route does not take (a misspelt `format`) would
         // otherwise be ignored, and the answer be another than asked for.
-        let known = if query.is_empty() {
-            std::sync::Arc::default()
-        } else {
-            query_names::<T>()
-        };
-        for (name, _) in form_urlencoded::parse(query.as_bytes()) {
-            if !known.iter().any(|k| *k == name) {
-                let takes = if known.is_empty() {
-                    "this route takes no query parameters".to_string()
-                } else {
-                    format!("this route takes {}", known.join(", "))
-                };
-                return Err(ApiError::invalid_param(
-                    &name,
-                    format!("is not a parameter of this route; {takes}"),
-                ));
-            }
-            if !seen.insert(name.clone()) {
-                return Err(ApiError::invalid_param(
-                    &name,
-                    "is given more than once; give it once",
-                ));
-            }
+        if !query.is_empty() {
+            check_params(query, &query_names::<T>())?;
         }
         let deserializer =
             serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));

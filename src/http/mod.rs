@@ -314,13 +314,12 @@ pub fn service(
         // text log line of the request, and one of any length would be
         // echoed and logged whole. Any other gets a new id.
         .map_request(|mut req: Request| {
-            let usable = req
-                .headers()
-                .get_all("x-request-id")
-                .iter()
-                .map(|v| usable_request_id(v.as_bytes()))
-                .collect::<Vec<_>>();
-            if usable != [true] {
+            let mut ids = req.headers().get_all("x-request-id").iter();
+            let usable = matches!(
+                (ids.next(), ids.next()),
+                (Some(id), None) if usable_request_id(id.as_bytes())
+            );
+            if !usable {
                 req.headers_mut().remove("x-request-id");
             }
             req
