@@ -81,6 +81,140 @@ impl Tool for Exclusive {
     }
 }
 
+/// Does its work when told to stop, then reports it done: a tool that
+/// finished just as the cancellation reached it.
+struct FinishesOnCancel {
+    done: Arc<Mutex<u32>>,
+}
+
+#[async_trait]
+impl Tool for FinishesOnCancel {
+    fn definition(&self) -> ToolDefinition {
+        definition("finishes_on_cancel", false, false)
+    }
+    async fn execute(&self, _args: Value, ctx: ToolContext) -> Result<ToolSuccess, ToolError> {
+        ctx.progress.report(0.5, "working");
+        ctx.cancel.cancelled().await;
+        *self.done.lock().unwrap() += 1;
+        Ok(ToolSuccess::complete(json!({"done": true})))
+    }
+}
+
+/// A cancel reports "stopped" only for what stopped: a call that finished its
+/// work as the cancellation reached it keeps its result, and the cancel is
+/// answered `409` naming it, not `202`. A cancel that does stop its call
+/// is answered once the `CANCELLED` result is stored.
+async fn a_cancel_answers_what_it_came_to(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.allow = vec!["finishes_on_cancel".into()];
+    })
+    .await;
+    let done = Arc::new(Mutex::new(0));
+    app.registry
+        .register(Arc::new(FinishesOnCancel { done: done.clone() }))
+        .unwrap();
+    let mut sse = app.events("fc", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let posted = {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url("/v1/threads/fc/tool-calls"),
+            app.token.clone(),
+        );
+        tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"id": "f1", "name": "finishes_on_cancel", "arguments": {}}))
+                .send()
+                .await
+                .unwrap();
+            r.json::<Value>().await.unwrap()
+        })
+    };
+    sse.until("TOOL_CALL_END").await;
+    let r = app
+        .post("/v1/threads/fc/tool-calls/f1/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+    let p: Value = r.json().await.unwrap();
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("finished (status success) before the cancellation reached it"),
+        "{p}"
+    );
+    assert_eq!(*done.lock().unwrap(), 1, "the work was done");
+    let out = posted.await.unwrap();
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+
+    // A call that does stop: by the time the 202 comes, its CANCELLED
+    // result is stored.
+    let waiting = {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url("/v1/threads/fc/tool-calls"),
+            app.token.clone(),
+        );
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"id": "w1", "name": "wait", "arguments": {"ms": 20000}}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    sse.until("TOOL_CALL_END").await;
+    let r = app
+        .post("/v1/threads/fc/tool-calls/w1/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let record = app.get_json("/v1/threads/fc/tool-calls/w1").await;
+    assert_eq!(record["status"], "failure", "{record}");
+    assert_eq!(
+        record["outcome"]["tool_agent_output"]["error"]["code"], "CANCELLED",
+        "{record}"
+    );
+    assert_eq!(waiting.await.unwrap(), 200);
+}
+
+/// Two owners write first to one new thread at once, one with a batch: the
+/// loser is answered `404` whichever route it took, never a `200` whose
+/// items say the thread is not found.
+async fn a_batch_that_loses_a_new_thread_is_answered_404(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let other = app.token_for("batch-rival");
+    for round in 0..12 {
+        let thread = format!("claimed-{round}");
+        let (message_path, batch_path) = (
+            format!("/v1/threads/{thread}/messages"),
+            format!("/v1/threads/{thread}/batches"),
+        );
+        let (message_body, batch_body) = (
+            json!({"role": "user", "content": "mine"}),
+            json!({"calls": [{"id": "b1", "name": "echo", "arguments": {"text": "x"}}]}),
+        );
+        let message = app.post(&message_path, &message_body);
+        let batch = app.post_as(&other, &batch_path, &batch_body);
+        let (message, batch) = tokio::join!(message, batch);
+        let (message, batch) = (message.status().as_u16(), batch);
+        let batch_status = batch.status().as_u16();
+        let body: Value = batch.json().await.unwrap();
+        match (message, batch_status) {
+            (201, 404) => assert_eq!(body["detail"], "thread not found", "{body}"),
+            (404, 200) => assert_eq!(body["results"][0]["status"], 200, "{body}"),
+            other => panic!("round {round}: message and batch answered {other:?}: {body}"),
+        }
+        let owner_sees = app.get(&format!("/v1/threads/{thread}/history")).await;
+        assert_eq!(
+            owner_sees.status().as_u16(),
+            if message == 201 { 200 } else { 404 }
+        );
+    }
+}
+
 /// Reports progress, then works on a blocking thread, holding its context,
 /// until the test lets it go: work no timeout or cancel can abort.
 struct Stuck {
@@ -735,4 +869,6 @@ both_backends!(
     a_quick_read_only_call_streams_in_order,
     a_read_only_call_within_the_delay_commits_once,
     whole_thread_reads_are_limited_per_owner,
+    a_cancel_answers_what_it_came_to,
+    a_batch_that_loses_a_new_thread_is_answered_404,
 );

@@ -810,6 +810,53 @@ async fn a_rollback_withdraws_the_runs_calls_waiting_for_approval(backend: Backe
     assert!(!root.join("x.txt").exists(), "the call never ran");
 }
 
+/// A rollback racing the approval of one of its run's calls ends one way
+/// or the other: the call withdrawn (the rollback won) or decided (the
+/// approval won), and the rest of the run undone either way. The moment
+/// between the decision and the call leaving `pending_approval` is not
+/// taken for damaged data.
+async fn a_rollback_racing_an_approval_ends_one_way_or_the_other(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["write_file(held*)".into()];
+    })
+    .await;
+    for round in 0..12 {
+        let (thread, run) = (format!("ra{round}"), format!("R{round}"));
+        let (s, out) = app.call(&thread, json!({"id": "kept", "run_id": run, "name": "write_file", "arguments": {"path": format!("kept{round}.txt"), "content": "x"}})).await;
+        assert_eq!(s, 200, "{out}");
+        let (s, out) = app.call(&thread, json!({"id": "held", "run_id": run, "name": "write_file", "arguments": {"path": format!("held{round}.txt"), "content": "x"}})).await;
+        assert_eq!(s, 202, "{out}");
+        let approval = out["approval"]["id"].as_str().unwrap().to_string();
+        let decide = format!("/v1/approvals/{approval}/decision");
+        let rollback = format!("/v1/threads/{thread}/runs/{run}/rollback");
+        let (approve, empty) = (json!({"decision": "approve"}), json!({}));
+        let (approved, rolled) =
+            tokio::join!(app.post(&decide, &approve), app.post(&rollback, &empty));
+        let approved = approved.status().as_u16();
+        assert_eq!(rolled.status(), 200, "round {round}");
+        let report: Value = rolled.json().await.unwrap();
+        let action = |id: &str| {
+            report["steps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["tool_call_id"] == id)
+                .unwrap_or_else(|| panic!("{report}"))["action"]
+                .clone()
+        };
+        assert_eq!(action("kept"), "undone", "{report}");
+        let held = action("held");
+        match approved {
+            409 => assert_eq!(held, "withdrawn", "{report}"),
+            200 => assert!(
+                ["skipped", "undone", "awaiting_approval"].contains(&held.as_str().unwrap()),
+                "round {round}: {report}"
+            ),
+            other => panic!("round {round}: the approval answered {other}: {report}"),
+        }
+    }
+}
+
 /// A model context rebuilt while a call waits for approval is still one a
 /// vendor accepts: every call of the assistant turn gets a result, a
 /// stand-in saying why there is none yet.
@@ -2619,6 +2666,7 @@ both_backends!(
     a_call_whose_undo_failed_can_be_undone_again,
     a_call_whose_undo_attempts_ran_out_says_so,
     a_rollback_withdraws_the_runs_calls_waiting_for_approval,
+    a_rollback_racing_an_approval_ends_one_way_or_the_other,
     an_undo_passes_over_ids_other_calls_hold,
     the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,

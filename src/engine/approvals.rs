@@ -214,18 +214,29 @@ impl Engine {
         }
     }
 
-    /// The open approval of a call recorded `pending_approval`.
+    /// The open approval of a call recorded `pending_approval`, or `None`
+    /// when it was decided since `record` was read: the decision and the
+    /// call's move out of `pending_approval` commit together, but two reads
+    /// can fall on either side of them.
     pub(super) async fn pending_approval_of(
         &self,
         record: &crate::store::ToolCallRecord,
-    ) -> Result<ApprovalRecord, StoreError> {
-        self.store
+    ) -> Result<Option<ApprovalRecord>, StoreError> {
+        let approval = self
+            .store
             .approval_of_call(&record.thread_id, &record.id)
-            .await?
-            .filter(|a| a.status == ApprovalStatus::Pending)
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!("pending call {} has no open approval", record.id))
-            })
+            .await?;
+        if let Some(approval) = approval.filter(|a| a.status == ApprovalStatus::Pending) {
+            return Ok(Some(approval));
+        }
+        let now = self.store.tool_call(&record.thread_id, &record.id).await?;
+        if now.is_some_and(|r| r.status == CallStatus::PendingApproval) {
+            return Err(StoreError::Corrupt(format!(
+                "pending call {} has no open approval",
+                record.id
+            )));
+        }
+        Ok(None)
     }
 
     /// An approval visible to `by`: its owner, or anyone with the approver
@@ -259,7 +270,9 @@ impl Engine {
         if record.status != CallStatus::PendingApproval || record.owner != owner {
             return Ok(None);
         }
-        let approval = self.pending_approval_of(&record).await?;
+        let Some(approval) = self.pending_approval_of(&record).await? else {
+            return Ok(None);
+        };
         self.decide(
             &approval.id,
             owner,

@@ -25,7 +25,7 @@ use crate::events::EventBus;
 use crate::protocol::agui::{Event, EventBody};
 use crate::protocol::calls::IncomingCall;
 use crate::protocol::now_ms;
-use crate::protocol::tool_output::{FieldError, ToolAgentOutput, ToolError, codes};
+use crate::protocol::tool_output::{FieldError, ToolAgentOutput, ToolError, ToolStatus, codes};
 use crate::store::writer::Writer;
 use crate::store::{
     ApprovalRecord, CallStatus, DynStore, FinishedToolCall, JsonText, NewEvent, NewMessage,
@@ -319,6 +319,17 @@ struct InFlight {
     cancel: CancellationToken,
 }
 
+/// What cancelling a running call came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// It finished `CANCELLED`.
+    Stopped,
+    /// It has not finished yet; its result follows.
+    Stopping,
+    /// It finished with this status before the cancellation reached it.
+    FinishedFirst(ToolStatus),
+}
+
 pub struct Engine {
     registry: Arc<Registry>,
     store: DynStore,
@@ -553,7 +564,7 @@ impl Engine {
             started.elapsed(),
         ))];
         if let Some(original) = &req.undo_of
-            && output.status != crate::protocol::tool_output::ToolStatus::Failure
+            && output.status != ToolStatus::Failure
         {
             extra.push(WriteOp::MarkUndone {
                 id: original.clone(),
@@ -646,6 +657,13 @@ impl Engine {
                     field,
                 });
             }
+            if record.status == CallStatus::PendingApproval {
+                match self.pending_approval_of(&record).await? {
+                    Some(approval) => return Ok(Some(Executed::AwaitingApproval(approval))),
+                    // Decided since: it runs here now, or has finished.
+                    None => continue,
+                }
+            }
             if record.status != CallStatus::Running {
                 break record;
             }
@@ -663,10 +681,6 @@ impl Engine {
                 });
             }
         };
-        if record.status == CallStatus::PendingApproval {
-            let approval = self.pending_approval_of(&record).await?;
-            return Ok(Some(Executed::AwaitingApproval(approval)));
-        }
         let outcome = outcome_from_record(&record)?;
         observe(
             req.observer.as_ref(),
@@ -698,16 +712,50 @@ impl Engine {
         })
     }
 
-    /// Cancel a call running in this process. Returns false if none is.
-    pub fn cancel(&self, thread_id: &str, call_id: &str) -> bool {
-        let map = self.in_flight.lock().expect("in-flight lock");
-        match map.get(&(thread_id.to_string(), call_id.to_string())) {
-            Some(f) => {
-                f.cancel.cancel();
-                true
+    /// Cancel a call running in this process and wait, at most `within`,
+    /// for it to finish. `None` if none runs here.
+    ///
+    /// A tool may finish its work just as the cancellation reaches it; its
+    /// result then stands (the work was done), and the answer says so.
+    pub async fn cancel(
+        &self,
+        thread_id: &str,
+        call_id: &str,
+        within: Duration,
+    ) -> Result<Option<Cancelled>, StoreError> {
+        let mut done = {
+            let map = self.in_flight.lock().expect("in-flight lock");
+            match map.get(&(thread_id.to_string(), call_id.to_string())) {
+                Some(f) => {
+                    f.cancel.cancel();
+                    f.done.clone()
+                }
+                None => return Ok(None),
             }
-            None => false,
+        };
+        if tokio::time::timeout(within, done.wait_for(|finished| *finished))
+            .await
+            .is_err()
+        {
+            return Ok(Some(Cancelled::Stopping));
         }
+        let status = self
+            .store
+            .tool_call(thread_id, call_id)
+            .await?
+            .and_then(|record| outcome_from_record(&record).ok())
+            .map(|outcome| outcome.output);
+        Ok(Some(match status {
+            Some(output)
+                if output
+                    .error
+                    .as_ref()
+                    .is_none_or(|e| e.code != codes::CANCELLED) =>
+            {
+                Cancelled::FinishedFirst(output.status)
+            }
+            _ => Cancelled::Stopped,
+        }))
     }
 
     /// The TOOL_CALL_START/ARGS/END announcing a call (`args`: its arguments'
@@ -954,9 +1002,9 @@ impl Engine {
         let content = output.text_projection();
         let event = result_event(output, content.clone(), &message_id, ui_schema.as_ref());
         let status = match output.status {
-            crate::protocol::tool_output::ToolStatus::Success => CallStatus::Success,
-            crate::protocol::tool_output::ToolStatus::Failure => CallStatus::Failure,
-            crate::protocol::tool_output::ToolStatus::Partial => CallStatus::Partial,
+            ToolStatus::Success => CallStatus::Success,
+            ToolStatus::Failure => CallStatus::Failure,
+            ToolStatus::Partial => CallStatus::Partial,
         };
         /// The tool message's metadata: the one stored copy of the output,
         /// which the call's record reads too.

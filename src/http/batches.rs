@@ -14,7 +14,7 @@ use super::threads::{
     PendingApprovalResponse, ToolCallResponse, parse_error_to_api, rejection_to_api,
 };
 use super::{AppState, AuthUser, ThreadId, check_owner};
-use crate::engine::{CallRequest, Executed};
+use crate::engine::{CallRequest, Executed, Rejection};
 use crate::protocol::calls::{self, IncomingCall};
 
 pub fn routes() -> Router<AppState> {
@@ -258,6 +258,11 @@ pub async fn post_batch(
                         problem: None,
                     }
                 }
+                // Another owner wrote to the thread first, between the
+                // check above and this call: nothing of this batch is
+                // stored (a stored call would have made the thread ours),
+                // so the answer is the 404 the check would have given.
+                Ok(Err(Rejection::NotOwner)) => return Err(ApiError::thread_not_found()),
                 Ok(Err(rejection)) => refused(index, Some(id), rejection_to_api(rejection)),
                 Err(e) => refused(
                     index,

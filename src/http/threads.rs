@@ -1,6 +1,7 @@
 //! `/v1/threads/{thread_id}/…`: tool calls, messages, history and context.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -13,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiJson, ApiQuery, NoInput};
 use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
-use crate::engine::{CallOutcome, CallRequest, Executed, Rejection, UndoError};
+use crate::engine::{CallOutcome, CallRequest, Cancelled, Executed, Rejection, UndoError};
 use crate::protocol::agui::Event;
 use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
 use crate::protocol::context;
@@ -980,15 +981,19 @@ pub async fn get_tool_call(
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct CancelAccepted {
     pub tool_call_id: String,
-    /// Always true: the call was running and has been told to stop. Its
-    /// result (`CANCELLED`, or what it finished with) follows as usual.
+    /// Always true: the call was running and has stopped with `CANCELLED`
+    /// (or, after 3 s, is still stopping), or it waited for approval and
+    /// was withdrawn.
     pub cancelling: bool,
 }
 
 /// Cancel a running call, or withdraw one waiting for approval.
 ///
 /// The tool is told to stop (bash: its process group is killed); the call
-/// ends with `CANCELLED` and its result is stored and streamed as usual. A
+/// ends with `CANCELLED` and its result is stored and streamed as usual.
+/// The answer comes once it has stopped (at most 3 s): a tool that finished
+/// its work before the cancellation reached it keeps its result, and the
+/// answer is then a `409` naming its status. A
 /// call waiting for approval is withdrawn: its approval is denied on its
 /// owner's behalf and the call ends with `APPROVAL_DENIED`, having run
 /// nothing.
@@ -1010,12 +1015,8 @@ pub async fn cancel_tool_call(
     let thread = ThreadId::parse(thread_id)?;
     super::check_path_id("tool_call_id", &tool_call_id)?;
     require_thread(&state, &user, &thread).await?;
-    if state.engine.cancel(&thread.0, &tool_call_id) {
-        let body = CancelAccepted {
-            tool_call_id,
-            cancelling: true,
-        };
-        return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
+    if let Some(response) = cancel_running(&state, &thread.0, &tool_call_id).await? {
+        return Ok(response);
     }
     // A call waiting for approval is withdrawn: its approval is denied.
     let withdrawn = state
@@ -1035,6 +1036,10 @@ pub async fn cancel_tool_call(
         };
         return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
     }
+    // Approved meanwhile: it runs here now.
+    if let Some(response) = cancel_running(&state, &thread.0, &tool_call_id).await? {
+        return Ok(response);
+    }
     match state.store.tool_call(&thread.0, &tool_call_id).await? {
         None => Err(ApiError::NotFound(format!(
             "no tool call {tool_call_id:?} in this thread"
@@ -1044,6 +1049,39 @@ pub async fn cancel_tool_call(
             record.status.as_str()
         ))),
     }
+}
+
+/// How long a cancel waits for the call to stop before answering: a tool
+/// gets two seconds to stop on its own before it is aborted.
+const CANCEL_ANSWER_WAIT: Duration = Duration::from_secs(3);
+
+/// Cancel a call running in this process; `None` if none is. `202` once it
+/// finished `CANCELLED` (or is still stopping after [`CANCEL_ANSWER_WAIT`]);
+/// `409` when it finished first: its result stands.
+async fn cancel_running(
+    state: &AppState,
+    thread_id: &str,
+    call_id: &str,
+) -> Result<Option<Response>, ApiError> {
+    let cancelled = state
+        .engine
+        .cancel(thread_id, call_id, CANCEL_ANSWER_WAIT)
+        .await?;
+    Ok(cancelled.map(|cancelled| match cancelled {
+        Cancelled::Stopped | Cancelled::Stopping => {
+            let body = CancelAccepted {
+                tool_call_id: call_id.to_string(),
+                cancelling: true,
+            };
+            (StatusCode::ACCEPTED, axum::Json(body)).into_response()
+        }
+        Cancelled::FinishedFirst(status) => ApiError::Conflict(format!(
+            "tool call {call_id:?} finished (status {}) before the cancellation reached it; its \
+             result stands",
+            status.as_str()
+        ))
+        .into_response(),
+    }))
 }
 
 /// The `code` of an undo's `422`: nothing recorded to undo (the call
