@@ -1994,7 +1994,52 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
     assert_eq!(r.status(), 404);
 }
 
+/// Large results are paged by size: a history page of 200 ends early and
+/// hands a cursor, paging on reaches every message, and a replay of the
+/// whole event log goes on past each page its size ended.
+async fn large_results_are_paged_by_size(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let text = "z".repeat(900 * 1024);
+    let ids: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
+    for id in &ids {
+        let (s, _) = app
+            .call(
+                "large",
+                json!({"id": id, "name": "echo", "arguments": {"text": text}}),
+            )
+            .await;
+        assert_eq!(s, 200);
+    }
+    let page = app.get_json("/v1/threads/large/history?limit=200").await;
+    let held = page["messages"].as_array().unwrap();
+    assert!(!held.is_empty() && held.len() < 6, "{}", held.len());
+    assert_eq!(held.last().unwrap()["tool_call_id"], "c5");
+    assert!(page["next_cursor"].is_string());
+    let every: Vec<Value> = app
+        .history("large")
+        .await
+        .iter()
+        .map(|m| m["tool_call_id"].clone())
+        .collect();
+    assert_eq!(every, ids);
+
+    let mut sse = app.events("large", "?after=0", None).await;
+    let mut results = Vec::new();
+    while results.len() < ids.len() {
+        let frame = sse
+            .next(Duration::from_secs(20))
+            .await
+            .unwrap_or_else(|| panic!("the replay stopped after {results:?}"));
+        if frame.kind() == "TOOL_CALL_RESULT" {
+            assert_eq!(frame.data["content"], json!({"text": text}).to_string());
+            results.push(frame.data["toolCallId"].clone());
+        }
+    }
+    assert_eq!(results, ids);
+}
+
 both_backends!(
+    large_results_are_paged_by_size,
     a_declared_call_refused_before_it_runs_is_its_failed_result,
     a_whole_number_with_a_fraction_is_the_integer,
     a_run_announces_a_call_by_the_name_it_was_called,

@@ -19,9 +19,9 @@ use toolgate::store::sqlite::SqliteStore;
 use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DeclaredCall, DynStore,
-    FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, ResultReference,
-    Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot,
-    ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
+    FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, PAGE_BYTES,
+    ResultReference, Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage,
+    ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -259,6 +259,7 @@ on_both_backends! {
         seqs_are_gap_free_and_per_thread,
         events_after_pages_with_a_limit,
         messages_before_pages_backwards_in_ascending_pages,
+        pages_end_early_at_their_byte_budget,
         an_outline_keeps_ids_roles_and_declared_calls_only,
         an_owners_threads_page_newest_first,
         running_tool_calls_lists_only_unfinished_calls,
@@ -1188,6 +1189,71 @@ async fn messages_before_pages_backwards_in_ascending_pages(store: DynStore) {
     assert_eq!(message_seqs(&all), (1..=10).collect::<Vec<_>>());
     assert_eq!(store.messages_before("t", None, 100).await.unwrap(), all);
     assert!(all.iter().all(|m| m.thread_id == "t"));
+}
+
+/// A page of history or of the event log ends early once it holds
+/// `PAGE_BYTES` of stored text (at least one row), and the next page goes
+/// on where it ended: large results are never read 200 at a time.
+async fn pages_end_early_at_their_byte_budget(store: DynStore) {
+    let big = "x".repeat(PAGE_BYTES / 3 + 1);
+    for i in 1..=7 {
+        apply_one(
+            &store,
+            unit(
+                "t",
+                "alice",
+                vec![
+                    WriteOp::InsertMessage(message(&format!("m{i}"), Role::User, &big)),
+                    WriteOp::AppendEvents(vec![NewEvent {
+                        data: format!(r#"{{"type":"CUSTOM","big":"{big}"}}"#).into(),
+                        ..event("CUSTOM", i)
+                    }]),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let newest = store.messages_before("t", None, 200).await.unwrap();
+    assert_eq!(
+        message_seqs(&newest),
+        [5, 6, 7],
+        "the newest, up to the budget"
+    );
+    let older = store.messages_before("t", Some(5), 200).await.unwrap();
+    assert_eq!(message_seqs(&older), [2, 3, 4]);
+    let oldest = store.messages_before("t", Some(2), 200).await.unwrap();
+    assert_eq!(message_seqs(&oldest), [1]);
+    assert_eq!(
+        message_seqs(&store.messages_before("t", None, 2).await.unwrap()),
+        [6, 7],
+        "the limit still holds"
+    );
+
+    let first = store.events_after("t", 0, 64).await.unwrap();
+    assert_eq!(seqs(&first), [1, 2, 3]);
+    assert!(first.iter().map(|e| e.page_bytes()).sum::<usize>() >= PAGE_BYTES);
+    assert_eq!(
+        seqs(&store.events_after("t", 3, 64).await.unwrap()),
+        [4, 5, 6]
+    );
+    assert_eq!(seqs(&store.events_after("t", 6, 64).await.unwrap()), [7]);
+    // One row larger than the whole budget still makes a page.
+    let huge = "y".repeat(PAGE_BYTES + 10);
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::InsertMessage(message("m8", Role::User, &huge))],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        message_seqs(&store.messages_before("t", None, 200).await.unwrap()),
+        [8]
+    );
 }
 
 async fn an_outline_keeps_ids_roles_and_declared_calls_only(store: DynStore) {

@@ -21,7 +21,7 @@ use super::error::{ApiError, ApiQuery};
 use super::{AppState, AuthUser, ThreadId, check_owner};
 use crate::events::{Live, Subscription};
 use crate::protocol::agui::{Event, EventBody, Message, RunOutcome};
-use crate::store::{Role, StoredEvent, StoredMessage, ThreadSnapshot};
+use crate::store::{PAGE_BYTES, Role, StoredEvent, StoredMessage, ThreadSnapshot};
 
 pub fn routes() -> Router<AppState> {
     // HEAD would open (and claim) the thread's stream like GET; it is not
@@ -282,14 +282,21 @@ impl Open {
         if at <= 0 {
             return Ok(open);
         }
-        let from = (at - WINDOW).max(0);
-        let window = state
-            .store
-            .events_after(thread_id, from, at - from)
-            .await
-            .map_err(End::Failed)?;
-        for event in window.iter().filter(|e| e.seq <= at) {
-            open.track(event);
+        let mut from = (at - WINDOW).max(0);
+        // A window of large events comes in more than one page.
+        while from < at {
+            let window = state
+                .store
+                .events_after(thread_id, from, at - from)
+                .await
+                .map_err(End::Failed)?;
+            let Some(last) = window.last().map(|e| e.seq) else {
+                break;
+            };
+            for event in window.iter().filter(|e| e.seq <= at) {
+                open.track(event);
+            }
+            from = last;
         }
         Ok(open)
     }
@@ -509,7 +516,9 @@ async fn catch_up(
             .events_after(thread_id, *last, PAGE)
             .await
             .map_err(End::Failed)?;
-        let full = page.len() as i64 == PAGE;
+        // A short page is the end of the log, unless its size ended it.
+        let full = page.len() as i64 == PAGE
+            || page.iter().map(StoredEvent::page_bytes).sum::<usize>() >= PAGE_BYTES;
         for ev in page {
             let sse = logged(state, &ev).map_err(End::Failed)?;
             *last = ev.seq;

@@ -516,7 +516,9 @@ pub async fn post_message(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
-    /// Page size, 1–200 (default 50).
+    /// Page size, 1–200 (default 50). A page ends early once its messages
+    /// hold 4 MiB of stored text (at least one message): page on while
+    /// `next_cursor` comes.
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// Cursor from the previous page's `next_cursor`: returns older messages.

@@ -380,6 +380,49 @@ pub struct StoredEvent {
     pub from_message: Option<ResultReference>,
 }
 
+/// The most stored text one page of history or of replayed events holds:
+/// a page ends early, after the row that reaches it (a page holds at least
+/// one row, whatever its size), and the next page goes on from there.
+/// Without it, a page of 200 large results would be held whole in memory,
+/// several times over while it is answered.
+pub const PAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// About how many bytes `value` takes as JSON text (its strings, numbers
+/// and keys, without escapes): what a page counts against [`PAGE_BYTES`],
+/// without writing the text out.
+pub fn json_bytes(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => 20,
+        Value::String(s) => s.len() + 2,
+        Value::Array(items) => items.iter().map(|v| json_bytes(v) + 1).sum::<usize>() + 2,
+        Value::Object(map) => {
+            map.iter()
+                .map(|(k, v)| k.len() + 4 + json_bytes(v))
+                .sum::<usize>()
+                + 2
+        }
+    }
+}
+
+impl StoredEvent {
+    /// Its size as counted against [`PAGE_BYTES`].
+    pub fn page_bytes(&self) -> usize {
+        self.data.len()
+            + self
+                .from_message
+                .as_ref()
+                .map_or(0, |r| json_bytes(&r.output))
+    }
+}
+
+impl StoredMessage {
+    /// Its size as counted against [`PAGE_BYTES`].
+    pub fn page_bytes(&self) -> usize {
+        self.content.len() + json_bytes(&self.metadata)
+    }
+}
+
 /// What a tool result's event, stored as a reference, is rebuilt from: its
 /// tool message's id and `metadata.tool_agent_output`.
 #[derive(Debug, Clone, PartialEq)]
@@ -783,7 +826,8 @@ pub trait Store: Send + Sync + 'static {
         updated_at_ms: i64,
     ) -> StoreResult<()>;
 
-    /// Events with `seq > after`, ascending, at most `limit`.
+    /// Events with `seq > after`, ascending, at most `limit`, and no more
+    /// once they hold [`PAGE_BYTES`] (at least one).
     async fn events_after(
         &self,
         thread_id: &str,
@@ -796,7 +840,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// One page of history: the `limit` messages with `seq < before` (all
     /// when `before` is `None`) closest to `before`, returned in ascending
-    /// order.
+    /// order; fewer when they reach [`PAGE_BYTES`] (the newest of them are
+    /// kept, at least one).
     async fn messages_before(
         &self,
         thread_id: &str,

@@ -6,6 +6,7 @@
 //! [`JsonColumns`] answers per row type. Writes stay per backend: their
 //! statements, batching and locking differ.
 
+use futures::TryStreamExt as _;
 use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
@@ -13,9 +14,9 @@ use sqlx::types::Json;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, ResultReference, Role,
-    StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary,
-    ToolCallRecord,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, PAGE_BYTES,
+    ResultReference, Role, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot,
+    ThreadSummary, ToolCallRecord,
 };
 
 /// A call's row (as `c`) with its output, read from its tool message (`m`,
@@ -364,7 +365,7 @@ where
         }
         // A result event stored as a reference comes with its message's
         // output, to be rebuilt from.
-        let rows = sqlx::query(
+        let mut rows = sqlx::query(
             "SELECT e.thread_id, e.seq, e.event_type, e.data, e.created_at_ms, e.message_id, \
                  m.metadata -> 'tool_agent_output' AS output \
              FROM events AS e LEFT JOIN messages AS m \
@@ -374,9 +375,18 @@ where
         .bind(thread_id)
         .bind(after)
         .bind(limit)
-        .fetch_all(self.pool)
-        .await?;
-        rows.iter().map(event_from_row).collect()
+        .fetch(self.pool);
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        while let Some(row) = rows.try_next().await? {
+            let event = event_from_row(&row)?;
+            bytes += event.page_bytes();
+            page.push(event);
+            if bytes >= PAGE_BYTES {
+                break;
+            }
+        }
+        Ok(page)
     }
 
     pub async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
@@ -397,19 +407,26 @@ where
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        let rows = sqlx::query(&format!(
+        let query = format!(
             "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 AND seq < $2 \
              ORDER BY seq DESC LIMIT $3"
-        ))
-        .bind(thread_id)
-        .bind(before.unwrap_or(i64::MAX))
-        .bind(limit)
-        .fetch_all(self.pool)
-        .await?;
-        let mut page = rows
-            .iter()
-            .map(message_from_row)
-            .collect::<StoreResult<Vec<_>>>()?;
+        );
+        let mut rows = sqlx::query(&query)
+            .bind(thread_id)
+            .bind(before.unwrap_or(i64::MAX))
+            .bind(limit)
+            .fetch(self.pool);
+        let mut page = Vec::new();
+        let mut bytes = 0;
+        while let Some(row) = rows.try_next().await? {
+            let message = message_from_row(&row)?;
+            bytes += message.page_bytes();
+            page.push(message);
+            if bytes >= PAGE_BYTES {
+                break;
+            }
+        }
+        drop(rows);
         page.reverse();
         Ok(page)
     }
