@@ -41,7 +41,7 @@ pub struct ServerSettings {
     pub cors_origins: Vec<String>,
     /// Seconds a connection may take to send a request's headers (and an
     /// idle kept-alive connection may wait for the next request) before it
-    /// is closed.
+    /// is closed; also how long a body may take to arrive once read (408).
     pub header_read_timeout_secs: u64,
     /// Connections served at once; more wait to be accepted. 0: the
     /// process's open-file limit, less a reserve for everything else.

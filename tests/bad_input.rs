@@ -1210,6 +1210,39 @@ async fn a_run_carries_at_most_a_batch_of_calls(backend: Backend) {
     assert_eq!(p["errors"][0]["pointer"], "/messages/0/toolCalls", "{p}");
     let r = app.get("/v1/threads/many/history").await;
     assert_eq!(r.status(), 404, "nothing stored, not even the thread");
+    // An earlier turn, whose calls the run only records, is held to it too.
+    let mut earlier = run(1);
+    earlier["messages"] = json!([
+        {"id": "a0", "role": "assistant", "toolCalls": calls(65)},
+        {"id": "u1", "role": "user", "content": "go on"},
+        {"id": "a1", "role": "assistant", "toolCalls": calls(1)},
+    ]);
+    let (s, p) = problem(app.post("/v1/threads/many/runs", &earlier).await).await;
+    assert_eq!(s, 422, "{p}");
+    assert_eq!(p["errors"][0]["pointer"], "/messages/0/toolCalls", "{p}");
+    // So is a message recorded on its own.
+    let declared: Vec<Value> = (0..65)
+        .map(|i| json!({"id": format!("d{i}"), "name": "echo", "arguments": {"text": "a"}}))
+        .collect();
+    let (s, p) = problem(
+        app.post(
+            "/v1/threads/many/messages",
+            &json!({"role": "assistant", "content": "", "tool_calls": declared}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("declares 65 tool calls; a message declares at most 64"),
+        "{p}"
+    );
+    assert_eq!(p["errors"][0]["pointer"], "/tool_calls", "{p}");
+    let r = app.get("/v1/threads/many/history").await;
+    assert_eq!(r.status(), 404, "nothing stored, not even the thread");
     let r = app.post("/v1/threads/many/runs", &run(64)).await;
     assert_eq!(r.status(), 200);
     let frames = common::SseReader::new(r).until("RUN_FINISHED").await;

@@ -259,6 +259,96 @@ async fn connections_that_send_no_request_are_closed() {
     assert_eq!(health.status(), 200);
 }
 
+/// A body announced larger than `server.body_limit_bytes` is refused at
+/// once, before a byte of it is read; a body trickled in is answered `408`
+/// after `server.header_read_timeout_secs`, not held for the request
+/// timeout. Neither runs or stores anything.
+#[tokio::test]
+async fn bodies_too_large_or_too_slow_are_refused_early() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.header_read_timeout_secs = 1).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let head = |length: usize| {
+        format!(
+            "POST /v1/threads/slow/tool-calls HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n",
+            app.token
+        )
+    };
+    let answer = |mut stream: tokio::net::TcpStream| async move {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 4096];
+        let read = tokio::time::timeout(Duration::from_secs(15), async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        got.extend_from_slice(&buf[..n]);
+                        if got.windows(4).any(|w| w == b"\r\n\r\n") && got.ends_with(b"}") {
+                            return;
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+        assert!(read.is_ok(), "no answer: {}", String::from_utf8_lossy(&got));
+        String::from_utf8(got).unwrap()
+    };
+
+    // Declared as 100 MB, two bytes sent: refused without waiting for more.
+    let mut big = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    big.write_all(format!("{}{{}}", head(100_000_000)).as_bytes())
+        .await
+        .unwrap();
+    let got = answer(big).await;
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(got.contains("application/problem+json"), "{got}");
+    assert!(got.contains("declared as 100000000 bytes"), "{got}");
+
+    // A byte of the body at a time, slower than the read timeout allows.
+    let call = r#"{"id": "s1", "name": "echo", "arguments": {"text": "hi"}}"#;
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(head(call.len()).as_bytes()).await.unwrap();
+    let started = std::time::Instant::now();
+    let trickle = {
+        let call = call.to_string();
+        let (mut read, mut write) = slow.into_split();
+        let writer = tokio::spawn(async move {
+            for byte in call.as_bytes() {
+                if write.write_all(&[*byte]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        });
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(15), async {
+            while let Ok(n) = read.read(&mut buf).await {
+                if n == 0 {
+                    return;
+                }
+                got.extend_from_slice(&buf[..n]);
+                if got.ends_with(b"}") {
+                    return;
+                }
+            }
+        })
+        .await;
+        writer.abort();
+        String::from_utf8(got).unwrap()
+    };
+    assert!(trickle.starts_with("HTTP/1.1 408"), "{trickle}");
+    assert!(trickle.contains("did not arrive within 1 s"), "{trickle}");
+    assert!(
+        started.elapsed() < Duration::from_secs(call.len() as u64 * 3 / 10),
+        "answered before the body could have arrived"
+    );
+    let r = app.get("/v1/threads/slow/history").await;
+    assert_eq!(r.status(), 404, "nothing stored, not even the thread");
+}
+
 /// A client that stops reading its event stream neither holds the
 /// thread's large results in memory (they travel to it from the log) nor
 /// keeps toolgate from shutting down.

@@ -27,6 +27,9 @@ pub enum ApiError {
     ConflictAt { detail: String, errors: Vec<Value> },
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The body did not arrive in time.
+    #[error("{0}")]
+    BodyTimeout(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -142,6 +145,11 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",
                 "Payload too large".into(),
+            ),
+            ApiError::BodyTimeout(_) => (
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                "Request timeout".into(),
             ),
             ApiError::UnsupportedMediaType(_) => (
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -485,18 +493,61 @@ pub struct ApiQuery<T>(pub T);
 
 /// A request's whole body, within `server.body_limit_bytes`.
 async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::Bytes::from_request(req, state)
-        .await
-        .map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge(
-                    "the request body exceeds the configured limit (server.body_limit_bytes)"
-                        .into(),
-                )
-            } else {
-                ApiError::bad_request(format!("could not read the body: {}", e.body_text()))
-            }
-        })
+    let limits = req
+        .extensions()
+        .get::<BodyLimits>()
+        .copied()
+        .unwrap_or_default();
+    // A body declared larger than the limit is refused before it is read.
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(declared) = declared.filter(|n| *n > limits.max_bytes as u64) {
+        return Err(ApiError::PayloadTooLarge(format!(
+            "the request body is declared as {declared} bytes (Content-Length); toolgate reads \
+             at most {} (server.body_limit_bytes)",
+            limits.max_bytes
+        )));
+    }
+    let read = axum::body::Bytes::from_request(req, state);
+    match tokio::time::timeout(limits.read_within, read).await {
+        Err(_) => Err(ApiError::BodyTimeout(format!(
+            "the request body did not arrive within {} s (server.header_read_timeout_secs)",
+            limits.read_within.as_secs()
+        ))),
+        Ok(Err(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Err(ApiError::PayloadTooLarge(
+                "the request body exceeds the configured limit (server.body_limit_bytes)".into(),
+            ))
+        }
+        Ok(Err(e)) => Err(ApiError::bad_request(format!(
+            "could not read the body: {}",
+            e.body_text()
+        ))),
+        Ok(Ok(bytes)) => Ok(bytes),
+    }
+}
+
+/// How much of a request body toolgate reads, and how long it waits for
+/// it: a request's extension, set from the settings for every request.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    /// From the first read: a body trickled in a byte at a time must not
+    /// hold a connection (and its slot) for the whole request timeout.
+    pub read_within: std::time::Duration,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        let server = crate::config::ServerSettings::default();
+        BodyLimits {
+            max_bytes: server.body_limit_bytes,
+            read_within: std::time::Duration::from_secs(server.header_read_timeout_secs),
+        }
+    }
 }
 
 /// The input of a `POST` route that takes none (cancel, undo, rollback):

@@ -149,6 +149,20 @@ pub async fn post_run(
         else {
             continue;
         };
+        // Every turn's calls are recorded and rebuilt into each context:
+        // as many at most as a run executes.
+        let max = state.settings.tools.max_batch_calls;
+        if calls_of_turn.len() > max {
+            return Err(ApiError::unprocessable_at(
+                "Too many tool calls",
+                format!("/messages/{i}/toolCalls"),
+                format!(
+                    "message {:?} carries {} tool calls; a message carries at most {max} (tools.max_batch_calls)",
+                    m.id(),
+                    calls_of_turn.len()
+                ),
+            ));
+        }
         let mut ids = HashSet::with_capacity(calls_of_turn.len());
         for (j, tc) in calls_of_turn.iter().enumerate() {
             let problem = if !calls::valid_id(&tc.id) {
@@ -164,25 +178,6 @@ pub async fn post_run(
                 format!("tool call id {:?} of message {:?} {problem}", tc.id, m.id()),
             ));
         }
-    }
-    // A run's calls are a batch: as many at most.
-    let max = state.settings.tools.max_batch_calls;
-    if let Some((message_id, calls)) = calls_to_run(&input)
-        && calls.len() > max
-    {
-        let at = input
-            .messages
-            .iter()
-            .position(|m| m.id() == message_id)
-            .unwrap_or_default();
-        return Err(ApiError::unprocessable_at(
-            "Too many tool calls",
-            format!("/messages/{at}/toolCalls"),
-            format!(
-                "message {message_id:?} carries {} tool calls; a run executes at most {max} (tools.max_batch_calls)",
-                calls.len()
-            ),
-        ));
     }
     // The model's reasoning and the frontend's activity views are no part
     // of the conversation toolgate records or hands to a model (their ids

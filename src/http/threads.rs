@@ -363,7 +363,7 @@ pub struct MessageCreated {
         (status = 400, description = "Malformed request", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "Message id already recorded with another role, content or tool_calls, or a call id of tool_calls already declared or recorded in the thread with another tool or arguments", content_type = "application/problem+json"),
-        (status = 422, description = "Wrong field types, an invalid id, tool_calls on a message that is not the assistant's, a call's tool name outside [A-Za-z0-9_.-]{1,64}, or arguments sent as text that are not the JSON text of an object (errors name the JSON pointer)", content_type = "application/problem+json"),
+        (status = 422, description = "Wrong field types, an invalid id, tool_calls on a message that is not the assistant's, more tool_calls than tools.max_batch_calls, a call's tool name outside [A-Za-z0-9_.-]{1,64}, or arguments sent as text that are not the JSON text of an object (errors name the JSON pointer)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn post_message(
@@ -391,6 +391,19 @@ pub async fn post_message(
             return Err(ApiError::invalid_body(
                 "/tool_calls".into(),
                 "only assistant messages carry tool_calls".into(),
+            ));
+        }
+        // As many as one batch or run executes: each declared call is
+        // rebuilt into every model context of the thread.
+        let max = state.settings.tools.max_batch_calls;
+        if tool_calls.len() > max {
+            return Err(ApiError::unprocessable_at(
+                "Too many tool calls",
+                "/tool_calls".into(),
+                format!(
+                    "the message declares {} tool calls; a message declares at most {max} (tools.max_batch_calls)",
+                    tool_calls.len()
+                ),
             ));
         }
         let mut parsed = Vec::with_capacity(tool_calls.len());
