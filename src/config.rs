@@ -55,6 +55,9 @@ pub struct ServerSettings {
     pub max_thread_reads: usize,
     pub max_thread_reads_per_owner: usize,
     pub thread_read_wait_secs: u64,
+    /// Event streams (`GET …/events`) one owner may hold open at once; one
+    /// more is answered 429.
+    pub max_streams_per_owner: usize,
 }
 
 impl Default for ServerSettings {
@@ -72,6 +75,7 @@ impl Default for ServerSettings {
             max_thread_reads: 8,
             max_thread_reads_per_owner: 4,
             thread_read_wait_secs: 10,
+            max_streams_per_owner: 256,
         }
     }
 }

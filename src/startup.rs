@@ -281,6 +281,9 @@ impl Application {
             .await
             .with_context(|| format!("cannot listen on {}", settings.server.bind))?;
         let limits_settings = settings.tools.clone();
+        let streams = Arc::new(crate::engine::limits::Streams::new(
+            settings.server.max_streams_per_owner,
+        ));
         let thread_reads = Arc::new(crate::engine::limits::ThreadReads::new(
             settings.server.max_thread_reads,
             settings.server.max_thread_reads_per_owner,
@@ -299,6 +302,7 @@ impl Application {
                 limits_settings.max_concurrent_calls_per_owner,
             )),
             thread_reads,
+            streams,
             shutdown: CancellationToken::new(),
             calls: tokio_util::task::TaskTracker::new(),
             workspaces,

@@ -148,7 +148,7 @@ fn sse_subscribers(metrics: &str) -> Option<f64> {
 /// heartbeat: its task ends and the subscriber gauge falls. Heartbeats are
 /// an hour apart here, so only the closed connection can end the streams.
 /// (The gauge is shared by every server in this test binary; another test
-/// holds at most one stream open.)
+/// holds at most a few streams open.)
 #[tokio::test]
 async fn a_closed_event_stream_is_freed_without_waiting_for_a_heartbeat() {
     const STREAMS: usize = 20;
@@ -179,6 +179,58 @@ async fn a_closed_event_stream_is_freed_without_waiting_for_a_heartbeat() {
         now.is_some_and(|n| n < streaming),
         "the closed streams are still counted: {now:?} (were {open:?})"
     );
+}
+
+/// One owner holds at most `server.max_streams_per_owner` event streams
+/// open: one more is a `429` problem with `Retry-After` that claims no
+/// thread; other owners are not held back, and a closed stream frees its
+/// slot.
+#[tokio::test]
+async fn event_streams_are_limited_per_owner() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.server.max_streams_per_owner = 2;
+        s.server.sse_heartbeat_secs = 3600;
+    })
+    .await;
+    let mut first = app.events("s1", "", None).await;
+    first.until("RUN_STARTED").await;
+    let mut second = app.events("s2", "", None).await;
+    second.until("RUN_STARTED").await;
+    let open = |token: &str, thread: &str| {
+        app.client
+            .get(app.url(&format!("/v1/threads/{thread}/events")))
+            .bearer_auth(token.to_string())
+            .send()
+    };
+    let r = open(&app.token, "s3").await.unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("maximum of 2 event streams open"),
+        "{p}"
+    );
+    assert_eq!(
+        app.get("/v1/threads/s3/history").await.status(),
+        404,
+        "the refused stream claimed nothing"
+    );
+    let other = app.token_for("stream-neighbour");
+    assert_eq!(open(&other, "n1").await.unwrap().status(), 200);
+    drop(first);
+    let mut reopened = false;
+    for _ in 0..100 {
+        let r = open(&app.token, "s3").await.unwrap();
+        if r.status() == 200 {
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reopened, "a closed stream freed its slot");
 }
 
 /// The data directory, the workspaces and the edit history are the

@@ -142,9 +142,59 @@ impl ThreadReads {
     }
 }
 
+/// Event streams one owner holds open at once: each takes a connection
+/// and a copy of every event of its thread, so one owner opening thousands
+/// would multiply every result by thousands.
+pub struct Streams {
+    slots: Slots,
+}
+
+/// Held while an event stream is open.
+#[derive(Debug)]
+pub struct StreamPermit {
+    _owner: OwnedSemaphorePermit,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "this owner has its maximum of {0} event streams open (server.max_streams_per_owner); close one, or retry shortly"
+)]
+pub struct StreamsBusy(pub usize);
+
+impl Streams {
+    pub fn new(per_owner_max: usize) -> Self {
+        Streams {
+            slots: Slots::new(usize::MAX >> 4, per_owner_max),
+        }
+    }
+
+    /// A stream's slot for `owner` now, or the limit in the way.
+    pub fn try_open(&self, owner: &str) -> Result<StreamPermit, StreamsBusy> {
+        let owner_permit = self
+            .slots
+            .of_owner(owner)
+            .try_acquire_owned()
+            .map_err(|_| StreamsBusy(self.slots.per_owner_max))?;
+        Ok(StreamPermit {
+            _owner: owner_permit,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streams_are_limited_per_owner_and_freed_when_closed() {
+        let streams = Streams::new(2);
+        let a1 = streams.try_open("a").unwrap();
+        let _a2 = streams.try_open("a").unwrap();
+        assert_eq!(streams.try_open("a").unwrap_err(), StreamsBusy(2));
+        let _b1 = streams.try_open("b").unwrap();
+        drop(a1);
+        assert!(streams.try_open("a").is_ok());
+    }
 
     #[test]
     fn owner_and_global_limits_and_release() {

@@ -99,7 +99,7 @@ fn parse_position(raw: &str, source: &str) -> Result<i64, ApiError> {
         (status = 200, description = "AG-UI event stream", content_type = "text/event-stream", body = AgUiSseEvent),
         (status = 400, description = "Resume point not a number or in the future", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 429, description = "Too many snapshots and contexts being read at once (see Retry-After)", content_type = "application/problem+json"),
+        (status = 429, description = "Too many snapshots and contexts being read at once, or this owner holds server.max_streams_per_owner streams open already (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn get_events(
@@ -136,6 +136,14 @@ pub async fn get_events(
     {
         return Err(in_future(after, parameter, 0));
     }
+    let stream_slot =
+        state
+            .streams
+            .try_open(&user.owner)
+            .map_err(|e| ApiError::TooManyRequests {
+                detail: e.to_string(),
+                retry_after_secs: 1,
+            })?;
     state.store.claim_thread(&thread.0, &user.owner).await?;
     // Subscribe before reading the log, so nothing falls between the two.
     let live = state.bus.subscribe(&thread.0);
@@ -180,6 +188,7 @@ pub async fn get_events(
         snapshot,
         live,
         tx,
+        stream_slot,
     ));
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(
         KeepAlive::new()
@@ -347,6 +356,7 @@ async fn stream_thread(
     snapshot: Option<Snapshot>,
     live: Subscription,
     tx: Tx,
+    _slot: crate::engine::limits::StreamPermit,
 ) {
     let _gauge = SubscriberGauge::new();
     let run_id = format!("sub_{}", uuid::Uuid::now_v7().simple());

@@ -70,6 +70,8 @@ pub struct Shared {
     pub limits: Arc<crate::engine::limits::Limits>,
     /// Whole-thread reads running at once.
     pub thread_reads: Arc<crate::engine::limits::ThreadReads>,
+    /// Event streams open per owner.
+    pub streams: Arc<crate::engine::limits::Streams>,
     pub workspaces: Arc<crate::workspace::Workspaces>,
     /// Threads whose owner is known (owners never change).
     pub thread_owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
