@@ -1430,7 +1430,44 @@ async fn oversized_targets_and_headers_get_problems(backend: Backend) {
     assert_eq!(fewer.send().await.unwrap().status(), 200);
 }
 
+/// What a refusal quotes of the request is clipped: a 100 KB tool name or
+/// role does not come back whole (let alone three times over).
+async fn refusals_do_not_echo_large_values_whole(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let long = "n".repeat(100_000);
+    let r = app
+        .post(
+            "/v1/threads/echoes/tool-calls",
+            &json!({"id": "c1", "name": long, "arguments": {}}),
+        )
+        .await;
+    let text = {
+        let (s, p) = problem(r).await;
+        assert_eq!(s, 422, "{p}");
+        assert_eq!(p["code"], "TOOL_NOT_FOUND", "{p}");
+        assert!(p["detail"].as_str().unwrap().contains("nnnn…"), "{p}");
+        p.to_string()
+    };
+    assert!(text.len() < 10_000, "{} bytes answered", text.len());
+    let (s, p) = problem(
+        app.post(
+            "/v1/threads/echoes/messages",
+            &json!({"role": "r".repeat(100_000), "content": "hi"}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422, "{p}");
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.chars().count() <= 2001 && detail.ends_with('…'),
+        "{}",
+        detail.len()
+    );
+}
+
 both_backends!(
+    refusals_do_not_echo_large_values_whole,
     oversized_targets_and_headers_get_problems,
     a_run_carries_at_most_a_batch_of_calls,
     a_runs_refusals_name_the_field,

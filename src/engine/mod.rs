@@ -618,7 +618,9 @@ impl Engine {
         self.registry
             .resolve(name)
             .ok_or_else(|| Rejection::ToolNotFound {
-                name: name.to_string(),
+                // No name is longer than 64 characters: a longer one is
+                // not echoed whole (three times) into the answer.
+                name: crate::protocol::clip(name, 64),
                 available: self.registry.names(),
             })
     }

@@ -201,9 +201,17 @@ pub fn problem_body(
     body.insert("type".into(), json!(format!("urn:toolgate:problem:{slug}")));
     body.insert("title".into(), json!(title));
     body.insert("status".into(), json!(status.as_u16()));
-    body.insert("detail".into(), json!(detail));
+    body.insert(
+        "detail".into(),
+        json!(crate::protocol::clip(detail, MAX_DETAIL_CHARS)),
+    );
     body
 }
+
+/// The longest `detail` a problem carries: details quote what was sent
+/// (an unknown value, a name), and a 100 KB value must not come back in
+/// full.
+const MAX_DETAIL_CHARS: usize = 2000;
 
 pub fn problem_response(status: StatusCode, body: Map<String, Value>) -> Response {
     let mut resp = (status, Value::Object(body).to_string()).into_response();

@@ -16,6 +16,14 @@ pub fn pointer_token(key: &str) -> String {
 }
 
 /// Milliseconds since the Unix epoch: the AG-UI `timestamp` unit.
+/// At most `max` characters of `text`, an ellipsis marking a cut.
+pub fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

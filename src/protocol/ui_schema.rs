@@ -23,6 +23,8 @@ use std::sync::LazyLock;
 
 use serde_json::{Map, Value, json};
 
+use super::clip;
+
 /// Wire-format version; a renderer that does not know it shows `fallback_text`.
 pub const VERSION: &str = "ui_schema/1";
 /// Component catalog the schema draws from.
@@ -761,13 +763,6 @@ fn describe(value: &Value) -> &'static str {
 
 /// At most `max` characters of `text`, with `…` when cut; cuts on a char
 /// boundary so multi-byte text stays valid.
-fn clip(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &text[..end]),
-        None => text.to_owned(),
-    }
-}
-
 /// Reads the hints object, so every shape error carries the JSON Pointer of
 /// the offending field.
 struct Fields<'a> {

@@ -224,11 +224,7 @@ fn parse(diff: &str) -> Result<(Vec<Hunk>, bool), ToolError> {
 }
 
 fn shorten(s: &str) -> String {
-    if s.chars().count() > 80 {
-        format!("{}…", s.chars().take(80).collect::<String>())
-    } else {
-        s.to_string()
-    }
+    crate::protocol::clip(s, 80)
 }
 
 /// Apply all hunks to `text`; the first that does not fit fails the whole.
