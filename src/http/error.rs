@@ -307,14 +307,13 @@ impl From<crate::store::StoreError> for ApiError {
 /// `Json<T>` whose rejections are problems that name the offending field.
 pub struct ApiJson<T>(pub T);
 
-impl<S, T> FromRequest<S> for ApiJson<T>
+impl<T> FromRequest<super::AppState> for ApiJson<T>
 where
     T: DeserializeOwned,
-    S: Send + Sync,
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &super::AppState) -> Result<Self, Self::Rejection> {
         let is_json = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -500,30 +499,29 @@ fn json_pointer(path: &serde_path_to_error::Path) -> String {
 pub struct ApiQuery<T>(pub T);
 
 /// A request's whole body, within `server.body_limit_bytes`.
-async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<axum::body::Bytes, ApiError> {
-    let limits = req
-        .extensions()
-        .get::<BodyLimits>()
-        .copied()
-        .unwrap_or_default();
-    // A body declared larger than the limit is refused before it is read.
+/// The request's body, read within the server's limits: a body declared
+/// larger than `server.body_limit_bytes` is refused before it is read, and
+/// one that takes longer than `server.header_read_timeout_secs` to arrive
+/// (trickled in a byte at a time, holding its connection) is a `408`.
+async fn read_body(req: Request, state: &super::AppState) -> Result<axum::body::Bytes, ApiError> {
+    let server = &state.settings.server;
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if let Some(declared) = declared.filter(|n| *n > limits.max_bytes as u64) {
+    if let Some(declared) = declared.filter(|n| *n > server.body_limit_bytes as u64) {
         return Err(ApiError::PayloadTooLarge(format!(
             "the request body is declared as {declared} bytes (Content-Length); toolgate reads \
              at most {} (server.body_limit_bytes)",
-            limits.max_bytes
+            server.body_limit_bytes
         )));
     }
-    let read = axum::body::Bytes::from_request(req, state);
-    match tokio::time::timeout(limits.read_within, read).await {
+    let within = std::time::Duration::from_secs(server.header_read_timeout_secs.max(1));
+    match tokio::time::timeout(within, axum::body::Bytes::from_request(req, state)).await {
         Err(_) => Err(ApiError::BodyTimeout(format!(
             "the request body did not arrive within {} s (server.header_read_timeout_secs)",
-            limits.read_within.as_secs()
+            within.as_secs()
         ))),
         Ok(Err(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             Err(ApiError::PayloadTooLarge(
@@ -538,36 +536,16 @@ async fn read_body<S: Send + Sync>(req: Request, state: &S) -> Result<axum::body
     }
 }
 
-/// How much of a request body toolgate reads, and how long it waits for
-/// it: a request's extension, set from the settings for every request.
-#[derive(Debug, Clone, Copy)]
-pub struct BodyLimits {
-    pub max_bytes: usize,
-    /// From the first read: a body trickled in a byte at a time must not
-    /// hold a connection (and its slot) for the whole request timeout.
-    pub read_within: std::time::Duration,
-}
-
-impl Default for BodyLimits {
-    fn default() -> Self {
-        let server = crate::config::ServerSettings::default();
-        BodyLimits {
-            max_bytes: server.body_limit_bytes,
-            read_within: std::time::Duration::from_secs(server.header_read_timeout_secs),
-        }
-    }
-}
-
 /// The input of a `POST` route that takes none (cancel, undo, rollback):
 /// no query parameters, and no body but an empty one or `{}`. Anything
 /// else is refused naming it, never ignored: a client sending `{"force":
 /// true}` to an undo must not think it forced anything.
 pub struct NoInput;
 
-impl<S: Send + Sync> FromRequest<S> for NoInput {
+impl FromRequest<super::AppState> for NoInput {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &super::AppState) -> Result<Self, Self::Rejection> {
         check_params(req.uri().query().unwrap_or_default(), &[])?;
         let bytes = read_body(req, state).await?;
         if bytes.trim_ascii().is_empty() {

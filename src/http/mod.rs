@@ -308,10 +308,6 @@ pub fn service(
 + 'static {
     let settings = state.settings.clone();
     let request_id = HeaderName::from_static("x-request-id");
-    let body_limits = error::BodyLimits {
-        max_bytes: settings.server.body_limit_bytes,
-        read_within: Duration::from_secs(settings.server.header_read_timeout_secs.max(1)),
-    };
     tower::ServiceBuilder::new()
         .map_response(|r: axum::http::Response<_>| r.map(axum::body::Body::new))
         .layer(SetSensitiveRequestHeadersLayer::new([header::AUTHORIZATION, header::COOKIE]))
@@ -355,10 +351,6 @@ pub fn service(
             Duration::from_secs(settings.server.request_timeout_secs),
         ))
         .layer(axum::extract::DefaultBodyLimit::max(settings.server.body_limit_bytes))
-        .map_request(move |mut req: Request| {
-            req.extensions_mut().insert(body_limits);
-            req
-        })
         .service(router(state))
 }
 

@@ -376,17 +376,7 @@ where
         .bind(after)
         .bind(limit)
         .fetch(self.pool);
-        let mut page = Vec::new();
-        let mut bytes = 0;
-        while let Some(row) = rows.try_next().await? {
-            let event = event_from_row(&row)?;
-            bytes += event.page_bytes();
-            page.push(event);
-            if bytes >= PAGE_BYTES {
-                break;
-            }
-        }
-        Ok(page)
+        up_to_page_bytes(&mut rows, event_from_row, StoredEvent::page_bytes).await
     }
 
     pub async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
@@ -416,16 +406,8 @@ where
             .bind(before.unwrap_or(i64::MAX))
             .bind(limit)
             .fetch(self.pool);
-        let mut page = Vec::new();
-        let mut bytes = 0;
-        while let Some(row) = rows.try_next().await? {
-            let message = message_from_row(&row)?;
-            bytes += message.page_bytes();
-            page.push(message);
-            if bytes >= PAGE_BYTES {
-                break;
-            }
-        }
+        let mut page =
+            up_to_page_bytes(&mut rows, message_from_row, StoredMessage::page_bytes).await?;
         drop(rows);
         page.reverse();
         Ok(page)
@@ -701,6 +683,26 @@ fn message_with(
         tool_call_id: row.opt_text("tool_call_id")?,
         created_at_ms: row.int("created_at_ms")?,
     })
+}
+
+/// The rows of `rows`, read one by one, up to and including the one that
+/// brings the page to [`PAGE_BYTES`]: the rest are never read.
+async fn up_to_page_bytes<R, T>(
+    rows: &mut (impl futures::Stream<Item = Result<R, sqlx::Error>> + Unpin),
+    read: impl Fn(&R) -> StoreResult<T>,
+    bytes_of: impl Fn(&T) -> usize,
+) -> StoreResult<Vec<T>> {
+    let mut page = Vec::new();
+    let mut bytes = 0;
+    while let Some(row) = rows.try_next().await? {
+        let item = read(&row)?;
+        bytes += bytes_of(&item);
+        page.push(item);
+        if bytes >= PAGE_BYTES {
+            break;
+        }
+    }
+    Ok(page)
 }
 
 fn event_from_row(row: &impl StoreRow) -> StoreResult<StoredEvent> {
