@@ -327,7 +327,7 @@ pub enum Cancelled {
     /// It has not finished yet; its result follows.
     Stopping,
     /// It finished with this status before the cancellation reached it.
-    FinishedFirst(ToolStatus),
+    FinishedFirst(CallStatus),
 }
 
 pub struct Engine {
@@ -741,20 +741,20 @@ impl Engine {
         {
             return Ok(Some(Cancelled::Stopping));
         }
-        let status = self
-            .store
-            .tool_call(thread_id, call_id)
-            .await?
-            .and_then(|record| outcome_from_record(&record).ok())
-            .map(|outcome| outcome.output);
-        Ok(Some(match status {
-            Some(output)
-                if output
-                    .error
+        let record = self.store.tool_call(thread_id, call_id).await?;
+        Ok(Some(match record {
+            Some(record)
+                if matches!(
+                    record.status,
+                    CallStatus::Success | CallStatus::Partial | CallStatus::Failure
+                ) && record
+                    .output
                     .as_ref()
-                    .is_none_or(|e| e.code != codes::CANCELLED) =>
+                    .and_then(|output| output.pointer("/error/code"))
+                    .and_then(Value::as_str)
+                    != Some(codes::CANCELLED) =>
             {
-                Cancelled::FinishedFirst(output.status)
+                Cancelled::FinishedFirst(record.status)
             }
             _ => Cancelled::Stopped,
         }))
