@@ -1045,11 +1045,7 @@ pub async fn cancel_tool_call(
         .await
         .map_err(super::approvals::approval_error)?;
     if withdrawn.is_some() {
-        let body = CancelAccepted {
-            tool_call_id,
-            cancelling: true,
-        };
-        return Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response());
+        return Ok(cancel_accepted(&tool_call_id));
     }
     // Approved meanwhile: it runs here now.
     if let Some(response) = cancel_running(&state, &thread.0, &tool_call_id).await? {
@@ -1083,13 +1079,7 @@ async fn cancel_running(
         .cancel(thread_id, call_id, CANCEL_ANSWER_WAIT)
         .await?;
     Ok(cancelled.map(|cancelled| match cancelled {
-        Cancelled::Stopped | Cancelled::Stopping => {
-            let body = CancelAccepted {
-                tool_call_id: call_id.to_string(),
-                cancelling: true,
-            };
-            (StatusCode::ACCEPTED, axum::Json(body)).into_response()
-        }
+        Cancelled::Stopped | Cancelled::Stopping => cancel_accepted(call_id),
         Cancelled::FinishedFirst(status) => ApiError::Conflict(format!(
             "tool call {call_id:?} finished (status {}) before the cancellation reached it; its \
              result stands",
@@ -1097,6 +1087,15 @@ async fn cancel_running(
         ))
         .into_response(),
     }))
+}
+
+/// A cancel's `202`.
+fn cancel_accepted(call_id: &str) -> Response {
+    let body = CancelAccepted {
+        tool_call_id: call_id.to_string(),
+        cancelling: true,
+    };
+    (StatusCode::ACCEPTED, axum::Json(body)).into_response()
 }
 
 /// The `code` of an undo's `422`: nothing recorded to undo (the call
