@@ -55,6 +55,12 @@ pub struct ServerSettings {
     pub max_thread_reads: usize,
     pub max_thread_reads_per_owner: usize,
     pub thread_read_wait_secs: u64,
+    /// Pages of history or of the event log (`GET …/history`, a stream's
+    /// replay) one owner reads at once, from the query until the page is
+    /// handed on; a page beyond them waits up to `page_read_wait_secs` (a
+    /// history request is then answered 429; a stream goes on waiting).
+    pub max_page_reads_per_owner: usize,
+    pub page_read_wait_secs: u64,
     /// Event streams (`GET …/events`) one owner may hold open at once; one
     /// more is answered 429.
     pub max_streams_per_owner: usize,
@@ -75,6 +81,8 @@ impl Default for ServerSettings {
             max_thread_reads: 8,
             max_thread_reads_per_owner: 4,
             thread_read_wait_secs: 10,
+            max_page_reads_per_owner: 8,
+            page_read_wait_secs: 10,
             max_streams_per_owner: 256,
         }
     }

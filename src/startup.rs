@@ -284,10 +284,18 @@ impl Application {
         let streams = Arc::new(crate::engine::limits::Streams::new(
             settings.server.max_streams_per_owner,
         ));
-        let thread_reads = Arc::new(crate::engine::limits::ThreadReads::new(
+        let thread_reads = Arc::new(crate::engine::limits::Reads::new(
+            crate::engine::limits::ReadKind::WholeThreads,
             settings.server.max_thread_reads,
             settings.server.max_thread_reads_per_owner,
             Duration::from_secs(settings.server.thread_read_wait_secs),
+        ));
+        // All owners' pages together are bounded by the read connections.
+        let page_reads = Arc::new(crate::engine::limits::Reads::new(
+            crate::engine::limits::ReadKind::Pages,
+            usize::MAX >> 4,
+            settings.server.max_page_reads_per_owner,
+            Duration::from_secs(settings.server.page_read_wait_secs),
         ));
         let state = AppState::new(Shared {
             engine,
@@ -302,6 +310,7 @@ impl Application {
                 limits_settings.max_concurrent_calls_per_owner,
             )),
             thread_reads,
+            page_reads,
             streams,
             shutdown: CancellationToken::new(),
             calls: tokio_util::task::TaskTracker::new(),

@@ -787,15 +787,11 @@ async fn read_whole(client: reqwest::Client, url: String, token: String) -> (u16
     (status, json!(messages))
 }
 
-async fn whole_thread_reads_are_limited_per_owner(backend: Backend) {
-    let app = TestApp::spawn_with(backend, |s| {
-        s.server.max_thread_reads_per_owner = 1;
-        s.server.thread_read_wait_secs = 0;
-    })
-    .await;
-    // A thread that takes a while to read: eight messages of 400 KB.
-    let text = "x".repeat(400_000);
-    for _ in 0..8 {
+/// The owner's thread `big` of `messages` user messages of `text`, and
+/// the thread `small` of one message of another owner, whose token it
+/// returns.
+async fn big_and_small_threads(app: &TestApp, messages: usize, text: &str) -> String {
+    for _ in 0..messages {
         let r = app
             .post(
                 "/v1/threads/big/messages",
@@ -813,6 +809,17 @@ async fn whole_thread_reads_are_limited_per_owner(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 201);
+    other
+}
+
+async fn whole_thread_reads_are_limited_per_owner(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.server.max_thread_reads_per_owner = 1;
+        s.server.thread_read_wait_secs = 0;
+    })
+    .await;
+    // A thread that takes a while to read: eight messages of 400 KB.
+    let other = big_and_small_threads(&app, 8, &"x".repeat(400_000)).await;
     // Bursts of contexts and snapshots of the big thread by its owner, one
     // read by another owner beside each: the owner's reads beyond the first
     // are refused at once (no wait is configured), the other owner's never.
@@ -859,6 +866,79 @@ async fn whole_thread_reads_are_limited_per_owner(backend: Backend) {
     assert_eq!(context["messages"].as_array().unwrap().len(), 8);
 }
 
+/// Pages of history and of event-log replays one owner reads at once are
+/// limited (`server.max_page_reads_per_owner`): a replay whose client has
+/// stopped reading holds its page's slot, so the same owner's `/history`
+/// waits, then is a 429; another owner's reads go on, and once the replay
+/// is read it is whole and the slot is free again.
+async fn page_reads_are_limited_per_owner(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.server.max_page_reads_per_owner = 1;
+        s.server.page_read_wait_secs = 1;
+    })
+    .await;
+    // About 54 MB of logged text: more than a stream's channel and the
+    // loopback socket's buffers hold, so a replay nobody reads stalls.
+    const MESSAGES: usize = 60;
+    let text = "x".repeat(900_000);
+    let other = big_and_small_threads(&app, MESSAGES, &text).await;
+
+    // A replay of the whole log whose body is not read yet.
+    let replay = app
+        .client
+        .get(app.url("/v1/threads/big/events"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 200);
+    let mut refused = None;
+    for _ in 0..20 {
+        let r = app.get("/v1/threads/big/history?limit=1").await;
+        if r.status() == 429 {
+            assert_eq!(r.headers()["retry-after"], "1");
+            refused = Some(r.json::<Value>().await.unwrap());
+            break;
+        }
+        assert_eq!(r.status(), 200);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let problem = refused.expect("the owner's page slot is held by the stalled replay");
+    assert_eq!(problem["status"], 429);
+    assert_eq!(
+        problem["detail"],
+        "this owner is reading its maximum of 1 pages at once (history and event-log replays); retry shortly"
+    );
+    // Another owner pages meanwhile.
+    let r = app
+        .client
+        .get(app.url("/v1/threads/small/history"))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let page: Value = r.json().await.unwrap();
+    assert_eq!(page["messages"].as_array().unwrap().len(), 1);
+
+    // Read, the replay goes on to the end of the log, every message whole.
+    let mut sse = common::SseReader::new(replay);
+    let mut texts = 0;
+    while texts < MESSAGES {
+        let frame = sse
+            .next(Duration::from_secs(30))
+            .await
+            .expect("the replay goes on once read");
+        if frame.kind() == "TEXT_MESSAGE_CONTENT" {
+            assert_eq!(frame.data["delta"].as_str().unwrap().len(), text.len());
+            texts += 1;
+        }
+    }
+    drop(sse);
+    let r = app.get("/v1/threads/big/history?limit=1").await;
+    assert_eq!(r.status(), 200, "the slot is free once the replay is read");
+}
+
 both_backends!(
     a_timed_out_call_is_answered_while_its_blocking_work_goes_on,
     batches_run_safe_calls_together_and_the_rest_in_order,
@@ -869,6 +949,7 @@ both_backends!(
     a_quick_read_only_call_streams_in_order,
     a_read_only_call_within_the_delay_commits_once,
     whole_thread_reads_are_limited_per_owner,
+    page_reads_are_limited_per_owner,
     a_cancel_answers_what_it_came_to,
     a_batch_that_loses_a_new_thread_is_answered_404,
 );

@@ -1,5 +1,5 @@
-//! How many calls may run at once, and how many whole-thread reads: a
-//! global limit and one per owner for each. A call holds its permits until
+//! How many calls may run at once, and how many whole-thread reads and
+//! pages: a global limit and one per owner for each. A call holds its permits until
 //! it is finished (not until its HTTP response is sent), so a slow or
 //! cancelled call frees its slot exactly when it ends.
 
@@ -92,49 +92,95 @@ impl Limits {
     }
 }
 
-/// Reads that hold a whole thread in memory (`/context`, a stream's
-/// `MESSAGES_SNAPSHOT`): a thread has no size limit, so how many of them
-/// run at once is, or a burst of them on a large thread could take all
-/// the memory there is. A read waits up to `wait` for its slots.
-pub struct ThreadReads {
+/// What a pool of read slots guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadKind {
+    /// Reads that hold a whole thread in memory (`/context`, a stream's
+    /// `MESSAGES_SNAPSHOT`): a thread has no size limit, so how many of
+    /// them run at once is, or a burst of them on a large thread could take
+    /// all the memory there is.
+    WholeThreads,
+    /// Pages of a thread's history or event log, from the query until the
+    /// page is handed on (a page holds up to 4 MiB of stored text): one
+    /// owner paging through many large threads at once would otherwise take
+    /// every read connection of the database and that much memory per page.
+    Pages,
+}
+
+impl std::fmt::Display for ReadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReadKind::WholeThreads => "whole threads at once (contexts and snapshots)",
+            ReadKind::Pages => "pages at once (history and event-log replays)",
+        })
+    }
+}
+
+/// Slots for reads of one [`ReadKind`]: a read waits up to `wait` for them.
+pub struct Reads {
+    kind: ReadKind,
     slots: Slots,
     wait: Duration,
 }
 
-/// Why a whole-thread read was not started.
+/// Why a read was not started.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ReadsBusy {
-    #[error(
-        "the service is reading its maximum of {0} whole threads at once (contexts and snapshots); retry shortly"
-    )]
-    Global(usize),
-    #[error(
-        "this owner is reading its maximum of {0} whole threads at once (contexts and snapshots); retry shortly"
-    )]
-    Owner(usize),
+    #[error("the service is reading its maximum of {1} {0}; retry shortly")]
+    Global(ReadKind, usize),
+    #[error("this owner is reading its maximum of {1} {0}; retry shortly")]
+    Owner(ReadKind, usize),
 }
 
-impl ThreadReads {
-    pub fn new(global_max: usize, per_owner_max: usize, wait: Duration) -> Self {
-        ThreadReads {
+impl Reads {
+    pub fn new(kind: ReadKind, global_max: usize, per_owner_max: usize, wait: Duration) -> Self {
+        Reads {
+            kind,
             slots: Slots::new(global_max, per_owner_max),
             wait,
         }
     }
 
-    /// Slots for one whole-thread read by `owner`, held until the permit is
-    /// dropped; waits up to the configured time for them.
+    /// Slots for one read by `owner`, held until the permit is dropped;
+    /// waits up to the configured time for them.
     pub async fn enter(&self, owner: &str) -> Result<Permit, ReadsBusy> {
+        self.enter_by(owner, Some(tokio::time::Instant::now() + self.wait))
+            .await
+    }
+
+    /// Slots for one read by `owner`, however long they take to come free:
+    /// for a reader that can wait (a stream's replay), as the one who
+    /// gives up is its client.
+    pub async fn wait_for(&self, owner: &str) -> Permit {
+        self.enter_by(owner, None)
+            .await
+            .expect("a read without a deadline always gets its slots")
+    }
+
+    async fn enter_by(
+        &self,
+        owner: &str,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Permit, ReadsBusy> {
+        async fn take(
+            slots: Arc<Semaphore>,
+            deadline: Option<tokio::time::Instant>,
+        ) -> Option<OwnedSemaphorePermit> {
+            let permit = match deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, slots.acquire_owned())
+                    .await
+                    .ok()?,
+                None => slots.acquire_owned().await,
+            };
+            Some(permit.expect("the semaphore is never closed"))
+        }
         let slots = &self.slots;
-        let deadline = tokio::time::Instant::now() + self.wait;
-        let owner_permit = tokio::time::timeout_at(deadline, slots.of_owner(owner).acquire_owned())
+        let owner_permit = take(slots.of_owner(owner), deadline)
             .await
-            .map_err(|_| ReadsBusy::Owner(slots.per_owner_max))?
-            .expect("the semaphore is never closed");
-        let global_permit = tokio::time::timeout_at(deadline, slots.global.clone().acquire_owned())
+            .ok_or(ReadsBusy::Owner(self.kind, slots.per_owner_max))?;
+        let global_permit = take(slots.global.clone(), deadline)
             .await
-            .map_err(|_| ReadsBusy::Global(slots.global_max))?
-            .expect("the semaphore is never closed");
+            .ok_or(ReadsBusy::Global(self.kind, slots.global_max))?;
         Ok(Permit {
             _global: global_permit,
             _owner: owner_permit,
@@ -222,14 +268,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn whole_thread_reads_wait_for_a_slot_then_give_up() {
+    async fn reads_wait_for_a_slot_then_give_up() {
         // No wait: a read whose slot is taken is refused at once.
-        let reads = ThreadReads::new(3, 2, Duration::ZERO);
+        let reads = Reads::new(ReadKind::WholeThreads, 3, 2, Duration::ZERO);
         let a1 = reads.enter("a").await.unwrap();
         let a2 = reads.enter("a").await.unwrap();
-        assert_eq!(reads.enter("a").await.unwrap_err(), ReadsBusy::Owner(2));
+        let busy = reads.enter("a").await.unwrap_err();
+        assert_eq!(busy, ReadsBusy::Owner(ReadKind::WholeThreads, 2));
+        assert_eq!(
+            busy.to_string(),
+            "this owner is reading its maximum of 2 whole threads at once (contexts and snapshots); retry shortly"
+        );
         let b1 = reads.enter("b").await.unwrap();
-        assert_eq!(reads.enter("b").await.unwrap_err(), ReadsBusy::Global(3));
+        assert_eq!(
+            reads.enter("b").await.unwrap_err(),
+            ReadsBusy::Global(ReadKind::WholeThreads, 3)
+        );
         drop(a1);
         assert!(
             reads.enter("b").await.is_ok(),
@@ -249,7 +303,7 @@ mod tests {
         assert_eq!(owners, ["c"]);
 
         // With a wait, a read starts as soon as a slot comes free.
-        let reads = Arc::new(ThreadReads::new(1, 1, Duration::from_secs(60)));
+        let reads = Arc::new(Reads::new(ReadKind::Pages, 1, 1, Duration::from_secs(60)));
         let first = reads.enter("a").await.unwrap();
         let waiting = tokio::spawn({
             let reads = reads.clone();

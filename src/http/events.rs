@@ -181,15 +181,14 @@ pub async fn get_events(
         (None, None) => 0,
     };
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(stream_thread(
-        state.clone(),
-        thread.0,
-        start,
-        snapshot,
-        live,
+    let stream = Stream {
+        state: state.clone(),
+        thread_id: thread.0,
+        owner: user.owner,
         tx,
-        stream_slot,
-    ));
+        _slot: stream_slot,
+    };
+    tokio::spawn(stream_thread(stream, start, snapshot, live));
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(
         KeepAlive::new()
             .interval(Duration::from_secs(
@@ -200,6 +199,34 @@ pub async fn get_events(
 }
 
 type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
+
+/// One open event stream: its thread, whose it is, where its events go,
+/// and the owner's stream slot it holds until it ends.
+struct Stream {
+    state: AppState,
+    thread_id: String,
+    owner: String,
+    tx: Tx,
+    _slot: crate::engine::limits::StreamPermit,
+}
+
+impl Stream {
+    /// A page slot of the stream's owner for one page of its replay, held
+    /// from the page's query until its last event is handed on. It waits
+    /// as long as it takes (the replay goes on once the owner's other
+    /// pages are done), unless the client leaves or toolgate shuts down.
+    async fn page_slot(&self) -> Result<crate::engine::limits::Permit, End> {
+        tokio::select! {
+            permit = self.state.page_reads.wait_for(&self.owner) => Ok(permit),
+            _ = self.tx.closed() => Err(End::Gone),
+            _ = self.state.shutdown.cancelled() => Err(End::Shutdown),
+        }
+    }
+
+    async fn deliver(&self, event: SseEvent) -> Result<(), End> {
+        deliver(&self.state, &self.tx, event).await
+    }
+}
 
 /// A stream's MESSAGES_SNAPSHOT: the thread as of one moment, and the
 /// whole-thread read slot it holds until it is handed to the response.
@@ -285,7 +312,7 @@ impl Open {
     /// The groups open just after event `at` of the thread: a group's
     /// events are committed together, one after another (START, its
     /// content, END), so its START is among the few events just before.
-    async fn at(state: &AppState, thread_id: &str, at: i64) -> Result<Open, End> {
+    async fn at(stream: &Stream, at: i64) -> Result<Open, End> {
         const WINDOW: i64 = 16;
         let mut open = Open::default();
         if at <= 0 {
@@ -294,9 +321,11 @@ impl Open {
         let mut from = (at - WINDOW).max(0);
         // A window of large events comes in more than one page.
         while from < at {
-            let window = state
+            let _page = stream.page_slot().await?;
+            let window = stream
+                .state
                 .store
-                .events_after(thread_id, from, at - from)
+                .events_after(&stream.thread_id, from, at - from)
                 .await
                 .map_err(End::Failed)?;
             let Some(last) = window.last().map(|e| e.seq) else {
@@ -349,19 +378,12 @@ enum End {
     Failed(crate::store::StoreError),
 }
 
-async fn stream_thread(
-    state: AppState,
-    thread_id: String,
-    start: i64,
-    snapshot: Option<Snapshot>,
-    live: Subscription,
-    tx: Tx,
-    _slot: crate::engine::limits::StreamPermit,
-) {
+async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, live: Subscription) {
     let _gauge = SubscriberGauge::new();
     let run_id = format!("sub_{}", uuid::Uuid::now_v7().simple());
+    let tx = &stream.tx;
     let started = Event::new(EventBody::RunStarted {
-        thread_id: thread_id.clone(),
+        thread_id: stream.thread_id.clone(),
         run_id: run_id.clone(),
     });
     // The first event of a new channel never waits.
@@ -369,7 +391,7 @@ async fn stream_thread(
         return;
     }
     let mut open = Open::default();
-    let ev = match follow(&state, &thread_id, start, snapshot, live, &tx, &mut open).await {
+    let ev = match follow(&stream, start, snapshot, live, &mut open).await {
         End::Gone => return,
         End::Shutdown => {
             // A run ends with no group open: close the ones the stream is
@@ -381,7 +403,7 @@ async fn stream_thread(
                 }
             }
             Event::new(EventBody::RunFinished {
-                thread_id,
+                thread_id: stream.thread_id.clone(),
                 run_id,
                 result: None,
                 outcome: Some(RunOutcome::Success {
@@ -405,14 +427,13 @@ async fn stream_thread(
 /// The stream after its RUN_STARTED: the snapshot, the log from `start`,
 /// then live events, until it ends.
 async fn follow(
-    state: &AppState,
-    thread_id: &str,
+    stream: &Stream,
     start: i64,
     snapshot: Option<Snapshot>,
     mut live: Subscription,
-    tx: &Tx,
     open: &mut Open,
 ) -> End {
+    let state = &stream.state;
     if let Some((
         ThreadSnapshot {
             messages,
@@ -441,7 +462,7 @@ async fn follow(
         });
         let sse = untracked(&ev);
         drop(ev);
-        let delivered = deliver(state, tx, sse).await;
+        let delivered = stream.deliver(sse).await;
         drop(read);
         if let Err(end) = delivered {
             return end;
@@ -450,7 +471,7 @@ async fn follow(
         // again, as when it started, so its result (streamed when it
         // comes) answers a call the frontend knows.
         for ev in &unshown {
-            if let Err(end) = deliver(state, tx, untracked(ev)).await {
+            if let Err(end) = stream.deliver(untracked(ev)).await {
                 return end;
             }
         }
@@ -460,7 +481,7 @@ async fn follow(
         // the snapshot's moment comes from the log instead, once.
         for approval in &open_approvals {
             let ev = crate::engine::approval_required(approval);
-            if let Err(end) = deliver(state, tx, untracked(&ev)).await {
+            if let Err(end) = stream.deliver(untracked(&ev)).await {
                 return end;
             }
         }
@@ -468,23 +489,23 @@ async fn follow(
     let mut last = start;
     // A resume point inside a group: open it again first.
     if start > 0 {
-        *open = match Open::at(state, thread_id, start).await {
+        *open = match Open::at(stream, start).await {
             Ok(open) => open,
             Err(end) => return end,
         };
         for start in open.reopening() {
-            if let Err(end) = deliver(state, tx, start).await {
+            if let Err(end) = stream.deliver(start).await {
                 return end;
             }
         }
     }
-    if let Err(end) = catch_up(state, thread_id, &mut last, tx, open).await {
+    if let Err(end) = catch_up(stream, &mut last, open).await {
         return end;
     }
     loop {
         let received = tokio::select! {
             _ = state.shutdown.cancelled() => return End::Shutdown,
-            _ = tx.closed() => return End::Gone,
+            _ = stream.tx.closed() => return End::Gone,
             received = live.recv() => received,
         };
         let result = match received {
@@ -492,7 +513,7 @@ async fn follow(
             Ok(Live::Event(ev)) if ev.seq == last + 1 => match logged(state, &ev) {
                 Ok(sse) => {
                     last = ev.seq;
-                    let delivered = deliver(state, tx, sse).await;
+                    let delivered = stream.deliver(sse).await;
                     if delivered.is_ok() {
                         open.track(&ev);
                     }
@@ -503,7 +524,7 @@ async fn follow(
             // A large event (carried as its position), a gap (events
             // committed in another order) or a lag: the log has everything.
             Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                catch_up(state, thread_id, &mut last, tx, open).await
+                catch_up(stream, &mut last, open).await
             }
             Err(broadcast::error::RecvError::Closed) => Err(End::Gone),
         };
@@ -513,17 +534,13 @@ async fn follow(
     }
 }
 
-async fn catch_up(
-    state: &AppState,
-    thread_id: &str,
-    last: &mut i64,
-    tx: &Tx,
-    open: &mut Open,
-) -> Result<(), End> {
+async fn catch_up(stream: &Stream, last: &mut i64, open: &mut Open) -> Result<(), End> {
+    let state = &stream.state;
     loop {
+        let _page = stream.page_slot().await?;
         let page = state
             .store
-            .events_after(thread_id, *last, PAGE)
+            .events_after(&stream.thread_id, *last, PAGE)
             .await
             .map_err(End::Failed)?;
         // A short page is the end of the log, unless its size ended it.
@@ -532,7 +549,7 @@ async fn catch_up(
         for ev in page {
             let sse = logged(state, &ev).map_err(End::Failed)?;
             *last = ev.seq;
-            deliver(state, tx, sse).await?;
+            stream.deliver(sse).await?;
             open.track(&ev);
         }
         if !full {

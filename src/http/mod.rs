@@ -69,7 +69,9 @@ pub struct Shared {
     pub metrics: PrometheusHandle,
     pub limits: Arc<crate::engine::limits::Limits>,
     /// Whole-thread reads running at once.
-    pub thread_reads: Arc<crate::engine::limits::ThreadReads>,
+    pub thread_reads: Arc<crate::engine::limits::Reads>,
+    /// Pages of history and of the event log being read at once.
+    pub page_reads: Arc<crate::engine::limits::Reads>,
     /// Event streams open per owner.
     pub streams: Arc<crate::engine::limits::Streams>,
     pub workspaces: Arc<crate::workspace::Workspaces>,
@@ -155,14 +157,30 @@ impl AppState {
         &self,
         owner: &str,
     ) -> Result<crate::engine::limits::Permit, ApiError> {
-        self.thread_reads
-            .enter(owner)
-            .await
-            .map_err(|e| ApiError::TooManyRequests {
-                detail: e.to_string(),
-                retry_after_secs: 1,
-            })
+        enter_read(&self.thread_reads, owner).await
     }
+
+    /// A page slot of `owner` (held until dropped), or a 429 once none has
+    /// come free in the configured wait.
+    pub async fn enter_page_read(
+        &self,
+        owner: &str,
+    ) -> Result<crate::engine::limits::Permit, ApiError> {
+        enter_read(&self.page_reads, owner).await
+    }
+}
+
+async fn enter_read(
+    reads: &crate::engine::limits::Reads,
+    owner: &str,
+) -> Result<crate::engine::limits::Permit, ApiError> {
+    reads
+        .enter(owner)
+        .await
+        .map_err(|e| ApiError::TooManyRequests {
+            detail: e.to_string(),
+            retry_after_secs: 1,
+        })
 }
 
 /// A position as toolgate writes them (event ids, history cursors): ASCII

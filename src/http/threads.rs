@@ -611,6 +611,7 @@ pub fn history_message(m: StoredMessage) -> HistoryMessage {
         (status = 200, body = HistoryPage),
         (status = 400, description = "Bad limit or cursor", content_type = "application/problem+json"),
         (status = 404, description = "No such thread for this owner", content_type = "application/problem+json"),
+        (status = 429, description = "This owner is reading server.max_page_reads_per_owner pages already and none came free within server.page_read_wait_secs (see Retry-After)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn get_history(
@@ -618,7 +619,7 @@ pub async fn get_history(
     user: AuthUser,
     Path(thread_id): Path<String>,
     ApiQuery(q): ApiQuery<HistoryQuery>,
-) -> Result<axum::Json<HistoryPage>, ApiError> {
+) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     let limit = super::page_limit(q.limit, 50, 200)?;
     let before = match q.before.as_deref() {
@@ -628,6 +629,8 @@ pub async fn get_history(
         })?),
     };
     require_thread(&state, &user, &thread).await?;
+    // Held until the page is serialized into the response.
+    let _page = state.enter_page_read(&user.owner).await?;
     let messages = state
         .store
         .messages_before(&thread.0, before, limit)
@@ -639,7 +642,8 @@ pub async fn get_history(
     Ok(axum::Json(HistoryPage {
         messages: messages.into_iter().map(history_message).collect(),
         next_cursor,
-    }))
+    })
+    .into_response())
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
