@@ -261,6 +261,9 @@ impl Application {
                 result_spool: Spool::open(&kept_results)
                     .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", kept_results.display()))?,
                 instance,
+                shared_database: database_url
+                    .as_deref()
+                    .is_some_and(|url| !crate::store::is_in_memory(url)),
             },
         ));
         let kept = engine.write_kept_results().await?;

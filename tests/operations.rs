@@ -1465,6 +1465,181 @@ async fn a_second_process_on_a_served_data_dir_refuses_to_start(backend: Backend
     drop(first);
 }
 
+/// Two processes on one new Postgres database, each with a data directory
+/// of its own; the owner's permission rules `rules` put through the first.
+struct TwoProcesses {
+    first: Served,
+    second: Served,
+    client: reqwest::Client,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    _pg: common::PgDatabase,
+}
+
+impl TwoProcesses {
+    async fn start(rules: Value) -> TwoProcesses {
+        let pg = common::create_pg_database().await;
+        let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let two = TwoProcesses {
+            first: serve_binary(dirs.0.path(), Some(&pg.url)).await,
+            second: serve_binary(dirs.1.path(), Some(&pg.url)).await,
+            client: reqwest::Client::new(),
+            _dirs: dirs,
+            _pg: pg,
+        };
+        two.put_rules(&two.first, rules).await;
+        two
+    }
+
+    async fn put_rules(&self, through: &Served, rules: Value) {
+        let r = self
+            .client
+            .put(format!("{}/v1/permissions", through.base))
+            .bearer_auth(&through.token)
+            .json(&rules)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+
+    /// A `read_file` of `path` posted as call `id` of the thread `thread`
+    /// through `served`.
+    async fn read(&self, served: &Served, thread: &str, id: &str, path: &str) -> reqwest::Response {
+        self.client
+            .post(format!("{}/v1/threads/{thread}/tool-calls", served.base))
+            .bearer_auth(&served.token)
+            .json(&json!({"id": id, "name": "read_file", "arguments": {"path": path}}))
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// The record of call `id` of `thread`, through `served`, once it has
+    /// an outcome (or as it is after ten seconds).
+    async fn finished(&self, served: &Served, thread: &str, id: &str) -> Value {
+        let mut record = Value::Null;
+        for _ in 0..100 {
+            record = served
+                .get_json(&format!("/v1/threads/{thread}/tool-calls/{id}"))
+                .await;
+            if !record["outcome"].is_null() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        record
+    }
+
+    /// The id of the owner's first pending approval, as `served` lists it.
+    async fn pending_approval(&self, served: &Served) -> String {
+        for _ in 0..100 {
+            let page = served.get_json("/v1/approvals?status=pending").await;
+            if let Some(id) = page["approvals"][0]["id"].as_str() {
+                return id.to_string();
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no approval is pending");
+    }
+
+    async fn approve(&self, served: &Served, approval: &str) {
+        let r = self
+            .client
+            .post(format!("{}/v1/approvals/{approval}/decision", served.base))
+            .bearer_auth(&served.token)
+            .json(&json!({"decision": "approve"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+}
+
+fn error_code(out: &Value) -> &Value {
+    &out["tool_agent_output"]["error"]["code"]
+}
+
+/// An owner's permission rules changed through one process hold at once on
+/// every other process of the same Postgres database: a call judged
+/// there after the change meets the new deny rule, and so does a waiting
+/// call approved there (its verdict is taken again at the decision).
+#[tokio::test]
+async fn a_rule_changed_through_one_process_holds_on_the_others_at_once() {
+    // The first process judges with the owner's rules (and may keep them).
+    let two = TwoProcesses::start(json!({"ask": ["read_file(asked.txt)"]})).await;
+    let (first, second) = (&two.first, &two.second);
+    let out: Value = two
+        .read(first, "rules", "c1", "notes.txt")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        error_code(&out),
+        "FILE_NOT_FOUND",
+        "allowed, and read: {out}"
+    );
+    let waiting = two.read(first, "rules", "c2", "asked.txt").await;
+    assert_eq!(waiting.status(), 202);
+    let waiting: Value = waiting.json().await.unwrap();
+    let approval = waiting["approval"]["id"].as_str().unwrap().to_string();
+
+    // The same owner denies both paths through the second process.
+    two.put_rules(
+        second,
+        json!({"deny": ["read_file(notes.txt)", "read_file(asked.txt)"]}),
+    )
+    .await;
+    let out: Value = two
+        .read(first, "rules", "c3", "notes.txt")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+    // The waiting call, approved on the first process, is judged again.
+    two.approve(first, &approval).await;
+    let record = two.finished(first, "rules", "c2").await;
+    assert_eq!(
+        record["outcome"]["tool_agent_output"]["error"]["code"], "PERMISSION_DENIED",
+        "{record}"
+    );
+}
+
+/// A caller waiting (`?wait=N`) on one process for a call that waits for
+/// approval gets its outcome when the approval is decided, and the call
+/// run, through another process of the same database.
+#[tokio::test]
+async fn a_wait_hears_of_a_decision_made_on_another_process() {
+    let two = TwoProcesses::start(json!({"ask": ["read_file(asked.txt)"]})).await;
+    let (first, second) = (&two.first, &two.second);
+    let waiter = tokio::spawn(
+        two.client
+            .post(format!(
+                "{}/v1/threads/waits/tool-calls?wait=60",
+                first.base
+            ))
+            .bearer_auth(&first.token)
+            .json(&json!({"id": "asked", "name": "read_file", "arguments": {"path": "asked.txt"}}))
+            .send(),
+    );
+    let approval = two.pending_approval(second).await;
+    two.approve(second, &approval).await;
+    // Long before its 60 s are up, the waiting caller has the outcome.
+    let answer = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiting caller is answered once the call has run")
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let out: Value = answer.json().await.unwrap();
+    assert_eq!(
+        error_code(&out),
+        "FILE_NOT_FOUND",
+        "approved and run: {out}"
+    );
+}
+
 /// Two processes on one Postgres database, each with its own data
 /// directory: the second's start leaves the first's running call to it,
 /// and finishes only what its own data directory's process left behind.

@@ -53,6 +53,12 @@ pub struct EngineConfig {
     /// runs are recorded as its own, and at start-up it finishes only its
     /// own calls left `running`, never another live process's.
     pub instance: String,
+    /// Other processes may write the database (Postgres, or a SQLite file
+    /// named by `DATABASE_URL`, which need not be this data directory's
+    /// alone): an owner's permission rules are then read for every call,
+    /// since a change made through another process must hold here at
+    /// once. Otherwise they are kept in memory and dropped when they change.
+    pub shared_database: bool,
 }
 
 /// Is `call` the call `record` recorded (its tool aside): the same
@@ -340,7 +346,7 @@ pub struct Engine {
     /// an approval's outcome).
     finished: tokio::sync::broadcast::Sender<CallKey>,
     /// Owners' permission rules, read once and dropped when they change
-    /// through this process (`forget_owner_rules`).
+    /// (`forget_owner_rules`); unused on a shared database.
     owner_rules: Mutex<HashMap<String, Arc<crate::permissions::RuleSet>>>,
 }
 
@@ -1544,7 +1550,8 @@ impl Engine {
         &self,
         owner: &str,
     ) -> Result<Arc<crate::permissions::RuleSet>, StoreError> {
-        if let Some(rules) = self.owner_rules.lock().expect("rules lock").get(owner) {
+        let shared = self.config.shared_database;
+        if !shared && let Some(rules) = self.owner_rules.lock().expect("rules lock").get(owner) {
             return Ok(rules.clone());
         }
         let rules = match self.store.owner_rules(owner).await? {
@@ -1553,6 +1560,9 @@ impl Engine {
             None => crate::permissions::RuleSet::default(),
         };
         let rules = Arc::new(rules);
+        if shared {
+            return Ok(rules);
+        }
         let mut cache = self.owner_rules.lock().expect("rules lock");
         if cache.len() >= 10_000 {
             cache.clear();
@@ -1582,8 +1592,15 @@ impl Engine {
             {
                 return outcome_from_record(&record).map(Some);
             }
+            // On a shared database another process may decide and run the
+            // call, and this one hears nothing of it: look again now and then.
+            let look_again = match self.config.shared_database {
+                true => deadline.min(tokio::time::Instant::now() + SHARED_WAIT_POLL),
+                false => deadline,
+            };
             loop {
-                match tokio::time::timeout_at(deadline, finished.recv()).await {
+                match tokio::time::timeout_at(look_again, finished.recv()).await {
+                    Err(_) if look_again < deadline => break,
                     Err(_) => return Ok(None),
                     Ok(Ok((t, c))) if t == thread_id && c == call_id => break,
                     Ok(Ok(_)) => continue,
@@ -1594,6 +1611,10 @@ impl Engine {
         }
     }
 }
+
+/// How often a caller waiting for a call's outcome on a shared database
+/// reads its record again (another process may have finished it).
+const SHARED_WAIT_POLL: Duration = Duration::from_millis(250);
 
 /// How long a cancelled or timed-out tool may take to stop by itself (and
 /// report what it did) before its task is aborted.

@@ -894,6 +894,11 @@ pub type DynStore = Arc<dyn Store>;
 /// Open the store named by `database_url` (a `postgres://` URL) or, when
 /// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations. A
 /// SQLite file's WAL is copied back into it every `sqlite_checkpoint`.
+/// Is this `sqlite:` URL a database in memory, this process's alone?
+pub fn is_in_memory(url: &str) -> bool {
+    url.starts_with("sqlite:") && (url.contains(":memory:") || url.contains("mode=memory"))
+}
+
 pub async fn open(
     database_url: Option<&str>,
     data_dir: &std::path::Path,

@@ -175,7 +175,7 @@ impl SqliteStore {
         if !url.contains("mode=") {
             options = options.create_if_missing(true);
         }
-        let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+        let in_memory = super::is_in_memory(url);
         Self::open_with(options, in_memory, checkpoint_every).await
     }
 
