@@ -100,6 +100,15 @@ fn lock_data_dir(data_dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     Err(error).with_context(|| format!("cannot lock {}", path.display()))
 }
 
+/// May other processes write the database: any named by `DATABASE_URL`
+/// but one in memory (the default SQLite file is the data directory's,
+/// which one process locks).
+fn engine_shares_database(database_url: &Option<String>) -> bool {
+    database_url
+        .as_deref()
+        .is_some_and(|url| !crate::store::is_in_memory(url))
+}
+
 /// The data directory's record of running commands' sessions.
 pub const COMMAND_SESSIONS: &str = "command-sessions";
 
@@ -261,11 +270,19 @@ impl Application {
                 result_spool: Spool::open(&kept_results)
                     .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", kept_results.display()))?,
                 instance,
-                shared_database: database_url
-                    .as_deref()
-                    .is_some_and(|url| !crate::store::is_in_memory(url)),
+                shared_database: engine_shares_database(&database_url),
             },
         ));
+        if engine_shares_database(&database_url) {
+            match store.watch_owner_rules().await {
+                Ok(Some(changes)) => engine.follow_rule_changes(changes),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "cannot watch permission rule changes: owners' rules are read for every call"
+                ),
+            }
+        }
         let kept = engine.write_kept_results().await?;
         if kept > 0 {
             tracing::warn!(

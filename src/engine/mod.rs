@@ -55,9 +55,11 @@ pub struct EngineConfig {
     pub instance: String,
     /// Other processes may write the database (Postgres, or a SQLite file
     /// named by `DATABASE_URL`, which need not be this data directory's
-    /// alone): an owner's permission rules are then read for every call,
-    /// since a change made through another process must hold here at
-    /// once. Otherwise they are kept in memory and dropped when they change.
+    /// alone): an owner's permission rules are then kept in memory only
+    /// while the database's watch tells of every change
+    /// ([`Engine::follow_rule_changes`]), and read for every call
+    /// otherwise. On the process's own database they are kept, and
+    /// dropped when they change through it.
     pub shared_database: bool,
 }
 
@@ -346,8 +348,19 @@ pub struct Engine {
     /// an approval's outcome).
     finished: tokio::sync::broadcast::Sender<CallKey>,
     /// Owners' permission rules, read once and dropped when they change
-    /// (`forget_owner_rules`); unused on a shared database.
-    owner_rules: Mutex<HashMap<String, Arc<crate::permissions::RuleSet>>>,
+    /// (`forget_owner_rules`), while `rules_kept`.
+    owner_rules: Mutex<KeptRules>,
+    /// Whether rules are kept: always on the process's own database; on a
+    /// shared one while its watch of rule changes listens.
+    rules_kept: std::sync::atomic::AtomicBool,
+}
+
+/// Owners' rules as read, and how many times any were dropped: rules read
+/// before a drop are not kept after it (they may be what was dropped).
+#[derive(Default)]
+struct KeptRules {
+    rules: HashMap<String, Arc<crate::permissions::RuleSet>>,
+    drops: u64,
 }
 
 impl Engine {
@@ -357,6 +370,7 @@ impl Engine {
         writer: Writer,
         config: EngineConfig,
     ) -> Self {
+        let rules_kept = std::sync::atomic::AtomicBool::new(!config.shared_database);
         Engine {
             registry,
             store,
@@ -364,7 +378,8 @@ impl Engine {
             config,
             in_flight: Mutex::new(HashMap::new()),
             finished: tokio::sync::broadcast::channel(1024).0,
-            owner_rules: Mutex::new(HashMap::new()),
+            owner_rules: Mutex::new(KeptRules::default()),
+            rules_kept,
         }
     }
 
@@ -1550,30 +1565,75 @@ impl Engine {
         &self,
         owner: &str,
     ) -> Result<Arc<crate::permissions::RuleSet>, StoreError> {
-        let shared = self.config.shared_database;
-        if !shared && let Some(rules) = self.owner_rules.lock().expect("rules lock").get(owner) {
-            return Ok(rules.clone());
-        }
+        let kept = self.rules_kept.load(std::sync::atomic::Ordering::Acquire);
+        let drops = {
+            let cache = self.owner_rules.lock().expect("rules lock");
+            if kept && let Some(rules) = cache.rules.get(owner) {
+                return Ok(rules.clone());
+            }
+            cache.drops
+        };
         let rules = match self.store.owner_rules(owner).await? {
             Some(v) => serde_json::from_value(v)
                 .map_err(|e| StoreError::Corrupt(format!("owner rules: {e}")))?,
             None => crate::permissions::RuleSet::default(),
         };
         let rules = Arc::new(rules);
-        if shared {
-            return Ok(rules);
-        }
         let mut cache = self.owner_rules.lock().expect("rules lock");
-        if cache.len() >= 10_000 {
-            cache.clear();
+        if kept && cache.drops == drops {
+            if cache.rules.len() >= 10_000 {
+                cache.rules.clear();
+            }
+            cache.rules.insert(owner.to_string(), rules.clone());
         }
-        cache.insert(owner.to_string(), rules.clone());
         Ok(rules)
     }
 
     /// The owner's rules changed: read them again on the next call.
     pub fn forget_owner_rules(&self, owner: &str) {
-        self.owner_rules.lock().expect("rules lock").remove(owner);
+        let mut cache = self.owner_rules.lock().expect("rules lock");
+        cache.rules.remove(owner);
+        cache.drops += 1;
+    }
+
+    /// Any rules may have changed: read each again on its next call.
+    fn forget_all_rules(&self) {
+        let mut cache = self.owner_rules.lock().expect("rules lock");
+        cache.rules.clear();
+        cache.drops += 1;
+    }
+
+    /// Follow the database's watch of rule changes (on a shared database):
+    /// rules are kept while it listens, dropped as it tells of changes, and
+    /// read for every call while it does not listen, or once it has ended.
+    pub fn follow_rule_changes(self: &Arc<Self>, mut changes: crate::store::RuleChanges) {
+        use crate::store::RulesWatch;
+        use std::sync::atomic::Ordering;
+        // The watch listens from before it is handed over.
+        self.forget_all_rules();
+        self.rules_kept.store(true, Ordering::Release);
+        let engine = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(told) = changes.recv().await {
+                let Some(engine) = engine.upgrade() else {
+                    return;
+                };
+                match told {
+                    RulesWatch::Changed(owner) => engine.forget_owner_rules(&owner),
+                    RulesWatch::Listening => {
+                        engine.forget_all_rules();
+                        engine.rules_kept.store(true, Ordering::Release);
+                    }
+                    RulesWatch::Lost => {
+                        engine.rules_kept.store(false, Ordering::Release);
+                        engine.forget_all_rules();
+                    }
+                }
+            }
+            if let Some(engine) = engine.upgrade() {
+                engine.rules_kept.store(false, Ordering::Release);
+            }
+        });
     }
 
     /// Wait until the call is finished (it may be waiting for an approval),

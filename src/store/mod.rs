@@ -826,6 +826,13 @@ pub trait Store: Send + Sync + 'static {
         updated_at_ms: i64,
     ) -> StoreResult<()>;
 
+    /// Where the database tells of the rule changes committed by any
+    /// process (Postgres: `LISTEN`), what it tells, as they commit; `None`
+    /// where it cannot.
+    async fn watch_owner_rules(&self) -> StoreResult<Option<RuleChanges>> {
+        Ok(None)
+    }
+
     /// Events with `seq > after`, ascending, at most `limit`, and no more
     /// once they hold [`PAGE_BYTES`] (at least one).
     async fn events_after(
@@ -894,6 +901,22 @@ pub type DynStore = Arc<dyn Store>;
 /// Open the store named by `database_url` (a `postgres://` URL) or, when
 /// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations. A
 /// SQLite file's WAL is copied back into it every `sqlite_checkpoint`.
+/// What a database's watch of owners' permission rules tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RulesWatch {
+    /// This owner's rules changed.
+    Changed(String),
+    /// Some rules may have changed unseen: the watch has just (re)started
+    /// listening, or was told of an owner it cannot name.
+    Listening,
+    /// The watch has stopped listening (its connection is gone): until it
+    /// says `Listening` again, changes go unseen.
+    Lost,
+}
+
+/// The receiving end of a [`RulesWatch`].
+pub type RuleChanges = tokio::sync::mpsc::Receiver<RulesWatch>;
+
 /// Is this `sqlite:` URL a database in memory, this process's alone?
 pub fn is_in_memory(url: &str) -> bool {
     url.starts_with("sqlite:") && (url.contains(":memory:") || url.contains("mode=memory"))

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 use sqlx::migrate::{Migration, MigrationSource, MigrationType, Migrator};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Acquire, PgConnection, Row};
 
@@ -21,10 +21,14 @@ use super::checks::{Decision, Reservation};
 use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, FinishedToolCall, JsonText,
-    NewAuditEntry, NewEvent, NewMessage, NewToolCall, Store, StoreError, StoreResult, StoredEvent,
-    StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
-    checks,
+    NewAuditEntry, NewEvent, NewMessage, NewToolCall, RuleChanges, RulesWatch, Store, StoreError,
+    StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord,
+    UnitReceipt, WriteOp, WriteUnit, checks,
 };
+
+/// The `NOTIFY` channel that tells every process of a change of an owner's
+/// permission rules (the payload is the owner).
+const RULES_CHANNEL: &str = "toolgate_owner_rules";
 
 /// The migrations of `migrations/postgres`, embedded in the binary.
 ///
@@ -161,7 +165,7 @@ impl PgStore {
         Ok(PgStore { pool, batches })
     }
 
-    /// The connection pool (e.g. for `LISTEN`/`NOTIFY`).
+    /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -994,17 +998,63 @@ impl Store for PgStore {
         rules: &Value,
         updated_at_ms: i64,
     ) -> StoreResult<()> {
+        // Every process's watch hears of the change when it commits. A
+        // NOTIFY payload holds less than 8000 bytes: a longer owner is told
+        // as an empty one (everyone's rules are read again).
         sqlx::query(
-            "INSERT INTO owner_permissions (owner, rules, updated_at_ms) VALUES ($1, $2, $3) \
-             ON CONFLICT (owner) DO UPDATE SET \
-                 rules = excluded.rules, updated_at_ms = excluded.updated_at_ms",
+            "WITH stored AS ( \
+                 INSERT INTO owner_permissions (owner, rules, updated_at_ms) VALUES ($1, $2, $3) \
+                 ON CONFLICT (owner) DO UPDATE SET \
+                     rules = excluded.rules, updated_at_ms = excluded.updated_at_ms \
+                 RETURNING owner) \
+             SELECT pg_notify($4, CASE WHEN octet_length(owner) < 7000 THEN owner ELSE '' END) \
+             FROM stored",
         )
         .bind(owner)
         .bind(Json(rules))
         .bind(updated_at_ms)
+        .bind(RULES_CHANNEL)
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    async fn watch_owner_rules(&self) -> StoreResult<Option<RuleChanges>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(RULES_CHANNEL).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        tokio::spawn(async move {
+            loop {
+                let told = match listener.try_recv().await {
+                    Ok(Some(note)) if note.payload().is_empty() => RulesWatch::Listening,
+                    Ok(Some(note)) => RulesWatch::Changed(note.payload().to_string()),
+                    // The connection was lost and is back, listening again:
+                    // what changed meanwhile went unheard.
+                    Ok(None) => RulesWatch::Listening,
+                    Err(sqlx::Error::PoolClosed) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the watch of permission rules lost its connection");
+                        if tx.send(RulesWatch::Lost).await.is_err() {
+                            return;
+                        }
+                        // Listening again (on a new connection) before it says so.
+                        loop {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            match listener.listen(RULES_CHANNEL).await {
+                                Ok(()) => break,
+                                Err(sqlx::Error::PoolClosed) => return,
+                                Err(_) => {}
+                            }
+                        }
+                        RulesWatch::Listening
+                    }
+                };
+                if tx.send(told).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Some(rx))
     }
 
     async fn events_after(
