@@ -252,6 +252,7 @@ impl Application {
         let registry = builtin_registry(&settings, &workspaces, &sandbox)?;
         let tool_timeout = Duration::from_secs(settings.tools.timeout_secs.max(1));
         let kept_results = data_dir.join("kept-results");
+        let shared_database = engine_shares_database(&database_url);
         let engine = Arc::new(Engine::new(
             registry,
             store.clone(),
@@ -270,10 +271,10 @@ impl Application {
                 result_spool: Spool::open(&kept_results)
                     .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", kept_results.display()))?,
                 instance,
-                shared_database: engine_shares_database(&database_url),
+                shared_database,
             },
         ));
-        if engine_shares_database(&database_url) {
+        if shared_database {
             match store.watch_owner_rules().await {
                 Ok(Some(changes)) => engine.follow_rule_changes(changes),
                 Ok(None) => {}

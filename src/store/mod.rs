@@ -898,9 +898,6 @@ pub trait Store: Send + Sync + 'static {
 
 pub type DynStore = Arc<dyn Store>;
 
-/// Open the store named by `database_url` (a `postgres://` URL) or, when
-/// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations. A
-/// SQLite file's WAL is copied back into it every `sqlite_checkpoint`.
 /// What a database's watch of owners' permission rules tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RulesWatch {
@@ -922,6 +919,9 @@ pub fn is_in_memory(url: &str) -> bool {
     url.starts_with("sqlite:") && (url.contains(":memory:") || url.contains("mode=memory"))
 }
 
+/// Open the store named by `database_url` (a `postgres://` URL) or, when
+/// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations. A
+/// SQLite file's WAL is copied back into it every `sqlite_checkpoint`.
 pub async fn open(
     database_url: Option<&str>,
     data_dir: &std::path::Path,
