@@ -56,9 +56,10 @@ pub struct ServerSettings {
     pub max_thread_reads_per_owner: usize,
     pub thread_read_wait_secs: u64,
     /// Pages of history or of the event log (`GET …/history`, a stream's
-    /// replay) one owner reads at once, from the query until the page is
-    /// handed on; a page beyond them waits up to `page_read_wait_secs` (a
-    /// history request is then answered 429; a stream goes on waiting).
+    /// replay) one owner reads from the database at once (a history page
+    /// until it is serialized); a page beyond them waits up to
+    /// `page_read_wait_secs` (a history request is then answered 429; a
+    /// stream goes on waiting).
     pub max_page_reads_per_owner: usize,
     pub page_read_wait_secs: u64,
     /// Event streams (`GET …/events`) one owner may hold open at once; one

@@ -787,6 +787,43 @@ async fn read_whole(client: reqwest::Client, url: String, token: String) -> (u16
     (status, json!(messages))
 }
 
+/// Bursts of eight reads of the owner's thread `big` (the `i`th at
+/// `path(i)`), each beside a read of another owner's one-message thread
+/// at `other_path`, until a read of the owner's is refused: the refusal.
+/// The other owner's reads, and the owner's that are not refused, hold
+/// the whole thread (eight messages, one).
+async fn refused_in_bursts(
+    app: &TestApp,
+    path: impl Fn(usize) -> &'static str,
+    other: &str,
+    other_path: &str,
+) -> Value {
+    for _ in 0..10 {
+        let mut burst = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            burst.spawn(read_whole(
+                app.client.clone(),
+                app.url(path(i)),
+                app.token.clone(),
+            ));
+        }
+        let (status, messages) =
+            read_whole(app.client.clone(), app.url(other_path), other.to_string()).await;
+        assert_eq!((status, messages), (200, json!(1)), "another owner reads");
+        let mut refused = None;
+        while let Some(answer) = burst.join_next().await {
+            match answer.unwrap() {
+                (200, messages) => assert_eq!(messages, 8),
+                (_, problem) => refused = refused.or(Some(problem)),
+            }
+        }
+        if let Some(problem) = refused {
+            return problem;
+        }
+    }
+    panic!("no burst of reads was limited");
+}
+
 /// The owner's thread `big` of `messages` user messages of `text`, and
 /// the thread `small` of one message of another owner, whose token it
 /// returns.
@@ -823,38 +860,16 @@ async fn whole_thread_reads_are_limited_per_owner(backend: Backend) {
     // Bursts of contexts and snapshots of the big thread by its owner, one
     // read by another owner beside each: the owner's reads beyond the first
     // are refused at once (no wait is configured), the other owner's never.
-    let mut refused = Vec::new();
-    for _ in 0..10 {
-        let mut burst = tokio::task::JoinSet::new();
-        for i in 0..8 {
-            let path = match i % 4 {
-                0 => "/v1/threads/big/events?snapshot=true",
-                _ => "/v1/threads/big/context",
-            };
-            burst.spawn(read_whole(
-                app.client.clone(),
-                app.url(path),
-                app.token.clone(),
-            ));
-        }
-        let (status, messages) = read_whole(
-            app.client.clone(),
-            app.url("/v1/threads/small/context"),
-            other.clone(),
-        )
-        .await;
-        assert_eq!((status, messages), (200, json!(1)), "another owner reads");
-        while let Some(answer) = burst.join_next().await {
-            match answer.unwrap() {
-                (200, messages) => assert_eq!(messages, 8),
-                (_, problem) => refused.push(problem),
-            }
-        }
-        if !refused.is_empty() {
-            break;
-        }
-    }
-    let problem = refused.first().expect("a burst of reads is limited");
+    let problem = refused_in_bursts(
+        &app,
+        |i| match i % 4 {
+            0 => "/v1/threads/big/events?snapshot=true",
+            _ => "/v1/threads/big/context",
+        },
+        &other,
+        "/v1/threads/small/context",
+    )
+    .await;
     assert_eq!(problem["status"], 429);
     let detail = problem["detail"].as_str().unwrap();
     assert!(
@@ -866,12 +881,40 @@ async fn whole_thread_reads_are_limited_per_owner(backend: Backend) {
     assert_eq!(context["messages"].as_array().unwrap().len(), 8);
 }
 
-/// Pages of history and of event-log replays one owner reads at once are
-/// limited (`server.max_page_reads_per_owner`): a replay whose client has
-/// stopped reading holds its page's slot, so the same owner's `/history`
-/// waits, then is a 429; another owner's reads go on, and once the replay
-/// is read it is whole and the slot is free again.
+/// Pages of history one owner reads from the database at once are
+/// limited (`server.max_page_reads_per_owner`): in bursts of reads of a
+/// large thread's history by its owner, those beyond the limit are refused
+/// (no wait is configured), while another owner's reads go on.
 async fn page_reads_are_limited_per_owner(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.server.max_page_reads_per_owner = 1;
+        s.server.page_read_wait_secs = 0;
+    })
+    .await;
+    // A history page that takes a while to read: eight messages of 400 KB.
+    let other = big_and_small_threads(&app, 8, &"x".repeat(400_000)).await;
+    let problem = refused_in_bursts(
+        &app,
+        |_| "/v1/threads/big/history?limit=200",
+        &other,
+        "/v1/threads/small/history",
+    )
+    .await;
+    assert_eq!(problem["status"], 429);
+    assert_eq!(
+        problem["detail"],
+        "this owner is reading its maximum of 1 pages at once (history and event-log replays); retry shortly"
+    );
+    // Once the burst is over, the history reads again.
+    let page = app.get_json("/v1/threads/big/history?limit=200").await;
+    assert_eq!(page["messages"].as_array().unwrap().len(), 8);
+}
+
+/// A replay whose client has stopped reading (a background tab) holds its
+/// page, not a page slot: with one slot per owner, the owner's `/history`
+/// and a live stream of the owner's go on meanwhile, and the stalled
+/// replay, once read, is whole.
+async fn a_stalled_replay_holds_up_no_other_read(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| {
         s.server.max_page_reads_per_owner = 1;
         s.server.page_read_wait_secs = 1;
@@ -881,48 +924,36 @@ async fn page_reads_are_limited_per_owner(backend: Backend) {
     // loopback socket's buffers hold, so a replay nobody reads stalls.
     const MESSAGES: usize = 60;
     let text = "x".repeat(900_000);
-    let other = big_and_small_threads(&app, MESSAGES, &text).await;
-
-    // A replay of the whole log whose body is not read yet.
-    let replay = app
+    big_and_small_threads(&app, MESSAGES, &text).await;
+    let stalled = app
         .client
         .get(app.url("/v1/threads/big/events"))
         .bearer_auth(&app.token)
         .send()
         .await
         .unwrap();
-    assert_eq!(replay.status(), 200);
-    let mut refused = None;
-    for _ in 0..20 {
+    assert_eq!(stalled.status(), 200);
+    // A live stream of another thread of the owner's, given large results
+    // (read back from the log, as a page, before they are streamed).
+    let mut live = app.events("live", "", None).await;
+    live.next(Duration::from_secs(5)).await.unwrap();
+    let large = "y".repeat(100_000);
+    for i in 0..10 {
         let r = app.get("/v1/threads/big/history?limit=1").await;
-        if r.status() == 429 {
-            assert_eq!(r.headers()["retry-after"], "1");
-            refused = Some(r.json::<Value>().await.unwrap());
-            break;
-        }
-        assert_eq!(r.status(), 200);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(r.status(), 200, "the owner's history reads on");
+        let (status, _) = app
+            .call(
+                "live",
+                json!({"id": format!("large-{i}"), "name": "echo", "arguments": {"text": large}}),
+            )
+            .await;
+        assert_eq!(status, 200);
+        let result = live.until("TOOL_CALL_RESULT").await.pop().unwrap();
+        assert_eq!(result.data["toolCallId"], format!("large-{i}"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let problem = refused.expect("the owner's page slot is held by the stalled replay");
-    assert_eq!(problem["status"], 429);
-    assert_eq!(
-        problem["detail"],
-        "this owner is reading its maximum of 1 pages at once (history and event-log replays); retry shortly"
-    );
-    // Another owner pages meanwhile.
-    let r = app
-        .client
-        .get(app.url("/v1/threads/small/history"))
-        .bearer_auth(&other)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let page: Value = r.json().await.unwrap();
-    assert_eq!(page["messages"].as_array().unwrap().len(), 1);
-
     // Read, the replay goes on to the end of the log, every message whole.
-    let mut sse = common::SseReader::new(replay);
+    let mut sse = common::SseReader::new(stalled);
     let mut texts = 0;
     while texts < MESSAGES {
         let frame = sse
@@ -934,9 +965,6 @@ async fn page_reads_are_limited_per_owner(backend: Backend) {
             texts += 1;
         }
     }
-    drop(sse);
-    let r = app.get("/v1/threads/big/history?limit=1").await;
-    assert_eq!(r.status(), 200, "the slot is free once the replay is read");
 }
 
 both_backends!(
@@ -950,6 +978,7 @@ both_backends!(
     a_read_only_call_within_the_delay_commits_once,
     whole_thread_reads_are_limited_per_owner,
     page_reads_are_limited_per_owner,
+    a_stalled_replay_holds_up_no_other_read,
     a_cancel_answers_what_it_came_to,
     a_batch_that_loses_a_new_thread_is_answered_404,
 );

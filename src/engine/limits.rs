@@ -100,10 +100,10 @@ pub enum ReadKind {
     /// them run at once is, or a burst of them on a large thread could take
     /// all the memory there is.
     WholeThreads,
-    /// Pages of a thread's history or event log, from the query until the
-    /// page is handed on (a page holds up to 4 MiB of stored text): one
-    /// owner paging through many large threads at once would otherwise take
-    /// every read connection of the database and that much memory per page.
+    /// Pages of a thread's history or event log, read from the database
+    /// (a page holds up to 4 MiB of stored text): one owner paging through
+    /// many large threads at once would otherwise take every read
+    /// connection of the database.
     Pages,
 }
 

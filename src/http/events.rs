@@ -211,10 +211,10 @@ struct Stream {
 }
 
 impl Stream {
-    /// A page slot of the stream's owner for one page of its replay, held
-    /// from the page's query until its last event is handed on. It waits
-    /// as long as it takes (the replay goes on once the owner's other
-    /// pages are done), unless the client leaves or toolgate shuts down.
+    /// A page slot of the stream's owner for the query of one page of its
+    /// replay. It waits as long as it takes (the replay goes on once the
+    /// owner's other reads are done), unless the client leaves or toolgate
+    /// shuts down.
     async fn page_slot(&self) -> Result<crate::engine::limits::Permit, End> {
         tokio::select! {
             permit = self.state.page_reads.wait_for(&self.owner) => Ok(permit),
@@ -321,7 +321,7 @@ impl Open {
         let mut from = (at - WINDOW).max(0);
         // A window of large events comes in more than one page.
         while from < at {
-            let _page = stream.page_slot().await?;
+            let _slot = stream.page_slot().await?;
             let window = stream
                 .state
                 .store
@@ -537,12 +537,16 @@ async fn follow(
 async fn catch_up(stream: &Stream, last: &mut i64, open: &mut Open) -> Result<(), End> {
     let state = &stream.state;
     loop {
-        let _page = stream.page_slot().await?;
-        let page = state
-            .store
-            .events_after(&stream.thread_id, *last, PAGE)
-            .await
-            .map_err(End::Failed)?;
+        // The slot is the query's: a client that reads slowly holds its
+        // page, never a slot the owner's other reads wait for.
+        let page = {
+            let _slot = stream.page_slot().await?;
+            state
+                .store
+                .events_after(&stream.thread_id, *last, PAGE)
+                .await
+                .map_err(End::Failed)?
+        };
         // A short page is the end of the log, unless its size ended it.
         let full = page.len() as i64 == PAGE
             || page.iter().map(StoredEvent::page_bytes).sum::<usize>() >= PAGE_BYTES;
