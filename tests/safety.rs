@@ -2637,7 +2637,57 @@ async fn a_snapshot_is_followed_by_the_open_approvals(backend: Backend) {
     );
 }
 
+/// An approval carries its call's arguments, so a page of `GET
+/// /v1/approvals` ends once it holds 4 MiB of them (at least one approval)
+/// with a cursor to the next: paging on lists each approval once.
+async fn approval_pages_end_at_four_mebibytes(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    put_rules(&app, json!({"ask": ["write_file(big/**)"]})).await;
+    // Eight approvals of 700 KB of arguments each (counted twice: the
+    // arguments, and the call's request that holds them).
+    let content = "z".repeat(700_000);
+    for i in 0..8 {
+        let (status, out) = app
+            .call(
+                "pages",
+                json!({"id": format!("w{i}"), "name": "write_file",
+                       "arguments": {"path": format!("big/{i}.txt"), "content": content}}),
+            )
+            .await;
+        assert_eq!(status, 202, "{out}");
+    }
+    let mut pages = Vec::new();
+    let mut path = "/v1/approvals?limit=50".to_string();
+    loop {
+        let page = app.get_json(&path).await;
+        let ids: Vec<String> = page["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                assert_eq!(a["arguments"]["content"].as_str().unwrap().len(), 700_000);
+                a["tool_call_id"].as_str().unwrap().to_string()
+            })
+            .collect();
+        pages.push(ids);
+        match page["next_cursor"].as_str() {
+            Some(c) => path = format!("/v1/approvals?limit=50&before={c}"),
+            None => break,
+        }
+    }
+    // Each approval holds over 1.4 MB (with its preview, more): a page
+    // ends after its third at the latest.
+    assert!(
+        pages.iter().all(|page| page.len() <= 3),
+        "pages end after 4 MiB: {pages:?}"
+    );
+    let all: Vec<String> = pages.concat();
+    let newest_first: Vec<String> = (0..8).rev().map(|i| format!("w{i}")).collect();
+    assert_eq!(all, newest_first);
+}
+
 both_backends!(
+    approval_pages_end_at_four_mebibytes,
     a_snapshot_is_followed_by_the_open_approvals,
     a_dry_run_needs_what_reading_the_file_needs,
     a_call_is_looked_up_by_its_id,

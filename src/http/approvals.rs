@@ -3,6 +3,7 @@
 
 use axum::Router;
 use axum::extract::{Path, State};
+use axum::response::IntoResponse as _;
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -125,13 +126,14 @@ fn is_approver(state: &AppState, user: &AuthUser) -> bool {
 /// owner's (each names its `owner`).
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals", params(ApprovalsQuery),
     responses((status = 200, body = ApprovalList),
-        (status = 400, description = "Bad status, limit or cursor", content_type = "application/problem+json")),
+        (status = 400, description = "Bad status, limit or cursor", content_type = "application/problem+json"),
+        (status = 429, description = "This owner is reading server.max_page_reads_per_owner pages already and none came free within server.page_read_wait_secs (see Retry-After)", content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn list_approvals(
     State(state): State<AppState>,
     user: AuthUser,
     ApiQuery(q): ApiQuery<ApprovalsQuery>,
-) -> Result<axum::Json<ApprovalList>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let status = match q.status.as_deref() {
         None => None,
         Some("pending") => Some(ApprovalStatus::Pending),
@@ -151,15 +153,32 @@ pub async fn list_approvals(
     // them all; anyone else lists their own. One more than the page: whether
     // an older page exists.
     let owner = (!is_approver(&state, &user)).then_some(user.owner.as_str());
+    // Held until the page is serialized into the response.
+    let _page = state.enter_page_read(&user.owner).await?;
     let mut approvals = state
         .store
         .approvals(owner, status, before, limit + 1)
         .await?;
-    let next_cursor = super::next_time_cursor(&mut approvals, limit, |a| (a.created_at_ms, &a.id));
+    // A page its size ended (approvals carry their calls' arguments) has a
+    // next page whatever its length.
+    let next_cursor = if approvals.len() as i64 <= limit
+        && approvals
+            .iter()
+            .map(ApprovalRecord::page_bytes)
+            .sum::<usize>()
+            >= crate::store::PAGE_BYTES
+    {
+        approvals
+            .last()
+            .map(|a| format!("{}:{}", a.created_at_ms, a.id))
+    } else {
+        super::next_time_cursor(&mut approvals, limit, |a| (a.created_at_ms, &a.id))
+    };
     Ok(axum::Json(ApprovalList {
         approvals: approvals.into_iter().map(Into::into).collect(),
         next_cursor,
-    }))
+    })
+    .into_response())
 }
 
 pub(super) fn approval_error(e: ApprovalError) -> ApiError {

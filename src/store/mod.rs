@@ -416,6 +416,17 @@ impl StoredEvent {
     }
 }
 
+impl ApprovalRecord {
+    /// Its size as counted against [`PAGE_BYTES`]: the call's arguments
+    /// (twice: in its request too) and the preview.
+    pub fn page_bytes(&self) -> usize {
+        self.reason.len()
+            + json_bytes(&self.arguments)
+            + self.preview.as_ref().map_or(0, json_bytes)
+            + json_bytes(&self.request)
+    }
+}
+
 impl StoredMessage {
     /// Its size as counted against [`PAGE_BYTES`].
     pub fn page_bytes(&self) -> usize {
@@ -774,7 +785,8 @@ pub trait Store: Send + Sync + 'static {
     /// The approvals of `owner` (of every owner when `None`: what an
     /// approver sees), only those with `status` when given, newest first (by
     /// `created_at_ms`, then id), older than `before` (a `(created_at_ms,
-    /// id)` of the previous page's last) when given, at most `limit`.
+    /// id)` of the previous page's last) when given, at most `limit`, and
+    /// no more once they hold [`PAGE_BYTES`] (at least one).
     async fn approvals(
         &self,
         owner: Option<&str>,

@@ -284,15 +284,15 @@ where
             return Ok(Vec::new());
         }
         let (before_ms, before_id) = before.unwrap_or((i64::MAX, ""));
-        let rows = sqlx::query(&approvals_query(owner.is_some()))
+        let query = approvals_query(owner.is_some());
+        let mut rows = sqlx::query(&query)
             .bind(owner)
             .bind(status.map(ApprovalStatus::as_str))
             .bind(before_ms)
             .bind(before_id)
             .bind(limit)
-            .fetch_all(self.pool)
-            .await?;
-        rows.iter().map(approval_from_row).collect()
+            .fetch(self.pool);
+        up_to_page_bytes(&mut rows, approval_from_row, ApprovalRecord::page_bytes).await
     }
 
     pub async fn open_approvals_of_thread(
