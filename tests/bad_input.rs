@@ -465,16 +465,26 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     assert_eq!(s, 400);
 
     // Resume points.
-    for bad in ["abc", "-1", "1.5", "+1", "", "99999999999999999999"] {
+    let bad_ids = ["abc", "-1", "1.5", "+1", "", "99999999999999999999"]
+        .map(|bad| bad.as_bytes())
+        .into_iter()
+        // Not text at all: a byte no header text holds.
+        .chain([b"3\x80".as_slice()]);
+    for bad in bad_ids {
         let r = app
             .client
             .get(app.url("/v1/threads/t/events"))
             .bearer_auth(&app.token)
-            .header("last-event-id", bad)
+            .header(
+                "last-event-id",
+                reqwest::header::HeaderValue::from_bytes(bad).unwrap(),
+            )
             .send()
             .await
             .unwrap();
-        assert_eq!(problem(r).await.0, 400, "{bad}");
+        let (s, p) = problem(r).await;
+        assert_eq!(s, 400, "{bad:?}");
+        assert_eq!(p["errors"][0]["parameter"], "Last-Event-ID", "{bad:?}: {p}");
     }
     let r = app
         .client

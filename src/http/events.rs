@@ -113,8 +113,14 @@ pub async fn get_events(
     let header = headers
         .get("last-event-id")
         .map(|v| {
-            v.to_str()
-                .map_err(|_| ApiError::bad_request("Last-Event-ID is not valid text"))
+            v.to_str().map_err(|_| ApiError::BadRequest {
+                detail: "Last-Event-ID must be a non-negative event id, got bytes that are not \
+                         visible ASCII"
+                    .into(),
+                errors: vec![
+                    serde_json::json!({"parameter": "Last-Event-ID", "message": "not an event id"}),
+                ],
+            })
         })
         .transpose()?;
     let after = match (header, q.after.as_deref()) {
