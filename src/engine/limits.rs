@@ -1,7 +1,7 @@
 //! How many calls may run at once, and how many whole-thread reads and
-//! pages: a global limit and one per owner for each. A call holds its permits until
-//! it is finished (not until its HTTP response is sent), so a slow or
-//! cancelled call frees its slot exactly when it ends.
+//! pages: a global limit and one per owner for each. A call holds its
+//! permits until it is finished (not until its HTTP response is sent), so
+//! a slow or cancelled call frees its slot exactly when it ends.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

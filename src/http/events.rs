@@ -229,8 +229,22 @@ impl Stream {
         }
     }
 
+    /// Hands one event to the response. It fails when the stream is over:
+    /// the client has gone or has read nothing for [`SEND_STALL`] (a stream
+    /// that cannot deliver must not hold its thread's events), or toolgate
+    /// is shutting down (the event stays unsent; the client resumes from
+    /// the last id it has).
     async fn deliver(&self, event: SseEvent) -> Result<(), End> {
-        deliver(&self.state, &self.tx, event).await
+        if self.state.shutdown.is_cancelled() {
+            return Err(End::Shutdown);
+        }
+        tokio::select! {
+            sent = tokio::time::timeout(SEND_STALL, self.tx.send(Ok(event))) => match sent {
+                Ok(Ok(())) => Ok(()),
+                _ => Err(End::Gone),
+            },
+            _ = self.state.shutdown.cancelled() => Err(End::Shutdown),
+        }
     }
 }
 
@@ -565,24 +579,6 @@ async fn catch_up(stream: &Stream, last: &mut i64, open: &mut Open) -> Result<()
         if !full {
             return Ok(());
         }
-    }
-}
-
-/// Hands one event to the response. It fails when the stream is over: the
-/// client has gone or has read nothing for [`SEND_STALL`] (a stream that
-/// cannot deliver must not hold its thread's events), or toolgate is
-/// shutting down (the event stays unsent; the client resumes from the last
-/// id it has).
-async fn deliver(state: &AppState, tx: &Tx, event: SseEvent) -> Result<(), End> {
-    if state.shutdown.is_cancelled() {
-        return Err(End::Shutdown);
-    }
-    tokio::select! {
-        sent = tokio::time::timeout(SEND_STALL, tx.send(Ok(event))) => match sent {
-            Ok(Ok(())) => Ok(()),
-            _ => Err(End::Gone),
-        },
-        _ = state.shutdown.cancelled() => Err(End::Shutdown),
     }
 }
 
