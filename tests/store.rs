@@ -14,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use sqlx::Connection;
+use toolgate::engine::{ApprovalSettings, EXPIRY_BATCH, Engine, EngineConfig};
 use toolgate::store::postgres::PgStore;
 use toolgate::store::sqlite::SqliteStore;
 use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
@@ -275,6 +276,7 @@ on_both_backends! {
         a_denied_pending_call_finishes_without_running,
         approvals_are_listed_and_decided_once,
         expired_approvals_are_listed_across_owners,
+        a_backlog_of_expired_approvals_is_cleared_in_one_sweep,
         audit_entries_commit_or_roll_back_with_their_unit,
         audit_filters_and_keyset_pages,
         run_calls_keep_the_recorded_order,
@@ -1757,10 +1759,13 @@ impl Store for Observed {
         &self,
         owner: Option<&str>,
         status: Option<ApprovalStatus>,
+        now_ms: i64,
         before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
-        self.inner.approvals(owner, status, before, limit).await
+        self.inner
+            .approvals(owner, status, now_ms, before, limit)
+            .await
     }
     async fn approval_of_call(
         &self,
@@ -2650,56 +2655,62 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
     };
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), None, None, 10)
+            .approvals(Some("alice"), None, 0, None, 10)
             .await
             .unwrap()),
         ["ap2", "ap3", "ap1"]
     );
     assert_eq!(
-        ids(store.approvals(Some("alice"), None, None, 2).await.unwrap()),
+        ids(store
+            .approvals(Some("alice"), None, 0, None, 2)
+            .await
+            .unwrap()),
         ["ap2", "ap3"]
     );
     assert!(
         store
-            .approvals(Some("alice"), None, None, 0)
+            .approvals(Some("alice"), None, 0, None, 0)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
-        ids(store.approvals(Some("bob"), None, None, 10).await.unwrap()),
+        ids(store
+            .approvals(Some("bob"), None, 0, None, 10)
+            .await
+            .unwrap()),
         ["bp1"]
     );
     assert!(
         store
-            .approvals(Some("carol"), None, None, 10)
+            .approvals(Some("carol"), None, 0, None, 10)
             .await
             .unwrap()
             .is_empty()
     );
     // Every owner's (an approver's list), in the same order.
     assert_eq!(
-        ids(store.approvals(None, None, None, 10).await.unwrap()),
+        ids(store.approvals(None, None, 0, None, 10).await.unwrap()),
         ["bp1", "ap2", "ap3", "ap1"]
     );
     // A page starts after the previous page's last (time, id).
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), None, Some((3_000, "ap2")), 10)
+            .approvals(Some("alice"), None, 0, Some((3_000, "ap2")), 10)
             .await
             .unwrap()),
         ["ap3", "ap1"]
     );
     assert_eq!(
         ids(store
-            .approvals(None, None, Some((2_000, "ap3")), 10)
+            .approvals(None, None, 0, Some((2_000, "ap3")), 10)
             .await
             .unwrap()),
         ["ap1"]
     );
     assert!(
         store
-            .approvals(Some("alice"), None, Some((1_000, "ap1")), 10)
+            .approvals(Some("alice"), None, 0, Some((1_000, "ap1")), 10)
             .await
             .unwrap()
             .is_empty()
@@ -2889,39 +2900,203 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
 
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Pending), None, 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Pending), 0, None, 10)
             .await
             .unwrap()),
         Vec::<String>::new()
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Approved), None, 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Approved), 0, None, 10)
             .await
             .unwrap()),
         ["ap1"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Denied), None, 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Denied), 0, None, 10)
             .await
             .unwrap()),
         ["ap2"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Expired), None, 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Expired), 0, None, 10)
             .await
             .unwrap()),
         ["ap3"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("bob"), Some(ApprovalStatus::Pending), None, 10)
+            .approvals(Some("bob"), Some(ApprovalStatus::Pending), 0, None, 10)
             .await
             .unwrap()),
         ["bp1"]
     );
+
+    // Listed at a moment: a pending approval at or past its deadline can no
+    // longer be decided, so it is listed as expired, with the recorded
+    // expiries, in one order, before the sweeper records it.
+    let a4 = approval("ap4", "u", "alice", "c4", 2_500); // due at 62_500
+    let a5 = approval("ap5", "u", "alice", "c5", 1_500); // due at 61_500
+    for record in [&a4, &a5] {
+        apply_one(
+            &store,
+            unit(
+                "u",
+                "alice",
+                vec![
+                    WriteOp::InsertToolCall(pending_call(&record.tool_call_id)),
+                    WriteOp::InsertApproval(record.clone()),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let listed = |status: ApprovalStatus, now: i64, before: Option<(i64, &'static str)>, limit| {
+        let store = store.clone();
+        async move {
+            ids(store
+                .approvals(Some("alice"), Some(status), now, before, limit)
+                .await
+                .unwrap())
+        }
+    };
+    use ApprovalStatus::{Expired, Pending};
+    assert_eq!(listed(Pending, 61_499, None, 10).await, ["ap4", "ap5"]);
+    assert_eq!(listed(Expired, 61_499, None, 10).await, ["ap3"]);
+    assert_eq!(listed(Pending, 61_500, None, 10).await, ["ap4"]);
+    assert_eq!(listed(Expired, 61_500, None, 10).await, ["ap3", "ap5"]);
+    assert!(listed(Pending, 62_500, None, 10).await.is_empty());
+    assert_eq!(
+        listed(Expired, 62_500, None, 10).await,
+        ["ap4", "ap3", "ap5"]
+    );
+    // Paged across both kinds.
+    assert_eq!(listed(Expired, 62_500, None, 2).await, ["ap4", "ap3"]);
+    assert_eq!(
+        listed(Expired, 62_500, Some((2_000, "ap3")), 2).await,
+        ["ap5"]
+    );
+    // Every status but the filter's own is untouched by the moment.
+    assert_eq!(
+        listed(ApprovalStatus::Approved, 62_500, None, 10).await,
+        ["ap1"]
+    );
+    let every = store
+        .approvals(Some("alice"), None, 62_500, None, 10)
+        .await
+        .unwrap();
+    let at = |id: &str| {
+        every
+            .iter()
+            .find(|a| a.id == id)
+            .map(|a| (a.status, a.status_at(62_500), a.status_at(61_000)))
+    };
+    // The record keeps what is stored; `status_at` tells the moment's.
+    assert_eq!(at("ap4"), Some((Pending, Expired, Pending)));
+    assert_eq!(at("ap3"), Some((Expired, Expired, Expired)));
+    assert_eq!(
+        at("ap1").map(|(stored, _, _)| stored),
+        Some(ApprovalStatus::Approved)
+    );
+}
+
+/// A backlog of approvals past their deadline (many asked at once, or a
+/// process down when they expired) is cleared by one sweep, not a batch
+/// per tick: each ends expired, its call failed with `APPROVAL_EXPIRED`.
+async fn a_backlog_of_expired_approvals_is_cleared_in_one_sweep(store: DynStore) {
+    let spool = tempfile::tempdir().unwrap();
+    let writer = Writer::spawn(store.clone(), WriterConfig::default(), Arc::new(|_| {}));
+    let engine = Engine::new(
+        Arc::new(toolgate::tools::Registry::new()),
+        store.clone(),
+        writer,
+        EngineConfig {
+            tool_timeout: Duration::from_secs(10),
+            announce_after: Duration::ZERO,
+            approvals: ApprovalSettings {
+                enabled: true,
+                ttl: Duration::from_secs(60),
+            },
+            permissions: Default::default(),
+            result_spool: toolgate::engine::spool::Spool::open(spool.path()).unwrap(),
+            instance: INSTANCE.into(),
+            shared_database: false,
+        },
+    );
+    let backlog = 2 * EXPIRY_BATCH as usize + 50;
+    for i in 0..backlog {
+        let thread = format!("t{}", i % 7);
+        let record = approval(
+            &format!("ap{i}"),
+            &thread,
+            "alice",
+            &format!("c{i}"),
+            1_000 + i as i64,
+        );
+        apply_one(
+            &store,
+            unit(
+                &thread,
+                "alice",
+                vec![
+                    WriteOp::InsertToolCall(pending_call(&record.tool_call_id)),
+                    WriteOp::InsertApproval(record),
+                ],
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    // One not yet due stays pending.
+    let mut later = approval("later", "t0", "alice", "c_later", 1_000);
+    later.expires_at_ms = i64::MAX;
+    apply_one(
+        &store,
+        unit(
+            "t0",
+            "alice",
+            vec![
+                WriteOp::InsertToolCall(pending_call("c_later")),
+                WriteOp::InsertApproval(later),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(engine.expire_due().await.unwrap(), backlog);
+    assert!(
+        store
+            .expired_approvals(i64::MAX - 1, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Recorded, not only listed so (as of moment 0, only stored expiries count).
+    let recorded = store
+        .approvals(Some("alice"), Some(ApprovalStatus::Expired), 0, None, 1_000)
+        .await
+        .unwrap();
+    assert_eq!(recorded.len(), backlog);
+    for i in [0, EXPIRY_BATCH as usize, backlog - 1] {
+        let call = store
+            .tool_call(&format!("t{}", i % 7), &format!("c{i}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(call.status, CallStatus::Failure, "c{i}");
+        let output = call.output.expect("a result");
+        assert_eq!(output["error"]["code"], "APPROVAL_EXPIRED", "c{i}");
+    }
+    assert_eq!(
+        store.approval("later").await.unwrap().unwrap().status,
+        ApprovalStatus::Pending
+    );
+    // Nothing is left for the next sweep.
+    assert_eq!(engine.expire_due().await.unwrap(), 0);
 }
 
 async fn expired_approvals_are_listed_across_owners(store: DynStore) {
@@ -3776,7 +3951,7 @@ async fn pending_work_survives_a_restart_untouched(target: Target) {
     assert_eq!(store.approval("ap1").await.unwrap(), Some(record.clone()));
     assert_eq!(
         store
-            .approvals(Some("alice"), Some(ApprovalStatus::Pending), None, 10)
+            .approvals(Some("alice"), Some(ApprovalStatus::Pending), 0, None, 10)
             .await
             .unwrap(),
         [record]

@@ -90,6 +90,9 @@ pub fn approval_required(approval: &ApprovalRecord) -> Event {
     })
 }
 
+/// How many due approvals the sweeper reads and expires at once.
+pub const EXPIRY_BATCH: i64 = 100;
+
 impl Engine {
     /// Record the call as waiting for approval. `Ok(None)` when the call id
     /// was recorded meanwhile (the caller looks again).
@@ -578,7 +581,9 @@ impl Engine {
 
     /// Finish an open approval as expired (`APPROVAL_EXPIRED`). Losing a race
     /// with a decision is fine: whoever committed first wins.
-    async fn expire(&self, approval: &ApprovalRecord) -> Result<(), StoreError> {
+    /// Record `approval`'s expiry and its call's `APPROVAL_EXPIRED` result;
+    /// `false` when it was decided first (here or by another process).
+    async fn expire(&self, approval: &ApprovalRecord) -> Result<bool, StoreError> {
         let error = ToolError::new(
             codes::APPROVAL_EXPIRED,
             format!(
@@ -615,17 +620,34 @@ impl Engine {
             )
             .await
         {
-            Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
+            Ok(_) => Ok(true),
+            Err(StoreError::Conflict(_)) => Ok(false),
             Err(e) => Err(e),
         }
     }
 
-    /// Expire every approval past its deadline; returns how many.
+    /// Expire every approval past its deadline, [`EXPIRY_BATCH`] at a time
+    /// until none is left; returns how many this call expired.
+    ///
+    /// A batch's expiries are handed to the writer together, which commits
+    /// them in a few transactions rather than one each: a backlog (many
+    /// calls asked at once, or a process that was down when they expired)
+    /// is cleared in one sweep, not a batch per tick.
     pub async fn expire_due(&self) -> Result<usize, StoreError> {
-        let due = self.store.expired_approvals(now_ms(), 100).await?;
-        for approval in &due {
-            self.expire(approval).await?;
+        let mut expired = 0;
+        loop {
+            let due = self.store.expired_approvals(now_ms(), EXPIRY_BATCH).await?;
+            let mut this_batch = 0;
+            for done in futures::future::join_all(due.iter().map(|a| self.expire(a))).await {
+                this_batch += usize::from(done?);
+            }
+            expired += this_batch;
+            // A short batch was the last; a batch in which every approval
+            // was decided elsewhere would come back the same, so it ends
+            // the sweep too (the next tick reads afresh).
+            if (due.len() as i64) < EXPIRY_BATCH || this_batch == 0 {
+                return Ok(expired);
+            }
         }
-        Ok(due.len())
     }
 }

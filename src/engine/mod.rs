@@ -34,7 +34,7 @@ use crate::store::{
 use crate::tools::registry::RegisteredTool;
 use crate::tools::{ProgressSink, Registry, ToolContext, ToolSuccess};
 
-pub use approvals::{ApprovalError, ApprovalSettings, Decision};
+pub use approvals::{ApprovalError, ApprovalSettings, Decision, EXPIRY_BATCH};
 pub use postprocess::compile_ui;
 pub use undo::{RollbackReport, RollbackStep, UndoError};
 

@@ -48,7 +48,9 @@ pub struct ApprovalView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub preview: Option<Value>,
-    /// `pending`, `approved`, `denied` or `expired`.
+    /// `pending`, `approved`, `denied` or `expired`. A pending approval is
+    /// `expired` from `expires_at_ms` on: it can no longer be decided, even
+    /// before the expiry sweeper records its call's result.
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
@@ -69,10 +71,12 @@ pub(super) fn status_name(s: ApprovalStatus) -> &'static str {
     }
 }
 
-impl From<ApprovalRecord> for ApprovalView {
-    fn from(a: ApprovalRecord) -> Self {
+impl ApprovalView {
+    /// `a` as it stands at `now`: a pending approval past its deadline
+    /// shows as expired ([`ApprovalRecord::status_at`]).
+    pub fn at(a: ApprovalRecord, now: i64) -> Self {
         ApprovalView {
-            status: status_name(a.status).into(),
+            status: status_name(a.status_at(now)).into(),
             id: a.id,
             owner: a.owner,
             thread_id: a.thread_id,
@@ -98,7 +102,8 @@ impl From<ApprovalRecord> for ApprovalView {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ApprovalsQuery {
-    /// `pending`, `approved`, `denied` or `expired`; all when absent.
+    /// `pending`, `approved`, `denied` or `expired` (a pending approval is
+    /// expired from its deadline on); all when absent.
     #[param(pattern = "^(pending|approved|denied|expired)$")]
     pub status: Option<String>,
     /// 1–200, default 50.
@@ -155,9 +160,10 @@ pub async fn list_approvals(
     let owner = (!is_approver(&state, &user)).then_some(user.owner.as_str());
     // Held until the page is serialized into the response.
     let _page = state.enter_page_read(&user.owner).await?;
+    let now = now_ms();
     let mut approvals = state
         .store
-        .approvals(owner, status, before, limit + 1)
+        .approvals(owner, status, now, before, limit + 1)
         .await?;
     // A page its size ended (approvals carry their calls' arguments) has a
     // next page whatever its length.
@@ -175,7 +181,10 @@ pub async fn list_approvals(
         super::next_time_cursor(&mut approvals, limit, |a| (a.created_at_ms, &a.id))
     };
     Ok(axum::Json(ApprovalList {
-        approvals: approvals.into_iter().map(Into::into).collect(),
+        approvals: approvals
+            .into_iter()
+            .map(|a| ApprovalView::at(a, now))
+            .collect(),
         next_cursor,
     })
     .into_response())
@@ -207,7 +216,7 @@ pub async fn get_approval(
         .approval_for(&id, &user.owner, is_approver(&state, &user))
         .await
         .map_err(approval_error)?;
-    Ok(axum::Json(approval.into()))
+    Ok(axum::Json(ApprovalView::at(approval, now_ms())))
 }
 
 /// The longest reason a decision keeps (the decision route and an AG-UI
@@ -266,7 +275,7 @@ pub async fn decide(
         )
         .await
         .map_err(approval_error)?;
-    Ok(axum::Json(approval.into()))
+    Ok(axum::Json(ApprovalView::at(approval, now_ms())))
 }
 
 #[derive(Debug, Deserialize, Serialize, ToSchema, Default)]

@@ -253,7 +253,10 @@ pub async fn post_batch(
                         pending: Some(PendingApprovalResponse {
                             status: "pending_approval".into(),
                             tool_call_id: approval.tool_call_id.clone(),
-                            approval: approval.into(),
+                            approval: super::approvals::ApprovalView::at(
+                                approval,
+                                crate::protocol::now_ms(),
+                            ),
                         }),
                         problem: None,
                     }

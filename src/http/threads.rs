@@ -303,7 +303,7 @@ pub async fn executed_response(
             let body = PendingApprovalResponse {
                 status: "pending_approval".into(),
                 tool_call_id: current.tool_call_id.clone(),
-                approval: current.into(),
+                approval: super::approvals::ApprovalView::at(current, crate::protocol::now_ms()),
             };
             Ok((StatusCode::ACCEPTED, axum::Json(body)).into_response())
         }

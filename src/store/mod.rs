@@ -417,6 +417,17 @@ impl StoredEvent {
 }
 
 impl ApprovalRecord {
+    /// Its status at `now_ms`: a pending approval at or past its deadline
+    /// can no longer be decided, so it is expired, whether or not the
+    /// expiry sweeper has recorded its call's result yet.
+    pub fn status_at(&self, now_ms: i64) -> ApprovalStatus {
+        if self.status == ApprovalStatus::Pending && self.expires_at_ms <= now_ms {
+            ApprovalStatus::Expired
+        } else {
+            self.status
+        }
+    }
+
     /// Its size as counted against [`PAGE_BYTES`]: the call's arguments
     /// (twice: in its request too) and the preview.
     pub fn page_bytes(&self) -> usize {
@@ -783,14 +794,17 @@ pub trait Store: Send + Sync + 'static {
     async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>>;
 
     /// The approvals of `owner` (of every owner when `None`: what an
-    /// approver sees), only those with `status` when given, newest first (by
-    /// `created_at_ms`, then id), older than `before` (a `(created_at_ms,
-    /// id)` of the previous page's last) when given, at most `limit`, and
-    /// no more once they hold [`PAGE_BYTES`] (at least one).
+    /// approver sees), only those with `status` at `now_ms` when given (see
+    /// [`ApprovalRecord::status_at`]: a pending approval past its deadline
+    /// is listed as expired), newest first (by `created_at_ms`, then id),
+    /// older than `before` (a `(created_at_ms, id)` of the previous page's
+    /// last) when given, at most `limit`, and no more once they hold
+    /// [`PAGE_BYTES`] (at least one).
     async fn approvals(
         &self,
         owner: Option<&str>,
         status: Option<ApprovalStatus>,
+        now_ms: i64,
         before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>>;

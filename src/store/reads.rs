@@ -42,18 +42,38 @@ pub(super) const APPROVAL_COLUMNS: &str = "id, thread_id, owner, tool_call_id, t
 /// table); every owner's page walks `approvals_created` in order and stops
 /// at the limit. CAST: Postgres must know the type of a parameter that may
 /// be only compared with NULL.
-pub(super) fn approvals_query(one_owner: bool) -> String {
+pub(super) fn approvals_query(one_owner: bool, status: Option<ApprovalStatus>) -> String {
     let owner_filter = if one_owner {
         "owner = $1"
     } else {
         "CAST($1 AS TEXT) IS NULL"
     };
-    format!(
-        "SELECT {APPROVAL_COLUMNS} FROM approvals \
-         WHERE {owner_filter} AND (CAST($2 AS TEXT) IS NULL OR status = $2) \
-         AND (created_at_ms, id) < ($3, $4) \
-         ORDER BY created_at_ms DESC, id DESC LIMIT $5"
-    )
+    // $1 owner, $2 and $3 the cursor, $4 the limit, $5 what the status
+    // filter compares with: the status, or the moment deadlines are read at.
+    let page = |filter: &str| {
+        format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals \
+             WHERE {owner_filter}{filter} AND (created_at_ms, id) < ($2, $3)"
+        )
+    };
+    let order = "ORDER BY created_at_ms DESC, id DESC LIMIT $4";
+    match status {
+        None => format!("{} {order}", page("")),
+        Some(ApprovalStatus::Pending) => format!(
+            "{} {order}",
+            page(" AND status = 'pending' AND expires_at_ms > $5")
+        ),
+        // The recorded expiries and the pending past their deadline, each
+        // read in index order and merged.
+        Some(ApprovalStatus::Expired) => format!(
+            "{} UNION ALL {} {order}",
+            page(" AND status = 'expired'"),
+            page(" AND status = 'pending' AND expires_at_ms <= $5"),
+        ),
+        Some(ApprovalStatus::Approved | ApprovalStatus::Denied) => {
+            format!("{} {order}", page(" AND status = $5"))
+        }
+    }
 }
 
 /// The newest approval of one call (`approvals_call`).
@@ -277,6 +297,7 @@ where
         &self,
         owner: Option<&str>,
         status: Option<ApprovalStatus>,
+        now_ms: i64,
         before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
@@ -284,14 +305,18 @@ where
             return Ok(Vec::new());
         }
         let (before_ms, before_id) = before.unwrap_or((i64::MAX, ""));
-        let query = approvals_query(owner.is_some());
-        let mut rows = sqlx::query(&query)
+        let query = approvals_query(owner.is_some(), status);
+        let query = sqlx::query(&query)
             .bind(owner)
-            .bind(status.map(ApprovalStatus::as_str))
             .bind(before_ms)
             .bind(before_id)
-            .bind(limit)
-            .fetch(self.pool);
+            .bind(limit);
+        let query = match status {
+            None => query,
+            Some(ApprovalStatus::Pending | ApprovalStatus::Expired) => query.bind(now_ms),
+            Some(status) => query.bind(status.as_str()),
+        };
+        let mut rows = query.fetch(self.pool);
         up_to_page_bytes(&mut rows, approval_from_row, ApprovalRecord::page_bytes).await
     }
 
@@ -733,22 +758,25 @@ mod tests {
     use sqlx::Row;
 
     use super::approvals_query;
+    use crate::store::ApprovalStatus;
     use crate::store::sqlite::SqliteStore;
 
     /// SQLite's plan for an approvals page, one line per step.
-    async fn plan(store: &SqliteStore, one_owner: bool, status: Option<&str>) -> String {
-        let rows = sqlx::query(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            approvals_query(one_owner)
-        ))
-        .bind(one_owner.then_some("alice"))
-        .bind(status)
-        .bind(1_700_000_000_000_i64)
-        .bind("apr_1")
-        .bind(50_i64)
-        .fetch_all(store.pool())
-        .await
-        .unwrap();
+    async fn plan(store: &SqliteStore, one_owner: bool, status: Option<ApprovalStatus>) -> String {
+        let sql = format!("EXPLAIN QUERY PLAN {}", approvals_query(one_owner, status));
+        let query = sqlx::query(&sql)
+            .bind(one_owner.then_some("alice"))
+            .bind(1_700_000_000_000_i64)
+            .bind("apr_1")
+            .bind(50_i64);
+        let query = match status {
+            None => query,
+            Some(ApprovalStatus::Pending | ApprovalStatus::Expired) => {
+                query.bind(1_700_000_000_000_i64)
+            }
+            Some(status) => query.bind(status.as_str()),
+        };
+        let rows = query.fetch_all(store.pool()).await.unwrap();
         rows.iter()
             .map(|r| r.get::<String, _>("detail"))
             .collect::<Vec<_>>()
@@ -761,7 +789,12 @@ mod tests {
         let store = SqliteStore::open_file(&dir.path().join("db.sqlite"))
             .await
             .unwrap();
-        for status in [None, Some("pending")] {
+        for status in [
+            None,
+            Some(ApprovalStatus::Pending),
+            Some(ApprovalStatus::Approved),
+            Some(ApprovalStatus::Expired),
+        ] {
             let every_owner = plan(&store, false, status).await;
             assert!(every_owner.contains("approvals_created"), "{every_owner}");
             let one_owner = plan(&store, true, status).await;

@@ -265,10 +265,13 @@ impl Store for SqliteStore {
         &self,
         owner: Option<&str>,
         status: Option<ApprovalStatus>,
+        now_ms: i64,
         before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
-        self.reads().approvals(owner, status, before, limit).await
+        self.reads()
+            .approvals(owner, status, now_ms, before, limit)
+            .await
     }
 
     async fn approval_of_call(
