@@ -382,10 +382,29 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         "before=-3",
         "before=+3",
         "before=0",
+        // Within i64, but past the 18 digits the API publishes.
+        "before=1000000000000000000",
     ] {
         let (s, p) = problem(app.get(&format!("/v1/threads/t/history?{q}")).await).await;
         assert_eq!(s, 400, "{q}: {p}");
     }
+    // Leading zeros are no digits of the number.
+    let page = app
+        .get_json("/v1/threads/t/history?before=00000000000000000000000999")
+        .await;
+    let all = app.get_json("/v1/threads/t/history").await;
+    assert!(!all["messages"].as_array().unwrap().is_empty(), "{all}");
+    assert_eq!(page["messages"], all["messages"]);
+    let (s, p) = problem(
+        app.get("/v1/approvals?before=1000000000000000000:ap_1")
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (s, &p["errors"][0]["parameter"]),
+        (400, &json!("before")),
+        "{p}"
+    );
     for path in [
         "/v1/tools?format=yaml",
         "/v1/system-prompt?format=html",
@@ -465,11 +484,20 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     assert_eq!(s, 400);
 
     // Resume points.
-    let bad_ids = ["abc", "-1", "1.5", "+1", "", "99999999999999999999"]
-        .map(|bad| bad.as_bytes())
-        .into_iter()
-        // Not text at all: a byte no header text holds.
-        .chain([b"3\x80".as_slice()]);
+    let bad_ids = [
+        "abc",
+        "-1",
+        "1.5",
+        "+1",
+        "",
+        "99999999999999999999",
+        // Within i64, but past the 18 digits the API publishes.
+        "1000000000000000000",
+    ]
+    .map(|bad| bad.as_bytes())
+    .into_iter()
+    // Not text at all: a byte no header text holds.
+    .chain([b"3\x80".as_slice()]);
     for bad in bad_ids {
         let r = app
             .client

@@ -184,10 +184,14 @@ async fn enter_read(
 }
 
 /// A position as toolgate writes them (event ids, history cursors): ASCII
-/// digits only, no sign or blanks, within `i64`.
+/// digits only, no sign or blanks, at most 18 after any leading zeros (the
+/// published pattern `^0*[0-9]{1,18}$`; toolgate's positions stay far
+/// below 10^18).
 pub fn parse_digits(raw: &str) -> Option<i64> {
+    let significant = raw.trim_start_matches('0');
     Some(raw)
         .filter(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|_| significant.len() <= 18)
         .and_then(|r| r.parse().ok())
 }
 
