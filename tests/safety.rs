@@ -285,12 +285,50 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
             .contains("deny[1] `bash(unclosed`"),
         "{problem}"
     );
+    // So are more rules than an owner keeps, and a rule too long to be one:
+    // every call of theirs is checked against them all.
+    let many: Vec<String> = (0..501).map(|i| format!("bash(tool{i} *)")).collect();
+    let long = format!("read_file({})", "a/".repeat(500));
+    for (rules, pointer, says) in [
+        (
+            json!({"allow": &many[..300], "deny": &many[300..]}),
+            "",
+            "at most 500 rules",
+        ),
+        (
+            json!({"ask": ["bash", long]}),
+            "/ask/1",
+            "ask[1]: a rule is at most 1000 characters, got 1011",
+        ),
+    ] {
+        let resp = app.put("/v1/permissions", &rules).await;
+        assert_eq!(resp.status(), 422);
+        let problem: Value = resp.json().await.unwrap();
+        assert_eq!(problem["errors"][0]["pointer"], pointer, "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(says),
+            "{problem}"
+        );
+    }
     let view = app.get_json("/v1/permissions").await;
     assert_eq!(
         view["owner"]["deny"],
         json!(["read_file(secrets/**)"]),
         "{view}"
     );
+    // 500 rules, each of 1000 characters at most, are kept.
+    let mut at_most = many[..500].to_vec();
+    at_most[0] = format!("read_file({})", "a/".repeat(494));
+    assert_eq!(at_most[0].chars().count(), 999);
+    let resp = app.put("/v1/permissions", &json!({"deny": at_most})).await;
+    assert_eq!(resp.status(), 200);
+    let view = app.get_json("/v1/permissions").await;
+    assert_eq!(view["owner"]["deny"].as_array().unwrap().len(), 500);
+    put_rules(
+        &app,
+        json!({"allow": ["bash"], "deny": ["read_file(secrets/**)"]}),
+    )
+    .await;
 
     // Audit: the denial with its rule.
     let audit = app

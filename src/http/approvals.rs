@@ -350,6 +350,57 @@ pub async fn get_permissions(
     Ok(axum::Json(view(&state, &user.owner).await?))
 }
 
+/// The most rules an owner keeps (allow, ask and deny together): every
+/// call of theirs is checked against them all.
+pub const MAX_OWNER_RULES: usize = 500;
+/// The longest rule an owner may set, in characters.
+pub const MAX_RULE_CHARS: usize = 1000;
+
+/// `422` "Invalid rule", its `errors` naming where (`/deny/2`) and why.
+fn invalid_rules(pointer: String, message: String, detail: String) -> ApiError {
+    let mut extra = Map::new();
+    extra.insert(
+        "errors".into(),
+        json!([{"pointer": pointer, "message": message}]),
+    );
+    ApiError::Unprocessable {
+        title: "Invalid rule".into(),
+        detail,
+        extra,
+    }
+}
+
+/// `422` naming the first rule past [`MAX_RULE_CHARS`], or the lists when
+/// they hold more than [`MAX_OWNER_RULES`].
+fn rules_fit(lists: &RuleLists) -> Result<(), ApiError> {
+    let named = [
+        ("allow", &lists.allow),
+        ("ask", &lists.ask),
+        ("deny", &lists.deny),
+    ];
+    let count: usize = named.iter().map(|(_, rules)| rules.len()).sum();
+    if count > MAX_OWNER_RULES {
+        let message = format!(
+            "an owner keeps at most {MAX_OWNER_RULES} rules (allow, ask and deny together), got {count}"
+        );
+        return Err(invalid_rules(String::new(), message.clone(), message));
+    }
+    for (list, rules) in named {
+        for (index, rule) in rules.iter().enumerate() {
+            let chars = rule.chars().count();
+            if chars > MAX_RULE_CHARS {
+                let message = format!("a rule is at most {MAX_RULE_CHARS} characters, got {chars}");
+                return Err(invalid_rules(
+                    format!("/{list}/{index}"),
+                    message.clone(),
+                    format!("{list}[{index}]: {message}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Replace the caller's own rules.
 ///
 /// Rules are `tool` or `tool(specifier)`; evaluated deny → ask → allow,
@@ -358,7 +409,7 @@ pub async fn get_permissions(
 #[utoipa::path(put, path = "/v1/permissions", tag = "permissions",
     request_body = RuleLists,
     responses((status = 200, body = PermissionsView),
-        (status = 422, description = "A rule does not parse", content_type = "application/problem+json")),
+        (status = 422, description = "A rule does not parse, is longer than 1000 characters, or the lists hold more than 500 rules", content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn put_permissions(
     State(state): State<AppState>,
@@ -366,17 +417,13 @@ pub async fn put_permissions(
     ApiJson(body): ApiJson<RuleLists>,
 ) -> Result<axum::Json<PermissionsView>, ApiError> {
     let value = json!(body);
+    rules_fit(&body)?;
     if let Err(e) = crate::permissions::RuleSet::from_lists(&body.allow, &body.ask, &body.deny) {
-        let mut extra = Map::new();
-        extra.insert(
-            "errors".into(),
-            json!([{"pointer": format!("/{}/{}", e.list, e.index), "message": e.error.to_string()}]),
-        );
-        return Err(ApiError::Unprocessable {
-            title: "Invalid rule".into(),
-            detail: e.to_string(),
-            extra,
-        });
+        return Err(invalid_rules(
+            format!("/{}/{}", e.list, e.index),
+            e.error.to_string(),
+            e.to_string(),
+        ));
     }
     let now = now_ms();
     state
