@@ -581,8 +581,35 @@ async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {
         s.permissions.ask = vec!["write_file".into()];
     })
     .await;
-    let (s, _) = app.call("e", json!({"id": "x", "name": "write_file", "arguments": {"path": "e.txt", "content": "x"}})).await;
+    let (s, pending) = app.call("e", json!({"id": "x", "name": "write_file", "arguments": {"path": "e.txt", "content": "x"}})).await;
     assert_eq!(s, 202);
+    // Re-posted the moment its deadline passes, the call answers with its
+    // expiry, not a 202 for a decision nobody can make any more (nor does
+    // it wait for the sweeper's next round).
+    let deadline = pending["approval"]["expires_at_ms"].as_i64().unwrap();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(
+        (deadline - now()).max(0) as u64
+    ))
+    .await;
+    while now() < deadline {
+        tokio::task::yield_now().await;
+    }
+    let (s, out) = app.call("e", json!({"id": "x", "name": "write_file", "arguments": {"path": "e.txt", "content": "x"}})).await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(error_code(&out), "APPROVAL_EXPIRED");
+    let shown = app
+        .get_json(&format!(
+            "/v1/approvals/{}",
+            pending["approval"]["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(shown["status"], "expired", "{shown}");
     let out = loop {
         let (s, out) = app.call("e", json!({"id": "x", "name": "write_file", "arguments": {"path": "e.txt", "content": "x"}})).await;
         if s == 200 {

@@ -583,7 +583,7 @@ impl Engine {
     /// with a decision is fine: whoever committed first wins.
     /// Record `approval`'s expiry and its call's `APPROVAL_EXPIRED` result;
     /// `false` when it was decided first (here or by another process).
-    async fn expire(&self, approval: &ApprovalRecord) -> Result<bool, StoreError> {
+    pub(super) async fn expire(&self, approval: &ApprovalRecord) -> Result<bool, StoreError> {
         let error = ToolError::new(
             codes::APPROVAL_EXPIRED,
             format!(

@@ -682,6 +682,13 @@ impl Engine {
             }
             if record.status == CallStatus::PendingApproval {
                 match self.pending_approval_of(&record).await? {
+                    // Past its deadline: its expiry is recorded now, and the
+                    // call's APPROVAL_EXPIRED result read back, rather than
+                    // a 202 for a decision nobody can make any more.
+                    Some(approval) if approval.expires_at_ms <= now_ms() => {
+                        self.expire(&approval).await?;
+                        continue;
+                    }
                     Some(approval) => return Ok(Some(Executed::AwaitingApproval(approval))),
                     // Decided since: it runs here now, or has finished.
                     None => continue,
