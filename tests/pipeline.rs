@@ -1900,6 +1900,94 @@ async fn a_whole_number_with_a_fraction_is_the_integer(backend: Backend) {
     assert_eq!(out["errors"][0]["path"], "/ms", "{out}");
 }
 
+/// A whole number's spelling does not change a call where it is declared
+/// either: an assistant message, a posted call, a re-posted message and a
+/// run's re-sent turn compare `30` and `30.0` alike, on both backends (a
+/// client that parses and re-serializes arguments changes the spelling).
+async fn a_declared_call_is_the_same_with_a_whole_number_spelled_either_way(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let t = "/v1/threads/num-declared";
+    let message = |id: &str, call: &str, ms: Value| {
+        json!({"id": id, "role": "assistant", "content": "",
+               "tool_calls": [{"id": call, "name": "wait", "arguments": {"ms": ms}}]})
+    };
+    let r = app
+        .post(
+            &format!("{t}/messages"),
+            &json!({"role": "user", "content": "go"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    // Declared with the fraction, posted without it.
+    let r = app
+        .post(&format!("{t}/messages"), &message("a1", "c1", json!(30.0)))
+        .await;
+    assert_eq!(r.status(), 201);
+    let (s, out) = app
+        .call(
+            "num-declared",
+            json!({"id": "c1", "name": "wait", "arguments": {"ms": 30}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    // The declaring message posted again, re-serialized: the same message.
+    let r = app
+        .post(&format!("{t}/messages"), &message("a1", "c1", json!(30)))
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["replayed"], true);
+    // Posted without the fraction first, declared with it afterwards.
+    let (s, out) = app
+        .call(
+            "num-declared",
+            json!({"id": "c2", "name": "wait", "arguments": {"ms": 30}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let r = app
+        .post(&format!("{t}/messages"), &message("a2", "c2", json!(30.0)))
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    // A run that re-sends the recorded turns, re-serialized as a JavaScript
+    // client does (`30.0` becomes `30`), is no other turn.
+    let turn = |id: &str, call: &str| {
+        json!({"id": id, "role": "assistant", "toolCalls": [
+            {"id": call, "type": "function", "function": {"name": "wait", "arguments": "{\"ms\":30}"}}]})
+    };
+    let input = json!({
+        "threadId": "num-declared", "runId": "run_1", "state": {}, "context": [],
+        "forwardedProps": {}, "tools": [],
+        "messages": [turn("a1", "c1"), turn("a2", "c2")]
+    });
+    let r = app.post(&format!("{t}/runs"), &input).await;
+    assert_eq!(r.status(), 200);
+    common::SseReader::new(r).until("RUN_FINISHED").await;
+    // Another number is another call, wherever it is declared.
+    let (s, out) = app
+        .call(
+            "num-declared",
+            json!({"id": "c1", "name": "wait", "arguments": {"ms": 31}}),
+        )
+        .await;
+    assert_eq!(s, 409, "{out}");
+    let r = app
+        .post(&format!("{t}/messages"), &message("a3", "c2", json!(31.0)))
+        .await;
+    assert_eq!(r.status(), 409);
+    let r = app
+        .post(&format!("{t}/messages"), &message("a4", "c4", json!(30.0)))
+        .await;
+    assert_eq!(r.status(), 201);
+    let (s, out) = app
+        .call(
+            "num-declared",
+            json!({"id": "c4", "name": "wait", "arguments": {"ms": 31}}),
+        )
+        .await;
+    assert_ne!(s, 200, "{out}");
+}
+
 /// A declared call refused before it runs (arguments that do not match,
 /// an unknown tool) is the call's failed result: the model waits for it,
 /// and no corrected call can answer under its id. An undeclared one is a
@@ -2042,6 +2130,7 @@ both_backends!(
     large_results_are_paged_by_size,
     a_declared_call_refused_before_it_runs_is_its_failed_result,
     a_whole_number_with_a_fraction_is_the_integer,
+    a_declared_call_is_the_same_with_a_whole_number_spelled_either_way,
     a_run_announces_a_call_by_the_name_it_was_called,
     a_run_claims_its_new_thread_even_when_it_records_nothing,
     a_users_media_parts_are_kept_and_passed_on,

@@ -80,13 +80,10 @@ fn call_difference(
     tool_name: &str,
     call: &crate::protocol::calls::IncomingCall,
 ) -> Option<&'static str> {
-    let integral = crate::protocol::json::integral_numbers;
     if record.tool_name != tool_name {
         return Some("name");
     }
-    if record.args != call.arguments
-        && integral(record.args.clone()) != integral(call.arguments.clone())
-    {
+    if !crate::protocol::json::same_json(&record.args, &call.arguments) {
         return Some("arguments");
     }
     match record.dry_run {

@@ -354,7 +354,9 @@ async fn refuse_reused_call_ids(
             .resolve(&tc.function.name)
             .map_or_else(|| tc.function.name.clone(), |t| t.definition.name.clone());
         let parsed = calls::parse_argument_text(&tc.function.arguments, "/function/arguments");
-        if record.tool_name != name || run_arguments(tc, &parsed) != record.args {
+        if record.tool_name != name
+            || !crate::protocol::json::same_json(&run_arguments(tc, &parsed), &record.args)
+        {
             return Err(ApiError::Conflict(format!(
                 "tool call {:?} is already recorded in this thread with a different tool or arguments; the run's calls need ids of their own",
                 tc.id
@@ -402,7 +404,7 @@ fn refuse_rewritten_turns(
             && sent.iter().zip(had).all(|(a, b)| {
                 a.get("id") == b.get("id")
                     && a.get("name") == b.get("name")
-                    && a.get("arguments") == b.get("arguments")
+                    && crate::protocol::json::same_json_at(a.get("arguments"), b.get("arguments"))
             });
         if !same {
             return Err(ApiError::Conflict(format!(

@@ -18,6 +18,7 @@ use crate::engine::{CallOutcome, CallRequest, Cancelled, Executed, Rejection, Un
 use crate::protocol::agui::Event;
 use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
 use crate::protocol::context;
+use crate::protocol::json::same_json_at;
 use crate::protocol::now_ms;
 use crate::protocol::tool_output::{PublicOutput, ToolError, ToolResponse, codes};
 use crate::store::{CallStatus, DeclaredCall, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
@@ -501,7 +502,9 @@ pub async fn post_message(
             let stored = state.store.message(&thread.0, &id).await?;
             return match (stored, posted) {
                 (Some(m), Some((content, metadata)))
-                    if m.role == role && m.content == content && m.metadata == metadata =>
+                    if m.role == role
+                        && m.content == content
+                        && crate::protocol::json::same_json(&m.metadata, &metadata) =>
                 {
                     let body = MessageCreated {
                         id,
@@ -872,7 +875,7 @@ pub(super) async fn refuse_redeclared_calls<'a>(
         match known.get(id) {
             Some(first)
                 if canonical(first) != canonical(call)
-                    || first.get("arguments") != call.get("arguments") =>
+                    || !same_json_at(first.get("arguments"), call.get("arguments")) =>
             {
                 return Err(ApiError::Conflict(format!(
                     "tool call {id:?} is already declared in this thread with another tool or arguments; a new call needs an id of its own"
@@ -889,7 +892,9 @@ pub(super) async fn refuse_redeclared_calls<'a>(
         let Some(record) = state.store.tool_call(thread_id, id).await? else {
             continue;
         };
-        if record.tool_name != canonical(call) || call.get("arguments") != Some(&record.args) {
+        if record.tool_name != canonical(call)
+            || !same_json_at(call.get("arguments"), Some(&record.args))
+        {
             return Err(ApiError::Conflict(format!(
                 "tool call {id:?} is already recorded in this thread with another tool or arguments; a new call needs an id of its own"
             )));

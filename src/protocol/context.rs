@@ -144,7 +144,9 @@ fn as_run<'a>(declared: &'a Value, result: &StoredMessage) -> Cow<'a, Value> {
     let (Some(name), Some(arguments)) = (field("tool_name"), field("tool_call_args")) else {
         return Cow::Borrowed(declared);
     };
-    if declared.get("name") == Some(name) && declared.get("arguments") == Some(arguments) {
+    if declared.get("name") == Some(name)
+        && super::json::same_json_at(declared.get("arguments"), Some(arguments))
+    {
         return Cow::Borrowed(declared);
     }
     let mut call = declared.clone();

@@ -87,6 +87,22 @@ pub fn integral_numbers(value: Value) -> Value {
     }
 }
 
+/// Whether `a` and `b` are the same JSON up to how whole numbers are
+/// written (`30`, `30.0`, `3e1`): a client that parses and re-serializes
+/// arguments may change the spelling, never the call. Postgres' JSONB
+/// compares numbers by value alike, so both backends agree.
+pub fn same_json(a: &Value, b: &Value) -> bool {
+    a == b || integral_numbers(a.clone()) == integral_numbers(b.clone())
+}
+
+/// [`same_json`] of two values that may be absent (both absent: the same).
+pub fn same_json_at(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => same_json(a, b),
+        (a, b) => a.is_none() && b.is_none(),
+    }
+}
+
 /// What a repeated key's error says about it.
 pub fn repeated_key_message(key: &str) -> String {
     format!("the key {key:?} appears more than once in its object; give each key once")

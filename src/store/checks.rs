@@ -227,7 +227,7 @@ pub(crate) fn same_declared_call(before: (&str, &str), now: (&str, &str)) -> boo
                     serde_json::from_str::<serde_json::Value>(before.1),
                     serde_json::from_str::<serde_json::Value>(now.1),
                 ),
-                (Ok(a), Ok(b)) if a == b
+                (Ok(a), Ok(b)) if crate::protocol::json::same_json(&a, &b)
             ))
 }
 
