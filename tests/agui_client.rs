@@ -426,6 +426,13 @@ async fn a_snapshot_with_media_parts_is_valid_ag_ui() {
 /// Reads the thread's stream with a snapshot, resumed from the start as a
 /// reconnecting EventSource asks (stream.mjs), until it goes quiet.
 async fn snapshot_stream(app: &TestApp, thread: &str) -> Output {
+    thread_stream(app, thread, "0", true).await
+}
+
+/// Reads the thread's stream from `after` (`none`: no resume point), with
+/// a snapshot or without, through stream.mjs, until it goes quiet.
+async fn thread_stream(app: &TestApp, thread: &str, after: &str, snapshot: bool) -> Output {
+    let snapshot = if snapshot { "true" } else { "false" };
     run_script(
         app,
         "stream.mjs",
@@ -433,9 +440,9 @@ async fn snapshot_stream(app: &TestApp, thread: &str) -> Output {
             "--thread",
             thread,
             "--after",
-            "0",
+            after,
             "--snapshot",
-            "true",
+            snapshot,
             "--min-events",
             "2",
             "--idle-ms",
@@ -445,6 +452,134 @@ async fn snapshot_stream(app: &TestApp, thread: &str) -> Output {
         ],
     )
     .await
+}
+
+/// The messages a stream.mjs report says the stock client built, each as
+/// `(id, role, the ids of its tool calls, the call it answers)`.
+fn built_messages(report: &Value) -> Vec<(String, String, Vec<String>, String)> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    report["messages"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the client built messages: {report}"))
+        .iter()
+        .map(|m| {
+            let calls = m["toolCalls"]
+                .as_array()
+                .map(|calls| calls.iter().map(|c| text(&c["id"])).collect())
+                .unwrap_or_default();
+            (
+                text(&m["id"]),
+                text(&m["role"]),
+                calls,
+                text(&m["toolCallId"]),
+            )
+        })
+        .collect()
+}
+
+/// A chat backend records an assistant message with its calls and posts
+/// each call (with or without the message's id), or posts a call no
+/// message declares: a frontend watching live builds, with the stock
+/// client, the messages it gets from a snapshot after a reload; each call
+/// sits in the message that declared it, an undeclared one in its own.
+#[tokio::test]
+async fn a_frontend_shows_the_same_messages_live_and_after_a_reload() {
+    node_ready().await;
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let thread = "declared-live";
+    let t = format!("/v1/threads/{thread}");
+    let echo = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
+    for (body, status) in [
+        (json!({"id": "u1", "role": "user", "content": "go"}), 201),
+        (
+            json!({"id": "am1", "role": "assistant", "content": "Let me", "tool_calls": [echo("c1"), echo("c2")]}),
+            201,
+        ),
+    ] {
+        let r = app.post(&format!("{t}/messages"), &body).await;
+        assert_eq!(r.status(), status);
+    }
+    let (s, out) = app.call(thread, echo("c1")).await;
+    assert_eq!(s, 200, "{out}");
+    let mut c2 = echo("c2");
+    c2["parent_message_id"] = json!("am1");
+    let (s, out) = app.call(thread, c2).await;
+    assert_eq!(s, 200, "{out}");
+    let r = app
+        .post(
+            &format!("{t}/messages"),
+            &json!({"id": "am2", "role": "assistant", "content": "", "tool_calls": [echo("c3")]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    // Posted as another message's call: refused, naming the right one, and
+    // nothing is recorded.
+    let mut c3 = echo("c3");
+    c3["parent_message_id"] = json!("am1");
+    let (s, out) = app.call(thread, c3).await;
+    assert_eq!(s, 409, "{out}");
+    assert!(
+        out["detail"]
+            .as_str()
+            .unwrap()
+            .contains("declared by message \"am2\""),
+        "{out}"
+    );
+    let (s, out) = app.call(thread, echo("c3")).await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["replayed"], false, "run now, not replayed: {out}");
+    // A call no message declares: live, the client gives it an assistant
+    // message named by the call; the snapshot shows that message too.
+    let (s, out) = app.call(thread, echo("c4")).await;
+    assert_eq!(s, 200, "{out}");
+
+    let live = thread_stream(&app, thread, "0", false).await;
+    let live = assert_stream_valid(&live, "the live stream");
+    for (call, parent) in [("c1", "am1"), ("c2", "am1"), ("c3", "am2")] {
+        let start = live["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == "TOOL_CALL_START" && e["toolCallId"] == call)
+            .unwrap_or_else(|| panic!("{call} announced: {}", live["types"]));
+        assert_eq!(start["parentMessageId"], parent, "{start}");
+    }
+    let reloaded = thread_stream(&app, thread, "none", true).await;
+    let reloaded = assert_stream_valid(&reloaded, "the snapshot");
+    let shown = built_messages(&live);
+    assert_eq!(
+        shown,
+        built_messages(&reloaded),
+        "live: {}\nreloaded: {}",
+        live["messages"],
+        reloaded["messages"]
+    );
+    let owners: Vec<(&str, &[String])> = shown
+        .iter()
+        .filter(|m| m.1 == "assistant")
+        .map(|m| (m.0.as_str(), m.2.as_slice()))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("am1", &["c1".to_string(), "c2".to_string()][..]),
+            ("am2", &["c3".to_string()][..]),
+            ("c4", &["c4".to_string()][..])
+        ]
+    );
+    // The results carry what the live ones did: their tool's name.
+    let results: Vec<&Value> = reloaded["events"][1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(results.len(), 4);
+    assert!(
+        results.iter().all(|m| m["metadata"]["toolName"] == "echo"),
+        "{results:?}"
+    );
+    app.stop().await;
 }
 
 /// Shape of a thread stream: RUN_STARTED on the thread, (a snapshot), then

@@ -207,11 +207,17 @@ async fn resume_replays_exactly_what_was_missed(backend: Backend) {
     let snap = sse.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(snap.kind(), "MESSAGES_SNAPSHOT");
     let messages = snap.data["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 3);
-    assert_eq!(messages[0]["role"], "tool");
-    assert_eq!(messages[0]["toolCallId"], "c0");
+    // Each call no message declares comes in an assistant message of its
+    // own, named by the call, as a stock client builds it live.
+    assert_eq!(messages.len(), 6);
+    assert_eq!(messages[0]["role"], "assistant");
+    assert_eq!(messages[0]["id"], "c0");
+    assert_eq!(messages[0]["toolCalls"][0]["id"], "c0");
+    assert_eq!(messages[0]["toolCalls"][0]["function"]["name"], "echo");
+    assert_eq!(messages[1]["role"], "tool");
+    assert_eq!(messages[1]["toolCallId"], "c0");
     assert_eq!(
-        messages[0]["metadata"]["ui_schema"]["version"],
+        messages[1]["metadata"]["ui_schema"]["version"],
         "ui_schema/1"
     );
     // The snapshot stands for the past: nothing is replayed after it.
@@ -234,7 +240,7 @@ async fn resume_replays_exactly_what_was_missed(backend: Backend) {
     );
     let snap = sse.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(snap.kind(), "MESSAGES_SNAPSHOT");
-    assert_eq!(snap.data["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(snap.data["messages"].as_array().unwrap().len(), 8);
     assert!(sse.next(Duration::from_millis(500)).await.is_none());
 
     // These calls were posted with no assistant message declaring them; the
@@ -1988,6 +1994,66 @@ async fn a_declared_call_is_the_same_with_a_whole_number_spelled_either_way(back
     assert_ne!(s, 200, "{out}");
 }
 
+/// A call that an assistant message declares is announced as that
+/// message's (`parentMessageId`), also in a thread whose earlier calls no
+/// message declared: a message recorded since is seen. Posted as another
+/// message's call, it is refused and nothing is recorded.
+async fn a_declared_call_is_announced_as_its_messages(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let echo = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
+    let (s, out) = app.call("late-decl", echo("u0")).await;
+    assert_eq!(s, 200, "{out}");
+    let r = app
+        .post(
+            "/v1/threads/late-decl/messages",
+            &json!({"id": "am", "role": "assistant", "content": "", "tool_calls": [echo("c5"), {"id": "c6", "name": "echo", "arguments": {"txt": "typo"}}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let mut elsewhere = echo("c5");
+    elsewhere["parent_message_id"] = json!("u0-turn");
+    let (s, out) = app.call("late-decl", elsewhere).await;
+    assert_eq!(s, 409, "{out}");
+    assert_eq!(
+        out["detail"],
+        "tool call \"c5\" is declared by message \"am\", not \"u0-turn\": post it with parent_message_id \"am\", or without one"
+    );
+    let (s, out) = app.call("late-decl", echo("c5")).await;
+    assert_eq!((s, &out["replayed"]), (200, &json!(false)), "{out}");
+    // A declared call refused before it runs is its message's too.
+    let (s, out) = app
+        .call(
+            "late-decl",
+            json!({"id": "c6", "name": "echo", "arguments": {"txt": "typo"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["status"], "failure", "{out}");
+
+    let mut sse = app.events("late-decl", "?after=0", None).await;
+    let mut starts = Vec::new();
+    while starts.len() < 3 {
+        let f = sse
+            .next(Duration::from_secs(5))
+            .await
+            .expect("three calls announced");
+        if f.kind() == "TOOL_CALL_START" {
+            starts.push((
+                f.data["toolCallId"].clone(),
+                f.data.get("parentMessageId").cloned(),
+            ));
+        }
+    }
+    assert_eq!(
+        starts,
+        [
+            (json!("u0"), None),
+            (json!("c5"), Some(json!("am"))),
+            (json!("c6"), Some(json!("am")))
+        ]
+    );
+}
+
 /// A declared call refused before it runs (arguments that do not match,
 /// an unknown tool) is the call's failed result: the model waits for it,
 /// and no corrected call can answer under its id. An undeclared one is a
@@ -2131,6 +2197,7 @@ both_backends!(
     a_declared_call_refused_before_it_runs_is_its_failed_result,
     a_whole_number_with_a_fraction_is_the_integer,
     a_declared_call_is_the_same_with_a_whole_number_spelled_either_way,
+    a_declared_call_is_announced_as_its_messages,
     a_run_announces_a_call_by_the_name_it_was_called,
     a_run_claims_its_new_thread_even_when_it_records_nothing,
     a_users_media_parts_are_kept_and_passed_on,

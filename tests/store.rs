@@ -1740,6 +1740,13 @@ impl Store for Observed {
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
         self.inner.thread_owner(thread_id).await
     }
+    async fn call_declaration(
+        &self,
+        thread_id: &str,
+        call_id: &str,
+    ) -> StoreResult<toolgate::store::Declaration> {
+        self.inner.call_declaration(thread_id, call_id).await
+    }
     async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()> {
         self.inner.claim_thread(thread_id, owner).await
     }

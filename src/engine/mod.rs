@@ -93,6 +93,22 @@ fn call_difference(
     }
 }
 
+/// `req`'s call belongs to message `declared_by`, which declares it: its
+/// parent, unless it was posted with another (`OtherParent`).
+fn link(req: &mut CallRequest, declared_by: String) -> Result<(), Rejection> {
+    match &req.call.parent_message_id {
+        Some(given) if *given != declared_by => Err(Rejection::OtherParent {
+            id: req.call.id.clone(),
+            declared_by,
+            given: given.clone(),
+        }),
+        _ => {
+            req.call.parent_message_id = Some(declared_by);
+            Ok(())
+        }
+    }
+}
+
 /// What a model is told to do about a call the permission rules deny.
 const DENIED_HINT: &str = "do not retry this call; ask the user or choose another action";
 
@@ -279,6 +295,14 @@ pub enum Rejection {
     },
     #[error("tool call {id:?} is running in another process, or its result is not stored yet")]
     InProgressElsewhere { id: String },
+    #[error(
+        "tool call {id:?} is declared by message {declared_by:?}, not {given:?}: post it with parent_message_id {declared_by:?}, or without one"
+    )]
+    OtherParent {
+        id: String,
+        declared_by: String,
+        given: String,
+    },
     #[error("thread not found")]
     NotOwner,
     #[error(transparent)]
@@ -350,7 +374,23 @@ pub struct Engine {
     /// Whether rules are kept: always on the process's own database; on a
     /// shared one while its watch of rule changes listens.
     rules_kept: std::sync::atomic::AtomicBool,
+    /// Threads found to declare no call (see [`Engine::link_to_declaration`]).
+    undeclaring: Mutex<Undeclaring>,
 }
+
+/// Threads this process found to declare no call, each with when it
+/// looked, and how many times a thread was dropped from them: a look begun
+/// before a drop is not kept after it (the drop may be of its thread).
+#[derive(Default)]
+struct Undeclaring {
+    threads: HashMap<String, Instant>,
+    drops: u64,
+}
+
+/// How long a thread found to declare no call is taken at its word when
+/// other processes write the database too: a message one of them records is
+/// not announced to this one.
+const SHARED_UNDECLARING_FOR: Duration = Duration::from_millis(250);
 
 /// Owners' rules as read, and how many times any were dropped: rules read
 /// before a drop are not kept after it (they may be what was dropped).
@@ -377,6 +417,7 @@ impl Engine {
             finished: tokio::sync::broadcast::channel(1024).0,
             owner_rules: Mutex::new(KeptRules::default()),
             rules_kept,
+            undeclaring: Mutex::new(Undeclaring::default()),
         }
     }
 
@@ -388,7 +429,7 @@ impl Engine {
     /// recorded (unknown tool, invalid arguments, id conflicts) are
     /// `Err(Rejection)` and change nothing; everything else, including a
     /// gate's refusal and a tool's own failure, is recorded and streamed.
-    pub async fn execute(&self, req: CallRequest) -> Result<Executed, Rejection> {
+    pub async fn execute(&self, mut req: CallRequest) -> Result<Executed, Rejection> {
         // 1. Resolve the tool by name or alias.
         let tool = match self.resolve(&req.call.name) {
             Ok(tool) => tool,
@@ -403,6 +444,7 @@ impl Engine {
         // write-ahead finds it when it is committed: with the result, or
         // after `announce_after`, when the repeated call is stopped.
         let mut optimistic = true;
+        let mut linked = false;
         loop {
             // 2. Idempotency: a call id seen before in this thread answers
             //    with its stored outcome and runs nothing again.
@@ -410,6 +452,10 @@ impl Engine {
                 return Ok(recorded);
             }
             optimistic = false;
+            if !linked {
+                self.link_to_declaration(&mut req).await?;
+                linked = true;
+            }
 
             // 3. Permission: deployment and owner rules, deny → ask → allow.
             let permission = self.permission(&req, &tool).await?;
@@ -623,13 +669,71 @@ impl Engine {
             return Err(rejection);
         }
         let outlines = self.store.message_outlines(&req.thread_id).await?;
-        if !crate::protocol::context::declared_calls(&outlines).any(|d| d.id == req.call.id) {
+        let Some(declared) =
+            crate::protocol::context::declared_calls(&outlines).find(|d| d.id == req.call.id)
+        else {
             return Err(rejection);
-        }
+        };
+        // Recorded under the message that declares it, as a call that runs
+        // is ([`Engine::link_to_declaration`]).
+        let mut req = req;
+        link(&mut req, declared.message.id.clone())?;
         self.record_rejected_call(req, error)
             .await
             .map(Executed::Finished)
             .map_err(Rejection::from)
+    }
+
+    /// A new call that an assistant message of the thread declares belongs
+    /// to that message: its TOOL_CALL_START names the message as its
+    /// parent, posted with the message's id or without one, so an AG-UI
+    /// client adds the call to that message live, as the snapshot and the
+    /// history show it. Posted with another message's id, it is refused
+    /// (`OtherParent`). An undeclared call keeps what it was posted with.
+    ///
+    /// Most threads declare nothing (calls posted straight to
+    /// `/tool-calls`): a thread found so is remembered, and its calls look
+    /// nothing up until a message declaring calls is recorded in it
+    /// ([`Engine::declarations_recorded`]; on a shared database, for
+    /// [`SHARED_UNDECLARING_FOR`]).
+    async fn link_to_declaration(&self, req: &mut CallRequest) -> Result<(), Rejection> {
+        let drops = {
+            let undeclaring = self.undeclaring.lock().expect("undeclaring lock");
+            let fresh = |at: &Instant| {
+                !self.config.shared_database || at.elapsed() < SHARED_UNDECLARING_FOR
+            };
+            if undeclaring.threads.get(&req.thread_id).is_some_and(fresh) {
+                return Ok(());
+            }
+            undeclaring.drops
+        };
+        let declaration = self
+            .store
+            .call_declaration(&req.thread_id, &req.call.id)
+            .await?;
+        if !declaration.thread_declares {
+            let mut undeclaring = self.undeclaring.lock().expect("undeclaring lock");
+            if undeclaring.drops == drops {
+                if undeclaring.threads.len() >= 100_000 {
+                    undeclaring.threads.clear();
+                }
+                undeclaring
+                    .threads
+                    .insert(req.thread_id.clone(), Instant::now());
+            }
+        }
+        match declaration.message_id {
+            Some(declared_by) => link(req, declared_by),
+            None => Ok(()),
+        }
+    }
+
+    /// A message declaring calls was recorded in `thread_id`: its calls
+    /// look up their declarations again. Called after the message commits.
+    pub fn declarations_recorded(&self, thread_id: &str) {
+        let mut undeclaring = self.undeclaring.lock().expect("undeclaring lock");
+        undeclaring.threads.remove(thread_id);
+        undeclaring.drops += 1;
     }
 
     fn resolve(&self, name: &str) -> Result<Arc<RegisteredTool>, Rejection> {

@@ -478,7 +478,7 @@ async fn follow(
             .flat_map(crate::engine::announcement_of)
             .collect();
         let ev = Event::new(EventBody::MessagesSnapshot {
-            messages: messages.into_iter().map(agui_message).collect(),
+            messages: snapshot_messages(messages),
         });
         let sse = untracked(&ev);
         drop(ev);
@@ -583,6 +583,45 @@ async fn catch_up(stream: &Stream, last: &mut i64, open: &mut Open) -> Result<()
 }
 
 /// A stored message in AG-UI's message shape (MESSAGES_SNAPSHOT).
+/// The thread's messages as a MESSAGES_SNAPSHOT gives them. A result of a
+/// call that no assistant message declares (posted straight to
+/// `/tool-calls`) comes after an assistant message of its own, named by
+/// the call's id and holding the call as it ran: the message a stock AG-UI
+/// client makes of that call's TOOL_CALL_START live, which names no parent
+/// message. So a frontend shows the same after a reload as it did live.
+pub fn snapshot_messages(messages: Vec<StoredMessage>) -> Vec<Message> {
+    let mut taken: std::collections::HashSet<String> =
+        crate::protocol::context::declared_calls(&messages)
+            .map(|d| d.id.to_owned())
+            .chain(messages.iter().map(|m| m.id.clone()))
+            .collect();
+    let mut out = Vec::with_capacity(messages.len());
+    for m in messages {
+        if m.role == Role::Tool
+            && let Some(call_id) = m.tool_call_id.as_deref()
+            && !taken.contains(call_id)
+            && let Some(output) = super::threads::stored_output(&m)
+        {
+            taken.insert(call_id.to_owned());
+            out.push(Message::Assistant {
+                id: call_id.to_owned(),
+                content: None,
+                tool_calls: Some(vec![crate::protocol::agui::ToolCall {
+                    id: call_id.to_owned(),
+                    kind: "function".into(),
+                    function: crate::protocol::agui::FunctionCall {
+                        name: output.tool_name,
+                        arguments: output.tool_call_args.to_string(),
+                    },
+                }]),
+                name: None,
+            });
+        }
+        out.push(agui_message(m));
+    }
+    out
+}
+
 pub fn agui_message(m: StoredMessage) -> Message {
     // A message sent with media parts is given back with them, as sent.
     let content_of = |m: &StoredMessage| match crate::protocol::parts::stored(&m.metadata) {
@@ -636,6 +675,8 @@ pub fn agui_message(m: StoredMessage) -> Message {
             let mut metadata = serde_json::Map::new();
             if let Some(o) = &output {
                 metadata.insert("status".into(), serde_json::json!(o.status));
+                // As the live TOOL_CALL_RESULT names it.
+                metadata.insert("toolName".into(), serde_json::json!(o.tool_name));
                 if let Some(ui) = crate::engine::compile_ui(o) {
                     metadata.insert("ui_schema".into(), ui);
                 }

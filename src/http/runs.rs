@@ -54,7 +54,7 @@ pub fn routes() -> Router<AppState> {
     params(("thread_id" = String, Path,)),
     request_body = RunAgentInput,
     responses(
-        (status = 200, description = "AG-UI event stream of the run", content_type = "text/event-stream", body = super::events::AgUiSseEvent),
+        (status = 200, description = "AG-UI event stream of the run. Its events carry no id: each is also in the thread's log, which GET /v1/threads/{thread_id}/events?after=N resumes", content_type = "text/event-stream", body = super::events::AgUiSseEvent),
         (status = 400, description = "Malformed input", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "A call of the run reuses an id the thread recorded for another call; a new assistant message declares a call id the thread has with another tool or arguments; a recorded assistant message comes back with other tool calls; a new tool message answers a call that already has a result or that toolgate runs itself; or a resume entry gives a result for a call toolgate runs itself", content_type = "application/problem+json"),
@@ -792,6 +792,7 @@ async fn record_new_messages(
     let frontend = frontend_tools(input);
     let mut ops = Vec::new();
     let mut events = Vec::new();
+    let mut declares_calls = false;
     for m in &input.messages {
         if known.contains(m.id()) {
             continue;
@@ -818,6 +819,7 @@ async fn record_new_messages(
                     .map(|calls_of_turn| declarations(calls_of_turn, &frontend))
                     .unwrap_or_default();
                 declares = super::threads::declared(state, &calls);
+                declares_calls |= !declares.is_empty();
                 let metadata = if calls.is_empty() {
                     json!({})
                 } else {
@@ -890,6 +892,9 @@ async fn record_new_messages(
                 ops,
             })
             .await?;
+        if declares_calls {
+            state.engine.declarations_recorded(&input.thread_id);
+        }
     }
     Ok(())
 }

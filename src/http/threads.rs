@@ -118,6 +118,7 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
         Rejection::InProgressElsewhere { id } => ApiError::Conflict(format!(
             "tool call {id:?} is still running in another toolgate process, or its result is waiting for the database to answer again; post it again later to get its result"
         )),
+        Rejection::OtherParent { .. } => ApiError::Conflict(r.to_string()),
         Rejection::NotOwner => ApiError::thread_not_found(),
         Rejection::Store(e) => e.into(),
     }
@@ -475,6 +476,7 @@ pub async fn post_message(
         Some(Value::Array(calls)) => declared(&state, calls),
         _ => Vec::new(),
     };
+    let declares_calls = !declares.is_empty();
     let metadata = Value::Object(metadata);
     // What a repeated post must match to be the same message.
     let posted = chosen_id.then(|| (content.clone(), metadata.clone()));
@@ -495,7 +497,12 @@ pub async fn post_message(
         ],
     };
     let receipt = match state.writer.write(unit).await {
-        Ok(receipt) => receipt,
+        Ok(receipt) => {
+            if declares_calls {
+                state.engine.declarations_recorded(&thread.0);
+            }
+            receipt
+        }
         Err(crate::store::StoreError::Conflict(_)) => {
             // The same message posted again (a retry after a timeout, say)
             // answers as the first post did, and records nothing more.
@@ -833,7 +840,8 @@ fn canonical_name(state: &AppState, name: &str) -> String {
 
 /// What the store keeps of declarations (`{"id", "name", "arguments"}`):
 /// the writer checks them again in the transaction that records them, so
-/// two requests at once cannot both declare one id differently.
+/// two requests at once cannot both declare one id differently. Once they
+/// are recorded, the engine is told ([`crate::engine::Engine::declarations_recorded`]).
 pub(super) fn declared(state: &AppState, declarations: &[Value]) -> Vec<DeclaredCall> {
     declarations
         .iter()

@@ -350,6 +350,15 @@ pub struct NewMessage {
     pub declares: Vec<DeclaredCall>,
 }
 
+/// What a thread's assistant messages say of one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration {
+    /// The message that declares the call, if one does.
+    pub message_id: Option<String>,
+    /// Whether any message of the thread declares a call.
+    pub thread_declares: bool,
+}
+
 /// A call an assistant message declares: its id, the tool's name (its
 /// canonical name, when the name was an alias of a registered tool) and
 /// its arguments.
@@ -771,6 +780,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// Owner of a thread, `None` if the thread does not exist.
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>>;
+
+    /// What the assistant messages of `thread_id` say of call `call_id`.
+    async fn call_declaration(&self, thread_id: &str, call_id: &str) -> StoreResult<Declaration>;
 
     /// Create the thread for `owner` if absent. Fails with `NotOwner` if it
     /// exists for someone else.

@@ -14,7 +14,7 @@ use sqlx::types::Json;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, PAGE_BYTES,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, Declaration, PAGE_BYTES,
     ResultReference, Role, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot,
     ThreadSummary, ToolCallRecord,
 };
@@ -208,6 +208,27 @@ where
                 .fetch_optional(self.pool)
                 .await?,
         )
+    }
+
+    pub async fn call_declaration(
+        &self,
+        thread_id: &str,
+        call_id: &str,
+    ) -> StoreResult<Declaration> {
+        // The second column: some message declaring a call in the thread.
+        let (message_id, any): (Option<String>, Option<String>) = sqlx::query_as(
+            "SELECT (SELECT message_id FROM declared_calls \
+                     WHERE thread_id = $1 AND call_id = $2), \
+                 (SELECT message_id FROM declared_calls WHERE thread_id = $1 LIMIT 1)",
+        )
+        .bind(thread_id)
+        .bind(call_id)
+        .fetch_one(self.pool)
+        .await?;
+        Ok(Declaration {
+            message_id,
+            thread_declares: any.is_some(),
+        })
     }
 
     pub async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()> {

@@ -241,6 +241,14 @@ impl Store for SqliteStore {
         self.reads().thread_owner(thread_id).await
     }
 
+    async fn call_declaration(
+        &self,
+        thread_id: &str,
+        call_id: &str,
+    ) -> StoreResult<super::Declaration> {
+        self.reads().call_declaration(thread_id, call_id).await
+    }
+
     async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()> {
         self.reads().claim_thread(thread_id, owner).await
     }

@@ -5,17 +5,20 @@
 // up on the way: an event is taken as toolgate sent it.
 //
 // Usage:
-//   node stream.mjs --base URL --thread THREAD [--after 0] [--snapshot true]
+//   node stream.mjs --base URL --thread THREAD [--after 0|none] [--snapshot true]
 //                   [--min-events N] [--idle-ms 1500] [--timeout-ms 5000]
 // The token comes from $TOOLGATE_TOKEN (or --token).
 //
 // Stops when at least --min-events events arrived and none came for
 // --idle-ms, or at --timeout-ms in any case. Prints ONE JSON line:
-//   {count, types, ids, heartbeats, failures, verify, warnings, events}
+//   {count, types, ids, heartbeats, failures, verify, warnings, events,
+//    messages}
+// where `messages` is the message list the client's own defaultApplyEvents
+// builds from the accepted sequence (what a frontend shows).
 // and exits 0 only when every event parsed, the client accepted the
 // sequence without a warning, and at least --min-events events arrived.
 
-import { enforceEvents, verifyEvents } from "@ag-ui/client";
+import { defaultApplyEvents, enforceEvents, verifyEvents } from "@ag-ui/client";
 import { EventSchemas } from "@ag-ui/core/schemas";
 import { from, lastValueFrom, toArray } from "rxjs";
 
@@ -47,7 +50,8 @@ const frames = []; // {id, raw, event}
 let heartbeats = 0;
 let sawCarriageReturn = false;
 
-const query = new URLSearchParams({ after: args.after });
+// `--after none`: no resume point (a snapshot, then only new events).
+const query = new URLSearchParams(args.after === "none" ? {} : { after: args.after });
 if (args.snapshot === "true") query.set("snapshot", "true");
 const url = `${args.base}/v1/threads/${encodeURIComponent(args.thread)}/events?${query}`;
 
@@ -156,8 +160,9 @@ if (sawCarriageReturn) {
 // validation, unknown material stripped with a warning) then verification
 // (RUN_STARTED first, tool calls opened before args, …).
 const verify = { ok: true, error: null, accepted: 0 };
+let accepted = [];
 try {
-  const accepted = await lastValueFrom(
+  accepted = await lastValueFrom(
     from(frames.filter((f) => f.event !== null).map((f) => structuredClone(f.event))).pipe(
       enforceEvents(),
       verifyEvents(),
@@ -171,6 +176,30 @@ try {
   verify.error = String(error?.message ?? error);
 }
 
+// The messages the client builds from what it accepted, as an agent's
+// `messages` would hold them after the stream.
+let messages = [];
+try {
+  const input = {
+    threadId: args.thread,
+    runId: "stream",
+    messages: [],
+    state: {},
+    tools: [],
+    context: [],
+    forwardedProps: {},
+  };
+  const mutations = await lastValueFrom(
+    defaultApplyEvents(input, from(accepted), { messages: [], state: {} }, []).pipe(toArray()),
+    { defaultValue: [] },
+  );
+  for (const mutation of mutations) {
+    if (mutation.messages !== undefined) messages = mutation.messages;
+  }
+} catch (error) {
+  failures.push({ kind: "apply", detail: String(error?.message ?? error) });
+}
+
 const report = {
   count: frames.length,
   types: frames.map((f) => f.event?.type ?? null),
@@ -181,6 +210,7 @@ const report = {
   verify,
   warnings: warnings.list,
   events: frames.map((f) => f.event),
+  messages,
 };
 process.stdout.write(JSON.stringify(report) + "\n");
 
