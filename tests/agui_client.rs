@@ -454,25 +454,19 @@ async fn thread_stream(app: &TestApp, thread: &str, after: &str, snapshot: bool)
     .await
 }
 
-/// The messages a stream.mjs report says the stock client built, each as
-/// `(id, role, the ids of its tool calls, the call it answers)`.
-fn built_messages(report: &Value) -> Vec<(String, String, Vec<String>, String)> {
-    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+/// The messages a stream.mjs report says the stock client built, as it
+/// built them, less a tool message's `error` (a snapshot's message has the
+/// field; a live result event has none, and carries the structured error
+/// under `metadata`, as the snapshot's message does too).
+fn built_messages(report: &Value) -> Vec<Value> {
     report["messages"]
         .as_array()
         .unwrap_or_else(|| panic!("the client built messages: {report}"))
         .iter()
         .map(|m| {
-            let calls = m["toolCalls"]
-                .as_array()
-                .map(|calls| calls.iter().map(|c| text(&c["id"])).collect())
-                .unwrap_or_default();
-            (
-                text(&m["id"]),
-                text(&m["role"]),
-                calls,
-                text(&m["toolCallId"]),
-            )
+            let mut m = m.clone();
+            m.as_object_mut().unwrap().remove("error");
+            m
         })
         .collect()
 }
@@ -508,7 +502,16 @@ async fn a_frontend_shows_the_same_messages_live_and_after_a_reload() {
     let r = app
         .post(
             &format!("{t}/messages"),
-            &json!({"id": "am2", "role": "assistant", "content": "", "tool_calls": [echo("c3")]}),
+            &json!({"id": "am2", "role": "assistant", "content": "", "tool_calls": [
+                echo("c3"), {"id": "c5", "name": "echo", "arguments": {"txt": "typo"}}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    // Results recorded after a later message still follow their call.
+    let r = app
+        .post(
+            &format!("{t}/messages"),
+            &json!({"id": "u2", "role": "user", "content": "later"}),
         )
         .await;
     assert_eq!(r.status(), 201);
@@ -528,6 +531,16 @@ async fn a_frontend_shows_the_same_messages_live_and_after_a_reload() {
     let (s, out) = app.call(thread, echo("c3")).await;
     assert_eq!(s, 200, "{out}");
     assert_eq!(out["replayed"], false, "run now, not replayed: {out}");
+    // A declared call refused before it runs: its failure, with the
+    // structured error under `metadata` live and after a reload.
+    let (s, out) = app
+        .call(
+            thread,
+            json!({"id": "c5", "name": "echo", "arguments": {"txt": "typo"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["status"], "failure", "{out}");
     // A call no message declares: live, the client gives it an assistant
     // message named by the call; the snapshot shows that message too.
     let (s, out) = app.call(thread, echo("c4")).await;
@@ -554,17 +567,32 @@ async fn a_frontend_shows_the_same_messages_live_and_after_a_reload() {
         live["messages"],
         reloaded["messages"]
     );
-    let owners: Vec<(&str, &[String])> = shown
+    let outline: Vec<String> = shown
         .iter()
-        .filter(|m| m.1 == "assistant")
-        .map(|m| (m.0.as_str(), m.2.as_slice()))
+        .map(|m| match m["role"].as_str().unwrap() {
+            "tool" => format!("tool:{}", m["toolCallId"].as_str().unwrap()),
+            role => {
+                let calls: Vec<&str> = m["toolCalls"]
+                    .as_array()
+                    .map(|c| c.iter().map(|c| c["id"].as_str().unwrap()).collect())
+                    .unwrap_or_default();
+                format!("{role}:{}{calls:?}", m["id"].as_str().unwrap())
+            }
+        })
         .collect();
     assert_eq!(
-        owners,
+        outline,
         [
-            ("am1", &["c1".to_string(), "c2".to_string()][..]),
-            ("am2", &["c3".to_string()][..]),
-            ("c4", &["c4".to_string()][..])
+            "user:u1[]",
+            "assistant:am1[\"c1\", \"c2\"]",
+            "tool:c1",
+            "tool:c2",
+            "assistant:am2[\"c3\", \"c5\"]",
+            "tool:c3",
+            "tool:c5",
+            "user:u2[]",
+            "assistant:c4[\"c4\"]",
+            "tool:c4",
         ]
     );
     // The results carry what the live ones did: their tool's name.
@@ -574,10 +602,15 @@ async fn a_frontend_shows_the_same_messages_live_and_after_a_reload() {
         .iter()
         .filter(|m| m["role"] == "tool")
         .collect();
-    assert_eq!(results.len(), 4);
+    assert_eq!(results.len(), 5);
     assert!(
         results.iter().all(|m| m["metadata"]["toolName"] == "echo"),
         "{results:?}"
+    );
+    let failed = results.iter().find(|m| m["toolCallId"] == "c5").unwrap();
+    assert_eq!(
+        failed["metadata"]["error"]["code"], "INVALID_ARGUMENTS",
+        "{failed}"
     );
     app.stop().await;
 }

@@ -2151,6 +2151,22 @@ fn announcement(id: &str, name: &str, parent: Option<String>, args: &JsonText) -
     ]
 }
 
+/// What a result carries under `metadata`, live (TOOL_CALL_RESULT) and in
+/// a snapshot's tool message alike: `status`, `toolName`, the structured
+/// `error` of a failure and the `ui_schema`.
+pub fn result_metadata(output: &ToolAgentOutput, ui_schema: Option<Value>) -> Map<String, Value> {
+    let mut metadata = Map::new();
+    metadata.insert("status".into(), json!(output.status));
+    metadata.insert("toolName".into(), json!(output.tool_name));
+    if let Some(error) = &output.error {
+        metadata.insert("error".into(), json!(error));
+    }
+    if let Some(ui) = ui_schema {
+        metadata.insert("ui_schema".into(), ui);
+    }
+    metadata
+}
+
 /// The TOOL_CALL_RESULT event, whose `content` is the output's text
 /// projection; our additions ride under `metadata`.
 pub fn result_event(
@@ -2159,15 +2175,7 @@ pub fn result_event(
     message_id: &str,
     ui_schema: Option<&Value>,
 ) -> Event {
-    let mut metadata = Map::new();
-    metadata.insert("status".into(), json!(output.status));
-    metadata.insert("toolName".into(), json!(output.tool_name));
-    if let Some(error) = &output.error {
-        metadata.insert("error".into(), json!(error));
-    }
-    if let Some(ui) = ui_schema {
-        metadata.insert("ui_schema".into(), ui.clone());
-    }
+    let metadata = result_metadata(output, ui_schema.cloned());
     Event::new(EventBody::ToolCallResult {
         message_id: message_id.to_string(),
         tool_call_id: output.tool_call_id.clone(),

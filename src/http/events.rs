@@ -583,20 +583,45 @@ async fn catch_up(stream: &Stream, last: &mut i64, open: &mut Open) -> Result<()
 }
 
 /// A stored message in AG-UI's message shape (MESSAGES_SNAPSHOT).
-/// The thread's messages as a MESSAGES_SNAPSHOT gives them. A result of a
-/// call that no assistant message declares (posted straight to
-/// `/tool-calls`) comes after an assistant message of its own, named by
-/// the call's id and holding the call as it ran: the message a stock AG-UI
-/// client makes of that call's TOOL_CALL_START live, which names no parent
-/// message. So a frontend shows the same after a reload as it did live.
+/// The thread's messages as a MESSAGES_SNAPSHOT gives them, arranged as a
+/// stock AG-UI client arranges them live, so a frontend shows the same
+/// after a reload:
+/// - the result of a call an assistant message declares comes right after
+///   that message and the results already there (where the client puts a
+///   TOOL_CALL_RESULT of a call it holds), wherever it was recorded;
+/// - the result of a call no assistant message declares (posted straight
+///   to `/tool-calls`) comes after an assistant message of its own, named
+///   by the call's id and holding the call as it ran (the message the
+///   client makes of a TOOL_CALL_START that names no parent).
 pub fn snapshot_messages(messages: Vec<StoredMessage>) -> Vec<Message> {
-    let mut taken: std::collections::HashSet<String> =
-        crate::protocol::context::declared_calls(&messages)
-            .map(|d| d.id.to_owned())
-            .chain(messages.iter().map(|m| m.id.clone()))
-            .collect();
-    let mut out = Vec::with_capacity(messages.len());
+    use std::collections::{HashMap, HashSet};
+    // Each declared call's first declaring message.
+    let mut declared_by: HashMap<String, String> = HashMap::new();
+    for d in crate::protocol::context::declared_calls(&messages) {
+        declared_by
+            .entry(d.id.to_owned())
+            .or_insert_with(|| d.message.id.clone());
+    }
+    let mut taken: HashSet<String> = declared_by
+        .keys()
+        .cloned()
+        .chain(messages.iter().map(|m| m.id.clone()))
+        .collect();
+    // The results that follow each declaring message, in recorded order.
+    let mut following: HashMap<String, Vec<StoredMessage>> = HashMap::new();
+    let mut rest = Vec::with_capacity(messages.len());
     for m in messages {
+        let declarer = (m.role == Role::Tool)
+            .then_some(m.tool_call_id.as_deref())
+            .flatten()
+            .and_then(|call_id| declared_by.get(call_id));
+        match declarer {
+            Some(declarer) => following.entry(declarer.clone()).or_default().push(m),
+            None => rest.push(m),
+        }
+    }
+    let mut out = Vec::with_capacity(rest.len());
+    for m in rest {
         if m.role == Role::Tool
             && let Some(call_id) = m.tool_call_id.as_deref()
             && !taken.contains(call_id)
@@ -617,7 +642,11 @@ pub fn snapshot_messages(messages: Vec<StoredMessage>) -> Vec<Message> {
                 name: None,
             });
         }
+        let results = (m.role == Role::Assistant)
+            .then(|| following.remove(&m.id))
+            .flatten();
         out.push(agui_message(m));
+        out.extend(results.into_iter().flatten().map(agui_message));
     }
     out
 }
@@ -663,24 +692,22 @@ pub fn agui_message(m: StoredMessage) -> Message {
                         .collect()
                 })
                 .unwrap_or_default();
+            // Its text even when empty, as a client builds it from the
+            // message's TEXT_MESSAGE_START and END.
             Message::Assistant {
                 id: m.id,
-                content: (!m.content.is_empty()).then_some(m.content),
+                content: Some(m.content),
                 tool_calls: (!calls.is_empty()).then_some(calls),
                 name: None,
             }
         }
         Role::Tool => {
             let output = super::threads::stored_output(&m);
-            let mut metadata = serde_json::Map::new();
-            if let Some(o) = &output {
-                metadata.insert("status".into(), serde_json::json!(o.status));
-                // As the live TOOL_CALL_RESULT names it.
-                metadata.insert("toolName".into(), serde_json::json!(o.tool_name));
-                if let Some(ui) = crate::engine::compile_ui(o) {
-                    metadata.insert("ui_schema".into(), ui);
-                }
-            }
+            // As the live TOOL_CALL_RESULT carries it.
+            let metadata = output
+                .as_ref()
+                .map(|o| crate::engine::result_metadata(o, crate::engine::compile_ui(o)))
+                .unwrap_or_default();
             Message::Tool {
                 error: output
                     .as_ref()
