@@ -1913,47 +1913,38 @@ async fn a_whole_number_with_a_fraction_is_the_integer(backend: Backend) {
 async fn a_declared_call_is_the_same_with_a_whole_number_spelled_either_way(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let t = "/v1/threads/num-declared";
-    let message = |id: &str, call: &str, ms: Value| {
-        json!({"id": id, "role": "assistant", "content": "",
-               "tool_calls": [{"id": call, "name": "wait", "arguments": {"ms": ms}}]})
+    let messages = format!("{t}/messages");
+    // An assistant message declaring `call` as `wait` with `ms`, posted.
+    let declare = |id: &str, call: &str, ms: Value| {
+        let body = json!({"id": id, "role": "assistant", "content": "",
+               "tool_calls": [{"id": call, "name": "wait", "arguments": {"ms": ms}}]});
+        let (app, messages) = (&app, &messages);
+        async move { app.post(messages, &body).await }
+    };
+    // `call` posted as `wait` with `ms`.
+    let wait = |call: &str, ms: Value| {
+        app.call(
+            "num-declared",
+            json!({"id": call, "name": "wait", "arguments": {"ms": ms}}),
+        )
     };
     let r = app
-        .post(
-            &format!("{t}/messages"),
-            &json!({"role": "user", "content": "go"}),
-        )
+        .post(&messages, &json!({"role": "user", "content": "go"}))
         .await;
     assert_eq!(r.status(), 201);
     // Declared with the fraction, posted without it.
-    let r = app
-        .post(&format!("{t}/messages"), &message("a1", "c1", json!(30.0)))
-        .await;
-    assert_eq!(r.status(), 201);
-    let (s, out) = app
-        .call(
-            "num-declared",
-            json!({"id": "c1", "name": "wait", "arguments": {"ms": 30}}),
-        )
-        .await;
+    assert_eq!(declare("a1", "c1", json!(30.0)).await.status(), 201);
+    let (s, out) = wait("c1", json!(30)).await;
     assert_eq!(s, 200, "{out}");
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
     // The declaring message posted again, re-serialized: the same message.
-    let r = app
-        .post(&format!("{t}/messages"), &message("a1", "c1", json!(30)))
-        .await;
+    let r = declare("a1", "c1", json!(30)).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["replayed"], true);
     // Posted without the fraction first, declared with it afterwards.
-    let (s, out) = app
-        .call(
-            "num-declared",
-            json!({"id": "c2", "name": "wait", "arguments": {"ms": 30}}),
-        )
-        .await;
+    let (s, out) = wait("c2", json!(30)).await;
     assert_eq!(s, 200, "{out}");
-    let r = app
-        .post(&format!("{t}/messages"), &message("a2", "c2", json!(30.0)))
-        .await;
+    let r = declare("a2", "c2", json!(30.0)).await;
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     // A run that re-sends the recorded turns, re-serialized as a JavaScript
     // client does (`30.0` becomes `30`), is no other turn.
@@ -1970,27 +1961,11 @@ async fn a_declared_call_is_the_same_with_a_whole_number_spelled_either_way(back
     assert_eq!(r.status(), 200);
     common::SseReader::new(r).until("RUN_FINISHED").await;
     // Another number is another call, wherever it is declared.
-    let (s, out) = app
-        .call(
-            "num-declared",
-            json!({"id": "c1", "name": "wait", "arguments": {"ms": 31}}),
-        )
-        .await;
+    let (s, out) = wait("c1", json!(31)).await;
     assert_eq!(s, 409, "{out}");
-    let r = app
-        .post(&format!("{t}/messages"), &message("a3", "c2", json!(31.0)))
-        .await;
-    assert_eq!(r.status(), 409);
-    let r = app
-        .post(&format!("{t}/messages"), &message("a4", "c4", json!(30.0)))
-        .await;
-    assert_eq!(r.status(), 201);
-    let (s, out) = app
-        .call(
-            "num-declared",
-            json!({"id": "c4", "name": "wait", "arguments": {"ms": 31}}),
-        )
-        .await;
+    assert_eq!(declare("a3", "c2", json!(31.0)).await.status(), 409);
+    assert_eq!(declare("a4", "c4", json!(30.0)).await.status(), 201);
+    let (s, out) = wait("c4", json!(31)).await;
     assert_ne!(s, 200, "{out}");
 }
 
