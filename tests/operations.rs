@@ -1623,6 +1623,65 @@ async fn a_rule_changed_through_one_process_holds_on_the_others() {
     );
 }
 
+/// A message declaring a call, recorded through one process, holds on
+/// another that has just found the thread to declare nothing: the call
+/// posted there right after is announced under that message.
+#[tokio::test]
+async fn a_call_declared_through_another_process_is_announced_under_its_message() {
+    let two = TwoProcesses::start(json!({})).await;
+    let (first, second) = (&two.first, &two.second);
+    let post = |served: &Served, path: &str, body: Value| {
+        two.client
+            .post(format!("{}/v1/threads/{path}", served.base))
+            .bearer_auth(&served.token)
+            .json(&body)
+            .send()
+    };
+    let echo = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
+    let declaring = |id: &str, call: &str| json!({"id": id, "role": "assistant", "content": "", "tool_calls": [echo(call)]});
+    for thread in ["linked", "elsewhere"] {
+        // The first process looks, and finds the thread declares nothing.
+        let r = post(first, &format!("{thread}/tool-calls"), echo("c0"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let r = post(second, &format!("{thread}/messages"), declaring("m1", "c1"))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    let r = post(first, "linked/tool-calls", echo("c1")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    // Posted as another message's call, it is refused.
+    let mut elsewhere = echo("c1");
+    elsewhere["parent_message_id"] = json!("m0");
+    let r = post(first, "elsewhere/tool-calls", elsewhere)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let refused: Value = r.json().await.unwrap();
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("is declared by message \"m1\", not \"m0\""),
+        "{refused}"
+    );
+
+    let stream = two
+        .client
+        .get(format!("{}/v1/threads/linked/events?after=0", first.base))
+        .bearer_auth(&first.token)
+        .send()
+        .await
+        .unwrap();
+    let mut sse = SseReader::new(stream);
+    assert_eq!(
+        sse.call_starts(2).await,
+        [(json!("c0"), None), (json!("c1"), Some(json!("m1")))]
+    );
+}
+
 /// A caller waiting (`?wait=N`) on one process for a call that waits for
 /// approval gets its outcome when the approval is decided, and the call
 /// run, through another process of the same database.

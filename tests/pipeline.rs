@@ -2006,21 +2006,8 @@ async fn a_declared_call_is_announced_as_its_messages(backend: Backend) {
     assert_eq!(out["tool_agent_output"]["status"], "failure", "{out}");
 
     let mut sse = app.events("late-decl", "?after=0", None).await;
-    let mut starts = Vec::new();
-    while starts.len() < 3 {
-        let f = sse
-            .next(Duration::from_secs(5))
-            .await
-            .expect("three calls announced");
-        if f.kind() == "TOOL_CALL_START" {
-            starts.push((
-                f.data["toolCallId"].clone(),
-                f.data.get("parentMessageId").cloned(),
-            ));
-        }
-    }
     assert_eq!(
-        starts,
+        sse.call_starts(3).await,
         [
             (json!("u0"), None),
             (json!("c5"), Some(json!("am"))),

@@ -346,6 +346,7 @@ fn new_call(id: &str) -> NewToolCall {
         dry_run: false,
         created_at_ms: 1_700_000_000_000,
         instance: None,
+        declared_by: None,
     }
 }
 
@@ -3553,12 +3554,14 @@ async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {
     let declare = |id: &str, calls: &[(&str, &str, Value)]| {
         alice(vec![WriteOp::InsertMessage(declaring(id, calls))])
     };
-    let call = |id: &str, tool: &str, args: Value| {
+    let declared_call = |id: &str, tool: &str, args: Value, declared_by: Option<&str>| {
         alice(vec![WriteOp::InsertToolCall(NewToolCall {
             tool_name: tool.into(),
+            declared_by: declared_by.map(str::to_owned),
             ..echo_call(id, args)
         })])
     };
+    let call = |id: &str, tool: &str, args: Value| declared_call(id, tool, args, None);
     apply_one(
         &store,
         declare(
@@ -3601,9 +3604,36 @@ async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {
         assert!(is_redeclared(&refused), "{refused:?}");
     }
     assert!(store.tool_call("t", "c1").await.unwrap().is_none());
-    apply_one(&store, call("c1", "echo", json!({"a": 1})))
-        .await
-        .unwrap();
+    // And it is recorded only as the call its message declares: posted as
+    // declared by no message (looked up before the message was recorded),
+    // or by another, it is a conflict, and its poster looks again.
+    for (declared_by, conflict) in [
+        (None, "tool call \"c1\" is declared by message \"m1\""),
+        (Some("m2"), "tool call \"c1\" is declared by message \"m1\""),
+    ] {
+        let refused = apply_one(
+            &store,
+            declared_call("c1", "echo", json!({"a": 1}), declared_by),
+        )
+        .await;
+        assert!(
+            matches!(&refused, Err(StoreError::Conflict(what)) if what.starts_with(conflict)),
+            "{refused:?}"
+        );
+    }
+    let refused = apply_one(&store, declared_call("c10", "echo", json!({}), Some("m1"))).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Conflict(what))
+            if what == "tool call \"c10\" is not declared by message \"m1\""),
+        "{refused:?}"
+    );
+    assert!(store.tool_call("t", "c1").await.unwrap().is_none());
+    apply_one(
+        &store,
+        declared_call("c1", "echo", json!({"a": 1}), Some("m1")),
+    )
+    .await
+    .unwrap();
     // Another thread's ids are its own.
     apply_one(
         &store,
@@ -3643,6 +3673,8 @@ async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {
             declare("m5", &[("c5", "echo", json!({"q": 1}))]),
             call("c5", "echo", json!({"q": 2})),
             call("c6", "echo", json!({})),
+            declared_call("c7", "echo", json!({}), Some("m5")),
+            declared_call("c5", "echo", json!({"q": 1}), None),
         ])
         .await
         .unwrap();
@@ -3651,7 +3683,33 @@ async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {
     assert!(results[2].is_ok(), "{:?}", results[2]);
     assert!(is_redeclared(&results[3]), "{:?}", results[3]);
     assert!(results[4].is_ok(), "{:?}", results[4]);
+    assert!(
+        matches!(&results[5], Err(StoreError::Conflict(what))
+            if what == "tool call \"c7\" is not declared by message \"m5\""),
+        "{:?}",
+        results[5]
+    );
+    assert!(
+        matches!(&results[6], Err(StoreError::Conflict(what)) if what.contains("\"m5\"")),
+        "{:?}",
+        results[6]
+    );
     assert!(store.tool_call("t", "c5").await.unwrap().is_none());
+    assert!(store.tool_call("t", "c7").await.unwrap().is_none());
+    // A batch whose every unit goes in: declared and undeclared calls,
+    // each as looked up.
+    let results = store
+        .apply_batch(&[
+            declared_call("c2", "wait", json!({}), Some("m1")),
+            declared_call("c5", "echo", json!({"q": 1}), Some("m5")),
+            call("c8", "echo", json!({})),
+        ])
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    for id in ["c2", "c5", "c8"] {
+        assert!(store.tool_call("t", id).await.unwrap().is_some(), "{id}");
+    }
     let ids: Vec<String> = store
         .all_messages("t")
         .await
@@ -4286,13 +4344,17 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
     )
     .await;
     assert!(is_redeclared(&refused), "{refused:?}");
+    // Each is recorded as declared by the message that first declared it.
     for (id, args) in [("d", json!({"x": 3})), ("e", json!({}))] {
         apply_one(
             &store,
             unit(
                 "u",
                 "bob",
-                vec![WriteOp::InsertToolCall(echo_call(id, args))],
+                vec![WriteOp::InsertToolCall(NewToolCall {
+                    declared_by: Some("a1".into()),
+                    ..echo_call(id, args)
+                })],
             ),
         )
         .await
@@ -4306,6 +4368,7 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
             "bob",
             vec![WriteOp::InsertToolCall(NewToolCall {
                 tool_name: "wait".into(),
+                declared_by: Some("a2".into()),
                 ..echo_call("f", json!({ "ms": ms }))
             })],
         )

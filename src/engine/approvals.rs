@@ -418,6 +418,8 @@ impl Engine {
             },
             observer: None,
             undo_of: text("undo_of"),
+            // Recorded already: the decision runs it under its record.
+            declared: super::Declared::Unknown,
         };
         let mut permission = Permission {
             verdict: match r.get("verdict").and_then(Value::as_str) {

@@ -103,7 +103,8 @@ fn link(req: &mut CallRequest, declared_by: String) -> Result<(), Rejection> {
             given: given.clone(),
         }),
         _ => {
-            req.call.parent_message_id = Some(declared_by);
+            req.call.parent_message_id = Some(declared_by.clone());
+            req.declared = Declared::By(declared_by);
             Ok(())
         }
     }
@@ -239,6 +240,31 @@ pub struct CallRequest {
     pub observer: Option<mpsc::UnboundedSender<Event>>,
     /// Set when this call undoes another one (the undo endpoint).
     pub undo_of: Option<String>,
+    /// The message of the thread that declares this call, once looked up
+    /// ([`Engine::link_to_declaration`]); its record commits only while the
+    /// thread still declares it so ([`crate::store::NewToolCall::declared_by`]).
+    pub declared: Declared,
+}
+
+/// Which message of the thread declares a call, as far as the engine knows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Declared {
+    /// Not looked up yet (or to be looked up again).
+    #[default]
+    Unknown,
+    /// No message declares the call.
+    Nowhere,
+    /// This assistant message declares it.
+    By(String),
+}
+
+impl Declared {
+    fn message(&self) -> Option<String> {
+        match self {
+            Declared::By(message) => Some(message.clone()),
+            Declared::Unknown | Declared::Nowhere => None,
+        }
+    }
 }
 
 impl CallRequest {
@@ -249,6 +275,7 @@ impl CallRequest {
             call,
             observer: None,
             undo_of: None,
+            declared: Declared::Unknown,
         }
     }
 }
@@ -378,19 +405,17 @@ pub struct Engine {
     undeclaring: Mutex<Undeclaring>,
 }
 
-/// Threads this process found to declare no call, each with when it
-/// looked, and how many times a thread was dropped from them: a look begun
-/// before a drop is not kept after it (the drop may be of its thread).
+/// Threads this process found to declare no call, and how many times a
+/// thread was dropped from them: a look begun before a drop is not kept
+/// after it (the drop may be of its thread). Only a shortcut: a call's
+/// record commits only if the thread still declares it as looked up, so a
+/// thread kept here after a message (of another process, say) declared
+/// calls in it is dropped at its first such call's conflict.
 #[derive(Default)]
 struct Undeclaring {
-    threads: HashMap<String, Instant>,
+    threads: std::collections::HashSet<String>,
     drops: u64,
 }
-
-/// How long a thread found to declare no call is taken at its word when
-/// other processes write the database too: a message one of them records is
-/// not announced to this one.
-const SHARED_UNDECLARING_FOR: Duration = Duration::from_millis(250);
 
 /// Owners' rules as read, and how many times any were dropped: rules read
 /// before a drop are not kept after it (they may be what was dropped).
@@ -444,7 +469,6 @@ impl Engine {
         // write-ahead finds it when it is committed: with the result, or
         // after `announce_after`, when the repeated call is stopped.
         let mut optimistic = true;
-        let mut linked = false;
         loop {
             // 2. Idempotency: a call id seen before in this thread answers
             //    with its stored outcome and runs nothing again.
@@ -452,10 +476,7 @@ impl Engine {
                 return Ok(recorded);
             }
             optimistic = false;
-            if !linked {
-                self.link_to_declaration(&mut req).await?;
-                linked = true;
-            }
+            self.link_to_declaration(&mut req).await?;
 
             // 3. Permission: deployment and owner rules, deny → ask → allow.
             let permission = self.permission(&req, &tool).await?;
@@ -537,7 +558,11 @@ impl Engine {
                     .await?
                 {
                     Some(executed) => return Ok(executed),
-                    None => continue, // the id was recorded meanwhile
+                    None => {
+                        // The id was recorded, or the call declared, meanwhile.
+                        self.look_again(&mut req);
+                        continue;
+                    }
                 }
             }
 
@@ -557,8 +582,11 @@ impl Engine {
                 match self.commit_write_ahead(&req, unit, events).await {
                     Ok(()) => WriteAhead::Written,
                     Err(StoreError::Conflict(_)) => {
+                        // Recorded by another process between 2 and 7, or
+                        // declared by a message recorded since the look-up.
                         drop(guard);
-                        continue; // recorded by another process between 2 and 7
+                        self.look_again(&mut req);
+                        continue;
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -578,8 +606,9 @@ impl Engine {
                 .await;
             drop(guard);
             match outcome {
-                // A deferred record met one written by another process.
-                Err(StoreError::Conflict(_)) if deferred => continue,
+                // A deferred record met one written by another process, or
+                // a declaration recorded since the look-up.
+                Err(StoreError::Conflict(_)) if deferred => self.look_again(&mut req),
                 outcome => return outcome.map(Executed::Finished).map_err(Rejection::from),
             }
         }
@@ -691,18 +720,21 @@ impl Engine {
     /// history show it. Posted with another message's id, it is refused
     /// (`OtherParent`). An undeclared call keeps what it was posted with.
     ///
+    /// What is found here holds when the call's record commits: the store
+    /// refuses the record (a conflict) if the thread declares the call
+    /// otherwise by then, and the call looks again ([`Engine::look_again`]).
     /// Most threads declare nothing (calls posted straight to
     /// `/tool-calls`): a thread found so is remembered, and its calls look
     /// nothing up until a message declaring calls is recorded in it
-    /// ([`Engine::declarations_recorded`]; on a shared database, for
-    /// [`SHARED_UNDECLARING_FOR`]).
+    /// ([`Engine::declarations_recorded`]) or a record meets a declaration.
     async fn link_to_declaration(&self, req: &mut CallRequest) -> Result<(), Rejection> {
+        if req.declared != Declared::Unknown {
+            return Ok(());
+        }
         let drops = {
             let undeclaring = self.undeclaring.lock().expect("undeclaring lock");
-            let fresh = |at: &Instant| {
-                !self.config.shared_database || at.elapsed() < SHARED_UNDECLARING_FOR
-            };
-            if undeclaring.threads.get(&req.thread_id).is_some_and(fresh) {
+            if undeclaring.threads.contains(&req.thread_id) {
+                req.declared = Declared::Nowhere;
                 return Ok(());
             }
             undeclaring.drops
@@ -717,15 +749,26 @@ impl Engine {
                 if undeclaring.threads.len() >= 100_000 {
                     undeclaring.threads.clear();
                 }
-                undeclaring
-                    .threads
-                    .insert(req.thread_id.clone(), Instant::now());
+                undeclaring.threads.insert(req.thread_id.clone());
             }
         }
         match declaration.message_id {
             Some(declared_by) => link(req, declared_by),
-            None => Ok(()),
+            None => {
+                req.declared = Declared::Nowhere;
+                Ok(())
+            }
         }
+    }
+
+    /// A write of `req`'s call met a conflict: the id recorded meanwhile,
+    /// or the call declared by a message recorded since it was looked up.
+    /// Its declaration is looked up again, in the store.
+    fn look_again(&self, req: &mut CallRequest) {
+        if req.declared == Declared::Nowhere {
+            self.declarations_recorded(&req.thread_id);
+        }
+        req.declared = Declared::Unknown;
     }
 
     /// A message declaring calls was recorded in `thread_id`: its calls
@@ -980,6 +1023,7 @@ impl Engine {
             dry_run: req.call.dry_run,
             created_at_ms: now_ms(),
             instance: Some(self.config.instance.clone()),
+            declared_by: req.declared.message(),
         })];
         let mut extra_events = Vec::new();
         for op in extra {
@@ -1450,46 +1494,68 @@ impl Engine {
     /// recorded answers with its stored outcome.
     pub async fn record_refusal(
         &self,
-        req: CallRequest,
+        mut req: CallRequest,
         tool_name: &str,
         error: ToolError,
         audit: crate::store::NewAuditEntry,
     ) -> Result<CallOutcome, StoreError> {
-        if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {
-            if let Some(field) = call_difference(&record, tool_name, &req.call) {
-                return Err(StoreError::CallConflict {
-                    id: req.call.id.clone(),
-                    field,
-                });
+        // A second try follows a conflict: the id recorded, or the call
+        // declared, since the first look.
+        let mut tries = 2;
+        loop {
+            tries -= 1;
+            if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? {
+                if let Some(field) = call_difference(&record, tool_name, &req.call) {
+                    return Err(StoreError::CallConflict {
+                        id: req.call.id.clone(),
+                        field,
+                    });
+                }
+                if record.status.is_finished() {
+                    let outcome = outcome_from_record(&record)?;
+                    observe(
+                        req.observer.as_ref(),
+                        replay_events(&record, &outcome, &req.call),
+                    );
+                    return Ok(outcome);
+                }
+                return Err(StoreError::Conflict(format!(
+                    "tool call {} is still open",
+                    req.call.id
+                )));
             }
-            if record.status.is_finished() {
-                let outcome = outcome_from_record(&record)?;
-                observe(
+            self.link_to_declaration(&mut req)
+                .await
+                .map_err(|rejection| match rejection {
+                    Rejection::Store(e) => e,
+                    other => StoreError::Conflict(other.to_string()),
+                })?;
+            // Nothing runs: the record and its result share one transaction.
+            let (unit, announced) =
+                self.write_ahead_unit(&req, tool_name, CallStatus::Running, vec![]);
+            let output = postprocess::failure_output(
+                tool_name,
+                &req.call.id,
+                &req.call.arguments,
+                error.clone(),
+            );
+            let mut ops = unit.ops;
+            ops.push(WriteOp::AppendAudit(audit.clone()));
+            let finishing = Self::finish_ops(&output, None, ops, announced);
+            match self
+                .commit_finish(
+                    &req.owner,
+                    &req.thread_id,
+                    output,
                     req.observer.as_ref(),
-                    replay_events(&record, &outcome, &req.call),
-                );
-                return Ok(outcome);
+                    finishing,
+                )
+                .await
+            {
+                Err(StoreError::Conflict(_)) if tries > 0 => self.look_again(&mut req),
+                outcome => return outcome,
             }
-            return Err(StoreError::Conflict(format!(
-                "tool call {} is still open",
-                req.call.id
-            )));
         }
-        // Nothing runs: the record and its result share one transaction.
-        let (unit, announced) = self.write_ahead_unit(&req, tool_name, CallStatus::Running, vec![]);
-        let output =
-            postprocess::failure_output(tool_name, &req.call.id, &req.call.arguments, error);
-        let mut ops = unit.ops;
-        ops.push(WriteOp::AppendAudit(audit));
-        let finishing = Self::finish_ops(&output, None, ops, announced);
-        self.commit_finish(
-            &req.owner,
-            &req.thread_id,
-            output,
-            req.observer.as_ref(),
-            finishing,
-        )
-        .await
     }
 
     /// A refusal an entry point records itself (AG-UI runs: unknown tool,

@@ -243,6 +243,7 @@ mod tests {
                 dry_run: false,
                 created_at_ms: 7,
                 instance: None,
+                declared_by: None,
             }),
         );
         assert!(!worth_keeping(&with_record));

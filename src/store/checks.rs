@@ -242,3 +242,21 @@ pub(crate) fn redeclared(id: &str, before: GivenIn) -> StoreError {
         "tool call {id:?} is already {given} in this thread with another tool or arguments; a new call needs an id of its own"
     ))
 }
+
+/// `Conflict` unless the thread's declaration of call `id`, `found` (the
+/// declaring message, if any), is the one the caller expected.
+pub(crate) fn declared_as_expected(
+    id: &str,
+    found: Option<&str>,
+    expected: Option<&str>,
+) -> StoreResult<()> {
+    let what = match (found, expected) {
+        (found, expected) if found == expected => return Ok(()),
+        (Some(message), _) => format!(
+            "tool call {id:?} is declared by message {message:?}, recorded after the call was looked up"
+        ),
+        (None, Some(message)) => format!("tool call {id:?} is not declared by message {message:?}"),
+        (None, None) => return Ok(()),
+    };
+    Err(StoreError::Conflict(what))
+}

@@ -556,6 +556,13 @@ pub struct NewToolCall {
     /// a starting process finishes only its own calls left `running`.
     #[serde(default)]
     pub instance: Option<String>,
+    /// The assistant message of the thread that declares this call, as the
+    /// caller found it (`None`: no message declares it). The unit fails with
+    /// [`StoreError::Conflict`] when the thread declares the call otherwise
+    /// by the time it commits (a message recorded since): the caller looks
+    /// again, so a call is announced under the message that declares it.
+    #[serde(default)]
+    pub declared_by: Option<String>,
 }
 
 /// The end of a call: its status, undo record and the id of the tool

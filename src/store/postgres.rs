@@ -250,9 +250,15 @@ async fn insert_tool_call(
 ) -> StoreResult<()> {
     checks::insertable_call_status(&call.id, call.status)?;
     let given = (call.tool_name.as_str(), call.args.as_str());
-    if same_as_declared(conn, &unit.thread_id, &call.id, given).await? == Some(false) {
+    let declared = same_as_declared(conn, &unit.thread_id, &call.id, given).await?;
+    if let Some((false, _)) = declared {
         return Err(checks::redeclared(&call.id, checks::GivenIn::Declaration));
     }
+    checks::declared_as_expected(
+        &call.id,
+        declared.as_ref().map(|(_, message)| message.as_str()),
+        call.declared_by.as_deref(),
+    )?;
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
          created_at_ms, undo_of, ordinal, workspace, dry_run, instance) \
@@ -553,7 +559,7 @@ async fn declare(
             continue;
         }
         let given = (d.tool_name.as_str(), d.args.as_str());
-        if same_as_declared(conn, &unit.thread_id, &d.id, given).await? == Some(false) {
+        if let Some((false, _)) = same_as_declared(conn, &unit.thread_id, &d.id, given).await? {
             return Err(checks::redeclared(&d.id, checks::GivenIn::Declaration));
         }
     }
@@ -561,15 +567,15 @@ async fn declare(
 }
 
 /// Whether the thread declares call `id` with `(tool name, arguments' JSON
-/// text)`; `None` when it does not declare it.
+/// text)`, and the message that declares it; `None` when none does.
 async fn same_as_declared(
     conn: &mut PgConnection,
     thread_id: &str,
     id: &str,
     (tool_name, args): (&str, &str),
-) -> StoreResult<Option<bool>> {
-    Ok(sqlx::query_scalar(
-        "SELECT tool_name = $3 AND args = $4::JSONB FROM declared_calls \
+) -> StoreResult<Option<(bool, String)>> {
+    Ok(sqlx::query_as(
+        "SELECT tool_name = $3 AND args = $4::JSONB, message_id FROM declared_calls \
          WHERE thread_id = $1 AND call_id = $2",
     )
     .bind(thread_id)
@@ -695,13 +701,16 @@ async fn apply_plan(
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[], \
                  $11::TEXT[], $12::TEXT[], $13::BIGINT[], $14::TEXT[], $15::BIGINT[], \
-                 $16::TEXT[]) \
+                 $16::TEXT[], $17::TEXT[]) \
                  AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
                      undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run, \
-                     instance) \
+                     instance, declared_by) \
              WHERE NOT EXISTS (SELECT 1 FROM declared_calls AS d \
                  WHERE d.thread_id = u.thread_id AND d.call_id = u.id \
-                     AND (d.tool_name <> u.tool_name OR d.args <> u.args::JSONB)) \
+                     AND (d.tool_name <> u.tool_name OR d.args <> u.args::JSONB \
+                         OR d.message_id IS DISTINCT FROM u.declared_by)) \
+                 AND (u.declared_by IS NULL OR EXISTS (SELECT 1 FROM declared_calls AS d \
+                     WHERE d.thread_id = u.thread_id AND d.call_id = u.id)) \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -742,6 +751,11 @@ async fn apply_plan(
         .bind(
             c.iter()
                 .map(|r| r.call.instance.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|r| r.call.declared_by.as_deref())
                 .collect::<Vec<_>>(),
         )
         .execute(&mut *conn)

@@ -121,7 +121,7 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) \
 ON CONFLICT (thread_id, id) DO NOTHING";
 
 const DECLARED_CALL: &str = "\
-SELECT tool_name, args FROM declared_calls WHERE thread_id = ?1 AND call_id = ?2";
+SELECT tool_name, args, message_id FROM declared_calls WHERE thread_id = ?1 AND call_id = ?2";
 
 const RECORDED_CALL: &str = "\
 SELECT tool_name, args FROM tool_calls WHERE thread_id = ?1 AND id = ?2";
@@ -542,18 +542,25 @@ fn given_call(
 }
 
 /// `Redeclared` when the thread declares `call`'s id with another tool or
-/// other arguments.
+/// other arguments; `Conflict` when another message declares it than the
+/// caller found ([`NewToolCall::declared_by`]).
 fn check_declared(conn: &Connection, thread_id: &str, call: &NewToolCall) -> StoreResult<()> {
-    match given_call(conn, DECLARED_CALL, thread_id, &call.id)? {
-        Some((tool, args))
-            if !checks::same_declared_call(
-                (&tool, &args),
-                (&call.tool_name, call.args.as_str()),
-            ) =>
-        {
+    let declared: Option<(String, String, String)> = conn
+        .prepare_cached(DECLARED_CALL)?
+        .query_row(params![thread_id, call.id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()?;
+    let now = (call.tool_name.as_str(), call.args.as_str());
+    match &declared {
+        Some((tool, args, _)) if !checks::same_declared_call((tool, args), now) => {
             Err(checks::redeclared(&call.id, checks::GivenIn::Declaration))
         }
-        _ => Ok(()),
+        _ => checks::declared_as_expected(
+            &call.id,
+            declared.as_ref().map(|(_, _, message)| message.as_str()),
+            call.declared_by.as_deref(),
+        ),
     }
 }
 

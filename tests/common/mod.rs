@@ -466,6 +466,25 @@ impl SseReader {
                 .collect::<Vec<_>>()
         );
     }
+
+    /// The next `n` calls announced: each `TOOL_CALL_START`'s `toolCallId`
+    /// and `parentMessageId` (if it names one).
+    pub async fn call_starts(&mut self, n: usize) -> Vec<(Value, Option<Value>)> {
+        let mut starts = Vec::new();
+        while starts.len() < n {
+            let f = self
+                .next(Duration::from_secs(5))
+                .await
+                .unwrap_or_else(|| panic!("{n} calls announced; got {starts:?}"));
+            if f.kind() == "TOOL_CALL_START" {
+                starts.push((
+                    f.data["toolCallId"].clone(),
+                    f.data.get("parentMessageId").cloned(),
+                ));
+            }
+        }
+        starts
+    }
 }
 
 /// Checks the AG-UI wire rules on one event: camelCase keys at the top
