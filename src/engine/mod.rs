@@ -6,6 +6,9 @@
 mod approvals;
 pub use approvals::approval_required;
 pub mod audit;
+mod declarations;
+pub use declarations::Declared;
+use declarations::{Undeclaring, link};
 pub mod gates;
 pub mod limits;
 mod postprocess;
@@ -90,23 +93,6 @@ fn call_difference(
         Some(dry_run) if dry_run != call.dry_run => Some("dry_run"),
         Some(_) if record.workspace != call.workspace => Some("workspace"),
         _ => None,
-    }
-}
-
-/// `req`'s call belongs to message `declared_by`, which declares it: its
-/// parent, unless it was posted with another (`OtherParent`).
-fn link(req: &mut CallRequest, declared_by: String) -> Result<(), Rejection> {
-    match &req.call.parent_message_id {
-        Some(given) if *given != declared_by => Err(Rejection::OtherParent {
-            id: req.call.id.clone(),
-            declared_by,
-            given: given.clone(),
-        }),
-        _ => {
-            req.call.parent_message_id = Some(declared_by.clone());
-            req.declared = Declared::By(declared_by);
-            Ok(())
-        }
     }
 }
 
@@ -246,27 +232,6 @@ pub struct CallRequest {
     pub declared: Declared,
 }
 
-/// Which message of the thread declares a call, as far as the engine knows.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum Declared {
-    /// Not looked up yet (or to be looked up again).
-    #[default]
-    Unknown,
-    /// No message declares the call.
-    Nowhere,
-    /// This assistant message declares it.
-    By(String),
-}
-
-impl Declared {
-    fn message(&self) -> Option<String> {
-        match self {
-            Declared::By(message) => Some(message.clone()),
-            Declared::Unknown | Declared::Nowhere => None,
-        }
-    }
-}
-
 impl CallRequest {
     pub fn new(owner: &str, thread_id: &str, call: IncomingCall) -> Self {
         CallRequest {
@@ -403,18 +368,6 @@ pub struct Engine {
     rules_kept: std::sync::atomic::AtomicBool,
     /// Threads found to declare no call (see [`Engine::link_to_declaration`]).
     undeclaring: Mutex<Undeclaring>,
-}
-
-/// Threads this process found to declare no call, and how many times a
-/// thread was dropped from them: a look begun before a drop is not kept
-/// after it (the drop may be of its thread). Only a shortcut: a call's
-/// record commits only if the thread still declares it as looked up, so a
-/// thread kept here after a message (of another process, say) declared
-/// calls in it is dropped at its first such call's conflict.
-#[derive(Default)]
-struct Undeclaring {
-    threads: std::collections::HashSet<String>,
-    drops: u64,
 }
 
 /// Owners' rules as read, and how many times any were dropped: rules read
@@ -711,72 +664,6 @@ impl Engine {
             .await
             .map(Executed::Finished)
             .map_err(Rejection::from)
-    }
-
-    /// A new call that an assistant message of the thread declares belongs
-    /// to that message: its TOOL_CALL_START names the message as its
-    /// parent, posted with the message's id or without one, so an AG-UI
-    /// client adds the call to that message live, as the snapshot and the
-    /// history show it. Posted with another message's id, it is refused
-    /// (`OtherParent`). An undeclared call keeps what it was posted with.
-    ///
-    /// What is found here holds when the call's record commits: the store
-    /// refuses the record (a conflict) if the thread declares the call
-    /// otherwise by then, and the call looks again ([`Engine::look_again`]).
-    /// Most threads declare nothing (calls posted straight to
-    /// `/tool-calls`): a thread found so is remembered, and its calls look
-    /// nothing up until a message declaring calls is recorded in it
-    /// ([`Engine::declarations_recorded`]) or a record meets a declaration.
-    async fn link_to_declaration(&self, req: &mut CallRequest) -> Result<(), Rejection> {
-        if req.declared != Declared::Unknown {
-            return Ok(());
-        }
-        let drops = {
-            let undeclaring = self.undeclaring.lock().expect("undeclaring lock");
-            if undeclaring.threads.contains(&req.thread_id) {
-                req.declared = Declared::Nowhere;
-                return Ok(());
-            }
-            undeclaring.drops
-        };
-        let declaration = self
-            .store
-            .call_declaration(&req.thread_id, &req.call.id)
-            .await?;
-        if !declaration.thread_declares {
-            let mut undeclaring = self.undeclaring.lock().expect("undeclaring lock");
-            if undeclaring.drops == drops {
-                if undeclaring.threads.len() >= 100_000 {
-                    undeclaring.threads.clear();
-                }
-                undeclaring.threads.insert(req.thread_id.clone());
-            }
-        }
-        match declaration.message_id {
-            Some(declared_by) => link(req, declared_by),
-            None => {
-                req.declared = Declared::Nowhere;
-                Ok(())
-            }
-        }
-    }
-
-    /// A write of `req`'s call met a conflict: the id recorded meanwhile,
-    /// or the call declared by a message recorded since it was looked up.
-    /// Its declaration is looked up again, in the store.
-    fn look_again(&self, req: &mut CallRequest) {
-        if req.declared == Declared::Nowhere {
-            self.declarations_recorded(&req.thread_id);
-        }
-        req.declared = Declared::Unknown;
-    }
-
-    /// A message declaring calls was recorded in `thread_id`: its calls
-    /// look up their declarations again. Called after the message commits.
-    pub fn declarations_recorded(&self, thread_id: &str) {
-        let mut undeclaring = self.undeclaring.lock().expect("undeclaring lock");
-        undeclaring.threads.remove(thread_id);
-        undeclaring.drops += 1;
     }
 
     fn resolve(&self, name: &str) -> Result<Arc<RegisteredTool>, Rejection> {
