@@ -1388,6 +1388,17 @@ async fn a_declared_call_runs_only_as_declared(backend: Backend) {
         )
         .await;
     }
+    // Refused before it runs: a read-only tool posted under a declared id
+    // does not run first (a wait of 30 s, the tests' cap, would hold the
+    // answer back).
+    let long = json!({"id": "c1", "name": "wait", "arguments": {"ms": 30000}});
+    let answered = tokio::time::timeout(
+        Duration::from_secs(20),
+        app.post("/v1/threads/dd/tool-calls", &long),
+    )
+    .await
+    .expect("refused before the wait runs");
+    refused(answered, 409, "already declared").await;
     let r = app.get("/v1/threads/dd/tool-calls/c1").await;
     assert_eq!(r.status(), 404);
     // The declared calls run; a tool declared by its alias is the same tool.

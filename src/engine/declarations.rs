@@ -5,6 +5,8 @@
 use std::collections::HashSet;
 
 use super::{CallRequest, Engine, Rejection};
+use crate::protocol::json::same_json;
+use crate::store::{GivenIn, redeclared};
 
 /// Which message of the thread declares a call, as far as the engine knows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -67,11 +69,18 @@ impl Engine {
     /// What is found here holds when the call's record commits: the store
     /// refuses the record (a conflict) if the thread declares the call
     /// otherwise by then, and the call looks again ([`Engine::look_again`]).
+    /// Declared with another tool than `tool_name` or other arguments, it is
+    /// refused (`Redeclared`) before it runs.
+    ///
     /// Most threads declare nothing (calls posted straight to
     /// `/tool-calls`): a thread found so is remembered, and its calls look
     /// nothing up until a message declaring calls is recorded in it
     /// ([`Engine::declarations_recorded`]) or a record meets a declaration.
-    pub(super) async fn link_to_declaration(&self, req: &mut CallRequest) -> Result<(), Rejection> {
+    pub(super) async fn link_to_declaration(
+        &self,
+        req: &mut CallRequest,
+        tool_name: &str,
+    ) -> Result<(), Rejection> {
         if req.declared != Declared::Unknown {
             return Ok(());
         }
@@ -96,8 +105,11 @@ impl Engine {
                 undeclaring.threads.insert(req.thread_id.clone());
             }
         }
-        match declaration.message_id {
-            Some(declared_by) => link(req, declared_by),
+        match declaration.by {
+            Some(by) if by.tool_name != tool_name || !same_json(&by.args, &req.call.arguments) => {
+                Err(redeclared(&req.call.id, GivenIn::Declaration).into())
+            }
+            Some(by) => link(req, by.message_id),
             None => {
                 req.declared = Declared::Nowhere;
                 Ok(())

@@ -429,7 +429,8 @@ impl Engine {
                 return Ok(recorded);
             }
             optimistic = false;
-            self.link_to_declaration(&mut req).await?;
+            self.link_to_declaration(&mut req, &tool.definition.name)
+                .await?;
 
             // 3. Permission: deployment and owner rules, deny → ask → allow.
             let permission = self.permission(&req, &tool).await?;
@@ -1411,7 +1412,7 @@ impl Engine {
                     req.call.id
                 )));
             }
-            self.link_to_declaration(&mut req)
+            self.link_to_declaration(&mut req, tool_name)
                 .await
                 .map_err(|rejection| match rejection {
                     Rejection::Store(e) => e,

@@ -8,6 +8,7 @@
 
 mod batch;
 mod checks;
+pub(crate) use checks::{GivenIn, redeclared};
 mod db_error;
 pub mod postgres;
 mod reads;
@@ -351,12 +352,21 @@ pub struct NewMessage {
 }
 
 /// What a thread's assistant messages say of one call.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Declaration {
     /// The message that declares the call, if one does.
-    pub message_id: Option<String>,
+    pub by: Option<DeclaringMessage>,
     /// Whether any message of the thread declares a call.
     pub thread_declares: bool,
+}
+
+/// The message that declares a call, and the call as it declares it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeclaringMessage {
+    pub message_id: String,
+    /// The tool's canonical name (see [`DeclaredCall`]).
+    pub tool_name: String,
+    pub args: Value,
 }
 
 /// A call an assistant message declares: its id, the tool's name (its

@@ -14,9 +14,9 @@ use sqlx::types::Json;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, Declaration, PAGE_BYTES,
-    ResultReference, Role, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot,
-    ThreadSummary, ToolCallRecord,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, Declaration,
+    DeclaringMessage, PAGE_BYTES, ResultReference, Role, StoreError, StoreResult, StoredEvent,
+    StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord,
 };
 
 /// A call's row (as `c`) with its output, read from its tool message (`m`,
@@ -215,18 +215,35 @@ where
         thread_id: &str,
         call_id: &str,
     ) -> StoreResult<Declaration> {
-        // The second column: some message declaring a call in the thread.
-        let (message_id, any): (Option<String>, Option<String>) = sqlx::query_as(
-            "SELECT (SELECT message_id FROM declared_calls \
-                     WHERE thread_id = $1 AND call_id = $2), \
-                 (SELECT message_id FROM declared_calls WHERE thread_id = $1 LIMIT 1)",
+        // The last column: some message declaring a call in the thread.
+        type Row = (
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+        );
+        let (message_id, tool_name, args, any): Row = sqlx::query_as(
+            "SELECT d.message_id, d.tool_name, CAST(d.args AS TEXT), \
+                 (SELECT message_id FROM declared_calls WHERE thread_id = $1 LIMIT 1) \
+             FROM (SELECT 1) AS one LEFT JOIN declared_calls AS d \
+                 ON d.thread_id = $1 AND d.call_id = $2",
         )
         .bind(thread_id)
         .bind(call_id)
         .fetch_one(self.pool)
         .await?;
+        let by = match (message_id, tool_name, args) {
+            (Some(message_id), Some(tool_name), Some(args)) => Some(DeclaringMessage {
+                message_id,
+                tool_name,
+                args: serde_json::from_str(&args).map_err(|e| {
+                    StoreError::Corrupt(format!("declared call {call_id:?}'s arguments: {e}"))
+                })?,
+            }),
+            _ => None,
+        };
         Ok(Declaration {
-            message_id,
+            by,
             thread_declares: any.is_some(),
         })
     }
