@@ -583,10 +583,13 @@ async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {
     .await;
     let (s, pending) = app.call("e", json!({"id": "x", "name": "write_file", "arguments": {"path": "e.txt", "content": "x"}})).await;
     assert_eq!(s, 202);
+    let (s, looked_at) = app.call("e", json!({"id": "x2", "name": "write_file", "arguments": {"path": "e2.txt", "content": "x"}})).await;
+    assert_eq!(s, 202);
     // Re-posted the moment its deadline passes, the call answers with its
     // expiry, not a 202 for a decision nobody can make any more (nor does
-    // it wait for the sweeper's next round).
-    let deadline = pending["approval"]["expires_at_ms"].as_i64().unwrap();
+    // it wait for the sweeper's next round); looked up, it is shown
+    // expired, as its approval is.
+    let deadline = looked_at["approval"]["expires_at_ms"].as_i64().unwrap();
     let now = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -600,9 +603,31 @@ async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {
     while now() < deadline {
         tokio::task::yield_now().await;
     }
+    let call = app.get_json("/v1/threads/e/tool-calls/x2").await;
+    assert_eq!(call["status"], "failure", "{call}");
+    assert_eq!(
+        call["outcome"]["tool_agent_output"]["error"]["code"], "APPROVAL_EXPIRED",
+        "{call}"
+    );
     let (s, out) = app.call("e", json!({"id": "x", "name": "write_file", "arguments": {"path": "e.txt", "content": "x"}})).await;
     assert_eq!(s, 200, "{out}");
     assert_eq!(error_code(&out), "APPROVAL_EXPIRED");
+    // Deciding it is refused in the same words, recorded expired or not.
+    for approval in [&looked_at, &pending] {
+        let id = approval["approval"]["id"].as_str().unwrap();
+        let r = app
+            .post(
+                &format!("/v1/approvals/{id}/decision"),
+                &json!({"decision": "approve"}),
+            )
+            .await;
+        assert_eq!(r.status(), 409);
+        let problem: Value = r.json().await.unwrap();
+        assert_eq!(
+            problem["detail"], "the approval expired before it was decided",
+            "{problem}"
+        );
+    }
     let shown = app
         .get_json(&format!(
             "/v1/approvals/{}",
@@ -619,7 +644,7 @@ async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {
     };
     assert_eq!(error_code(&out), "APPROVAL_EXPIRED");
     let expired = app.get_json("/v1/approvals?status=expired").await;
-    assert_eq!(expired["approvals"].as_array().unwrap().len(), 1);
+    assert_eq!(expired["approvals"].as_array().unwrap().len(), 2);
 
     let app = TestApp::spawn_with(backend, |s| {
         s.approvals.enabled = false;

@@ -221,6 +221,31 @@ impl Engine {
     /// when it was decided since `record` was read: the decision and the
     /// call's move out of `pending_approval` commit together, but two reads
     /// can fall on either side of them.
+    /// `record` as it stands once an approval past its deadline is settled:
+    /// a call waiting for one is read after its expiry is recorded (its
+    /// `APPROVAL_EXPIRED` result), as the sweeper would record it moments
+    /// later, so a view of the call never says it waits for a decision its
+    /// approval says nobody can make.
+    pub async fn settled(
+        &self,
+        record: crate::store::ToolCallRecord,
+    ) -> Result<crate::store::ToolCallRecord, StoreError> {
+        if record.status != CallStatus::PendingApproval {
+            return Ok(record);
+        }
+        match self.pending_approval_of(&record).await? {
+            Some(approval) if approval.expires_at_ms <= now_ms() => {
+                self.expire(&approval).await?;
+            }
+            Some(_) => return Ok(record),
+            None => {} // decided since
+        }
+        self.store
+            .tool_call(&record.thread_id, &record.id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(format!("tool call {:?}", record.id)))
+    }
+
     pub(super) async fn pending_approval_of(
         &self,
         record: &crate::store::ToolCallRecord,
@@ -299,8 +324,11 @@ impl Engine {
         reason: Option<String>,
     ) -> Result<ApprovalRecord, ApprovalError> {
         let approval = self.approval_for(id, by, approver).await?;
-        if approval.status != ApprovalStatus::Pending {
-            return Err(ApprovalError::AlreadyDecided(status_word(approval.status)));
+        match approval.status {
+            ApprovalStatus::Pending => {}
+            // Said the same whether the sweeper has recorded it yet or not.
+            ApprovalStatus::Expired => return Err(ApprovalError::Expired),
+            decided => return Err(ApprovalError::AlreadyDecided(status_word(decided))),
         }
         if now_ms() >= approval.expires_at_ms {
             self.expire(&approval).await?;

@@ -982,6 +982,8 @@ pub async fn get_tool_call(
         .ok_or_else(|| {
             ApiError::NotFound(format!("no tool call {tool_call_id:?} in this thread"))
         })?;
+    // Past its approval's deadline, it is shown expired, as the approval is.
+    let record = state.engine.settled(record).await?;
     let approval_id = state
         .store
         .approval_of_call(&thread.0, &tool_call_id)
