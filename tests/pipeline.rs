@@ -592,10 +592,30 @@ async fn a_retried_run_replays_its_calls_under_their_message(backend: Backend) {
         );
         assert_eq!(frames[1].data["toolCallId"], "c1", "{attempt}");
         assert_eq!(frames[1].data["parentMessageId"], "a1", "{attempt}");
-        results.push(frames[3].data.clone());
+        results.push(
+            frames[1..4]
+                .iter()
+                .map(|f| f.data.clone())
+                .collect::<Vec<_>>(),
+        );
     }
-    assert_eq!(results[0]["messageId"], results[1]["messageId"]);
-    assert_eq!(results[0]["content"], results[1]["content"]);
+    // The retry shows the call as recorded: the same events, with the
+    // moments they were recorded at, as the thread's log and the call's
+    // record have them.
+    assert_eq!(results[0], results[1]);
+    let mut log = app.events("rr", "?after=0", None).await;
+    let logged: Vec<Value> = log
+        .until("TOOL_CALL_RESULT")
+        .await
+        .into_iter()
+        .filter(|f| ["TOOL_CALL_START", "TOOL_CALL_END", "TOOL_CALL_RESULT"].contains(&f.kind()))
+        .map(|f| f.data)
+        .collect();
+    assert_eq!(logged, results[1]);
+    let record = app.get_json("/v1/threads/rr/tool-calls/c1").await;
+    assert_eq!(record["created_at_ms"], results[1][0]["timestamp"]);
+    assert_eq!(record["created_at_ms"], results[1][1]["timestamp"]);
+    assert_eq!(record["finished_at_ms"], results[1][2]["timestamp"]);
     let tools: Vec<Value> = app
         .history("rr")
         .await

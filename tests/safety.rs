@@ -2983,6 +2983,7 @@ async fn ag_ui_resume_answers_interrupts(backend: Backend) {
         .map(|f| &f.data["toolCallId"])
         .collect();
     assert_eq!(results, [&json!("w1"), &json!("e1")]);
+    let resumed_run = frames.clone();
     let finished = &frames.last().unwrap().data;
     assert_eq!(
         finished["outcome"],
@@ -3046,6 +3047,23 @@ async fn ag_ui_resume_answers_interrupts(backend: Backend) {
         json!({"type": "success"})
     );
     assert_eq!(f1_results(&app.history("q").await).len(), 1);
+    // Each run shows the results as the thread's log has them, recorded
+    // at the same moments: the run that ran them and the retry alike.
+    let shown: Vec<&Value> = [&resumed_run, &frames]
+        .into_iter()
+        .flatten()
+        .filter(|f| f.kind() == "TOOL_CALL_RESULT")
+        .map(|f| &f.data)
+        .collect();
+    let mut log = app.events("q", "?after=0", None).await;
+    let mut logged = std::collections::HashMap::new();
+    while shown.iter().any(|r| !logged.contains_key(&r["toolCallId"])) {
+        let f = log.until("TOOL_CALL_RESULT").await.pop().unwrap();
+        logged.insert(f.data["toolCallId"].clone(), f.data);
+    }
+    for result in shown {
+        assert_eq!(Some(result), logged.get(&result["toolCallId"]));
+    }
 
     // Abandoned: the approval is denied, the application's call gets a
     // result saying so; both show as failures to the model.

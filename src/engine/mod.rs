@@ -266,6 +266,9 @@ pub struct CallOutcome {
     /// The text the model receives (the output's text projection, which
     /// is also the tool message's `content`).
     pub tool_response: String,
+    /// When the result was recorded: its `TOOL_CALL_RESULT`'s timestamp,
+    /// the call's `finished_at_ms` and its tool message's `created_at_ms`.
+    pub finished_at_ms: i64,
 }
 
 /// Why a call was refused before anything was recorded.
@@ -909,7 +912,8 @@ impl Engine {
             undo_of: req.undo_of.clone(),
             workspace: req.call.workspace.clone(),
             dry_run: req.call.dry_run,
-            created_at_ms: now_ms(),
+            // The moment its announcement carries.
+            created_at_ms: events[0].timestamp,
             instance: Some(self.config.instance.clone()),
             declared_by: req.declared.message(),
         })];
@@ -1064,6 +1068,8 @@ impl Engine {
         // a large result is serialized once.
         let content = output.text_projection();
         let event = result_event(output, content.clone(), &message_id, ui_schema.as_ref());
+        // One moment: the event's, the call's end and its message's.
+        let now = event.timestamp;
         let status = match output.status {
             ToolStatus::Success => CallStatus::Success,
             ToolStatus::Failure => CallStatus::Failure,
@@ -1075,7 +1081,6 @@ impl Engine {
         struct Carrying<'a> {
             tool_agent_output: &'a ToolAgentOutput,
         }
-        let now = now_ms();
         let metadata = JsonText::of(&Carrying {
             tool_agent_output: output,
         });
@@ -1154,7 +1159,7 @@ impl Engine {
             }
         }
         let mut events = finishing.announced;
-        events.push(finishing.event);
+        events.push(finishing.event.clone());
         observe(observer, events);
         let _ = self
             .finished
@@ -1165,6 +1170,7 @@ impl Engine {
             message_id: finishing.message_id,
             replayed: false,
             tool_response: finishing.content,
+            finished_at_ms: finishing.event.timestamp,
         })
     }
 
@@ -2080,29 +2086,43 @@ fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) 
 
 /// A recorded call's announcement (TOOL_CALL_START, TOOL_CALL_ARGS with
 /// its arguments, TOOL_CALL_END), under its tool's own name, for a stream
-/// that joins while it runs.
+/// that joins while it runs; with the timestamp it was recorded with.
 pub fn announcement_of(record: &ToolCallRecord) -> Vec<Event> {
     let args = JsonText::of(&record.args);
-    announcement(&record.id, &record.tool_name, None, &args)
+    at(
+        record.created_at_ms,
+        announcement(&record.id, &record.tool_name, None, &args),
+    )
 }
 
 /// TOOL_CALL_START, TOOL_CALL_ARGS (the arguments' JSON text) and
 /// TOOL_CALL_END of call `id`.
 fn announcement(id: &str, name: &str, parent: Option<String>, args: &JsonText) -> Vec<Event> {
-    vec![
-        Event::new(EventBody::ToolCallStart {
-            tool_call_id: id.to_owned(),
-            tool_call_name: name.to_owned(),
-            parent_message_id: parent,
-        }),
-        Event::new(EventBody::ToolCallArgs {
-            tool_call_id: id.to_owned(),
-            delta: args.as_str().to_owned(),
-        }),
-        Event::new(EventBody::ToolCallEnd {
-            tool_call_id: id.to_owned(),
-        }),
-    ]
+    at(
+        now_ms(),
+        vec![
+            Event::new(EventBody::ToolCallStart {
+                tool_call_id: id.to_owned(),
+                tool_call_name: name.to_owned(),
+                parent_message_id: parent,
+            }),
+            Event::new(EventBody::ToolCallArgs {
+                tool_call_id: id.to_owned(),
+                delta: args.as_str().to_owned(),
+            }),
+            Event::new(EventBody::ToolCallEnd {
+                tool_call_id: id.to_owned(),
+            }),
+        ],
+    )
+}
+
+/// `events`, each with the timestamp `ms`.
+fn at(ms: i64, mut events: Vec<Event>) -> Vec<Event> {
+    for event in &mut events {
+        event.timestamp = ms;
+    }
+    events
 }
 
 /// What a result carries under `metadata`, live (TOOL_CALL_RESULT) and in
@@ -2154,6 +2174,7 @@ pub fn outcome_from_record(record: &ToolCallRecord) -> Result<CallOutcome, Store
         ui_schema,
         message_id: record.message_id.clone().unwrap_or_default(),
         replayed: true,
+        finished_at_ms: record.finished_at_ms.unwrap_or(record.created_at_ms),
     })
 }
 
@@ -2165,26 +2186,37 @@ fn replay_events(
     outcome: &CallOutcome,
     call: &crate::protocol::calls::IncomingCall,
 ) -> Vec<Event> {
-    vec![
-        Event::new(EventBody::ToolCallStart {
-            tool_call_id: record.id.clone(),
-            tool_call_name: call.name.clone(),
-            parent_message_id: call.parent_message_id.clone(),
-        }),
-        Event::new(EventBody::ToolCallArgs {
-            tool_call_id: record.id.clone(),
-            delta: record.args.to_string(),
-        }),
-        Event::new(EventBody::ToolCallEnd {
-            tool_call_id: record.id.clone(),
-        }),
-        result_event(
-            &outcome.output,
-            outcome.tool_response.clone(),
-            &outcome.message_id,
-            outcome.ui_schema.as_ref(),
-        ),
-    ]
+    let mut events = at(
+        record.created_at_ms,
+        vec![
+            Event::new(EventBody::ToolCallStart {
+                tool_call_id: record.id.clone(),
+                tool_call_name: call.name.clone(),
+                parent_message_id: call.parent_message_id.clone(),
+            }),
+            Event::new(EventBody::ToolCallArgs {
+                tool_call_id: record.id.clone(),
+                delta: record.args.to_string(),
+            }),
+            Event::new(EventBody::ToolCallEnd {
+                tool_call_id: record.id.clone(),
+            }),
+        ],
+    );
+    events.push(recorded_result_event(outcome));
+    events
+}
+
+/// The `TOOL_CALL_RESULT` of a recorded outcome, as it was recorded.
+pub fn recorded_result_event(outcome: &CallOutcome) -> Event {
+    let mut event = result_event(
+        &outcome.output,
+        outcome.tool_response.clone(),
+        &outcome.message_id,
+        outcome.ui_schema.as_ref(),
+    );
+    event.timestamp = outcome.finished_at_ms;
+    event
 }
 
 /// Progress reports become `CUSTOM tool_call.progress` events, written in

@@ -635,13 +635,7 @@ async fn execute_run(
             .wait_finished(&input.thread_id, &approval.tool_call_id, wait)
             .await?;
         if let Some(outcome) = outcome {
-            let event = crate::engine::result_event(
-                &outcome.output,
-                outcome.tool_response,
-                &outcome.message_id,
-                outcome.ui_schema.as_ref(),
-            );
-            emit(tx, &event).await;
+            emit(tx, &crate::engine::recorded_result_event(&outcome)).await;
         }
     }
     Ok(finished)
