@@ -1749,6 +1749,47 @@ async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     let mut first = serve_binary(data_dir.path(), url).await;
     let client = reqwest::Client::new();
     let (_sse, pending) = a_running_wait(&first, "crash", "long", 30000).await;
+    // A second call, run once a person approved it, elsewhere.
+    let token = first.token.clone();
+    let send = |request: reqwest::RequestBuilder| {
+        let request = request.bearer_auth(&token);
+        async move {
+            let r = request.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (s, _) = send(
+        client
+            .put(format!("{}/v1/permissions", first.base))
+            .json(&json!({"ask": ["wait"]})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    let (s, asked) = send(
+        client
+            .post(format!("{}/v1/threads/crash-2/tool-calls", first.base))
+            .json(&json!({"id": "approved", "name": "wait", "arguments": {"ms": 30000}})),
+    )
+    .await;
+    assert_eq!(s, 202, "{asked}");
+    let approval_id = asked["approval"]["id"].as_str().unwrap().to_string();
+    let (s, _) = send(
+        client
+            .post(format!(
+                "{}/v1/approvals/{approval_id}/decision",
+                first.base
+            ))
+            .json(&json!({"decision": "approve"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    while first
+        .get_json("/v1/threads/crash-2/tool-calls/approved")
+        .await["status"]
+        != "running"
+    {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
     assert!(
@@ -1762,6 +1803,35 @@ async fn a_crash_mid_call_is_finished_as_interrupted(backend: Backend) {
     assert_eq!(msgs.len(), 1, "{history}");
     assert_eq!(msgs[0]["tool_agent_output"]["status"], "failure");
     assert_eq!(msgs[0]["tool_agent_output"]["error"]["code"], "INTERRUPTED");
+    // Each is audited as interrupted at the moment its result was
+    // recorded, the approved one under its approval.
+    let audit = second.get_json("/v1/audit?action=call.interrupted").await;
+    let mut entries: Vec<(Value, Value, Value)> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["tool_call_id"].clone(),
+                e["at_ms"].clone(),
+                e["approval_id"].clone(),
+            )
+        })
+        .collect();
+    entries.sort_by_key(|e| e.0.to_string());
+    let approved_at = second
+        .get_json("/v1/threads/crash-2/tool-calls/approved")
+        .await["finished_at_ms"]
+        .clone();
+    let long_at =
+        second.get_json("/v1/threads/crash/tool-calls/long").await["finished_at_ms"].clone();
+    assert_eq!(
+        entries,
+        [
+            (json!("approved"), approved_at, json!(approval_id)),
+            (json!("long"), long_at, Value::Null),
+        ]
+    );
     let resp = client
         .get(format!("{}/v1/threads/crash/events", second.base))
         .bearer_auth(&second.token)

@@ -345,6 +345,39 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
     assert!(entry["rule"].as_str().unwrap().contains("bash(rm *)"));
 }
 
+/// An approval is asked for at one moment, after its preview (here of a
+/// large file, which takes a while): the approval, the call's record, its
+/// announcement and the audit entry carry the same.
+async fn an_approval_is_asked_for_at_one_moment(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["write_file(**)".into()]
+    })
+    .await;
+    let mut big_sse = app.events("big", "", None).await;
+    let content = "a line of the file\n".repeat(40_000);
+    let (s, big) = app.call("big", json!({"id": "w0", "name": "write_file", "arguments": {"path": "big.txt", "content": content}})).await;
+    assert_eq!(s, 202, "{big}");
+    let asked = big_sse.until("CUSTOM").await;
+    let record = app.get_json("/v1/threads/big/tool-calls/w0").await;
+    let requested = app
+        .get_json("/v1/audit?action=approval.requested&tool_call_id=w0")
+        .await;
+    let mut moments: Vec<&Value> = asked
+        .iter()
+        .filter(|f| f.kind() != "RUN_STARTED")
+        .map(|f| &f.data["timestamp"])
+        .collect();
+    moments.push(&record["created_at_ms"]);
+    moments.push(&requested["entries"][0]["at_ms"]);
+    assert!(
+        moments
+            .iter()
+            .all(|m| **m == big["approval"]["created_at_ms"]),
+        "{moments:?} / {}",
+        big["approval"]["created_at_ms"]
+    );
+}
+
 async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| {
         s.permissions.ask = vec!["write_file(**)".into()]
@@ -2801,6 +2834,7 @@ both_backends!(
     generic_tools_ask_without_a_rule,
     permission_rules_deny_ask_allow,
     approvals_approve_deny_expire_and_survive_restart,
+    an_approval_is_asked_for_at_one_moment,
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,
     a_call_whose_undo_failed_can_be_undone_again,

@@ -84,10 +84,12 @@ pub fn approval_required(approval: &ApprovalRecord) -> Event {
     if let Some(p) = &approval.preview {
         value["preview"] = p.clone();
     }
-    Event::new(EventBody::Custom {
+    let mut event = Event::new(EventBody::Custom {
         name: "tool_call.approval_required".into(),
         value,
-    })
+    });
+    event.timestamp = approval.created_at_ms;
+    event
 }
 
 /// How many due approvals the sweeper reads and expires at once.
@@ -115,7 +117,6 @@ impl Engine {
             .with_hint(NO_APPROVER_HINT);
             return self.refuse(req, tool, error, permission).await.map(Some);
         }
-        let now = now_ms();
         let reason = if tool.definition.metadata.requires_checkpoint {
             "requires_checkpoint".to_string()
         } else {
@@ -129,6 +130,9 @@ impl Engine {
         } else {
             None
         };
+        // One moment, after the preview: the approval's, its audit entry's
+        // and the call's record and announcement.
+        let now = now_ms();
         let approval = ApprovalRecord {
             id: format!("apr_{}", uuid::Uuid::now_v7().simple()),
             thread_id: req.thread_id.clone(),
@@ -175,9 +179,9 @@ impl Engine {
         match self
             .write_ahead(
                 &req,
-                &tool.definition.name,
-                CallStatus::PendingApproval,
+                (&tool.definition.name, CallStatus::PendingApproval),
                 extra,
+                now,
             )
             .await
         {

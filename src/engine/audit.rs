@@ -127,7 +127,7 @@ fn run_of(req: &CallRequest) -> &str {
     req.call.run_id.as_deref().unwrap_or(&req.call.id)
 }
 
-pub fn interrupted(record: &ToolCallRecord) -> NewAuditEntry {
+pub fn interrupted(record: &ToolCallRecord, approval_id: Option<String>) -> NewAuditEntry {
     let mut e = entry(
         &record.owner,
         &record.thread_id,
@@ -136,6 +136,7 @@ pub fn interrupted(record: &ToolCallRecord) -> NewAuditEntry {
         CALL_INTERRUPTED,
     );
     e.outcome = Some("failure".into());
+    e.approval_id = approval_id;
     e.detail = json!({"error_code": "INTERRUPTED"}).into();
     e
 }
@@ -157,6 +158,7 @@ pub fn approval_requested(
     );
     e.operation = Some(operation.to_string());
     e.approval_id = Some(approval.id.clone());
+    e.at_ms = approval.created_at_ms;
     // Not the approval's reason: it quotes the command or path it asks
     // about, and the log holds no arguments. The verdict and rule say why.
     e.detail = json!({

@@ -531,8 +531,13 @@ impl Engine {
             let Some(guard) = self.claim_in_flight(&req.thread_id, &req.call.id) else {
                 continue; // someone started the same id a moment ago: wait for it
             };
-            let (unit, events) =
-                self.write_ahead_unit(&req, &tool.definition.name, CallStatus::Running, vec![]);
+            let (unit, events) = self.write_ahead_unit(
+                &req,
+                &tool.definition.name,
+                CallStatus::Running,
+                vec![],
+                now_ms(),
+            );
             let write_ahead = if deferred {
                 WriteAhead::deferred(self.writer.clone(), unit, events, req.observer.clone())
             } else {
@@ -827,21 +832,27 @@ impl Engine {
     /// JSON text). The call is announced under the name it was called by
     /// (an alias stays an alias), as the message declaring it names it: an
     /// AG-UI client renames its copy of the call to the name announced.
-    fn announce(req: &CallRequest, args: &JsonText) -> Vec<Event> {
+    fn announce(req: &CallRequest, args: &JsonText, ms: i64) -> Vec<Event> {
         let call = &req.call;
-        announcement(&call.id, &call.name, call.parent_message_id.clone(), args)
+        announcement(
+            &call.id,
+            &call.name,
+            call.parent_message_id.clone(),
+            args,
+            ms,
+        )
     }
 
-    /// Record the call with `status` and announce it, in one transaction
-    /// with `extra` operations (approval, audit).
+    /// Record the call with `status` and announce it at the moment `ms`,
+    /// in one transaction with `extra` operations (approval, audit).
     async fn write_ahead(
         &self,
         req: &CallRequest,
-        name: &str,
-        status: CallStatus,
+        (name, status): (&str, CallStatus),
         extra: Vec<WriteOp>,
+        ms: i64,
     ) -> Result<(), StoreError> {
-        let (unit, events) = self.write_ahead_unit(req, name, status, extra);
+        let (unit, events) = self.write_ahead_unit(req, name, status, extra, ms);
         self.commit_write_ahead(req, unit, events).await
     }
 
@@ -895,10 +906,11 @@ impl Engine {
         name: &str,
         status: CallStatus,
         extra: Vec<WriteOp>,
+        ms: i64,
     ) -> (WriteUnit, Vec<Event>) {
         // Serialized once: the call's record and its TOOL_CALL_ARGS delta.
         let args = JsonText::of(&req.call.arguments);
-        let events = Self::announce(req, &args);
+        let events = Self::announce(req, &args, ms);
         let mut ops = vec![WriteOp::InsertToolCall(NewToolCall {
             id: req.call.id.clone(),
             run_id: req
@@ -913,7 +925,7 @@ impl Engine {
             workspace: req.call.workspace.clone(),
             dry_run: req.call.dry_run,
             // The moment its announcement carries.
-            created_at_ms: events[0].timestamp,
+            created_at_ms: ms,
             instance: Some(self.config.instance.clone()),
             declared_by: req.declared.message(),
         })];
@@ -1068,8 +1080,17 @@ impl Engine {
         // a large result is serialized once.
         let content = output.text_projection();
         let event = result_event(output, content.clone(), &message_id, ui_schema.as_ref());
-        // One moment: the event's, the call's end and its message's.
+        // One moment: the event's, the call's end and its message's, and
+        // that of what the unit records with them (its audit entries, the
+        // approval it decides).
         let now = event.timestamp;
+        for op in &mut ops {
+            match op {
+                WriteOp::AppendAudit(entry) => entry.at_ms = now,
+                WriteOp::DecideApproval { decided_at_ms, .. } => *decided_at_ms = now,
+                _ => {}
+            }
+        }
         let status = match output.status {
             ToolStatus::Success => CallStatus::Success,
             ToolStatus::Failure => CallStatus::Failure,
@@ -1426,7 +1447,7 @@ impl Engine {
                 })?;
             // Nothing runs: the record and its result share one transaction.
             let (unit, announced) =
-                self.write_ahead_unit(&req, tool_name, CallStatus::Running, vec![]);
+                self.write_ahead_unit(&req, tool_name, CallStatus::Running, vec![], now_ms());
             let output = postprocess::failure_output(
                 tool_name,
                 &req.call.id,
@@ -1489,7 +1510,14 @@ impl Engine {
             .with_hint("check the current state before retrying with a new tool call id");
             let output =
                 postprocess::failure_output(&record.tool_name, &record.id, &record.args, error);
-            let audit = audit::interrupted(&record);
+            // A call that ran once approved names its approval, as its
+            // `call.executed` entry would have.
+            let approval = self
+                .store
+                .approval_of_call(&record.thread_id, &record.id)
+                .await?
+                .filter(|a| a.status == crate::store::ApprovalStatus::Approved);
+            let audit = audit::interrupted(&record, approval.map(|a| a.id));
             self.finish(
                 &record.owner,
                 &record.thread_id,
@@ -2089,17 +2117,26 @@ fn observe(observer: Option<&mpsc::UnboundedSender<Event>>, events: Vec<Event>) 
 /// that joins while it runs; with the timestamp it was recorded with.
 pub fn announcement_of(record: &ToolCallRecord) -> Vec<Event> {
     let args = JsonText::of(&record.args);
-    at(
+    announcement(
+        &record.id,
+        &record.tool_name,
+        None,
+        &args,
         record.created_at_ms,
-        announcement(&record.id, &record.tool_name, None, &args),
     )
 }
 
 /// TOOL_CALL_START, TOOL_CALL_ARGS (the arguments' JSON text) and
 /// TOOL_CALL_END of call `id`.
-fn announcement(id: &str, name: &str, parent: Option<String>, args: &JsonText) -> Vec<Event> {
+fn announcement(
+    id: &str,
+    name: &str,
+    parent: Option<String>,
+    args: &JsonText,
+    ms: i64,
+) -> Vec<Event> {
     at(
-        now_ms(),
+        ms,
         vec![
             Event::new(EventBody::ToolCallStart {
                 tool_call_id: id.to_owned(),
