@@ -618,11 +618,23 @@ async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {
     assert_eq!(s, 202);
     let (s, looked_at) = app.call("e", json!({"id": "x2", "name": "write_file", "arguments": {"path": "e2.txt", "content": "x"}})).await;
     assert_eq!(s, 202);
+    // A call an assistant message declares: the context gives its result.
+    let x3 =
+        json!({"id": "x3", "name": "write_file", "arguments": {"path": "e3.txt", "content": "x"}});
+    let r = app
+        .post(
+            "/v1/threads/e/messages",
+            &json!({"role": "assistant", "content": "", "tool_calls": [x3]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let (s, declared) = app.call("e", x3).await;
+    assert_eq!(s, 202);
     // Re-posted the moment its deadline passes, the call answers with its
     // expiry, not a 202 for a decision nobody can make any more (nor does
     // it wait for the sweeper's next round); looked up, it is shown
     // expired, as its approval is.
-    let deadline = looked_at["approval"]["expires_at_ms"].as_i64().unwrap();
+    let deadline = declared["approval"]["expires_at_ms"].as_i64().unwrap();
     let now = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -636,6 +648,20 @@ async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {
     while now() < deadline {
         tokio::task::yield_now().await;
     }
+    let context = app.get_json("/v1/threads/e/context?format=openai").await;
+    let result = context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["tool_call_id"] == "x3")
+        .unwrap_or_else(|| panic!("x3's result: {context}"));
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap()
+            .contains("APPROVAL_EXPIRED"),
+        "{result}"
+    );
     let call = app.get_json("/v1/threads/e/tool-calls/x2").await;
     assert_eq!(call["status"], "failure", "{call}");
     assert_eq!(
@@ -677,7 +703,7 @@ async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {
     };
     assert_eq!(error_code(&out), "APPROVAL_EXPIRED");
     let expired = app.get_json("/v1/approvals?status=expired").await;
-    assert_eq!(expired["approvals"].as_array().unwrap().len(), 2);
+    assert_eq!(expired["approvals"].as_array().unwrap().len(), 3);
 
     let app = TestApp::spawn_with(backend, |s| {
         s.approvals.enabled = false;

@@ -783,7 +783,21 @@ pub async fn get_context(
     require_thread(&state, &user, &thread).await?;
     // Held until the answer is serialized: the thread is in memory till then.
     let _read = state.enter_thread_read(&user.owner).await?;
-    let messages = state.store.all_messages(&thread.0).await?;
+    let mut messages = state.store.all_messages(&thread.0).await?;
+    // A call whose approval passed its deadline gets its APPROVAL_EXPIRED
+    // result now, as the sweeper would moments later, and the context
+    // holds that result rather than a wait for a decision nobody can make.
+    let mut settled = false;
+    for declared in context::unanswered_calls(&messages) {
+        if let Some(record) = state.store.tool_call(&thread.0, declared.id).await?
+            && record.status == CallStatus::PendingApproval
+        {
+            settled |= state.engine.settled(record).await?.status != CallStatus::PendingApproval;
+        }
+    }
+    if settled {
+        messages = state.store.all_messages(&thread.0).await?;
+    }
     // What each declared call without a result is waiting for.
     let mut unanswered = context::Unanswered::new();
     // Per declaring message, its first call that waits for approval: the
