@@ -459,7 +459,7 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         "{p}"
     );
     // So is an audit cursor no page ever gave.
-    for before in ["0", "-1"] {
+    for before in ["0", "-1", "%2B5", "1234567890123456789", "5.0"] {
         let (s, p) = problem(app.get(&format!("/v1/audit?before={before}")).await).await;
         assert_eq!(
             (s, &p["errors"][0]["parameter"]),

@@ -26,8 +26,8 @@ pub struct AuditQuery {
     pub until_ms: Option<i64>,
     /// Cursor from the previous page's `next_cursor` (or `next_before`):
     /// entries older than this entry id.
-    #[param(minimum = 1)]
-    pub before: Option<i64>,
+    #[param(pattern = "^0*[1-9][0-9]{0,17}$")]
+    pub before: Option<String>,
     /// 1–500, default 100.
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
@@ -79,12 +79,15 @@ pub async fn get_audit(
         ));
     }
     // Entry ids start at 1: a smaller one is no cursor this server gave.
-    if q.before.is_some_and(|before| before < 1) {
-        return Err(ApiError::invalid_param(
-            "before",
-            "must be a cursor returned as next_cursor (a positive entry id)",
-        ));
-    }
+    let before = match q.before.as_deref() {
+        None => None,
+        Some(c) => Some(super::parse_digits(c).filter(|n| *n >= 1).ok_or_else(|| {
+            ApiError::invalid_param(
+                "before",
+                "must be a cursor returned as next_cursor (a positive entry id)",
+            )
+        })?),
+    };
     // One more than a page: a full page with nothing after it is the last.
     let mut entries = state
         .store
@@ -96,7 +99,7 @@ pub async fn get_audit(
             tool_call_id: q.tool_call_id,
             since_ms: q.since_ms,
             until_ms: q.until_ms,
-            before_id: q.before,
+            before_id: before,
             limit: limit + 1,
         })
         .await?;
