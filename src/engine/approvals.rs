@@ -179,7 +179,8 @@ impl Engine {
         match self
             .write_ahead(
                 &req,
-                (&tool.definition.name, CallStatus::PendingApproval),
+                &tool.definition.name,
+                CallStatus::PendingApproval,
                 extra,
                 now,
             )

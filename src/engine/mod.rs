@@ -848,7 +848,8 @@ impl Engine {
     async fn write_ahead(
         &self,
         req: &CallRequest,
-        (name, status): (&str, CallStatus),
+        name: &str,
+        status: CallStatus,
         extra: Vec<WriteOp>,
         ms: i64,
     ) -> Result<(), StoreError> {

@@ -79,15 +79,7 @@ pub async fn get_audit(
         ));
     }
     // Entry ids start at 1: a smaller one is no cursor this server gave.
-    let before = match q.before.as_deref() {
-        None => None,
-        Some(c) => Some(super::parse_digits(c).filter(|n| *n >= 1).ok_or_else(|| {
-            ApiError::invalid_param(
-                "before",
-                "must be a cursor returned as next_cursor (a positive entry id)",
-            )
-        })?),
-    };
+    let before = super::positive_cursor(q.before.as_deref())?;
     // One more than a page: a full page with nothing after it is the last.
     let mut entries = state
         .store

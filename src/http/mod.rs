@@ -195,6 +195,17 @@ pub fn parse_digits(raw: &str) -> Option<i64> {
         .and_then(|r| r.parse().ok())
 }
 
+/// A `before` cursor that is a positive number (a message's or an audit
+/// entry's position), or a `400` naming `before`.
+pub fn positive_cursor(raw: Option<&str>) -> Result<Option<i64>, ApiError> {
+    raw.map(|c| {
+        parse_digits(c).filter(|n| *n >= 1).ok_or_else(|| {
+            ApiError::invalid_param("before", "must be a cursor returned as next_cursor")
+        })
+    })
+    .transpose()
+}
+
 /// A `before` cursor of the lists ordered by creation, newest first:
 /// `<created_at_ms>:<id>` of the previous page's last item, or a `400`
 /// naming `before`.

@@ -632,12 +632,7 @@ pub async fn get_history(
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     let limit = super::page_limit(q.limit, 50, 200)?;
-    let before = match q.before.as_deref() {
-        None => None,
-        Some(c) => Some(super::parse_digits(c).filter(|n| *n >= 1).ok_or_else(|| {
-            ApiError::invalid_param("before", "must be a cursor returned as next_cursor")
-        })?),
-    };
+    let before = super::positive_cursor(q.before.as_deref())?;
     require_thread(&state, &user, &thread).await?;
     // Held until the page is serialized into the response.
     let _page = state.enter_page_read(&user.owner).await?;
@@ -784,15 +779,17 @@ pub async fn get_context(
     // Held until the answer is serialized: the thread is in memory till then.
     let _read = state.enter_thread_read(&user.owner).await?;
     let mut messages = state.store.all_messages(&thread.0).await?;
-    // A call whose approval passed its deadline gets its APPROVAL_EXPIRED
-    // result now, as the sweeper would moments later, and the context
-    // holds that result rather than a wait for a decision nobody can make.
+    // The records of the declared calls without a result. A call whose
+    // approval passed its deadline gets its APPROVAL_EXPIRED result now, as
+    // the sweeper would moments later, and the context holds that result
+    // (read again) rather than a wait for a decision nobody can make.
+    let mut records = HashMap::new();
     let mut settled = false;
     for declared in context::unanswered_calls(&messages) {
-        if let Some(record) = state.store.tool_call(&thread.0, declared.id).await?
-            && record.status == CallStatus::PendingApproval
-        {
-            settled |= state.engine.settled(record).await?.status != CallStatus::PendingApproval;
+        if let Some(record) = state.store.tool_call(&thread.0, declared.id).await? {
+            let record = state.engine.settled(record).await?;
+            settled |= record.status.is_finished();
+            records.insert(declared.id.to_string(), record);
         }
     }
     if settled {
@@ -804,7 +801,11 @@ pub async fn get_context(
     // calls after it were held back (they may depend on it).
     let mut waiting: HashMap<&str, &str> = HashMap::new();
     for declared in context::unanswered_calls(&messages) {
-        let why = match state.store.tool_call(&thread.0, declared.id).await? {
+        let record = match records.remove(declared.id) {
+            Some(record) => Some(record),
+            None => state.store.tool_call(&thread.0, declared.id).await?,
+        };
+        let why = match record {
             Some(record) => match record.status {
                 CallStatus::PendingApproval => {
                     waiting.entry(&declared.message.id).or_insert(declared.id);
