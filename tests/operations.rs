@@ -1639,7 +1639,7 @@ async fn a_call_declared_through_another_process_is_announced_under_its_message(
     };
     let echo = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
     let declaring = |id: &str, call: &str| json!({"id": id, "role": "assistant", "content": "", "tool_calls": [echo(call)]});
-    for thread in ["linked", "elsewhere"] {
+    for thread in ["linked", "elsewhere", "other"] {
         // The first process looks, and finds the thread declares nothing.
         let r = post(first, &format!("{thread}/tool-calls"), echo("c0"))
             .await
@@ -1667,6 +1667,28 @@ async fn a_call_declared_through_another_process_is_announced_under_its_message(
             .contains("is declared by message \"m1\", not \"m0\""),
         "{refused}"
     );
+    // Posted as another call, a read-only one, it is refused and stopped
+    // once its record meets the declaration (20 ms in), not after its 30 s;
+    // posted again, at once.
+    for _ in 0..2 {
+        let other = json!({"id": "c1", "name": "wait", "arguments": {"ms": 30000}});
+        let r = tokio::time::timeout(
+            Duration::from_secs(20),
+            post(first, "other/tool-calls", other),
+        )
+        .await
+        .expect("refused before the wait is over")
+        .unwrap();
+        assert_eq!(r.status(), 409);
+        let refused: Value = r.json().await.unwrap();
+        assert!(
+            refused["detail"]
+                .as_str()
+                .unwrap()
+                .contains("already declared"),
+            "{refused}"
+        );
+    }
 
     let stream = two
         .client

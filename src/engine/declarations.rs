@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::{CallRequest, Engine, Rejection};
 use crate::protocol::json::same_json;
-use crate::store::{GivenIn, redeclared};
+use crate::store::{GivenIn, StoreError, redeclared};
 
 /// Which message of the thread declares a call, as far as the engine knows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -125,6 +125,16 @@ impl Engine {
             self.declarations_recorded(&req.thread_id);
         }
         req.declared = Declared::Unknown;
+    }
+
+    /// `e`, which refused the record of `req`'s call, as its rejection. A
+    /// declaration of the call with another tool or arguments, recorded
+    /// since the look-up (`Redeclared`), is looked up next time.
+    pub(super) fn refused_record(&self, req: &mut CallRequest, e: StoreError) -> Rejection {
+        if matches!(e, StoreError::Redeclared(_)) {
+            self.look_again(req);
+        }
+        e.into()
     }
 
     /// A message declaring calls was recorded in `thread_id`: its calls

@@ -550,7 +550,7 @@ impl Engine {
                         self.look_again(&mut req);
                         continue;
                     }
-                    Err(e) => return Err(e.into()),
+                    Err(e) => return Err(self.refused_record(&mut req, e)),
                 }
             };
 
@@ -571,7 +571,8 @@ impl Engine {
                 // A deferred record met one written by another process, or
                 // a declaration recorded since the look-up.
                 Err(StoreError::Conflict(_)) if deferred => self.look_again(&mut req),
-                outcome => return outcome.map(Executed::Finished).map_err(Rejection::from),
+                Err(e) => return Err(self.refused_record(&mut req, e)),
+                Ok(outcome) => return Ok(Executed::Finished(outcome)),
             }
         }
     }
@@ -1021,7 +1022,10 @@ impl Engine {
                         // this run, whose result would not be stored.
                         match pending.ensure_written().await {
                             Ok(()) => {}
-                            Err(StoreError::Conflict(_)) => cancel.cancel(),
+                            // Or declared otherwise meanwhile: refused too.
+                            Err(StoreError::Conflict(_) | StoreError::Redeclared(_)) => {
+                                cancel.cancel()
+                            }
                             Err(e) => {
                                 tracing::debug!(error = %e, "deferred write-ahead not recorded")
                             }
@@ -2283,8 +2287,8 @@ async fn forward_progress(
             // Progress follows the call's own record, which was not
             // written: expected when the id was recorded by another post of
             // the same call, which answers for it.
-            if matches!(e, StoreError::Conflict(_)) {
-                tracing::debug!(error = %e, "progress event not recorded: another post of this call id recorded it");
+            if matches!(e, StoreError::Conflict(_) | StoreError::Redeclared(_)) {
+                tracing::debug!(error = %e, "progress event not recorded: the call's id is another call's (recorded or declared)");
             } else {
                 tracing::warn!(error = %e, "progress event not recorded: the call's own record could not be written");
             }
