@@ -347,10 +347,6 @@ impl Engine {
             reason: reason.clone(),
             decided_at_ms: now,
         };
-        let conflict = |e: StoreError| match e {
-            StoreError::Conflict(_) => ApprovalError::AlreadyDecided("decided"),
-            other => ApprovalError::Store(other),
-        };
         match decision {
             Decision::Deny => {
                 let mut message = format!("a human denied {}", approval.tool_name);
@@ -374,16 +370,19 @@ impl Engine {
                         reason.as_deref(),
                     )),
                 ];
-                self.finish(
-                    &approval.owner,
-                    &approval.thread_id,
-                    output,
-                    None,
-                    None,
-                    extra,
-                )
-                .await
-                .map_err(conflict)?;
+                let denied = self
+                    .finish(
+                        &approval.owner,
+                        &approval.thread_id,
+                        output,
+                        None,
+                        None,
+                        extra,
+                    )
+                    .await;
+                if let Err(e) = denied {
+                    return Err(self.lost_decision(id, e).await);
+                }
             }
             Decision::Approve => {
                 let (started_tx, started_rx) = oneshot::channel();
@@ -407,13 +406,31 @@ impl Engine {
                 tokio::spawn(
                     async move { engine.resume(approval_for_task, extra, started_tx).await },
                 );
-                started_rx
+                let started = started_rx
                     .await
-                    .map_err(|_| ApprovalError::Store(StoreError::WriterClosed))?
-                    .map_err(conflict)?;
+                    .map_err(|_| ApprovalError::Store(StoreError::WriterClosed))?;
+                if let Err(e) = started {
+                    return Err(self.lost_decision(id, e).await);
+                }
             }
         }
         Ok(self.store.approval(id).await?.unwrap_or(approval))
+    }
+
+    /// Why a decision on approval `id` did not commit: `e`, or, when the
+    /// approval was settled meanwhile (decided elsewhere, or expired at its
+    /// deadline), what it is now.
+    async fn lost_decision(&self, id: &str, e: StoreError) -> ApprovalError {
+        if !matches!(e, StoreError::Conflict(_)) {
+            return ApprovalError::Store(e);
+        }
+        match self.store.approval(id).await {
+            Ok(Some(now)) if now.status == ApprovalStatus::Expired => ApprovalError::Expired,
+            Ok(Some(now)) if now.status != ApprovalStatus::Pending => {
+                ApprovalError::AlreadyDecided(status_word(now.status))
+            }
+            _ => ApprovalError::AlreadyDecided("decided"),
+        }
     }
 
     /// Approved: mark it running (with the decision, atomically) and run
