@@ -1655,18 +1655,18 @@ async fn a_call_declared_through_another_process_is_announced_under_its_message(
     // Posted as another message's call, it is refused.
     let mut elsewhere = echo("c1");
     elsewhere["parent_message_id"] = json!("m0");
+    let refused_saying = |r: reqwest::Response, says: &'static str| async move {
+        assert_eq!(r.status(), 409);
+        let refused: Value = r.json().await.unwrap();
+        assert!(
+            refused["detail"].as_str().unwrap().contains(says),
+            "{refused}"
+        );
+    };
     let r = post(first, "elsewhere/tool-calls", elsewhere)
         .await
         .unwrap();
-    assert_eq!(r.status(), 409);
-    let refused: Value = r.json().await.unwrap();
-    assert!(
-        refused["detail"]
-            .as_str()
-            .unwrap()
-            .contains("is declared by message \"m1\", not \"m0\""),
-        "{refused}"
-    );
+    refused_saying(r, "is declared by message \"m1\", not \"m0\"").await;
     // Posted as another call, a read-only one, it is refused and stopped
     // once its record meets the declaration (20 ms in), not after its 30 s;
     // posted again, at once.
@@ -1679,15 +1679,7 @@ async fn a_call_declared_through_another_process_is_announced_under_its_message(
         .await
         .expect("refused before the wait is over")
         .unwrap();
-        assert_eq!(r.status(), 409);
-        let refused: Value = r.json().await.unwrap();
-        assert!(
-            refused["detail"]
-                .as_str()
-                .unwrap()
-                .contains("already declared"),
-            "{refused}"
-        );
+        refused_saying(r, "already declared").await;
     }
 
     let stream = two
