@@ -616,6 +616,33 @@ async fn a_retried_run_replays_its_calls_under_their_message(backend: Backend) {
     assert_eq!(record["created_at_ms"], results[1][0]["timestamp"]);
     assert_eq!(record["created_at_ms"], results[1][1]["timestamp"]);
     assert_eq!(record["finished_at_ms"], results[1][2]["timestamp"]);
+
+    // A call recorded before the run's message declared it: the run shows
+    // it as it was announced, with no parent.
+    let (s, out) = app
+        .call(
+            "rr2",
+            json!({"id": "c1", "name": "echo", "arguments": {"text": "once"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let mut later = input.clone();
+    later["threadId"] = json!("rr2");
+    let resp = app.post("/v1/threads/rr2/runs", &later).await;
+    assert_eq!(resp.status(), 200);
+    let frames = common::SseReader::new(resp).until("RUN_FINISHED").await;
+    let start = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_START")
+        .expect("the call shown");
+    let mut log = app.events("rr2", "?after=0", None).await;
+    let logged = log.until("TOOL_CALL_START").await.pop().unwrap();
+    assert_eq!(start.data, logged.data);
+    assert!(
+        start.data.get("parentMessageId").is_none(),
+        "{:?}",
+        start.data
+    );
     let tools: Vec<Value> = app
         .history("rr")
         .await
@@ -2045,6 +2072,27 @@ async fn a_declared_call_is_announced_as_its_messages(backend: Backend) {
             (json!("c6"), Some(json!("am")))
         ]
     );
+    // The call's record keeps the parent its announcement named, as it was
+    // posted with it too when no message declares it.
+    let mut under = echo("u1");
+    under["parent_message_id"] = json!("backend-turn-7");
+    let (s, out) = app.call("late-decl", under).await;
+    assert_eq!(s, 200, "{out}");
+    for (call, parent) in [
+        ("u0", None),
+        ("c5", Some("am")),
+        ("c6", Some("am")),
+        ("u1", Some("backend-turn-7")),
+    ] {
+        let record = app
+            .get_json(&format!("/v1/threads/late-decl/tool-calls/{call}"))
+            .await;
+        assert_eq!(
+            record.get("parent_message_id").and_then(Value::as_str),
+            parent,
+            "{record}"
+        );
+    }
 }
 
 /// A declared call refused before it runs (arguments that do not match,

@@ -347,6 +347,7 @@ fn new_call(id: &str) -> NewToolCall {
         created_at_ms: 1_700_000_000_000,
         instance: None,
         declared_by: None,
+        parent_message_id: None,
     }
 }
 
@@ -502,7 +503,10 @@ async fn a_unit_records_a_running_call_and_its_events(store: DynStore) {
             "t",
             "alice",
             vec![
-                WriteOp::InsertToolCall(new_call("call_1")),
+                WriteOp::InsertToolCall(NewToolCall {
+                    parent_message_id: Some("msg_parent".into()),
+                    ..new_call("call_1")
+                }),
                 WriteOp::AppendEvents(start.clone()),
             ],
         ),
@@ -546,6 +550,7 @@ async fn a_unit_records_a_running_call_and_its_events(store: DynStore) {
             undone_by: None,
             workspace: None,
             dry_run: Some(false),
+            parent_message_id: Some("msg_parent".into()),
         })
     );
     assert!(store.tool_call("t", "call_2").await.unwrap().is_none());
@@ -1426,6 +1431,7 @@ async fn running_tool_calls_lists_only_unfinished_calls(store: DynStore) {
             undone_by: None,
             workspace: None,
             dry_run: Some(false),
+            parent_message_id: None,
         }
     };
     assert_eq!(running, [expected("t", "alice"), expected("u", "bob")]);

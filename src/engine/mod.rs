@@ -930,6 +930,7 @@ impl Engine {
             created_at_ms: ms,
             instance: Some(self.config.instance.clone()),
             declared_by: req.declared.message(),
+            parent_message_id: req.call.parent_message_id.clone(),
         })];
         let mut extra_events = Vec::new();
         for op in extra {
@@ -2125,7 +2126,7 @@ pub fn announcement_of(record: &ToolCallRecord) -> Vec<Event> {
     announcement(
         &record.id,
         &record.tool_name,
-        None,
+        record.parent_message_id.clone(),
         &args,
         record.created_at_ms,
     )
@@ -2231,10 +2232,12 @@ fn replay_events(
     let mut events = at(
         record.created_at_ms,
         vec![
+            // Named as this post names it, under the parent it was
+            // announced with.
             Event::new(EventBody::ToolCallStart {
                 tool_call_id: record.id.clone(),
                 tool_call_name: call.name.clone(),
-                parent_message_id: call.parent_message_id.clone(),
+                parent_message_id: record.parent_message_id.clone(),
             }),
             Event::new(EventBody::ToolCallArgs {
                 tool_call_id: record.id.clone(),

@@ -244,6 +244,7 @@ mod tests {
                 created_at_ms: 7,
                 instance: None,
                 declared_by: None,
+                parent_message_id: None,
             }),
         );
         assert!(!worth_keeping(&with_record));

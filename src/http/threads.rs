@@ -958,6 +958,11 @@ pub struct ToolCallView {
     /// The call that undid it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undone_by: Option<String>,
+    /// The message its `TOOL_CALL_START` named as its parent: the assistant
+    /// message that declares it, or the `parent_message_id` it was posted
+    /// with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_message_id: Option<String>,
     /// Once finished, what `POST …/undo` would do now: `available`,
     /// `undone`, `irreversible` (only by hand) or `none` (nothing to undo).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1023,6 +1028,7 @@ pub async fn get_tool_call(
         approval_id,
         undo_of: record.undo_of,
         undone_by: record.undone_by,
+        parent_message_id: record.parent_message_id,
         outcome,
     }))
 }

@@ -540,6 +540,9 @@ pub struct ToolCallRecord {
     /// Whether it was a dry run; `None` for calls recorded before this was
     /// (then neither it nor `workspace` is known).
     pub dry_run: Option<bool>,
+    /// The message its announcement named as its parent
+    /// ([`NewToolCall::parent_message_id`]).
+    pub parent_message_id: Option<String>,
 }
 
 /// A new call, recorded before it executes (write-ahead): `running`, or
@@ -573,6 +576,11 @@ pub struct NewToolCall {
     /// again, so a call is announced under the message that declares it.
     #[serde(default)]
     pub declared_by: Option<String>,
+    /// The message its announcement names as its parent: the assistant
+    /// message that declares it, or the `parent_message_id` it was posted
+    /// with.
+    #[serde(default)]
+    pub parent_message_id: Option<String>,
 }
 
 /// The end of a call: its status, undo record and the id of the tool

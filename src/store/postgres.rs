@@ -91,6 +91,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "call instance",
         include_str!("../../migrations/postgres/0011_call_instance.sql"),
     ),
+    (
+        12,
+        "call parent",
+        include_str!("../../migrations/postgres/0012_call_parent.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -261,8 +266,8 @@ async fn insert_tool_call(
     )?;
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-         created_at_ms, undo_of, ordinal, workspace, dry_run, instance) \
-         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10, $11, $12, $13) \
+         created_at_ms, undo_of, ordinal, workspace, dry_run, instance, parent_message_id) \
+         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10, $11, $12, $13, $14) \
          ON CONFLICT (thread_id, id) DO NOTHING",
     )
     .bind(&unit.thread_id)
@@ -278,6 +283,7 @@ async fn insert_tool_call(
     .bind(&call.workspace)
     .bind(i64::from(call.dry_run))
     .bind(&call.instance)
+    .bind(&call.parent_message_id)
     .execute(&mut *conn)
     .await
     .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
@@ -694,17 +700,17 @@ async fn apply_plan(
         let done = sqlx::query(
             "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
                  created_at_ms, undo_of, ordinal, undo, message_id, finished_at_ms, workspace, \
-                 dry_run, instance) \
+                 dry_run, instance, parent_message_id) \
              SELECT u.thread_id, u.id, u.owner, u.run_id, u.tool_name, u.args::JSONB, u.status, \
                  u.created_at_ms, u.undo_of, u.ordinal, u.undo::JSONB, u.message_id, \
-                 u.finished_at_ms, u.workspace, u.dry_run, u.instance \
+                 u.finished_at_ms, u.workspace, u.dry_run, u.instance, u.parent_message_id \
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[], \
                  $11::TEXT[], $12::TEXT[], $13::BIGINT[], $14::TEXT[], $15::BIGINT[], \
-                 $16::TEXT[], $17::TEXT[]) \
+                 $16::TEXT[], $17::TEXT[], $18::TEXT[]) \
                  AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
                      undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run, \
-                     instance, declared_by) \
+                     instance, declared_by, parent_message_id) \
              WHERE NOT EXISTS (SELECT 1 FROM declared_calls AS d \
                  WHERE d.thread_id = u.thread_id AND d.call_id = u.id \
                      AND (d.tool_name <> u.tool_name OR d.args <> u.args::JSONB \
@@ -756,6 +762,11 @@ async fn apply_plan(
         .bind(
             c.iter()
                 .map(|r| r.call.declared_by.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|r| r.call.parent_message_id.as_deref())
                 .collect::<Vec<_>>(),
         )
         .execute(&mut *conn)

@@ -25,7 +25,7 @@ use super::{
 const TOOL_CALL_COLUMNS: &str = "c.thread_id, c.id, c.owner, c.run_id, c.tool_name, c.args, \
      c.status, COALESCE(c.output, m.metadata -> 'tool_agent_output') AS output, c.undo, \
      c.message_id, c.created_at_ms, c.finished_at_ms, c.undo_of, c.undone_by, c.workspace, \
-     c.dry_run";
+     c.dry_run, c.parent_message_id";
 
 const TOOL_CALL_FROM: &str = "tool_calls AS c LEFT JOIN messages AS m \
      ON m.thread_id = c.thread_id AND m.id = c.message_id";
@@ -670,6 +670,7 @@ fn tool_call_from_row(row: &impl StoreRow) -> StoreResult<ToolCallRecord> {
         workspace: row.opt_text("workspace")?,
         dry_run: row.opt_int("dry_run")?.map(|flag| flag != 0),
         undone_by: row.opt_text("undone_by")?,
+        parent_message_id: row.opt_text("parent_message_id")?,
     })
 }
 

@@ -104,6 +104,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "call instance",
         include_str!("../../migrations/sqlite/0012_call_instance.sql"),
     ),
+    (
+        13,
+        "call parent",
+        include_str!("../../migrations/sqlite/0013_call_parent.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -107,8 +107,9 @@ SELECT owner, last_event_seq, last_message_seq, last_call_ordinal FROM threads W
 
 const INSERT_CALL: &str = "\
 INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
-    undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run, instance) \
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+    undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run, instance, \
+    parent_message_id) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
 ON CONFLICT (thread_id, id) DO NOTHING";
 
 const FINISH_CALL: &str = "\
@@ -522,6 +523,7 @@ fn insert_call(
             call.workspace,
             i64::from(call.dry_run),
             call.instance,
+            call.parent_message_id,
         ])
         .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
     Ok(changed == 1)
