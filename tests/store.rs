@@ -19,10 +19,10 @@ use toolgate::store::postgres::PgStore;
 use toolgate::store::sqlite::SqliteStore;
 use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, DeclaredCall, DynStore,
-    FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, PAGE_BYTES,
-    ResultReference, Role, Store, StoreError, StoreResult, StoredEvent, StoredMessage,
-    ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallPlacement, CallStatus,
+    DeclaredCall, DynStore, FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage,
+    NewToolCall, PAGE_BYTES, ResultReference, Role, Store, StoreError, StoreResult, StoredEvent,
+    StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -282,6 +282,7 @@ on_both_backends! {
         run_calls_keep_the_recorded_order,
         a_snapshot_its_running_calls_and_open_approvals_are_one_moment,
         a_call_id_means_one_call_in_declarations_and_records,
+        a_call_keeps_where_it_was_announced,
         undo_links_are_recorded_once,
         owner_rules_round_trip_and_overwrite,
         a_large_batch_across_threads_commits_in_thread_then_unit_order,
@@ -3553,6 +3554,83 @@ fn echo_call(id: &str, args: Value) -> NewToolCall {
 
 fn is_redeclared<T: std::fmt::Debug>(result: &StoreResult<T>) -> bool {
     matches!(result, Err(StoreError::Redeclared(_)))
+}
+
+/// A call's record keeps the thread's last message seq when it commits,
+/// which is where its announcement sits among the messages (a snapshot
+/// places the call there), and the parent it named: on the batch path,
+/// unit by unit, and when recorded and finished in one unit.
+async fn a_call_keeps_where_it_was_announced(store: DynStore) {
+    let alice = |ops| unit("t", "alice", ops);
+    let say = |id: &str| alice(vec![WriteOp::InsertMessage(message(id, Role::User, id))]);
+    let recorded_and_finished = |id: &str| {
+        let mut ops = vec![WriteOp::InsertToolCall(new_call(id))];
+        ops.extend(finishing(id, CallStatus::Success));
+        alice(ops)
+    };
+    // Before any message, recorded and finished in one unit: after 0.
+    apply_one(&store, recorded_and_finished("c0"))
+        .await
+        .unwrap();
+    // In one batch, after the message before it (seq 2); its result is 3.
+    apply_all(&store, &[say("m2"), recorded_and_finished("c1")]).await;
+    // Unit by unit (a unit of the batch fails), under a parent: after 4.
+    let under = NewToolCall {
+        parent_message_id: Some("m4".into()),
+        ..new_call("c2")
+    };
+    let results = store
+        .apply_batch(&[
+            say("m4"),
+            say("m2"),
+            alice(vec![WriteOp::InsertToolCall(under)]),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        matches!(results[1], Err(StoreError::Conflict(_))),
+        "{results:?}"
+    );
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    apply_one(&store, say("m5")).await.unwrap();
+    // Running or finished, in the order recorded.
+    record_running(&store, "c3").await;
+    apply_one(&store, alice(finishing("c2", CallStatus::Success)))
+        .await
+        .unwrap();
+
+    let snapshot = store.snapshot("t", 0).await.unwrap();
+    let placed = |id: &str, parent: Option<&str>, after: i64| CallPlacement {
+        id: id.into(),
+        parent_message_id: parent.map(str::to_owned),
+        after_message_seq: Some(after),
+    };
+    assert_eq!(
+        snapshot.placements,
+        [
+            placed("c0", None, 0),
+            placed("c1", None, 2),
+            placed("c2", Some("m4"), 4),
+            placed("c3", None, 5),
+        ]
+    );
+    // The messages those seqs name (a result by its call).
+    let at: Vec<(i64, &str)> = snapshot
+        .messages
+        .iter()
+        .map(|m| (m.seq, m.tool_call_id.as_deref().unwrap_or(&m.id)))
+        .collect();
+    assert_eq!(
+        at,
+        [
+            (1, "c0"),
+            (2, "m2"),
+            (3, "c1"),
+            (4, "m4"),
+            (5, "m5"),
+            (6, "c2")
+        ]
+    );
 }
 
 async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {

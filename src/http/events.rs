@@ -20,8 +20,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::error::{ApiError, ApiQuery};
 use super::{AppState, AuthUser, ThreadId, check_owner};
 use crate::events::{Live, Subscription};
-use crate::protocol::agui::{Event, EventBody, Message, RunOutcome};
-use crate::store::{PAGE_BYTES, Role, StoredEvent, StoredMessage, ThreadSnapshot};
+use crate::protocol::agui::{Event, EventBody, RunOutcome};
+use crate::store::{PAGE_BYTES, StoredEvent, ThreadSnapshot};
 
 pub fn routes() -> Router<AppState> {
     // HEAD would open (and claim) the thread's stream like GET; it is not
@@ -459,6 +459,7 @@ async fn follow(
             messages,
             unfinished,
             open_approvals,
+            placements,
             ..
         },
         read,
@@ -478,7 +479,7 @@ async fn follow(
             .flat_map(crate::engine::announcement_of)
             .collect();
         let ev = Event::new(EventBody::MessagesSnapshot {
-            messages: snapshot_messages(messages),
+            messages: super::snapshot::snapshot_messages(messages, &placements),
         });
         let sse = untracked(&ev);
         drop(ev);
@@ -578,146 +579,6 @@ async fn catch_up(stream: &Stream, last: &mut i64, open: &mut Open) -> Result<()
         }
         if !full {
             return Ok(());
-        }
-    }
-}
-
-/// A stored message in AG-UI's message shape (MESSAGES_SNAPSHOT).
-/// The thread's messages as a MESSAGES_SNAPSHOT gives them, arranged as a
-/// stock AG-UI client arranges them live, so a frontend shows the same
-/// after a reload:
-/// - the result of a call an assistant message declares comes right after
-///   that message and the results already there (where the client puts a
-///   TOOL_CALL_RESULT of a call it holds), wherever it was recorded;
-/// - the result of a call no assistant message declares (posted straight
-///   to `/tool-calls`) comes after an assistant message of its own, named
-///   by the call's id and holding the call as it ran (the message the
-///   client makes of a TOOL_CALL_START that names no parent).
-pub fn snapshot_messages(messages: Vec<StoredMessage>) -> Vec<Message> {
-    use std::collections::{HashMap, HashSet};
-    // Each declared call's first declaring message.
-    let mut declared_by: HashMap<String, String> = HashMap::new();
-    for d in crate::protocol::context::declared_calls(&messages) {
-        declared_by
-            .entry(d.id.to_owned())
-            .or_insert_with(|| d.message.id.clone());
-    }
-    let mut taken: HashSet<String> = declared_by
-        .keys()
-        .cloned()
-        .chain(messages.iter().map(|m| m.id.clone()))
-        .collect();
-    // The results that follow each declaring message, in recorded order.
-    let mut following: HashMap<String, Vec<StoredMessage>> = HashMap::new();
-    let mut rest = Vec::with_capacity(messages.len());
-    for m in messages {
-        let declarer = (m.role == Role::Tool)
-            .then_some(m.tool_call_id.as_deref())
-            .flatten()
-            .and_then(|call_id| declared_by.get(call_id));
-        match declarer {
-            Some(declarer) => following.entry(declarer.clone()).or_default().push(m),
-            None => rest.push(m),
-        }
-    }
-    let mut out = Vec::with_capacity(rest.len());
-    for m in rest {
-        if m.role == Role::Tool
-            && let Some(call_id) = m.tool_call_id.as_deref()
-            && !taken.contains(call_id)
-            && let Some(output) = super::threads::stored_output(&m)
-        {
-            taken.insert(call_id.to_owned());
-            out.push(Message::Assistant {
-                id: call_id.to_owned(),
-                content: None,
-                tool_calls: Some(vec![crate::protocol::agui::ToolCall {
-                    id: call_id.to_owned(),
-                    kind: "function".into(),
-                    function: crate::protocol::agui::FunctionCall {
-                        name: output.tool_name,
-                        arguments: output.tool_call_args.to_string(),
-                    },
-                }]),
-                name: None,
-            });
-        }
-        let results = (m.role == Role::Assistant)
-            .then(|| following.remove(&m.id))
-            .flatten();
-        out.push(agui_message(m));
-        out.extend(results.into_iter().flatten().map(agui_message));
-    }
-    out
-}
-
-pub fn agui_message(m: StoredMessage) -> Message {
-    // A message sent with media parts is given back with them, as sent.
-    let content_of = |m: &StoredMessage| match crate::protocol::parts::stored(&m.metadata) {
-        Some(content_parts) => serde_json::Value::Array(content_parts.clone()),
-        None => serde_json::Value::String(m.content.clone()),
-    };
-    match m.role {
-        Role::User => Message::User {
-            content: content_of(&m),
-            id: m.id,
-            name: None,
-        },
-        Role::System => Message::System {
-            id: m.id,
-            content: m.content,
-            name: None,
-        },
-        Role::Developer => Message::Developer {
-            id: m.id,
-            content: m.content,
-            name: None,
-        },
-        Role::Assistant => {
-            let calls: Vec<crate::protocol::agui::ToolCall> = m
-                .metadata
-                .get("tool_calls")
-                .and_then(|v| v.as_array())
-                .map(|calls| {
-                    calls
-                        .iter()
-                        .map(|c| crate::protocol::agui::ToolCall {
-                            id: c["id"].as_str().unwrap_or_default().to_string(),
-                            kind: "function".into(),
-                            function: crate::protocol::agui::FunctionCall {
-                                name: c["name"].as_str().unwrap_or_default().to_string(),
-                                arguments: c["arguments"].to_string(),
-                            },
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            // Its text even when empty, as a client builds it from the
-            // message's TEXT_MESSAGE_START and END.
-            Message::Assistant {
-                id: m.id,
-                content: Some(m.content),
-                tool_calls: (!calls.is_empty()).then_some(calls),
-                name: None,
-            }
-        }
-        Role::Tool => {
-            let output = super::threads::stored_output(&m);
-            // As the live TOOL_CALL_RESULT carries it.
-            let metadata = output
-                .as_ref()
-                .map(|o| crate::engine::result_metadata(o, crate::engine::compile_ui(o)))
-                .unwrap_or_default();
-            Message::Tool {
-                error: output
-                    .as_ref()
-                    .and_then(|o| o.error.as_ref().map(|e| e.message.clone()))
-                    .or_else(|| crate::protocol::context::frontend_error(&m).map(str::to_string)),
-                content: content_of(&m),
-                id: m.id,
-                tool_call_id: m.tool_call_id.unwrap_or_default(),
-                metadata: (!metadata.is_empty()).then_some(metadata),
-            }
         }
     }
 }

@@ -12,6 +12,7 @@ mod health;
 pub mod openapi;
 mod resume;
 mod runs;
+mod snapshot;
 mod threads;
 mod tools;
 mod workspace;

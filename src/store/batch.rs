@@ -62,11 +62,22 @@ pub(crate) struct Reserved {
     pub last_call_ordinal: i64,
 }
 
+/// Where a call's record goes in its thread.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place {
+    /// Its position among the thread's calls.
+    pub ordinal: i64,
+    /// The thread's last message seq when it commits (0 before the first):
+    /// its announcement is logged after that message and before the next,
+    /// and a snapshot shows the call where a live client put it.
+    pub after_message_seq: i64,
+}
+
 pub(crate) struct CallRow<'a> {
     pub thread_id: &'a str,
     pub owner: &'a str,
     pub call: &'a NewToolCall,
-    pub ordinal: i64,
+    pub place: Place,
     /// The call's end, when the same batch finishes it: the row is then
     /// inserted finished rather than inserted and updated.
     pub finish: Option<&'a FinishedToolCall>,
@@ -243,7 +254,10 @@ impl<'a> Plan<'a> {
                             thread_id: thread,
                             owner: &unit.owner,
                             call,
-                            ordinal: *ordinal,
+                            place: Place {
+                                ordinal: *ordinal,
+                                after_message_seq: *message_seq - 1,
+                            },
                             finish: None,
                         });
                         *ordinal += 1;

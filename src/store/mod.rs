@@ -276,6 +276,23 @@ pub struct ThreadSnapshot {
     /// the `now_ms` the snapshot was read for, oldest first (as
     /// [`Store::open_approvals_of_thread`] orders them).
     pub open_approvals: Vec<ApprovalRecord>,
+    /// Where each call was announced, in the order the calls were recorded
+    /// (which is the order they were announced in).
+    pub placements: Vec<CallPlacement>,
+}
+
+/// Where a call was announced among its thread's messages: what a client
+/// watching live made of its `TOOL_CALL_START`, so that a snapshot shows
+/// the call where that client put it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallPlacement {
+    pub id: String,
+    /// The `parentMessageId` its announcement named.
+    pub parent_message_id: Option<String>,
+    /// The thread's last message seq when its announcement was logged (0
+    /// before the first message); `None` for a call recorded before
+    /// toolgate kept it.
+    pub after_message_seq: Option<i64>,
 }
 
 /// One of an owner's threads, as `GET /v1/threads` lists it.

@@ -16,7 +16,7 @@ use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use sqlx::{Acquire, PgConnection, Row};
 
-use super::batch::{Plan, Reserved};
+use super::batch::{Place, Plan, Reserved};
 use super::checks::{Decision, Reservation};
 use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
@@ -95,6 +95,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         12,
         "call parent",
         include_str!("../../migrations/postgres/0012_call_parent.sql"),
+    ),
+    (
+        13,
+        "call position",
+        include_str!("../../migrations/postgres/0013_call_position.sql"),
     ),
 ];
 
@@ -212,7 +217,11 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
     for op in &unit.ops {
         match op {
             WriteOp::InsertToolCall(call) => {
-                insert_tool_call(conn, unit, call, next_ordinal).await?;
+                let place = Place {
+                    ordinal: next_ordinal,
+                    after_message_seq: next_message_seq - 1,
+                };
+                insert_tool_call(conn, unit, call, place).await?;
                 next_ordinal += 1;
             }
             WriteOp::FinishToolCall(finished) => finish_tool_call(conn, unit, finished).await?,
@@ -251,7 +260,7 @@ async fn insert_tool_call(
     conn: &mut PgConnection,
     unit: &WriteUnit,
     call: &NewToolCall,
-    ordinal: i64,
+    place: Place,
 ) -> StoreResult<()> {
     checks::insertable_call_status(&call.id, call.status)?;
     let given = (call.tool_name.as_str(), call.args.as_str());
@@ -266,8 +275,9 @@ async fn insert_tool_call(
     )?;
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
-         created_at_ms, undo_of, ordinal, workspace, dry_run, instance, parent_message_id) \
-         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10, $11, $12, $13, $14) \
+         created_at_ms, undo_of, ordinal, workspace, dry_run, instance, parent_message_id, \
+         after_message_seq) \
+         VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
          ON CONFLICT (thread_id, id) DO NOTHING",
     )
     .bind(&unit.thread_id)
@@ -279,11 +289,12 @@ async fn insert_tool_call(
     .bind(call.status.as_str())
     .bind(call.created_at_ms)
     .bind(&call.undo_of)
-    .bind(ordinal)
+    .bind(place.ordinal)
     .bind(&call.workspace)
     .bind(i64::from(call.dry_run))
     .bind(&call.instance)
     .bind(&call.parent_message_id)
+    .bind(place.after_message_seq)
     .execute(&mut *conn)
     .await
     .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
@@ -700,17 +711,18 @@ async fn apply_plan(
         let done = sqlx::query(
             "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
                  created_at_ms, undo_of, ordinal, undo, message_id, finished_at_ms, workspace, \
-                 dry_run, instance, parent_message_id) \
+                 dry_run, instance, parent_message_id, after_message_seq) \
              SELECT u.thread_id, u.id, u.owner, u.run_id, u.tool_name, u.args::JSONB, u.status, \
                  u.created_at_ms, u.undo_of, u.ordinal, u.undo::JSONB, u.message_id, \
-                 u.finished_at_ms, u.workspace, u.dry_run, u.instance, u.parent_message_id \
+                 u.finished_at_ms, u.workspace, u.dry_run, u.instance, u.parent_message_id, \
+                 u.after_message_seq \
              FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[], $9::TEXT[], $10::BIGINT[], \
                  $11::TEXT[], $12::TEXT[], $13::BIGINT[], $14::TEXT[], $15::BIGINT[], \
-                 $16::TEXT[], $17::TEXT[], $18::TEXT[]) \
+                 $16::TEXT[], $17::TEXT[], $18::TEXT[], $19::BIGINT[]) \
                  AS u (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
                      undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run, \
-                     instance, declared_by, parent_message_id) \
+                     instance, declared_by, parent_message_id, after_message_seq) \
              WHERE NOT EXISTS (SELECT 1 FROM declared_calls AS d \
                  WHERE d.thread_id = u.thread_id AND d.call_id = u.id \
                      AND (d.tool_name <> u.tool_name OR d.args <> u.args::JSONB \
@@ -736,7 +748,7 @@ async fn apply_plan(
                 .map(|r| r.call.undo_of.as_deref())
                 .collect::<Vec<_>>(),
         )
-        .bind(c.iter().map(|r| r.ordinal).collect::<Vec<_>>())
+        .bind(c.iter().map(|r| r.place.ordinal).collect::<Vec<_>>())
         .bind(
             c.iter()
                 .map(|r| r.undo().map(JsonText::as_str))
@@ -767,6 +779,11 @@ async fn apply_plan(
         .bind(
             c.iter()
                 .map(|r| r.call.parent_message_id.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            c.iter()
+                .map(|r| r.place.after_message_seq)
                 .collect::<Vec<_>>(),
         )
         .execute(&mut *conn)

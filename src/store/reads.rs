@@ -14,9 +14,9 @@ use sqlx::types::Json;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
 
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallStatus, Declaration,
-    DeclaringMessage, PAGE_BYTES, ResultReference, Role, StoreError, StoreResult, StoredEvent,
-    StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallPlacement, CallStatus,
+    Declaration, DeclaringMessage, PAGE_BYTES, ResultReference, Role, StoreError, StoreResult,
+    StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord,
 };
 
 /// A call's row (as `c`) with its output, read from its tool message (`m`,
@@ -555,6 +555,13 @@ where
         .bind(thread_id)
         .fetch_all(&mut *tx)
         .await?;
+        let placements = sqlx::query(
+            "SELECT id, parent_message_id, after_message_seq FROM tool_calls \
+             WHERE thread_id = $1 ORDER BY ordinal",
+        )
+        .bind(thread_id)
+        .fetch_all(&mut *tx)
+        .await?;
         let open_approvals = Self::open_approvals(&mut tx, thread_id, now_ms).await?;
         tx.commit().await?;
         let last_event_seq = match rows.first() {
@@ -576,6 +583,16 @@ where
                 .map(tool_call_from_row)
                 .collect::<StoreResult<_>>()?,
             open_approvals,
+            placements: placements
+                .iter()
+                .map(|row| {
+                    Ok(CallPlacement {
+                        id: row.text("id")?,
+                        parent_message_id: row.opt_text("parent_message_id")?,
+                        after_message_seq: row.opt_int("after_message_seq")?,
+                    })
+                })
+                .collect::<StoreResult<_>>()?,
         })
     }
 

@@ -109,6 +109,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "call parent",
         include_str!("../../migrations/sqlite/0013_call_parent.sql"),
     ),
+    (
+        14,
+        "call position",
+        include_str!("../../migrations/sqlite/0014_call_position.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -24,7 +24,7 @@ use rusqlite::{
 };
 use serde_json::Value;
 
-use super::batch::{Plan, Reserved};
+use super::batch::{Place, Plan, Reserved};
 use super::checks::{self, Decision, Reservation};
 use super::{
     ApprovalRecord, FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall,
@@ -108,8 +108,8 @@ SELECT owner, last_event_seq, last_message_seq, last_call_ordinal FROM threads W
 const INSERT_CALL: &str = "\
 INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
     undo_of, ordinal, undo, message_id, finished_at_ms, workspace, dry_run, instance, \
-    parent_message_id) \
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
+    parent_message_id, after_message_seq) \
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
 ON CONFLICT (thread_id, id) DO NOTHING";
 
 const FINISH_CALL: &str = "\
@@ -427,13 +427,11 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
             WriteOp::InsertToolCall(call) => {
                 checks::insertable_call_status(&call.id, call.status)?;
                 check_declared(conn, &unit.thread_id, call)?;
-                if !insert_call(
-                    conn,
-                    (&unit.thread_id, &unit.owner),
-                    call,
-                    next_ordinal,
-                    None,
-                )? {
+                let place = Place {
+                    ordinal: next_ordinal,
+                    after_message_seq: next_message_seq - 1,
+                };
+                if !insert_call(conn, (&unit.thread_id, &unit.owner), call, place, None)? {
                     return Err(StoreError::Conflict(format!(
                         "tool call {:?} is already recorded in thread {:?}",
                         call.id, unit.thread_id
@@ -494,13 +492,13 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
     Ok(receipt)
 }
 
-/// Insert a call (finished already when `finish` is given); false when the
-/// thread already records a call with its id.
+/// Insert a call (finished already when `finish` is given) at `place`;
+/// false when the thread already records a call with its id.
 fn insert_call(
     conn: &Connection,
     (thread_id, owner): (&str, &str),
     call: &NewToolCall,
-    ordinal: i64,
+    place: Place,
     finish: Option<&FinishedToolCall>,
 ) -> StoreResult<bool> {
     let status = finish.map_or(call.status, |f| f.status);
@@ -516,7 +514,7 @@ fn insert_call(
             status.as_str(),
             call.created_at_ms,
             call.undo_of,
-            ordinal,
+            place.ordinal,
             finish.and_then(|f| f.undo.as_ref().map(JsonText::as_str)),
             finish.map(|f| &f.message_id),
             finish.map(|f| f.finished_at_ms),
@@ -524,6 +522,7 @@ fn insert_call(
             i64::from(call.dry_run),
             call.instance,
             call.parent_message_id,
+            place.after_message_seq,
         ])
         .map_err(|e| unit_error(e, || format!("tool call {:?}", call.id)))?;
     Ok(changed == 1)
@@ -816,7 +815,7 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
     // does not go in means a unit that must fail.
     for c in &rows.calls {
         check_declared(tx, c.thread_id, c.call)?;
-        if !insert_call(tx, (c.thread_id, c.owner), c.call, c.ordinal, c.finish)? {
+        if !insert_call(tx, (c.thread_id, c.owner), c.call, c.place, c.finish)? {
             return Ok(None); // a call already recorded
         }
     }
