@@ -687,7 +687,8 @@ both_backends!(undeclared_calls_sit_where_the_client_put_them);
 /// before the message that declares them), declared calls posted with or
 /// without their message's id, calls no message declares posted with no
 /// parent, an assistant message's id, or an id no message has yet (some
-/// later posted as an assistant message). Each time, the messages the
+/// later posted as an assistant message), batches of such calls, and a
+/// call that runs while a message is posted. Each time, the messages the
 /// stock client builds from the stream are the ones it gets from a
 /// snapshot. Every declared call is posted in the end, and no call shares
 /// an id with a message: the two differences the README lists.
@@ -698,112 +699,213 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
     for seed in [7_u64, 1_234, 98_765, 4_242_424] {
         let thread = format!("random-{seed}");
         let t = format!("/v1/threads/{thread}");
-        let mut rng = seed;
-        let mut next = move |n: usize| {
-            // xorshift64*: enough spread for picking steps.
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+        let say = |id: String, role: &'static str| {
+            let (app, t) = (&app, &t);
+            async move {
+                let body = json!({"id": id, "role": role, "content": id});
+                let r = app.post(&format!("{t}/messages"), &body).await;
+                assert_eq!(r.status(), 201, "{body}");
+            }
         };
-        let echo = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
-        let mut n = 0;
-        let mut fresh = |prefix: &str| {
-            n += 1;
-            format!("{prefix}{n}")
-        };
-        let mut assistants: Vec<String> = Vec::new();
-        // Declared and not posted yet: (call, the message declaring it).
-        let mut declared: Vec<(String, String)> = Vec::new();
-        // Posted, declared by no message yet.
-        let mut undeclared: Vec<String> = Vec::new();
-        // Named as a parent, no message with the id yet.
-        let mut ghosts: Vec<String> = Vec::new();
+        let mut c = Conversation::new(seed);
         let mut steps = Vec::new();
         for _ in 0..30 {
-            let step = next(8);
+            let step = c.next(8);
             steps.push(step);
+            let context = format!("seed {seed}, steps {steps:?}");
             match step {
-                0 | 1 => {
-                    let role = if step == 0 { "user" } else { "system" };
-                    let id = fresh("m");
-                    let r = app
-                        .post(
-                            &format!("{t}/messages"),
-                            &json!({"id": id, "role": role, "content": id}),
-                        )
-                        .await;
-                    assert_eq!(r.status(), 201, "seed {seed} steps {steps:?}");
-                }
-                2 | 3 => {
-                    // An assistant message, or one under a ghost's id.
-                    let id = match (step, ghosts.is_empty()) {
-                        (3, false) => ghosts.remove(next(ghosts.len())),
-                        _ => fresh("a"),
-                    };
-                    let mut calls = Vec::new();
-                    for _ in 0..next(3) {
-                        let call = fresh("c");
-                        calls.push(echo(&call));
-                        declared.push((call, id.clone()));
-                    }
-                    if !undeclared.is_empty() && next(2) == 0 {
-                        calls.push(echo(&undeclared.remove(next(undeclared.len()))));
-                    }
-                    let content = if next(3) == 0 {
-                        String::new()
-                    } else {
-                        id.clone()
-                    };
-                    let mut body = json!({"id": id, "role": "assistant", "content": content});
-                    if !calls.is_empty() {
-                        body["tool_calls"] = Value::Array(calls);
-                    }
+                0 => say(c.fresh("m"), "user").await,
+                1 => say(c.fresh("m"), "system").await,
+                2 => {
+                    let body = c.assistant_message();
                     let r = app.post(&format!("{t}/messages"), &body).await;
-                    assert_eq!(r.status(), 201, "seed {seed} steps {steps:?}: {body}");
-                    assistants.push(id);
+                    assert_eq!(r.status(), 201, "{context}: {body}");
                 }
-                4 if !declared.is_empty() => {
-                    let (call, by) = declared.remove(next(declared.len()));
-                    let mut body = echo(&call);
-                    if next(2) == 0 {
-                        body["parent_message_id"] = json!(by);
+                3 | 4 => {
+                    let call = match step {
+                        3 => c.declared_call(),
+                        _ => None,
                     }
-                    let (s, out) = app.call(&thread, body).await;
-                    assert_eq!(s, 200, "seed {seed} steps {steps:?}: {out}");
+                    .unwrap_or_else(|| c.undeclared_call("echo"));
+                    let (s, out) = app.call(&thread, call).await;
+                    assert_eq!(s, 200, "{context}: {out}");
+                }
+                5 => {
+                    let calls: Vec<Value> = (0..=c.next(3))
+                        .map(|_| {
+                            match c.next(2) {
+                                0 => c.declared_call(),
+                                _ => None,
+                            }
+                            .unwrap_or_else(|| c.undeclared_call("echo"))
+                        })
+                        .collect();
+                    let r = app
+                        .post(&format!("{t}/batches"), &json!({"calls": calls}))
+                        .await;
+                    assert_eq!(r.status(), 200, "{context}");
+                    let out: Value = r.json().await.unwrap();
+                    for result in out["results"].as_array().unwrap() {
+                        assert_eq!(result["status"], 200, "{context}: {out}");
+                    }
+                }
+                6 => {
+                    // A call that runs while a message is posted.
+                    let call = c.undeclared_call("wait");
+                    let posted = say(c.fresh("m"), "user");
+                    let ((s, out), ()) = tokio::join!(app.call(&thread, call), posted);
+                    assert_eq!(s, 200, "{context}: {out}");
                 }
                 _ => {
-                    let call = fresh("c");
-                    let mut body = echo(&call);
-                    match next(3) {
-                        0 if !assistants.is_empty() => {
-                            body["parent_message_id"] = json!(assistants[next(assistants.len())]);
-                        }
-                        1 => {
-                            let ghost = if ghosts.is_empty() || next(2) == 0 {
-                                let ghost = fresh("g");
-                                ghosts.push(ghost.clone());
-                                ghost
-                            } else {
-                                ghosts[next(ghosts.len())].clone()
-                            };
-                            body["parent_message_id"] = json!(ghost);
-                        }
-                        _ => {}
-                    }
-                    let (s, out) = app.call(&thread, body).await;
-                    assert_eq!(s, 200, "seed {seed} steps {steps:?}: {out}");
-                    undeclared.push(call);
+                    // A message under an id calls named as their parent.
+                    let body = c.ghost_message();
+                    let r = app.post(&format!("{t}/messages"), &body).await;
+                    assert_eq!(r.status(), 201, "{context}: {body}");
                 }
             }
         }
-        for (call, _) in std::mem::take(&mut declared) {
-            let (s, out) = app.call(&thread, echo(&call)).await;
+        while let Some(call) = c.declared_call() {
+            let (s, out) = app.call(&thread, call).await;
             assert_eq!(s, 200, "seed {seed}: {out}");
         }
         same_live_and_reloaded(&app, &thread, &format!("seed {seed}, steps {steps:?}")).await;
     }
     app.stop().await;
+}
+
+/// What a random conversation has so far.
+struct Conversation {
+    rng: u64,
+    n: usize,
+    assistants: Vec<String>,
+    /// Declared and not posted yet: the call and the message declaring it.
+    declared: Vec<(Value, String)>,
+    /// Posted, declared by no message yet.
+    undeclared: Vec<Value>,
+    /// Named as a parent, no message with the id yet.
+    ghosts: Vec<String>,
+}
+
+impl Conversation {
+    fn new(seed: u64) -> Self {
+        Conversation {
+            rng: seed,
+            n: 0,
+            assistants: Vec::new(),
+            declared: Vec::new(),
+            undeclared: Vec::new(),
+            ghosts: Vec::new(),
+        }
+    }
+
+    /// Below `n`; xorshift64*: enough spread for picking steps.
+    fn next(&mut self, n: usize) -> usize {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.n += 1;
+        format!("{prefix}{}", self.n)
+    }
+
+    fn pick<T>(&mut self, from: &mut Vec<T>) -> Option<T> {
+        if from.is_empty() {
+            return None;
+        }
+        let i = self.next(from.len());
+        Some(from.remove(i))
+    }
+
+    /// A new call no message declares, under no parent, an assistant
+    /// message's id or an id no message has yet.
+    fn undeclared_call(&mut self, tool: &str) -> Value {
+        let id = self.fresh("c");
+        let arguments = match tool {
+            "wait" => json!({"ms": 40 + self.next(60)}),
+            _ => json!({"text": id}),
+        };
+        let call = json!({"id": id, "name": tool, "arguments": arguments});
+        self.undeclared.push(call.clone());
+        let mut posted = call;
+        match self.next(3) {
+            0 if !self.assistants.is_empty() => {
+                let i = self.next(self.assistants.len());
+                posted["parent_message_id"] = json!(self.assistants[i]);
+            }
+            1 => {
+                let ghost = match self.next(2) {
+                    0 if !self.ghosts.is_empty() => {
+                        let i = self.next(self.ghosts.len());
+                        self.ghosts[i].clone()
+                    }
+                    _ => {
+                        let ghost = self.fresh("g");
+                        self.ghosts.push(ghost.clone());
+                        ghost
+                    }
+                };
+                posted["parent_message_id"] = json!(ghost);
+            }
+            _ => {}
+        }
+        posted
+    }
+
+    /// A declared call nobody has posted, with its message's id or without.
+    fn declared_call(&mut self) -> Option<Value> {
+        let mut declared = std::mem::take(&mut self.declared);
+        let picked = self.pick(&mut declared);
+        self.declared = declared;
+        let (mut call, by) = picked?;
+        if self.next(2) == 0 {
+            call["parent_message_id"] = json!(by);
+        }
+        Some(call)
+    }
+
+    /// An assistant message (its text empty or not) under `id`, declaring
+    /// up to two new calls and perhaps one posted before.
+    fn assistant_message_as(&mut self, id: String) -> Value {
+        let mut calls = Vec::new();
+        for _ in 0..self.next(3) {
+            let call = self.fresh("c");
+            let call = json!({"id": call, "name": "echo", "arguments": {"text": call}});
+            calls.push(call.clone());
+            self.declared.push((call, id.clone()));
+        }
+        if self.next(2) == 0 {
+            let mut undeclared = std::mem::take(&mut self.undeclared);
+            calls.extend(self.pick(&mut undeclared));
+            self.undeclared = undeclared;
+        }
+        let content = if self.next(3) == 0 { "" } else { id.as_str() };
+        let mut body = json!({"id": id, "role": "assistant", "content": content});
+        if !calls.is_empty() {
+            body["tool_calls"] = Value::Array(calls);
+        }
+        self.assistants.push(id);
+        body
+    }
+
+    fn assistant_message(&mut self) -> Value {
+        let id = self.fresh("a");
+        self.assistant_message_as(id)
+    }
+
+    /// An assistant message under an id calls named as their parent, or a
+    /// new one if none is left.
+    fn ghost_message(&mut self) -> Value {
+        let mut ghosts = std::mem::take(&mut self.ghosts);
+        let ghost = self.pick(&mut ghosts);
+        self.ghosts = ghosts;
+        match ghost {
+            Some(id) => self.assistant_message_as(id),
+            None => self.assistant_message(),
+        }
+    }
 }
 
 /// The messages the stock client builds from the thread's stream (from the
