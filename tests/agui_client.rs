@@ -687,8 +687,8 @@ both_backends!(undeclared_calls_sit_where_the_client_put_them);
 /// before the message that declares them), declared calls posted with or
 /// without their message's id, calls no message declares posted with no
 /// parent, an assistant message's id, or an id no message has yet (some
-/// later posted as an assistant message), batches of such calls, and a
-/// call that runs while a message is posted. Each time, the messages the
+/// later posted as an assistant message), batches of such calls, a call
+/// that runs while a message is posted, and AG-UI runs. Each time, the messages the
 /// stock client builds from the stream are the ones it gets from a
 /// snapshot. Every declared call is posted in the end, and no call shares
 /// an id with a message: the two differences the README lists.
@@ -710,7 +710,7 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
         let mut c = Conversation::new(seed);
         let mut steps = Vec::new();
         for _ in 0..30 {
-            let step = c.next(8);
+            let step = c.next(9);
             steps.push(step);
             let context = format!("seed {seed}, steps {steps:?}");
             match step {
@@ -755,6 +755,28 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
                     let posted = say(c.fresh("m"), "user");
                     let ((s, out), ()) = tokio::join!(app.call(&thread, call), posted);
                     assert_eq!(s, 200, "{context}: {out}");
+                }
+                7 => {
+                    // An AG-UI run: a user's message and an assistant's
+                    // with calls, which the run makes.
+                    let (user, assistant) = (c.fresh("m"), c.fresh("a"));
+                    let calls: Vec<Value> = (0..=c.next(2))
+                        .map(|_| {
+                            let id = c.fresh("c");
+                            let arguments = json!({"text": id}).to_string();
+                            json!({"id": id, "type": "function",
+                                "function": {"name": "echo", "arguments": arguments}})
+                        })
+                        .collect();
+                    c.assistants.push(assistant.clone());
+                    let input = json!({"threadId": thread, "runId": c.fresh("run"), "state": {},
+                        "tools": [], "context": [], "forwardedProps": {}, "messages": [
+                            {"id": user, "role": "user", "content": user},
+                            {"id": assistant, "role": "assistant", "content": assistant,
+                             "toolCalls": calls}]});
+                    let r = app.post(&format!("{t}/runs"), &input).await;
+                    assert_eq!(r.status(), 200, "{context}");
+                    common::SseReader::new(r).until("RUN_FINISHED").await;
                 }
                 _ => {
                     // A message under an id calls named as their parent.
