@@ -688,14 +688,19 @@ both_backends!(undeclared_calls_sit_where_the_client_put_them);
 /// without their message's id, calls no message declares posted with no
 /// parent, an assistant message's id, or an id no message has yet (some
 /// later posted as an assistant message), batches of such calls, a call
-/// that runs while a message is posted, and AG-UI runs. Each time, the messages the
+/// that runs while a message is posted, one that waits for a person while
+/// a message is posted, and AG-UI runs. Each time, the messages the
 /// stock client builds from the stream are the ones it gets from a
 /// snapshot. Every declared call is posted in the end, and no call shares
 /// an id with a message: the two differences the README lists.
 #[tokio::test]
 async fn random_conversations_look_the_same_live_and_after_a_reload() {
     node_ready().await;
-    let app = TestApp::spawn(Backend::Sqlite).await;
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.permissions.ask = vec!["write_file".into()];
+    })
+    .await;
+    let mut taken = [0; 10];
     for seed in [7_u64, 1_234, 98_765, 4_242_424] {
         let thread = format!("random-{seed}");
         let t = format!("/v1/threads/{thread}");
@@ -710,8 +715,9 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
         let mut c = Conversation::new(seed);
         let mut steps = Vec::new();
         for _ in 0..30 {
-            let step = c.next(9);
+            let step = c.next(10);
             steps.push(step);
+            taken[step] += 1;
             let context = format!("seed {seed}, steps {steps:?}");
             match step {
                 0 => say(c.fresh("m"), "user").await,
@@ -778,6 +784,36 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
                     assert_eq!(r.status(), 200, "{context}");
                     common::SseReader::new(r).until("RUN_FINISHED").await;
                 }
+                8 => {
+                    // A call that waits for a person, who decides it after
+                    // a message was posted.
+                    let call = c.undeclared_call("write_file");
+                    let (s, out) = app.call(&thread, call.clone()).await;
+                    assert_eq!(s, 202, "{context}: {out}");
+                    say(c.fresh("m"), "user").await;
+                    let approval = out["approval"]["id"].as_str().unwrap();
+                    let r = app
+                        .post(
+                            &format!("/v1/approvals/{approval}/decision"),
+                            &json!({"decision": "approve"}),
+                        )
+                        .await;
+                    assert_eq!(r.status(), 200, "{context}");
+                    // It runs once approved; re-posted, it answers when done.
+                    let mut answered = Value::Null;
+                    for _ in 0..500 {
+                        let (s, out) = app.call(&thread, call.clone()).await;
+                        if s == 200 {
+                            answered = out;
+                            break;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    assert_eq!(
+                        answered["tool_agent_output"]["status"], "success",
+                        "{context}: {answered}"
+                    );
+                }
                 _ => {
                     // A message under an id calls named as their parent.
                     let body = c.ghost_message();
@@ -792,6 +828,10 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
         }
         same_live_and_reloaded(&app, &thread, &format!("seed {seed}, steps {steps:?}")).await;
     }
+    assert!(
+        taken.iter().all(|&n| n > 0),
+        "every kind of step: {taken:?}"
+    );
     app.stop().await;
 }
 
@@ -847,6 +887,7 @@ impl Conversation {
         let id = self.fresh("c");
         let arguments = match tool {
             "wait" => json!({"ms": 40 + self.next(60)}),
+            "write_file" => json!({"path": format!("{id}.txt"), "content": id}),
             _ => json!({"text": id}),
         };
         let call = json!({"id": id, "name": tool, "arguments": arguments});
