@@ -997,7 +997,13 @@ async fn a_snapshot_and_the_stream_after_it_never_overlap(backend: Backend) {
     }
 }
 
-async fn a_snapshot_is_followed_by_the_calls_it_does_not_show(backend: Backend) {
+/// A snapshot shows running calls as it shows finished ones: d1 in the
+/// assistant message declaring it, w1 (posted to /tool-calls alone, by an
+/// alias) in a message of its own made where it was announced, before the
+/// user message posted while it runs; neither is announced again, and
+/// their results follow. A running call the snapshot cannot show (its id
+/// is a message's) is announced again right after it, without ids.
+async fn a_snapshot_shows_running_calls_where_they_were_announced(backend: Backend) {
     let app = std::sync::Arc::new(TestApp::spawn(backend).await);
     let r = app
         .post(
@@ -1007,17 +1013,23 @@ async fn a_snapshot_is_followed_by_the_calls_it_does_not_show(backend: Backend) 
         )
         .await;
     assert_eq!(r.status(), 201);
-    // Two calls running: d1, which the snapshot's assistant message shows,
-    // and w1, posted to /tool-calls alone, which nothing in it shows.
+    let r = app
+        .post(
+            "/v1/threads/sr/messages",
+            &json!({"id": "x1", "role": "user", "content": "first"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
     let mut calls = Vec::new();
     for call in [
         json!({"id": "d1", "name": "wait", "arguments": {"ms": 1500}}),
         json!({"id": "w1", "name": "sleep", "arguments": {"ms": 1500}}),
+        json!({"id": "x1", "name": "wait", "arguments": {"ms": 1500}}),
     ] {
         let app = app.clone();
         calls.push(tokio::spawn(async move { app.call("sr", call).await.0 }));
     }
-    for id in ["d1", "w1"] {
+    for id in ["d1", "w1", "x1"] {
         let mut status = Value::Null;
         for _ in 0..100 {
             let r = app.get(&format!("/v1/threads/sr/tool-calls/{id}")).await;
@@ -1029,29 +1041,71 @@ async fn a_snapshot_is_followed_by_the_calls_it_does_not_show(backend: Backend) 
         }
         assert_eq!(status, "running", "{id}");
     }
+    let r = app
+        .post(
+            "/v1/threads/sr/messages",
+            &json!({"id": "u2", "role": "user", "content": "meanwhile"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
     let mut sse = app.events("sr", "?snapshot=true", None).await;
     let mut seen = Vec::new();
+    let mut snapshot = Value::Null;
     while let Some(f) = sse.next(Duration::from_secs(10)).await {
         let call = f.data["toolCallId"]
             .as_str()
             .unwrap_or_default()
             .to_string();
         seen.push((f.kind().to_string(), call));
-        if f.kind() == "TOOL_CALL_START" {
-            assert_eq!(f.id, None, "not a logged event: no resume point");
-            assert_eq!(f.data["toolCallName"], "wait");
-        }
-        if f.kind() == "TOOL_CALL_ARGS" {
-            assert_eq!(f.data["delta"], r#"{"ms":1500}"#);
+        match f.kind() {
+            "MESSAGES_SNAPSHOT" => snapshot = f.data["messages"].clone(),
+            "TOOL_CALL_START" => {
+                assert_eq!(f.id, None, "not a logged event: no resume point");
+                assert_eq!(f.data["toolCallName"], "wait");
+            }
+            "TOOL_CALL_ARGS" => assert_eq!(f.data["delta"], r#"{"ms":1500}"#),
+            _ => {}
         }
         let results = seen
             .iter()
             .filter(|(kind, _)| kind == "TOOL_CALL_RESULT")
             .count();
-        if results == 2 {
+        if results == 3 {
             break;
         }
     }
+    // The snapshot: each call where the client put it live.
+    let outline: Vec<String> = snapshot
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let calls: Vec<String> = m["toolCalls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| format!("{}:{}", c["id"].as_str().unwrap(), c["function"]["name"]))
+                .collect();
+            format!("{}:{}{calls:?}", m["role"].as_str().unwrap(), m["id"])
+        })
+        .collect();
+    assert_eq!(outline.len(), 4, "{snapshot}");
+    assert!(outline[0].starts_with("assistant:"), "{outline:?}");
+    assert_eq!(
+        [
+            &outline[0][outline[0].find('[').unwrap()..],
+            &outline[1],
+            &outline[2],
+            &outline[3]
+        ],
+        [
+            r#"["d1:\"wait\""]"#,
+            r#"user:"x1"[]"#,
+            r#"assistant:"w1"["w1:\"wait\""]"#,
+            r#"user:"u2"[]"#,
+        ],
+        "{snapshot}"
+    );
     let kinds: Vec<(&str, &str)> = seen
         .iter()
         .map(|(k, c)| (k.as_str(), c.as_str()))
@@ -1063,9 +1117,9 @@ async fn a_snapshot_is_followed_by_the_calls_it_does_not_show(backend: Backend) 
         Some(
             &[
                 ("MESSAGES_SNAPSHOT", ""),
-                ("TOOL_CALL_START", "w1"),
-                ("TOOL_CALL_ARGS", "w1"),
-                ("TOOL_CALL_END", "w1"),
+                ("TOOL_CALL_START", "x1"),
+                ("TOOL_CALL_ARGS", "x1"),
+                ("TOOL_CALL_END", "x1"),
             ][..]
         ),
         "{kinds:?}"
@@ -1074,7 +1128,11 @@ async fn a_snapshot_is_followed_by_the_calls_it_does_not_show(backend: Backend) 
     rest.sort();
     assert_eq!(
         rest,
-        [("TOOL_CALL_RESULT", "d1"), ("TOOL_CALL_RESULT", "w1")],
+        [
+            ("TOOL_CALL_RESULT", "d1"),
+            ("TOOL_CALL_RESULT", "w1"),
+            ("TOOL_CALL_RESULT", "x1")
+        ],
         "{kinds:?}"
     );
     for call in calls {
@@ -2262,7 +2320,7 @@ both_backends!(
     a_runs_developer_message_keeps_its_role,
     an_owner_lists_their_threads_page_by_page,
     a_snapshot_and_the_stream_after_it_never_overlap,
-    a_snapshot_is_followed_by_the_calls_it_does_not_show,
+    a_snapshot_shows_running_calls_where_they_were_announced,
     failures_are_data_with_an_error_template,
     progress_of_long_tools_streams_as_custom_events,
 );

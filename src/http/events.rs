@@ -465,22 +465,17 @@ async fn follow(
         read,
     )) = snapshot
     {
-        // Calls not finished that the snapshot shows nothing of: no
-        // assistant message declares them (posted to /tool-calls), and
-        // they have no result yet.
-        let shown: std::collections::HashSet<&str> =
-            crate::protocol::context::declared_calls(&messages)
-                .map(|d| d.id)
-                .chain(messages.iter().filter_map(|m| m.tool_call_id.as_deref()))
-                .collect();
+        let messages = super::snapshot::snapshot_messages(messages, &placements, &unfinished);
+        // Calls not finished that the snapshot leaves out: one whose id is
+        // a message's, or recorded before calls kept where they were
+        // announced.
+        let held = super::snapshot::held_calls(&messages);
         let unshown: Vec<Event> = unfinished
             .iter()
-            .filter(|call| !shown.contains(call.id.as_str()))
+            .filter(|call| !held.contains(call.id.as_str()))
             .flat_map(crate::engine::announcement_of)
             .collect();
-        let ev = Event::new(EventBody::MessagesSnapshot {
-            messages: super::snapshot::snapshot_messages(messages, &placements),
-        });
+        let ev = Event::new(EventBody::MessagesSnapshot { messages });
         let sse = untracked(&ev);
         drop(ev);
         let delivered = stream.deliver(sse).await;
@@ -490,7 +485,9 @@ async fn follow(
         }
         // Such a call (running, or waiting for a person) is announced
         // again, as when it started, so its result (streamed when it
-        // comes) answers a call the frontend knows.
+        // comes) answers a call the frontend knows. The snapshot shows the
+        // others: announcing those again would give the stock client
+        // their arguments twice.
         for ev in &unshown {
             if let Err(end) = stream.deliver(untracked(ev)).await {
                 return end;

@@ -18,41 +18,51 @@
 //!
 //! The stored thread says where each call was announced (the message it
 //! came after, and the parent it named: [`CallPlacement`]), so the
-//! snapshot replays those rules in the stream's order. Two things it
-//! shows beyond what a client built live: an assistant message lists
-//! every call it declares, also those nobody has posted yet, and a
-//! message keeps its media parts.
+//! snapshot replays those rules in the stream's order, for calls finished
+//! or not (a call without a result is one still running or waiting for a
+//! person). Two things it shows beyond what a client built live: an
+//! assistant message lists every call it declares, also those nobody has
+//! posted yet, and a message keeps its media parts. What it leaves out: a
+//! call whose id is a message's (the client would show two messages with
+//! one id), and an unfinished call recorded before toolgate kept where
+//! calls were announced; the stream announces such a running call again
+//! after the snapshot.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::protocol::agui::{FunctionCall, Message, ToolCall};
-use crate::store::{CallPlacement, Role, StoredMessage};
+use crate::store::{CallPlacement, JsonText, Role, StoredMessage, ToolCallRecord};
 
 /// The thread's messages for a MESSAGES_SNAPSHOT; `placements` are where
-/// its calls were announced, in the order they were.
+/// its calls were announced, in the order they were, and `unfinished` its
+/// calls with no result yet.
 pub fn snapshot_messages(
     messages: Vec<StoredMessage>,
     placements: &[CallPlacement],
+    unfinished: &[ToolCallRecord],
 ) -> Vec<Message> {
     let placed: HashMap<&str, &CallPlacement> =
         placements.iter().map(|p| (p.id.as_str(), p)).collect();
-    // Each recorded call as its announcement named it, from its result.
+    let call = |id: &str, name: String, arguments: String| ToolCall {
+        id: id.to_owned(),
+        kind: "function".into(),
+        function: FunctionCall { name, arguments },
+    };
+    // Each recorded call as its announcement named it: from its result,
+    // or from its record while it has none.
     let ran: HashMap<String, ToolCall> = messages
         .iter()
         .filter(|m| m.role == Role::Tool)
         .filter_map(|m| {
-            let id = m.tool_call_id.clone()?;
+            let id = m.tool_call_id.as_deref()?;
             let output = super::threads::stored_output(m)?;
-            let call = ToolCall {
-                id: id.clone(),
-                kind: "function".into(),
-                function: FunctionCall {
-                    name: output.tool_name,
-                    arguments: output.tool_call_args.to_string(),
-                },
-            };
-            Some((id, call))
+            let arguments = output.tool_call_args.to_string();
+            Some((id.to_owned(), call(id, output.tool_name, arguments)))
         })
+        .chain(unfinished.iter().map(|r| {
+            let arguments = JsonText::of(&r.args).as_str().to_owned();
+            (r.id.clone(), call(&r.id, r.tool_name.clone(), arguments))
+        }))
         .collect();
     // The calls announced after each message (0: before the first), in
     // the order they were recorded.
@@ -105,6 +115,21 @@ pub fn snapshot_messages(
         }
     }
     built.into_messages()
+}
+
+/// The calls the snapshot's messages hold.
+pub fn held_calls(messages: &[Message]) -> HashSet<&str> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant {
+                tool_calls: Some(calls),
+                ..
+            } => Some(calls.iter().map(|c| c.id.as_str())),
+            _ => None,
+        })
+        .flatten()
+        .collect()
 }
 
 /// The message list as a client builds it: each message with the results
@@ -410,14 +435,14 @@ mod tests {
         // Recorded before positions were kept: announced right before its
         // result, under the parent it named.
         let messages = vec![user(1, "u1"), user(2, "u2"), result(3, "c1")];
-        let built = snapshot_messages(messages, &[placed("c1", None, None)]);
+        let built = snapshot_messages(messages, &[placed("c1", None, None)], &[]);
         assert_eq!(
             outline(&built),
             ["other:u1", "other:u2", "assistant:c1[\"c1\"]", "tool:c1"]
         );
         // The same call with its position: where it was announced.
         let messages = vec![user(1, "u1"), user(2, "u2"), result(3, "c1")];
-        let built = snapshot_messages(messages, &[placed("c1", None, Some(1))]);
+        let built = snapshot_messages(messages, &[placed("c1", None, Some(1))], &[]);
         assert_eq!(
             outline(&built),
             ["other:u1", "assistant:c1[\"c1\"]", "tool:c1", "other:u2"]
@@ -435,6 +460,7 @@ mod tests {
                 placed("c1", Some("u1"), Some(1)),
                 placed("c2", Some("r-c1"), Some(2)),
             ],
+            &[],
         );
         assert_eq!(
             outline(&built),
@@ -454,7 +480,7 @@ mod tests {
         // same id: the call is not shown, its result follows the last
         // message as the client puts a result whose call it does not hold.
         let messages = vec![user(1, "c1"), user(2, "u2"), result(3, "c1")];
-        let built = snapshot_messages(messages, &[placed("c1", None, Some(1))]);
+        let built = snapshot_messages(messages, &[placed("c1", None, Some(1))], &[]);
         assert_eq!(outline(&built), ["other:c1", "other:u2", "tool:c1"]);
     }
 
@@ -464,7 +490,7 @@ mod tests {
         // message holds: where it came.
         let frontend = message(1, "f1", Role::Tool, json!({}), Some("ext"));
         let messages = vec![frontend, user(2, "u2"), result(3, "c1")];
-        let built = snapshot_messages(messages, &[]);
+        let built = snapshot_messages(messages, &[], &[]);
         assert_eq!(
             outline(&built),
             ["tool:ext", "other:u2", "assistant:c1[\"c1\"]", "tool:c1"]
