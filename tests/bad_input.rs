@@ -1504,7 +1504,85 @@ async fn refusals_do_not_echo_large_values_whole(backend: Backend) {
     );
 }
 
+/// A call's parent is the assistant message that made it: one naming a
+/// user, system or tool message of the thread is refused where it is
+/// given, alone or in a batch, and nothing is recorded. A parent no
+/// message has yet is taken (the message may come after its calls).
+async fn a_parent_that_is_not_an_assistant_message_is_refused(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let t = "/v1/threads/pa";
+    for body in [
+        json!({"id": "u1", "role": "user", "content": "hi"}),
+        json!({"id": "s1", "role": "system", "content": "be brief"}),
+        json!({"id": "a1", "role": "assistant", "content": "let me see"}),
+    ] {
+        let r = app.post(&format!("{t}/messages"), &body).await;
+        assert_eq!(r.status(), 201);
+    }
+    let (s, out) = app
+        .call(
+            "pa",
+            json!({"id": "c0", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let result_message = app.history("pa").await.last().unwrap()["id"].clone();
+    let before = snapshot(&app, "pa").await;
+    let echo = |id: &str, parent: &Value| json!({"id": id, "name": "echo", "arguments": {"text": id}, "parent_message_id": parent});
+    for (parent, role) in [
+        (json!("u1"), "user"),
+        (json!("s1"), "system"),
+        (result_message.clone(), "tool"),
+    ] {
+        let (s, body) = problem(
+            app.post(&format!("{t}/tool-calls"), &echo("c1", &parent))
+                .await,
+        )
+        .await;
+        assert_eq!(s, 422, "{body}");
+        assert_eq!(body["errors"][0]["pointer"], "/parent_message_id", "{body}");
+        let message = body["errors"][0]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("is a {role} message")),
+            "{message}"
+        );
+        // In a batch: that item, at its place; the others run.
+        let r = app
+            .post(
+                &format!("{t}/batches"),
+                &json!({"calls": [echo("b1", &json!("a1")), echo("b2", &parent)]}),
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+        let out: Value = r.json().await.unwrap();
+        assert_eq!(out["results"][0]["status"], 200, "{out}");
+        assert_eq!(out["results"][1]["status"], 422, "{out}");
+        assert_eq!(
+            out["results"][1]["problem"]["errors"][0]["pointer"], "/calls/1/parent_message_id",
+            "{out}"
+        );
+        let r = app.get(&format!("{t}/tool-calls/b2")).await;
+        assert_eq!(r.status(), 404, "nothing recorded");
+        // b1 again is a replay; the next round posts it anew.
+        let r = app.get(&format!("{t}/tool-calls/b1")).await;
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(app.get(&format!("{t}/tool-calls/c1")).await.status(), 404);
+    // The assistant message, or a message to come, is taken.
+    for (id, parent) in [("c2", "a1"), ("c3", "later")] {
+        let (s, out) = app.call("pa", echo(id, &json!(parent))).await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let (history, _) = snapshot(&app, "pa").await;
+    assert_eq!(
+        history.len(),
+        before.0.len() + 3,
+        "b1, c2 and c3: {history:?}"
+    );
+}
+
 both_backends!(
+    a_parent_that_is_not_an_assistant_message_is_refused,
     refusals_do_not_echo_large_values_whole,
     oversized_targets_and_headers_get_problems,
     a_run_carries_at_most_a_batch_of_calls,

@@ -218,6 +218,13 @@ pub async fn post_batch(
                     ));
                 }
                 Ok(call) => {
+                    let at = format!("/calls/{index}");
+                    if let Err(problem) =
+                        super::threads::check_parent(&state, &thread.0, &call, &at).await
+                    {
+                        results[index] = Some(refused(index, Some(call.id), problem));
+                        continue;
+                    }
                     let engine = state.engine.clone();
                     let request = CallRequest::new(&user.owner, &thread.0, call);
                     let id = request.call.id.clone();

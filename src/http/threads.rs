@@ -199,12 +199,40 @@ pub async fn post_tool_call(
     let wait = q.wait()?;
     let call = calls::parse(&body).map_err(parse_error_to_api)?;
     check_owner(&state, &user, &thread).await?;
+    check_parent(&state, &thread.0, &call, "").await?;
     let request = CallRequest::new(&user.owner, &thread.0, call);
     let engine = state.engine.clone();
     let outcome = with_slot(&state, &user, async move { engine.execute(request).await })
         .await?
         .map_err(rejection_to_api)?;
     executed_response(&state, &thread.0, outcome, wait).await
+}
+
+/// A call's `parent_message_id` names the assistant message that made it;
+/// naming a message of another role is refused (`at`: the call's place in
+/// the request body), since a stock AG-UI client would warn and show the
+/// call in a message of its own. A parent no message has yet is taken: a
+/// chat backend may record the assistant message after its calls.
+pub async fn check_parent(
+    state: &AppState,
+    thread_id: &str,
+    call: &calls::IncomingCall,
+    at: &str,
+) -> Result<(), ApiError> {
+    let Some(parent) = call.parent_message_id.as_deref() else {
+        return Ok(());
+    };
+    match state.store.message(thread_id, parent).await? {
+        Some(m) if m.role != Role::Assistant => Err(ApiError::invalid_body(
+            format!("{at}/parent_message_id"),
+            format!(
+                "{parent:?} is a {} message of this thread: a call's parent is the assistant \
+                 message that made it; give that message's id, or leave parent_message_id out",
+                m.role.as_str()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Run engine work in its own task, holding one of the owner's call slots

@@ -522,6 +522,8 @@ pub struct NativeCall {
     pub arguments: Value,
     #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
+    /// The assistant message that made the call: a message of another
+    /// role in the thread is refused; one not recorded yet is taken.
     #[schema(value_type = Option<Id>)]
     pub parent_message_id: Option<String>,
     /// Sub-workspace of the owner to work in.
@@ -547,6 +549,8 @@ pub struct OpenAiCall {
     pub index: Option<i32>,
     #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
+    /// The assistant message that made the call: a message of another
+    /// role in the thread is refused; one not recorded yet is taken.
     #[schema(value_type = Option<Id>)]
     pub parent_message_id: Option<String>,
     /// Sub-workspace of the owner to work in.
@@ -578,6 +582,8 @@ pub struct AnthropicCall {
     pub caller: Option<Value>,
     #[schema(value_type = Option<Id>)]
     pub run_id: Option<String>,
+    /// The assistant message that made the call: a message of another
+    /// role in the thread is refused; one not recorded yet is taken.
     #[schema(value_type = Option<Id>)]
     pub parent_message_id: Option<String>,
     /// Sub-workspace of the owner to work in.
