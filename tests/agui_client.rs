@@ -680,7 +680,88 @@ async fn undeclared_calls_sit_where_the_client_put_them(backend: Backend) {
     app.stop().await;
 }
 
-both_backends!(undeclared_calls_sit_where_the_client_put_them);
+both_backends!(
+    undeclared_calls_sit_where_the_client_put_them,
+    a_reload_before_declared_calls_are_posted_shows_them_once,
+);
+
+/// A frontend that reloads after an assistant message declared calls and
+/// before they are posted gets the calls, with their arguments, in the
+/// snapshot; when they are posted, the stream that began with it sends
+/// their results and not their announcements again, whose arguments the
+/// stock client would add to the ones it holds. It ends up with what a
+/// frontend watching all along built.
+async fn a_reload_before_declared_calls_are_posted_shows_them_once(backend: Backend) {
+    node_ready().await;
+    let app = TestApp::spawn(backend).await;
+    let thread = "declared-later";
+    let echo = |id: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}});
+    let r = app
+        .post(
+            &format!("/v1/threads/{thread}/messages"),
+            &json!({"id": "am", "role": "assistant", "content": "", "tool_calls": [echo("e1"), echo("e2")]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let mark = app.data_dir.path().join("snapshot-taken");
+    let mark_arg = mark.to_str().unwrap();
+    let args = [
+        "--thread",
+        thread,
+        "--after",
+        "none",
+        "--snapshot",
+        "true",
+        "--min-events",
+        "4",
+        "--idle-ms",
+        "1500",
+        "--timeout-ms",
+        "15000",
+        "--snapshot-mark",
+        mark_arg,
+    ];
+    let reload = run_script(&app, "stream.mjs", &args);
+    let post_calls = async {
+        // Once the reload has its snapshot.
+        for _ in 0..750 {
+            if mark.exists() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert!(mark.exists(), "the reload got its snapshot");
+        for id in ["e1", "e2"] {
+            let (s, out) = app.call(thread, echo(id)).await;
+            assert_eq!(s, 200, "{out}");
+        }
+    };
+    let (reloaded, ()) = tokio::join!(reload, post_calls);
+    let reloaded = assert_stream_valid(&reloaded, "the reload");
+    assert_eq!(
+        strs(&reloaded["types"]),
+        [
+            "RUN_STARTED",
+            "MESSAGES_SNAPSHOT",
+            "TOOL_CALL_RESULT",
+            "TOOL_CALL_RESULT"
+        ],
+        "{reloaded}"
+    );
+    let live = thread_stream(&app, thread, "0", false).await;
+    let live = assert_stream_valid(&live, "the live stream");
+    assert_eq!(built_messages(&live), built_messages(&reloaded));
+    let calls = &reloaded["messages"][0]["toolCalls"];
+    assert_eq!(
+        calls[0]["function"]["arguments"], r#"{"text":"e1"}"#,
+        "{calls}"
+    );
+    assert_eq!(
+        calls[1]["function"]["arguments"], r#"{"text":"e2"}"#,
+        "{calls}"
+    );
+    app.stop().await;
+}
 
 /// Random conversations (seeded, so a failure repeats): user, system and
 /// assistant messages, assistant messages declaring calls (some recorded

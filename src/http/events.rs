@@ -454,6 +454,7 @@ async fn follow(
     open: &mut Open,
 ) -> End {
     let state = &stream.state;
+    let mut listed = Listed::default();
     if let Some((
         ThreadSnapshot {
             messages,
@@ -466,6 +467,15 @@ async fn follow(
     )) = snapshot
     {
         let messages = super::snapshot::snapshot_messages(messages, &placements, &unfinished);
+        let recorded: std::collections::HashSet<&str> =
+            placements.iter().map(|p| p.id.as_str()).collect();
+        listed = Listed(
+            super::snapshot::held_calls(&messages)
+                .into_iter()
+                .filter(|id| !recorded.contains(id))
+                .map(str::to_owned)
+                .collect(),
+        );
         // Calls not finished that the snapshot leaves out: one whose id is
         // a message's, or recorded before calls kept where they were
         // announced.
@@ -517,7 +527,7 @@ async fn follow(
             }
         }
     }
-    if let Err(end) = catch_up(stream, &mut last, open).await {
+    if let Err(end) = catch_up(stream, &mut last, open, &listed).await {
         return end;
     }
     loop {
@@ -528,6 +538,10 @@ async fn follow(
         };
         let result = match received {
             Ok(live) if live.seq() <= last => Ok(()),
+            Ok(Live::Event(ev)) if ev.seq == last + 1 && listed.announces(&ev) => {
+                last = ev.seq;
+                Ok(())
+            }
             Ok(Live::Event(ev)) if ev.seq == last + 1 => match logged(state, &ev) {
                 Ok(sse) => {
                     last = ev.seq;
@@ -542,7 +556,7 @@ async fn follow(
             // A large event (carried as its position), a gap (events
             // committed in another order) or a lag: the log has everything.
             Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                catch_up(stream, &mut last, open).await
+                catch_up(stream, &mut last, open, &listed).await
             }
             Err(broadcast::error::RecvError::Closed) => Err(End::Gone),
         };
@@ -552,7 +566,35 @@ async fn follow(
     }
 }
 
-async fn catch_up(stream: &Stream, last: &mut i64, open: &mut Open) -> Result<(), End> {
+/// Calls a snapshot listed before anyone posted them (an assistant message
+/// declares them): the client holds each with its arguments, so their
+/// announcements are not sent on the stream the snapshot opened, where
+/// TOOL_CALL_ARGS would give the stock client the arguments twice. Their
+/// results are sent.
+#[derive(Default)]
+struct Listed(std::collections::HashSet<String>);
+
+impl Listed {
+    /// Whether `ev` is the announcement of a listed call.
+    fn announces(&self, ev: &StoredEvent) -> bool {
+        !self.0.is_empty()
+            && matches!(
+                ev.event_type.as_str(),
+                "TOOL_CALL_START" | "TOOL_CALL_ARGS" | "TOOL_CALL_END"
+            )
+            && serde_json::from_str::<serde_json::Value>(&ev.data)
+                .ok()
+                .and_then(|v| Some(self.0.contains(v.get("toolCallId")?.as_str()?)))
+                .unwrap_or(false)
+    }
+}
+
+async fn catch_up(
+    stream: &Stream,
+    last: &mut i64,
+    open: &mut Open,
+    listed: &Listed,
+) -> Result<(), End> {
     let state = &stream.state;
     loop {
         // The slot is the query's: a client that reads slowly holds its
@@ -569,6 +611,10 @@ async fn catch_up(stream: &Stream, last: &mut i64, open: &mut Open) -> Result<()
         let full = page.len() as i64 == PAGE
             || page.iter().map(StoredEvent::page_bytes).sum::<usize>() >= PAGE_BYTES;
         for ev in page {
+            if listed.announces(&ev) {
+                *last = ev.seq;
+                continue;
+            }
             let sse = logged(state, &ev).map_err(End::Failed)?;
             *last = ev.seq;
             stream.deliver(sse).await?;

@@ -20,9 +20,12 @@
 //! came after, and the parent it named: [`CallPlacement`]), so the
 //! snapshot replays those rules in the stream's order, for calls finished
 //! or not (a call without a result is one still running or waiting for a
-//! person). Two things it shows beyond what a client built live: an
-//! assistant message lists every call it declares, also those nobody has
-//! posted yet, and a message keeps its media parts. What it leaves out: a
+//! person). What it shows beyond what a client built live: an assistant
+//! message lists every call it declares, also those nobody has posted yet
+//! (the stream that opens with the snapshot leaves out their announcements
+//! when they come, which would repeat their arguments), a run's frontend
+//! calls with the results its input gave them, and a message's media
+//! parts. What it leaves out: a
 //! call whose id is a message's (the client would show two messages with
 //! one id), and an unfinished call recorded before toolgate kept where
 //! calls were announced; the stream announces such a running call again

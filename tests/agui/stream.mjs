@@ -7,6 +7,9 @@
 // Usage:
 //   node stream.mjs --base URL --thread THREAD [--after 0|none] [--snapshot true]
 //                   [--min-events N] [--idle-ms 1500] [--timeout-ms 5000]
+//                   [--snapshot-mark FILE]
+// With --snapshot-mark, FILE is created once the MESSAGES_SNAPSHOT arrives
+// (a test then knows the snapshot's moment has passed).
 // The token comes from $TOOLGATE_TOKEN (or --token).
 //
 // Stops when at least --min-events events arrived and none came for
@@ -22,6 +25,8 @@ import { defaultApplyEvents, enforceEvents, verifyEvents } from "@ag-ui/client";
 import { EventSchemas } from "@ag-ui/core/schemas";
 import { from, lastValueFrom, toArray } from "rxjs";
 
+import { writeFileSync } from "node:fs";
+
 import { parseArgs, captureWarnings } from "./lib.mjs";
 
 const args = parseArgs(process.argv.slice(2), {
@@ -33,6 +38,7 @@ const args = parseArgs(process.argv.slice(2), {
   "min-events": "1",
   "idle-ms": "1500",
   "timeout-ms": "5000",
+  "snapshot-mark": "",
 });
 for (const required of ["base", "token", "thread"]) {
   if (!args[required]) {
@@ -110,6 +116,9 @@ function handleBlock(block) {
     });
   }
   frames.push({ id, raw, event });
+  if (event?.type === "MESSAGES_SNAPSHOT" && args["snapshot-mark"]) {
+    writeFileSync(args["snapshot-mark"], "");
+  }
   armIdle();
 }
 
