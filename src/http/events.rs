@@ -467,19 +467,18 @@ async fn follow(
     )) = snapshot
     {
         let messages = super::snapshot::snapshot_messages(messages, &placements, &unfinished);
+        let held = super::snapshot::held_calls(&messages);
         let recorded: std::collections::HashSet<&str> =
             placements.iter().map(|p| p.id.as_str()).collect();
         listed = Listed(
-            super::snapshot::held_calls(&messages)
-                .into_iter()
-                .filter(|id| !recorded.contains(id))
-                .map(str::to_owned)
+            held.iter()
+                .filter(|id| !recorded.contains(*id))
+                .map(|id| id.to_string())
                 .collect(),
         );
         // Calls not finished that the snapshot leaves out: one whose id is
         // a message's, or recorded before calls kept where they were
         // announced.
-        let held = super::snapshot::held_calls(&messages);
         let unshown: Vec<Event> = unfinished
             .iter()
             .filter(|call| !held.contains(call.id.as_str()))
