@@ -31,7 +31,7 @@
 //! calls were announced; the stream announces such a running call again
 //! after the snapshot.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::protocol::agui::{FunctionCall, Message, ToolCall};
 use crate::store::{CallPlacement, JsonText, Role, StoredMessage, ToolCallRecord};
@@ -46,11 +46,6 @@ pub fn snapshot_messages(
 ) -> Vec<Message> {
     let placed: HashMap<&str, &CallPlacement> =
         placements.iter().map(|p| (p.id.as_str(), p)).collect();
-    let call = |id: &str, name: String, arguments: String| ToolCall {
-        id: id.to_owned(),
-        kind: "function".into(),
-        function: FunctionCall { name, arguments },
-    };
     // Each recorded call as its announcement named it: from its result,
     // or from its record while it has none.
     let ran: HashMap<String, ToolCall> = messages
@@ -60,16 +55,19 @@ pub fn snapshot_messages(
             let id = m.tool_call_id.as_deref()?;
             let output = super::threads::stored_output(m)?;
             let arguments = output.tool_call_args.to_string();
-            Some((id.to_owned(), call(id, output.tool_name, arguments)))
+            Some((id.to_owned(), tool_call(id, output.tool_name, arguments)))
         })
         .chain(unfinished.iter().map(|r| {
             let arguments = JsonText::of(&r.args).as_str().to_owned();
-            (r.id.clone(), call(&r.id, r.tool_name.clone(), arguments))
+            (
+                r.id.clone(),
+                tool_call(&r.id, r.tool_name.clone(), arguments),
+            )
         }))
         .collect();
     // The calls announced after each message (0: before the first), in
     // the order they were recorded.
-    let mut announced_after: HashMap<i64, Vec<&CallPlacement>> = HashMap::new();
+    let mut announced_after: BTreeMap<i64, Vec<&CallPlacement>> = BTreeMap::new();
     for p in placements {
         if let Some(seq) = p.after_message_seq {
             announced_after.entry(seq).or_default().push(p);
@@ -84,14 +82,14 @@ pub fn snapshot_messages(
             .collect(),
         ..Built::default()
     };
-    let mut announce_after = |built: &mut Built, seq: i64| {
-        for p in announced_after.remove(&seq).into_iter().flatten() {
+    let announce = |built: &mut Built, calls: Vec<&CallPlacement>| {
+        for p in calls {
             if let Some(call) = ran.get(&p.id) {
                 built.announce(call.clone(), p.parent_message_id.as_deref());
             }
         }
     };
-    announce_after(&mut built, 0);
+    announce(&mut built, announced_after.remove(&0).unwrap_or_default());
     for m in messages {
         let seq = m.seq;
         // A call recorded before toolgate kept where it was announced: just
@@ -105,17 +103,11 @@ pub fn snapshot_messages(
             built.announce(call.clone(), parent);
         }
         built.add(m);
-        announce_after(&mut built, seq);
+        announce(&mut built, announced_after.remove(&seq).unwrap_or_default());
     }
     // Announced after a message the snapshot does not hold: at the end.
-    let mut rest: Vec<(i64, Vec<&CallPlacement>)> = announced_after.drain().collect();
-    rest.sort_by_key(|(seq, _)| *seq);
-    for (_, calls) in rest {
-        for p in calls {
-            if let Some(call) = ran.get(&p.id) {
-                built.announce(call.clone(), p.parent_message_id.as_deref());
-            }
-        }
+    for calls in announced_after.into_values() {
+        announce(&mut built, calls);
     }
     built.into_messages()
 }
@@ -291,6 +283,14 @@ fn holder(id: &str) -> Message {
     }
 }
 
+fn tool_call(id: &str, name: String, arguments: String) -> ToolCall {
+    ToolCall {
+        id: id.to_owned(),
+        kind: "function".into(),
+        function: FunctionCall { name, arguments },
+    }
+}
+
 /// The calls an assistant message declares, in its order.
 fn declared(m: &StoredMessage) -> Vec<ToolCall> {
     m.metadata
@@ -299,13 +299,13 @@ fn declared(m: &StoredMessage) -> Vec<ToolCall> {
         .map(|calls| {
             calls
                 .iter()
-                .map(|c| ToolCall {
-                    id: c["id"].as_str().unwrap_or_default().to_string(),
-                    kind: "function".into(),
-                    function: FunctionCall {
-                        name: c["name"].as_str().unwrap_or_default().to_string(),
-                        arguments: c["arguments"].to_string(),
-                    },
+                .map(|c| {
+                    let name = c["name"].as_str().unwrap_or_default().to_string();
+                    tool_call(
+                        c["id"].as_str().unwrap_or_default(),
+                        name,
+                        c["arguments"].to_string(),
+                    )
                 })
                 .collect()
         })
