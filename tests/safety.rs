@@ -2860,6 +2860,7 @@ both_backends!(
     bash_runs_confined_and_cancellation_kills_it,
     approver_scope_and_ag_ui_interrupts,
     ag_ui_resume_answers_interrupts,
+    a_resumed_result_takes_an_id_no_message_has,
 );
 
 /// Post an AG-UI run to thread `thread` and read its stream to the end.
@@ -2878,6 +2879,61 @@ async fn refused_at(app: &TestApp, thread: &str, input: &Value) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("a pointer: {p}"))
         .to_string()
+}
+
+/// The result a resume entry gives the application's call `f1` is stored
+/// as message `f1.resumed`; when the owner already gave a message that id,
+/// it takes the next free one (`f1.resumed.2`) instead of failing every
+/// resume of the call.
+async fn a_resumed_result_takes_an_id_no_message_has(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["write_file".into()]).await;
+    let call = |id: &str, name: &str, args: Value| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}});
+    let turn = |run: &str, resume: Value| {
+        json!({
+            "threadId": "r", "runId": run,
+            "tools": [{"name": "confirm", "description": "Ask the person.", "parameters": {"type": "object"}}],
+            "messages": [
+                {"id": "u1", "role": "user", "content": "write it"},
+                {"id": "a1", "role": "assistant", "toolCalls": [
+                    call("f1", "confirm", json!({})),
+                    call("w1", "write_file", json!({"path": "r.txt", "content": "r"})),
+                ]}],
+            "resume": resume,
+        })
+    };
+    let frames = run_to_end(&app, "r", &turn("run-1", json!([]))).await;
+    let interrupts = frames.last().unwrap().data["outcome"]["interrupts"].clone();
+    assert_eq!(interrupts[0]["id"], "f1", "{interrupts}");
+    let approval_id = interrupts[1]["id"].as_str().unwrap().to_string();
+    let r = app
+        .post(
+            "/v1/threads/r/messages",
+            &json!({"id": "f1.resumed", "role": "user", "content": "my own id"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let resume = json!([
+        {"interruptId": "f1", "status": "resolved", "payload": {"confirmed": true}},
+        {"interruptId": approval_id, "status": "resolved", "payload": {"decision": "approve"}},
+    ]);
+    let frames = run_to_end(&app, "r", &turn("run-2", resume)).await;
+    assert_eq!(
+        frames.last().unwrap().data["outcome"],
+        json!({"type": "success"}),
+        "{frames:?}"
+    );
+    let history = app.history("r").await;
+    let by_id = |id: &str| history.iter().find(|m| m["id"] == id).cloned();
+    let own = by_id("f1.resumed").unwrap();
+    assert_eq!(
+        (&own["role"], &own["content"]),
+        (&json!("user"), &json!("my own id"))
+    );
+    let result = by_id("f1.resumed.2").unwrap_or_else(|| panic!("{history:?}"));
+    assert_eq!(
+        (&result["role"], &result["tool_call_id"], &result["content"]),
+        (&json!("tool"), &json!("f1"), &json!("{\"confirmed\":true}"))
+    );
 }
 
 /// AG-UI `resume`: the run that continues a paused one answers its

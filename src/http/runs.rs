@@ -859,11 +859,10 @@ async fn record_new_messages(
             declares,
         }));
     }
+    let taken = |id: &str| known.contains(id) || input.messages.iter().any(|m| m.id() == id);
     for result in resumed {
         ops.push(WriteOp::InsertMessage(NewMessage {
-            // One id per call: a run and its retry at once cannot both
-            // record a result for it (the second write conflicts).
-            id: format!("{}.resumed", result.tool_call_id),
+            id: resumed_id(&result.tool_call_id, taken),
             role: Role::Tool,
             content: result.content.clone(),
             metadata: frontend_result_metadata(result.error.as_deref()).into(),
@@ -891,6 +890,23 @@ async fn record_new_messages(
         }
     }
     Ok(())
+}
+
+/// The id of the tool message holding the result a resume entry gives
+/// call `call_id`: `{call_id}.resumed`, or, when the thread or the run's
+/// input already has a message by that id, the first of
+/// `{call_id}.resumed.2`, `.3`, … that none has. The thread gives every
+/// run the same id, so a run and its retry at once cannot both record a
+/// result for the call: the second write conflicts.
+fn resumed_id(call_id: &str, taken: impl Fn(&str) -> bool) -> String {
+    let first = format!("{call_id}.resumed");
+    if !taken(&first) {
+        return first;
+    }
+    (2u32..)
+        .map(|n| format!("{first}.{n}"))
+        .find(|id| !taken(id))
+        .expect("a thread holds finitely many messages")
 }
 
 /// The metadata of an application's tool result: why the tool failed,
@@ -944,5 +960,13 @@ mod tests {
         assert_eq!(super::text_of(&parts), "look\nhere");
         assert_eq!(super::text_of(&json!([{"type": "text", "text": ""}])), "");
         assert_eq!(super::text_of(&json!("as sent ")), "as sent ");
+    }
+
+    #[test]
+    fn a_resumed_result_takes_the_first_id_no_message_has() {
+        let taken = ["f1.resumed", "f1.resumed.2", "f1.resumed.4"];
+        let is_taken = |id: &str| taken.contains(&id);
+        assert_eq!(super::resumed_id("f1", is_taken), "f1.resumed.3");
+        assert_eq!(super::resumed_id("f2", is_taken), "f2.resumed");
     }
 }
