@@ -8,14 +8,11 @@ use serde_json::{Value, json};
 use similar::TextDiff;
 
 use super::change::{Change, line_ending_of, numbered, text_of, with_current};
-use super::write::{diff_hints, reversible_capability};
+use super::write::{diff_hints, file_change_metadata, reversible_capability};
 use super::{
     WorkspacePath, blocking, cancelled, codes, confine, open_history, open_workspace, parse_args,
 };
-use crate::tools::{
-    DryRunResult, PermissionClass, Tool, ToolContext, ToolDefinition, ToolError, ToolMetadata,
-    ToolSuccess,
-};
+use crate::tools::{DryRunResult, Tool, ToolContext, ToolDefinition, ToolError, ToolSuccess};
 use crate::workspace::{Workspace, Workspaces};
 
 /// `edit_file`: replace an exact string in a file.
@@ -297,15 +294,7 @@ impl Tool for EditFile {
             }),
             output_schema: None,
             aliases: vec![],
-            metadata: ToolMetadata {
-                concurrency_safe: false,
-                read_only: false,
-                destructive: false,
-                permission_class: PermissionClass::File,
-                audit_operation: "edit".into(),
-                search_hint: Some("replace text in a file".into()),
-                ..ToolMetadata::default()
-            },
+            metadata: file_change_metadata("edit", "replace text in a file"),
             capability: reversible_capability(),
         }
     }

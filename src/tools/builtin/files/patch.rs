@@ -15,12 +15,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::change::{Change, numbered, text_of, with_current};
-use super::write::{diff_hints, reversible_capability};
+use super::write::{diff_hints, file_change_metadata, reversible_capability};
 use super::{WorkspacePath, blocking, cancelled, codes, open_history, open_workspace, parse_args};
-use crate::tools::{
-    DryRunResult, PermissionClass, Tool, ToolContext, ToolDefinition, ToolError, ToolMetadata,
-    ToolSuccess,
-};
+use crate::tools::{DryRunResult, Tool, ToolContext, ToolDefinition, ToolError, ToolSuccess};
 use crate::workspace::{Workspace, Workspaces};
 
 /// `apply_diff`: apply a unified diff to a file.
@@ -483,15 +480,7 @@ impl Tool for ApplyDiff {
             }),
             output_schema: None,
             aliases: vec![],
-            metadata: ToolMetadata {
-                concurrency_safe: false,
-                read_only: false,
-                destructive: false,
-                permission_class: PermissionClass::File,
-                audit_operation: "edit".into(),
-                search_hint: Some("patch a file with a unified diff".into()),
-                ..ToolMetadata::default()
-            },
+            metadata: file_change_metadata("edit", "patch a file with a unified diff"),
             capability: reversible_capability(),
         }
     }

@@ -108,16 +108,7 @@ impl Tool for WriteFile {
             }),
             output_schema: None,
             aliases: vec![],
-            metadata: ToolMetadata {
-                concurrency_safe: false,
-                read_only: false,
-                // Overwrites are kept in the edit history and undone by undo_edit.
-                destructive: false,
-                permission_class: PermissionClass::File,
-                audit_operation: "write".into(),
-                search_hint: Some("create or overwrite a file".into()),
-                ..ToolMetadata::default()
-            },
+            metadata: file_change_metadata("write", "create or overwrite a file"),
             capability: reversible_capability(),
         }
     }
@@ -172,6 +163,21 @@ impl Tool for WriteFile {
 
     fn ui_hints(&self, _args: &Value, result: &Value) -> Option<Value> {
         diff_hints(result)
+    }
+}
+
+/// The metadata of a tool that changes one file of the workspace: not
+/// read-only, yet not destructive, since every change (an overwrite too)
+/// is kept in the edit history and undone by `undo_edit`.
+pub fn file_change_metadata(audit_operation: &str, search_hint: &str) -> ToolMetadata {
+    ToolMetadata {
+        concurrency_safe: false,
+        read_only: false,
+        destructive: false,
+        permission_class: PermissionClass::File,
+        audit_operation: audit_operation.into(),
+        search_hint: Some(search_hint.into()),
+        ..ToolMetadata::default()
     }
 }
 
