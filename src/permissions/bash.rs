@@ -129,7 +129,9 @@ impl BashSpec {
 
     /// Allow rules: is the command `piece` really runs certainly one this
     /// pattern names?
-    pub fn surely_matches(&self, piece: &Piece) -> bool {
+    /// `cwd`: the directory the command runs in, relative to the
+    /// workspace (`.` for its root).
+    pub fn surely_matches(&self, piece: &Piece, cwd: &str) -> bool {
         let BashSpec::Pattern(pattern) = self else {
             return true;
         };
@@ -138,7 +140,7 @@ impl BashSpec {
         };
         piece.opaque.is_none()
             && pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
-            && pattern.covers_redirects(&piece.redirects)
+            && pattern.covers_redirects(&piece.redirects, cwd)
     }
 
     /// The wrapper or assignment a pattern starts with, which commands lose
@@ -160,15 +162,21 @@ impl BashPattern {
     /// A redirection that could change something must be written in the
     /// rule, unless the rule ends in `*` and the redirection reads, or
     /// writes a plain path inside the workspace (`> out.txt`, not
-    /// `>> ~/.bashrc` or `> /etc/x`).
-    fn covers_redirects(&self, redirects: &[Redirect]) -> bool {
+    /// `>> ~/.bashrc` or `> /etc/x`) that is not git's configuration
+    /// (`>> .git/config` asks, as `write_file` does: git would run what it
+    /// says at commands an owner may well allow, `git status`).
+    fn covers_redirects(&self, redirects: &[Redirect], cwd: &str) -> bool {
         let open = self.words.last() == Some(&PatternWord::Star);
         redirects.iter().filter(|r| !r.harmless()).all(|r| {
             let written = r.target.literal
                 && self.redirects.iter().any(|p| {
                     p.normalised_op() == r.normalised_op() && p.target.text == r.target.text
                 });
-            written || (open && (!r.writes() || stays_inside(&r.target)))
+            let plain = || {
+                stays_inside(&r.target)
+                    && !super::is_git_configuration(&format!("{cwd}/{}", r.target.text))
+            };
+            written || (open && (!r.writes() || plain()))
         })
     }
 
@@ -265,13 +273,13 @@ mod tests {
             .pieces
             .iter()
             .filter(|p| !p.transparent && !p.shadow)
-            .all(|p| spec.surely_matches(p))
+            .all(|p| spec.surely_matches(p, "."))
     }
 
     /// The last piece only (the one after a pipe).
     fn allows_last(rule: &str, command: &str) -> bool {
         let analysis = analyse(command);
-        spec(rule).surely_matches(analysis.pieces.last().unwrap())
+        spec(rule).surely_matches(analysis.pieces.last().unwrap(), ".")
     }
 
     fn denies(rule: &str, command: &str) -> bool {

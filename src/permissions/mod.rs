@@ -295,7 +295,10 @@ pub fn decide(
         .filter(|(_, rule)| names_call(rule, call, List::Allow).is_some())
         .collect();
     let allowed = match &subject {
-        Subject::Bash(analysis) => bash_allow(&allow, analysis.as_ref()),
+        Subject::Bash(analysis) => {
+            let cwd = call.arguments.get("cwd").and_then(Value::as_str);
+            bash_allow(&allow, analysis.as_ref(), cwd.unwrap_or("."))
+        }
         _ => allow
             .iter()
             .find(|(_, rule)| surely_matches(rule, &subject))
@@ -554,6 +557,7 @@ fn surely_matches(rule: &Rule, subject: &Subject) -> bool {
 fn bash_allow<'r>(
     allow: &[(&'static str, &'r Rule)],
     analysis: Option<&Analysis>,
+    cwd: &str,
 ) -> Result<Vec<(&'static str, &'r Rule)>, Option<String>> {
     let covers_all = |rule: &Rule| {
         rule.spec()
@@ -581,7 +585,7 @@ fn bash_allow<'r>(
             Some(spec) => spec
                 .bash
                 .as_ref()
-                .is_ok_and(|pattern| pattern.surely_matches(piece)),
+                .is_ok_and(|pattern| pattern.surely_matches(piece, cwd)),
         });
         let Some(found) = found else {
             return Err(Some(piece.text.clone()));
@@ -649,12 +653,15 @@ fn git_configuration(path: &file::PathSubject) -> Option<&str> {
         .chain(&path.readings)
         .chain(&path.resolved)
         .map(String::as_str)
-        .find(|p| {
-            let parts: Vec<&str> = p.split('/').collect();
-            parts.contains(&".git")
-                || parts.last() == Some(&".gitconfig")
-                || parts.windows(2).any(|w| w == [".config", "git"])
-        })
+        .find(|p| is_git_configuration(p))
+}
+
+/// Whether the workspace path `path` is git's configuration or hooks.
+fn is_git_configuration(path: &str) -> bool {
+    let parts: Vec<&str> = path.split('/').collect();
+    parts.contains(&".git")
+        || parts.last() == Some(&".gitconfig")
+        || parts.windows(2).any(|w| w == [".config", "git"])
 }
 
 /// An allowed call that is dangerous, or that no rule could really vouch

@@ -817,6 +817,45 @@ fn command_strings_of_builtins_meet_deny_rules() {
     }
 }
 
+/// An allow rule ending in `*` covers a redirection into the workspace,
+/// but not into git's configuration (`bash(echo *)` would otherwise write
+/// a filter driver that `git status` runs), wherever the command runs.
+#[test]
+fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
+    let set = rules(&["bash(echo *)"], &[], &[]);
+    let run = |command: &str, cwd: Option<&str>| {
+        let mut args = json!({"command": command});
+        if let Some(cwd) = cwd {
+            args["cwd"] = json!(cwd);
+        }
+        owner(&set, &BASH, args).verdict
+    };
+    for (command, cwd) in [
+        ("echo '[filter \"x\"]' >> .git/config", None),
+        ("echo x >> repo/.git/config", None),
+        ("echo x > .git/hooks/pre-commit", Some("repo")),
+        ("echo x >> config", Some("repo/.git")),
+        ("echo x > git/config", Some(".config")),
+        ("echo x > .gitconfig", None),
+    ] {
+        assert_eq!(run(command, cwd), Verdict::Ask, "{command} in {cwd:?}");
+    }
+    for (command, cwd) in [
+        ("echo x > notes.txt", None),
+        ("echo 'a.txt filter=x' > .gitattributes", Some("repo")),
+        ("echo x > config", Some("repo")),
+        ("echo x < .git/config", None),
+    ] {
+        assert_eq!(run(command, cwd), Verdict::Allow, "{command} in {cwd:?}");
+    }
+    // A rule that names the redirection is the owner's choice.
+    let named = rules(&["bash(echo x >> .git/config)"], &[], &[]);
+    assert_eq!(
+        owner(&named, &BASH, json!({"command": "echo x >> .git/config"})).verdict,
+        Verdict::Allow
+    );
+}
+
 /// git runs what its configuration and hooks say, at commands an owner may
 /// well allow (`git status`): writing them is never allowed by default.
 #[test]
