@@ -881,15 +881,7 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
                         .await;
                     assert_eq!(r.status(), 200, "{context}");
                     // It runs once approved; re-posted, it answers when done.
-                    let mut answered = Value::Null;
-                    for _ in 0..500 {
-                        let (s, out) = app.call(&thread, call.clone()).await;
-                        if s == 200 {
-                            answered = out;
-                            break;
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    }
+                    let answered = app.call_until_done(&thread, &call).await;
                     assert_eq!(
                         answered["tool_agent_output"]["status"], "success",
                         "{context}: {answered}"

@@ -123,19 +123,7 @@ async fn approve_and_wait(app: &TestApp, approval_id: &str, thread: &str, call: 
         )
         .await;
     assert_eq!(r.status(), 200);
-    outcome_once_decided(app, thread, call).await
-}
-
-/// Re-post `call` in `thread` until its outcome is there (a decided call
-/// finishes in the background); the outcome.
-async fn outcome_once_decided(app: &TestApp, thread: &str, call: Value) -> Value {
-    loop {
-        let (s, out) = app.call(thread, call.clone()).await;
-        if s == 200 {
-            break out;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    app.call_until_done(thread, &call).await
 }
 
 /// The caller's main workspace on disk.
@@ -694,13 +682,12 @@ async fn approvals_expire_and_no_approver_means_deny(backend: Backend) {
         ))
         .await;
     assert_eq!(shown["status"], "expired", "{shown}");
-    let out = loop {
-        let (s, out) = app.call("e", json!({"id": "x", "name": "write_file", "arguments": {"path": "e.txt", "content": "x"}})).await;
-        if s == 200 {
-            break out;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    };
+    let out = app
+        .call_until_done(
+            "e",
+            &json!({"id": "x", "name": "write_file", "arguments": {"path": "e.txt", "content": "x"}}),
+        )
+        .await;
     assert_eq!(error_code(&out), "APPROVAL_EXPIRED");
     let expired = app.get_json("/v1/approvals?status=expired").await;
     assert_eq!(expired["approvals"].as_array().unwrap().len(), 3);
@@ -1425,7 +1412,7 @@ async fn a_call_waiting_for_approval_can_be_withdrawn(backend: Backend) {
         .post("/v1/threads/wd/tool-calls/wd/cancel", &json!({}))
         .await;
     assert_eq!(r.status(), 202);
-    let out = outcome_once_decided(&app, "wd", call.clone()).await;
+    let out = app.call_until_done("wd", &call).await;
     assert_eq!(error_code(&out), "APPROVAL_DENIED", "{out}");
     assert!(
         out["tool_agent_output"]["error"]["message"]
@@ -3686,12 +3673,11 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
     assert_eq!(r.status(), 200);
     let decided: Value = r.json().await.unwrap();
     assert_eq!(decided["decided_by"], "ops");
-    let out = loop {
-        let (s, out) = app.call("r", json!({"id": "w1", "name": "write_file", "arguments": {"path": "r.txt", "content": "r"}})).await;
-        if s == 200 {
-            break out;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    };
+    let out = app
+        .call_until_done(
+            "r",
+            &json!({"id": "w1", "name": "write_file", "arguments": {"path": "r.txt", "content": "r"}}),
+        )
+        .await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
 }

@@ -322,6 +322,24 @@ impl TestApp {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// Re-post `call` in `thread` until it answers `200` (a call decided
+    /// or expired finishes in the background; until then a re-post is a
+    /// `202`); its outcome. Panics after 30 s.
+    pub async fn call_until_done(&self, thread: &str, call: &Value) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let (status, out) = self.call(thread, call.clone()).await;
+            if status == 200 {
+                return out;
+            }
+            assert!(
+                status == 202 && std::time::Instant::now() < deadline,
+                "{call} answers {status} and no outcome: {out}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     pub async fn events(
         &self,
         thread: &str,
