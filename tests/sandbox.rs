@@ -403,7 +403,11 @@ struct Cleanup(Vec<PathBuf>);
 impl Drop for Cleanup {
     fn drop(&mut self) {
         for path in &self.0 {
-            let _ = std::fs::remove_file(path);
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(path)
+            } else {
+                std::fs::remove_file(path)
+            };
         }
     }
 }
@@ -479,6 +483,49 @@ async fn each_command_has_a_private_temporary_directory_inside_the_workspace() {
     assert!(!ws.join(".toolgate-tmp").exists());
     let again = h.run("echo $TMPDIR").await;
     assert_ne!(stdout(&again).trim(), tmpdir.to_str().unwrap());
+}
+
+/// `.toolgate-tmp` is toolgate's name: a link or a file a command put in
+/// its place is removed (the link itself, never what it leads to), so one
+/// command cannot stop every later one of the workspace.
+#[tokio::test]
+async fn a_link_or_file_in_place_of_the_temporary_directories_is_removed() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    let outside = PathBuf::from(format!("/tmp/tmp_target_{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("kept"), "kept").unwrap();
+    let _cleanup = Cleanup(vec![outside.clone()]);
+    let planted = h
+        .run(&format!(
+            "rm -rf \"$TMPDIR\"; mv .toolgate-tmp .old-tmp; ln -s {} .toolgate-tmp; echo planted",
+            outside.display()
+        ))
+        .await;
+    assert_eq!(stdout(&planted), "planted\n", "{planted}");
+    assert!(ws.join(".toolgate-tmp").is_symlink());
+    let after = h
+        .run("echo $TMPDIR; echo ok > \"$TMPDIR/f\"; cat \"$TMPDIR/f\"")
+        .await;
+    let out = stdout(&after);
+    assert!(out.ends_with("ok\n"), "{after}");
+    assert!(
+        out.starts_with(ws.join(".toolgate-tmp").to_str().unwrap()),
+        "{out}"
+    );
+    // What the link led to is untouched, and nothing is left behind.
+    let entries: Vec<_> = std::fs::read_dir(&outside).unwrap().collect();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(outside.join("kept")).unwrap(),
+        "kept"
+    );
+    assert!(!ws.join(".toolgate-tmp").exists());
+    // A plain file by that name, as a file tool could write it.
+    std::fs::write(ws.join(".toolgate-tmp"), "x").unwrap();
+    let again = h.run("echo again").await;
+    assert_eq!(stdout(&again), "again\n", "{again}");
+    assert!(!ws.join(".toolgate-tmp").exists());
 }
 
 // ---------------------------------------------------------------- network

@@ -793,6 +793,15 @@ impl TempDir {
         let setup = |e: std::io::Error| SandboxError::Setup(format!("temporary directory: {e}"));
         let dir = Dir::open_ambient_dir(workspace, ambient_authority()).map_err(setup)?;
         let relative = Path::new(TMP_DIR_NAME).join(uuid::Uuid::new_v4().simple().to_string());
+        // The name is toolgate's: a file or a link a command (or a file
+        // tool) left there is removed, the link itself and not what it
+        // leads to, or no command of the workspace could run again.
+        if dir
+            .symlink_metadata(TMP_DIR_NAME)
+            .is_ok_and(|meta| !meta.is_dir())
+        {
+            dir.remove_file(TMP_DIR_NAME).map_err(setup)?;
+        }
         // A concurrent command may remove the (empty) parent between the
         // two steps of create_dir_all; once more is enough.
         if dir.create_dir_all(&relative).is_err() {
