@@ -343,11 +343,24 @@ async fn idempotent_calls_run_once(backend: Backend) {
             json!({"id": "same", "name": "echo", "arguments": {"text": "once"}, "workspace": "sub"}),
             "workspace",
         ),
+        // A call that would be refused on its own (an unknown tool,
+        // arguments outside the schema) is still another call under a
+        // recorded id: a 409, not a 422 saying to correct it and post it
+        // again under this id.
+        (
+            json!({"id": "same", "name": "no_such_tool", "arguments": {"text": "once"}}),
+            "name",
+        ),
+        (
+            json!({"id": "same", "name": "echo", "arguments": {"text": 1}}),
+            "arguments",
+        ),
     ] {
         let (status, problem) = app.call("t4", call).await;
         assert_eq!(status, 409, "{field}: {problem}");
         assert_eq!(problem["errors"][0]["field"], field, "{problem}");
     }
+    assert_eq!(app.history("t4").await.len(), 1, "still one tool message");
 
     // Concurrent duplicates: one execution, every caller gets the outcome.
     let posts = (0..8).map(|_| {
@@ -2201,6 +2214,17 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
         .await;
     assert_eq!((s, &again["replayed"]), (200, &json!(true)), "{again}");
     assert_eq!(again["tool_agent_output"], *output);
+    // Another call under its id, itself refused or not: a 409, as for any
+    // declared call.
+    for other in [json!({"txt": "other"}), json!({"text": "fixed"})] {
+        let (s, p) = app
+            .call(
+                "decl-refused",
+                json!({"id": "c1", "name": "echo", "arguments": other}),
+            )
+            .await;
+        assert_eq!(s, 409, "{p}");
+    }
     let (s, out) = app
         .call(
             "decl-refused",

@@ -414,7 +414,10 @@ impl Engine {
         // 1. Resolve the tool by name or alias.
         let tool = match self.resolve(&req.call.name) {
             Ok(tool) => tool,
-            Err(rejection) => return self.refused_before_running(req, rejection).await,
+            Err(rejection) => {
+                let name = req.call.name.clone();
+                return self.refused_before_running(req, &name, rejection).await;
+            }
         };
 
         // A read-only tool's write-ahead may be deferred (step 7).
@@ -428,7 +431,10 @@ impl Engine {
         loop {
             // 2. Idempotency: a call id seen before in this thread answers
             //    with its stored outcome and runs nothing again.
-            if let Some(recorded) = self.recorded(&req, &tool, optimistic).await? {
+            if let Some(recorded) = self
+                .recorded(&req, &tool.definition.name, optimistic)
+                .await?
+            {
                 return Ok(recorded);
             }
             optimistic = false;
@@ -461,7 +467,9 @@ impl Engine {
 
             // 5. Validate the arguments against the compiled input schema.
             if let Err(rejection) = validate_arguments(&tool, &arguments) {
-                return self.refused_before_running(req, rejection).await;
+                return self
+                    .refused_before_running(req, &tool.definition.name, rejection)
+                    .await;
             }
 
             // A dry run previews and changes nothing: only tools that
@@ -651,6 +659,7 @@ impl Engine {
     async fn refused_before_running(
         &self,
         req: CallRequest,
+        tool_name: &str,
         rejection: Rejection,
     ) -> Result<Executed, Rejection> {
         let Some(error) = rejection.tool_error() else {
@@ -659,6 +668,13 @@ impl Engine {
         // The thread's messages are read only for its owner.
         if self.store.thread_owner(&req.thread_id).await?.as_deref() != Some(req.owner.as_str()) {
             return Err(rejection);
+        }
+        // An id the thread has recorded answers as recorded: its outcome
+        // (a run records a call it could not run), or a 409 for another
+        // call under it, rather than a refusal whose hint, to correct the
+        // call and post it again, the id could never follow.
+        if let Some(recorded) = self.recorded(&req, tool_name, false).await? {
+            return Ok(recorded);
         }
         let outlines = self.store.message_outlines(&req.thread_id).await?;
         let Some(declared) =
@@ -692,7 +708,7 @@ impl Engine {
     async fn recorded(
         &self,
         req: &CallRequest,
-        tool: &RegisteredTool,
+        tool_name: &str,
         optimistic: bool,
     ) -> Result<Option<Executed>, Rejection> {
         let key = (req.thread_id.clone(), req.call.id.clone());
@@ -715,7 +731,7 @@ impl Engine {
             let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? else {
                 return Ok(None);
             };
-            if let Some(field) = call_difference(&record, &tool.definition.name, &req.call) {
+            if let Some(field) = call_difference(&record, tool_name, &req.call) {
                 return Err(Rejection::IdConflict {
                     id: req.call.id.clone(),
                     field,
