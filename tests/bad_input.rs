@@ -892,6 +892,73 @@ async fn another_owners_thread_is_not_found(backend: Backend) {
     assert_eq!(app.history("alice-thread").await, before);
 }
 
+/// `.` and `..` are no ids: a URL client turns them (and `%2e%2e`) into a
+/// step up the path, so a thread, call or run by such an id could never be
+/// reached again. Refused in a path (sent as is, as `curl --path-as-is`
+/// does) and in a body, with nothing stored.
+async fn dot_segment_ids_are_refused(backend: Backend) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::spawn(backend).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let status_of = |path: &str| {
+        let (addr, token, path) = (addr.clone(), app.token.clone(), path.to_string());
+        async move {
+            let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let body = r#"{"role": "user", "content": "hi"}"#;
+            let request = format!(
+                "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.unwrap();
+            answer
+        }
+    };
+    for thread in [".", "..", "%2e", "%2e%2e", "%2E."] {
+        let answer = status_of(&format!("/v1/threads/{thread}/messages")).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{thread}: {answer}");
+        assert!(answer.contains("not . or .."), "{thread}: {answer}");
+    }
+    for (path, body, pointer) in [
+        (
+            "messages",
+            json!({"id": "..", "role": "user", "content": "hi"}),
+            "/id",
+        ),
+        (
+            "tool-calls",
+            json!({"id": ".", "name": "echo", "arguments": {"text": "x"}}),
+            "/id",
+        ),
+        (
+            "batches",
+            json!({"run_id": "..", "calls": [{"id": "b1", "name": "echo", "arguments": {"text": "x"}}]}),
+            "/run_id",
+        ),
+    ] {
+        let (s, p) = problem(app.post(&format!("/v1/threads/dots/{path}"), &body).await).await;
+        assert_eq!(s, 422, "{path}: {p}");
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
+    }
+    // `...` is an id like any other.
+    let r = app
+        .post(
+            "/v1/threads/.../messages",
+            &json!({"id": "...", "role": "user", "content": "hi"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let threads = app.get_json("/v1/threads").await;
+    let ids: Vec<&Value> = threads["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["id"])
+        .collect();
+    assert_eq!(ids, [&json!("...")], "{threads}");
+}
+
 /// U+0000 cannot be stored in Postgres text or jsonb. A request that spells
 /// it is refused on both backends alike; a tool whose output holds it
 /// (here a command's) still has its result stored, with U+FFFD instead.
@@ -1582,6 +1649,7 @@ async fn a_parent_that_is_not_an_assistant_message_is_refused(backend: Backend) 
 }
 
 both_backends!(
+    dot_segment_ids_are_refused,
     a_parent_that_is_not_an_assistant_message_is_refused,
     refusals_do_not_echo_large_values_whole,
     oversized_targets_and_headers_get_problems,

@@ -125,7 +125,7 @@ pub async fn post_batch(
             return Err(ApiError::unprocessable_at(
                 "Invalid batch",
                 "/run_id".into(),
-                "run_id must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+                format!("run_id {}", calls::INVALID_ID),
             ));
         }
         None => format!("batch_{}", uuid::Uuid::now_v7().simple()),

@@ -248,7 +248,7 @@ pub fn page_limit(limit: Option<i64>, default: i64, max: i64) -> Result<i64, Api
     }
 }
 
-/// A thread id from the path: `[A-Za-z0-9_.:-]{1,128}`.
+/// A thread id from the path ([`crate::protocol::calls::valid_id`]).
 #[derive(Debug, Clone)]
 pub struct ThreadId(pub String);
 
@@ -267,7 +267,7 @@ pub fn check_path_id(parameter: &str, raw: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::BadRequest {
-            detail: format!("{parameter} must be 1-128 characters from A-Z a-z 0-9 _ - . :"),
+            detail: format!("{parameter} {}", crate::protocol::calls::INVALID_ID),
             errors: vec![serde_json::json!({"parameter": parameter, "message": "invalid syntax"})],
         })
     }

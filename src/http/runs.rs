@@ -83,14 +83,14 @@ pub async fn post_run(
         return Err(ApiError::unprocessable_at(
             "Invalid runId",
             "/runId".into(),
-            "runId must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+            format!("runId {}", calls::INVALID_ID),
         ));
     }
     let mut message_ids = HashSet::with_capacity(input.messages.len());
     let mut results_for = HashSet::new();
     for (i, m) in input.messages.iter().enumerate() {
         let problem = if !calls::valid_id(m.id()) {
-            "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
+            calls::INVALID_ID
         } else if !message_ids.insert(m.id()) {
             "is the id of an earlier message of the input; each message needs its own"
         } else {
@@ -126,7 +126,7 @@ pub async fn post_run(
             continue;
         };
         let problem = if !calls::valid_id(tool_call_id) {
-            "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
+            calls::INVALID_ID
         } else if !results_for.insert(tool_call_id.as_str()) {
             "is answered by an earlier tool message of the input; a call has one result"
         } else {
@@ -166,7 +166,7 @@ pub async fn post_run(
         let mut ids = HashSet::with_capacity(calls_of_turn.len());
         for (j, tc) in calls_of_turn.iter().enumerate() {
             let problem = if !calls::valid_id(&tc.id) {
-                "must be 1-128 characters from A-Z a-z 0-9 _ - . :"
+                calls::INVALID_ID
             } else if !ids.insert(tc.id.as_str()) {
                 "is the id of another call of the same message"
             } else {

@@ -175,7 +175,7 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
 /// durable. Re-posting a recorded id returns the stored outcome and runs
 /// nothing; the same id with other arguments is a 409.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/tool-calls", tag = "tool calls",
-    params(("thread_id" = String, Path, description = "Thread id, [A-Za-z0-9_.:-]{1,128}"), WaitQuery),
+    params(("thread_id" = String, Path, description = "Thread id, [A-Za-z0-9_.:-]{1,128}, not . or .."), WaitQuery),
     request_body = ToolCallRequest,
     responses(
         (status = 200, description = "The call ran (or was recorded before); result stored and streamed", body = ToolCallResponse),
@@ -410,7 +410,7 @@ pub async fn post_message(
         Some(_) => {
             return Err(ApiError::invalid_body(
                 "/id".into(),
-                "must be 1-128 characters from A-Z a-z 0-9 _ - . :".into(),
+                calls::INVALID_ID.into(),
             ));
         }
         None => format!("msg_{}", uuid::Uuid::now_v7().simple()),

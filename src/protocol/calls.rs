@@ -47,7 +47,11 @@ pub struct CallParseError {
 }
 
 /// [`valid_id`] as a JSON Schema `pattern`.
-pub const ID_PATTERN: &str = "^[A-Za-z0-9_.:-]{1,128}$";
+pub const ID_PATTERN: &str = r"^(?!\.{1,2}$)[A-Za-z0-9_.:-]{1,128}$";
+
+/// [`valid_id`] in words, for the errors that refuse an id.
+pub const INVALID_ID: &str =
+    "must be 1-128 characters from A-Z a-z 0-9 _ - . :, and not . or .. (which a URL cannot hold)";
 
 /// [`valid_workspace_name`] as a JSON Schema `pattern` (with `maxLength`
 /// 64): one of A-Z a-z 0-9 _ - first, or dots followed by one.
@@ -63,7 +67,7 @@ impl utoipa::PartialSchema for Id {
         text_schema(
             Some(128),
             Some(ID_PATTERN),
-            "1-128 characters from A-Z a-z 0-9 _ - . : (what OpenAI, Anthropic and UUIDs produce)",
+            "1-128 characters from A-Z a-z 0-9 _ - . : (what OpenAI, Anthropic and UUIDs produce), other than `.` and `..`",
         )
     }
 }
@@ -160,9 +164,13 @@ fn arguments_err(
 
 /// Identifier syntax shared by thread ids, tool call ids, run ids and
 /// message ids: what OpenAI (`call_…`), Anthropic (`toolu_…`) and UUIDs
-/// produce. [`ID_PATTERN`] says the same for the OpenAPI document.
+/// produce. [`ID_PATTERN`] says the same for the OpenAPI document. `.`
+/// and `..` are left out: ids are path segments, and a URL client turns
+/// those into a step up (`/v1/threads/../history` is `/v1/history`).
 pub fn valid_id(s: &str) -> bool {
     !s.is_empty()
+        && s != "."
+        && s != ".."
         && s.len() <= 128
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
@@ -172,10 +180,7 @@ fn id_field(obj: &Map<String, Value>, key: &str, pointer: &str) -> Result<String
     match obj.get(key) {
         None | Some(Value::Null) => Err(err(pointer, "is required")),
         Some(Value::String(s)) if valid_id(s) => Ok(s.clone()),
-        Some(Value::String(_)) => Err(err(
-            pointer,
-            "must be 1-128 characters from A-Z a-z 0-9 _ - . :",
-        )),
+        Some(Value::String(_)) => Err(err(pointer, INVALID_ID)),
         Some(other) => Err(err(
             pointer,
             format!("must be a string, got {}", kind(other)),
