@@ -429,8 +429,9 @@ fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
 /// Parse the `Authorization` header value into a token.
 pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
     let value = header.ok_or(AuthError::Missing)?;
-    // The scheme with no token after it: the token is what is missing.
-    if value.trim().eq_ignore_ascii_case("bearer") {
+    // An empty header, or the scheme with no token after it: the token is
+    // what is missing.
+    if value.trim().is_empty() || value.trim().eq_ignore_ascii_case("bearer") {
         return Err(AuthError::Missing);
     }
     let (scheme, token) = value.split_once(' ').ok_or(AuthError::NotBearer)?;
@@ -440,6 +441,11 @@ pub fn bearer_token(header: Option<&str>) -> Result<&str, AuthError> {
     let token = token.trim();
     if token.is_empty() {
         return Err(AuthError::Missing);
+    }
+    if token.contains(char::is_whitespace) {
+        return Err(AuthError::Invalid(
+            "it holds whitespace; a bearer token is one word (a JWT: three base64url parts joined by dots)".into(),
+        ));
     }
     Ok(token)
 }
@@ -703,5 +709,11 @@ mod tests {
         assert_eq!(bearer_token(None), Err(AuthError::Missing));
         assert_eq!(bearer_token(Some("Bearer ")), Err(AuthError::Missing));
         assert_eq!(bearer_token(Some("Bearer")), Err(AuthError::Missing));
+        assert_eq!(bearer_token(Some("")), Err(AuthError::Missing));
+        assert_eq!(bearer_token(Some("  ")), Err(AuthError::Missing));
+        assert!(matches!(
+            bearer_token(Some("Bearer abc extra")),
+            Err(AuthError::Invalid(why)) if why.contains("whitespace")
+        ));
     }
 }
