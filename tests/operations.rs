@@ -213,6 +213,8 @@ async fn event_streams_are_limited_per_owner() {
             .contains("maximum of 2 event streams open"),
         "{p}"
     );
+    // The title fits streams as well as calls.
+    assert_eq!(p["title"], "Too many requests", "{p}");
     assert_eq!(
         app.get("/v1/threads/s3/history").await.status(),
         404,

@@ -174,7 +174,7 @@ impl ApiError {
             ApiError::TooManyRequests { .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "too-many-requests",
-                "Too many concurrent calls".into(),
+                "Too many requests".into(),
             ),
             ApiError::Unavailable(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,

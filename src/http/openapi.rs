@@ -293,7 +293,7 @@ fn problem_schema() -> Value {
             "detail": {"type": "string", "description": "What was wrong, precisely enough to fix the request"},
             "errors": {
                 "type": "array",
-                "description": "One entry per offending place and its `message`: `pointer` (a JSON pointer into the body), `parameter` (a path or query parameter or the `Last-Event-ID` header), or, for a tool call's `INVALID_ARGUMENTS`, `path` (a JSON pointer into the call's arguments, whatever the call's shape: OpenAI's arguments are a JSON string inside the body)",
+                "description": "One entry per offending place and its `message`: `pointer` (a JSON pointer into the body), `parameter` (a path or query parameter or the `Last-Event-ID` header), or, for a tool call's `INVALID_ARGUMENTS`, `path` (a JSON pointer into the call's arguments, whatever the call's shape: OpenAI's arguments are a JSON string inside the body), or `field`",
                 "items": {
                     "type": "object",
                     "required": ["message"],
@@ -301,6 +301,7 @@ fn problem_schema() -> Value {
                         "pointer": {"type": "string"},
                         "parameter": {"type": "string"},
                         "path": {"type": "string"},
+                        "field": {"type": "string", "description": "For a `409` on a call id recorded as another call: what differs (`name`, `arguments`, `workspace` or `dry_run`)"},
                         "message": {"type": "string"},
                     },
                 },
