@@ -598,11 +598,17 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         .await;
     assert_eq!(s, 200);
     let run = json!({"threadId": "rr", "runId": "r9", "tools": [], "context": [], "state": {}, "forwardedProps": {},
-        "messages": [{"id": "a9", "role": "assistant", "toolCalls": [
+        "messages": [{"id": "z9", "role": "reasoning", "content": "reuse it"},
+            {"id": "a9", "role": "assistant", "toolCalls": [
             {"id": "c9", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"b\"}"}}]}]});
     let (s, p) = problem(app.post("/v1/threads/rr/runs", &run).await).await;
     assert_eq!(s, 409, "{p}");
     assert!(p["detail"].as_str().unwrap().contains("\"c9\""), "{p}");
+    // Named in the input as the client sent it (the reasoning counted).
+    assert_eq!(
+        p["errors"][0]["pointer"], "/messages/1/toolCalls/0/id",
+        "{p}"
+    );
     assert_eq!(app.history("rr").await.len(), 1, "the run stored nothing");
 
     // Unknown route and method.

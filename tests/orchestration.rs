@@ -415,6 +415,10 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
             .contains("call 0 of this batch"),
         "{body}"
     );
+    assert_eq!(
+        body["results"][1]["problem"]["errors"][0]["pointer"], "/calls/1/id",
+        "{body}"
+    );
 }
 
 async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {

@@ -1474,10 +1474,66 @@ async fn a_result_turned_down_finishes_its_call(backend: Backend, how: Refusal) 
 }
 
 /// Asserts a problem answer: its status, and a detail that says `says`.
-async fn refused(r: reqwest::Response, status: u16, says: &str) {
+async fn refused(r: reqwest::Response, status: u16, says: &str) -> Value {
     assert_eq!(r.status(), status);
     let p: Value = r.json().await.unwrap();
     assert!(p["detail"].as_str().unwrap().contains(says), "{p}");
+    p
+}
+
+/// [`refused`], naming `pointer` in its `errors`.
+async fn refused_at(r: reqwest::Response, status: u16, says: &str, pointer: &str) {
+    let p = refused(r, status, says).await;
+    assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
+}
+
+/// A run takes fields AG-UI may add (a newer client keeps working) but
+/// names them in a `CUSTOM` event right after `RUN_STARTED`, so a misspelt
+/// `resume` is not dropped without a word; a run without such fields has
+/// no such event.
+async fn a_run_names_the_fields_it_does_not_know(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let input = |run: &str, extra: Value| {
+        let mut input = json!({"threadId": "rf", "runId": run, "state": {}, "tools": [], "context": [],
+            "forwardedProps": {}, "messages": [
+                {"id": format!("u-{run}"), "role": "user", "content": "echo it"},
+                {"id": format!("a-{run}"), "role": "assistant", "toolCalls": [
+                    {"id": format!("c-{run}"), "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"x\"}"}}]}]});
+        for (key, value) in extra.as_object().unwrap() {
+            input[key] = value.clone();
+        }
+        input
+    };
+    let mut misspelt = input(
+        "r1",
+        json!({"Resume": [{"interruptId": "i", "status": "cancelled"}]}),
+    );
+    misspelt["messages"][1]["tool_calls"] = json!([]);
+    let r = app.post("/v1/threads/rf/runs", &misspelt).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    let kinds: Vec<&str> = frames.iter().map(|f| f.kind()).collect();
+    assert_eq!(kinds[..2], ["RUN_STARTED", "CUSTOM"], "{kinds:?}");
+    let warning = &frames[1].data;
+    assert_eq!(warning["name"], "run.fields_ignored", "{warning}");
+    assert_eq!(
+        warning["value"]["fields"],
+        json!(["/Resume", "/messages/1/tool_calls"]),
+        "{warning}"
+    );
+    assert_eq!(warning["value"]["count"], 2, "{warning}");
+    // The run went on without them.
+    assert!(kinds.contains(&"TOOL_CALL_RESULT"), "{kinds:?}");
+    assert_eq!(
+        frames.last().unwrap().data["outcome"]["type"],
+        "success",
+        "{frames:?}"
+    );
+    let r = app
+        .post("/v1/threads/rf/runs", &input("r2", json!({})))
+        .await;
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert!(frames.iter().all(|f| f.kind() != "CUSTOM"), "{frames:?}");
 }
 
 async fn a_declared_call_runs_only_as_declared(backend: Backend) {
@@ -1574,11 +1630,12 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
     );
     // Declared again with other arguments: the result of c1 could answer
     // only one of them.
-    refused(
+    refused_at(
         app.post("/v1/threads/dc/messages", &turn("a3", "c1", "two"))
             .await,
         409,
         "already declared",
+        "/tool_calls/0/id",
     )
     .await;
     // A call posted first fixes what its id means as well.
@@ -1589,11 +1646,12 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
         )
         .await;
     assert_eq!(s, 200);
-    refused(
+    refused_at(
         app.post("/v1/threads/dc/messages", &turn("a4", "c2", "other"))
             .await,
         409,
         "already recorded",
+        "/tool_calls/0/id",
     )
     .await;
     assert_eq!(
@@ -1607,8 +1665,13 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
         "forwardedProps": {}, "messages": [
             {"id": "a5", "role": "assistant", "toolCalls": [
                 {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"three\"}"}}]}]});
-    let r = app.post("/v1/threads/dc/runs", &run).await;
-    assert_eq!(r.status(), 409);
+    refused_at(
+        app.post("/v1/threads/dc/runs", &run).await,
+        409,
+        "already declared",
+        "/messages/0/toolCalls/0/id",
+    )
+    .await;
     let run_with = |messages: Value| {
         json!({"threadId": "dc", "runId": "run_2", "state": {}, "context": [], "forwardedProps": {},
                "tools": [{"name": "confirm", "description": "Ask.", "parameters": {"type": "object"}}],
@@ -1619,19 +1682,21 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
     let rewritten = run_with(json!([{"id": "a1", "role": "assistant", "toolCalls": [
         {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"one\"}"}},
         {"id": "c9", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"new\"}"}}]}]));
-    refused(
+    refused_at(
         app.post("/v1/threads/dc/runs", &rewritten).await,
         409,
         "other tool calls",
+        "/messages/0/id",
     )
     .await;
     // A call toolgate ran has its result; a second one is refused.
     let forged =
         run_with(json!([{"id": "t9", "role": "tool", "toolCallId": "c2", "content": "forged"}]));
-    refused(
+    refused_at(
         app.post("/v1/threads/dc/runs", &forged).await,
         409,
         "already has a result",
+        "/messages/0/toolCallId",
     )
     .await;
     // A tool message needs a valid call id, and a call one result.
@@ -1666,7 +1731,7 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
         .await;
     assert_eq!(r.status(), 200);
     let _ = r.text().await.unwrap();
-    refused(
+    refused_at(
         app.post(
             "/v1/threads/dc/runs",
             &run_with(json!([turn_f, answer("t2")])),
@@ -1674,6 +1739,7 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
         .await,
         409,
         "already has a result",
+        "/messages/1/toolCallId",
     )
     .await;
     // A tool named by its alias is the same tool.
@@ -2316,6 +2382,7 @@ async fn large_results_are_paged_by_size(backend: Backend) {
 }
 
 both_backends!(
+    a_run_names_the_fields_it_does_not_know,
     large_results_are_paged_by_size,
     a_declared_call_refused_before_it_runs_is_its_failed_result,
     a_whole_number_with_a_fraction_is_the_integer,

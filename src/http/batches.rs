@@ -156,10 +156,14 @@ pub async fn post_batch(
             if let Some(first) = first_at.get(&call.id) {
                 return Err((
                     Some(call.id.clone()),
-                    unprocessable(format!(
-                        "tool call id {:?} is already the id of call {first} of this batch",
-                        call.id
-                    )),
+                    ApiError::unprocessable_at(
+                        "Invalid batch",
+                        format!("/calls/{index}/id"),
+                        format!(
+                            "tool call id {:?} is already the id of call {first} of this batch",
+                            call.id
+                        ),
+                    ),
                 ));
             }
             first_at.insert(call.id.clone(), index);
@@ -291,14 +295,6 @@ pub async fn post_batch(
             .map(|r| r.expect("every call answered"))
             .collect(),
     }))
-}
-
-fn unprocessable(detail: String) -> ApiError {
-    ApiError::Unprocessable {
-        title: "Invalid batch".into(),
-        detail,
-        extra: Default::default(),
-    }
 }
 
 /// The problem document the call would have got on its own.

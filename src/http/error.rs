@@ -90,6 +90,14 @@ impl ApiError {
 
     /// 422 titled `title` for a body refused at `pointer`: `detail` says
     /// why, and `errors` names the place.
+    /// 409: the body conflicts with what the thread holds, at `pointer`.
+    pub fn conflict_at(pointer: String, detail: String) -> Self {
+        ApiError::ConflictAt {
+            errors: vec![json!({"pointer": pointer, "message": detail})],
+            detail,
+        }
+    }
+
     pub fn unprocessable_at(title: &str, pointer: String, detail: String) -> Self {
         let mut extra = Map::new();
         extra.insert(
@@ -387,10 +395,19 @@ where
                 ),
             ));
         }
-        serde_path_to_error::deserialize(value)
-            .map(ApiJson)
-            .map_err(|e| ApiError::invalid_body(json_pointer(e.path()), e.inner().to_string()))
+        shape(value).map(ApiJson)
     }
+}
+
+/// A request body, read and checked as JSON, as `T`: a `422` naming the
+/// offending field when it does not have `T`'s shape.
+pub fn shape<'de, T, D>(value: D) -> Result<T, ApiError>
+where
+    T: serde::Deserialize<'de>,
+    D: serde::Deserializer<'de, Error = serde_json::Error>,
+{
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| ApiError::invalid_body(json_pointer(e.path()), e.inner().to_string()))
 }
 
 /// The longest request target (path and query) toolgate reads: ids,

@@ -11,6 +11,7 @@ mod events;
 mod health;
 pub mod openapi;
 mod resume;
+mod run_fields;
 mod runs;
 mod snapshot;
 mod threads;

@@ -49,7 +49,9 @@ pub fn routes() -> Router<AppState> {
 /// message of the input answers it; `cancelled`: a result saying the
 /// application abandoned the call). An entry for an interrupt toolgate did
 /// not raise in the thread, or one already settled, is left out with a
-/// `CUSTOM` event `run.resume_ignored`.
+/// `CUSTOM` event `run.resume_ignored`. A field of the input that neither
+/// AG-UI nor toolgate defines is taken and named in a `CUSTOM` event
+/// `run.fields_ignored` right after `RUN_STARTED`.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/runs", tag = "ag-ui",
     params(("thread_id" = String, Path,)),
     request_body = RunAgentInput,
@@ -66,9 +68,12 @@ pub async fn post_run(
     State(state): State<AppState>,
     user: AuthUser,
     Path(thread_id): Path<String>,
-    ApiJson(input): ApiJson<RunAgentInput>,
+    ApiJson(raw): ApiJson<Value>,
 ) -> Result<impl axum::response::IntoResponse, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
+    let input: RunAgentInput = super::error::shape(&raw)?;
+    let ignored = super::run_fields::ignored(&raw);
+    drop(raw);
     if input.thread_id != thread.0 {
         return Err(ApiError::unprocessable_at(
             "Thread mismatch",
@@ -183,6 +188,11 @@ pub async fn post_run(
     // of the conversation toolgate records or hands to a model (their ids
     // were checked with the rest).
     let mut input = input;
+    // Where each message kept was in the input, for the pointers of the
+    // refusals below.
+    let at: Vec<usize> = (0..input.messages.len())
+        .filter(|&i| input.messages[i].is_recorded())
+        .collect();
     input.messages.retain(Message::is_recorded);
     let claimed = check_owner(&state, &user, &thread).await?;
     // A run executes its calls one at a time: one slot, held to the end.
@@ -190,19 +200,28 @@ pub async fn post_run(
     let stored = state.store.message_outlines(&thread.0).await?;
     let known: HashSet<String> = stored.iter().map(|m| m.id.clone()).collect();
     let frontend = frontend_tools(&input);
-    let declared: Vec<Value> = input
+    let declared: Vec<(String, Value)> = input
         .messages
         .iter()
-        .filter(|m| !known.contains(m.id()))
-        .filter_map(|m| match m {
-            Message::Assistant { tool_calls, .. } => tool_calls.as_ref(),
+        .enumerate()
+        .filter(|(_, m)| !known.contains(m.id()))
+        .filter_map(|(i, m)| match m {
+            Message::Assistant { tool_calls, .. } => {
+                tool_calls.as_ref().map(|calls| (at[i], calls))
+            }
             _ => None,
         })
-        .flat_map(|calls_of_turn| declarations(calls_of_turn, &frontend))
+        .flat_map(|(i, calls_of_turn)| {
+            let pointers = (0..).map(move |j| format!("/messages/{i}/toolCalls/{j}/id"));
+            pointers.zip(declarations(calls_of_turn, &frontend))
+        })
         .collect();
-    super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
-    refuse_rewritten_turns(&stored, &input, &frontend)?;
-    refuse_second_results(&state, &thread.0, &stored, &input, &known).await?;
+    let declared = declared
+        .iter()
+        .map(|(pointer, call)| (pointer.clone(), call));
+    super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared).await?;
+    refuse_rewritten_turns(&stored, &input, &frontend, &at)?;
+    refuse_second_results(&state, &thread.0, &stored, &input, &known, &at).await?;
     // A run on a new thread id claims it, even one that records nothing.
     if !claimed {
         state.store.claim_thread(&thread.0, &user.owner).await?;
@@ -230,7 +249,7 @@ pub async fn post_run(
         };
         resume::plan(&state, &user.owner, &input, &calls).await?
     };
-    refuse_reused_call_ids(&state, &thread.0, &input, &known).await?;
+    refuse_reused_call_ids(&state, &thread.0, &input, &known, &at).await?;
     // Heartbeats as on `/events`, so a proxy tuned to one keeps both.
     let heartbeat = std::time::Duration::from_secs(state.settings.server.sse_heartbeat_secs.max(1));
     let (tx, rx) = mpsc::channel(64);
@@ -242,8 +261,11 @@ pub async fn post_run(
             state.clone(),
             user.owner,
             input,
-            known,
-            answered_in_thread,
+            RunContext {
+                known,
+                answered_in_thread,
+                ignored,
+            },
             resume,
             tx,
         )
@@ -333,6 +355,7 @@ async fn refuse_reused_call_ids(
     thread_id: &str,
     input: &RunAgentInput,
     known: &HashSet<String>,
+    at: &[usize],
 ) -> Result<(), ApiError> {
     let Some((message_id, tool_calls)) = calls_to_run(input) else {
         return Ok(());
@@ -340,10 +363,17 @@ async fn refuse_reused_call_ids(
     if !known.contains(message_id) {
         return Ok(());
     }
-    let answered = answered_ids(input);
-    for tc in tool_calls
+    let i = input
+        .messages
         .iter()
-        .filter(|tc| !answered.contains(tc.id.as_str()))
+        .rposition(|m| m.id() == message_id)
+        .map(|i| at[i])
+        .expect("the message the calls came from");
+    let answered = answered_ids(input);
+    for (j, tc) in tool_calls
+        .iter()
+        .enumerate()
+        .filter(|(_, tc)| !answered.contains(tc.id.as_str()))
     {
         let Some(record) = state.store.tool_call(thread_id, &tc.id).await? else {
             continue;
@@ -357,10 +387,13 @@ async fn refuse_reused_call_ids(
         if record.tool_name != name
             || !crate::protocol::json::same_json(&run_arguments(tc, &parsed), &record.args)
         {
-            return Err(ApiError::Conflict(format!(
-                "tool call {:?} is already recorded in this thread with a different tool or arguments; the run's calls need ids of their own",
-                tc.id
-            )));
+            return Err(ApiError::conflict_at(
+                format!("/messages/{i}/toolCalls/{j}/id"),
+                format!(
+                    "tool call {:?} is already recorded in this thread with a different tool or arguments; the run's calls need ids of their own",
+                    tc.id
+                ),
+            ));
         }
     }
     Ok(())
@@ -380,9 +413,10 @@ fn refuse_rewritten_turns(
     stored: &[StoredMessage],
     input: &RunAgentInput,
     frontend: &HashSet<&str>,
+    at: &[usize],
 ) -> Result<(), ApiError> {
     let by_id: HashMap<&str, &StoredMessage> = stored.iter().map(|m| (m.id.as_str(), m)).collect();
-    for m in &input.messages {
+    for (i, m) in input.messages.iter().enumerate() {
         let Message::Assistant { id, tool_calls, .. } = m else {
             continue;
         };
@@ -407,9 +441,12 @@ fn refuse_rewritten_turns(
                     && crate::protocol::json::same_json_at(a.get("arguments"), b.get("arguments"))
             });
         if !same {
-            return Err(ApiError::Conflict(format!(
-                "message {id:?} is already recorded in this thread with other tool calls (or another role); a new turn needs an id of its own"
-            )));
+            return Err(ApiError::conflict_at(
+                format!("/messages/{}/id", at[i]),
+                format!(
+                    "message {id:?} is already recorded in this thread with other tool calls (or another role); a new turn needs an id of its own"
+                ),
+            ));
         }
     }
     Ok(())
@@ -426,13 +463,14 @@ async fn refuse_second_results(
     stored: &[StoredMessage],
     input: &RunAgentInput,
     known: &HashSet<String>,
+    at: &[usize],
 ) -> Result<(), ApiError> {
     let answered: HashSet<&str> = stored
         .iter()
         .filter(|m| m.role == Role::Tool)
         .filter_map(|m| m.tool_call_id.as_deref())
         .collect();
-    for m in &input.messages {
+    for (i, m) in input.messages.iter().enumerate() {
         let Message::Tool {
             id, tool_call_id, ..
         } = m
@@ -454,9 +492,12 @@ async fn refuse_second_results(
         } else {
             continue;
         };
-        return Err(ApiError::Conflict(format!(
-            "tool message {id:?} answers call {tool_call_id:?}, which {problem}; only a frontend tool's call without a result is answered in messages"
-        )));
+        return Err(ApiError::conflict_at(
+            format!("/messages/{}/toolCallId", at[i]),
+            format!(
+                "tool message {id:?} answers call {tool_call_id:?}, which {problem}; only a frontend tool's call without a result is answered in messages"
+            ),
+        ));
     }
     Ok(())
 }
@@ -483,15 +524,29 @@ fn declarations(tool_calls: &[ToolCall], frontend: &HashSet<&str>) -> Vec<Value>
         .collect()
 }
 
+/// What a run knows of its input and thread before its stream starts.
+struct RunContext {
+    /// The ids of the messages the thread has recorded.
+    known: HashSet<String>,
+    /// The calls the thread has a result for.
+    answered_in_thread: HashSet<String>,
+    /// Pointers to the input's fields toolgate does not know.
+    ignored: Vec<String>,
+}
+
 async fn run(
     state: AppState,
     owner: String,
     input: RunAgentInput,
-    known: HashSet<String>,
-    answered_in_thread: HashSet<String>,
+    context: RunContext,
     mut resume: Resume,
     tx: Tx,
 ) {
+    let RunContext {
+        known,
+        answered_in_thread,
+        ignored,
+    } = context;
     let thread_id = input.thread_id.clone();
     let run_id = input.run_id.clone();
     emit(
@@ -502,6 +557,16 @@ async fn run(
         }),
     )
     .await;
+    if let Some(warning) = super::run_fields::event(&ignored) {
+        tracing::info!(
+            thread_id = %thread_id,
+            run_id = %run_id,
+            count = ignored.len(),
+            first = ?&ignored[..ignored.len().min(8)],
+            "a run's input has fields toolgate does not know"
+        );
+        emit(&tx, &warning).await;
+    }
     let finished = async {
         let mut finished = execute_run(
             &state,

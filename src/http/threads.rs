@@ -490,7 +490,11 @@ pub async fn post_message(
     check_owner(&state, &user, &thread).await?;
     if let Some(Value::Array(declared)) = metadata.get("tool_calls") {
         let stored = state.store.message_outlines(&thread.0).await?;
-        refuse_redeclared_calls(&state, &thread.0, &stored, declared.iter()).await?;
+        let declared = declared
+            .iter()
+            .enumerate()
+            .map(|(j, call)| (format!("/tool_calls/{j}/id"), call));
+        refuse_redeclared_calls(&state, &thread.0, &stored, declared).await?;
     }
     let content = body.content.unwrap_or_default();
     let role = match body.role {
@@ -898,7 +902,8 @@ pub(super) fn declared(state: &AppState, declarations: &[Value]) -> Vec<Declared
         .collect()
 }
 
-/// New declarations (`{"id", "name", "arguments"}`, in order) must not
+/// New declarations (`{"id", "name", "arguments"}`, in order, each with
+/// the pointer to its id in the request body) must not
 /// give a call id another tool or other arguments than the thread already
 /// has for it: in an assistant message of `stored` (the thread's messages),
 /// an earlier one of `declared`, or the call recorded under that id (read
@@ -909,7 +914,7 @@ pub(super) async fn refuse_redeclared_calls<'a>(
     state: &AppState,
     thread_id: &str,
     stored: &'a [StoredMessage],
-    declared: impl Iterator<Item = &'a Value>,
+    declared: impl Iterator<Item = (String, &'a Value)>,
 ) -> Result<(), ApiError> {
     let canonical = |call: &Value| canonical_name(state, call["name"].as_str().unwrap_or_default());
     let mut known: HashMap<&str, &Value> = HashMap::new();
@@ -919,7 +924,7 @@ pub(super) async fn refuse_redeclared_calls<'a>(
     // Each id's recorded call is read once, also for an id declared before
     // (the call may have been posted since).
     let mut looked_up = std::collections::HashSet::new();
-    for call in declared {
+    for (pointer, call) in declared {
         let Some(id) = call["id"].as_str() else {
             continue;
         };
@@ -928,9 +933,12 @@ pub(super) async fn refuse_redeclared_calls<'a>(
                 if canonical(first) != canonical(call)
                     || !same_json_at(first.get("arguments"), call.get("arguments")) =>
             {
-                return Err(ApiError::Conflict(format!(
-                    "tool call {id:?} is already declared in this thread with another tool or arguments; a new call needs an id of its own"
-                )));
+                return Err(ApiError::conflict_at(
+                    pointer,
+                    format!(
+                        "tool call {id:?} is already declared in this thread with another tool or arguments; a new call needs an id of its own"
+                    ),
+                ));
             }
             Some(_) => {}
             None => {
@@ -946,9 +954,12 @@ pub(super) async fn refuse_redeclared_calls<'a>(
         if record.tool_name != canonical(call)
             || !same_json_at(call.get("arguments"), Some(&record.args))
         {
-            return Err(ApiError::Conflict(format!(
-                "tool call {id:?} is already recorded in this thread with another tool or arguments; a new call needs an id of its own"
-            )));
+            return Err(ApiError::conflict_at(
+                pointer,
+                format!(
+                    "tool call {id:?} is already recorded in this thread with another tool or arguments; a new call needs an id of its own"
+                ),
+            ));
         }
     }
     Ok(())
