@@ -43,8 +43,9 @@ pub struct ServerSettings {
     /// idle kept-alive connection may wait for the next request) before it
     /// is closed; also how long a body may take to arrive once read (408).
     pub header_read_timeout_secs: u64,
-    /// Connections served at once; more wait to be accepted. 0: the
-    /// process's open-file limit, less a reserve for everything else.
+    /// Connections served at once; one more is answered `503` with
+    /// `Retry-After` and closed. 0: the process's open-file limit, less a
+    /// reserve for everything else.
     pub max_connections: usize,
     /// Seconds in-flight requests get to finish after a shutdown signal
     /// (event streams end at once) before toolgate exits anyway.

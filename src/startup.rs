@@ -393,12 +393,9 @@ impl Application {
             .header_read_timeout(Duration::from_secs(server.header_read_timeout_secs.max(1)));
         let limit = connection_limit(server.max_connections);
         let slots = Arc::new(tokio::sync::Semaphore::new(limit));
+        let refusals = Arc::new(tokio::sync::Semaphore::new(REFUSALS_AT_ONCE));
         let connections = tokio_util::task::TaskTracker::new();
         loop {
-            let slot = tokio::select! {
-                slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
-                _ = shutdown.cancelled() => break,
-            };
             let stream = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok((stream, _)) => stream,
@@ -413,6 +410,19 @@ impl Application {
                 _ = shutdown.cancelled() => break,
             };
             let _ = stream.set_nodelay(true);
+            // Past the limit a connection is answered at once with a 503,
+            // not left waiting to be accepted: a client (a load balancer's
+            // health check too) learns the service is full and when to
+            // retry. Past the refusals' own bound it is closed unanswered.
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                if let Ok(refusal) = refusals.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        refuse_connection(stream).await;
+                        drop(refusal);
+                    });
+                }
+                continue;
+            };
             let connection =
                 http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone());
             let shutdown = shutdown.clone();
@@ -461,6 +471,50 @@ impl Application {
 
 /// `server.max_connections`, or for 0 the process's open-file limit less a
 /// reserve for the database, the writer, logs and commands' pipes.
+/// Connections answered `503` at once, past `server.max_connections`.
+const REFUSALS_AT_ONCE: usize = 64;
+
+/// Answer a connection past the limit with a `503` problem (and
+/// `Retry-After`), then close it. The request's head is read first (an
+/// HTTP client takes no answer before its request), and what follows only
+/// to let the answer arrive before the close (an unread request would make
+/// the close a reset); all of it takes at most a second.
+async fn refuse_connection(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = serde_json::Value::Object(http::error::problem_body(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
+        "Service unavailable",
+        "toolgate is serving its maximum of connections (server.max_connections); retry after a second",
+    ))
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut head = Vec::with_capacity(1024);
+        let mut chunk = [0u8; 4096];
+        while head.len() < 64 * 1024 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut chunk).await? {
+                0 => break,
+                n => head.extend_from_slice(&chunk[..n]),
+            }
+        }
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut read = 0;
+        while read < 64 * 1024 {
+            match stream.read(&mut chunk).await? {
+                0 => break,
+                n => read += n,
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+}
+
 fn connection_limit(configured: usize) -> usize {
     if configured > 0 {
         return configured;

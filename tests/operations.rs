@@ -313,6 +313,56 @@ async fn connections_that_send_no_request_are_closed() {
     assert_eq!(health.status(), 200);
 }
 
+/// A connection past `server.max_connections` is answered at once with a
+/// `503` problem and `Retry-After`, not left waiting to be accepted; a
+/// slot freed serves again.
+#[tokio::test]
+async fn a_connection_past_the_limit_is_answered_503() {
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.server.max_connections = 2;
+        s.server.sse_heartbeat_secs = 3600;
+    })
+    .await;
+    let mut first = app.events("c1", "", None).await;
+    first.until("RUN_STARTED").await;
+    let mut second = app.events("c2", "", None).await;
+    second.until("RUN_STARTED").await;
+    // A client of its own: the test's pooled connections hold the slots.
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        fresh().get(app.url("/healthz")).send(),
+    )
+    .await
+    .expect("answered, not left waiting")
+    .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(p["type"], "urn:toolgate:problem:unavailable", "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("max_connections"),
+        "{p}"
+    );
+    drop(first);
+    let mut served = false;
+    for _ in 0..100 {
+        let r = fresh().get(app.url("/healthz")).send().await.unwrap();
+        if r.status() == 200 {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "a freed slot serves again");
+}
+
 /// A body announced larger than `server.body_limit_bytes` is refused at
 /// once, before a byte of it is read; a body trickled in is answered `408`
 /// after `server.header_read_timeout_secs`, not held for the request
