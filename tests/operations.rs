@@ -1782,6 +1782,37 @@ async fn a_wait_hears_of_a_decision_made_on_another_process() {
     );
 }
 
+/// A call posted again through another process while it runs on the
+/// first is answered with its outcome once it finishes there, as a repost
+/// to the process running it is, not with a 409 saying to try later; and
+/// it runs once.
+#[tokio::test]
+async fn a_call_reposted_through_another_process_gets_its_outcome() {
+    let two = TwoProcesses::start(json!({})).await;
+    let (_sse, running) = a_running_wait(&two.first, "elsewhere", "w", 1500).await;
+    let r = two
+        .client
+        .post(format!(
+            "{}/v1/threads/elsewhere/tool-calls",
+            two.second.base
+        ))
+        .bearer_auth(&two.second.token)
+        .json(&json!({"id": "w", "name": "wait", "arguments": {"ms": 1500}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let out: Value = r.json().await.unwrap();
+    assert_eq!(out["replayed"], true, "{out}");
+    assert_eq!(
+        out["tool_agent_output"]["result"]["waited_ms"], 1500,
+        "{out}"
+    );
+    finished_as_it_ran(running, 1500).await;
+    let history = common::history_at(&two.second.base, &two.second.token, "elsewhere").await;
+    assert_eq!(history.len(), 1, "one result: {history:?}");
+}
+
 /// Two processes on one Postgres database, each with its own data
 /// directory: the second's start leaves the first's running call to it,
 /// and finishes only what its own data directory's process left behind.

@@ -756,16 +756,27 @@ impl Engine {
             }
             // Running: here (claimed just after we looked) or elsewhere. The
             // in-flight entry lives from before the write-ahead until after
-            // the result, so its absence means another process.
+            // the result, so its absence means another process: its outcome
+            // is waited for as a call running here is, for as long as a
+            // tool may run.
             if !self
                 .in_flight
                 .lock()
                 .expect("in-flight lock")
                 .contains_key(&key)
             {
-                return Err(Rejection::InProgressElsewhere {
-                    id: req.call.id.clone(),
-                });
+                let longest = self.config.tool_timeout + STOP_GRACE + SHARED_WAIT_POLL;
+                match self
+                    .wait_finished(&req.thread_id, &req.call.id, longest)
+                    .await?
+                {
+                    Some(_) => continue,
+                    None => {
+                        return Err(Rejection::InProgressElsewhere {
+                            id: req.call.id.clone(),
+                        });
+                    }
+                }
             }
         };
         let outcome = outcome_from_record(&record)?;
