@@ -483,11 +483,25 @@ async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
         )
         .await;
     assert_eq!(s, 200, "the cancelled call freed its slot");
-    assert_eq!(
-        app.post("/v1/threads/l/tool-calls/long/cancel", &json!({}))
-            .await
-            .status(),
-        409
+    // Cancelled again: a 409 that says it is cancelled already; a call
+    // that finished by itself keeps its result.
+    let again = app
+        .post("/v1/threads/l/tool-calls/long/cancel", &json!({}))
+        .await;
+    assert_eq!(again.status(), 409);
+    let p: Value = again.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("cancelled already"),
+        "{p}"
+    );
+    let done = app
+        .post("/v1/threads/l/tool-calls/next/cancel", &json!({}))
+        .await;
+    assert_eq!(done.status(), 409);
+    let p: Value = done.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("its result stands"),
+        "{p}"
     );
     assert_eq!(
         app.post("/v1/threads/l/tool-calls/ghost/cancel", &json!({}))

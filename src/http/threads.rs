@@ -1134,10 +1134,21 @@ pub async fn cancel_tool_call(
         None => Err(ApiError::NotFound(format!(
             "no tool call {tool_call_id:?} in this thread"
         ))),
-        Some(record) => Err(ApiError::Conflict(format!(
-            "tool call {tool_call_id:?} is not running here (status {})",
-            record.status.as_str()
-        ))),
+        Some(record) => {
+            let code = record
+                .output
+                .as_ref()
+                .and_then(|output| output["error"]["code"].as_str());
+            Err(ApiError::Conflict(match code {
+                Some(codes::CANCELLED) => {
+                    format!("tool call {tool_call_id:?} is cancelled already")
+                }
+                _ => format!(
+                    "tool call {tool_call_id:?} is not running here (status {}); its result stands",
+                    record.status.as_str()
+                ),
+            }))
+        }
     }
 }
 
