@@ -1487,6 +1487,46 @@ async fn refused_at(r: reqwest::Response, status: u16, says: &str, pointer: &str
     assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
 }
 
+/// The same run posted several times at once (a client's retry racing
+/// its first try): every one finishes as a retry would, with the call's
+/// one outcome, and the thread holds each message and result once.
+async fn identical_runs_at_once_all_finish(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let input = json!({"threadId": "same-run", "runId": "r1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {}, "messages": [
+            {"id": "u1", "role": "user", "content": "echo it"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"x\"}"}}]}]});
+    let runs = (0..4).map(|_| async {
+        let r = app.post("/v1/threads/same-run/runs", &input).await;
+        assert_eq!(r.status(), 200);
+        let mut sse = common::SseReader::new(r);
+        let mut frames = Vec::new();
+        while let Some(frame) = sse.next(Duration::from_secs(10)).await {
+            frames.push(frame);
+        }
+        frames
+    });
+    for frames in futures::future::join_all(runs).await {
+        let last = frames.last().unwrap();
+        assert_eq!(last.kind(), "RUN_FINISHED", "{:?}", last.data);
+        let result = frames.iter().find(|f| f.kind() == "TOOL_CALL_RESULT");
+        assert_eq!(
+            result.map(|f| f.data["content"].clone()),
+            Some(json!("{\"text\":\"x\"}")),
+            "{frames:?}"
+        );
+    }
+    let ids: Vec<Value> = app
+        .history("same-run")
+        .await
+        .iter()
+        .map(|m| m["id"].clone())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert_eq!(ids[..2], [json!("u1"), json!("a1")], "{ids:?}");
+}
+
 /// A run takes fields AG-UI may add (a newer client keeps working) but
 /// names them in a `CUSTOM` event right after `RUN_STARTED`, so a misspelt
 /// `resume` is not dropped without a word; a run without such fields has
@@ -2382,6 +2422,7 @@ async fn large_results_are_paged_by_size(backend: Backend) {
 }
 
 both_backends!(
+    identical_runs_at_once_all_finish,
     a_run_names_the_fields_it_does_not_know,
     large_results_are_paged_by_size,
     a_declared_call_refused_before_it_runs_is_its_failed_result,

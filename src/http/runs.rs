@@ -676,7 +676,26 @@ async fn execute_run(
     resume: &mut Resume,
     tx: &Tx,
 ) -> Result<Finished, ApiError> {
-    record_new_messages(state, owner, input, known, &resume.results).await?;
+    if let Err(e) = record_new_messages(state, owner, input, known, &resume.results).await {
+        // Another run of the same input (a retry sent twice, say) recorded
+        // a message first. Read the thread again and go on as a retry
+        // would: the messages it has now are known, and a resume entry's
+        // result for a call answered meanwhile is not recorded twice.
+        let ApiError::Conflict(_) = e else {
+            return Err(e);
+        };
+        let stored = state.store.message_outlines(&input.thread_id).await?;
+        let known: HashSet<String> = stored.iter().map(|m| m.id.clone()).collect();
+        let answered: HashSet<&str> = stored
+            .iter()
+            .filter(|m| m.role == Role::Tool)
+            .filter_map(|m| m.tool_call_id.as_deref())
+            .collect();
+        resume
+            .results
+            .retain(|r| !answered.contains(r.tool_call_id.as_str()));
+        record_new_messages(state, owner, input, &known, &resume.results).await?;
+    }
     // The decisions the entries carry, before the calls they let run.
     let decided = resume.decide(state, owner).await?;
     for warning in resume.warnings() {
