@@ -189,6 +189,21 @@ async fn enter_read(
 /// digits only, no sign or blanks, at most 18 after any leading zeros (the
 /// published pattern `^0*[0-9]{1,18}$`; toolgate's positions stay far
 /// below 10^18).
+/// How long before the end of the shutdown grace a request still waiting
+/// for its work is answered, so the answer reaches the client before its
+/// connection is closed.
+const SHUTDOWN_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Resolves [`SHUTDOWN_MARGIN`] before the shutdown grace runs out (never,
+/// until a shutdown starts): a request still waiting then answers what it
+/// can instead of having its connection cut.
+pub async fn grace_running_out(state: &AppState) {
+    let grace = std::time::Duration::from_secs(state.settings.server.shutdown_grace_secs)
+        .saturating_sub(SHUTDOWN_MARGIN);
+    state.shutdown.cancelled().await;
+    tokio::time::sleep(grace).await;
+}
+
 pub fn parse_digits(raw: &str) -> Option<i64> {
     let significant = raw.trim_start_matches('0');
     Some(raw)

@@ -594,14 +594,9 @@ async fn run(
     // connection is closed (its calls are finished as INTERRUPTED at the
     // next start if they do not end either), never without a terminal
     // event.
-    let grace = std::time::Duration::from_secs(state.settings.server.shutdown_grace_secs)
-        .saturating_sub(SHUTDOWN_MARGIN);
     let finished = tokio::select! {
         finished = finished => finished,
-        _ = async {
-            state.shutdown.cancelled().await;
-            tokio::time::sleep(grace).await;
-        } => {
+        _ = super::grace_running_out(&state) => {
             emit(
                 &tx,
                 &Event::new(EventBody::RunError {
@@ -729,11 +724,6 @@ async fn execute_run(
 /// a call it approved outside its turn; a result later than that reaches
 /// the thread's event stream only.
 const OUTSIDE_RESULT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// How long before the end of the shutdown grace an unfinished run ends
-/// with RUN_ERROR, so the event reaches the client before the connection
-/// is closed.
-const SHUTDOWN_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The calls of the run's turn: run, waited for, or left to the
 /// application.
