@@ -129,9 +129,11 @@ impl BashSpec {
 
     /// Allow rules: is the command `piece` really runs certainly one this
     /// pattern names?
-    /// `cwd`: the directory the command runs in, relative to the
-    /// workspace (`.` for its root).
-    pub fn surely_matches(&self, piece: &Piece, cwd: &str) -> bool {
+    /// `cwd`: the directory the piece runs in, relative to the workspace
+    /// (`.` for its root); `None` when the command line moved it somewhere
+    /// it does not say (then no redirection that writes is covered unless
+    /// the rule names it).
+    pub fn surely_matches(&self, piece: &Piece, cwd: Option<&str>) -> bool {
         let BashSpec::Pattern(pattern) = self else {
             return true;
         };
@@ -165,7 +167,7 @@ impl BashPattern {
     /// `>> ~/.bashrc` or `> /etc/x`) that is not git's configuration
     /// (`>> .git/config` asks, as `write_file` does: git would run what it
     /// says at commands an owner may well allow, `git status`).
-    fn covers_redirects(&self, redirects: &[Redirect], cwd: &str) -> bool {
+    fn covers_redirects(&self, redirects: &[Redirect], cwd: Option<&str>) -> bool {
         let open = self.words.last() == Some(&PatternWord::Star);
         redirects.iter().filter(|r| !r.harmless()).all(|r| {
             let written = r.target.literal
@@ -174,7 +176,10 @@ impl BashPattern {
                 });
             let plain = || {
                 stays_inside(&r.target)
-                    && !super::is_git_configuration(&format!("{cwd}/{}", r.target.text))
+                    && cwd.is_some_and(|cwd| {
+                        let path = super::normalised(&format!("{cwd}/{}", r.target.text));
+                        !super::is_git_configuration(&path)
+                    })
             };
             written || (open && (!r.writes() || plain()))
         })
@@ -273,13 +278,13 @@ mod tests {
             .pieces
             .iter()
             .filter(|p| !p.transparent && !p.shadow)
-            .all(|p| spec.surely_matches(p, "."))
+            .all(|p| spec.surely_matches(p, Some(".")))
     }
 
     /// The last piece only (the one after a pipe).
     fn allows_last(rule: &str, command: &str) -> bool {
         let analysis = analyse(command);
-        spec(rule).surely_matches(analysis.pieces.last().unwrap(), ".")
+        spec(rule).surely_matches(analysis.pieces.last().unwrap(), Some("."))
     }
 
     fn denies(rule: &str, command: &str) -> bool {

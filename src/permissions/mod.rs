@@ -563,11 +563,12 @@ fn bash_allow<'r>(
         rule.spec()
             .is_none_or(|spec| matches!(spec.bash, Ok(bash::BashSpec::All)))
     };
-    let needed: Vec<&Piece> = analysis
+    let needed: Vec<(&Piece, Option<String>)> = analysis
         .map(|a| {
             a.pieces
                 .iter()
-                .filter(|p| !p.transparent && !p.shadow)
+                .zip(piece_cwds(a, cwd))
+                .filter(|(p, _)| !p.transparent && !p.shadow)
                 .collect()
         })
         .unwrap_or_default();
@@ -579,13 +580,13 @@ fn bash_allow<'r>(
             .ok_or(None);
     }
     let mut used: Vec<(&'static str, &Rule)> = Vec::new();
-    for piece in needed {
+    for (piece, cwd) in needed {
         let found = allow.iter().find(|(_, rule)| match rule.spec() {
             None => true,
             Some(spec) => spec
                 .bash
                 .as_ref()
-                .is_ok_and(|pattern| pattern.surely_matches(piece, cwd)),
+                .is_ok_and(|pattern| pattern.surely_matches(piece, cwd.as_deref())),
         });
         let Some(found) = found else {
             return Err(Some(piece.text.clone()));
@@ -595,6 +596,52 @@ fn bash_allow<'r>(
         }
     }
     Ok(used)
+}
+
+/// The directory each piece of a command line runs in, relative to the
+/// workspace, as far as the line says: the call's `cwd`, moved by each
+/// `cd` or `pushd` before the piece to a literal directory inside the
+/// workspace; `None` from one that goes where the line does not say (no
+/// or a computed argument, `-`, `..`, `~`, an absolute path) or a `popd`.
+/// A `cd` in a subshell is taken to move the rest of the line too, which
+/// at worst judges a redirection more strictly.
+fn piece_cwds(analysis: &Analysis, cwd: &str) -> Vec<Option<String>> {
+    let mut at = Some(cwd.to_string());
+    analysis
+        .pieces
+        .iter()
+        .map(|piece| {
+            let here = at.clone();
+            match piece.command_name() {
+                Some("cd" | "pushd") => {
+                    let args: Vec<_> = piece.command()[1..].iter().collect();
+                    at = match (args.as_slice(), &at) {
+                        ([dir], Some(from))
+                            if dir.literal
+                                && !dir.text.is_empty()
+                                && !dir.text.starts_with(['/', '~', '-'])
+                                && !dir.text.split('/').any(|c| c == "..") =>
+                        {
+                            Some(format!("{from}/{}", dir.text))
+                        }
+                        _ => None,
+                    };
+                }
+                Some("popd") => at = None,
+                _ => {}
+            }
+            here
+        })
+        .collect()
+}
+
+/// `path` without empty and `.` components (`.config//./git` is
+/// `.config/git`).
+fn normalised(path: &str) -> String {
+    path.split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 fn default_decision(

@@ -822,7 +822,7 @@ fn command_strings_of_builtins_meet_deny_rules() {
 /// a filter driver that `git status` runs), wherever the command runs.
 #[test]
 fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
-    let set = rules(&["bash(echo *)"], &[], &[]);
+    let set = rules(&["bash(echo *)", "bash(cd *)"], &[], &[]);
     let run = |command: &str, cwd: Option<&str>| {
         let mut args = json!({"command": command});
         if let Some(cwd) = cwd {
@@ -837,6 +837,16 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         ("echo x >> config", Some("repo/.git")),
         ("echo x > git/config", Some(".config")),
         ("echo x > .gitconfig", None),
+        // Spelt with empty or `.` components.
+        ("echo x > .config/./git/config", None),
+        ("echo x > .config//git/config", None),
+        ("echo x > git/config", Some(".config/")),
+        // Moved there by the line itself.
+        ("cd .git && echo x >> config", None),
+        ("cd repo; cd .git; echo x >> config", None),
+        // Moved somewhere the line does not say: no write is vouched for.
+        ("cd \"$D\" && echo x > notes.txt", None),
+        ("cd .. && echo x > notes.txt", Some("repo")),
     ] {
         assert_eq!(run(command, cwd), Verdict::Ask, "{command} in {cwd:?}");
     }
@@ -845,6 +855,7 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         ("echo 'a.txt filter=x' > .gitattributes", Some("repo")),
         ("echo x > config", Some("repo")),
         ("echo x < .git/config", None),
+        ("cd build && echo x > notes.txt", None),
     ] {
         assert_eq!(run(command, cwd), Verdict::Allow, "{command} in {cwd:?}");
     }
