@@ -2289,6 +2289,7 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
     let declared = json!({"role": "assistant", "content": "", "tool_calls": [
         {"id": "c1", "name": "echo", "arguments": {"txt": "typo"}},
         {"id": "c2", "name": "nope", "arguments": {}},
+        {"id": "c4", "name": "sleep", "arguments": {"ms": "long"}},
     ]});
     assert_eq!(
         app.post(&format!("{t}/messages"), &declared).await.status(),
@@ -2320,6 +2321,22 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
         .await;
     assert_eq!((s, &again["replayed"]), (200, &json!(true)), "{again}");
     assert_eq!(again["tool_agent_output"], *output);
+    // Made by a tool's alias, it is recorded under the tool's own name, as
+    // declared: its failed result, then the same again.
+    let c4 = json!({"id": "c4", "name": "sleep", "arguments": {"ms": "long"}});
+    for replayed in [false, true] {
+        let (s, out) = app.call("decl-refused", c4.clone()).await;
+        assert_eq!(s, 200, "{out}");
+        assert_eq!(
+            out["tool_agent_output"]["error"]["code"], "INVALID_ARGUMENTS",
+            "{out}"
+        );
+        assert_eq!(
+            out["replayed"].as_bool().unwrap_or(false),
+            replayed,
+            "{out}"
+        );
+    }
     // Another call under its id, itself refused or not: a 409, as for any
     // declared call.
     for other in [json!({"txt": "other"}), json!({"text": "fixed"})] {
@@ -2342,7 +2359,7 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
         out["tool_agent_output"]["error"]["code"], "TOOL_NOT_FOUND",
         "{out}"
     );
-    // The model reads both errors in its context, not a stand-in.
+    // The model reads the errors in its context, not a stand-in.
     let context = app.get_json(&format!("{t}/context")).await;
     let results: Vec<&str> = context["messages"]
         .as_array()
@@ -2351,9 +2368,10 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap())
         .collect();
-    assert_eq!(results.len(), 2, "{context}");
+    assert_eq!(results.len(), 3, "{context}");
     assert!(results[0].contains("INVALID_ARGUMENTS"), "{context}");
     assert!(results[1].contains("TOOL_NOT_FOUND"), "{context}");
+    assert!(results[2].contains("INVALID_ARGUMENTS"), "{context}");
     // A call no message declares is refused and leaves nothing.
     let before = app.history("decl-refused").await.len();
     let (s, out) = app

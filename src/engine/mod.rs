@@ -692,6 +692,16 @@ impl Engine {
             .map_err(Rejection::from)
     }
 
+    /// How long `tool` may run: the configured timeout, or longer for a
+    /// tool that allows itself more (`bash` with its own `timeout_ms`).
+    fn time_limit(&self, tool: &RegisteredTool) -> Duration {
+        tool.tool
+            .max_duration()
+            .map_or(self.config.tool_timeout, |d| {
+                d.max(self.config.tool_timeout)
+            })
+    }
+
     fn resolve(&self, name: &str) -> Result<Arc<RegisteredTool>, Rejection> {
         self.registry
             .resolve(name)
@@ -765,7 +775,11 @@ impl Engine {
                 .expect("in-flight lock")
                 .contains_key(&key)
             {
-                let longest = self.config.tool_timeout + STOP_GRACE + SHARED_WAIT_POLL;
+                let limit = self
+                    .registry
+                    .resolve(tool_name)
+                    .map_or(self.config.tool_timeout, |tool| self.time_limit(&tool));
+                let longest = limit + STOP_GRACE + SHARED_WAIT_POLL;
                 match self
                     .wait_finished(&req.thread_id, &req.call.id, longest)
                     .await?
@@ -1030,12 +1044,7 @@ impl Engine {
                 }
             })
         };
-        let limit = tool
-            .tool
-            .max_duration()
-            .map_or(self.config.tool_timeout, |d| {
-                d.max(self.config.tool_timeout)
-            });
+        let limit = self.time_limit(&tool);
         let finished = await_tool(handle, limit, &cancel);
         let result = match write_ahead.pending() {
             None => finished.await,
@@ -1507,13 +1516,17 @@ impl Engine {
     }
 
     /// A refusal an entry point records itself (AG-UI runs: unknown tool,
-    /// invalid arguments).
+    /// invalid arguments), under the tool's own name when the call named
+    /// it by an alias (as its declaration has it).
     pub async fn record_rejected_call(
         &self,
         req: CallRequest,
         error: ToolError,
     ) -> Result<CallOutcome, StoreError> {
-        let name = req.call.name.clone();
+        let name = self.registry.resolve(&req.call.name).map_or_else(
+            || req.call.name.clone(),
+            |tool| tool.definition.name.clone(),
+        );
         let audit = audit::refused(&req, &name, None, &error, None);
         self.record_refusal(req, &name, error, audit).await
     }
