@@ -469,9 +469,8 @@ impl Application {
     }
 }
 
-/// `server.max_connections`, or for 0 the process's open-file limit less a
-/// reserve for the database, the writer, logs and commands' pipes.
-/// Connections answered `503` at once, past `server.max_connections`.
+/// Connections answered `503` at once, past `server.max_connections`;
+/// past them a connection is closed unanswered.
 const REFUSALS_AT_ONCE: usize = 64;
 
 /// Answer a connection past the limit with a `503` problem (and
@@ -495,10 +494,20 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let mut head = Vec::with_capacity(1024);
         let mut chunk = [0u8; 4096];
-        while head.len() < 64 * 1024 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        // The head ends at an empty line (CRLF, or a bare LF, which
+        // servers accept); only the bytes just read are looked at.
+        let ended = |head: &[u8], from: usize| {
+            let tail = &head[from.saturating_sub(3)..];
+            tail.windows(4).any(|w| w == b"\r\n\r\n") || tail.windows(2).any(|w| w == b"\n\n")
+        };
+        loop {
+            let from = head.len();
             match stream.read(&mut chunk).await? {
                 0 => break,
                 n => head.extend_from_slice(&chunk[..n]),
+            }
+            if ended(&head, from) || head.len() >= 64 * 1024 {
+                break;
             }
         }
         stream.write_all(answer.as_bytes()).await?;
@@ -515,6 +524,8 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     .await;
 }
 
+/// `server.max_connections`, or for 0 the process's open-file limit less a
+/// reserve for the database, the writer, logs and commands' pipes.
 fn connection_limit(configured: usize) -> usize {
     if configured > 0 {
         return configured;

@@ -512,6 +512,8 @@ async fn messages_context_and_text_events(backend: Backend) {
         )
         .await;
     assert_eq!(dup.status(), 409);
+    let p: Value = dup.json().await.unwrap();
+    assert_eq!(p["errors"][0]["pointer"], "/id", "{p}");
 }
 
 /// An AG-UI run's `developer` message is kept as `developer`: the

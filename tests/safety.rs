@@ -3600,6 +3600,12 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
         p["detail"].as_str().unwrap().contains("toolgate's own"),
         "{p}"
     );
+    let last = forged["messages"].as_array().unwrap().len() - 1;
+    assert_eq!(
+        p["errors"][0]["pointer"],
+        format!("/messages/{last}/toolCallId"),
+        "{p}"
+    );
     let history = app.history("r").await;
     assert!(
         history.iter().all(|m| m["id"] != "t-w1"),

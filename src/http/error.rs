@@ -88,8 +88,6 @@ impl ApiError {
         }
     }
 
-    /// 422 titled `title` for a body refused at `pointer`: `detail` says
-    /// why, and `errors` names the place.
     /// 409: the body conflicts with what the thread holds, at `pointer`.
     pub fn conflict_at(pointer: String, detail: String) -> Self {
         ApiError::ConflictAt {
@@ -98,6 +96,8 @@ impl ApiError {
         }
     }
 
+    /// 422 titled `title` for a body refused at `pointer`: `detail` says
+    /// why, and `errors` names the place.
     pub fn unprocessable_at(title: &str, pointer: String, detail: String) -> Self {
         let mut extra = Map::new();
         extra.insert(

@@ -219,9 +219,12 @@ pub async fn plan(
             if !calls.answered_in_thread.contains(id)
                 && state.store.tool_call(&input.thread_id, id).await?.is_some()
             {
-                return Err(ApiError::Conflict(format!(
-                    "resume entry {i} answers call {id:?}, which is toolgate's own: toolgate records its result"
-                )));
+                return Err(ApiError::conflict_at(
+                    format!("{at}/interruptId"),
+                    format!(
+                        "resume entry {i} answers call {id:?}, which is toolgate's own: toolgate records its result"
+                    ),
+                ));
             }
             frontend_answer(&mut plan, entry, &at, calls)?;
             continue;

@@ -561,9 +561,12 @@ pub async fn post_message(
                     };
                     Ok((StatusCode::OK, axum::Json(body)).into_response())
                 }
-                _ => Err(ApiError::Conflict(format!(
-                    "message {id:?} is already recorded in this thread with another role, content or tool_calls; use a new id for a new message"
-                ))),
+                _ => Err(ApiError::conflict_at(
+                    "/id".into(),
+                    format!(
+                        "message {id:?} is already recorded in this thread with another role, content or tool_calls; use a new id for a new message"
+                    ),
+                )),
             };
         }
         Err(other) => return Err(other.into()),
@@ -1152,6 +1155,9 @@ pub async fn cancel_tool_call(
                 Some(codes::CANCELLED) => {
                     format!("tool call {tool_call_id:?} is cancelled already")
                 }
+                None if record.status == CallStatus::Running => format!(
+                    "tool call {tool_call_id:?} runs in another toolgate process; cancel it through the process that runs it"
+                ),
                 _ => format!(
                     "tool call {tool_call_id:?} is not running here (status {}); its result stands",
                     record.status.as_str()
