@@ -526,6 +526,23 @@ async fn a_link_or_file_in_place_of_the_temporary_directories_is_removed() {
     let again = h.run("echo again").await;
     assert_eq!(stdout(&again), "again\n", "{again}");
     assert!(!ws.join(".toolgate-tmp").exists());
+    // The directory closed by a command (with a file in it, so it stays).
+    let closed = h
+        .run("touch \"$TMPDIR/../keep\" && chmod 500 \"$TMPDIR/..\" && echo closed")
+        .await;
+    assert_eq!(stdout(&closed), "closed\n", "{closed}");
+    let opened = h.run("echo \"$TMPDIR\"").await;
+    assert!(
+        stdout(&opened).starts_with(ws.join(".toolgate-tmp").to_str().unwrap()),
+        "{opened}"
+    );
+    // Opened again (toolgate's user, unlike root, could not create in it).
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(ws.join(".toolgate-tmp"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o700, 0o700, "{mode:o}");
 }
 
 // ---------------------------------------------------------------- network

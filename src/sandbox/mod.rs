@@ -795,12 +795,21 @@ impl TempDir {
         let relative = Path::new(TMP_DIR_NAME).join(uuid::Uuid::new_v4().simple().to_string());
         // The name is toolgate's: a file or a link a command (or a file
         // tool) left there is removed, the link itself and not what it
-        // leads to, or no command of the workspace could run again.
-        if dir
-            .symlink_metadata(TMP_DIR_NAME)
-            .is_ok_and(|meta| !meta.is_dir())
-        {
-            dir.remove_file(TMP_DIR_NAME).map_err(setup)?;
+        // leads to, and a directory a command closed (`chmod 500`) is
+        // opened again, or no command of the workspace could run again.
+        match dir.symlink_metadata(TMP_DIR_NAME) {
+            Ok(meta) if !meta.is_dir() => match dir.remove_file(TMP_DIR_NAME) {
+                // Another command of the workspace removed it first.
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(setup(e)),
+                _ => {}
+            },
+            Ok(meta) if cap_std::fs::PermissionsExt::mode(&meta.permissions()) & 0o700 != 0o700 => {
+                let open = cap_std::fs::Permissions::from_std(
+                    std::os::unix::fs::PermissionsExt::from_mode(0o700),
+                );
+                dir.set_permissions(TMP_DIR_NAME, open).map_err(setup)?;
+            }
+            _ => {}
         }
         // A concurrent command may remove the (empty) parent between the
         // two steps of create_dir_all; once more is enough.
