@@ -27,16 +27,34 @@ const NAME_CHARS: usize = 64;
 type Fields = HashSet<String>;
 
 /// Fields AG-UI's own schemas define that toolgate takes and does not use,
-/// by where they stand: `protocolVersion` beside the input's fields, the
-/// rest in every message, every tool call and every frontend tool.
-const AG_UI_ONLY: [(&str, &[&str]); 4] = [
+/// by where they stand: `protocolVersion` beside the input's fields, a
+/// message's by its role, and those of a tool call and a frontend tool.
+const AG_UI_ONLY: [(&str, &[&str]); 10] = [
     ("input", &["protocolVersion"]),
     (
-        "message",
+        "user",
         &["subagentRunId", "encryptedValue", "metadata", "name"],
     ),
+    (
+        "assistant",
+        &["subagentRunId", "encryptedValue", "metadata", "name"],
+    ),
+    (
+        "system",
+        &["subagentRunId", "encryptedValue", "metadata", "name"],
+    ),
+    (
+        "developer",
+        &["subagentRunId", "encryptedValue", "metadata", "name"],
+    ),
+    ("tool", &["subagentRunId", "encryptedValue", "metadata"]),
+    (
+        "reasoning",
+        &["subagentRunId", "encryptedValue", "metadata"],
+    ),
+    ("activity", &["subagentRunId", "metadata"]),
     ("tool_call", &["encryptedValue", "metadata"]),
-    ("tool", &["metadata"]),
+    ("frontend_tool", &["metadata"]),
 ];
 
 struct Known {
@@ -76,16 +94,13 @@ static KNOWN: LazyLock<Known> = LazyLock::new(|| {
         resume: fields(&schemas["ResumeEntry"]),
     };
     for (place, names) in AG_UI_ONLY {
-        let names = names.iter().map(|n| n.to_string());
-        match place {
-            "input" => known.input.extend(names),
-            "message" => known
-                .message
-                .values_mut()
-                .for_each(|fields| fields.extend(names.clone())),
-            "tool_call" => known.tool_call.extend(names),
-            _ => known.tool.extend(names),
-        }
+        let fields = match place {
+            "input" => &mut known.input,
+            "tool_call" => &mut known.tool_call,
+            "frontend_tool" => &mut known.tool,
+            role => known.message.entry(role.to_string()).or_default(),
+        };
+        fields.extend(names.iter().map(|n| n.to_string()));
     }
     known
 });
@@ -161,7 +176,7 @@ mod tests {
     /// What the stock `HttpAgent` sends, with every field AG-UI 1.0's
     /// schemas define.
     fn stock_input() -> Value {
-        let base = json!({"subagentRunId": "sub", "encryptedValue": "e", "metadata": {}});
+        let base = json!({"subagentRunId": "sub", "metadata": {}});
         let message = |fields: Value| {
             let mut m = base.clone();
             m.as_object_mut()
@@ -175,14 +190,14 @@ mod tests {
             "resume": [{"interruptId": "i", "status": "cancelled", "payload": 1, "metadata": {}}],
             "tools": [{"name": "confirm", "description": "Ask.", "parameters": {}, "metadata": {}}],
             "messages": [
-                message(json!({"id": "s", "role": "system", "content": "be brief", "name": "sys"})),
-                message(json!({"id": "d", "role": "developer", "content": "dev", "name": "dev"})),
-                message(json!({"id": "u", "role": "user", "content": "hi", "name": "ann"})),
-                message(json!({"id": "a", "role": "assistant", "content": "ok", "name": "bot", "toolCalls": [
+                message(json!({"id": "s", "role": "system", "content": "be brief", "name": "sys", "encryptedValue": "e"})),
+                message(json!({"id": "d", "role": "developer", "content": "dev", "name": "dev", "encryptedValue": "e"})),
+                message(json!({"id": "u", "role": "user", "content": "hi", "name": "ann", "encryptedValue": "e"})),
+                message(json!({"id": "a", "role": "assistant", "content": "ok", "name": "bot", "encryptedValue": "e", "toolCalls": [
                     {"id": "c", "type": "function", "function": {"name": "echo", "arguments": "{}"},
                      "encryptedValue": "e", "metadata": {}}]})),
-                message(json!({"id": "t", "role": "tool", "toolCallId": "c", "content": "{}", "error": "no"})),
-                message(json!({"id": "z", "role": "reasoning", "content": "hmm"})),
+                message(json!({"id": "t", "role": "tool", "toolCallId": "c", "content": "{}", "error": "no", "encryptedValue": "e"})),
+                message(json!({"id": "z", "role": "reasoning", "content": "hmm", "encryptedValue": "e"})),
                 message(json!({"id": "v", "role": "activity", "activityType": "plan", "content": {}})),
             ],
         })
@@ -192,6 +207,19 @@ mod tests {
     fn a_stock_input_has_no_field_left_out() {
         assert_eq!(ignored(&stock_input()), Vec::<String>::new());
         assert!(event(&[]).is_none());
+    }
+
+    #[test]
+    fn a_field_agui_defines_for_one_role_is_unknown_on_another() {
+        let mut input = stock_input();
+        // AG-UI gives a tool message no `name`, an activity no
+        // `encryptedValue`.
+        input["messages"][4]["name"] = json!("n");
+        input["messages"][6]["encryptedValue"] = json!("e");
+        assert_eq!(
+            ignored(&input),
+            ["/messages/4/name", "/messages/6/encryptedValue"]
+        );
     }
 
     #[test]

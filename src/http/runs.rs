@@ -971,9 +971,23 @@ async fn record_new_messages(
 /// input already has a message by that id, the first of
 /// `{call_id}.resumed.2`, `.3`, … that none has. The thread gives every
 /// run the same id, so a run and its retry at once cannot both record a
-/// result for the call: the second write conflicts.
+/// result for the call: the second write conflicts. A call id too long to
+/// take the suffix within an id's 128 characters is cut, with a hash of
+/// the whole id after it (`{cut}-{hash}.resumed`), so the message's id is
+/// one a client can send back.
 fn resumed_id(call_id: &str, taken: impl Fn(&str) -> bool) -> String {
-    let first = format!("{call_id}.resumed");
+    // `.resumed` and a counter of up to ten digits.
+    const ROOM: usize = 128 - ".resumed".len() - 11;
+    let stem = if call_id.len() <= ROOM {
+        call_id.to_string()
+    } else {
+        // FNV-1a: the same on every process and release.
+        let hash = call_id.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("{}-{hash:016x}", &call_id[..ROOM - 17])
+    };
+    let first = format!("{stem}.resumed");
     if !taken(&first) {
         return first;
     }
@@ -1042,5 +1056,16 @@ mod tests {
         let is_taken = |id: &str| taken.contains(&id);
         assert_eq!(super::resumed_id("f1", is_taken), "f1.resumed.3");
         assert_eq!(super::resumed_id("f2", is_taken), "f2.resumed");
+        // A call id as long as ids go: cut, hashed, still an id.
+        let long = "c".repeat(128);
+        let id = super::resumed_id(&long, |_| false);
+        assert!(crate::protocol::calls::valid_id(&id), "{id}");
+        assert!(id.ends_with(".resumed"), "{id}");
+        let other = super::resumed_id(&format!("{}d", "c".repeat(127)), |_| false);
+        assert_ne!(id, other, "two long ids keep apart");
+        let taken = |candidate: &str| candidate == id;
+        assert!(crate::protocol::calls::valid_id(&super::resumed_id(
+            &long, taken
+        )));
     }
 }
