@@ -1044,7 +1044,7 @@ impl Engine {
                 }
             })
         };
-        let limit = self.time_limit(&tool);
+        let limit = self.time_limit(tool);
         let finished = await_tool(handle, limit, &cancel);
         let result = match write_ahead.pending() {
             None => finished.await,
