@@ -2972,9 +2972,9 @@ async fn a_run_unfinished_at_shutdown_ends_with_run_error() {
     );
 }
 
-/// A tool call that would not finish within the shutdown grace is
-/// answered `503` just before the grace runs out, a problem that says to
-/// post it again, not a connection closed without an answer.
+/// A tool call or a batch that would not finish within the shutdown grace
+/// is answered `503` just before the grace runs out, a problem that says
+/// to post it again, not a connection closed without an answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_unfinished_at_shutdown_is_answered_503() {
     let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.shutdown_grace_secs = 2).await;
@@ -2988,19 +2988,30 @@ async fn a_call_unfinished_at_shutdown_is_answered_503() {
         .send();
     let answered = tokio::spawn(call);
     sse.until("TOOL_CALL_END").await;
+    // A batch, too.
+    let batch = app
+        .client
+        .post(app.url("/v1/threads/down-call/batches"))
+        .bearer_auth(&app.token)
+        .json(&json!({"calls": [{"id": "b", "name": "wait", "arguments": {"ms": 20000}}]}))
+        .send();
+    let batch = tokio::spawn(batch);
+    sse.until("TOOL_CALL_END").await;
     app.shutdown.cancel();
-    let r = tokio::time::timeout(Duration::from_secs(10), answered)
-        .await
-        .expect("answered within the grace")
-        .unwrap()
-        .unwrap();
-    assert_eq!(r.status(), 503);
-    assert_eq!(r.headers()["content-type"], "application/problem+json");
-    let p: Value = r.json().await.unwrap();
-    assert!(
-        p["detail"].as_str().unwrap().contains("post it again"),
-        "{p}"
-    );
+    for answered in [answered, batch] {
+        let r = tokio::time::timeout(Duration::from_secs(10), answered)
+            .await
+            .expect("answered within the grace")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()["content-type"], "application/problem+json");
+        let p: Value = r.json().await.unwrap();
+        assert!(
+            p["detail"].as_str().unwrap().contains("post it again"),
+            "{p}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

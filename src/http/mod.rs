@@ -400,8 +400,34 @@ pub fn service(
             axum::http::StatusCode::REQUEST_TIMEOUT,
             Duration::from_secs(settings.server.request_timeout_secs),
         ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            answer_before_the_grace_ends,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(settings.server.body_limit_bytes))
         .service(router(state))
+}
+
+/// At shutdown a request may finish within the grace; one that would not
+/// (a long tool call, a batch, a `?wait` for a decision) is answered `503`
+/// just before the grace runs out, instead of having its connection cut.
+/// Its work goes on until toolgate exits (calls run in tasks of their
+/// own), and what it did not finish is finished as INTERRUPTED at the next
+/// start. An event or run stream has answered long before (its body goes
+/// on, and ends by its own rules).
+async fn answer_before_the_grace_ends(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    use axum::response::IntoResponse as _;
+    tokio::select! {
+        response = next.run(req) => response,
+        _ = grace_running_out(&state) => ApiError::Unavailable(
+            "toolgate is shutting down and this request did not finish in time; post it again with the same ids once toolgate is back: what was recorded is answered from storage, and a call that was stopped is INTERRUPTED".into(),
+        )
+        .into_response(),
+    }
 }
 
 /// The routes, each recording its metrics, with the state.

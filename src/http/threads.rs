@@ -261,19 +261,10 @@ where
             result
         }))
     });
-    let state = state.clone();
     async move {
-        let task = task?;
-        // At shutdown the work may finish within the grace; work that
-        // would not is answered 503 just before the connection is closed
-        // (it goes on until toolgate exits; what it did not finish is
-        // finished as INTERRUPTED at the next start).
-        tokio::select! {
-            joined = task => joined.map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}"))),
-            _ = super::grace_running_out(&state) => Err(ApiError::Unavailable(
-                "toolgate is shutting down and this call did not finish in time; post it again with the same id once toolgate is back: a call that finished is answered from storage, one that was stopped as INTERRUPTED".into(),
-            )),
-        }
+        task?
+            .await
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))
     }
 }
 
