@@ -129,11 +129,11 @@ impl BashSpec {
 
     /// Allow rules: is the command `piece` really runs certainly one this
     /// pattern names?
-    /// `cwd`: the directory the piece runs in, relative to the workspace
-    /// (`.` for its root); `None` when the command line moved it somewhere
+    /// `places`: the directories the command line may write in, relative
+    /// to the workspace (`.` for its root); `None` when it moves somewhere
     /// it does not say (then no redirection that writes is covered unless
     /// the rule names it).
-    pub fn surely_matches(&self, piece: &Piece, cwd: Option<&str>) -> bool {
+    pub fn surely_matches(&self, piece: &Piece, places: Option<&[String]>) -> bool {
         let BashSpec::Pattern(pattern) = self else {
             return true;
         };
@@ -142,7 +142,7 @@ impl BashSpec {
         };
         piece.opaque.is_none()
             && pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
-            && pattern.covers_redirects(&piece.redirects, cwd)
+            && pattern.covers_redirects(&piece.redirects, places)
     }
 
     /// The wrapper or assignment a pattern starts with, which commands lose
@@ -167,7 +167,7 @@ impl BashPattern {
     /// `>> ~/.bashrc` or `> /etc/x`) that is not git's configuration
     /// (`>> .git/config` asks, as `write_file` does: git would run what it
     /// says at commands an owner may well allow, `git status`).
-    fn covers_redirects(&self, redirects: &[Redirect], cwd: Option<&str>) -> bool {
+    fn covers_redirects(&self, redirects: &[Redirect], places: Option<&[String]>) -> bool {
         let open = self.words.last() == Some(&PatternWord::Star);
         redirects.iter().filter(|r| !r.harmless()).all(|r| {
             let written = r.target.literal
@@ -176,9 +176,8 @@ impl BashPattern {
                 });
             let plain = || {
                 stays_inside(&r.target)
-                    && cwd.is_some_and(|cwd| {
-                        let path = super::normalised(&format!("{cwd}/{}", r.target.text));
-                        !super::is_git_configuration(&path)
+                    && places.is_some_and(|places| {
+                        !super::may_reach_git_configuration(places, &r.target.text)
                     })
             };
             written || (open && (!r.writes() || plain()))
@@ -278,13 +277,13 @@ mod tests {
             .pieces
             .iter()
             .filter(|p| !p.transparent && !p.shadow)
-            .all(|p| spec.surely_matches(p, Some(".")))
+            .all(|p| spec.surely_matches(p, Some(&[".".to_string()])))
     }
 
     /// The last piece only (the one after a pipe).
     fn allows_last(rule: &str, command: &str) -> bool {
         let analysis = analyse(command);
-        spec(rule).surely_matches(analysis.pieces.last().unwrap(), Some("."))
+        spec(rule).surely_matches(analysis.pieces.last().unwrap(), Some(&[".".to_string()]))
     }
 
     fn denies(rule: &str, command: &str) -> bool {

@@ -563,15 +563,15 @@ fn bash_allow<'r>(
         rule.spec()
             .is_none_or(|spec| matches!(spec.bash, Ok(bash::BashSpec::All)))
     };
-    let needed: Vec<(&Piece, Option<String>)> = analysis
+    let needed: Vec<&Piece> = analysis
         .map(|a| {
             a.pieces
                 .iter()
-                .zip(piece_cwds(a, cwd))
-                .filter(|(p, _)| !p.transparent && !p.shadow)
+                .filter(|p| !p.transparent && !p.shadow)
                 .collect()
         })
         .unwrap_or_default();
+    let places = analysis.and_then(|a| line_places(a, cwd));
     if needed.is_empty() {
         return allow
             .iter()
@@ -580,13 +580,13 @@ fn bash_allow<'r>(
             .ok_or(None);
     }
     let mut used: Vec<(&'static str, &Rule)> = Vec::new();
-    for (piece, cwd) in needed {
+    for piece in needed {
         let found = allow.iter().find(|(_, rule)| match rule.spec() {
             None => true,
             Some(spec) => spec
                 .bash
                 .as_ref()
-                .is_ok_and(|pattern| pattern.surely_matches(piece, cwd.as_deref())),
+                .is_ok_and(|pattern| pattern.surely_matches(piece, places.as_deref())),
         });
         let Some(found) = found else {
             return Err(Some(piece.text.clone()));
@@ -598,50 +598,49 @@ fn bash_allow<'r>(
     Ok(used)
 }
 
-/// The directory each piece of a command line runs in, relative to the
-/// workspace, as far as the line says: the call's `cwd`, moved by each
-/// `cd` or `pushd` before the piece to a literal directory inside the
-/// workspace; `None` from one that goes where the line does not say (no
-/// or a computed argument, `-`, `..`, `~`, an absolute path) or a `popd`.
-/// A `cd` in a subshell is taken to move the rest of the line too, which
-/// at worst judges a redirection more strictly.
-fn piece_cwds(analysis: &Analysis, cwd: &str) -> Vec<Option<String>> {
-    let mut at = Some(cwd.to_string());
-    analysis
-        .pieces
-        .iter()
-        .map(|piece| {
-            let here = at.clone();
-            match piece.command_name() {
-                Some("cd" | "pushd") => {
-                    let args: Vec<_> = piece.command()[1..].iter().collect();
-                    at = match (args.as_slice(), &at) {
-                        ([dir], Some(from))
-                            if dir.literal
-                                && !dir.text.is_empty()
-                                && !dir.text.starts_with(['/', '~', '-'])
-                                && !dir.text.split('/').any(|c| c == "..") =>
-                        {
-                            Some(format!("{from}/{}", dir.text))
-                        }
-                        _ => None,
-                    };
+/// The directories a command line may write in, relative to the
+/// workspace: the call's `cwd` and every literal directory a `cd` or
+/// `pushd` of the line names, in any order (a loop may run a redirection
+/// after a `cd` written after it, a function where it is called); `None`
+/// when one goes where the line does not say (no or a computed argument,
+/// `-`, `..`, `~`, an absolute path) or a `popd` returns to one.
+fn line_places(analysis: &Analysis, cwd: &str) -> Option<Vec<String>> {
+    let mut places = vec![cwd.to_string()];
+    for piece in &analysis.pieces {
+        match piece.command_name() {
+            Some("cd" | "pushd") => match &piece.command()[1..] {
+                [dir]
+                    if dir.literal
+                        && !dir.text.is_empty()
+                        && !dir.text.starts_with(['/', '~', '-'])
+                        && !dir.text.split('/').any(|c| c == "..") =>
+                {
+                    places.push(dir.text.clone());
                 }
-                Some("popd") => at = None,
-                _ => {}
-            }
-            here
-        })
-        .collect()
+                _ => return None,
+            },
+            Some("popd") => return None,
+            _ => {}
+        }
+    }
+    Some(places)
 }
 
-/// `path` without empty and `.` components (`.config//./git` is
-/// `.config/git`).
-fn normalised(path: &str) -> String {
-    path.split('/')
+/// Whether a write to `target` from any mix of `places` (each a relative
+/// directory, moves that may follow one another) could reach git's
+/// configuration: a `.git` component anywhere, `.gitconfig`, or `.config`
+/// and `git`. Order-free, so no sequence of moves gets around it.
+fn may_reach_git_configuration(places: &[String], target: &str) -> bool {
+    let parts: Vec<&str> = places
+        .iter()
+        .map(String::as_str)
+        .chain([target])
+        .flat_map(|path| path.split('/'))
         .filter(|c| !c.is_empty() && *c != ".")
-        .collect::<Vec<_>>()
-        .join("/")
+        .collect();
+    parts.contains(&".git")
+        || parts.contains(&".gitconfig")
+        || (parts.contains(&".config") && parts.contains(&"git"))
 }
 
 fn default_decision(

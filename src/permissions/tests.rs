@@ -844,6 +844,17 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         // Moved there by the line itself.
         ("cd .git && echo x >> config", None),
         ("cd repo; cd .git; echo x >> config", None),
+        // A loop or a function may run a redirection after a `cd` written
+        // after it.
+        (
+            "for i in 1 2; do echo x >> config; cd .git; done",
+            Some("repo"),
+        ),
+        ("f() { echo x >> config; }; cd .git; f", None),
+        (
+            "for d in 1 2 3; do echo x >> config; cd git; cd .config; done",
+            None,
+        ),
         // Moved somewhere the line does not say: no write is vouched for.
         ("cd \"$D\" && echo x > notes.txt", None),
         ("cd .. && echo x > notes.txt", Some("repo")),
