@@ -473,11 +473,16 @@ impl Application {
 /// past them a connection is closed unanswered.
 const REFUSALS_AT_ONCE: usize = 64;
 
+/// The longest a refusal holds its connection (and its place among
+/// [`REFUSALS_AT_ONCE`]): a client that sends nothing cannot keep others
+/// from being answered for long.
+const REFUSAL_TIME: Duration = Duration::from_millis(500);
+
 /// Answer a connection past the limit with a `503` problem (and
 /// `Retry-After`), then close it. The request's head is read first (an
 /// HTTP client takes no answer before its request), and what follows only
 /// to let the answer arrive before the close (an unread request would make
-/// the close a reset); all of it takes at most a second.
+/// the close a reset); all of it takes at most [`REFUSAL_TIME`].
 async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = serde_json::Value::Object(http::error::problem_body(
@@ -491,7 +496,7 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+    let _ = tokio::time::timeout(REFUSAL_TIME, async {
         let mut head = Vec::with_capacity(1024);
         let mut chunk = [0u8; 4096];
         // The head ends at an empty line (CRLF, or a bare LF, which
