@@ -485,24 +485,17 @@ async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
     assert_eq!(s, 200, "the cancelled call freed its slot");
     // Cancelled again: a 409 that says it is cancelled already; a call
     // that finished by itself keeps its result.
-    let again = app
-        .post("/v1/threads/l/tool-calls/long/cancel", &json!({}))
-        .await;
-    assert_eq!(again.status(), 409);
-    let p: Value = again.json().await.unwrap();
-    assert!(
-        p["detail"].as_str().unwrap().contains("cancelled already"),
-        "{p}"
-    );
-    let done = app
-        .post("/v1/threads/l/tool-calls/next/cancel", &json!({}))
-        .await;
-    assert_eq!(done.status(), 409);
-    let p: Value = done.json().await.unwrap();
-    assert!(
-        p["detail"].as_str().unwrap().contains("its result stands"),
-        "{p}"
-    );
+    for (call, says) in [("long", "cancelled already"), ("next", "its result stands")] {
+        let r = app
+            .post(
+                &format!("/v1/threads/l/tool-calls/{call}/cancel"),
+                &json!({}),
+            )
+            .await;
+        assert_eq!(r.status(), 409);
+        let p: Value = r.json().await.unwrap();
+        assert!(p["detail"].as_str().unwrap().contains(says), "{p}");
+    }
     assert_eq!(
         app.post("/v1/threads/l/tool-calls/ghost/cancel", &json!({}))
             .await

@@ -198,7 +198,7 @@ pub async fn post_run(
     // A run executes its calls one at a time: one slot, held to the end.
     let permit = state.acquire(&user.owner, 1)?;
     let stored = state.store.message_outlines(&thread.0).await?;
-    let known: HashSet<String> = stored.iter().map(|m| m.id.clone()).collect();
+    let known = recorded_ids(&stored);
     let frontend = frontend_tools(&input);
     let declared: Vec<(String, Value)> = input
         .messages
@@ -228,10 +228,9 @@ pub async fn post_run(
     }
     // The calls the thread has a result for: a run neither reports the
     // application's own among them as pending nor takes another result.
-    let answered_in_thread: HashSet<String> = stored
-        .iter()
-        .filter(|m| m.role == Role::Tool)
-        .filter_map(|m| m.tool_call_id.clone())
+    let answered_in_thread: HashSet<String> = answered_calls(&stored)
+        .into_iter()
+        .map(str::to_string)
         .collect();
     drop(stored);
     let resume = {
@@ -465,11 +464,7 @@ async fn refuse_second_results(
     known: &HashSet<String>,
     at: &[usize],
 ) -> Result<(), ApiError> {
-    let answered: HashSet<&str> = stored
-        .iter()
-        .filter(|m| m.role == Role::Tool)
-        .filter_map(|m| m.tool_call_id.as_deref())
-        .collect();
+    let answered = answered_calls(stored);
     for (i, m) in input.messages.iter().enumerate() {
         let Message::Tool {
             id, tool_call_id, ..
@@ -500,6 +495,20 @@ async fn refuse_second_results(
         ));
     }
     Ok(())
+}
+
+/// The ids of the thread's messages.
+fn recorded_ids(stored: &[StoredMessage]) -> HashSet<String> {
+    stored.iter().map(|m| m.id.clone()).collect()
+}
+
+/// The calls the thread has a result (a tool message) for.
+fn answered_calls(stored: &[StoredMessage]) -> HashSet<&str> {
+    stored
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| m.tool_call_id.as_deref())
+        .collect()
 }
 
 /// The names of the frontend's own tools (`RunAgentInput.tools`).
@@ -680,12 +689,8 @@ async fn execute_run(
             return Err(e);
         };
         let stored = state.store.message_outlines(&input.thread_id).await?;
-        let known: HashSet<String> = stored.iter().map(|m| m.id.clone()).collect();
-        let answered: HashSet<&str> = stored
-            .iter()
-            .filter(|m| m.role == Role::Tool)
-            .filter_map(|m| m.tool_call_id.as_deref())
-            .collect();
+        let known = recorded_ids(&stored);
+        let answered = answered_calls(&stored);
         resume
             .results
             .retain(|r| !answered.contains(r.tool_call_id.as_str()));
