@@ -1523,10 +1523,7 @@ impl Engine {
         req: CallRequest,
         error: ToolError,
     ) -> Result<CallOutcome, StoreError> {
-        let name = self.registry.resolve(&req.call.name).map_or_else(
-            || req.call.name.clone(),
-            |tool| tool.definition.name.clone(),
-        );
+        let name = self.registry.canonical_name(&req.call.name);
         let audit = audit::refused(&req, &name, None, &error, None);
         self.record_refusal(req, &name, error, audit).await
     }

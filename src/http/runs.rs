@@ -377,11 +377,7 @@ async fn refuse_reused_call_ids(
         let Some(record) = state.store.tool_call(thread_id, &tc.id).await? else {
             continue;
         };
-        let name = state
-            .engine
-            .registry()
-            .resolve(&tc.function.name)
-            .map_or_else(|| tc.function.name.clone(), |t| t.definition.name.clone());
+        let name = state.engine.registry().canonical_name(&tc.function.name);
         let parsed = calls::parse_argument_text(&tc.function.arguments, "/function/arguments");
         if record.tool_name != name
             || !crate::protocol::json::same_json(&run_arguments(tc, &parsed), &record.args)

@@ -881,11 +881,7 @@ pub async fn get_context(
 /// The tool's own name for `name`: a tool named by an alias is the same
 /// tool. A name no tool has stays as it is.
 fn canonical_name(state: &AppState, name: &str) -> String {
-    state
-        .engine
-        .registry()
-        .resolve(name)
-        .map_or_else(|| name.to_string(), |t| t.definition.name.clone())
+    state.engine.registry().canonical_name(name)
 }
 
 /// What the store keeps of declarations (`{"id", "name", "arguments"}`):

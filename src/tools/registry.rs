@@ -164,6 +164,13 @@ impl Registry {
         inner.tools.get(canonical).cloned()
     }
 
+    /// The tool's own name for `name` (an alias's tool's); an unknown name
+    /// as it is.
+    pub fn canonical_name(&self, name: &str) -> String {
+        self.resolve(name)
+            .map_or_else(|| name.to_string(), |t| t.definition.name.clone())
+    }
+
     /// All tools, sorted by name.
     pub fn list(&self) -> Vec<Arc<RegisteredTool>> {
         let inner = self.inner.read().expect("registry lock poisoned");
