@@ -1628,6 +1628,7 @@ async fn walks_leave_out_what_the_path_rules_name() {
                 workspace: Some(world.ws.as_path()),
                 resolved_path: resolved,
                 sub_workspace: None,
+                git_links: &[],
             },
         )));
         ctx

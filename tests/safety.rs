@@ -2547,6 +2547,65 @@ async fn git_global_options_do_not_dodge_rules(backend: Backend) {
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
 }
 
+/// A link to `.git` does not let a rule ending in `*` vouch for writing
+/// git's configuration: a redirection or an argument that leads there
+/// through a link on disk needs approval, as one naming `.git` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_into_git_does_not_open_its_configuration_to_open_rules() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    put_rules(
+        &app,
+        json!({"allow": ["bash(echo *)", "bash(tee *)", "bash(cd *)", "bash(cat *)"]}),
+    )
+    .await;
+    let ws = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::os::unix::fs::symlink(".git", root.join("g")).unwrap();
+    std::os::unix::fs::symlink("../.git/config", root.join("sub/c")).unwrap();
+    let bash = |id: &str, command: &str, cwd: Option<&str>| {
+        let mut call = json!({"id": id, "name": "bash", "arguments": {"command": command}});
+        if let Some(cwd) = cwd {
+            call["arguments"]["cwd"] = json!(cwd);
+        }
+        call
+    };
+    for (id, command, cwd) in [
+        ("l1", "echo '[alias]' >> g/config", None),
+        ("l2", "echo x | tee -a g/config", None),
+        ("l3", "cd g && echo x >> config", None),
+        ("l4", "echo x >> c", Some("sub")),
+        ("l5", "echo x > g/hooks/pre-commit", None),
+    ] {
+        let (s, out) = app.call("links", bash(id, command, cwd)).await;
+        assert_eq!(s, 202, "{command} needs approval: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!root.join(".git/hooks/pre-commit").exists());
+    // The same rules still allow writing elsewhere, and reading through
+    // the link.
+    for (id, command) in [("w1", "echo x > notes.txt"), ("w2", "cat g/config")] {
+        let (s, out) = app.call("links", bash(id, command, None)).await;
+        assert_eq!(s, 200, "{out}");
+        assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
+        "x\n"
+    );
+    // A line naming more paths than are looked up vouches for no write.
+    let many: Vec<String> = (0..300).map(|i| format!("w{i}")).collect();
+    let command = format!("echo {} > many.txt", many.join(" "));
+    let (s, out) = app.call("links", bash("m1", &command, None)).await;
+    assert_eq!(s, 202, "{out}");
+    assert!(!root.join("many.txt").exists());
+}
+
 /// `GET /v1/workspace` is a read: asking about a sub-workspace that does
 /// not exist is a 404 problem, and neither it nor the owner's workspace
 /// appears on disk because of the question.

@@ -109,6 +109,9 @@ struct FileFacts {
     /// For a call in a sub-workspace: its name, and where it really is in
     /// the owner's workspace (the name itself until it exists).
     sub_workspace: Option<(String, String)>,
+    /// For a `bash` call: the paths its line names that lead into git's
+    /// configuration through links ([`crate::permissions::CallFacts::git_links`]).
+    git_links: Vec<String>,
 }
 
 /// A call's failure when the owner's permission rules cannot be read now
@@ -119,6 +122,23 @@ fn rules_unreadable(e: &dyn std::fmt::Display) -> ToolError {
         format!("the permission rules could not be read: {e}"),
         true,
     )
+}
+
+/// The paths a `bash` call's line names that lead into git's
+/// configuration through symbolic links in `workspace` (see
+/// [`crate::permissions::bash_named_paths`]), looked up as the file tools
+/// resolve paths, creating nothing.
+fn git_links(workspace: &crate::workspace::Workspace, arguments: &Value) -> Vec<String> {
+    let Some(named) = crate::permissions::bash_named_paths(arguments) else {
+        return vec![crate::permissions::NAMED_PATHS_UNCHECKED.to_string()];
+    };
+    named
+        .into_iter()
+        .filter(|path| {
+            crate::tools::builtin::resolved_path(workspace, path)
+                .is_some_and(|real| crate::permissions::is_git_configuration(&real))
+        })
+        .collect()
 }
 
 /// What the permission rules see of a call.
@@ -140,6 +160,7 @@ fn call_facts<'a>(
             .sub_workspace
             .as_ref()
             .map(|(named, real)| crate::permissions::SubWorkspace { named, real }),
+        git_links: &file.git_links,
     }
 }
 
@@ -1586,10 +1607,11 @@ impl Engine {
         // leads serves the verdict, the walk's rules and the approval, and
         // where the call's sub-workspace is serves the file rules and the
         // approval. A workspace that does not exist yet holds no links.
-        let is_file =
-            tool.definition.metadata.permission_class == crate::tools::PermissionClass::File;
+        let class = tool.definition.metadata.permission_class;
+        let is_file = class == crate::tools::PermissionClass::File;
+        let is_bash = class == crate::tools::PermissionClass::Bash;
         let opened = match self.config.permissions.workspaces.as_ref() {
-            Some(workspaces) if is_file || req.call.workspace.is_some() => workspaces
+            Some(workspaces) if is_file || is_bash || req.call.workspace.is_some() => workspaces
                 .open_existing(&req.owner, req.call.workspace.as_deref())
                 .ok(),
             _ => None,
@@ -1600,7 +1622,10 @@ impl Engine {
             .as_ref()
             .and(opened.as_ref())
             .and_then(|workspace| self.place_in_owners(&req.owner, workspace));
-        let file = self.file_facts(req, tool, opened.as_ref(), sub_workspace_at.as_deref());
+        let mut file = self.file_facts(req, tool, opened.as_ref(), sub_workspace_at.as_deref());
+        if is_bash && let Some(workspace) = opened.as_ref() {
+            file.git_links = git_links(workspace, &req.call.arguments);
+        }
         let facts = call_facts(req, tool, &file);
         let decision = crate::permissions::decide(
             &self.config.permissions.rules,

@@ -13,6 +13,7 @@
 //! only the innermost command counts, and only a `*` vouches for a computed
 //! word.
 
+use super::Reach;
 use super::command::{self, Piece};
 use super::shell::{self, Redirect, Word};
 
@@ -128,12 +129,9 @@ impl BashSpec {
     }
 
     /// Allow rules: is the command `piece` really runs certainly one this
-    /// pattern names?
-    /// `places`: the directories the command line may write in, relative
-    /// to the workspace (`.` for its root); `None` when it moves somewhere
-    /// it does not say (then no redirection that writes is covered unless
-    /// the rule names it).
-    pub fn surely_matches(&self, piece: &Piece, places: Option<&[String]>) -> bool {
+    /// pattern names? `reach`: where the line's writes may land (a rule
+    /// ending in `*` vouches for none that may be git's configuration).
+    pub fn surely_matches(&self, piece: &Piece, reach: &Reach) -> bool {
         let BashSpec::Pattern(pattern) = self else {
             return true;
         };
@@ -142,7 +140,8 @@ impl BashSpec {
         };
         piece.opaque.is_none()
             && pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
-            && pattern.covers_redirects(&piece.redirects, places)
+            && pattern.covers_redirects(&piece.redirects, reach)
+            && pattern.covers_git_configuration_words(&layer.words, reach)
     }
 
     /// The wrapper or assignment a pattern starts with, which commands lose
@@ -167,7 +166,7 @@ impl BashPattern {
     /// `>> ~/.bashrc` or `> /etc/x`) that is not git's configuration
     /// (`>> .git/config` asks, as `write_file` does: git would run what it
     /// says at commands an owner may well allow, `git status`).
-    fn covers_redirects(&self, redirects: &[Redirect], places: Option<&[String]>) -> bool {
+    fn covers_redirects(&self, redirects: &[Redirect], reach: &Reach) -> bool {
         let open = self.words.last() == Some(&PatternWord::Star);
         redirects.iter().filter(|r| !r.harmless()).all(|r| {
             let written = r.target.literal
@@ -175,12 +174,37 @@ impl BashPattern {
                     p.normalised_op() == r.normalised_op() && p.target.text == r.target.text
                 });
             let plain = || {
-                stays_inside(&r.target)
-                    && places.is_some_and(|places| {
-                        !super::may_reach_git_configuration(places, &r.target.text)
-                    })
+                stays_inside(&r.target) && !reach.target_may_be_git_configuration(&r.target.text)
             };
             written || (open && (!r.writes() || plain()))
+        })
+    }
+
+    /// A `*` vouches for no argument that names git's configuration
+    /// (`tee -a .git/config`, `cp x .gitconfig`, `sed -i … config` run in
+    /// `.git`), except to a command that writes no file its arguments name
+    /// ([`READERS`]): git would run what such a file says at commands an
+    /// owner may well allow. The rule may still spell the word out
+    /// (`bash(tee -a .git/config)`). Each word is judged with every place
+    /// the line may be in; when the line moves where it does not say, as
+    /// written. A link that leads there counts as its target.
+    fn covers_git_configuration_words(&self, words: &[Word], reach: &Reach) -> bool {
+        let reader = words
+            .first()
+            .and_then(command::command_name)
+            .is_some_and(|name| READERS.contains(&name));
+        if reader || !self.words.contains(&PatternWord::Star) {
+            return true;
+        }
+        let spelt = |word: &Word| {
+            self.words.iter().any(
+                |p| matches!(p, PatternWord::Text { text, stars } if stars.is_empty() && *text == word.text),
+            )
+        };
+        words.iter().enumerate().skip(1).all(|(i, word)| {
+            spelt(word)
+                || is_pattern(&words[i - 1].text, &word.text)
+                || !reach.word_may_name_git_configuration(&word.text)
         })
     }
 
@@ -222,6 +246,36 @@ impl BashPattern {
         }
         fits[0][0]
     }
+}
+
+/// Commands that write no file their arguments name (output goes to
+/// redirections, which are judged on their own), so an argument naming
+/// git's configuration is only read: `grep -r x --exclude-dir=.git`,
+/// `ls .git`. Not `sort` (`-o`), `tree` (`-o`), `find` (`-fprint`), `file`
+/// (`-C`), nor `git` itself.
+const READERS: &[&str] = &[
+    "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ls", "wc", "du", "stat", "diff", "cmp",
+    "echo", "printf", "realpath", "readlink", "basename", "dirname",
+];
+
+/// Options whose value is a pattern of names to leave out or match, not a
+/// file to write (`tar --exclude=.git`, `find . -path ./.git -prune`).
+const PATTERN_OPTIONS: &[&str] = &[
+    "--exclude",
+    "--exclude-dir",
+    "--ignore",
+    "-path",
+    "-ipath",
+    "-name",
+    "-iname",
+    "-wholename",
+];
+
+/// Whether `word` is the value of a pattern option, given as `word` after
+/// `previous` or glued to it with `=`.
+fn is_pattern(previous: &str, word: &str) -> bool {
+    let option = |name: &str| PATTERN_OPTIONS.contains(&name);
+    option(previous) || word.split_once('=').is_some_and(|(name, _)| option(name))
 }
 
 /// A literal relative path without `..`.
@@ -270,6 +324,16 @@ mod tests {
         parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
+    /// A line run in the workspace's root, naming no link.
+    fn root() -> Reach<'static> {
+        Reach {
+            places: Some(vec![".".to_string()]),
+            cwd: ".",
+            links: &[],
+            blind_to_git: false,
+        }
+    }
+
     /// Allowed when every piece that needs allowing is surely matched.
     fn allows(rule: &str, command: &str) -> bool {
         let spec = spec(rule);
@@ -277,13 +341,13 @@ mod tests {
             .pieces
             .iter()
             .filter(|p| !p.transparent && !p.shadow)
-            .all(|p| spec.surely_matches(p, Some(&[".".to_string()])))
+            .all(|p| spec.surely_matches(p, &root()))
     }
 
     /// The last piece only (the one after a pipe).
     fn allows_last(rule: &str, command: &str) -> bool {
         let analysis = analyse(command);
-        spec(rule).surely_matches(analysis.pieces.last().unwrap(), Some(&[".".to_string()]))
+        spec(rule).surely_matches(analysis.pieces.last().unwrap(), &root())
     }
 
     fn denies(rule: &str, command: &str) -> bool {
@@ -454,6 +518,51 @@ mod tests {
         assert!(allows("echo * > /tmp/x", "echo hi > /tmp/x"));
         assert!(!allows("python3", "python3 <<EOF\nimport os\nEOF"));
         assert!(denies("rm -rf /", ">x rm -rf /"));
+    }
+
+    #[test]
+    fn a_star_vouches_for_no_argument_naming_gits_configuration() {
+        for (rule, command) in [
+            ("tee *", "tee -a .git/config"),
+            ("cp *", "cp hook .git/hooks/pre-commit"),
+            ("cp *", "cp x ~/.gitconfig"),
+            ("cp *", "cp x \"$HOME/.gitconfig\""),
+            ("sed *", "sed -i s/a/b/ repo/.git/config"),
+            ("dd *", "dd if=x of=.git/config"),
+            ("install *", "install --target-directory=.git/hooks x"),
+            ("sort *", "sort -o.git/config x"),
+            ("ln *", "ln -s .git g"),
+            ("mkdir *", "mkdir -p .config/git"),
+            ("rsync *", "rsync -a hooks/ .git/hooks/"),
+            ("tar *", "tar --exclude=.git -xf a.tar -C .git"),
+        ] {
+            assert!(!allows(rule, command), "{rule} covered {command}");
+        }
+        // The rule spells the word out; commands that only read; names
+        // that merely start with `.git`.
+        for (rule, command) in [
+            ("tee -a .git/config", "tee -a .git/config"),
+            (
+                "cp * .git/hooks/pre-commit",
+                "cp hook .git/hooks/pre-commit",
+            ),
+            ("grep *", "grep -r x --exclude-dir=.git ."),
+            ("ls *", "ls -la .git"),
+            ("cat *", "cat .git/HEAD"),
+            (
+                "git *",
+                "git add .gitignore .github/workflows/ci.yml .gitattributes",
+            ),
+            ("cp *", "cp a.txt b.txt"),
+            ("tar *", "tar --exclude=.git --exclude .git -cf a.tar ."),
+            (
+                "find *",
+                "find . -path ./.git -prune -o -name '*.rs' -print",
+            ),
+            ("tee", "tee"),
+        ] {
+            assert!(allows(rule, command), "{rule} did not cover {command}");
+        }
     }
 
     #[test]

@@ -151,6 +151,12 @@ pub struct CallFacts<'a> {
     /// workspace, which the rules are relative to. `path` and
     /// `resolved_path` are relative to the sub-workspace.
     pub sub_workspace: Option<SubWorkspace<'a>>,
+    /// For a `bash` call: the paths its line names ([`bash_named_paths`])
+    /// that lead into git's configuration through symbolic links, found by
+    /// the caller; a rule ending in `*` vouches for no write to them.
+    /// [`NAMED_PATHS_UNCHECKED`] alone when the line named too many to
+    /// look up.
+    pub git_links: &'a [String],
 }
 
 /// A sub-workspace as the rules see it: the directory it is in the
@@ -297,13 +303,18 @@ pub fn decide(
     let allowed = match &subject {
         Subject::Bash(analysis) => {
             let cwd = call.arguments.get("cwd").and_then(Value::as_str);
-            bash_allow(&allow, analysis.as_ref(), cwd.unwrap_or("."))
+            bash_allow(
+                &allow,
+                analysis.as_ref(),
+                cwd.unwrap_or("."),
+                call.git_links,
+            )
         }
         _ => allow
             .iter()
             .find(|(_, rule)| surely_matches(rule, &subject))
             .map(|found| vec![*found])
-            .ok_or(None),
+            .ok_or_else(Uncovered::default),
     };
 
     let decision = match allowed {
@@ -552,13 +563,24 @@ fn surely_matches(rule: &Rule, subject: &Subject) -> bool {
     }
 }
 
+/// A command line no allow rule covers in full.
+#[derive(Default)]
+struct Uncovered {
+    /// The piece none covers.
+    piece: Option<String>,
+    /// An allow rule that would cover it but for a write that may be git's
+    /// configuration.
+    but_for_git: Option<String>,
+}
+
 /// Allow rules for a command line: every piece that runs must be covered
 /// (the first rule covering it counts). `Err` names a piece none covers.
 fn bash_allow<'r>(
     allow: &[(&'static str, &'r Rule)],
     analysis: Option<&Analysis>,
     cwd: &str,
-) -> Result<Vec<(&'static str, &'r Rule)>, Option<String>> {
+    links: &[String],
+) -> Result<Vec<(&'static str, &'r Rule)>, Uncovered> {
     let covers_all = |rule: &Rule| {
         rule.spec()
             .is_none_or(|spec| matches!(spec.bash, Ok(bash::BashSpec::All)))
@@ -571,25 +593,39 @@ fn bash_allow<'r>(
                 .collect()
         })
         .unwrap_or_default();
-    let places = analysis.and_then(|a| line_places(a, cwd));
+    let reach = Reach {
+        places: analysis.and_then(|a| line_places(a, cwd)),
+        cwd,
+        links,
+        blind_to_git: false,
+    };
     if needed.is_empty() {
         return allow
             .iter()
             .find(|(_, rule)| covers_all(rule))
             .map(|found| vec![*found])
-            .ok_or(None);
+            .ok_or_else(Uncovered::default);
     }
-    let mut used: Vec<(&'static str, &Rule)> = Vec::new();
-    for piece in needed {
-        let found = allow.iter().find(|(_, rule)| match rule.spec() {
+    let covering = |reach: &Reach, piece: &Piece| {
+        allow.iter().find(|(_, rule)| match rule.spec() {
             None => true,
             Some(spec) => spec
                 .bash
                 .as_ref()
-                .is_ok_and(|pattern| pattern.surely_matches(piece, places.as_deref())),
-        });
-        let Some(found) = found else {
-            return Err(Some(piece.text.clone()));
+                .is_ok_and(|pattern| pattern.surely_matches(piece, reach)),
+        })
+    };
+    let mut used: Vec<(&'static str, &Rule)> = Vec::new();
+    for piece in needed {
+        let Some(found) = covering(&reach, piece) else {
+            let blind = Reach {
+                blind_to_git: true,
+                ..reach
+            };
+            return Err(Uncovered {
+                piece: Some(piece.text.clone()),
+                but_for_git: covering(&blind, piece).map(|(_, rule)| rule.as_str().to_string()),
+            });
         };
         if !used.iter().any(|(_, r)| std::ptr::eq(*r, found.1)) {
             used.push(*found);
@@ -643,11 +679,139 @@ fn may_reach_git_configuration(places: &[String], target: &str) -> bool {
         || (parts.contains(&".config") && parts.contains(&"git"))
 }
 
+/// Where a command line's writes may land, for the allow rules that vouch
+/// for them: the directories the line may be in ([`line_places`]) and the
+/// paths it names that lead into git's configuration through links.
+pub(crate) struct Reach<'a> {
+    /// `None` when the line moves where it does not say.
+    pub places: Option<Vec<String>>,
+    /// The call's `cwd`, relative to the workspace (`.` for its root).
+    pub cwd: &'a str,
+    /// [`CallFacts::git_links`].
+    pub links: &'a [String],
+    /// Judge as if nothing could be git's configuration (to tell a rule
+    /// that covers a command but for that).
+    pub blind_to_git: bool,
+}
+
+impl Reach<'_> {
+    /// Whether a redirection to `target` could write git's configuration:
+    /// by its name from any place of the line, through a link, or from a
+    /// place the line does not say.
+    pub fn target_may_be_git_configuration(&self, target: &str) -> bool {
+        if self.blind_to_git {
+            return false;
+        }
+        match &self.places {
+            Some(places) => {
+                may_reach_git_configuration(places, target) || self.leads_in(places, target)
+            }
+            None => true,
+        }
+    }
+
+    /// Whether a command's argument `word`, taken as a path from any place
+    /// of the line (the `cwd` alone when the line moves where it does not
+    /// say), could name git's configuration, by its name or through a
+    /// link; the value of an option (`--output=…`, `of=…`, `-o.git/…`) is
+    /// read as a path too.
+    pub fn word_may_name_git_configuration(&self, word: &str) -> bool {
+        if self.blind_to_git {
+            return false;
+        }
+        let cwd = [self.cwd.to_string()];
+        let places = self.places.as_deref().unwrap_or(&cwd);
+        argument_paths(word)
+            .any(|path| may_reach_git_configuration(places, path) || self.leads_in(places, path))
+    }
+
+    fn leads_in(&self, places: &[String], path: &str) -> bool {
+        if self.links.iter().any(|l| l == NAMED_PATHS_UNCHECKED) {
+            return true;
+        }
+        !self.links.is_empty()
+            && places
+                .iter()
+                .any(|place| joined(place, path).is_some_and(|named| self.links.contains(&named)))
+    }
+}
+
+/// The readings of a command's argument as a path: the word, and the
+/// value of an option in it (`--output=x`, `of=x`, `-ox`).
+fn argument_paths(word: &str) -> impl Iterator<Item = &str> {
+    word.split('=').map(|part| match part.strip_prefix('-') {
+        Some(glued) if !glued.starts_with('-') => glued.get(1..).unwrap_or_default(),
+        _ => part,
+    })
+}
+
+/// `path` from the workspace directory `place`, normalised (no `.` or
+/// empty components); `None` for an absolute path, one with `..` or `~`,
+/// or the workspace itself.
+fn joined(place: &str, path: &str) -> Option<String> {
+    if path.starts_with(['/', '~']) || place.starts_with(['/', '~']) {
+        return None;
+    }
+    let parts: Vec<&str> = place
+        .split('/')
+        .chain(path.split('/'))
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    (!parts.is_empty() && !parts.contains(&"..")).then(|| parts.join("/"))
+}
+
+/// The most paths [`bash_named_paths`] returns: each is looked up on disk
+/// before a `bash` call is judged.
+pub const MAX_NAMED_PATHS: usize = 256;
+
+/// The workspace paths a `bash` call's command line names, from each
+/// directory the line may be in: its redirections' targets and its
+/// commands' arguments (values of options included), normalised. The
+/// caller looks each up on disk and reports, as
+/// [`CallFacts::git_links`], those that lead into git's configuration
+/// through a link. `None` when there are more than [`MAX_NAMED_PATHS`]
+/// (then no write is vouched for by a rule ending in `*`; see
+/// [`NAMED_PATHS_UNCHECKED`]).
+pub fn bash_named_paths(arguments: &Value) -> Option<Vec<String>> {
+    let Some(command) = arguments.get("command").and_then(Value::as_str) else {
+        return Some(Vec::new());
+    };
+    let cwd = arguments.get("cwd").and_then(Value::as_str).unwrap_or(".");
+    let analysis = command::analyse(command);
+    let places = line_places(&analysis, cwd).unwrap_or_else(|| vec![cwd.to_string()]);
+    let mut named: Vec<String> = Vec::new();
+    for piece in &analysis.pieces {
+        let targets = piece.redirects.iter().map(|r| r.target.text.as_str());
+        let words = piece
+            .command()
+            .iter()
+            .skip(1)
+            .flat_map(|w| argument_paths(&w.text));
+        for path in targets.chain(words) {
+            for place in &places {
+                if let Some(path) = joined(place, path)
+                    && !named.contains(&path)
+                {
+                    if named.len() == MAX_NAMED_PATHS {
+                        return None;
+                    }
+                    named.push(path);
+                }
+            }
+        }
+    }
+    Some(named)
+}
+
+/// What [`CallFacts::git_links`] holds when a line names more paths than
+/// could be looked up: as if every one led into git's configuration.
+pub const NAMED_PATHS_UNCHECKED: &str = "\0unchecked";
+
 fn default_decision(
     defaults: &Defaults,
     call: &CallFacts,
     subject: &Subject,
-    uncovered: Option<String>,
+    uncovered: Uncovered,
 ) -> Decision {
     let (verdict, nature) = if call.destructive {
         (defaults.destructive, "destructive")
@@ -665,13 +829,18 @@ fn default_decision(
     } else {
         (defaults.other, "neither read-only nor destructive")
     };
-    let unmatched = match (subject, uncovered) {
-        (Subject::Bash(Some(analysis)), Some(piece)) if analysis.pieces.len() > 1 => {
-            format!(
-                "No allow rule covers `{}`, part of this command",
-                clip(&piece)
-            )
-        }
+    let several = matches!(subject, Subject::Bash(Some(analysis)) if analysis.pieces.len() > 1);
+    let unmatched = match (uncovered.piece, uncovered.but_for_git) {
+        (Some(piece), Some(rule)) => format!(
+            "`allow: {rule}` would cover `{}`, but a rule ending in `*` vouches for no write \
+             that may reach git's configuration (a `.git` directory, `.gitconfig`, \
+             `.config/git`, by name or through a link: git runs what they say)",
+            clip(&piece)
+        ),
+        (Some(piece), None) if several => format!(
+            "No allow rule covers `{}`, part of this command",
+            clip(&piece)
+        ),
         _ => format!("No rule matches {}", describe(call)),
     };
     let outcome = match verdict {
@@ -703,7 +872,7 @@ fn git_configuration(path: &file::PathSubject) -> Option<&str> {
 }
 
 /// Whether the workspace path `path` is git's configuration or hooks.
-fn is_git_configuration(path: &str) -> bool {
+pub fn is_git_configuration(path: &str) -> bool {
     let parts: Vec<&str> = path.split('/').collect();
     parts.contains(&".git")
         || parts.last() == Some(&".gitconfig")

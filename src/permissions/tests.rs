@@ -91,6 +91,7 @@ fn facts<'a>(tool: &'a Tool, arguments: &'a Value, resolved: Option<&'a str>) ->
         workspace: Some(std::path::Path::new(WORKSPACE)),
         resolved_path: resolved,
         sub_workspace: None,
+        git_links: &[],
     }
 }
 
@@ -822,14 +823,15 @@ fn command_strings_of_builtins_meet_deny_rules() {
 /// a filter driver that `git status` runs), wherever the command runs.
 #[test]
 fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
-    let set = rules(&["bash(echo *)", "bash(cd *)"], &[], &[]);
-    let run = |command: &str, cwd: Option<&str>| {
+    let verdict = |set: &RuleSet, command: &str, cwd: Option<&str>| {
         let mut args = json!({"command": command});
         if let Some(cwd) = cwd {
             args["cwd"] = json!(cwd);
         }
-        owner(&set, &BASH, args).verdict
+        owner(set, &BASH, args).verdict
     };
+    let set = rules(&["bash(echo *)", "bash(cd *)"], &[], &[]);
+    let run = |command: &str, cwd: Option<&str>| verdict(&set, command, cwd);
     for (command, cwd) in [
         ("echo '[filter \"x\"]' >> .git/config", None),
         ("echo x >> repo/.git/config", None),
@@ -870,6 +872,41 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
     ] {
         assert_eq!(run(command, cwd), Verdict::Allow, "{command} in {cwd:?}");
     }
+    // Programs that write where their arguments say, under rules ending
+    // in `*`: the arguments are judged as redirections are.
+    let writers = rules(
+        &["bash(tee *)", "bash(cp *)", "bash(cd *)", "bash(echo *)"],
+        &[],
+        &[],
+    );
+    let run = |command: &str, cwd: Option<&str>| verdict(&writers, command, cwd);
+    for (command, cwd) in [
+        ("echo x | tee -a .git/config", None),
+        ("tee -a config < x", Some("repo/.git")),
+        ("cp x config; cd .git", None),
+        ("cd \"$D\" && cp x .git/hooks/post-checkout", None),
+    ] {
+        assert_eq!(run(command, cwd), Verdict::Ask, "{command} in {cwd:?}");
+    }
+    for (command, cwd) in [
+        ("echo x | tee notes.txt", None),
+        ("cp a.txt b.txt", Some("repo")),
+        ("cd build && cp a.txt b.txt", None),
+    ] {
+        assert_eq!(run(command, cwd), Verdict::Allow, "{command} in {cwd:?}");
+    }
+    // The reason names the rule that would have covered the command.
+    let reason = owner(
+        &writers,
+        &BASH,
+        json!({"command": "echo x | tee -a .git/config"}),
+    )
+    .reason;
+    assert!(
+        reason.starts_with("`allow: bash(tee *)` would cover `tee -a .git/config`, but")
+            && reason.contains("git's configuration"),
+        "{reason}"
+    );
     // A rule that names the redirection is the owner's choice.
     let named = rules(&["bash(echo x >> .git/config)"], &[], &[]);
     assert_eq!(
