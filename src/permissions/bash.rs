@@ -141,7 +141,7 @@ impl BashSpec {
         piece.opaque.is_none()
             && pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
             && pattern.covers_redirects(&piece.redirects, reach)
-            && pattern.covers_git_configuration_words(&layer.words, reach)
+            && pattern.covers_git_configuration_words(layer, reach)
     }
 
     /// The wrapper or assignment a pattern starts with, which commands lose
@@ -188,13 +188,17 @@ impl BashPattern {
     /// (`bash(tee -a .git/config)`). Each word is judged with every place
     /// the line may be in; when the line moves where it does not say, as
     /// written. A link that leads there counts as its target.
-    fn covers_git_configuration_words(&self, words: &[Word], reach: &Reach) -> bool {
+    fn covers_git_configuration_words(&self, layer: &command::Layer, reach: &Reach) -> bool {
+        let words = &layer.words;
         let reader = words
             .first()
             .and_then(command::command_name)
             .is_some_and(|name| READERS.contains(&name));
         if reader || !self.words.contains(&PatternWord::Star) {
             return true;
+        }
+        if layer.open_ended && reach.unknown_words_may_name_git_configuration() {
+            return false;
         }
         let spelt = |word: &Word| {
             self.words.iter().any(
@@ -204,7 +208,7 @@ impl BashPattern {
         words.iter().enumerate().skip(1).all(|(i, word)| {
             spelt(word)
                 || is_pattern(&words[i - 1].text, &word.text)
-                || !reach.word_may_name_git_configuration(&word.text)
+                || !reach.word_may_name_git_configuration(word)
         })
     }
 
@@ -330,6 +334,7 @@ mod tests {
             places: Some(vec![".".to_string()]),
             cwd: ".",
             links: &[],
+            mentions_git: false,
             blind_to_git: false,
         }
     }
@@ -535,6 +540,15 @@ mod tests {
             ("mkdir *", "mkdir -p .config/git"),
             ("rsync *", "rsync -a hooks/ .git/hooks/"),
             ("tar *", "tar --exclude=.git -xf a.tar -C .git"),
+            // Brace expansion and globs.
+            ("tee *", "tee -a {.git,x}/config"),
+            ("tee *", "tee -a x{/.g{i,o}t,}/config"),
+            ("tee *", "tee .g*/config"),
+            ("tee *", "tee .gi?/hooks/pre-commit"),
+            ("tee *", "tee .[g]it/config"),
+            ("cp *", "cp x .config/gi[t]/config"),
+            ("cp *", "cp x */config"),
+            ("cp *", "cp x {a..z}/config"),
         ] {
             assert!(!allows(rule, command), "{rule} covered {command}");
         }
@@ -555,6 +569,8 @@ mod tests {
             ),
             ("cp *", "cp a.txt b.txt"),
             ("tar *", "tar --exclude=.git --exclude .git -cf a.tar ."),
+            ("cp *", "cp {a,b}.txt *.md out/"),
+            ("tee *", "tee '.g*/config'"),
             (
                 "find *",
                 "find . -path ./.git -prune -o -name '*.rs' -print",

@@ -306,6 +306,7 @@ pub fn decide(
             bash_allow(
                 &allow,
                 analysis.as_ref(),
+                call.arguments.get("command").and_then(Value::as_str),
                 cwd.unwrap_or("."),
                 call.git_links,
             )
@@ -578,6 +579,7 @@ struct Uncovered {
 fn bash_allow<'r>(
     allow: &[(&'static str, &'r Rule)],
     analysis: Option<&Analysis>,
+    line: Option<&str>,
     cwd: &str,
     links: &[String],
 ) -> Result<Vec<(&'static str, &'r Rule)>, Uncovered> {
@@ -597,6 +599,7 @@ fn bash_allow<'r>(
         places: analysis.and_then(|a| line_places(a, cwd)),
         cwd,
         links,
+        mentions_git: line.is_some_and(mentions_git_configuration),
         blind_to_git: false,
     };
     if needed.is_empty() {
@@ -667,16 +670,151 @@ fn line_places(analysis: &Analysis, cwd: &str) -> Option<Vec<String>> {
 /// configuration: a `.git` component anywhere, `.gitconfig`, or `.config`
 /// and `git`. Order-free, so no sequence of moves gets around it.
 fn may_reach_git_configuration(places: &[String], target: &str) -> bool {
-    let parts: Vec<&str> = places
-        .iter()
-        .map(String::as_str)
-        .chain([target])
-        .flat_map(|path| path.split('/'))
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    parts.contains(&".git")
-        || parts.contains(&".gitconfig")
-        || (parts.contains(&".config") && parts.contains(&"git"))
+    names_git_configuration(
+        places
+            .iter()
+            .map(String::as_str)
+            .chain([target])
+            .flat_map(|path| path.split('/')),
+    )
+}
+
+/// Whether path components, in any order, name git's configuration.
+fn names_git_configuration<'a>(parts: impl IntoIterator<Item = &'a str>) -> bool {
+    let (mut config, mut git) = (false, false);
+    for part in parts {
+        match part {
+            ".git" | ".gitconfig" => return true,
+            ".config" => config = true,
+            "git" => git = true,
+            _ => {}
+        }
+        if config && git {
+            return true;
+        }
+    }
+    false
+}
+
+/// The names git's configuration is reached by, for the components a
+/// glob may stand for.
+const GIT_NAMES: [&str; 4] = [".git", ".gitconfig", ".config", "git"];
+
+/// Whether a command line mentions git's configuration anywhere, in any
+/// word, assignment or loop list (the line as text, cut at every character
+/// a path does not hold): then no word computed at run time is vouched for
+/// (`for f in .git/config; do tee -a "$f"; done`).
+fn mentions_git_configuration(line: &str) -> bool {
+    names_git_configuration(
+        line.split(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '~'))),
+    )
+}
+
+/// What a shell word may become before it reaches the command: brace
+/// expansion (`{.git,x}/config`) and globs (`.g*`, `.gi?`, `.[g]it`),
+/// when unquoted. Each reading is a list of path components; a glob
+/// component stands for itself and every name of git's configuration it
+/// matches. `None` when there would be too many readings to judge.
+fn word_readings(word: &shell::Word) -> Option<Vec<String>> {
+    if word.literal {
+        return Some(vec![word.text.clone()]);
+    }
+    let mut readings = brace_expansions(&word.text)?;
+    for reading in &mut readings {
+        let globbed: Vec<String> = reading
+            .split('/')
+            .map(|component| {
+                if !component.contains(['*', '?', '[']) {
+                    return component.to_string();
+                }
+                let matcher = globset::Glob::new(component).map(|g| g.compile_matcher());
+                let names: Vec<&str> = GIT_NAMES
+                    .into_iter()
+                    .filter(|name| matcher.as_ref().map_or(true, |m| m.is_match(name)))
+                    .collect();
+                // A component standing for several names: each is a
+                // component of its own, as `names_git_configuration` reads
+                // them in any order.
+                std::iter::once(component)
+                    .chain(names)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .collect();
+        *reading = globbed.join("/");
+    }
+    Some(readings)
+}
+
+/// The most readings brace expansion may give one word before it is
+/// judged as one that may be anything.
+const MAX_BRACE_READINGS: usize = 64;
+
+/// Unquoted brace expansion of `text` (`a{b,c}d` → `abd`, `acd`), nested
+/// braces included; `None` for a sequence (`{a..z}`) or more than
+/// [`MAX_BRACE_READINGS`] readings.
+fn brace_expansions(text: &str) -> Option<Vec<String>> {
+    let mut done = Vec::new();
+    let mut todo = vec![text.to_string()];
+    while let Some(word) = todo.pop() {
+        match first_brace_group(&word) {
+            BraceGroup::None => done.push(word),
+            BraceGroup::Sequence => return None,
+            BraceGroup::Alternatives(open, close, commas) => {
+                let mut start = open + 1;
+                for end in commas.into_iter().chain([close]) {
+                    todo.push(format!(
+                        "{}{}{}",
+                        &word[..open],
+                        &word[start..end],
+                        &word[close + 1..]
+                    ));
+                    start = end + 1;
+                }
+            }
+        }
+        if done.len() + todo.len() > MAX_BRACE_READINGS {
+            return None;
+        }
+    }
+    Some(done)
+}
+
+enum BraceGroup {
+    None,
+    /// `{a..b}`: a sequence, whose members are not spelt out.
+    Sequence,
+    /// Byte offsets of `{`, `}` and the commas between them at that depth.
+    Alternatives(usize, usize, Vec<usize>),
+}
+
+/// The first `{…}` of `text` that brace expansion expands.
+fn first_brace_group(text: &str) -> BraceGroup {
+    for (open, _) in text.match_indices('{') {
+        let mut depth = 0;
+        let mut commas = Vec::new();
+        for (at, c) in text[open..].char_indices() {
+            let at = open + at;
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        if !commas.is_empty() {
+                            return BraceGroup::Alternatives(open, at, commas);
+                        }
+                        if text[open..at].contains("..") {
+                            return BraceGroup::Sequence;
+                        }
+                        break;
+                    }
+                }
+                ',' if depth == 1 => commas.push(at),
+                _ => {}
+            }
+        }
+    }
+    BraceGroup::None
 }
 
 /// Where a command line's writes may land, for the allow rules that vouch
@@ -689,6 +827,9 @@ pub(crate) struct Reach<'a> {
     pub cwd: &'a str,
     /// [`CallFacts::git_links`].
     pub links: &'a [String],
+    /// The line mentions git's configuration somewhere
+    /// ([`mentions_git_configuration`]).
+    pub mentions_git: bool,
     /// Judge as if nothing could be git's configuration (to tell a rule
     /// that covers a command but for that).
     pub blind_to_git: bool,
@@ -712,17 +853,34 @@ impl Reach<'_> {
 
     /// Whether a command's argument `word`, taken as a path from any place
     /// of the line (the `cwd` alone when the line moves where it does not
-    /// say), could name git's configuration, by its name or through a
-    /// link; the value of an option (`--output=…`, `of=…`, `-o.git/…`) is
-    /// read as a path too.
-    pub fn word_may_name_git_configuration(&self, word: &str) -> bool {
+    /// say), could name git's configuration, by its name (after brace
+    /// expansion and globs) or through a link; the value of an option
+    /// (`--output=…`, `of=…`, `-o.git/…`) is read as a path too. A word
+    /// computed at run time may, in a line that mentions git's
+    /// configuration anywhere.
+    pub fn word_may_name_git_configuration(&self, word: &shell::Word) -> bool {
         if self.blind_to_git {
             return false;
         }
+        if word.computed && self.mentions_git {
+            return true;
+        }
+        let Some(readings) = word_readings(word) else {
+            return true;
+        };
         let cwd = [self.cwd.to_string()];
         let places = self.places.as_deref().unwrap_or(&cwd);
-        argument_paths(word)
-            .any(|path| may_reach_git_configuration(places, path) || self.leads_in(places, path))
+        readings.iter().any(|reading| {
+            argument_paths(reading).any(|path| {
+                may_reach_git_configuration(places, path) || self.leads_in(places, path)
+            })
+        })
+    }
+
+    /// Whether arguments that arrive at run time (after `xargs`) may name
+    /// git's configuration: in a line that mentions it anywhere.
+    pub fn unknown_words_may_name_git_configuration(&self) -> bool {
+        !self.blind_to_git && self.mentions_git
     }
 
     fn leads_in(&self, places: &[String], path: &str) -> bool {
@@ -781,13 +939,21 @@ pub fn bash_named_paths(arguments: &Value) -> Option<Vec<String>> {
     let places = line_places(&analysis, cwd).unwrap_or_else(|| vec![cwd.to_string()]);
     let mut named: Vec<String> = Vec::new();
     for piece in &analysis.pieces {
-        let targets = piece.redirects.iter().map(|r| r.target.text.as_str());
-        let words = piece
-            .command()
+        let targets = piece.redirects.iter().map(|r| r.target.text.clone());
+        let mut words = Vec::new();
+        for word in piece.command().iter().skip(1) {
+            if word.literal {
+                words.push(word.text.clone());
+            } else {
+                words.extend(brace_expansions(&word.text).unwrap_or_default());
+            }
+        }
+        let words = words
             .iter()
-            .skip(1)
-            .flat_map(|w| argument_paths(&w.text));
+            .flat_map(|w| argument_paths(w).map(str::to_string))
+            .collect::<Vec<_>>();
         for path in targets.chain(words) {
+            let path = path.as_str();
             for place in &places {
                 if let Some(path) = joined(place, path)
                     && !named.contains(&path)

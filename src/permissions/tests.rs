@@ -885,6 +885,11 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         ("tee -a config < x", Some("repo/.git")),
         ("cp x config; cd .git", None),
         ("cd \"$D\" && cp x .git/hooks/post-checkout", None),
+        // A name held in a variable or passed through a pipe, in a line
+        // that mentions git's configuration.
+        ("for f in .git/config; do tee -a \"$f\"; done", None),
+        ("F=.git/config; echo x | tee -a $F", None),
+        ("echo .git/config | xargs tee -a", None),
     ] {
         assert_eq!(run(command, cwd), Verdict::Ask, "{command} in {cwd:?}");
     }
@@ -892,6 +897,8 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         ("echo x | tee notes.txt", None),
         ("cp a.txt b.txt", Some("repo")),
         ("cd build && cp a.txt b.txt", None),
+        ("for f in a b; do tee -a \"$f\" < x; done", None),
+        ("echo notes.txt | xargs tee -a", None),
     ] {
         assert_eq!(run(command, cwd), Verdict::Allow, "{command} in {cwd:?}");
     }
