@@ -2565,6 +2565,7 @@ async fn a_link_into_git_does_not_open_its_configuration_to_open_rules() {
     std::fs::create_dir(root.join("sub")).unwrap();
     std::os::unix::fs::symlink(".git", root.join("g")).unwrap();
     std::os::unix::fs::symlink("../.git/config", root.join("sub/c")).unwrap();
+    std::fs::hard_link(root.join(".git/config"), root.join("notes-hard.txt")).unwrap();
     let bash = |id: &str, command: &str, cwd: Option<&str>| {
         let mut call = json!({"id": id, "name": "bash", "arguments": {"command": command}});
         if let Some(cwd) = cwd {
@@ -2578,10 +2579,29 @@ async fn a_link_into_git_does_not_open_its_configuration_to_open_rules() {
         ("l3", "cd g && echo x >> config", None),
         ("l4", "echo x >> c", Some("sub")),
         ("l5", "echo x > g/hooks/pre-commit", None),
+        // Through `..`, or from an absolute `cwd` that is the link.
+        ("l6", "echo x >> sub/../sub/c", None),
+        (
+            "l7",
+            "echo x >> config",
+            Some(&root.join("g").display().to_string()),
+        ),
+        ("l8", "echo x >> config", Some("sub/../g")),
+        // A second name of `.git/config` (a hard link).
+        ("l9", "echo x >> notes-hard.txt", None),
     ] {
         let (s, out) = app.call("links", bash(id, command, cwd)).await;
         assert_eq!(s, 202, "{command} needs approval: {out}");
     }
+    // A sub-workspace that is `.git` itself.
+    let (s, out) = app
+        .call(
+            "links",
+            json!({"id": "s1", "name": "bash", "workspace": ".git",
+                   "arguments": {"command": "echo x >> config"}}),
+        )
+        .await;
+    assert_eq!(s, 202, "{out}");
     assert_eq!(
         std::fs::read_to_string(root.join(".git/config")).unwrap(),
         "[core]\n"

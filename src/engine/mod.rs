@@ -125,20 +125,91 @@ fn rules_unreadable(e: &dyn std::fmt::Display) -> ToolError {
 }
 
 /// The paths a `bash` call's line names that lead into git's
-/// configuration through symbolic links in `workspace` (see
-/// [`crate::permissions::bash_named_paths`]), looked up as the file tools
-/// resolve paths, creating nothing.
-fn git_links(workspace: &crate::workspace::Workspace, arguments: &Value) -> Vec<String> {
-    let Some(named) = crate::permissions::bash_named_paths(arguments) else {
+/// configuration through a symbolic or hard link in `workspace` (see
+/// [`crate::permissions::bash_named_paths`]): each is resolved on disk, as
+/// far as it exists, and judged as where it leads in the owner's workspace
+/// (`owners`, the main workspace's absolute path); a file with more than
+/// one name is judged by whether it is one of git's configuration files.
+/// Creates nothing.
+fn git_links(
+    workspace: &crate::workspace::Workspace,
+    owners: &std::path::Path,
+    arguments: &Value,
+) -> Vec<String> {
+    let Some(named) = crate::permissions::bash_named_paths(arguments, Some(&workspace.path)) else {
         return vec![crate::permissions::NAMED_PATHS_UNCHECKED.to_string()];
     };
+    let owners = owners
+        .canonicalize()
+        .unwrap_or_else(|_| owners.to_path_buf());
+    let mut git_files: Option<Vec<(u64, u64)>> = None;
     named
         .into_iter()
         .filter(|path| {
-            crate::tools::builtin::resolved_path(workspace, path)
-                .is_some_and(|real| crate::permissions::is_git_configuration(&real))
+            let Some(real) = resolved_on_disk(&workspace.path.join(path)) else {
+                return false;
+            };
+            let in_git = real
+                .strip_prefix(&owners)
+                .ok()
+                .and_then(|rel| rel.to_str())
+                .is_some_and(crate::permissions::is_git_configuration);
+            in_git || {
+                use std::os::unix::fs::MetadataExt;
+                std::fs::metadata(&real).is_ok_and(|m| {
+                    m.is_file()
+                        && m.nlink() > 1
+                        && git_files
+                            .get_or_insert_with(|| {
+                                git_configuration_files(&owners, &workspace.path)
+                            })
+                            .contains(&(m.dev(), m.ino()))
+                })
+            }
         })
         .collect()
+}
+
+/// `path` with its longest existing part resolved through every link and
+/// `..`, and the rest as named; `None` when nothing of it exists.
+fn resolved_on_disk(path: &std::path::Path) -> Option<std::path::PathBuf> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return Some(rest.iter().rev().fold(real, |p, c| p.join(c)));
+        }
+        rest.push(existing.file_name()?);
+        existing = existing.parent()?;
+    }
+}
+
+/// The (device, inode) of git's configuration files a command could reach
+/// under another name (a hard link): `.git/config`, the hooks and
+/// `info/` files, `.gitconfig` and `.config/git/*`, in the owner's
+/// workspace and in the call's sub-workspace.
+fn git_configuration_files(
+    owners: &std::path::Path,
+    workspace: &std::path::Path,
+) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = Vec::new();
+    for root in [owners, workspace] {
+        let mut paths = vec![root.join(".git/config"), root.join(".gitconfig")];
+        for dir in [".git/hooks", ".git/info", ".config/git"] {
+            if let Ok(entries) = std::fs::read_dir(root.join(dir)) {
+                paths.extend(entries.flatten().map(|e| e.path()));
+            }
+        }
+        files.extend(
+            paths
+                .iter()
+                .filter_map(|p| std::fs::symlink_metadata(p).ok())
+                .filter(|m| m.is_file())
+                .map(|m| (m.dev(), m.ino())),
+        );
+    }
+    files
 }
 
 /// What the permission rules see of a call.
@@ -1623,8 +1694,15 @@ impl Engine {
             .and(opened.as_ref())
             .and_then(|workspace| self.place_in_owners(&req.owner, workspace));
         let mut file = self.file_facts(req, tool, opened.as_ref(), sub_workspace_at.as_deref());
-        if is_bash && let Some(workspace) = opened.as_ref() {
-            file.git_links = git_links(workspace, &req.call.arguments);
+        if is_bash
+            && let Some(workspace) = opened.as_ref()
+            && let Some(workspaces) = self.config.permissions.workspaces.as_ref()
+            && let Ok(owners) = workspaces.path(&req.owner, None)
+        {
+            file.git_links = git_links(workspace, &owners, &req.call.arguments);
+            // An absolute `cwd` or path inside it is judged as the
+            // relative one it names.
+            file.workspace = Some(workspace.path.clone());
         }
         let facts = call_facts(req, tool, &file);
         let decision = crate::permissions::decide(

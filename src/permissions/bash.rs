@@ -141,7 +141,7 @@ impl BashSpec {
         piece.opaque.is_none()
             && pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
             && pattern.covers_redirects(&piece.redirects, reach)
-            && pattern.covers_git_configuration_words(layer, reach)
+            && pattern.covers_git_configuration_words(piece, reach)
     }
 
     /// The wrapper or assignment a pattern starts with, which commands lose
@@ -182,34 +182,20 @@ impl BashPattern {
 
     /// A `*` vouches for no argument that names git's configuration
     /// (`tee -a .git/config`, `cp x .gitconfig`, `sed -i … config` run in
-    /// `.git`), except to a command that writes no file its arguments name
-    /// ([`READERS`]): git would run what such a file says at commands an
-    /// owner may well allow. The rule may still spell the word out
-    /// (`bash(tee -a .git/config)`). Each word is judged with every place
-    /// the line may be in; when the line moves where it does not say, as
-    /// written. A link that leads there counts as its target.
-    fn covers_git_configuration_words(&self, layer: &command::Layer, reach: &Reach) -> bool {
-        let words = &layer.words;
-        let reader = words
-            .first()
-            .and_then(command::command_name)
-            .is_some_and(|name| READERS.contains(&name));
-        if reader || !self.words.contains(&PatternWord::Star) {
+    /// `.git`; see [`Reach::arguments_may_name_git_configuration`]): git
+    /// would run what such a file says at commands an owner may well
+    /// allow. The rule may still spell the word out (`bash(tee -a
+    /// .git/config)`).
+    fn covers_git_configuration_words(&self, piece: &Piece, reach: &Reach) -> bool {
+        if !self.words.contains(&PatternWord::Star) {
             return true;
-        }
-        if layer.open_ended && reach.unknown_words_may_name_git_configuration() {
-            return false;
         }
         let spelt = |word: &Word| {
             self.words.iter().any(
                 |p| matches!(p, PatternWord::Text { text, stars } if stars.is_empty() && *text == word.text),
             )
         };
-        words.iter().enumerate().skip(1).all(|(i, word)| {
-            spelt(word)
-                || is_pattern(&words[i - 1].text, &word.text)
-                || !reach.word_may_name_git_configuration(word)
-        })
+        !reach.arguments_may_name_git_configuration(piece, spelt)
     }
 
     /// Word-sequence matching. `open_ended`: unknown words follow (xargs).
@@ -250,36 +236,6 @@ impl BashPattern {
         }
         fits[0][0]
     }
-}
-
-/// Commands that write no file their arguments name (output goes to
-/// redirections, which are judged on their own), so an argument naming
-/// git's configuration is only read: `grep -r x --exclude-dir=.git`,
-/// `ls .git`. Not `sort` (`-o`), `tree` (`-o`), `find` (`-fprint`), `file`
-/// (`-C`), nor `git` itself.
-const READERS: &[&str] = &[
-    "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ls", "wc", "du", "stat", "diff", "cmp",
-    "echo", "printf", "realpath", "readlink", "basename", "dirname",
-];
-
-/// Options whose value is a pattern of names to leave out or match, not a
-/// file to write (`tar --exclude=.git`, `find . -path ./.git -prune`).
-const PATTERN_OPTIONS: &[&str] = &[
-    "--exclude",
-    "--exclude-dir",
-    "--ignore",
-    "-path",
-    "-ipath",
-    "-name",
-    "-iname",
-    "-wholename",
-];
-
-/// Whether `word` is the value of a pattern option, given as `word` after
-/// `previous` or glued to it with `=`.
-fn is_pattern(previous: &str, word: &str) -> bool {
-    let option = |name: &str| PATTERN_OPTIONS.contains(&name);
-    option(previous) || word.split_once('=').is_some_and(|(name, _)| option(name))
 }
 
 /// A literal relative path without `..`.
@@ -328,17 +284,6 @@ mod tests {
         parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
-    /// A line run in the workspace's root, naming no link.
-    fn root() -> Reach<'static> {
-        Reach {
-            places: Some(vec![".".to_string()]),
-            cwd: ".",
-            links: &[],
-            mentions_git: false,
-            blind_to_git: false,
-        }
-    }
-
     /// Allowed when every piece that needs allowing is surely matched.
     fn allows(rule: &str, command: &str) -> bool {
         let spec = spec(rule);
@@ -346,13 +291,13 @@ mod tests {
             .pieces
             .iter()
             .filter(|p| !p.transparent && !p.shadow)
-            .all(|p| spec.surely_matches(p, &root()))
+            .all(|p| spec.surely_matches(p, &Reach::root()))
     }
 
     /// The last piece only (the one after a pipe).
     fn allows_last(rule: &str, command: &str) -> bool {
         let analysis = analyse(command);
-        spec(rule).surely_matches(analysis.pieces.last().unwrap(), &root())
+        spec(rule).surely_matches(analysis.pieces.last().unwrap(), &Reach::root())
     }
 
     fn denies(rule: &str, command: &str) -> bool {

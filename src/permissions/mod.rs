@@ -69,10 +69,13 @@ mod command;
 mod dangerous;
 mod embedded;
 mod file;
+mod git_reach;
 mod rules;
 mod shell;
 mod web;
 
+pub(crate) use git_reach::Reach;
+pub use git_reach::{MAX_NAMED_PATHS, NAMED_PATHS_UNCHECKED, bash_named_paths};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -301,16 +304,7 @@ pub fn decide(
         .filter(|(_, rule)| names_call(rule, call, List::Allow).is_some())
         .collect();
     let allowed = match &subject {
-        Subject::Bash(analysis) => {
-            let cwd = call.arguments.get("cwd").and_then(Value::as_str);
-            bash_allow(
-                &allow,
-                analysis.as_ref(),
-                call.arguments.get("command").and_then(Value::as_str),
-                cwd.unwrap_or("."),
-                call.git_links,
-            )
-        }
+        Subject::Bash(analysis) => bash_allow(&allow, analysis.as_ref(), call),
         _ => allow
             .iter()
             .find(|(_, rule)| surely_matches(rule, &subject))
@@ -579,9 +573,7 @@ struct Uncovered {
 fn bash_allow<'r>(
     allow: &[(&'static str, &'r Rule)],
     analysis: Option<&Analysis>,
-    line: Option<&str>,
-    cwd: &str,
-    links: &[String],
+    call: &CallFacts,
 ) -> Result<Vec<(&'static str, &'r Rule)>, Uncovered> {
     let covers_all = |rule: &Rule| {
         rule.spec()
@@ -595,13 +587,7 @@ fn bash_allow<'r>(
                 .collect()
         })
         .unwrap_or_default();
-    let reach = Reach {
-        places: analysis.and_then(|a| line_places(a, cwd)),
-        cwd,
-        links,
-        mentions_git: line.is_some_and(mentions_git_configuration),
-        blind_to_git: false,
-    };
+    let reach = Reach::of_line(analysis, call);
     if needed.is_empty() {
         return allow
             .iter()
@@ -621,13 +607,10 @@ fn bash_allow<'r>(
     let mut used: Vec<(&'static str, &Rule)> = Vec::new();
     for piece in needed {
         let Some(found) = covering(&reach, piece) else {
-            let blind = Reach {
-                blind_to_git: true,
-                ..reach
-            };
             return Err(Uncovered {
                 piece: Some(piece.text.clone()),
-                but_for_git: covering(&blind, piece).map(|(_, rule)| rule.as_str().to_string()),
+                but_for_git: covering(&reach.blind(), piece)
+                    .map(|(_, rule)| rule.as_str().to_string()),
             });
         };
         if !used.iter().any(|(_, r)| std::ptr::eq(*r, found.1)) {
@@ -636,342 +619,6 @@ fn bash_allow<'r>(
     }
     Ok(used)
 }
-
-/// The directories a command line may write in, relative to the
-/// workspace: the call's `cwd` and every literal directory a `cd` or
-/// `pushd` of the line names, in any order (a loop may run a redirection
-/// after a `cd` written after it, a function where it is called); `None`
-/// when one goes where the line does not say (no or a computed argument,
-/// `-`, `..`, `~`, an absolute path) or a `popd` returns to one.
-fn line_places(analysis: &Analysis, cwd: &str) -> Option<Vec<String>> {
-    let mut places = vec![cwd.to_string()];
-    for piece in &analysis.pieces {
-        match piece.command_name() {
-            Some("cd" | "pushd") => match &piece.command()[1..] {
-                [dir]
-                    if dir.literal
-                        && !dir.text.is_empty()
-                        && !dir.text.starts_with(['/', '~', '-'])
-                        && !dir.text.split('/').any(|c| c == "..") =>
-                {
-                    places.push(dir.text.clone());
-                }
-                _ => return None,
-            },
-            Some("popd") => return None,
-            _ => {}
-        }
-    }
-    Some(places)
-}
-
-/// Whether a write to `target` from any mix of `places` (each a relative
-/// directory, moves that may follow one another) could reach git's
-/// configuration: a `.git` component anywhere, `.gitconfig`, or `.config`
-/// and `git`. Order-free, so no sequence of moves gets around it.
-fn may_reach_git_configuration(places: &[String], target: &str) -> bool {
-    names_git_configuration(
-        places
-            .iter()
-            .map(String::as_str)
-            .chain([target])
-            .flat_map(|path| path.split('/')),
-    )
-}
-
-/// Whether path components, in any order, name git's configuration.
-fn names_git_configuration<'a>(parts: impl IntoIterator<Item = &'a str>) -> bool {
-    let (mut config, mut git) = (false, false);
-    for part in parts {
-        match part {
-            ".git" | ".gitconfig" => return true,
-            ".config" => config = true,
-            "git" => git = true,
-            _ => {}
-        }
-        if config && git {
-            return true;
-        }
-    }
-    false
-}
-
-/// The names git's configuration is reached by, for the components a
-/// glob may stand for.
-const GIT_NAMES: [&str; 4] = [".git", ".gitconfig", ".config", "git"];
-
-/// Whether a command line mentions git's configuration anywhere, in any
-/// word, assignment or loop list (the line as text, cut at every character
-/// a path does not hold): then no word computed at run time is vouched for
-/// (`for f in .git/config; do tee -a "$f"; done`).
-fn mentions_git_configuration(line: &str) -> bool {
-    names_git_configuration(
-        line.split(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '~'))),
-    )
-}
-
-/// What a shell word may become before it reaches the command: brace
-/// expansion (`{.git,x}/config`) and globs (`.g*`, `.gi?`, `.[g]it`),
-/// when unquoted. Each reading is a list of path components; a glob
-/// component stands for itself and every name of git's configuration it
-/// matches. `None` when there would be too many readings to judge.
-fn word_readings(word: &shell::Word) -> Option<Vec<String>> {
-    if word.literal {
-        return Some(vec![word.text.clone()]);
-    }
-    let mut readings = brace_expansions(&word.text)?;
-    for reading in &mut readings {
-        let globbed: Vec<String> = reading
-            .split('/')
-            .map(|component| {
-                if !component.contains(['*', '?', '[']) {
-                    return component.to_string();
-                }
-                let matcher = globset::Glob::new(component).map(|g| g.compile_matcher());
-                let names: Vec<&str> = GIT_NAMES
-                    .into_iter()
-                    .filter(|name| matcher.as_ref().map_or(true, |m| m.is_match(name)))
-                    .collect();
-                // A component standing for several names: each is a
-                // component of its own, as `names_git_configuration` reads
-                // them in any order.
-                std::iter::once(component)
-                    .chain(names)
-                    .collect::<Vec<_>>()
-                    .join("/")
-            })
-            .collect();
-        *reading = globbed.join("/");
-    }
-    Some(readings)
-}
-
-/// The most readings brace expansion may give one word before it is
-/// judged as one that may be anything.
-const MAX_BRACE_READINGS: usize = 64;
-
-/// Unquoted brace expansion of `text` (`a{b,c}d` → `abd`, `acd`), nested
-/// braces included; `None` for a sequence (`{a..z}`) or more than
-/// [`MAX_BRACE_READINGS`] readings.
-fn brace_expansions(text: &str) -> Option<Vec<String>> {
-    let mut done = Vec::new();
-    let mut todo = vec![text.to_string()];
-    while let Some(word) = todo.pop() {
-        match first_brace_group(&word) {
-            BraceGroup::None => done.push(word),
-            BraceGroup::Sequence => return None,
-            BraceGroup::Alternatives(open, close, commas) => {
-                let mut start = open + 1;
-                for end in commas.into_iter().chain([close]) {
-                    todo.push(format!(
-                        "{}{}{}",
-                        &word[..open],
-                        &word[start..end],
-                        &word[close + 1..]
-                    ));
-                    start = end + 1;
-                }
-            }
-        }
-        if done.len() + todo.len() > MAX_BRACE_READINGS {
-            return None;
-        }
-    }
-    Some(done)
-}
-
-enum BraceGroup {
-    None,
-    /// `{a..b}`: a sequence, whose members are not spelt out.
-    Sequence,
-    /// Byte offsets of `{`, `}` and the commas between them at that depth.
-    Alternatives(usize, usize, Vec<usize>),
-}
-
-/// The first `{…}` of `text` that brace expansion expands.
-fn first_brace_group(text: &str) -> BraceGroup {
-    for (open, _) in text.match_indices('{') {
-        let mut depth = 0;
-        let mut commas = Vec::new();
-        for (at, c) in text[open..].char_indices() {
-            let at = open + at;
-            match c {
-                '{' => depth += 1,
-                '}' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        if !commas.is_empty() {
-                            return BraceGroup::Alternatives(open, at, commas);
-                        }
-                        if text[open..at].contains("..") {
-                            return BraceGroup::Sequence;
-                        }
-                        break;
-                    }
-                }
-                ',' if depth == 1 => commas.push(at),
-                _ => {}
-            }
-        }
-    }
-    BraceGroup::None
-}
-
-/// Where a command line's writes may land, for the allow rules that vouch
-/// for them: the directories the line may be in ([`line_places`]) and the
-/// paths it names that lead into git's configuration through links.
-pub(crate) struct Reach<'a> {
-    /// `None` when the line moves where it does not say.
-    pub places: Option<Vec<String>>,
-    /// The call's `cwd`, relative to the workspace (`.` for its root).
-    pub cwd: &'a str,
-    /// [`CallFacts::git_links`].
-    pub links: &'a [String],
-    /// The line mentions git's configuration somewhere
-    /// ([`mentions_git_configuration`]).
-    pub mentions_git: bool,
-    /// Judge as if nothing could be git's configuration (to tell a rule
-    /// that covers a command but for that).
-    pub blind_to_git: bool,
-}
-
-impl Reach<'_> {
-    /// Whether a redirection to `target` could write git's configuration:
-    /// by its name from any place of the line, through a link, or from a
-    /// place the line does not say.
-    pub fn target_may_be_git_configuration(&self, target: &str) -> bool {
-        if self.blind_to_git {
-            return false;
-        }
-        match &self.places {
-            Some(places) => {
-                may_reach_git_configuration(places, target) || self.leads_in(places, target)
-            }
-            None => true,
-        }
-    }
-
-    /// Whether a command's argument `word`, taken as a path from any place
-    /// of the line (the `cwd` alone when the line moves where it does not
-    /// say), could name git's configuration, by its name (after brace
-    /// expansion and globs) or through a link; the value of an option
-    /// (`--output=…`, `of=…`, `-o.git/…`) is read as a path too. A word
-    /// computed at run time may, in a line that mentions git's
-    /// configuration anywhere.
-    pub fn word_may_name_git_configuration(&self, word: &shell::Word) -> bool {
-        if self.blind_to_git {
-            return false;
-        }
-        if word.computed && self.mentions_git {
-            return true;
-        }
-        let Some(readings) = word_readings(word) else {
-            return true;
-        };
-        let cwd = [self.cwd.to_string()];
-        let places = self.places.as_deref().unwrap_or(&cwd);
-        readings.iter().any(|reading| {
-            argument_paths(reading).any(|path| {
-                may_reach_git_configuration(places, path) || self.leads_in(places, path)
-            })
-        })
-    }
-
-    /// Whether arguments that arrive at run time (after `xargs`) may name
-    /// git's configuration: in a line that mentions it anywhere.
-    pub fn unknown_words_may_name_git_configuration(&self) -> bool {
-        !self.blind_to_git && self.mentions_git
-    }
-
-    fn leads_in(&self, places: &[String], path: &str) -> bool {
-        if self.links.iter().any(|l| l == NAMED_PATHS_UNCHECKED) {
-            return true;
-        }
-        !self.links.is_empty()
-            && places
-                .iter()
-                .any(|place| joined(place, path).is_some_and(|named| self.links.contains(&named)))
-    }
-}
-
-/// The readings of a command's argument as a path: the word, and the
-/// value of an option in it (`--output=x`, `of=x`, `-ox`).
-fn argument_paths(word: &str) -> impl Iterator<Item = &str> {
-    word.split('=').map(|part| match part.strip_prefix('-') {
-        Some(glued) if !glued.starts_with('-') => glued.get(1..).unwrap_or_default(),
-        _ => part,
-    })
-}
-
-/// `path` from the workspace directory `place`, normalised (no `.` or
-/// empty components); `None` for an absolute path, one with `..` or `~`,
-/// or the workspace itself.
-fn joined(place: &str, path: &str) -> Option<String> {
-    if path.starts_with(['/', '~']) || place.starts_with(['/', '~']) {
-        return None;
-    }
-    let parts: Vec<&str> = place
-        .split('/')
-        .chain(path.split('/'))
-        .filter(|c| !c.is_empty() && *c != ".")
-        .collect();
-    (!parts.is_empty() && !parts.contains(&"..")).then(|| parts.join("/"))
-}
-
-/// The most paths [`bash_named_paths`] returns: each is looked up on disk
-/// before a `bash` call is judged.
-pub const MAX_NAMED_PATHS: usize = 256;
-
-/// The workspace paths a `bash` call's command line names, from each
-/// directory the line may be in: its redirections' targets and its
-/// commands' arguments (values of options included), normalised. The
-/// caller looks each up on disk and reports, as
-/// [`CallFacts::git_links`], those that lead into git's configuration
-/// through a link. `None` when there are more than [`MAX_NAMED_PATHS`]
-/// (then no write is vouched for by a rule ending in `*`; see
-/// [`NAMED_PATHS_UNCHECKED`]).
-pub fn bash_named_paths(arguments: &Value) -> Option<Vec<String>> {
-    let Some(command) = arguments.get("command").and_then(Value::as_str) else {
-        return Some(Vec::new());
-    };
-    let cwd = arguments.get("cwd").and_then(Value::as_str).unwrap_or(".");
-    let analysis = command::analyse(command);
-    let places = line_places(&analysis, cwd).unwrap_or_else(|| vec![cwd.to_string()]);
-    let mut named: Vec<String> = Vec::new();
-    for piece in &analysis.pieces {
-        let targets = piece.redirects.iter().map(|r| r.target.text.clone());
-        let mut words = Vec::new();
-        for word in piece.command().iter().skip(1) {
-            if word.literal {
-                words.push(word.text.clone());
-            } else {
-                words.extend(brace_expansions(&word.text).unwrap_or_default());
-            }
-        }
-        let words = words
-            .iter()
-            .flat_map(|w| argument_paths(w).map(str::to_string))
-            .collect::<Vec<_>>();
-        for path in targets.chain(words) {
-            let path = path.as_str();
-            for place in &places {
-                if let Some(path) = joined(place, path)
-                    && !named.contains(&path)
-                {
-                    if named.len() == MAX_NAMED_PATHS {
-                        return None;
-                    }
-                    named.push(path);
-                }
-            }
-        }
-    }
-    Some(named)
-}
-
-/// What [`CallFacts::git_links`] holds when a line names more paths than
-/// could be looked up: as if every one led into git's configuration.
-pub const NAMED_PATHS_UNCHECKED: &str = "\0unchecked";
 
 fn default_decision(
     defaults: &Defaults,

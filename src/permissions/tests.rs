@@ -859,7 +859,6 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         ),
         // Moved somewhere the line does not say: no write is vouched for.
         ("cd \"$D\" && echo x > notes.txt", None),
-        ("cd .. && echo x > notes.txt", Some("repo")),
     ] {
         assert_eq!(run(command, cwd), Verdict::Ask, "{command} in {cwd:?}");
     }
@@ -869,6 +868,10 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         ("echo x > config", Some("repo")),
         ("echo x < .git/config", None),
         ("cd build && echo x > notes.txt", None),
+        // Going back up, or home, reaches no directory the line does not
+        // name.
+        ("cd .. && echo x > notes.txt", Some("repo")),
+        ("cd sub && echo x > a.txt; cd -; cd; echo x > b.txt", None),
     ] {
         assert_eq!(run(command, cwd), Verdict::Allow, "{command} in {cwd:?}");
     }
@@ -920,6 +923,89 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         owner(&named, &BASH, json!({"command": "echo x >> .git/config"})).verdict,
         Verdict::Allow
     );
+}
+
+/// Ways around the judgement of a command's words and places, found by
+/// trying: each asks under rules an owner may well set.
+#[test]
+fn git_configuration_behind_wrappers_options_scripts_and_moves_asks() {
+    let set = rules(
+        &[
+            "bash(echo *)",
+            "bash(cat *)",
+            "bash(tee *)",
+            "bash(cp *)",
+            "bash(mv *)",
+            "bash(mkdir *)",
+            "bash(cd *)",
+            "bash(sed *)",
+            "bash(find *)",
+            "bash(printf *)",
+        ],
+        &[],
+        &[],
+    );
+    let run = |command: &str, cwd: Option<&str>| {
+        let mut args = json!({"command": command});
+        if let Some(cwd) = cwd {
+            args["cwd"] = json!(cwd);
+        }
+        owner(&set, &BASH, args).verdict
+    };
+    for (command, cwd) in [
+        // A wrapper that moves, or writes a file of its own.
+        ("env -C .git tee -a config < x", None),
+        ("env --chdir=.git tee -a config < x", None),
+        ("strace -o .git/config cat x", None),
+        // Option clusters and a script's words.
+        ("cp -ft.git config", None),
+        ("mv -ft.git config", None),
+        ("sed -si'.git/*' '' config", None),
+        ("sed -n 'w .git/config' x", None),
+        ("sed -n 's/^/ /w .git/config' x", None),
+        // A pattern option of one program given to another.
+        ("tee --ignore .git/config < x", None),
+        // The paths `find -exec` hands over.
+        ("find . -path ./.git/config -exec tee -a {} ; < x", None),
+        // Moves to a glob, or away and back.
+        ("cd .g* && tee -a config < x", None),
+        ("(cd .g?? && tee -a config < x)", None),
+        (
+            "mkdir -p .config && cd .config && mkdir -p git && cd git && cp ../../x config; cd ..",
+            None,
+        ),
+        ("tee -a .gi{t..t}/config < x", None),
+        ("cd \"$(printf .gi)t\" && tee -a config < x", None),
+        // An absolute `cwd` inside the workspace.
+        ("echo x >> config", Some(format!("{WORKSPACE}/.git"))),
+        ("tee -a config < x", Some(format!("{WORKSPACE}/repo/.git"))),
+    ] {
+        assert_eq!(
+            run(command, cwd.as_deref()),
+            Verdict::Ask,
+            "{command} in {cwd:?}"
+        );
+    }
+    for (command, cwd) in [
+        ("timeout 5 cat .git/config", None),
+        ("cd sub && echo hi > out.txt; cd ..", None),
+        ("find . -path ./.git -prune -o -name '*.rs' -print", None),
+        ("sed -i s/a/b/ notes.txt", Some("repo")),
+    ] {
+        assert_eq!(run(command, cwd), Verdict::Allow, "{command} in {cwd:?}");
+    }
+    // A sub-workspace that is git's configuration, by name or really.
+    let defaults = Defaults::default();
+    for (named, real) in [(".git", ".git"), ("g", ".git"), (".config", ".config")] {
+        let arguments = json!({"command": "mkdir -p git && echo x >> config"});
+        let mut call = facts(&BASH, &arguments, None);
+        call.sub_workspace = Some(SubWorkspace { named, real });
+        assert_eq!(
+            decide(&none(), &set, &defaults, &call).verdict,
+            Verdict::Ask,
+            "in sub-workspace {named} ({real})"
+        );
+    }
 }
 
 /// git runs what its configuration and hooks say, at commands an owner may

@@ -1,0 +1,543 @@
+//! Whether a command line may write git's configuration: a `.git`
+//! directory (its `config`, hooks …), `.gitconfig` or `.config/git/` (a
+//! command's `HOME` is its workspace). git runs what those files say at
+//! commands an owner may well allow (`git status`), so an allow rule
+//! ending in `*` vouches for no write that may land there (docs/safety.md,
+//! "git's configuration asks").
+//!
+//! The line is read, not run, so every judgement here leans towards "may":
+//! - the directories the line may be in are taken all at once, in any
+//!   order (a loop may run a write after a `cd` written after it): the
+//!   call's `cwd`, its sub-workspace, and every directory a `cd`, `pushd`
+//!   or `env -C` names; a write may reach git's configuration when the
+//!   components of any of them and of the path written, together, name it;
+//! - an unquoted word stands for every brace expansion of it and every name
+//!   of git's configuration a glob in it may match;
+//! - a word computed at run time may be anything in a line that mentions
+//!   git's configuration anywhere;
+//! - links on disk are looked up by the caller ([`bash_named_paths`]).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::CallFacts;
+use super::command::{self, Analysis, Piece};
+use super::shell::Word;
+
+/// Commands that write no file their arguments name (output goes to
+/// redirections, which are judged on their own), so an argument naming
+/// git's configuration is only read: `grep -r x --exclude-dir=.git`,
+/// `ls .git`. Not `sort` (`-o`), `tree` (`-o`), `find` (`-fprint`), `file`
+/// (`-C`), nor `git` itself.
+const READERS: &[&str] = &[
+    "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ls", "wc", "du", "stat", "diff", "cmp",
+    "echo", "printf", "realpath", "readlink", "basename", "dirname",
+];
+
+/// Wrappers that write no file their arguments name: a reader they run
+/// stays a reader (`timeout 5 cat .git/config`). Not `strace -o`,
+/// `valgrind --log-file`, `script`, `time -o`.
+const QUIET_WRAPPERS: &[&str] = &[
+    "timeout", "nice", "ionice", "env", "stdbuf", "setsid", "taskset", "chrt", "nohup", "xargs",
+    "command", "builtin", "exec", "sudo", "doas",
+];
+
+/// Options whose value is a pattern of names to leave out or match, or
+/// otherwise no file the command writes, per command: `find . -path ./.git
+/// -prune`, `tar --exclude=.git`, `git --git-dir=.git`.
+const PATTERN_OPTIONS: &[(&str, &[&str])] = &[
+    (
+        "find",
+        &["-path", "-ipath", "-name", "-iname", "-wholename"],
+    ),
+    ("tar", &["--exclude"]),
+    // The repository git works on, not a file it writes.
+    ("git", &["--git-dir", "--work-tree", "-C"]),
+    ("rsync", &["--exclude"]),
+];
+
+/// The names git's configuration is reached by, for the components a
+/// glob may stand for.
+const GIT_NAMES: [&str; 4] = [".git", ".gitconfig", ".config", "git"];
+
+/// Where a command line's writes may land, for the allow rules that vouch
+/// for them.
+#[derive(Clone)]
+pub(crate) struct Reach<'a> {
+    /// The directories the line may be in, relative to the call's
+    /// workspace ([`line_places`]); `None` when one is computed at run
+    /// time.
+    places: Option<Vec<String>>,
+    /// Where the call's sub-workspace is in the owner's workspace, by name
+    /// and really: its components count with every place's.
+    within: Vec<String>,
+    /// [`CallFacts::git_links`].
+    links: &'a [String],
+    /// The call's workspace on disk: an absolute path inside it is judged
+    /// as the relative path it names.
+    workspace: Option<&'a Path>,
+    /// The line mentions git's configuration somewhere.
+    mentions_git: bool,
+    /// Judge as if nothing could be git's configuration (to tell a rule
+    /// that covers a command but for that).
+    blind: bool,
+}
+
+impl<'a> Reach<'a> {
+    pub fn of_line(analysis: Option<&Analysis>, call: &CallFacts<'a>) -> Reach<'a> {
+        let cwd = call_cwd(call.arguments, call.workspace);
+        Reach {
+            places: analysis.and_then(|a| line_places(a, &cwd, call.workspace)),
+            within: call
+                .sub_workspace
+                .map(|sub| vec![sub.named.to_string(), sub.real.to_string()])
+                .unwrap_or_default(),
+            links: call.git_links,
+            workspace: call.workspace,
+            mentions_git: call
+                .arguments
+                .get("command")
+                .and_then(Value::as_str)
+                .is_some_and(mentions_git_configuration),
+            blind: false,
+        }
+    }
+
+    /// The same line judged as if nothing could be git's configuration.
+    pub fn blind(&self) -> Reach<'a> {
+        Reach {
+            blind: true,
+            ..self.clone()
+        }
+    }
+
+    /// A line in the workspace's root, naming no link (for tests).
+    #[cfg(test)]
+    pub fn root() -> Reach<'static> {
+        Reach {
+            places: Some(vec![".".to_string()]),
+            within: Vec::new(),
+            links: &[],
+            workspace: None,
+            mentions_git: false,
+            blind: false,
+        }
+    }
+
+    /// Whether a redirection to the literal, relative `target` could write
+    /// git's configuration: by its name from any place of the line, through
+    /// a link, or from a place computed at run time.
+    pub fn target_may_be_git_configuration(&self, target: &str) -> bool {
+        if self.blind {
+            return false;
+        }
+        match &self.places {
+            Some(places) => self.may_reach(places, target),
+            None => true,
+        }
+    }
+
+    /// Whether the arguments of `piece` (every layer's: a wrapper's own
+    /// options count, `env -C .git`, `strace -o .git/config`) may name git's
+    /// configuration, words `spelt` out by the rule aside. A command that
+    /// writes no file its arguments name, run by wrappers that write none
+    /// either, may name it freely. An argument is taken as a path from
+    /// every place of the line (any argument may, when a place is computed
+    /// at run time), with the values of options (`--output=…`, `of=…`, `-ft.git`)
+    /// and the words of a script (`sed 'w .git/config'`) read as paths too.
+    pub fn arguments_may_name_git_configuration(
+        &self,
+        piece: &Piece,
+        spelt: impl Fn(&Word) -> bool,
+    ) -> bool {
+        if self.blind {
+            return false;
+        }
+        let names: Vec<Option<&str>> = piece
+            .layers
+            .iter()
+            .map(|l| l.words.first().and_then(command::command_name))
+            .collect();
+        let reader = names
+            .last()
+            .copied()
+            .flatten()
+            .is_some_and(|n| READERS.contains(&n))
+            && names[..names.len().saturating_sub(1)]
+                .iter()
+                .all(|n| n.is_some_and(|n| QUIET_WRAPPERS.contains(&n)));
+        if reader {
+            return false;
+        }
+        let Some(outer) = piece.layers.first() else {
+            return false;
+        };
+        let inner = piece.layers.last().unwrap_or(outer);
+        if inner.open_ended && self.mentions_git {
+            return true;
+        }
+        let commands: Vec<&str> = piece
+            .layers
+            .iter()
+            .filter_map(|l| l.words.first().map(|w| w.text.as_str()))
+            .collect();
+        let patterns = names
+            .last()
+            .copied()
+            .flatten()
+            .and_then(|name| PATTERN_OPTIONS.iter().find(|(n, _)| *n == name))
+            .map(|(_, options)| *options)
+            .unwrap_or_default();
+        let is_pattern = |previous: &str, word: &str| {
+            patterns.contains(&previous)
+                || word
+                    .split_once('=')
+                    .is_some_and(|(name, _)| patterns.contains(&name))
+        };
+        outer.words.iter().enumerate().any(|(i, word)| {
+            if commands.contains(&word.text.as_str())
+                || (i > 0 && is_pattern(&outer.words[i - 1].text, &word.text))
+                || spelt(word)
+            {
+                return false;
+            }
+            // Taken from a directory computed at run time, any word may.
+            let Some(places) = self.places.as_deref() else {
+                return true;
+            };
+            // `{}`: the paths `find -exec` hands over.
+            if (word.computed || word.text == "{}") && self.mentions_git {
+                return true;
+            }
+            let Some(readings) = word_readings(word) else {
+                return true;
+            };
+            readings
+                .iter()
+                .any(|reading| argument_paths(reading).any(|path| self.may_reach(places, path)))
+        })
+    }
+
+    fn may_reach(&self, places: &[String], path: &str) -> bool {
+        let path = relative(path, self.workspace);
+        names_git_configuration(
+            places
+                .iter()
+                .chain(&self.within)
+                .map(String::as_str)
+                .chain([path.as_str()])
+                .flat_map(|p| p.split('/')),
+        ) || self.leads_in(places, &path)
+    }
+
+    fn leads_in(&self, places: &[String], path: &str) -> bool {
+        if self.links.iter().any(|l| l == NAMED_PATHS_UNCHECKED) {
+            return true;
+        }
+        !self.links.is_empty()
+            && places
+                .iter()
+                .any(|place| joined(place, path).is_some_and(|named| self.links.contains(&named)))
+    }
+}
+
+/// The call's `cwd` relative to its workspace (`.` for its root).
+fn call_cwd(arguments: &Value, workspace: Option<&Path>) -> String {
+    let cwd = arguments.get("cwd").and_then(Value::as_str).unwrap_or(".");
+    relative(cwd, workspace)
+}
+
+/// A path as the workspace-relative one it names, when it does: an
+/// absolute path inside `workspace`, or one from `HOME` (`~/x`: a
+/// command's `HOME` is its workspace); any other as written.
+fn relative(path: &str, workspace: Option<&Path>) -> String {
+    let path = super::within(path, workspace);
+    path.strip_prefix("~/")
+        .or((path == "~").then_some("."))
+        .unwrap_or(&path)
+        .to_string()
+}
+
+/// The directories a command line may be in, relative to the workspace,
+/// in any order: `cwd` and every directory a `cd` or `pushd` names or an
+/// `env -C` / `env --chdir` starts a command in (`..`, `~` and absolute
+/// paths included: their components count like any other; an unquoted
+/// glob or brace stands for its readings, see [`word_readings`]). A bare
+/// `cd`, `cd -` and `popd` go back to one of these. `None` when a
+/// directory is computed at run time (`cd "$D"`).
+fn line_places(analysis: &Analysis, cwd: &str, workspace: Option<&Path>) -> Option<Vec<String>> {
+    let mut places = vec![cwd.to_string()];
+    let add = |word: &Word, places: &mut Vec<String>| -> Option<()> {
+        if word.computed {
+            return None;
+        }
+        for reading in word_readings(word)? {
+            places.push(relative(&reading, workspace));
+        }
+        Some(())
+    };
+    for piece in &analysis.pieces {
+        for layer in &piece.layers {
+            let words = &layer.words;
+            match words.first().and_then(command::command_name) {
+                Some("cd" | "pushd") => {
+                    for word in words[1..].iter().filter(|w| w.text != "-") {
+                        add(word, &mut places)?;
+                    }
+                }
+                Some("env") => {
+                    let mut rest = words[1..].iter();
+                    while let Some(word) = rest.next() {
+                        let text = word.text.as_str();
+                        if text == "-C" || text == "--chdir" {
+                            add(rest.next()?, &mut places)?;
+                        } else if let Some(dir) = text
+                            .strip_prefix("--chdir=")
+                            .or_else(|| text.strip_prefix("-C"))
+                            .filter(|d| !d.is_empty())
+                        {
+                            let dir = Word {
+                                text: dir.to_string(),
+                                ..word.clone()
+                            };
+                            add(&dir, &mut places)?;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Some(places)
+}
+
+/// Whether path components, in any order, name git's configuration.
+fn names_git_configuration<'p>(parts: impl IntoIterator<Item = &'p str>) -> bool {
+    let (mut config, mut git) = (false, false);
+    for part in parts {
+        match part {
+            ".git" | ".gitconfig" => return true,
+            ".config" => config = true,
+            "git" => git = true,
+            _ => {}
+        }
+        if config && git {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether a command line mentions git's configuration anywhere, in any
+/// word, assignment or loop list (the line as text, cut at every character
+/// a path does not hold): then no word computed at run time is vouched for
+/// (`for f in .git/config; do tee -a "$f"; done`).
+fn mentions_git_configuration(line: &str) -> bool {
+    names_git_configuration(
+        line.split(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '~'))),
+    )
+}
+
+/// What a shell word may become before it reaches the command: brace
+/// expansion (`{.git,x}/config`) and globs (`.g*`, `.gi?`, `.[g]it`),
+/// when unquoted. A glob component stands for itself and every name of
+/// git's configuration it matches (as extra components: the readings are
+/// judged by their components in any order). `None` when there would be
+/// too many readings to judge.
+fn word_readings(word: &Word) -> Option<Vec<String>> {
+    if word.literal {
+        return Some(vec![word.text.clone()]);
+    }
+    let mut readings = brace_expansions(&word.text)?;
+    for reading in &mut readings {
+        let globbed: Vec<String> = reading
+            .split('/')
+            .map(|component| {
+                if !component.contains(['*', '?', '[']) {
+                    return component.to_string();
+                }
+                let matcher = globset::Glob::new(component).map(|g| g.compile_matcher());
+                let names = GIT_NAMES
+                    .into_iter()
+                    .filter(|name| matcher.as_ref().map_or(true, |m| m.is_match(name)));
+                std::iter::once(component)
+                    .chain(names)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .collect();
+        *reading = globbed.join("/");
+    }
+    Some(readings)
+}
+
+/// The most readings brace expansion may give one word before it is
+/// judged as one that may be anything.
+const MAX_BRACE_READINGS: usize = 64;
+
+/// Unquoted brace expansion of `text` (`a{b,c}d` → `abd`, `acd`), nested
+/// braces included; `None` for a sequence (`{a..z}`) or more than
+/// [`MAX_BRACE_READINGS`] readings.
+fn brace_expansions(text: &str) -> Option<Vec<String>> {
+    let mut done = Vec::new();
+    let mut todo = vec![text.to_string()];
+    while let Some(word) = todo.pop() {
+        match first_brace_group(&word) {
+            BraceGroup::None => done.push(word),
+            BraceGroup::Sequence => return None,
+            BraceGroup::Alternatives(open, close, commas) => {
+                let mut start = open + 1;
+                for end in commas.into_iter().chain([close]) {
+                    todo.push(format!(
+                        "{}{}{}",
+                        &word[..open],
+                        &word[start..end],
+                        &word[close + 1..]
+                    ));
+                    start = end + 1;
+                }
+            }
+        }
+        if done.len() + todo.len() > MAX_BRACE_READINGS {
+            return None;
+        }
+    }
+    Some(done)
+}
+
+enum BraceGroup {
+    None,
+    /// `{a..b}`: a sequence, whose members are not spelt out.
+    Sequence,
+    /// Byte offsets of `{`, `}` and the commas between them at that depth.
+    Alternatives(usize, usize, Vec<usize>),
+}
+
+/// The first `{…}` of `text` that brace expansion expands.
+fn first_brace_group(text: &str) -> BraceGroup {
+    for (open, _) in text.match_indices('{') {
+        let mut depth = 0;
+        let mut commas = Vec::new();
+        for (at, c) in text[open..].char_indices() {
+            let at = open + at;
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        if !commas.is_empty() {
+                            return BraceGroup::Alternatives(open, at, commas);
+                        }
+                        if text[open..at].contains("..") {
+                            return BraceGroup::Sequence;
+                        }
+                        break;
+                    }
+                }
+                ',' if depth == 1 => commas.push(at),
+                _ => {}
+            }
+        }
+    }
+    BraceGroup::None
+}
+
+/// The readings of a command's argument as paths: the word cut at `=`,
+/// blanks, `;`, `:` and `,` (option values, a script's words: `of=x`,
+/// `sed 'w x'`), and each short-option cluster read from every letter on
+/// (`-ft.git` may be `-f -t .git`).
+fn argument_paths(word: &str) -> impl Iterator<Item = &str> {
+    word.split(['=', ' ', '\t', '\n', ';', ':', ','])
+        .flat_map(|part| {
+            let cluster = part
+                .strip_prefix('-')
+                .filter(|rest| !rest.starts_with('-') && !rest.is_empty());
+            let suffixes = cluster
+                .map(|rest| {
+                    rest.char_indices()
+                        .map(|(at, _)| &rest[at..])
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            std::iter::once(part).chain(suffixes)
+        })
+}
+
+/// `path` from the workspace directory `place`, as [`bash_named_paths`]
+/// names it and the caller looks it up: joined, `.` and empty components
+/// dropped (`..` kept: the caller resolves it on disk); `None` for an
+/// absolute path or the workspace itself.
+fn joined(place: &str, path: &str) -> Option<String> {
+    if path.starts_with('/') || place.starts_with('/') {
+        return None;
+    }
+    let parts: Vec<&str> = place
+        .split('/')
+        .chain(path.split('/'))
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("/"))
+}
+
+/// The most paths [`bash_named_paths`] returns: each is looked up on disk
+/// before a `bash` call is judged.
+pub const MAX_NAMED_PATHS: usize = 256;
+
+/// What [`CallFacts::git_links`] holds when a line names more paths than
+/// could be looked up: as if every one led into git's configuration.
+pub const NAMED_PATHS_UNCHECKED: &str = "\0unchecked";
+
+/// The workspace paths a `bash` call's command line names, from each
+/// directory the line may be in: its redirections' targets and its
+/// commands' arguments (values of options included, brace expansions
+/// spelt out), relative to the call's workspace (`workspace`, its absolute
+/// path, makes absolute paths inside it relative). The caller looks each
+/// up on disk and reports, as [`CallFacts::git_links`], those that lead
+/// into git's configuration through a symbolic or hard link. `None` when
+/// there are more than [`MAX_NAMED_PATHS`].
+pub fn bash_named_paths(arguments: &Value, workspace: Option<&Path>) -> Option<Vec<String>> {
+    let Some(command) = arguments.get("command").and_then(Value::as_str) else {
+        return Some(Vec::new());
+    };
+    let cwd = call_cwd(arguments, workspace);
+    let analysis = command::analyse(command);
+    let places = line_places(&analysis, &cwd, workspace).unwrap_or_else(|| vec![cwd.clone()]);
+    let mut named: Vec<String> = Vec::new();
+    for piece in &analysis.pieces {
+        let mut paths: Vec<String> = piece
+            .redirects
+            .iter()
+            .map(|r| r.target.text.clone())
+            .collect();
+        for word in piece
+            .layers
+            .first()
+            .map(|l| &l.words[..])
+            .unwrap_or_default()
+        {
+            let readings = if word.literal {
+                vec![word.text.clone()]
+            } else {
+                brace_expansions(&word.text).unwrap_or_default()
+            };
+            for reading in &readings {
+                paths.extend(argument_paths(reading).map(str::to_string));
+            }
+        }
+        for path in paths {
+            let path = relative(&path, workspace);
+            for place in &places {
+                if let Some(path) = joined(place, &path)
+                    && !named.contains(&path)
+                {
+                    if named.len() == MAX_NAMED_PATHS {
+                        return None;
+                    }
+                    named.push(path);
+                }
+            }
+        }
+    }
+    Some(named)
+}
