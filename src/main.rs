@@ -157,9 +157,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let addr = app.local_addr();
             tracing::info!(%addr, database = app.backend(), "toolgate listening");
+            println!("toolgate serving on http://{addr} (docs: http://{addr}/docs)");
             if let Some(token) = &app.dev_token {
                 // Printed, never logged: a ready token for local use.
-                println!("toolgate serving on http://{addr} (docs: http://{addr}/docs)");
                 println!("dev bearer token (sub=dev):\n  {token}");
             }
             let shutdown = app.shutdown_token();

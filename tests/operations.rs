@@ -1201,7 +1201,19 @@ async fn every_documented_operation_answers_bad_requests_as_documented() {
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
             let documented = |status: u16| op["responses"].get(status.to_string()).is_some();
             let request = || app.client.request(method.clone(), app.url(&path));
-            let mut asks = vec![("no token", request(), 401)];
+            let mut asks = vec![
+                ("no token", request(), 401),
+                // Checked before routing, with or without a body to take.
+                (
+                    "encoded body",
+                    request()
+                        .bearer_auth(&app.token)
+                        .header("content-type", "application/json")
+                        .header("content-encoding", "gzip")
+                        .body("{}"),
+                    415,
+                ),
+            ];
             if op.get("requestBody").is_some() {
                 asks.push((
                     "text body",

@@ -389,6 +389,15 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let custom = sse.until("CUSTOM").await.pop().unwrap();
     assert_eq!(custom.data["name"], "tool_call.approval_required");
     assert_eq!(custom.data["value"]["approvalId"], approval["id"]);
+    // When it expires, as the run interrupt says it: RFC 3339, and in ms.
+    let expires_ms = approval["expires_at_ms"].as_i64().unwrap();
+    assert_eq!(custom.data["value"]["expiresAtMs"], expires_ms);
+    let expires = custom.data["value"]["expiresAt"].as_str().unwrap();
+    assert_eq!(
+        humantime::parse_rfc3339(expires).unwrap(),
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(expires_ms as u64),
+        "{expires}"
+    );
     // A file about to be created: its preview says so, with no null size.
     common::assert_agui_conformant(&custom);
     let impact = &custom.data["value"]["preview"]["estimated_impact"];

@@ -79,7 +79,8 @@ pub fn approval_required(approval: &ApprovalRecord) -> Event {
         "toolName": approval.tool_name,
         "arguments": approval.arguments,
         "reason": approval.reason,
-        "expiresAt": approval.expires_at_ms,
+        "expiresAt": rfc3339_millis(approval.expires_at_ms),
+        "expiresAtMs": approval.expires_at_ms,
     });
     if let Some(p) = &approval.preview {
         value["preview"] = p.clone();
@@ -90,6 +91,13 @@ pub fn approval_required(approval: &ApprovalRecord) -> Event {
     });
     event.timestamp = approval.created_at_ms;
     event
+}
+
+/// An instant in ms since the epoch as RFC 3339 (UTC, milliseconds), as
+/// approvals' `expiresAt` is given on the wire.
+pub fn rfc3339_millis(ms: i64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or_default());
+    humantime::format_rfc3339_millis(at).to_string()
 }
 
 /// How many due approvals the sweeper reads and expires at once.

@@ -4,7 +4,7 @@
 //! through toolgate.
 
 mod approvals;
-pub use approvals::approval_required;
+pub use approvals::{approval_required, rfc3339_millis};
 pub mod audit;
 mod declarations;
 pub use declarations::Declared;

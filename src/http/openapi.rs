@@ -248,11 +248,22 @@ fn add_common_problems(doc: &mut Value) {
                 common.push(("413", problem("Body larger than `server.body_limit_bytes`")));
                 common.push((
                     "415",
-                    problem("Body not sent with `Content-Type: application/json`"),
+                    problem("Body not sent with `Content-Type: application/json`, or sent with a `Content-Encoding`"),
                 ));
                 common.push((
                     "422",
                     problem("JSON of the wrong shape (`errors` names the JSON pointer)"),
+                ));
+            } else {
+                // Every request's body is measured and its encoding checked
+                // before routing, also where the route takes none.
+                common.push((
+                    "413",
+                    problem("A body larger than `server.body_limit_bytes` (this route takes none)"),
+                ));
+                common.push((
+                    "415",
+                    problem("A body sent with a `Content-Encoding` (this route takes none)"),
                 ));
             }
             for (status, response) in common {
@@ -383,7 +394,7 @@ mod tests {
                         );
                     }
                 }
-                for status in ["414", "431"] {
+                for status in ["408", "413", "414", "415", "431"] {
                     assert!(responses.get(status).is_some(), "{method} {path}: {status}");
                 }
                 if !path.starts_with("/v1/") {

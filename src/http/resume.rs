@@ -16,7 +16,6 @@
 //! refuses the run before its stream starts.
 
 use std::collections::{HashMap, HashSet};
-use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
 
@@ -50,12 +49,6 @@ fn approval_response_schema() -> Value {
     })
 }
 
-/// An instant in ms since the epoch as RFC 3339 (UTC, milliseconds).
-fn rfc3339(ms: i64) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or_default());
-    humantime::format_rfc3339_millis(at).to_string()
-}
-
 /// The interrupt of a call waiting for `approval`.
 pub fn approval_interrupt(approval: &ApprovalRecord) -> Interrupt {
     let mut metadata = Map::new();
@@ -70,7 +63,7 @@ pub fn approval_interrupt(approval: &ApprovalRecord) -> Interrupt {
         )),
         tool_call_id: Some(approval.tool_call_id.clone()),
         response_schema: Some(approval_response_schema()),
-        expires_at: Some(rfc3339(approval.expires_at_ms)),
+        expires_at: Some(crate::engine::rfc3339_millis(approval.expires_at_ms)),
         metadata: Some(metadata),
     }
 }
@@ -403,8 +396,11 @@ mod tests {
 
     #[test]
     fn an_approval_interrupt_says_when_it_expires_and_what_it_expects() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_764_151_200_123), "2025-11-26T10:00:00.123Z");
+        assert_eq!(crate::engine::rfc3339_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            crate::engine::rfc3339_millis(1_764_151_200_123),
+            "2025-11-26T10:00:00.123Z"
+        );
         let schema = approval_response_schema();
         let validator = jsonschema::validator_for(&schema).unwrap();
         assert!(validator.is_valid(&json!({"decision": "approve"})));
