@@ -903,6 +903,31 @@ async fn git_status_runs_no_fsmonitor_program() {
     assert!(!h.workspace("alice").join("ran").exists(), "{result}");
 }
 
+/// A directory a command made to look like a bare repository (`HEAD`,
+/// `objects/`, `refs/` and a `config` naming a diff program) is not taken
+/// as one when git finds it: its program never runs. (Named with
+/// `--git-dir`, git would take it: rules ending in `*` vouch for no such
+/// `--git-dir`.)
+#[tokio::test]
+async fn a_directory_made_to_look_like_a_bare_repository_runs_nothing() {
+    let h = harness();
+    let result = h
+        .run(
+            "mkdir -p fake/objects fake/refs && echo 'ref: refs/heads/main' > fake/HEAD \
+             && printf '[diff]\\n\\texternal = touch ../ran\\n' > fake/config \
+             && echo a > a && echo b > b && cd fake && git diff --no-index ../a ../b; \
+             git rev-parse --git-dir; echo done",
+        )
+        .await;
+    assert!(stdout(&result).ends_with("done\n"), "{result}");
+    assert!(
+        String::from_utf8_lossy(result["stderr"].as_str().unwrap_or("").as_bytes())
+            .contains("bare repository"),
+        "git says why it refuses: {result}"
+    );
+    assert!(!h.workspace("alice").join("ran").exists(), "{result}");
+}
+
 // ---------------------------------------------------------------- results
 
 #[tokio::test]

@@ -470,7 +470,7 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// Variables that change which code a command runs (its program, its
 /// libraries, its helpers), so `NAME=… git status` is not `git status`.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 41] = [
+    const EXACT: [&str; 43] = [
         "PATH",
         "IFS",
         "ENV",
@@ -512,11 +512,16 @@ fn is_sensitive_variable(name: &str) -> bool {
         "MAKEFLAGS",
         "MFLAGS",
         "GNUMAKEFLAGS",
+        // Where git and `cd` look: a configuration or directory of the
+        // line's choosing (`HOME=.git; tee ~/config`, `OLDPWD=.git; cd -`).
+        "HOME",
+        "OLDPWD",
     ];
-    const PREFIXES: [&str; 6] = [
+    const PREFIXES: [&str; 7] = [
         "LD_",
         "DYLD_",
         "GIT_",
+        "XDG_",
         "BASH_FUNC_",
         "CARGO_",
         "NPM_CONFIG_",

@@ -43,17 +43,14 @@ const QUIET_WRAPPERS: &[&str] = &[
     "command", "builtin", "exec", "sudo", "doas",
 ];
 
-/// Options whose value is a pattern of names to leave out or match, or
-/// otherwise no file the command writes, per command: `find . -path ./.git
-/// -prune`, `tar --exclude=.git`, `git --git-dir=.git`.
+/// Options whose value is a pattern of names to leave out or match, per
+/// command: `find . -path ./.git -prune`, `tar --exclude=.git`.
 const PATTERN_OPTIONS: &[(&str, &[&str])] = &[
     (
         "find",
         &["-path", "-ipath", "-name", "-iname", "-wholename"],
     ),
     ("tar", &["--exclude"]),
-    // The repository git works on, not a file it writes.
-    ("git", &["--git-dir", "--work-tree", "-C"]),
     ("rsync", &["--exclude"]),
 ];
 
@@ -182,6 +179,7 @@ impl<'a> Reach<'a> {
             .iter()
             .filter_map(|l| l.words.first().map(|w| w.text.as_str()))
             .collect();
+        let sed = names.last() == Some(&Some("sed"));
         let patterns = names
             .last()
             .copied()
@@ -195,9 +193,37 @@ impl<'a> Reach<'a> {
                     .split_once('=')
                     .is_some_and(|(name, _)| patterns.contains(&name))
         };
+        // git's own `--git-dir` and `--work-tree` name the repository it
+        // works on, not a file it writes; its `-C` is a place of the line.
+        let repository = git_global_options(piece)
+            .map(|range| {
+                let offset = outer.words.len() - piece.layers[piece.layers.len() - 2].words.len();
+                (range.start + offset)..(range.end + offset)
+            })
+            .unwrap_or_default();
+        // A `--git-dir` other than a `.git` directory is a repository of
+        // the line's choosing, whose configuration git runs.
+        let chosen_repository =
+            outer.words[repository.clone()]
+                .iter()
+                .enumerate()
+                .any(|(i, word)| {
+                    let value = match word.text.strip_prefix("--git-dir") {
+                        Some("") => outer.words.get(repository.start + i + 1),
+                        Some(glued) if glued.starts_with('=') => {
+                            return !names_git_directory(&glued[1..]);
+                        }
+                        _ => return false,
+                    };
+                    value.is_none_or(|v| !v.literal || !names_git_directory(&v.text))
+                });
+        if chosen_repository {
+            return true;
+        }
         outer.words.iter().enumerate().any(|(i, word)| {
             if commands.contains(&word.text.as_str())
                 || (i > 0 && is_pattern(&outer.words[i - 1].text, &word.text))
+                || repository.contains(&i)
                 || spelt(word)
             {
                 return false;
@@ -206,16 +232,27 @@ impl<'a> Reach<'a> {
             let Some(places) = self.places.as_deref() else {
                 return true;
             };
-            // `{}`: the paths `find -exec` hands over.
-            if (word.computed || word.text == "{}") && self.mentions_git {
+            // `{}`: the paths `find -exec` hands over, which may be any
+            // beneath, `.git/config` too.
+            if word.text == "{}" || (word.computed && self.mentions_git) {
                 return true;
+            }
+            // A URL names no file here.
+            if word.literal && word.text.contains("://") {
+                return false;
             }
             let Some(readings) = word_readings(word) else {
                 return true;
             };
-            readings
-                .iter()
-                .any(|reading| argument_paths(reading).any(|path| self.may_reach(places, path)))
+            readings.iter().any(|reading| {
+                let script = sed
+                    .then(|| sed_written_files(reading))
+                    .into_iter()
+                    .flatten();
+                argument_paths(reading)
+                    .chain(script)
+                    .any(|path| self.may_reach(places, path))
+            })
         })
     }
 
@@ -240,6 +277,24 @@ impl<'a> Reach<'a> {
                 .iter()
                 .any(|place| joined(place, path).is_some_and(|named| self.links.contains(&named)))
     }
+}
+
+/// Whether `path` is a directory named `.git`.
+fn names_git_directory(path: &str) -> bool {
+    path.trim_end_matches('/').rsplit('/').next() == Some(".git")
+}
+
+/// The indices, in the layer of a `git` command that still holds them,
+/// of git's global options (`git -C dir --git-dir=x push`: `-C dir
+/// --git-dir=x`), which the analysis peels off before the subcommand.
+fn git_global_options(piece: &Piece) -> Option<std::ops::Range<usize>> {
+    let [.., with, inner] = &piece.layers[..] else {
+        return None;
+    };
+    let is_git =
+        |layer: &command::Layer| layer.words.first().and_then(command::command_name) == Some("git");
+    (is_git(with) && is_git(inner))
+        .then(|| 1..(with.words.len() + 1).saturating_sub(inner.words.len()))
 }
 
 /// The call's `cwd` relative to its workspace (`.` for its root).
@@ -278,9 +333,26 @@ fn line_places(analysis: &Analysis, cwd: &str, workspace: Option<&Path>) -> Opti
         Some(())
     };
     for piece in &analysis.pieces {
+        if let Some(range) = git_global_options(piece) {
+            let with = &piece.layers[piece.layers.len() - 2].words[range];
+            let mut options = with.iter();
+            while let Some(option) = options.next() {
+                if option.text == "-C" {
+                    add(options.next()?, &mut places)?;
+                }
+            }
+        }
         for layer in &piece.layers {
             let words = &layer.words;
             match words.first().and_then(command::command_name) {
+                // Runs a command in the directory of each file it finds.
+                Some("find")
+                    if words
+                        .iter()
+                        .any(|w| matches!(w.text.as_str(), "-execdir" | "-okdir")) =>
+                {
+                    return None;
+                }
                 Some("cd" | "pushd") => {
                     for word in words[1..].iter().filter(|w| w.text != "-") {
                         add(word, &mut places)?;
@@ -357,10 +429,15 @@ fn word_readings(word: &Word) -> Option<Vec<String>> {
                 if !component.contains(['*', '?', '[']) {
                     return component.to_string();
                 }
-                let matcher = globset::Glob::new(component).map(|g| g.compile_matcher());
+                // A class such as `[[:alpha:]]` the matcher does not read
+                // may match anything.
+                let matcher = globset::Glob::new(component)
+                    .ok()
+                    .filter(|_| !component.contains("[:"))
+                    .map(|g| g.compile_matcher());
                 let names = GIT_NAMES
                     .into_iter()
-                    .filter(|name| matcher.as_ref().map_or(true, |m| m.is_match(name)));
+                    .filter(|name| matcher.as_ref().is_none_or(|m| m.is_match(name)));
                 std::iter::once(component)
                     .chain(names)
                     .collect::<Vec<_>>()
@@ -462,6 +539,14 @@ fn argument_paths(word: &str) -> impl Iterator<Item = &str> {
                 .unwrap_or_default();
             std::iter::once(part).chain(suffixes)
         })
+}
+
+/// What may follow a `w` or `W` in a sed script: the file it writes,
+/// also with no blank between (`w.git/config`, `s/a/b/w.git/config`).
+fn sed_written_files(script: &str) -> impl Iterator<Item = &str> {
+    script
+        .match_indices(['w', 'W'])
+        .map(move |(at, _)| script[at + 1..].trim_start())
 }
 
 /// `path` from the workspace directory `place`, as [`bash_named_paths`]

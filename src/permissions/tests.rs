@@ -1008,6 +1008,55 @@ fn git_configuration_behind_wrappers_options_scripts_and_moves_asks() {
     }
 }
 
+/// A second round of ways around it, each asking now.
+#[test]
+fn git_configuration_behind_gits_own_options_variables_and_finds_asks() {
+    let set = rules(
+        &[
+            "bash(git diff *)",
+            "bash(git clone *)",
+            "bash(cd *)",
+            "bash(cp *)",
+            "bash(tee *)",
+            "bash(sed *)",
+            "bash(find *)",
+        ],
+        &[],
+        &[],
+    );
+    for command in [
+        // git's `-C` after the subcommand is no repository; before it, a
+        // place of the line.
+        "git diff -C --output=.git/config",
+        "git -C .git diff --no-index ../a ../b --output=config",
+        // A repository of the line's choosing.
+        "git --git-dir=fake diff",
+        "git --git-dir fake diff",
+        // Where git and `cd` look, moved by a variable.
+        "XDG_CONFIG_HOME=cfg git diff --no-index a b",
+        "OLDPWD=.git; cd -; cp ../x config",
+        "HOME=.git; tee -a ~/config < x",
+        // find runs commands where it finds files, on what it finds.
+        "find . -name config -execdir cp ../x config ;",
+        "find . -name config -exec sed -i '$r x' {} +",
+        // A sed file name glued to its command; a POSIX class.
+        "sed -n 'w.git/config' x",
+        "sed 's/^//w.git/config' x",
+        "tee -a .gi[[:alpha:]]/config < x",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
+    }
+    for command in [
+        "git --git-dir=.git --work-tree=. diff",
+        "git -C sub diff --stat",
+        "git diff -C -M",
+        "git clone --depth 1 https://example.com/r.git",
+        "sed -i s/www/web/ notes.txt",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
 /// git runs what its configuration and hooks say, at commands an owner may
 /// well allow (`git status`): writing them is never allowed by default.
 #[test]

@@ -349,10 +349,16 @@ pub fn base_environment() -> BTreeMap<String, String> {
         ("GIT_TERMINAL_PROMPT", "0"),
         ("GIT_ASKPASS", ""),
         // A repository's (or HOME's) `core.fsmonitor` runs a program at
-        // every `git status` and `git diff`: never in a command.
-        ("GIT_CONFIG_COUNT", "1"),
+        // every `git status` and `git diff`: never in a command. Nor is a
+        // directory git finds that merely looks like a bare repository
+        // (`HEAD`, `objects/`, `refs/` and a `config` a command wrote
+        // anywhere) taken as one: its configuration would run programs
+        // just the same (`safe.bareRepository`, honoured from this scope).
+        ("GIT_CONFIG_COUNT", "2"),
         ("GIT_CONFIG_KEY_0", "core.fsmonitor"),
         ("GIT_CONFIG_VALUE_0", "false"),
+        ("GIT_CONFIG_KEY_1", "safe.bareRepository"),
+        ("GIT_CONFIG_VALUE_1", "explicit"),
         ("SSH_ASKPASS", ""),
         ("SSH_ASKPASS_REQUIRE", "never"),
         ("GCM_INTERACTIVE", "never"),
