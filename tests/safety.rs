@@ -2564,7 +2564,7 @@ async fn a_link_into_git_does_not_open_its_configuration_to_open_rules() {
     let app = TestApp::spawn(Backend::Sqlite).await;
     put_rules(
         &app,
-        json!({"allow": ["bash(echo *)", "bash(tee *)", "bash(cd *)", "bash(cat *)"]}),
+        json!({"allow": ["bash(echo *)", "bash(tee *)", "bash(cd *)", "bash(cat *)", "bash(cp *)"]}),
     )
     .await;
     let ws = app.get_json("/v1/workspace").await;
@@ -2602,6 +2602,19 @@ async fn a_link_into_git_does_not_open_its_configuration_to_open_rules() {
         let (s, out) = app.call("links", bash(id, command, cwd)).await;
         assert_eq!(s, 202, "{command} needs approval: {out}");
     }
+    // A copy of a tree that holds a `.git` of its own, into the
+    // workspace; a tree without one copies freely.
+    std::fs::create_dir_all(root.join("stage/.git")).unwrap();
+    std::fs::write(root.join("stage/.git/config"), "[x]\n").unwrap();
+    std::fs::create_dir_all(root.join("docs/a")).unwrap();
+    std::fs::write(root.join("docs/a/x.txt"), "x\n").unwrap();
+    let (s, out) = app.call("links", bash("c1", "cp -r stage/. .", None)).await;
+    assert_eq!(s, 202, "{out}");
+    let (s, out) = app
+        .call("links", bash("c2", "cp -r docs/. out/", None))
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert!(root.join("out/a/x.txt").exists());
     // A sub-workspace that is `.git` itself.
     let (s, out) = app
         .call(

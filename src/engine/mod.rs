@@ -145,10 +145,13 @@ fn git_links(
     let mut git_files: Option<Vec<(u64, u64)>> = None;
     named
         .into_iter()
-        .filter(|path| {
-            let Some(real) = resolved_on_disk(&workspace.path.join(path)) else {
+        .filter(|named| {
+            let Some(real) = resolved_on_disk(&workspace.path.join(&named.path)) else {
                 return false;
             };
+            if named.contents && real != owners && holds_git_configuration(&real) {
+                return true;
+            }
             let in_git = real
                 .strip_prefix(&owners)
                 .ok()
@@ -167,7 +170,42 @@ fn git_links(
                 })
             }
         })
+        .map(|named| named.path)
         .collect()
+}
+
+/// How many entries [`holds_git_configuration`] looks at before it takes a
+/// directory as holding some.
+const HOLDS_GIT_LOOKS: usize = 10_000;
+
+/// Whether the directory `dir` holds git's configuration somewhere beneath
+/// it (an entry named `.git`, `.gnupg`, `.ssh` or `.gitconfig`, or
+/// `.config/git`), links not followed; `true` when it holds more than
+/// [`HOLDS_GIT_LOOKS`] entries. `false` for a file.
+fn holds_git_configuration(dir: &std::path::Path) -> bool {
+    let mut todo = vec![dir.to_path_buf()];
+    let mut looked = 0;
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            looked += 1;
+            if looked > HOLDS_GIT_LOOKS {
+                return true;
+            }
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let in_config = dir.file_name().is_some_and(|d| d == ".config");
+            if crate::permissions::is_git_configuration(&name) || (in_config && name == "git") {
+                return true;
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                todo.push(entry.path());
+            }
+        }
+    }
+    false
 }
 
 /// `path` with its longest existing part resolved through every link and

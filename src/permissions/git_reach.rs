@@ -43,6 +43,13 @@ const QUIET_WRAPPERS: &[&str] = &[
     "command", "builtin", "exec", "sudo", "doas",
 ];
 
+/// Commands that write no directory's contents anywhere else: what a
+/// directory they name holds does not count ([`NamedPath::contents`]).
+/// git's arguments are pathspecs and revisions.
+const CONTENTS_STAY: &[&str] = &[
+    "rm", "rmdir", "mkdir", "touch", "chmod", "chown", "chgrp", "truncate", "git",
+];
+
 /// Options whose value is a pattern of names to leave out or match, per
 /// command: `find . -path ./.git -prune`, `tar --exclude=.git`.
 const PATTERN_OPTIONS: &[(&str, &[&str])] = &[
@@ -54,9 +61,15 @@ const PATTERN_OPTIONS: &[(&str, &[&str])] = &[
     ("rsync", &["--exclude"]),
 ];
 
+/// Directories whose files git, or a program git runs, reads as
+/// configuration that may name a program to run: a repository's `.git`,
+/// and in `HOME` (the workspace) gpg's (`git log --show-signature`) and
+/// ssh's (`git fetch` over ssh: `ProxyCommand`).
+pub(crate) const RUN_BY_GIT: [&str; 3] = [".git", ".gnupg", ".ssh"];
+
 /// The names git's configuration is reached by, for the components a
 /// glob may stand for.
-const GIT_NAMES: [&str; 4] = [".git", ".gitconfig", ".config", "git"];
+const GIT_NAMES: [&str; 6] = [".git", ".gitconfig", ".config", "git", ".gnupg", ".ssh"];
 
 /// Where a command line's writes may land, for the allow rules that vouch
 /// for them.
@@ -151,22 +164,14 @@ impl<'a> Reach<'a> {
         if self.blind {
             return false;
         }
+        if only_reads(piece) {
+            return false;
+        }
         let names: Vec<Option<&str>> = piece
             .layers
             .iter()
             .map(|l| l.words.first().and_then(command::command_name))
             .collect();
-        let reader = names
-            .last()
-            .copied()
-            .flatten()
-            .is_some_and(|n| READERS.contains(&n))
-            && names[..names.len().saturating_sub(1)]
-                .iter()
-                .all(|n| n.is_some_and(|n| QUIET_WRAPPERS.contains(&n)));
-        if reader {
-            return false;
-        }
         let Some(outer) = piece.layers.first() else {
             return false;
         };
@@ -220,8 +225,11 @@ impl<'a> Reach<'a> {
         if chosen_repository {
             return true;
         }
+        // What `find -exec` runs is a piece of its own, judged as such.
+        let run_by_find = find_commands(outer);
         outer.words.iter().enumerate().any(|(i, word)| {
-            if commands.contains(&word.text.as_str())
+            if run_by_find.contains(&i)
+                || commands.contains(&word.text.as_str())
                 || (i > 0 && is_pattern(&outer.words[i - 1].text, &word.text))
                 || repository.contains(&i)
                 || spelt(word)
@@ -257,6 +265,9 @@ impl<'a> Reach<'a> {
     }
 
     fn may_reach(&self, places: &[String], path: &str) -> bool {
+        if self.through_descriptors(path) {
+            return true;
+        }
         let path = relative(path, self.workspace);
         names_git_configuration(
             places
@@ -268,6 +279,17 @@ impl<'a> Reach<'a> {
         ) || self.leads_in(places, &path)
     }
 
+    /// A path under `/proc` may be any file, the workspace's too
+    /// (`/proc/self/cwd/…`, `/proc/self/fd/3`); `/dev/fd/N` and
+    /// `/dev/stdout` reopen a descriptor the line may have opened on
+    /// git's configuration with a read redirection (`tee /dev/fd/3 3<
+    /// .git/config`), so in a line that mentions it or a link to it.
+    fn through_descriptors(&self, path: &str) -> bool {
+        path.starts_with("/proc/")
+            || ((path.starts_with("/dev/fd/") || path.starts_with("/dev/std"))
+                && (self.mentions_git || !self.links.is_empty()))
+    }
+
     fn leads_in(&self, places: &[String], path: &str) -> bool {
         if self.links.iter().any(|l| l == NAMED_PATHS_UNCHECKED) {
             return true;
@@ -277,6 +299,45 @@ impl<'a> Reach<'a> {
                 .iter()
                 .any(|place| joined(place, path).is_some_and(|named| self.links.contains(&named)))
     }
+}
+
+/// Whether `piece` runs a command that writes no file its arguments name,
+/// under wrappers that write none either.
+fn only_reads(piece: &Piece) -> bool {
+    let names: Vec<Option<&str>> = piece
+        .layers
+        .iter()
+        .map(|l| l.words.first().and_then(command::command_name))
+        .collect();
+    names
+        .last()
+        .copied()
+        .flatten()
+        .is_some_and(|n| READERS.contains(&n))
+        && names[..names.len().saturating_sub(1)]
+            .iter()
+            .all(|n| n.is_some_and(|n| QUIET_WRAPPERS.contains(&n)))
+}
+
+/// The indices of the words of a `find` command (`layer`) that make up
+/// the commands its `-exec`, `-execdir`, `-ok` and `-okdir` run, up to
+/// their `;` or `+`.
+fn find_commands(layer: &command::Layer) -> Vec<usize> {
+    let words = &layer.words;
+    if words.first().and_then(command::command_name) != Some("find") {
+        return Vec::new();
+    }
+    let mut inside = false;
+    let mut indices = Vec::new();
+    for (i, word) in words.iter().enumerate() {
+        match word.text.as_str() {
+            "-exec" | "-execdir" | "-ok" | "-okdir" if !inside => inside = true,
+            ";" | "+" if inside => inside = false,
+            _ if inside => indices.push(i),
+            _ => {}
+        }
+    }
+    indices
 }
 
 /// Whether `path` is a directory named `.git`.
@@ -328,6 +389,10 @@ fn line_places(analysis: &Analysis, cwd: &str, workspace: Option<&Path>) -> Opti
             return None;
         }
         for reading in word_readings(word)? {
+            // A descriptor's directory may be any (`cd /dev/fd/3`).
+            if reading.starts_with("/proc/") || reading.starts_with("/dev/fd") {
+                return None;
+            }
             places.push(relative(&reading, workspace));
         }
         Some(())
@@ -389,7 +454,8 @@ fn names_git_configuration<'p>(parts: impl IntoIterator<Item = &'p str>) -> bool
     let (mut config, mut git) = (false, false);
     for part in parts {
         match part {
-            ".git" | ".gitconfig" => return true,
+            ".gitconfig" => return true,
+            _ if RUN_BY_GIT.contains(&part) => return true,
             ".config" => config = true,
             "git" => git = true,
             _ => {}
@@ -573,27 +639,44 @@ pub const MAX_NAMED_PATHS: usize = 256;
 /// could be looked up: as if every one led into git's configuration.
 pub const NAMED_PATHS_UNCHECKED: &str = "\0unchecked";
 
+/// A workspace path a `bash` call's line names ([`bash_named_paths`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedPath {
+    /// Relative to the call's workspace, joined to a place of the line.
+    pub path: String,
+    /// A command that may write names it as an argument: what a directory
+    /// there holds may be copied, moved or extracted somewhere (`cp -r
+    /// stage/. .` with a `stage/.git`), so its contents count too.
+    pub contents: bool,
+}
+
 /// The workspace paths a `bash` call's command line names, from each
 /// directory the line may be in: its redirections' targets and its
 /// commands' arguments (values of options included, brace expansions
 /// spelt out), relative to the call's workspace (`workspace`, its absolute
 /// path, makes absolute paths inside it relative). The caller looks each
 /// up on disk and reports, as [`CallFacts::git_links`], those that lead
-/// into git's configuration through a symbolic or hard link. `None` when
-/// there are more than [`MAX_NAMED_PATHS`].
-pub fn bash_named_paths(arguments: &Value, workspace: Option<&Path>) -> Option<Vec<String>> {
+/// into git's configuration through a symbolic or hard link, or (when
+/// their contents count) directories that hold some. `None` when there
+/// are more than [`MAX_NAMED_PATHS`].
+pub fn bash_named_paths(arguments: &Value, workspace: Option<&Path>) -> Option<Vec<NamedPath>> {
     let Some(command) = arguments.get("command").and_then(Value::as_str) else {
         return Some(Vec::new());
     };
     let cwd = call_cwd(arguments, workspace);
     let analysis = command::analyse(command);
     let places = line_places(&analysis, &cwd, workspace).unwrap_or_else(|| vec![cwd.clone()]);
-    let mut named: Vec<String> = Vec::new();
+    let mut named: Vec<NamedPath> = Vec::new();
     for piece in &analysis.pieces {
-        let mut paths: Vec<String> = piece
+        let inner = piece.layers.last().and_then(|l| l.words.first());
+        let writes = !only_reads(piece)
+            && !inner
+                .and_then(command::command_name)
+                .is_some_and(|n| CONTENTS_STAY.contains(&n));
+        let mut paths: Vec<(String, bool)> = piece
             .redirects
             .iter()
-            .map(|r| r.target.text.clone())
+            .map(|r| (r.target.text.clone(), false))
             .collect();
         for word in piece
             .layers
@@ -607,19 +690,25 @@ pub fn bash_named_paths(arguments: &Value, workspace: Option<&Path>) -> Option<V
                 brace_expansions(&word.text).unwrap_or_default()
             };
             for reading in &readings {
-                paths.extend(argument_paths(reading).map(str::to_string));
+                paths.extend(argument_paths(reading).map(|p| (p.to_string(), writes)));
             }
         }
-        for path in paths {
+        for (path, contents) in paths {
             let path = relative(&path, workspace);
+            // The place itself: looked up as the other paths from it are.
+            if path.split('/').all(|c| c.is_empty() || c == ".") {
+                continue;
+            }
             for place in &places {
-                if let Some(path) = joined(place, &path)
-                    && !named.contains(&path)
-                {
-                    if named.len() == MAX_NAMED_PATHS {
-                        return None;
-                    }
-                    named.push(path);
+                let Some(path) = joined(place, &path) else {
+                    continue;
+                };
+                if let Some(known) = named.iter_mut().find(|n| n.path == path) {
+                    known.contents |= contents;
+                } else if named.len() == MAX_NAMED_PATHS {
+                    return None;
+                } else {
+                    named.push(NamedPath { path, contents });
                 }
             }
         }

@@ -75,7 +75,7 @@ mod shell;
 mod web;
 
 pub(crate) use git_reach::Reach;
-pub use git_reach::{MAX_NAMED_PATHS, NAMED_PATHS_UNCHECKED, bash_named_paths};
+pub use git_reach::{MAX_NAMED_PATHS, NAMED_PATHS_UNCHECKED, NamedPath, bash_named_paths};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -687,7 +687,7 @@ fn git_configuration(path: &file::PathSubject) -> Option<&str> {
 /// Whether the workspace path `path` is git's configuration or hooks.
 pub fn is_git_configuration(path: &str) -> bool {
     let parts: Vec<&str> = path.split('/').collect();
-    parts.contains(&".git")
+    parts.iter().any(|p| git_reach::RUN_BY_GIT.contains(p))
         || parts.last() == Some(&".gitconfig")
         || parts.windows(2).any(|w| w == [".config", "git"])
 }
@@ -734,7 +734,7 @@ fn safety_net(decision: Decision, call: &CallFacts, subject: &Subject) -> Decisi
         Subject::Bash(Some(analysis)) => analysis.pieces.iter().find_map(|p| p.opaque.clone()),
         Subject::File(Some(path)) if !call.read_only => git_configuration(path).map(|p| {
             format!(
-                "it writes `{}`, which git reads: hooks and settings there (core.fsmonitor, diff and filter drivers) make any git command run any program",
+                "it writes `{}`, which git reads (or gpg or ssh, run by git): hooks and settings there (core.fsmonitor, diff and filter drivers, gpg's and ssh's programs) make git commands run any program",
                 clip(p)
             )
         }),

@@ -1057,6 +1057,41 @@ fn git_configuration_behind_gits_own_options_variables_and_finds_asks() {
     }
 }
 
+/// A third round: descriptors and `/proc`, what git's helpers read.
+#[test]
+fn git_configuration_through_descriptors_and_gits_helpers_asks() {
+    let set = rules(
+        &[
+            "bash(tee *)",
+            "bash(cp *)",
+            "bash(cd *)",
+            "bash(mkdir *)",
+            "bash(printf *)",
+            "bash(echo *)",
+            "bash(find *)",
+            "bash(cat *)",
+        ],
+        &[],
+        &[],
+    );
+    for command in [
+        "printf x | tee -a /dev/fd/3 3< .git/config",
+        "cp a.txt /proc/self/fd/3 3<.git/info/exclude",
+        "tee -a /proc/self/cwd/g/config < x",
+        "{ cd /dev/fd/3 && echo x | tee -a config; } 3<.git",
+        "mkdir -p .gnupg && printf 'dirmngr-program ./x' > .gnupg/gpg.conf",
+        "echo 'ProxyCommand ./x' >> .ssh/config",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
+    }
+    for command in [
+        "echo x | tee /dev/stderr",
+        "find . -name '*.txt' -exec cat {} ;",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
 /// git runs what its configuration and hooks say, at commands an owner may
 /// well allow (`git status`): writing them is never allowed by default.
 #[test]
@@ -1067,6 +1102,10 @@ fn writing_gits_configuration_asks_by_default() {
         "./.git/info/attributes",
         ".gitconfig",
         ".config/git/config",
+        // Read by the programs git runs: gpg (`git log --show-signature`)
+        // and ssh (`git fetch`).
+        ".gnupg/gpg.conf",
+        ".ssh/config",
     ] {
         for tool in [&WRITE_FILE, &EDIT_FILE] {
             let d = owner(&none(), tool, json!({"path": path}));
