@@ -129,7 +129,8 @@ fn rules_unreadable(e: &dyn std::fmt::Display) -> ToolError {
 /// [`crate::permissions::bash_named_paths`]): each is resolved on disk, as
 /// far as it exists, and judged as where it leads in the owner's workspace
 /// (`owners`, the main workspace's absolute path); a file with more than
-/// one name is judged by whether it is one of git's configuration files.
+/// one name is judged by whether it is one of git's configuration files,
+/// and a directory a command may copy from by whether it holds some.
 /// Creates nothing.
 fn git_links(
     workspace: &crate::workspace::Workspace,
