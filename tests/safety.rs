@@ -2615,6 +2615,16 @@ async fn a_link_into_git_does_not_open_its_configuration_to_open_rules() {
         .await;
     assert_eq!(s, 200, "{out}");
     assert!(root.join("out/a/x.txt").exists());
+    // A tree too big to look through within a call's budget counts as
+    // holding some.
+    std::fs::create_dir(root.join("big")).unwrap();
+    for i in 0..10_001 {
+        std::fs::write(root.join(format!("big/f{i}")), "").unwrap();
+    }
+    let (s, out) = app
+        .call("links", bash("c3", "cp -r big/. out2/", None))
+        .await;
+    assert_eq!(s, 202, "{out}");
     // A sub-workspace that is `.git` itself.
     let (s, out) = app
         .call(

@@ -144,13 +144,14 @@ fn git_links(
         .canonicalize()
         .unwrap_or_else(|_| owners.to_path_buf());
     let mut git_files: Option<Vec<(u64, u64)>> = None;
+    let mut looks = HOLDS_GIT_LOOKS;
     named
         .into_iter()
         .filter(|named| {
             let Some(real) = resolved_on_disk(&workspace.path.join(&named.path)) else {
                 return false;
             };
-            if named.contents && real != owners && holds_git_configuration(&real) {
+            if named.contents && real != owners && holds_git_configuration(&real, &mut looks) {
                 return true;
             }
             let in_git = real
@@ -175,26 +176,26 @@ fn git_links(
         .collect()
 }
 
-/// How many entries [`holds_git_configuration`] looks at before it takes a
-/// directory as holding some.
+/// How many directory entries [`holds_git_configuration`] looks at for
+/// one call, in all the directories its line names; past that, a
+/// directory is taken as holding some.
 const HOLDS_GIT_LOOKS: usize = 10_000;
 
 /// Whether the directory `dir` holds git's configuration somewhere beneath
 /// it (an entry named `.git`, `.gnupg`, `.ssh` or `.gitconfig`, or
-/// `.config/git`), links not followed; `true` when it holds more than
-/// [`HOLDS_GIT_LOOKS`] entries. `false` for a file.
-fn holds_git_configuration(dir: &std::path::Path) -> bool {
+/// `.config/git`), links not followed; `true` when `looks` (the entries
+/// left to look at, counted down) runs out first. `false` for a file.
+fn holds_git_configuration(dir: &std::path::Path, looks: &mut usize) -> bool {
     let mut todo = vec![dir.to_path_buf()];
-    let mut looked = 0;
     while let Some(dir) = todo.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
         for entry in entries.flatten() {
-            looked += 1;
-            if looked > HOLDS_GIT_LOOKS {
+            let Some(left) = looks.checked_sub(1) else {
                 return true;
-            }
+            };
+            *looks = left;
             let name = entry.file_name();
             let name = name.to_string_lossy();
             let in_config = dir.file_name().is_some_and(|d| d == ".config");

@@ -330,8 +330,8 @@ fn ssh(name: &str, words: &[Word]) -> Option<Embedded> {
 /// `--exec` (fetch, pull, push, ls-remote, archive, clone …), clone's
 /// `-u`, rebase's and difftool's `-x` (`--exec`, `--extcmd`), grep's `-O`
 /// (`--open-files-in-pager`), filter-branch's filters, `bisect run` and
-/// `submodule foreach`; and clone's `-c`/`--config` setting a key that runs
-/// a program.
+/// `submodule foreach`; and clone's `-c`/`--config`, or `git config`,
+/// setting a key that runs a program (or one computed at run time).
 fn git(words: &[Word]) -> Option<Embedded> {
     // The subcommand, after git's global options.
     let mut i = 1;
@@ -352,6 +352,30 @@ fn git(words: &[Word]) -> Option<Embedded> {
         (!rest.is_empty()).then(|| join_words(rest))
     };
     match sub {
+        // Writing a key that runs a program is the lasting form of `-c`
+        // (`git config alias.st '!sh x'`, then `git st`).
+        "config" => {
+            let mut rest = args[1..].iter();
+            while let Some(word) = rest.next() {
+                let t = word.text.as_str();
+                match t {
+                    "-f" | "--file" | "--blob" | "--type" | "--default" | "--comment"
+                    | "--value" => {
+                        rest.next();
+                    }
+                    _ if t.starts_with('-') => {}
+                    "set" | "get" | "unset" | "list" | "edit" | "get-regexp" => {}
+                    // The key (what follows is its value).
+                    _ => {
+                        let key = t.to_ascii_lowercase();
+                        if !word.literal || super::command::git_key_runs_program(&key) {
+                            named.push(format!("config {t}"));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
         "bisect" if args.get(1).is_some_and(|w| w.text == "run") => {
             named.push("bisect run".into());
             commands.extend(joined(2));

@@ -527,6 +527,7 @@ fn options_that_run_another_program() {
             "bash(git bisect *)",
             "bash(git submodule *)",
             "bash(git difftool *)",
+            "bash(git config *)",
             "bash(awk *)",
             "bash(gawk *)",
             "bash(split *)",
@@ -617,6 +618,12 @@ fn options_that_run_another_program() {
         "tar -I zstd -cf a.tar f",
         "git clone -c core.sshCommand=evil . dst",
         "git clone --template=t . dst",
+        // The lasting form of `-c`: git runs it at a later command.
+        "git config alias.st '!sh x'",
+        "git config --local diff.x.command ./x",
+        "git config set core.pager ./x",
+        "git config --file=.git/config include.path ../x",
+        "git config \"$KEY\" ./x",
         "rsync -e ssh a host:b",
         "ssh -o ProxyJump=j host",
         "TAR_OPTIONS=--to-command=x tar -xf a.tar",
@@ -627,6 +634,9 @@ fn options_that_run_another_program() {
     }
     // Ordinary uses stay allowed.
     for command in [
+        "git config user.name 'A B'",
+        "git config --get user.email",
+        "git config set --local core.autocrlf false",
         "sed -n '1,5p' f",
         "sed 's/a/b/g' f",
         "sed -i.bak 's/e/E/g; s/x/y/' f",
