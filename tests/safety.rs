@@ -2658,6 +2658,34 @@ async fn a_link_into_git_does_not_open_its_configuration_to_open_rules() {
     assert!(!root.join("many.txt").exists());
 }
 
+/// A `.git` file (`gitdir: …`) moves a repository's configuration
+/// elsewhere: writing there is judged as writing git's configuration. A
+/// path deeper than is looked up vouches for no write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_git_file_guards_the_directory_it_points_to() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    put_rules(&app, json!({"allow": ["bash(echo *)", "bash(cp *)"]})).await;
+    let root = workspace_root(&app).await;
+    std::fs::create_dir_all(root.join("gd/hooks")).unwrap();
+    std::fs::write(root.join("gd/config"), "[core]\n").unwrap();
+    std::fs::write(root.join(".git"), "gitdir: gd\n").unwrap();
+    let bash = |id: &str, command: &str| json!({"id": id, "name": "bash", "arguments": {"command": command}});
+    for (id, command) in [
+        ("g1", "echo '[alias]' >> gd/config".to_string()),
+        ("g2", "echo x > gd/hooks/pre-commit".to_string()),
+        ("g3", format!("cp notes.txt {}x", "d/".repeat(300))),
+    ] {
+        let (s, out) = app.call("gitfile", bash(id, &command)).await;
+        assert_eq!(s, 202, "{command}: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("gd/config")).unwrap(),
+        "[core]\n"
+    );
+    let (s, out) = app.call("gitfile", bash("w1", "echo x > notes.txt")).await;
+    assert_eq!(s, 200, "{out}");
+}
+
 /// `GET /v1/workspace` is a read: asking about a sub-workspace that does
 /// not exist is a 404 problem, and neither it nor the owner's workspace
 /// appears on disk because of the question.

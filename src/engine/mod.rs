@@ -133,11 +133,11 @@ fn rules_unreadable(e: &dyn std::fmt::Display) -> ToolError {
 /// and a directory a command may copy from by whether it holds some.
 /// Creates nothing.
 fn git_links(
-    workspace: &crate::workspace::Workspace,
+    workspace: &std::path::Path,
     owners: &std::path::Path,
     arguments: &Value,
 ) -> Vec<String> {
-    let Some(named) = crate::permissions::bash_named_paths(arguments, Some(&workspace.path)) else {
+    let Some(named) = crate::permissions::bash_named_paths(arguments, Some(workspace)) else {
         return vec![crate::permissions::NAMED_PATHS_UNCHECKED.to_string()];
     };
     let owners = owners
@@ -145,13 +145,16 @@ fn git_links(
         .unwrap_or_else(|_| owners.to_path_buf());
     let mut git_files: Option<Vec<(u64, u64)>> = None;
     let mut looks = HOLDS_GIT_LOOKS;
+    let git_dirs = linked_git_dirs(&owners, workspace);
     named
         .into_iter()
         .filter(|named| {
-            let Some(real) = resolved_on_disk(&workspace.path.join(&named.path)) else {
+            let Some(real) = resolved_on_disk(&workspace.join(&named.path)) else {
                 return false;
             };
-            if named.contents && real != owners && holds_git_configuration(&real, &mut looks) {
+            if git_dirs.iter().any(|dir| real.starts_with(dir))
+                || (named.contents && real != owners && holds_git_configuration(&real, &mut looks))
+            {
                 return true;
             }
             let in_git = real
@@ -165,9 +168,7 @@ fn git_links(
                     m.is_file()
                         && m.nlink() > 1
                         && git_files
-                            .get_or_insert_with(|| {
-                                git_configuration_files(&owners, &workspace.path)
-                            })
+                            .get_or_insert_with(|| git_configuration_files(&owners, workspace))
                             .contains(&(m.dev(), m.ino()))
                 })
             }
@@ -175,6 +176,30 @@ fn git_links(
         .map(|named| named.path)
         .collect()
 }
+
+/// Where a `.git` file (`gitdir: …`, as `git init --separate-git-dir` and
+/// worktrees leave) in the owner's workspace or the call's points: that
+/// directory is a repository's, configuration and hooks included.
+fn linked_git_dirs(
+    owners: &std::path::Path,
+    workspace: &std::path::Path,
+) -> Vec<std::path::PathBuf> {
+    [owners, workspace]
+        .into_iter()
+        .filter_map(|root| {
+            let dot_git = root.join(".git");
+            if !std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file()) {
+                return None;
+            }
+            let text = std::fs::read_to_string(&dot_git).ok()?;
+            let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+            root.join(target).canonicalize().ok()
+        })
+        .collect()
+}
+
+/// How deep below a named directory [`holds_git_configuration`] looks.
+const HOLDS_GIT_DEPTH: usize = 32;
 
 /// How many directory entries [`holds_git_configuration`] looks at for
 /// one call, in all the directories its line names; past that, a
@@ -184,10 +209,15 @@ const HOLDS_GIT_LOOKS: usize = 10_000;
 /// Whether the directory `dir` holds git's configuration somewhere beneath
 /// it (an entry named `.git`, `.gnupg`, `.ssh` or `.gitconfig`, or
 /// `.config/git`), links not followed; `true` when `looks` (the entries
-/// left to look at, counted down) runs out first. `false` for a file.
+/// left to look at, counted down) runs out first, or the tree is deeper
+/// than [`HOLDS_GIT_DEPTH`]. `false` for a file.
 fn holds_git_configuration(dir: &std::path::Path, looks: &mut usize) -> bool {
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(dir) = todo.pop() {
+    let mut todo = vec![(dir.to_path_buf(), 0)];
+    while let Some((dir, depth)) = todo.pop() {
+        // Deeper than a tree is looked through in time: may hold some.
+        if depth > HOLDS_GIT_DEPTH {
+            return true;
+        }
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -203,7 +233,7 @@ fn holds_git_configuration(dir: &std::path::Path, looks: &mut usize) -> bool {
                 return true;
             }
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                todo.push(entry.path());
+                todo.push((entry.path(), depth + 1));
             }
         }
     }
@@ -211,17 +241,27 @@ fn holds_git_configuration(dir: &std::path::Path, looks: &mut usize) -> bool {
 }
 
 /// `path` with its longest existing part resolved through every link and
-/// `..`, and the rest as named; `None` when nothing of it exists.
+/// `..`, and the rest as named; `None` when nothing of it exists. The
+/// existing part is found by halving (a path whose first components do not
+/// resolve resolves no longer), so a long path costs a few lookups.
 fn resolved_on_disk(path: &std::path::Path) -> Option<std::path::PathBuf> {
-    let mut existing = path;
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(real) = existing.canonicalize() {
-            return Some(rest.iter().rev().fold(real, |p, c| p.join(c)));
+    let parts: Vec<std::path::Component> = path.components().collect();
+    let prefix = |n: usize| parts[..n].iter().collect::<std::path::PathBuf>();
+    // Invariant: prefix(known) resolves (or known == 0); prefix(past) does not.
+    let (mut known, mut past) = (0, parts.len() + 1);
+    let mut real = None;
+    while past - known > 1 {
+        let mid = (known + past) / 2;
+        match prefix(mid).canonicalize() {
+            Ok(resolved) => {
+                known = mid;
+                real = Some(resolved);
+            }
+            Err(_) => past = mid,
         }
-        rest.push(existing.file_name()?);
-        existing = existing.parent()?;
     }
+    let real = real?;
+    Some(parts[known..].iter().fold(real, |p, c| p.join(c)))
 }
 
 /// The (device, inode) of git's configuration files a command could reach
@@ -1739,7 +1779,14 @@ impl Engine {
             && let Some(workspaces) = self.config.permissions.workspaces.as_ref()
             && let Ok(owners) = workspaces.path(&req.owner, None)
         {
-            file.git_links = git_links(workspace, &owners, &req.call.arguments);
+            // File-system lookups, off the runtime's threads.
+            let (path, arguments) = (workspace.path.clone(), req.call.arguments.clone());
+            file.git_links =
+                tokio::task::spawn_blocking(move || git_links(&path, &owners, &arguments))
+                    .await
+                    .unwrap_or_else(|_| {
+                        vec![crate::permissions::NAMED_PATHS_UNCHECKED.to_string()]
+                    });
             // An absolute `cwd` or path inside it is judged as the
             // relative one it names.
             file.workspace = Some(workspace.path.clone());

@@ -1802,16 +1802,26 @@ pub(crate) fn git_key_runs_program(key: &str) -> bool {
         "uploadpack.packobjectshook",
     ];
     const PREFIXES: [&str; 4] = ["alias.", "pager.", "includeif.", "protocol."];
-    const SUFFIXES: [&str; 9] = [
+    // Whole-word endings, so `core.alternateRefsCommand`,
+    // `gpg.ssh.defaultKeyCommand` and `sendemail.sendmailCmd` count too.
+    const SUFFIXES: [&str; 17] = [
         ".textconv",
-        ".command",
+        "command",
         ".driver",
         ".clean",
         ".smudge",
         ".process",
-        ".program",
+        "program",
         ".helper",
-        ".cmd",
+        "cmd",
+        ".uploadpack",
+        ".receivepack",
+        ".path",
+        ".update",
+        ".tunnel",
+        "filter",
+        "templatedir",
+        ".viewer",
     ];
     EXACT.contains(&key)
         || PREFIXES.iter().any(|p| key.starts_with(p))

@@ -358,13 +358,55 @@ fn git(words: &[Word]) -> Option<Embedded> {
             let mut rest = args[1..].iter();
             while let Some(word) = rest.next() {
                 let t = word.text.as_str();
+                let option = t.split('=').next().unwrap_or(t);
                 match t {
                     "-f" | "--file" | "--blob" | "--type" | "--default" | "--comment"
                     | "--value" => {
                         rest.next();
                     }
-                    _ if t.starts_with('-') => {}
-                    "set" | "get" | "unset" | "list" | "edit" | "get-regexp" => {}
+                    // Options known to change no key's name; any other (a
+                    // `--rename-section`, an abbreviation git would expand)
+                    // is not read further.
+                    _ if t.starts_with('-') => {
+                        const KNOWN: [&str; 27] = [
+                            "--local",
+                            "--global",
+                            "--system",
+                            "--worktree",
+                            "--file",
+                            "-f",
+                            "--blob",
+                            "--type",
+                            "--default",
+                            "--comment",
+                            "--value",
+                            "--get",
+                            "--get-all",
+                            "--get-regexp",
+                            "--list",
+                            "-l",
+                            "--unset",
+                            "--unset-all",
+                            "--add",
+                            "--replace-all",
+                            "--bool",
+                            "--int",
+                            "--path",
+                            "--null",
+                            "-z",
+                            "--name-only",
+                            "--show-origin",
+                        ];
+                        if !KNOWN.contains(&option) && option != "--show-scope" {
+                            named.push(format!("config {option}"));
+                            break;
+                        }
+                    }
+                    "set" | "get" | "unset" | "list" | "get-regexp" => {}
+                    "edit" | "rename-section" | "remove-section" => {
+                        named.push(format!("config {t}"));
+                        break;
+                    }
                     // The key (what follows is its value).
                     _ => {
                         let key = t.to_ascii_lowercase();
@@ -404,7 +446,8 @@ fn git(words: &[Word]) -> Option<Embedded> {
     match sub {
         "difftool" => long.push("extcmd"),
         "grep" => long.push("open-files-in-pager"),
-        "clone" => long.extend(["config", "template"]),
+        "clone" => long.extend(["config", "template", "separate-git-dir"]),
+        "init" => long.extend(["template", "separate-git-dir"]),
         "filter-branch" => long.extend([
             "env-filter",
             "tree-filter",
@@ -452,7 +495,7 @@ fn git(words: &[Word]) -> Option<Embedded> {
                 }
                 false
             }
-            ("clone", "--template") => {
+            ("clone" | "init", "--template" | "--separate-git-dir") => {
                 named.push(option.clone());
                 false
             }

@@ -79,14 +79,14 @@ pub(crate) struct Reach<'a> {
     /// workspace ([`line_places`]); `None` when one is computed at run
     /// time.
     places: Option<Vec<String>>,
-    /// Where the call's sub-workspace is in the owner's workspace, by name
-    /// and really: its components count with every place's.
-    within: Vec<String>,
     /// [`CallFacts::git_links`].
     links: &'a [String],
     /// The call's workspace on disk: an absolute path inside it is judged
     /// as the relative path it names.
     workspace: Option<&'a Path>,
+    /// What the components of every place say, and of where the call's
+    /// sub-workspace is in the owner's workspace (by name and really).
+    place_names: Names,
     /// The line mentions git's configuration somewhere.
     mentions_git: bool,
     /// Judge as if nothing could be git's configuration (to tell a rule
@@ -97,12 +97,21 @@ pub(crate) struct Reach<'a> {
 impl<'a> Reach<'a> {
     pub fn of_line(analysis: Option<&Analysis>, call: &CallFacts<'a>) -> Reach<'a> {
         let cwd = call_cwd(call.arguments, call.workspace);
+        let places = analysis.and_then(|a| line_places(a, &cwd, call.workspace));
+        let within: Vec<String> = call
+            .sub_workspace
+            .map(|sub| vec![sub.named.to_string(), sub.real.to_string()])
+            .unwrap_or_default();
+        let place_names = Names::default().with(
+            places
+                .iter()
+                .flatten()
+                .chain(&within)
+                .flat_map(|p| p.split('/')),
+        );
         Reach {
-            places: analysis.and_then(|a| line_places(a, &cwd, call.workspace)),
-            within: call
-                .sub_workspace
-                .map(|sub| vec![sub.named.to_string(), sub.real.to_string()])
-                .unwrap_or_default(),
+            places,
+            place_names,
             links: call.git_links,
             workspace: call.workspace,
             mentions_git: call
@@ -127,9 +136,9 @@ impl<'a> Reach<'a> {
     pub fn root() -> Reach<'static> {
         Reach {
             places: Some(vec![".".to_string()]),
-            within: Vec::new(),
             links: &[],
             workspace: None,
+            place_names: Names::default(),
             mentions_git: false,
             blind: false,
         }
@@ -269,14 +278,7 @@ impl<'a> Reach<'a> {
             return true;
         }
         let path = relative(path, self.workspace);
-        names_git_configuration(
-            places
-                .iter()
-                .chain(&self.within)
-                .map(String::as_str)
-                .chain([path.as_str()])
-                .flat_map(|p| p.split('/')),
-        ) || self.leads_in(places, &path)
+        self.place_names.with(path.split('/')).named() || self.leads_in(places, &path)
     }
 
     /// A path under `/proc` may be any file, the workspace's too
@@ -375,6 +377,10 @@ fn relative(path: &str, workspace: Option<&Path>) -> String {
         .to_string()
 }
 
+/// The most directories a line's writes are judged from; a line that may
+/// be in more is judged as one whose directory is computed at run time.
+const MAX_PLACES: usize = 64;
+
 /// The directories a command line may be in, relative to the workspace,
 /// in any order: `cwd` and every directory a `cd` or `pushd` names or an
 /// `env -C` / `env --chdir` starts a command in (`..`, `~` and absolute
@@ -393,7 +399,14 @@ fn line_places(analysis: &Analysis, cwd: &str, workspace: Option<&Path>) -> Opti
             if reading.starts_with("/proc/") || reading.starts_with("/dev/fd") {
                 return None;
             }
-            places.push(relative(&reading, workspace));
+            let place = relative(&reading, workspace);
+            if !places.contains(&place) {
+                // More than the line can be judged against in time.
+                if places.len() == MAX_PLACES {
+                    return None;
+                }
+                places.push(place);
+            }
         }
         Some(())
     };
@@ -451,20 +464,39 @@ fn line_places(analysis: &Analysis, cwd: &str, workspace: Option<&Path>) -> Opti
 
 /// Whether path components, in any order, name git's configuration.
 fn names_git_configuration<'p>(parts: impl IntoIterator<Item = &'p str>) -> bool {
-    let (mut config, mut git) = (false, false);
-    for part in parts {
-        match part {
-            ".gitconfig" => return true,
-            _ if RUN_BY_GIT.contains(&part) => return true,
-            ".config" => config = true,
-            "git" => git = true,
-            _ => {}
+    Names::default().with(parts).named()
+}
+
+/// What path components seen so far say of git's configuration (see
+/// [`names_git_configuration`]): kept for a line's places, so that each
+/// path is judged by its own components only.
+#[derive(Debug, Clone, Copy, Default)]
+struct Names {
+    hit: bool,
+    config: bool,
+    git: bool,
+}
+
+impl Names {
+    fn with<'p>(mut self, parts: impl IntoIterator<Item = &'p str>) -> Names {
+        for part in parts {
+            match part {
+                ".gitconfig" => self.hit = true,
+                _ if RUN_BY_GIT.contains(&part) => self.hit = true,
+                ".config" => self.config = true,
+                "git" => self.git = true,
+                _ => {}
+            }
+            if self.named() {
+                break;
+            }
         }
-        if config && git {
-            return true;
-        }
+        self
     }
-    false
+
+    fn named(self) -> bool {
+        self.hit || (self.config && self.git)
+    }
 }
 
 /// Whether a command line mentions git's configuration anywhere, in any
@@ -635,6 +667,13 @@ fn joined(place: &str, path: &str) -> Option<String> {
 /// before a `bash` call is judged.
 pub const MAX_NAMED_PATHS: usize = 256;
 
+/// The most components a named path may have to be looked up; a line
+/// naming a deeper one is judged as naming too many.
+const MAX_NAMED_DEPTH: usize = 256;
+
+/// The longest path the kernel resolves (Linux's `PATH_MAX`).
+const PATH_MAX: usize = 4096;
+
 /// What [`CallFacts::git_links`] holds when a line names more paths than
 /// could be looked up: as if every one led into git's configuration.
 pub const NAMED_PATHS_UNCHECKED: &str = "\0unchecked";
@@ -658,7 +697,9 @@ pub struct NamedPath {
 /// up on disk and reports, as [`CallFacts::git_links`], those that lead
 /// into git's configuration through a symbolic or hard link, or (when
 /// their contents count) directories that hold some. `None` when there
-/// are more than [`MAX_NAMED_PATHS`].
+/// are more than [`MAX_NAMED_PATHS`], or one deeper than
+/// [`MAX_NAMED_DEPTH`]; paths longer than the kernel resolves are left
+/// out.
 pub fn bash_named_paths(arguments: &Value, workspace: Option<&Path>) -> Option<Vec<NamedPath>> {
     let Some(command) = arguments.get("command").and_then(Value::as_str) else {
         return Some(Vec::new());
@@ -667,6 +708,7 @@ pub fn bash_named_paths(arguments: &Value, workspace: Option<&Path>) -> Option<V
     let analysis = command::analyse(command);
     let places = line_places(&analysis, &cwd, workspace).unwrap_or_else(|| vec![cwd.clone()]);
     let mut named: Vec<NamedPath> = Vec::new();
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for piece in &analysis.pieces {
         let inner = piece.layers.last().and_then(|l| l.words.first());
         let writes = !only_reads(piece)
@@ -703,11 +745,18 @@ pub fn bash_named_paths(arguments: &Value, workspace: Option<&Path>) -> Option<V
                 let Some(path) = joined(place, &path) else {
                     continue;
                 };
-                if let Some(known) = named.iter_mut().find(|n| n.path == path) {
-                    known.contents |= contents;
-                } else if named.len() == MAX_NAMED_PATHS {
+                // Longer than the kernel opens: no file is written there.
+                if path.len() > PATH_MAX {
+                    continue;
+                }
+                if let Some(&at) = seen.get(&path) {
+                    named[at].contents |= contents;
+                } else if named.len() == MAX_NAMED_PATHS
+                    || path.matches('/').count() >= MAX_NAMED_DEPTH
+                {
                     return None;
                 } else {
+                    seen.insert(path.clone(), named.len());
                     named.push(NamedPath { path, contents });
                 }
             }

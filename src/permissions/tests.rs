@@ -528,6 +528,7 @@ fn options_that_run_another_program() {
             "bash(git submodule *)",
             "bash(git difftool *)",
             "bash(git config *)",
+            "bash(git init *)",
             "bash(awk *)",
             "bash(gawk *)",
             "bash(split *)",
@@ -624,6 +625,17 @@ fn options_that_run_another_program() {
         "git config set core.pager ./x",
         "git config --file=.git/config include.path ../x",
         "git config \"$KEY\" ./x",
+        "git config --global init.templateDir tmpl",
+        "git config remote.o.uploadpack 'touch x'",
+        "git config gpg.ssh.defaultKeyCommand ./x",
+        "git config difftool.vimdiff.path ./x",
+        "git config --rename-section foo alias",
+        "git config --comm hi alias.x y",
+        "git -c remote.o.uploadpack=x fetch o",
+        // Configuration and hooks moved, or copied in from a template.
+        "git init --separate-git-dir=gd .",
+        "git clone --separate-git-dir=gd2 . p2",
+        "git init --template=tmpl .",
         "rsync -e ssh a host:b",
         "ssh -o ProxyJump=j host",
         "TAR_OPTIONS=--to-command=x tar -xf a.tar",
@@ -637,6 +649,7 @@ fn options_that_run_another_program() {
         "git config user.name 'A B'",
         "git config --get user.email",
         "git config set --local core.autocrlf false",
+        "git init -q repo",
         "sed -n '1,5p' f",
         "sed 's/a/b/g' f",
         "sed -i.bak 's/e/E/g; s/x/y/' f",
@@ -1065,6 +1078,19 @@ fn git_configuration_behind_gits_own_options_variables_and_finds_asks() {
     ] {
         assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
     }
+}
+
+/// A line that may be in more directories than are judged in time
+/// vouches for no write.
+#[test]
+fn a_line_with_too_many_places_vouches_for_no_write() {
+    let set = rules(&["bash(cd *)", "bash(echo *)"], &[], &[]);
+    let line = |n: usize| {
+        let cds: Vec<String> = (0..n).map(|i| format!("cd d{i}")).collect();
+        format!("{}; echo x > notes.txt", cds.join("; "))
+    };
+    assert_eq!(verdict_of(&set, &line(10)), Verdict::Allow);
+    assert_eq!(verdict_of(&set, &line(70)), Verdict::Ask);
 }
 
 /// A third round: descriptors and `/proc`, what git's helpers read.
