@@ -1,6 +1,7 @@
 //! Whether a command line may write git's configuration: a `.git`
 //! directory (its `config`, hooks …), `.gitconfig` or `.config/git/` (a
-//! command's `HOME` is its workspace). git runs what those files say at
+//! command's `HOME` is its workspace), and what the gpg and ssh git runs
+//! read (`.gnupg`, `.ssh`). git runs what those files say at
 //! commands an owner may well allow (`git status`), so an allow rule
 //! ending in `*` vouches for no write that may land there (docs/safety.md,
 //! "git's configuration asks").
@@ -8,14 +9,18 @@
 //! The line is read, not run, so every judgement here leans towards "may":
 //! - the directories the line may be in are taken all at once, in any
 //!   order (a loop may run a write after a `cd` written after it): the
-//!   call's `cwd`, its sub-workspace, and every directory a `cd`, `pushd`
-//!   or `env -C` names; a write may reach git's configuration when the
-//!   components of any of them and of the path written, together, name it;
+//!   call's `cwd`, its sub-workspace, and every directory a `cd`, `pushd`,
+//!   `env -C` or git's `-C` names (64 at most); a write may reach git's
+//!   configuration when the components of any of them and of the path
+//!   written, together, name it;
 //! - an unquoted word stands for every brace expansion of it and every name
 //!   of git's configuration a glob in it may match;
 //! - a word computed at run time may be anything in a line that mentions
 //!   git's configuration anywhere;
-//! - links on disk are looked up by the caller ([`bash_named_paths`]).
+//! - paths under `/proc`, and descriptors' paths in such a line, may be
+//!   anything;
+//! - links, hard links, `.git` files and copied trees on disk are looked
+//!   up by the caller ([`bash_named_paths`]).
 
 use std::path::Path;
 
