@@ -2684,6 +2684,20 @@ async fn a_git_file_guards_the_directory_it_points_to() {
     );
     let (s, out) = app.call("gitfile", bash("w1", "echo x > notes.txt")).await;
     assert_eq!(s, 200, "{out}");
+    // A bare repository's hooks and configuration: git runs them when
+    // something is pushed there.
+    for dir in ["evil/objects", "evil/refs", "evil/hooks"] {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    std::fs::write(root.join("evil/HEAD"), "ref: refs/heads/main\n").unwrap();
+    for (id, command) in [
+        ("b1", "echo x > evil/hooks/pre-receive"),
+        ("b2", "echo '[core]' >> evil/config"),
+    ] {
+        let (s, out) = app.call("gitfile", bash(id, command)).await;
+        assert_eq!(s, 202, "{command}: {out}");
+    }
+    assert!(!root.join("evil/hooks/pre-receive").exists());
 }
 
 /// `GET /v1/workspace` is a read: asking about a sub-workspace that does

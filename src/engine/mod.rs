@@ -153,6 +153,7 @@ fn git_links(
                 return false;
             };
             if git_dirs.iter().any(|dir| real.starts_with(dir))
+                || in_bare_repository(&real, &owners)
                 || (named.contents && real != owners && holds_git_configuration(&real, &mut looks))
             {
                 return true;
@@ -196,6 +197,20 @@ fn linked_git_dirs(
             root.join(target).canonicalize().ok()
         })
         .collect()
+}
+
+/// Whether `path` is a bare repository's configuration or hook: its
+/// parent or grandparent (inside the owner's workspace) holds `HEAD`,
+/// `objects/` and `refs/`, as `git init --bare` leaves. git runs such a
+/// repository's hooks when something is pushed to it (`git push ../evil`).
+fn in_bare_repository(path: &std::path::Path, owners: &std::path::Path) -> bool {
+    path.ancestors()
+        .skip(1)
+        .take(2)
+        .filter(|dir| dir.starts_with(owners) && *dir != owners)
+        .any(|dir| {
+            dir.join("HEAD").is_file() && dir.join("objects").is_dir() && dir.join("refs").is_dir()
+        })
 }
 
 /// How deep below a named directory [`holds_git_configuration`] looks.

@@ -442,6 +442,11 @@ fn git(words: &[Word]) -> Option<Embedded> {
         "grep" => "efABCm",
         _ => "",
     };
+    // A bare repository made where hooks may already wait: git runs them
+    // when something is pushed there.
+    if sub == "init" && args[1..].iter().any(|w| w.text == "--bare") {
+        named.push("init --bare".into());
+    }
     let mut long = vec!["upload-pack", "receive-pack", "exec"];
     match sub {
         "difftool" => long.push("extcmd"),

@@ -636,6 +636,7 @@ fn options_that_run_another_program() {
         "git init --separate-git-dir=gd .",
         "git clone --separate-git-dir=gd2 . p2",
         "git init --template=tmpl .",
+        "git init -q --bare evil",
         "rsync -e ssh a host:b",
         "ssh -o ProxyJump=j host",
         "TAR_OPTIONS=--to-command=x tar -xf a.tar",
