@@ -32,12 +32,13 @@ use super::shell::Word;
 
 /// Commands that write no file their arguments name (output goes to
 /// redirections, which are judged on their own), so an argument naming
-/// git's configuration is only read: `grep -r x --exclude-dir=.git`,
-/// `ls .git`. Not `sort` (`-o`), `tree` (`-o`), `find` (`-fprint`), `file`
-/// (`-C`), nor `git` itself.
+/// git's configuration is only read, or removed, which adds no program:
+/// `grep -r x --exclude-dir=.git`, `ls .git`, `rm -f .git/index.lock`.
+/// Not `sort` (`-o`), `tree` (`-o`), `find` (`-fprint`), `file` (`-C`),
+/// nor `git` itself.
 const READERS: &[&str] = &[
     "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ls", "wc", "du", "stat", "diff", "cmp",
-    "echo", "printf", "realpath", "readlink", "basename", "dirname",
+    "echo", "printf", "realpath", "readlink", "basename", "dirname", "rm", "rmdir", "unlink",
 ];
 
 /// Wrappers that write no file their arguments name: a reader they run

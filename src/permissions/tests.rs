@@ -1107,6 +1107,7 @@ fn git_configuration_through_descriptors_and_gits_helpers_asks() {
             "bash(echo *)",
             "bash(find *)",
             "bash(cat *)",
+            "bash(rm *)",
         ],
         &[],
         &[],
@@ -1124,6 +1125,9 @@ fn git_configuration_through_descriptors_and_gits_helpers_asks() {
     for command in [
         "echo x | tee /dev/stderr",
         "find . -name '*.txt' -exec cat {} ;",
+        // Removing adds no program.
+        "rm -f .git/index.lock",
+        "find . -name '*.bak' -exec rm {} ;",
     ] {
         assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
     }
