@@ -182,11 +182,6 @@ impl<'a> Reach<'a> {
         if only_reads(piece) {
             return false;
         }
-        let names: Vec<Option<&str>> = piece
-            .layers
-            .iter()
-            .map(|l| l.words.first().and_then(command::command_name))
-            .collect();
         let Some(outer) = piece.layers.first() else {
             return false;
         };
@@ -199,11 +194,9 @@ impl<'a> Reach<'a> {
             .iter()
             .filter_map(|l| l.words.first().map(|w| w.text.as_str()))
             .collect();
-        let sed = names.last() == Some(&Some("sed"));
-        let patterns = names
-            .last()
-            .copied()
-            .flatten()
+        let sed = piece.command_name() == Some("sed");
+        let patterns = piece
+            .command_name()
             .and_then(|name| PATTERN_OPTIONS.iter().find(|(n, _)| *n == name))
             .map(|(_, options)| *options)
             .unwrap_or_default();
@@ -312,19 +305,14 @@ impl<'a> Reach<'a> {
 /// Whether `piece` runs a command that writes no file its arguments name,
 /// under wrappers that write none either.
 fn only_reads(piece: &Piece) -> bool {
-    let names: Vec<Option<&str>> = piece
-        .layers
-        .iter()
-        .map(|l| l.words.first().and_then(command::command_name))
-        .collect();
-    names
-        .last()
-        .copied()
-        .flatten()
-        .is_some_and(|n| READERS.contains(&n))
-        && names[..names.len().saturating_sub(1)]
-            .iter()
-            .all(|n| n.is_some_and(|n| QUIET_WRAPPERS.contains(&n)))
+    let wrappers = &piece.layers[..piece.layers.len().saturating_sub(1)];
+    piece.command_name().is_some_and(|n| READERS.contains(&n))
+        && wrappers.iter().all(|l| {
+            l.words
+                .first()
+                .and_then(command::command_name)
+                .is_some_and(|n| QUIET_WRAPPERS.contains(&n))
+        })
 }
 
 /// The indices of the words of a `find` command (`layer`) that make up
@@ -716,10 +704,9 @@ pub fn bash_named_paths(arguments: &Value, workspace: Option<&Path>) -> Option<V
     let mut named: Vec<NamedPath> = Vec::new();
     let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for piece in &analysis.pieces {
-        let inner = piece.layers.last().and_then(|l| l.words.first());
         let writes = !only_reads(piece)
-            && !inner
-                .and_then(command::command_name)
+            && !piece
+                .command_name()
                 .is_some_and(|n| CONTENTS_STAY.contains(&n));
         let mut paths: Vec<(String, bool)> = piece
             .redirects
