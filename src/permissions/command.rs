@@ -789,22 +789,7 @@ fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
         "xargs" => match skip_options(
             words,
             1,
-            &[
-                "-a",
-                "--arg-file",
-                "-d",
-                "--delimiter",
-                "-E",
-                "-I",
-                "-L",
-                "-n",
-                "--max-args",
-                "-P",
-                "--max-procs",
-                "-s",
-                "--max-chars",
-                "--process-slot-var",
-            ],
+            &XARGS_VALUE_OPTIONS,
             &[
                 "-0",
                 "--null",
@@ -2025,6 +2010,24 @@ fn sensitive_env_option(words: &[Word], options: &[&str], opaque: &mut Option<St
         ));
     }
 }
+
+/// `xargs` options whose value is the next word (or glued to them).
+pub(crate) const XARGS_VALUE_OPTIONS: [&str; 14] = [
+    "-a",
+    "--arg-file",
+    "-d",
+    "--delimiter",
+    "-E",
+    "-I",
+    "-L",
+    "-n",
+    "--max-args",
+    "-P",
+    "--max-procs",
+    "-s",
+    "--max-chars",
+    "--process-slot-var",
+];
 
 /// The commands `find` runs through `-exec`, `-execdir`, `-ok`, `-okdir`.
 fn find_exec_commands(words: &[Word]) -> Vec<Vec<Word>> {

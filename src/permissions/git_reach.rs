@@ -235,6 +235,8 @@ impl<'a> Reach<'a> {
         }
         // What `find -exec` runs is a piece of its own, judged as such.
         let run_by_find = find_commands(outer);
+        let replaced = xargs_replace_strings(piece);
+        let inner_start = outer.words.len() - inner.words.len();
         outer.words.iter().enumerate().any(|(i, word)| {
             if run_by_find.contains(&i)
                 || commands.contains(&word.text.as_str())
@@ -249,8 +251,13 @@ impl<'a> Reach<'a> {
                 return true;
             };
             // `{}`: the paths `find -exec` hands over, which may be any
-            // beneath, `.git/config` too.
-            if word.text == "{}" || (word.computed && self.mentions_git) {
+            // beneath, `.git/config` too; and a word built on one
+            // (`{}/pre-commit` once `{}` is `.git/hooks`), or on the
+            // string `xargs -I` replaces with what it reads.
+            if word.text.contains("{}")
+                || (i >= inner_start && replaced.iter().any(|r| word.text.contains(r.as_str())))
+                || (word.computed && self.mentions_git)
+            {
                 return true;
             }
             // A URL names no file here.
@@ -313,6 +320,44 @@ fn only_reads(piece: &Piece) -> bool {
                 .and_then(command::command_name)
                 .is_some_and(|n| QUIET_WRAPPERS.contains(&n))
         })
+}
+
+/// The strings the `xargs` layers of `piece` replace with what they read
+/// (`-I R`, `-IR`, `-i`, `-iR`, `--replace`, `--replace=R`; `{}` by
+/// default): a word of the command holding one is a path read at run time.
+fn xargs_replace_strings(piece: &Piece) -> Vec<String> {
+    let mut replaced = Vec::new();
+    for layer in &piece.layers[..piece.layers.len().saturating_sub(1)] {
+        let words = &layer.words;
+        if words.first().and_then(command::command_name) != Some("xargs") {
+            continue;
+        }
+        let mut i = 1;
+        while let Some(word) = words.get(i) {
+            let text = word.text.as_str();
+            if text == "--" || !text.starts_with('-') {
+                break;
+            }
+            if text == "-I" {
+                replaced.extend(words.get(i + 1).map(|w| w.text.clone()));
+                i += 1;
+            } else if command::XARGS_VALUE_OPTIONS.contains(&text) {
+                i += 1;
+            } else if let Some(value) = text.strip_prefix("-I") {
+                replaced.push(value.to_string());
+            } else if text == "-i" || text == "--replace" {
+                replaced.push("{}".to_string());
+            } else if let Some(value) = text
+                .strip_prefix("--replace=")
+                .or_else(|| text.strip_prefix("-i"))
+            {
+                replaced.push(value.to_string());
+            }
+            i += 1;
+        }
+    }
+    replaced.retain(|r| !r.is_empty());
+    replaced
 }
 
 /// The indices of the words of a `find` command (`layer`) that make up

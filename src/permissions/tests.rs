@@ -1063,6 +1063,15 @@ fn git_configuration_behind_gits_own_options_variables_and_finds_asks() {
         // find runs commands where it finds files, on what it finds.
         "find . -name config -execdir cp ../x config ;",
         "find . -name config -exec sed -i '$r x' {} +",
+        // A word built on what find or xargs hands over: `{}` may be
+        // `.git/hooks` (or `.gi`, to be spelt out).
+        "find . -name hooks -exec cp x {}/pre-commit ;",
+        "find . -name hooks -exec cp x {}/../config ;",
+        "find . -name .gi -exec cp -r x {}t ;",
+        "find . -name hooks | xargs -I{} cp x {}/pre-commit",
+        "find . -name hooks | xargs -n 1 -I X cp x X/pre-commit",
+        "find . -name hooks | xargs --replace=X cp x X/pre-commit",
+        "find . -name hooks | xargs -i cp x {}/pre-commit",
         // A sed file name glued to its command; a POSIX class.
         "sed -n 'w.git/config' x",
         "sed 's/^//w.git/config' x",
@@ -1076,6 +1085,7 @@ fn git_configuration_behind_gits_own_options_variables_and_finds_asks() {
         "git diff -C -M",
         "git clone --depth 1 https://example.com/r.git",
         "sed -i s/www/web/ notes.txt",
+        "find . -name '*.orig' | xargs -n 1 -I X sed -i s/a/b/ notes.txt",
     ] {
         assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
     }
