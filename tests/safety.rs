@@ -2766,19 +2766,12 @@ async fn a_dry_run_needs_what_reading_the_file_needs(backend: Backend) {
     std::fs::create_dir_all(workspace_root(&app).await.join("notes")).unwrap();
     app.put_file("notes/a.txt", "PLAIN\n");
     let root = workspace_root(&app).await;
-    // What the model would be told: any part of the answer but the
-    // approval itself (which a person reads to decide).
-    let for_the_model = |out: &Value| {
-        let mut out = out.clone();
-        if let Some(o) = out.as_object_mut() {
-            o.remove("approval");
-        }
-        out.to_string()
-    };
 
     // A dry-run write, edit or patch of `.env` would show its text (a
     // diff, or a hint quoting the file): it waits for a person, as
-    // reading it would, and tells the model nothing of the file.
+    // reading it would, and tells nobody anything of the file until then:
+    // not the model, and not the approval request either (no preview),
+    // which the caller, the thread's stream and every approver see.
     let calls = [
         json!({"id": "d1", "name": "write_file", "arguments": {"path": ".env", "content": "x"}, "dry_run": true}),
         json!({"id": "d2", "name": "edit_file", "arguments": {"path": ".env", "old_string": "TOPSECREX", "new_string": "y"}, "dry_run": true}),
@@ -2792,7 +2785,8 @@ async fn a_dry_run_needs_what_reading_the_file_needs(backend: Backend) {
             (202, &json!("pending_approval")),
             "{out}"
         );
-        assert!(!for_the_model(&out).contains("TOPSECRET"), "{out}");
+        assert!(!out.to_string().contains("TOPSECRET"), "{out}");
+        assert!(out["approval"].get("preview").is_none(), "{out}");
         assert!(
             out["approval"]["reason"]
                 .as_str()
@@ -2802,6 +2796,20 @@ async fn a_dry_run_needs_what_reading_the_file_needs(backend: Backend) {
         );
         approvals.push(out["approval"]["id"].as_str().unwrap().to_string());
     }
+    let listed = app.get_json("/v1/approvals").await;
+    assert!(!listed.to_string().contains("TOPSECRET"), "{listed}");
+    let mut sse = app.events("dry", "?after=0", None).await;
+    let mut announced = 0;
+    while let Some(frame) = sse.next(std::time::Duration::from_secs(5)).await {
+        assert!(!frame.raw.contains("TOPSECRET"), "{}", frame.raw);
+        if frame.data["name"] == "tool_call.approval_required" {
+            announced += 1;
+            if announced == calls.len() {
+                break;
+            }
+        }
+    }
+    assert_eq!(announced, calls.len(), "each request was streamed");
     // Approved, it is still a dry run: previewed, nothing written.
     let out = approve_and_wait(&app, &approvals[0], "dry", calls[0].clone()).await;
     let result = &out["tool_agent_output"]["result"];
@@ -2836,6 +2844,12 @@ async fn a_dry_run_needs_what_reading_the_file_needs(backend: Backend) {
     assert_eq!(
         (s, &out["status"]),
         (202, &json!("pending_approval")),
+        "{out}"
+    );
+    // Reading it needs no approval: the request shows the person what the
+    // write would change.
+    assert!(
+        out["approval"]["preview"].to_string().contains("+new"),
         "{out}"
     );
 

@@ -112,6 +112,7 @@ impl Engine {
         tool: &Arc<RegisteredTool>,
         arguments: Value,
         permission: &Permission,
+        with_preview: bool,
     ) -> Result<Option<Executed>, Rejection> {
         if !self.config.approvals.enabled {
             let error = ToolError::new(
@@ -133,7 +134,7 @@ impl Engine {
                 .clone()
                 .unwrap_or_else(|| format!("ask: {}", permission.reason))
         };
-        let preview = if tool.definition.capability.dry_run {
+        let preview = if tool.definition.capability.dry_run && with_preview {
             self.preview(&req, tool, &arguments, permission).await
         } else {
             None

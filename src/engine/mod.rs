@@ -378,8 +378,9 @@ pub struct Permission {
     /// workspace when the verdict was reached (`None` while it does not
     /// exist); recorded with an approval, compared when it resumes.
     pub sub_workspace_at: Option<String>,
-    /// For a dry run of a file tool that writes: the verdict on reading its
-    /// path, which its preview shows (see [`Engine::execute`], step 6).
+    /// For a file tool that writes: the verdict on reading its path, which
+    /// its preview shows (a dry run's, or an approval request's; see
+    /// [`Engine::execute`], step 6).
     pub reading: Option<Box<Permission>>,
 }
 
@@ -705,8 +706,14 @@ impl Engine {
                 (None, true) => None,
             };
             if let Some(asking) = checkpoint {
+                // The request shows the file only where reading it needs
+                // no approval of its own.
+                let preview = permission
+                    .reading
+                    .as_ref()
+                    .is_none_or(|reading| reading.verdict == Verdict::Allow);
                 match self
-                    .request_approval(req.clone(), &tool, arguments, asking)
+                    .request_approval(req.clone(), &tool, arguments, asking, preview)
                     .await?
                 {
                     Some(executed) => return Ok(executed),
@@ -1823,9 +1830,10 @@ impl Engine {
         permission.judged_path = file.judged.then(|| crate::tools::JudgedPath {
             leads_to: file.resolved.clone(),
         });
-        // A dry run of a writing file tool shows the file: judged as a read
-        // of the same path (any reading tool's path rules cover them all).
-        if is_file && req.call.dry_run && !tool.definition.metadata.read_only {
+        // A writing file tool's preview (a dry run's result, or the one an
+        // approval request carries) shows the file: judged as a read of
+        // the same path (any reading tool's path rules cover them all).
+        if is_file && !tool.definition.metadata.read_only {
             let reading = crate::permissions::CallFacts {
                 tool_name: "read_file",
                 read_only: true,
