@@ -993,13 +993,61 @@ async fn a_rollback_racing_an_approval_ends_one_way_or_the_other(backend: Backen
         let held = action("held");
         match approved {
             409 => assert_eq!(held, "withdrawn", "{report}"),
+            // Approved first: the call ran (or was stopped while it ran),
+            // and what it wrote is undone, not left behind.
             200 => assert!(
-                ["skipped", "undone", "awaiting_approval"].contains(&held.as_str().unwrap()),
+                ["undone", "cancelled"].contains(&held.as_str().unwrap()),
                 "round {round}: {report}"
             ),
             other => panic!("round {round}: the approval answered {other}: {report}"),
         }
+        let root = workspace_root(&app).await;
+        assert!(
+            !root.join(format!("held{round}.txt")).exists(),
+            "round {round}: the run's write outlived its rollback: {report}"
+        );
     }
+}
+
+/// A call of the run still running when the run is rolled back is
+/// stopped, and the report says so; it does not run on past the rollback.
+async fn a_rollback_stops_the_runs_running_calls(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let (s, out) = app
+        .call(
+            "rs",
+            json!({"id": "w1", "run_id": "R", "name": "write_file", "arguments": {"path": "w1.txt", "content": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let slow = app.call(
+        "rs",
+        json!({"id": "slow", "run_id": "R", "name": "wait", "arguments": {"ms": 30000}}),
+    );
+    let rollback = async {
+        // Recorded `running` once it reports progress.
+        let mut running = false;
+        for _ in 0..200 {
+            let r = app.get("/v1/threads/rs/tool-calls/slow").await;
+            if r.status() == 200 && r.json::<Value>().await.unwrap()["status"] == "running" {
+                running = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        assert!(running, "the slow call was never recorded running");
+        let r = app.post("/v1/threads/rs/runs/R/rollback", &json!({})).await;
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()
+    };
+    let ((s, out), report) = tokio::join!(slow, rollback);
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["tool_call_id"], "slow", "{report}");
+    assert_eq!(steps[0]["action"], "cancelled", "{report}");
+    assert_eq!(steps[1]["action"], "undone", "{report}");
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(error_code(&out), "CANCELLED", "{out}");
+    assert!(!workspace_root(&app).await.join("w1.txt").exists());
 }
 
 /// A model context rebuilt while a call waits for approval is still one a
@@ -3009,6 +3057,7 @@ both_backends!(
     a_call_whose_undo_attempts_ran_out_says_so,
     a_rollback_withdraws_the_runs_calls_waiting_for_approval,
     a_rollback_racing_an_approval_ends_one_way_or_the_other,
+    a_rollback_stops_the_runs_running_calls,
     an_undo_passes_over_ids_other_calls_hold,
     the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,

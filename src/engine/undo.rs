@@ -10,7 +10,9 @@ use serde::Serialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::{CallRequest, Engine, Executed, Rejection, audit};
+use super::{
+    CallRequest, Cancelled, Engine, Executed, Rejection, SHARED_WAIT_POLL, STOP_GRACE, audit,
+};
 use crate::protocol::calls::{CallShape, IncomingCall};
 use crate::protocol::tool_output::UndoInfo;
 use crate::store::{CallStatus, StoreError, ToolCallRecord, WriteOp, WriteUnit};
@@ -42,8 +44,10 @@ pub struct RollbackStep {
     pub tool_name: String,
     /// `undone`, `undo_failed`, `irreversible`, `already_undone`,
     /// `awaiting_approval` (the undo waits for one), `withdrawn` (the call
-    /// itself waited for approval: it is denied, and never runs), or
-    /// `skipped` (nothing to undo).
+    /// itself waited for approval: it is denied, and never runs),
+    /// `cancelled` (it was running: stopped before it finished, it left
+    /// nothing to undo), `still_running` (it ran on past the longest its
+    /// tool may take), or `skipped` (nothing to undo).
     pub action: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undo_call_id: Option<String>,
@@ -58,6 +62,15 @@ pub struct RollbackReport {
     pub run_id: String,
     /// In the order they were undone: the run's calls, newest first.
     pub steps: Vec<RollbackStep>,
+}
+
+/// What became of a call of a run being rolled back ([`Engine::settle`]).
+enum Settled {
+    Finished(Box<ToolCallRecord>),
+    /// It was running here and was stopped, leaving nothing to undo.
+    Cancelled,
+    /// It runs on, past the longest its tool may take.
+    StillRunning,
 }
 
 /// How many times undoing one call may be tried after failed attempts.
@@ -262,6 +275,64 @@ impl Engine {
         }
     }
 
+    /// `record` once it no longer waits or runs: a call running in this
+    /// process is cancelled, one running elsewhere waited for (as long as
+    /// its tool may run), and one whose approval was decided a moment ago
+    /// read again.
+    async fn settle(&self, thread_id: &str, record: &ToolCallRecord) -> Result<Settled, UndoError> {
+        let mut record = record.clone();
+        let mut cancelled = false;
+        // Pending (decided meanwhile) → running → finished: three looks.
+        for _ in 0..3 {
+            match record.status {
+                status if status.is_finished() => break,
+                CallStatus::Running => {
+                    let here = self.cancel(thread_id, &record.id, STOP_GRACE).await?;
+                    cancelled |= matches!(here, Some(Cancelled::Stopped | Cancelled::Stopping));
+                    if !matches!(here, Some(Cancelled::Stopped | Cancelled::FinishedFirst(_))) {
+                        let limit = self
+                            .registry
+                            .resolve(&record.tool_name)
+                            .map_or(self.config.tool_timeout, |tool| self.time_limit(&tool));
+                        self.wait_finished(
+                            thread_id,
+                            &record.id,
+                            limit + STOP_GRACE + SHARED_WAIT_POLL,
+                        )
+                        .await?;
+                    }
+                }
+                // Its decision and its move out of `pending_approval` commit
+                // together: read again, it runs or has ended.
+                _ => {}
+            }
+            match self.store.tool_call(thread_id, &record.id).await? {
+                Some(again) => record = again,
+                None => {
+                    return Err(
+                        StoreError::Corrupt(format!("call {:?} vanished", record.id)).into(),
+                    );
+                }
+            }
+        }
+        Ok(match record.status {
+            CallStatus::Failure
+                if cancelled
+                    && record.undo.is_none()
+                    && record
+                        .output
+                        .as_ref()
+                        .and_then(|output| output.pointer("/error/code"))
+                        .and_then(serde_json::Value::as_str)
+                        == Some(crate::protocol::tool_output::codes::CANCELLED) =>
+            {
+                Settled::Cancelled
+            }
+            status if status.is_finished() => Settled::Finished(Box::new(record)),
+            _ => Settled::StillRunning,
+        })
+    }
+
     /// Undo every reversible call of a run, newest first. The report is
     /// itself recorded in the audit log.
     pub async fn rollback(
@@ -307,17 +378,42 @@ impl Engine {
                     Ok(Some(approval)) => {
                         step.action = "withdrawn".into();
                         step.detail = Some(format!("approval {} denied", approval.id));
+                        steps.push(step);
+                        continue;
                     }
                     Err(super::approvals::ApprovalError::Store(e)) => return Err(e.into()),
-                    // Decided or expired meanwhile: it runs or ended as that said.
-                    Ok(None) | Err(_) => {
-                        step.action = "skipped".into();
-                        step.detail = Some("its approval was decided meanwhile".into());
-                    }
+                    // Decided or expired meanwhile: settled below, as a
+                    // call that runs (or ran) is.
+                    Ok(None) | Err(_) => {}
                 }
-                steps.push(step);
-                continue;
             }
+            // A call still running (approved, or started, while the rollback
+            // looked) is stopped and waited for, so that what it did is
+            // undone rather than left behind.
+            let settled = match self.settle(thread_id, record).await? {
+                Settled::Finished(record) => record,
+                Settled::Cancelled => {
+                    step.action = "cancelled".into();
+                    step.detail = Some(
+                        "it was running when its run was rolled back: it was stopped before it \
+                         finished and left nothing to undo"
+                            .into(),
+                    );
+                    steps.push(step);
+                    continue;
+                }
+                Settled::StillRunning => {
+                    step.action = "still_running".into();
+                    step.detail = Some(
+                        "it was still running when the rollback stopped waiting for it; undo it \
+                         once it has finished"
+                            .into(),
+                    );
+                    steps.push(step);
+                    continue;
+                }
+            };
+            let record = &*settled;
             match undo_info(record, self.changes_outright(&record.tool_name)) {
                 Err(UndoError::Irreversible { guide, .. }) => {
                     step.action = "irreversible".into();
