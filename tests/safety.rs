@@ -1220,6 +1220,30 @@ async fn undo_e1(app: &TestApp) -> Value {
     r.json().await.unwrap()
 }
 
+/// An undo writes where its call wrote: a rule naming the call's own tool
+/// (not only `undo_edit` or the `write` class) holds for its undo too.
+async fn rules_on_the_calls_tool_hold_for_its_undo(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let root = edited_e1(&app).await;
+    put_rules(&app, json!({"deny": ["edit_file(f.txt)"]})).await;
+    let denied = undo_e1(&app).await;
+    assert_eq!(error_code(&denied), "PERMISSION_DENIED", "{denied}");
+    assert!(denied.to_string().contains("edit_file(f.txt)"), "{denied}");
+    assert_eq!(std::fs::read_to_string(root.join("f.txt")).unwrap(), "two
+");
+    put_rules(&app, json!({"ask": ["edit_file(f.txt)"]})).await;
+    let r = app
+        .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202, "the undo waits for a person");
+    assert_eq!(std::fs::read_to_string(root.join("f.txt")).unwrap(), "two
+");
+    // A rule on another path leaves it to the undo's own verdict.
+    put_rules(&app, json!({"deny": ["edit_file(other.txt)"]})).await;
+    let r = app.get_json("/v1/threads/u/tool-calls/e1").await;
+    assert_eq!(r["undo"], "available", "{r}");
+}
+
 /// An undo that failed undid nothing, so the call can be undone again once
 /// what stopped it is gone: a new attempt runs under a new id.
 async fn a_call_whose_undo_failed_can_be_undone_again(backend: Backend) {
@@ -3058,6 +3082,7 @@ both_backends!(
     a_rollback_withdraws_the_runs_calls_waiting_for_approval,
     a_rollback_racing_an_approval_ends_one_way_or_the_other,
     a_rollback_stops_the_runs_running_calls,
+    rules_on_the_calls_tool_hold_for_its_undo,
     an_undo_passes_over_ids_other_calls_hold,
     the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,

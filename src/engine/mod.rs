@@ -1814,12 +1814,42 @@ impl Engine {
             file.workspace = Some(workspace.path.clone());
         }
         let facts = call_facts(req, tool, &file);
-        let decision = crate::permissions::decide(
+        let mut decision = crate::permissions::decide(
             &self.config.permissions.rules,
             owner_rules.as_ref(),
             &self.config.permissions.defaults,
             &facts,
         );
+        // An undo writes where its original call wrote: the rules on the
+        // original's tool judge it too (`deny: write_file(v/**)` holds for
+        // the undo of a write_file), and the stricter verdict stands.
+        if let Some(original) = &req.undo_of
+            && let Some(record) = self.store.tool_call(&req.thread_id, original).await?
+            && record.tool_name != tool.definition.name
+        {
+            let as_original = crate::permissions::CallFacts {
+                tool_name: &record.tool_name,
+                ..facts
+            };
+            let theirs = crate::permissions::decide(
+                &self.config.permissions.rules,
+                owner_rules.as_ref(),
+                &self.config.permissions.defaults,
+                &as_original,
+            );
+            let weight = |v: crate::permissions::Verdict| match v {
+                crate::permissions::Verdict::Allow => 0,
+                crate::permissions::Verdict::Ask => 1,
+                crate::permissions::Verdict::Deny => 2,
+            };
+            // Only a rule: the defaults by the tool's nature are the
+            // undo's own.
+            if theirs.source != crate::permissions::SOURCE_DEFAULT
+                && weight(theirs.verdict) > weight(decision.verdict)
+            {
+                decision = theirs;
+            }
+        }
         let path_rules = crate::permissions::PathRules::new(
             &self.config.permissions.rules,
             owner_rules.as_ref(),
