@@ -1489,6 +1489,86 @@ async fn refused_at(r: reqwest::Response, status: u16, says: &str, pointer: &str
     assert_eq!(p["errors"][0]["pointer"], pointer, "{p}");
 }
 
+/// A recorded assistant turn comes back from a client that built its
+/// messages from the thread's stream or snapshot: its calls in the order
+/// they were posted, and with a call toolgate placed in it (posted with it
+/// as `parent_message_id`). The run goes on; a call the turn never had is
+/// still refused.
+async fn a_recorded_turn_comes_back_as_the_stream_showed_it(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let r = app
+        .post(
+            "/v1/threads/rt/messages",
+            &json!({"id": "a1", "role": "assistant", "tool_calls": [
+                {"id": "x", "name": "echo", "arguments": {"text": "x"}},
+                {"id": "y", "name": "echo", "arguments": {"text": "y"}}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    for (id, text) in [("y", "y"), ("x", "x")] {
+        let (s, out) = app
+            .call(
+                "rt",
+                json!({"id": id, "name": "echo", "arguments": {"text": text}}),
+            )
+            .await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let (s, out) = app
+        .call(
+            "rt",
+            json!({"id": "p", "name": "echo", "arguments": {"text": "p"}, "parent_message_id": "a1"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let call = |id: &str| {
+        json!({"id": id, "type": "function",
+               "function": {"name": "echo", "arguments": format!("{{\"text\":\"{id}\"}}")}})
+    };
+    // The results as the stream carried them (their own message ids).
+    let results: Vec<Value> = app
+        .history("rt")
+        .await
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            json!({"id": m["id"], "role": "tool", "toolCallId": m["tool_call_id"],
+                   "content": m["content"]})
+        })
+        .collect();
+    assert_eq!(results.len(), 3);
+    let run = |calls: Vec<Value>, run_id: &str| {
+        let mut messages = vec![json!({"id": "a1", "role": "assistant", "toolCalls": calls})];
+        messages.extend(results.iter().cloned());
+        messages.push(json!({"id": format!("u_{run_id}"), "role": "user", "content": "and now?"}));
+        json!({"threadId": "rt", "runId": run_id, "state": {}, "tools": [], "context": [],
+               "forwardedProps": {}, "messages": messages})
+    };
+    // As the stream showed it: y, x (posted in that order), then p.
+    let r = app
+        .post(
+            "/v1/threads/rt/runs",
+            &run(vec![call("y"), call("x"), call("p")], "r1"),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert!(frames.iter().all(|f| f.kind() != "RUN_ERROR"), "{frames:?}");
+    // A call the turn never had, or one of its calls left out, is not it.
+    for calls in [
+        vec![call("x"), call("y"), call("p"), call("z")],
+        vec![call("x"), call("p")],
+    ] {
+        refused_at(
+            app.post("/v1/threads/rt/runs", &run(calls, "r2")).await,
+            409,
+            "other tool calls",
+            "/messages/0/id",
+        )
+        .await;
+    }
+}
+
 /// The same run posted several times at once (a client's retry racing
 /// its first try): every one finishes as a retry would, with the call's
 /// one outcome, and the thread holds each message and result once.
@@ -2442,6 +2522,7 @@ async fn large_results_are_paged_by_size(backend: Backend) {
 }
 
 both_backends!(
+    a_recorded_turn_comes_back_as_the_stream_showed_it,
     identical_runs_at_once_all_finish,
     a_run_names_the_fields_it_does_not_know,
     large_results_are_paged_by_size,

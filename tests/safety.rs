@@ -1229,15 +1229,19 @@ async fn rules_on_the_calls_tool_hold_for_its_undo(backend: Backend) {
     let denied = undo_e1(&app).await;
     assert_eq!(error_code(&denied), "PERMISSION_DENIED", "{denied}");
     assert!(denied.to_string().contains("edit_file(f.txt)"), "{denied}");
-    assert_eq!(std::fs::read_to_string(root.join("f.txt")).unwrap(), "two
-");
+    assert_eq!(
+        std::fs::read_to_string(root.join("f.txt")).unwrap(),
+        "two\n"
+    );
     put_rules(&app, json!({"ask": ["edit_file(f.txt)"]})).await;
     let r = app
         .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
         .await;
     assert_eq!(r.status(), 202, "the undo waits for a person");
-    assert_eq!(std::fs::read_to_string(root.join("f.txt")).unwrap(), "two
-");
+    assert_eq!(
+        std::fs::read_to_string(root.join("f.txt")).unwrap(),
+        "two\n"
+    );
     // A rule on another path leaves it to the undo's own verdict.
     put_rules(&app, json!({"deny": ["edit_file(other.txt)"]})).await;
     let r = app.get_json("/v1/threads/u/tool-calls/e1").await;

@@ -220,7 +220,7 @@ pub async fn post_run(
         .iter()
         .map(|(pointer, call)| (pointer.clone(), call));
     super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared).await?;
-    refuse_rewritten_turns(&stored, &input, &frontend, &at)?;
+    refuse_rewritten_turns(&state, &thread.0, &stored, &input, &frontend, &at).await?;
     refuse_second_results(&state, &thread.0, &stored, &input, &known, &at).await?;
     // A run on a new thread id claims it, even one that records nothing.
     if !claimed {
@@ -403,8 +403,13 @@ async fn emit(tx: &Tx, event: &Event) {
 
 /// An assistant message the thread has recorded must come back with the
 /// calls it was recorded with: the run executes the calls of the input,
-/// and the thread's record of the turn would no longer say what ran.
-fn refuse_rewritten_turns(
+/// and the thread's record of the turn would no longer say what ran. In
+/// any order, and with the calls toolgate itself placed in the message
+/// (posted with it as their `parent_message_id`): a client that built its
+/// messages from the thread's stream or snapshot sends them back so.
+async fn refuse_rewritten_turns(
+    state: &AppState,
+    thread_id: &str,
     stored: &[StoredMessage],
     input: &RunAgentInput,
     frontend: &HashSet<&str>,
@@ -428,13 +433,39 @@ fn refuse_rewritten_turns(
             .and_then(Value::as_array)
             .map(Vec::as_slice)
             .unwrap_or_default();
-        let same = recorded.role == Role::Assistant
-            && sent.len() == had.len()
-            && sent.iter().zip(had).all(|(a, b)| {
-                a.get("id") == b.get("id")
-                    && a.get("name") == b.get("name")
-                    && crate::protocol::json::same_json_at(a.get("arguments"), b.get("arguments"))
+        let same_call = |a: &Value, b: &Value| {
+            a.get("name") == b.get("name")
+                && crate::protocol::json::same_json_at(a.get("arguments"), b.get("arguments"))
+        };
+        let sent_ids: HashSet<&str> = sent.iter().filter_map(|c| c["id"].as_str()).collect();
+        let mut same = recorded.role == Role::Assistant
+            && sent_ids.len() == sent.len()
+            && had.iter().all(|b| {
+                sent.iter()
+                    .find(|a| a.get("id") == b.get("id"))
+                    .is_some_and(|a| same_call(a, b))
             });
+        for extra in sent
+            .iter()
+            .filter(|a| !had.iter().any(|b| a.get("id") == b.get("id")))
+        {
+            if !same {
+                break;
+            }
+            let call_id = extra["id"].as_str().unwrap_or_default();
+            same = match state.store.tool_call(thread_id, call_id).await? {
+                Some(placed) => {
+                    let name = extra["name"].as_str().unwrap_or_default();
+                    placed.parent_message_id.as_deref() == Some(id.as_str())
+                        && placed.tool_name == state.engine.registry().canonical_name(name)
+                        && crate::protocol::json::same_json_at(
+                            extra.get("arguments"),
+                            Some(&placed.args),
+                        )
+                }
+                None => false,
+            };
+        }
         if !same {
             return Err(ApiError::conflict_at(
                 format!("/messages/{}/id", at[i]),
