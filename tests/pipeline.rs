@@ -1382,6 +1382,50 @@ async fn extreme_numbers_survive_storage(backend: Backend) {
     let history = app.history("numbers").await;
     let declared = &history.last().unwrap()["tool_calls"][0]["arguments"]["n"];
     assert_eq!(zero_sign(declared), Some(false), "{history:?}");
+
+    // A whole number past 2^53 written as a float (`1e16`) is read as the
+    // integer it is, which jsonb gives back (it prints `1e16` in full): a
+    // re-post matches what was stored, a call declared so can be posted
+    // as declared, and history shows what the live answer did.
+    let whole = json!([1e16, -1e18, 1.5e19]);
+    let as_integers = json!([
+        10_000_000_000_000_000u64,
+        -1_000_000_000_000_000_000i64,
+        15_000_000_000_000_000_000u64
+    ]);
+    let call = json!({"id": "w1", "name": "echo", "arguments": {"text": "w", "n": whole}});
+    let (s, live) = app.call("numbers", call.clone()).await;
+    assert_eq!(s, 200, "{live}");
+    assert_eq!(
+        live["tool_agent_output"]["result"]["n"], as_integers,
+        "{live}"
+    );
+    let (s, again) = app.call("numbers", call).await;
+    assert_eq!((s, &again["replayed"]), (200, &json!(true)), "{again}");
+    assert_eq!(again["ui_schema"], live["ui_schema"]);
+    let message = json!({"id": "wm", "role": "assistant", "content": "",
+        "tool_calls": [{"id": "w2", "name": "echo", "arguments": {"text": "w", "n": whole}}]});
+    assert_eq!(
+        app.post(&format!("{t}/messages"), &message).await.status(),
+        201
+    );
+    assert_eq!(
+        app.post(&format!("{t}/messages"), &message).await.status(),
+        200
+    );
+    let (s, out) = app
+        .call(
+            "numbers",
+            json!({"id": "w2", "name": "echo", "arguments": {"text": "w", "n": whole}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let history = app.history("numbers").await;
+    let stored = history
+        .iter()
+        .find(|m| m["tool_call_id"] == "w1")
+        .expect("w1's result");
+    assert_eq!(stored["ui_schema"], live["ui_schema"], "{stored}");
 }
 
 /// The database refuses one call's result (a trigger): that call is

@@ -53,12 +53,14 @@ fn storable_arguments(arguments: &Value) -> Value {
 /// there (`/history`, a resumed stream) and must read back exactly as it
 /// was streamed. On every backend, U+0000 (a command's output, say;
 /// Postgres cannot store it in text or jsonb) becomes U+FFFD, as in a
-/// lossy UTF-8 decode, and a negative zero (jsonb's numbers have one zero)
-/// becomes 0.0. (Requests cannot carry U+0000 at all.)
+/// lossy UTF-8 decode, and a float is written as jsonb gives it back
+/// ([`crate::protocol::json::storable_float`]: a negative zero as 0.0, a
+/// whole number such as `1e16` as its integer). (Requests cannot carry
+/// U+0000 at all.)
 pub fn make_storable(value: &mut Value) {
     match value {
-        Value::Number(n) if n.as_f64().is_some_and(|f| f == 0.0 && f.is_sign_negative()) => {
-            *n = serde_json::Number::from_f64(0.0).expect("0 is finite");
+        Value::Number(n) if n.is_f64() => {
+            *value = crate::protocol::json::storable_float(n.as_f64().unwrap_or(f64::NAN));
         }
         Value::String(s) => replace_nul_in(s),
         Value::Array(items) => items.iter_mut().for_each(make_storable),

@@ -1,6 +1,8 @@
 //! JSON text as toolgate reads it from callers: serde_json's grammar and
 //! limits, and one rule more, that an object never names a key twice (and
-//! a negative zero is read as 0.0, the one zero Postgres's jsonb keeps).
+//! a negative zero is read as 0.0, the one zero Postgres's jsonb keeps, and
+//! a whole number past 2^53 as the integer jsonb gives back: see
+//! [`storable_float`]).
 //!
 //! RFC 8259 leaves a repeated key's meaning to the reader ("the names
 //! within an object SHOULD be unique"); serde_json keeps the last value,
@@ -61,6 +63,31 @@ pub fn nul_pointer(value: &Value) -> Option<String> {
         }),
         _ => None,
     }
+}
+
+/// A float as every backend keeps it, and reads it back: a negative zero
+/// as 0.0 (Postgres's jsonb has one zero), and a whole number beyond 2^53
+/// that a 64-bit integer holds exactly (`1e16`) as that integer, since
+/// jsonb prints it in full (`10000000000000000`), which reads back as an
+/// integer. Every backend must keep (and compare) what it was sent alike,
+/// and a replay must read as the live stream did. JSON text cannot spell a
+/// NaN or an infinity; such a value is `null`.
+pub fn storable_float(v: f64) -> Value {
+    const TWO_53: f64 = 9_007_199_254_740_992.0;
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    const TWO_64: f64 = 18_446_744_073_709_551_616.0;
+    if v == 0.0 {
+        return Value::from(0.0);
+    }
+    if v.fract() == 0.0 && v.abs() > TWO_53 {
+        if v > 0.0 && v < TWO_64 {
+            return Value::from(v as u64);
+        }
+        if v < 0.0 && v >= -TWO_63 {
+            return Value::from(v as i64);
+        }
+    }
+    Number::from_f64(v).map_or(Value::Null, Value::Number)
 }
 
 /// `value` with every whole number written with a fraction (`2000.0`)
@@ -185,11 +212,7 @@ impl<'de> Visitor<'de> for Strict<'_> {
     }
 
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        // A negative zero is read as 0.0: Postgres's jsonb has one zero,
-        // and every backend must keep (and compare) what it was sent alike.
-        let v = if v == 0.0 { 0.0 } else { v };
-        // JSON text cannot spell a NaN or an infinity.
-        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+        Ok(storable_float(v))
     }
 
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {
