@@ -80,10 +80,10 @@ pub fn storable_float(v: f64) -> Value {
         return Value::from(0.0);
     }
     if v.fract() == 0.0 && v.abs() > TWO_53 {
-        if v > 0.0 && v < TWO_64 {
+        if (0.0..TWO_64).contains(&v) {
             return Value::from(v as u64);
         }
-        if v < 0.0 && v >= -TWO_63 {
+        if (-TWO_63..0.0).contains(&v) {
             return Value::from(v as i64);
         }
     }
