@@ -34,6 +34,10 @@ pub struct ServerSettings {
     pub bind: SocketAddr,
     pub request_timeout_secs: u64,
     pub body_limit_bytes: usize,
+    /// Largest accepted body of an AG-UI run (`POST /v1/threads/{id}/runs`):
+    /// an AG-UI client sends the whole conversation with every run, the
+    /// results toolgate streamed included.
+    pub run_body_limit_bytes: usize,
     pub json_logs: bool,
     pub sse_heartbeat_secs: u64,
     /// Browser origins (`https://app.example.com`) that may call the API
@@ -74,6 +78,7 @@ impl Default for ServerSettings {
             bind: ([127, 0, 0, 1], 8080).into(),
             request_timeout_secs: 660,
             body_limit_bytes: 1024 * 1024,
+            run_body_limit_bytes: 32 * 1024 * 1024,
             json_logs: false,
             sse_heartbeat_secs: 15,
             cors_origins: Vec::new(),

@@ -1654,7 +1654,72 @@ async fn a_parent_that_is_not_an_assistant_message_is_refused(backend: Backend) 
     );
 }
 
+/// An AG-UI client sends the whole conversation with every run: a run's
+/// body may be larger than other requests' (`server.run_body_limit_bytes`),
+/// and past that it is refused naming that setting.
+async fn a_run_takes_a_larger_body_than_other_requests(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.server.body_limit_bytes = 4096;
+        s.server.run_body_limit_bytes = 64 * 1024;
+    })
+    .await;
+    let run = |text_len: usize| {
+        json!({"threadId": "big", "runId": format!("r{text_len}"), "state": {}, "tools": [],
+               "context": [], "forwardedProps": {},
+               "messages": [{"id": format!("u{text_len}"), "role": "user", "content": "x".repeat(text_len)}]})
+    };
+    let r = app.post("/v1/threads/big/runs", &run(20_000)).await;
+    assert_eq!(r.status(), 200, "over body_limit_bytes, within the run's");
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert!(frames.iter().all(|f| f.kind() != "RUN_ERROR"));
+    for sent in [
+        app.post("/v1/threads/big/runs", &run(80_000)).await,
+        // Not declared: measured as it arrives.
+        app.client
+            .post(app.url("/v1/threads/big/runs"))
+            .bearer_auth(&app.token)
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(futures::stream::iter([Ok::<
+                _,
+                std::io::Error,
+            >(
+                serde_json::to_vec(&run(80_001)).unwrap(),
+            )])))
+            .send()
+            .await
+            .unwrap(),
+    ] {
+        let (s, p) = problem(sent).await;
+        assert_eq!(s, 413, "{p}");
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .contains("server.run_body_limit_bytes"),
+            "{p}"
+        );
+    }
+    // Other routes keep theirs.
+    let (s, p) = problem(
+        app.post(
+            "/v1/threads/big/messages",
+            &json!({"role": "user", "content": "x".repeat(20_000)}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 413, "{p}");
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("server.body_limit_bytes"),
+        "{p}"
+    );
+}
+
 both_backends!(
+    a_run_takes_a_larger_body_than_other_requests,
     dot_segment_ids_are_refused,
     a_parent_that_is_not_an_assistant_message_is_refused,
     refusals_do_not_echo_large_values_whole,

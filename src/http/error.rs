@@ -515,23 +515,40 @@ fn json_pointer(path: &serde_path_to_error::Path) -> String {
 /// `Query<T>` whose rejections are problems naming the parameter.
 pub struct ApiQuery<T>(pub T);
 
-/// A request's whole body, within `server.body_limit_bytes`.
+/// A route's own body limit, where it is not `server.body_limit_bytes`
+/// (with an [`axum::extract::DefaultBodyLimit`] of the same size): the
+/// bytes, and the setting that gives them.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit {
+    pub bytes: usize,
+    pub setting: &'static str,
+}
+
 /// The request's body, read within the server's limits: a body declared
-/// larger than `server.body_limit_bytes` is refused before it is read, and
-/// one that takes longer than `server.header_read_timeout_secs` to arrive
-/// (trickled in a byte at a time, holding its connection) is a `408`.
+/// larger than the route's limit (`server.body_limit_bytes`, or the
+/// route's [`BodyLimit`]) is refused before it is read, and one that takes
+/// longer than `server.header_read_timeout_secs` to arrive (trickled in a
+/// byte at a time, holding its connection) is a `408`.
 async fn read_body(req: Request, state: &super::AppState) -> Result<axum::body::Bytes, ApiError> {
     let server = &state.settings.server;
+    let limit = req
+        .extensions()
+        .get::<BodyLimit>()
+        .copied()
+        .unwrap_or(BodyLimit {
+            bytes: server.body_limit_bytes,
+            setting: "server.body_limit_bytes",
+        });
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if let Some(declared) = declared.filter(|n| *n > server.body_limit_bytes as u64) {
+    if let Some(declared) = declared.filter(|n| *n > limit.bytes as u64) {
         return Err(ApiError::PayloadTooLarge(format!(
             "the request body is declared as {declared} bytes (Content-Length); toolgate reads \
-             at most {} (server.body_limit_bytes)",
-            server.body_limit_bytes
+             at most {} ({})",
+            limit.bytes, limit.setting
         )));
     }
     let within = std::time::Duration::from_secs(server.header_read_timeout_secs.max(1));
@@ -541,9 +558,10 @@ async fn read_body(req: Request, state: &super::AppState) -> Result<axum::body::
             within.as_secs()
         ))),
         Ok(Err(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            Err(ApiError::PayloadTooLarge(
-                "the request body exceeds the configured limit (server.body_limit_bytes)".into(),
-            ))
+            Err(ApiError::PayloadTooLarge(format!(
+                "the request body exceeds the configured limit, {} bytes ({})",
+                limit.bytes, limit.setting
+            )))
         }
         Ok(Err(e)) => Err(ApiError::bad_request(format!(
             "could not read the body: {}",

@@ -439,7 +439,7 @@ fn router(state: AppState) -> Router {
         .merge(approvals::routes())
         .merge(audit::routes())
         .merge(workspace::routes())
-        .merge(runs::routes())
+        .merge(runs::routes(state.settings.server.run_body_limit_bytes))
         .merge(tools::routes());
     Router::new()
         .nest("/v1", api)

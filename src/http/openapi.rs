@@ -245,7 +245,12 @@ fn add_common_problems(doc: &mut Value) {
                 ));
             }
             if has_body {
-                common.push(("413", problem("Body larger than `server.body_limit_bytes`")));
+                let limit = match path.ends_with("/runs") {
+                    // An AG-UI client sends the whole conversation each run.
+                    true => "server.run_body_limit_bytes",
+                    false => "server.body_limit_bytes",
+                };
+                common.push(("413", problem(&format!("Body larger than `{limit}`"))));
                 common.push((
                     "415",
                     problem("Body not sent with `Content-Type: application/json`, or sent with a `Content-Encoding`"),

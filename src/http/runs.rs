@@ -28,8 +28,19 @@ use crate::protocol::parts;
 use crate::protocol::tool_output::{ToolError, codes};
 use crate::store::{CallStatus, NewMessage, Role, StoredMessage, WriteOp, WriteUnit};
 
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/threads/{thread_id}/runs", post(post_run))
+/// The run route, with its own body limit (`server.run_body_limit_bytes`).
+pub fn routes(run_body_limit_bytes: usize) -> Router<AppState> {
+    let limit = super::error::BodyLimit {
+        bytes: run_body_limit_bytes,
+        setting: "server.run_body_limit_bytes",
+    };
+    Router::new().route(
+        "/threads/{thread_id}/runs",
+        post(post_run).layer((
+            axum::extract::DefaultBodyLimit::max(run_body_limit_bytes),
+            axum::Extension(limit),
+        )),
+    )
 }
 
 /// Run the pending tool calls of a `RunAgentInput` (AG-UI agent endpoint).
