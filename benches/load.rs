@@ -15,7 +15,8 @@
 //!   (b1) GET /v1/threads/{t}/events on threads holding 25 echo results:
 //!        resumed at the last event (nothing to replay), then from the start
 //!        (every result event rebuilt from its tool message)
-//!   (b2) `bash {command: "true"}` and `read_file` of a 1 MB file, same server
+//!   (b2) `bash {command: "true"}` and `read_file` of a 1 MB file (the
+//!        256,000 characters one call shows at most), same server
 //!   (c) the same on Postgres (a fresh database, dropped at the end)
 //!
 //! The server runs on its own multi-thread runtime (own OS thread), the load
@@ -695,8 +696,9 @@ async fn fill_threads(
     Ok(last)
 }
 
-/// 2,000 lines of 523 characters + newline (≈ 1 MB) that `read_file`
-/// returns whole: its window is 2,000 lines of at most 2,000 characters.
+/// 2,000 lines of 523 characters + newline (≈ 1 MB), of which one
+/// `read_file` call returns the most it shows: 489 lines, 255,747
+/// characters (a call shows at most 256,000).
 fn one_mb_text() -> Vec<u8> {
     let line = format!("{}\n", "x".repeat(523));
     line.repeat(2000).into_bytes()
@@ -888,7 +890,7 @@ fn main() -> anyhow::Result<()> {
     );
     sqlite.put_file("big.txt", &one_mb_text())?;
     scenario!(
-        "POST read_file 1 MB, SQLite",
+        "POST read_file 256 KB (a call's most), SQLite",
         &sqlite,
         tool_call(&sqlite, "read", "read_file", json!({"path": "big.txt"}))
     );

@@ -663,6 +663,33 @@ async fn read_caps_lines_and_cuts_long_ones() {
     );
 }
 
+/// A call shows at most 256,000 characters of lines in all: 2,000 lines
+/// of 600 characters stop before the line that would pass it, and the
+/// next offset goes on from there, so that no one result (streamed as one
+/// event with its ui_schema) grows past what an AG-UI client reads in one.
+#[tokio::test]
+async fn read_stops_at_its_character_budget_and_says_where_to_go_on() {
+    let world = World::new();
+    let line = "y".repeat(600);
+    let text: String = (0..2_000).map(|_| format!("{line}\n")).collect();
+    world.write("wide.txt", text);
+    let read = ok(&world.read_file(), &world, json!({"path": "wide.txt"})).await;
+    // 426 lines of 600 make 255,600 characters; a 427th would pass 256,000.
+    assert_eq!(read.result["end_line"], 426, "{}", read.result["note"]);
+    assert_eq!(read.result["next_offset"], 427);
+    assert!(read.partial);
+    let note = read.result["note"].as_str().unwrap();
+    assert!(note.contains("256000 characters per call"), "{note}");
+    let next = ok(
+        &world.read_file(),
+        &world,
+        json!({"path": "wide.txt", "offset": 427}),
+    )
+    .await;
+    assert_eq!(next.result["start_line"], 427);
+    assert_eq!(next.result["end_line"], 852);
+}
+
 /// A file of one huge line (64 MiB here; a command can make one of
 /// `sandbox.file_size_bytes`) is read and grepped without the line being
 /// held: `read_file` keeps the start of it, cuts it and reads past the rest

@@ -22,6 +22,11 @@ use crate::workspace::{Workspace, Workspaces};
 pub const MAX_LINES: usize = 2_000;
 /// Longer lines are cut.
 pub const MAX_LINE_CHARS: usize = 2_000;
+/// Characters of lines shown per call, in all: a call stops before the line
+/// that would pass it (`partial`, with `next_offset`), so that its result,
+/// streamed as one event with its `ui_schema`, stays far below what an
+/// AG-UI client takes in one frame (the stock client's parser: 10 MB).
+pub const MAX_SHOWN_CHARS: usize = 256_000;
 /// At most this much of one line is held in memory; the rest of a longer
 /// line is read past (its characters counted for the cut marker), never
 /// kept, so a file of one huge line costs no more than this.
@@ -86,6 +91,8 @@ fn read_text(
     let mut reader = std::io::Cursor::new(probe).chain(reader);
     let language = language_of(path);
     let mut shown: Vec<String> = vec![];
+    let mut shown_chars = 0usize;
+    let mut budget_spent = false;
     let mut cut_lines = 0usize;
     let mut total = 0usize;
     let mut line = Vec::with_capacity(8 * 1024);
@@ -104,7 +111,7 @@ fn read_text(
         }
         let text = line_text(&line, rest.is_some())
             .ok_or_else(|| binary(path, &format!("line {total} is not valid UTF-8")))?;
-        if total >= offset && shown.len() < limit {
+        if total >= offset && shown.len() < limit && !budget_spent {
             let text = if rest.is_some() {
                 text
             } else {
@@ -113,7 +120,11 @@ fn read_text(
             // A character split by the cut counts once, with the rest.
             let split = usize::from(rest.is_some() && text.len() < line.len());
             let chars = text.chars().count() + rest.map_or(0, |r| r.chars + split);
-            if chars > MAX_LINE_CHARS {
+            let shows = chars.min(MAX_LINE_CHARS);
+            if !shown.is_empty() && shown_chars + shows > MAX_SHOWN_CHARS {
+                budget_spent = true;
+            } else if chars > MAX_LINE_CHARS {
+                shown_chars += shows;
                 cut_lines += 1;
                 let kept: String = text.chars().take(MAX_LINE_CHARS).collect();
                 shown.push(format!(
@@ -121,6 +132,7 @@ fn read_text(
                     chars - MAX_LINE_CHARS
                 ));
             } else {
+                shown_chars += shows;
                 shown.push(text.to_string());
             }
         }
@@ -162,8 +174,12 @@ fn read_text(
     let mut notes = vec![];
     if more {
         result["next_offset"] = json!(end + 1);
+        let why = match budget_spent {
+            true => format!(" (at most {MAX_SHOWN_CHARS} characters per call)"),
+            false => String::new(),
+        };
         notes.push(format!(
-            "Showing lines {offset}-{end} of {total}. To read more, call read_file with offset {}.",
+            "Showing lines {offset}-{end} of {total}{why}. To read more, call read_file with offset {}.",
             end + 1
         ));
     }
