@@ -690,6 +690,38 @@ async fn read_stops_at_its_character_budget_and_says_where_to_go_on() {
     assert_eq!(next.result["end_line"], 852);
 }
 
+/// A grep returns at most 256,000 characters of entries, whatever its
+/// head_limit and context: 5,000 matched lines of 450 characters stop well
+/// before the head_limit, saying why.
+#[tokio::test]
+async fn grep_stops_at_its_character_budget() {
+    let world = World::new();
+    let line = format!("match {}", "z".repeat(444));
+    let text: String = (0..5_000).map(|_| format!("{line}\n")).collect();
+    world.write("many.txt", text);
+    let found = ok(
+        &world.grep(),
+        &world,
+        json!({"pattern": "match", "output_mode": "content", "head_limit": 5000}),
+    )
+    .await;
+    let entries = found.result["entries"].as_array().unwrap();
+    let chars: usize = entries
+        .iter()
+        .map(|e| e.as_str().unwrap().chars().count())
+        .sum();
+    assert!(chars <= 256_000, "{chars}");
+    assert!(
+        entries.len() > 400 && entries.len() < 5_000,
+        "{}",
+        entries.len()
+    );
+    assert_eq!(found.result["truncated"], true);
+    assert!(found.partial);
+    let note = found.result["note"].as_str().unwrap();
+    assert!(note.contains("256000 characters"), "{note}");
+}
+
 /// A file of one huge line (64 MiB here; a command can make one of
 /// `sandbox.file_size_bytes`) is read and grepped without the line being
 /// held: `read_file` keeps the start of it, cuts it and reads past the rest

@@ -33,6 +33,10 @@ pub const WALK_CAP: usize = 100_000;
 pub const GREP_DEFAULT_LIMIT: usize = 250;
 pub const GREP_MAX_LIMIT: usize = 5_000;
 pub const GREP_MAX_CONTEXT: usize = 20;
+/// Characters of entries one call returns at most, in all (as `read_file`
+/// shows at most: one result, streamed as one event with its ui_schema,
+/// stays far below what an AG-UI client reads in one frame).
+pub const GREP_MAX_CHARS: usize = super::read::MAX_SHOWN_CHARS;
 /// Matched lines longer than this are cut in `content` mode.
 pub const GREP_MAX_LINE: usize = 500;
 /// The searcher's heap limit: a line longer than this (with the context
@@ -259,6 +263,9 @@ struct Output {
     limit: usize,
     entries: Vec<String>,
     truncated: bool,
+    /// Characters of `entries`; past [`GREP_MAX_CHARS`] the output stops.
+    chars: usize,
+    chars_spent: bool,
     files_searched: usize,
     files_matched: usize,
     total_matches: u64,
@@ -276,6 +283,13 @@ impl Output {
             self.truncated = true;
             return false;
         }
+        let chars = entry.chars().count();
+        if self.chars + chars > GREP_MAX_CHARS {
+            self.truncated = true;
+            self.chars_spent = true;
+            return false;
+        }
+        self.chars += chars;
         self.entries.push(entry);
         true
     }
@@ -498,6 +512,8 @@ impl Tool for Grep {
                 limit,
                 entries: vec![],
                 truncated: false,
+                chars: 0,
+                chars_spent: false,
                 files_searched: 0,
                 files_matched: 0,
                 total_matches: 0,
@@ -590,7 +606,11 @@ impl Tool for Grep {
                     if count == 1 { "it" } else { "them" },
                 ));
             }
-            if out.truncated {
+            if out.chars_spent {
+                result["note"] = json!(format!(
+                    "Output stopped at {GREP_MAX_CHARS} characters, the most one call returns; counts cover the files searched so far. Narrow the pattern, path or glob, or use less context."
+                ));
+            } else if out.truncated {
                 result["note"] = json!(format!(
                     "Output stopped at head_limit ({limit}) entries; counts cover the files searched so far. Narrow the pattern, path or glob, or raise head_limit."
                 ));
