@@ -1716,17 +1716,28 @@ async fn a_declared_call_runs_only_as_declared(backend: Backend) {
     assert_eq!(r.status(), 201);
     // The backend posts c1 with what the model did not ask for: the
     // context would show a call that never ran. Nothing is recorded.
-    for other in [
-        json!({"id": "c1", "name": "echo", "arguments": {"text": "two"}}),
-        json!({"id": "c1", "name": "wait", "arguments": {"ms": 1}}),
-        json!({"id": "s1", "name": "wait", "arguments": {"ms": 2}}),
+    // The refusal names what differs, as for a recorded id.
+    for (other, field) in [
+        (
+            json!({"id": "c1", "name": "echo", "arguments": {"text": "two"}}),
+            "arguments",
+        ),
+        (
+            json!({"id": "c1", "name": "wait", "arguments": {"ms": 1}}),
+            "name",
+        ),
+        (
+            json!({"id": "s1", "name": "wait", "arguments": {"ms": 2}}),
+            "arguments",
+        ),
     ] {
-        refused(
+        let p = refused(
             app.post("/v1/threads/dd/tool-calls", &other).await,
             409,
             "already declared",
         )
         .await;
+        assert_eq!(p["errors"][0]["field"], field, "{p}");
     }
     // Refused before it runs: a read-only tool posted under a declared id
     // does not run first (a wait of 30 s, the tests' cap, would hold the

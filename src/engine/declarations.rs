@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::{CallRequest, Engine, Rejection};
 use crate::protocol::json::same_json;
-use crate::store::{GivenIn, StoreError, redeclared};
+use crate::store::StoreError;
 
 /// Which message of the thread declares a call, as far as the engine knows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -106,8 +106,15 @@ impl Engine {
             }
         }
         match declaration.by {
-            Some(by) if by.tool_name != tool_name || !same_json(&by.args, &req.call.arguments) => {
-                Err(redeclared(&req.call.id, GivenIn::Declaration).into())
+            Some(by) if by.tool_name != tool_name => Err(Rejection::DeclaredConflict {
+                id: req.call.id.clone(),
+                field: "name",
+            }),
+            Some(by) if !same_json(&by.args, &req.call.arguments) => {
+                Err(Rejection::DeclaredConflict {
+                    id: req.call.id.clone(),
+                    field: "arguments",
+                })
             }
             Some(by) => link(req, by.message_id),
             None => {

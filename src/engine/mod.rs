@@ -476,6 +476,12 @@ pub enum Rejection {
         /// `dry_run`.
         field: &'static str,
     },
+    #[error("tool call {id:?} is already declared in this thread with another {field}")]
+    DeclaredConflict {
+        id: String,
+        /// What differs from the declaration: `name` or `arguments`.
+        field: &'static str,
+    },
     #[error("tool call {id:?} is running in another process, or its result is not stored yet")]
     InProgressElsewhere { id: String },
     #[error(

@@ -265,9 +265,11 @@ impl Engine {
                 // An assistant message declares the fresh id for a call
                 // of its own: the next attempt's id. (An attempt found
                 // again is this call's undo, and never run twice.)
-                Err(Rejection::IdConflict { .. } | Rejection::Store(StoreError::Redeclared(_)))
-                    if fresh && attempt < UNDO_ATTEMPTS =>
-                {
+                Err(
+                    Rejection::IdConflict { .. }
+                    | Rejection::DeclaredConflict { .. }
+                    | Rejection::Store(StoreError::Redeclared(_)),
+                ) if fresh && attempt < UNDO_ATTEMPTS => {
                     from = attempt + 1;
                 }
                 executed => return (Some(call_id), executed.map_err(UndoError::Rejected)),

@@ -114,6 +114,16 @@ impl ApiError {
     /// 409: call `id` is recorded in the thread as another call; `field`
     /// (`name`, `arguments`, `workspace` or `dry_run`) says what differs.
     pub fn call_conflict(id: &str, field: &str) -> Self {
+        Self::conflict_with(id, field, "recorded")
+    }
+
+    /// A call that differs from the declaration of its id by an assistant
+    /// message of the thread, in `field` (`name` or `arguments`).
+    pub fn declared_conflict(id: &str, field: &str) -> Self {
+        Self::conflict_with(id, field, "declared")
+    }
+
+    fn conflict_with(id: &str, field: &str, given: &str) -> Self {
         let what = match field {
             "name" => "another tool",
             "arguments" => "other arguments",
@@ -122,11 +132,11 @@ impl ApiError {
         };
         ApiError::ConflictAt {
             detail: format!(
-                "tool call {id:?} is already recorded in this thread with {what}; use a new id for a new call"
+                "tool call {id:?} is already {given} in this thread with {what}; use a new id for a new call"
             ),
             errors: vec![json!({
                 "field": field,
-                "message": format!("differs from the call recorded under this id ({what})"),
+                "message": format!("differs from the call {given} under this id ({what})"),
             })],
         }
     }

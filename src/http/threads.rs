@@ -115,6 +115,7 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
             refusal("Invalid arguments", *error, extra)
         }
         Rejection::IdConflict { id, field } => ApiError::call_conflict(&id, field),
+        Rejection::DeclaredConflict { id, field } => ApiError::declared_conflict(&id, field),
         Rejection::InProgressElsewhere { id } => ApiError::Conflict(format!(
             "tool call {id:?} is still running in another toolgate process, or its result is waiting for the database to answer again; post it again later to get its result"
         )),

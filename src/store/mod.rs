@@ -8,7 +8,6 @@
 
 mod batch;
 mod checks;
-pub(crate) use checks::{GivenIn, redeclared};
 mod db_error;
 pub mod postgres;
 mod reads;
