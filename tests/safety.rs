@@ -1220,6 +1220,35 @@ async fn undo_e1(app: &TestApp) -> Value {
     r.json().await.unwrap()
 }
 
+/// A missing file's hint ("Did you mean …?") names no file the path rules
+/// leave out of a listing: it would tell what the listing hides.
+async fn a_missing_files_hint_names_no_hidden_file(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    put_rules(&app, json!({"deny": ["read(vault/*.key)"]})).await;
+    let root = workspace_root(&app).await;
+    std::fs::create_dir_all(root.join("vault")).unwrap();
+    std::fs::write(root.join("vault/prod-db-password.key"), "k").unwrap();
+    std::fs::write(root.join("vault/prod-db-password.txt"), "t").unwrap();
+    for (id, name) in [("h1", "read_file"), ("h2", "edit_file")] {
+        let mut arguments = json!({"path": "vault/prod-db-password.kex"});
+        if name == "edit_file" {
+            arguments["old_string"] = json!("a");
+            arguments["new_string"] = json!("b");
+        }
+        let (s, out) = app
+            .call(
+                "hint",
+                json!({"id": id, "name": name, "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(s, 200, "{out}");
+        assert_eq!(error_code(&out), "FILE_NOT_FOUND", "{out}");
+        assert!(!out.to_string().contains("password.key"), "{out}");
+        // What a listing shows may still be suggested.
+        assert!(out.to_string().contains("password.txt"), "{out}");
+    }
+}
+
 /// An undo writes where its call wrote: a rule naming the call's own tool
 /// (not only `undo_edit` or the `write` class) holds for its undo too.
 async fn rules_on_the_calls_tool_hold_for_its_undo(backend: Backend) {
@@ -3087,6 +3116,7 @@ both_backends!(
     a_rollback_racing_an_approval_ends_one_way_or_the_other,
     a_rollback_stops_the_runs_running_calls,
     rules_on_the_calls_tool_hold_for_its_undo,
+    a_missing_files_hint_names_no_hidden_file,
     an_undo_passes_over_ids_other_calls_hold,
     the_context_answers_calls_that_have_no_result_yet,
     bash_runs_confined_and_cancellation_kills_it,

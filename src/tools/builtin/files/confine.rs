@@ -680,8 +680,13 @@ pub fn resolve_beneath(dir: &Dir, path: &WorkspacePath) -> Option<WorkspacePath>
 }
 
 /// Names in the parent directory close to the missing file's name, for a
-/// `FILE_NOT_FOUND` hint.
-pub fn similar_names(dir: &Dir, path: &WorkspacePath) -> Vec<String> {
+/// `FILE_NOT_FOUND` hint; none the call's path rules leave out of a walk
+/// (a hint must not name what a listing hides).
+pub fn similar_names(
+    dir: &Dir,
+    path: &WorkspacePath,
+    rules: Option<&crate::permissions::PathRules>,
+) -> Vec<String> {
     let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else {
         return vec![];
     };
@@ -693,6 +698,10 @@ pub fn similar_names(dir: &Dir, path: &WorkspacePath) -> Vec<String> {
         .filter_map(Result::ok)
         .take(10_000)
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            rules
+                .is_none_or(|r| !r.leave_out(&parent.join(std::ffi::OsStr::new(n)).display(), None))
+        })
         .collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     similar::get_close_matches(name.as_str(), &refs, 3, 0.6)
@@ -702,11 +711,16 @@ pub fn similar_names(dir: &Dir, path: &WorkspacePath) -> Vec<String> {
 }
 
 /// `io_error`, with close names in the hint when the file is missing.
-pub fn not_found_aware(err: io::Error, dir: &Dir, path: &WorkspacePath) -> ToolError {
+pub fn not_found_aware(
+    err: io::Error,
+    dir: &Dir,
+    path: &WorkspacePath,
+    rules: Option<&crate::permissions::PathRules>,
+) -> ToolError {
     let missing = err.kind() == io::ErrorKind::NotFound;
     let mut tool_error = io_error(err, path);
     if missing {
-        let close = similar_names(dir, path);
+        let close = similar_names(dir, path, rules);
         if !close.is_empty() {
             tool_error = tool_error.with_hint(format!(
                 "Did you mean {}? Otherwise use glob to find files by name.",

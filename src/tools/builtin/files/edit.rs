@@ -239,7 +239,7 @@ async fn plan_then<T: Send + 'static>(
         let path = WorkspacePath::parse(&args.path, &ws.path)?;
         with_current(&ws, &path, &ctx, |current| {
             let Some(before) = current.before.as_deref() else {
-                return Err(missing(&ws, &path));
+                return Err(missing(&ws, &path, &ctx));
             };
             let text = text_of(before, &path)?;
             let (edited, edit) = apply_edit(&path, text, &args)?;
@@ -249,11 +249,12 @@ async fn plan_then<T: Send + 'static>(
     .await
 }
 
-fn missing(ws: &Workspace, path: &WorkspacePath) -> ToolError {
+fn missing(ws: &Workspace, path: &WorkspacePath, ctx: &ToolContext) -> ToolError {
     let err = confine::not_found_aware(
         std::io::Error::from(std::io::ErrorKind::NotFound),
         &ws.dir,
         path,
+        ctx.path_rules.as_deref(),
     );
     if err
         .hint

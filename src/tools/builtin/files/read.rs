@@ -424,7 +424,7 @@ impl Tool for ReadFile {
             let meta = ws
                 .dir
                 .metadata(path.as_path())
-                .map_err(|e| not_found_aware(e, &ws.dir, &path))?;
+                .map_err(|e| not_found_aware(e, &ws.dir, &path, ctx.path_rules.as_deref()))?;
             if meta.is_dir() {
                 list_dir(&ws, &path, &ctx)
             } else {

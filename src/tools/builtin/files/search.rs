@@ -524,7 +524,9 @@ impl Tool for Grep {
             let meta = ws
                 .dir
                 .metadata(start.as_path())
-                .map_err(|e| super::confine::not_found_aware(e, &ws.dir, &start))?;
+                .map_err(|e| {
+                    super::confine::not_found_aware(e, &ws.dir, &start, ctx.path_rules.as_deref())
+                })?;
             let mut walk_truncated = false;
             let mut skipped_by_rules = 0;
             let mut skipped_hard_links = 0usize;
