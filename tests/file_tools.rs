@@ -690,6 +690,42 @@ async fn read_stops_at_its_character_budget_and_says_where_to_go_on() {
     assert_eq!(next.result["end_line"], 852);
 }
 
+/// A link whose target steps up (`..`) after another link steps up from
+/// where that link leads, as the kernel resolves it: `lx/L` → `p/../new.txt`
+/// with `lx/p` → `docs/sub` is `lx/docs/new.txt`, not `lx/new.txt`.
+#[tokio::test]
+async fn a_links_parent_step_is_taken_where_the_kernel_takes_it() {
+    let world = World::new();
+    std::fs::create_dir_all(world.ws.join("lx/docs/sub")).unwrap();
+    world.link("docs/sub", "lx/p");
+    world.link("p/../new.txt", "lx/L");
+    let written = ok(
+        &world.write_file(),
+        &world,
+        json!({"path": "lx/L", "content": "hi"}),
+    )
+    .await;
+    assert_eq!(
+        written.result["resolved_path"], "lx/docs/new.txt",
+        "{}",
+        written.result
+    );
+    assert!(world.ws.join("lx/docs/new.txt").is_file());
+    assert!(!world.ws.join("lx/new.txt").exists());
+    let read = ok(&world.read_file(), &world, json!({"path": "lx/L"})).await;
+    assert_eq!(read.result["content"], "     1\thi");
+    ok(
+        &world.edit_file(),
+        &world,
+        json!({"path": "lx/L", "old_string": "hi", "new_string": "ho"}),
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(world.ws.join("lx/docs/new.txt")).unwrap(),
+        "ho\n"
+    );
+}
+
 /// A grep returns at most 256,000 characters of entries, whatever its
 /// head_limit and context: 5,000 matched lines of 450 characters stop well
 /// before the head_limit, saying why.

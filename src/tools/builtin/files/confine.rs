@@ -617,6 +617,21 @@ pub fn resolve_target(dir: &Dir, path: &WorkspacePath) -> Result<WorkspacePath, 
                 Component::Normal(part) => resolved.push(part),
                 Component::CurDir => {}
                 Component::ParentDir => {
+                    // `..` after a link steps up from where the link leads,
+                    // as the kernel does (`p/../x` with `p` → `docs/sub` is
+                    // `docs/x`), not from the link's own place.
+                    if !resolved.as_os_str().is_empty() {
+                        match dir.canonicalize(&resolved) {
+                            Ok(real) => {
+                                resolved = real
+                                    .components()
+                                    .filter(|c| matches!(c, Component::Normal(_)))
+                                    .collect();
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(io_error(e, path)),
+                        }
+                    }
                     if !resolved.pop() {
                         return Err(security_violation(
                             &path.display(),
