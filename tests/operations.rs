@@ -703,6 +703,10 @@ async fn readiness_fails_when_the_database_is_gone() {
     }
     let detail = not_ready(&app).await;
     assert!(detail.contains("postgres"), "{detail}");
+    // The probe needs no token: the database's own words (which name it,
+    // its host and user) stay in the log.
+    assert!(!detail.contains(&pg.name), "{detail}");
+    assert!(!detail.contains("does not exist"), "{detail}");
 }
 
 /// `/readyz` answers 503 (within 30 s): its detail.

@@ -86,9 +86,17 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
             }))
         }
         Err(e) => {
+            // The probe needs no token: it says what kind of trouble, and
+            // the log says the rest (the database's own message may name
+            // its host, database and user).
             tracing::warn!(error = %e, "not ready");
+            let why = match e {
+                // Names the migration, nothing of the database's own.
+                crate::store::StoreError::NotMigrated(_) => e.to_string(),
+                _ => "it refused or failed the check (the service's log says why)".to_string(),
+            };
             Err(ApiError::Unavailable(format!(
-                "{} database not ready: {e}",
+                "{} database not ready: {why}",
                 state.store.backend()
             )))
         }
