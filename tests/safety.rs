@@ -1842,6 +1842,31 @@ async fn a_link_swapped_during_an_approval_is_caught(backend: Backend) {
     let out = approve_and_wait(&app, &approval, "sw", read("r2", "l2")).await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
     assert!(leaked(&out, "public"), "{out}");
+
+    // A plain file approved as itself, then swapped for a link.
+    let (s, out) = app.call("sw", read("r3", "public.txt")).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    let (_, out) = app
+        .call(
+            "sw",
+            bash(
+                "swap2",
+                "rm public.txt && ln -s secret.txt public.txt".into(),
+            ),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["result"]["exit_code"], 0, "{out}");
+    let out = approve_and_wait(&app, &approval, "sw", read("r3", "public.txt")).await;
+    assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+    let message = out["tool_agent_output"]["error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("led to itself (no link on it)") && message.contains("\"secret.txt\""),
+        "{message}"
+    );
+    assert!(!leaked(&out, SECRET), "{out}");
 }
 
 /// The attacker's way around a file rule: a symbolic link, made by a

@@ -596,7 +596,10 @@ impl Engine {
         if let Some(then) = resolved_then
             && then.as_str() != now.resolved_path.as_deref()
         {
-            let shown = |p: Option<&str>| p.map_or("nowhere".to_string(), |p| format!("{p:?}"));
+            // No resolved path: the path as named, with no link on it.
+            let shown = |p: Option<&str>| {
+                p.map_or("itself (no link on it)".to_string(), |p| format!("{p:?}"))
+            };
             return Err(ToolError::new(
                 codes::PERMISSION_DENIED,
                 format!(
