@@ -994,11 +994,45 @@ async fn a_rollback_racing_an_approval_ends_one_way_or_the_other(backend: Backen
         match approved {
             409 => assert_eq!(held, "withdrawn", "{report}"),
             // Approved first: the call ran (or was stopped while it ran),
-            // and what it wrote is undone, not left behind.
-            200 => assert!(
-                ["undone", "cancelled"].contains(&held.as_str().unwrap()),
-                "round {round}: {report}"
-            ),
+            // and what it wrote is undone, not left behind. The ask rule on
+            // `write_file(held*)` holds for the write's undo too: that undo
+            // waits for a person, and once approved takes the write back.
+            200 => {
+                let held = held.as_str().unwrap();
+                assert!(
+                    ["undone", "cancelled", "awaiting_approval"].contains(&held),
+                    "round {round}: {report}"
+                );
+                if held == "awaiting_approval" {
+                    let step = report["steps"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|s| s["tool_call_id"] == "held")
+                        .unwrap();
+                    let undo_approval = step["detail"]
+                        .as_str()
+                        .unwrap()
+                        .trim_start_matches("approval ");
+                    let r = app
+                        .post(
+                            &format!("/v1/approvals/{undo_approval}/decision"),
+                            &json!({"decision": "approve"}),
+                        )
+                        .await;
+                    assert_eq!(r.status(), 200, "round {round}");
+                    let undo = format!("/v1/threads/{thread}/tool-calls/undo_held");
+                    let mut status = Value::Null;
+                    for _ in 0..400 {
+                        status = app.get_json(&undo).await["status"].clone();
+                        if status != "running" && status != "pending_approval" {
+                            break;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+                    }
+                    assert_eq!(status, "success", "round {round}");
+                }
+            }
             other => panic!("round {round}: the approval answered {other}: {report}"),
         }
         let root = workspace_root(&app).await;
