@@ -726,6 +726,45 @@ async fn a_links_parent_step_is_taken_where_the_kernel_takes_it() {
     );
 }
 
+/// A path ending in `/` names a directory, as the kernel reads it:
+/// `a.txt/` is neither read nor written as the file `a.txt`.
+#[tokio::test]
+async fn a_trailing_slash_names_a_directory() {
+    let world = World::new();
+    world.write("a.txt", "one\n");
+    for path in ["a.txt/", "a.txt/."] {
+        let e = err(&world.read_file(), &world, json!({"path": path})).await;
+        assert_eq!(e.code, "NOT_A_DIRECTORY", "{path}: {e:?}");
+        let e = err(
+            &world.write_file(),
+            &world,
+            json!({"path": path, "content": "two"}),
+        )
+        .await;
+        assert_eq!(e.code, "INVALID_ARGUMENTS", "{path}: {e:?}");
+        let e = err(
+            &world.edit_file(),
+            &world,
+            json!({"path": path, "old_string": "one", "new_string": "two"}),
+        )
+        .await;
+        assert_eq!(e.code, "INVALID_ARGUMENTS", "{path}: {e:?}");
+    }
+    let e = err(
+        &world.write_file(),
+        &world,
+        json!({"path": "new/", "content": "x"}),
+    )
+    .await;
+    assert_eq!(e.code, "INVALID_ARGUMENTS", "{e:?}");
+    assert!(!world.ws.join("new").exists());
+    assert_eq!(world.read("a.txt"), b"one\n");
+    // A directory named with its slash is listed as before.
+    std::fs::create_dir(world.ws.join("d")).unwrap();
+    let listed = ok(&world.read_file(), &world, json!({"path": "d/"})).await;
+    assert_eq!(listed.result["type"], "directory");
+}
+
 /// A grep returns at most 256,000 characters of entries, whatever its
 /// head_limit and context: 5,000 matched lines of 450 characters stop well
 /// before the head_limit, saying why.

@@ -91,6 +91,22 @@ impl WorkspacePath {
         Ok(WorkspacePath { rel })
     }
 
+    /// [`parse`](Self::parse) for a tool that writes a file: a path that
+    /// ends in `/` (or `/.`) names a directory, as the kernel reads it, so
+    /// it is refused rather than written as the file without the `/`.
+    pub fn parse_file(raw: &str, workspace: &Path, tool: &str) -> Result<Self, ToolError> {
+        let path = Self::parse(raw, workspace)?;
+        if names_a_directory(raw) {
+            return Err(ToolError::new(
+                codes::INVALID_ARGUMENTS,
+                format!("'{raw}' ends in '/', so it names a directory; {tool} works on files"),
+                false,
+            )
+            .with_hint("name the file without the trailing '/'"));
+        }
+        Ok(path)
+    }
+
     /// From a path already known to be relative and normalised (built from
     /// directory entries or a resolved link).
     pub(super) fn from_normalised(rel: PathBuf) -> Self {
@@ -200,6 +216,25 @@ pub fn io_error(err: io::Error, path: &WorkspacePath) -> ToolError {
             false,
         ),
     }
+}
+
+/// Whether a path as given ends in `/` or `/.`: it names a directory
+/// (`a.txt/` is not the file `a.txt`, to the kernel).
+pub fn names_a_directory(raw: &str) -> bool {
+    raw.ends_with('/') || raw.ends_with("/.")
+}
+
+/// A path given with a trailing `/` that leads to a file.
+pub fn file_named_as_directory(raw: &str, path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        codes::NOT_A_DIRECTORY,
+        format!(
+            "'{raw}' ends in '/', so it names a directory, but '{}' is a file",
+            path.display()
+        ),
+        false,
+    )
+    .with_hint("name the file without the trailing '/'")
 }
 
 pub fn directory_not_file(path: &WorkspacePath) -> ToolError {

@@ -236,7 +236,7 @@ async fn plan_then<T: Send + 'static>(
     let workspaces = tool.workspaces.clone();
     blocking(move || {
         let ws = open_workspace(&workspaces, &ctx)?;
-        let path = WorkspacePath::parse(&args.path, &ws.path)?;
+        let path = WorkspacePath::parse_file(&args.path, &ws.path, "edit_file")?;
         with_current(&ws, &path, &ctx, |current| {
             let Some(before) = current.before.as_deref() else {
                 return Err(missing(&ws, &path, &ctx));

@@ -416,7 +416,7 @@ async fn plan_then<T: Send + 'static>(
     let workspaces = tool.workspaces.clone();
     blocking(move || {
         let ws = open_workspace(&workspaces, &ctx)?;
-        let path = WorkspacePath::parse(&args.path, &ws.path)?;
+        let path = WorkspacePath::parse_file(&args.path, &ws.path, "apply_diff")?;
         with_current(&ws, &path, &ctx, |current| {
             let text = match current.before.as_deref() {
                 Some(bytes) => text_of(bytes, &path)?,

@@ -427,6 +427,8 @@ impl Tool for ReadFile {
                 .map_err(|e| not_found_aware(e, &ws.dir, &path, ctx.path_rules.as_deref()))?;
             if meta.is_dir() {
                 list_dir(&ws, &path, &ctx)
+            } else if super::confine::names_a_directory(&args.path) {
+                Err(super::confine::file_named_as_directory(&args.path, &path))
             } else {
                 read_text(&ws, &path, offset, limit, &ctx)
             }

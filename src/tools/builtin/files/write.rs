@@ -71,7 +71,7 @@ async fn plan_then<T: Send + 'static>(
     let eol = tool.eol();
     blocking(move || {
         let ws = open_workspace(&workspaces, &ctx)?;
-        let path = WorkspacePath::parse(&args.path, &ws.path)?;
+        let path = WorkspacePath::parse_file(&args.path, &ws.path, "write_file")?;
         let content = normalise(&args.content, eol);
         with_current(&ws, &path, &ctx, |current| {
             finish(current.change(content.into_bytes()), &ws, &ctx)
