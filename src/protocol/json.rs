@@ -65,6 +65,9 @@ pub fn nul_pointer(value: &Value) -> Option<String> {
     }
 }
 
+/// The largest magnitude up to which every whole number is an `f64`.
+const TWO_53: f64 = 9_007_199_254_740_992.0;
+
 /// A float as every backend keeps it, and reads it back: a negative zero
 /// as 0.0 (Postgres's jsonb has one zero), and a whole number beyond 2^53
 /// that a 64-bit integer holds exactly (`1e16`) as that integer, since
@@ -73,7 +76,6 @@ pub fn nul_pointer(value: &Value) -> Option<String> {
 /// and a replay must read as the live stream did. JSON text cannot spell a
 /// NaN or an infinity; such a value is `null`.
 pub fn storable_float(v: f64) -> Value {
-    const TWO_53: f64 = 9_007_199_254_740_992.0;
     const TWO_63: f64 = 9_223_372_036_854_775_808.0;
     const TWO_64: f64 = 18_446_744_073_709_551_616.0;
     if v == 0.0 {
@@ -98,7 +100,7 @@ pub fn integral_numbers(value: Value) -> Value {
     match value {
         Value::Number(n) if n.is_f64() => {
             let x = n.as_f64().unwrap_or(f64::NAN);
-            if x.fract() == 0.0 && x.abs() <= 9_007_199_254_740_992.0 {
+            if x.fract() == 0.0 && x.abs() <= TWO_53 {
                 Value::from(x as i64)
             } else {
                 Value::Number(n)

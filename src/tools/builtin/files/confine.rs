@@ -640,11 +640,10 @@ pub fn resolve_target(dir: &Dir, path: &WorkspacePath) -> Result<WorkspacePath, 
         let base = if parent.is_root() {
             PathBuf::new()
         } else {
-            dir.canonicalize(parent.as_path())
-                .map_err(|e| io_error(e, path))?
-                .components()
-                .filter(|c| matches!(c, Component::Normal(_)))
-                .collect()
+            relative_parts(
+                dir.canonicalize(parent.as_path())
+                    .map_err(|e| io_error(e, path))?,
+            )
         };
         let mut resolved = base;
         for component in target.components() {
@@ -657,12 +656,7 @@ pub fn resolve_target(dir: &Dir, path: &WorkspacePath) -> Result<WorkspacePath, 
                     // `docs/x`), not from the link's own place.
                     if !resolved.as_os_str().is_empty() {
                         match dir.canonicalize(&resolved) {
-                            Ok(real) => {
-                                resolved = real
-                                    .components()
-                                    .filter(|c| matches!(c, Component::Normal(_)))
-                                    .collect();
-                            }
+                            Ok(real) => resolved = relative_parts(real),
                             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                             Err(e) => return Err(io_error(e, path)),
                         }
@@ -694,6 +688,14 @@ pub fn resolve_target(dir: &Dir, path: &WorkspacePath) -> Result<WorkspacePath, 
     ))
 }
 
+/// A path the `Dir` canonicalized (`/a/b` beneath it) as the relative,
+/// normalised path it names (`a/b`).
+fn relative_parts(real: PathBuf) -> PathBuf {
+    real.components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect()
+}
+
 /// Where `path` really is inside the workspace: every symbolic link in
 /// it resolved (beneath the `Dir`, as the kernel resolves it), a final
 /// link whose target does not exist yet included (a write would create
@@ -701,13 +703,8 @@ pub fn resolve_target(dir: &Dir, path: &WorkspacePath) -> Result<WorkspacePath, 
 /// parent, resolved, and the rest as named. `None` when that cannot be
 /// told without leaving the workspace (the open would fail anyway).
 pub fn resolve_beneath(dir: &Dir, path: &WorkspacePath) -> Option<WorkspacePath> {
-    let normal = |real: PathBuf| -> PathBuf {
-        real.components()
-            .filter(|c| matches!(c, Component::Normal(_)))
-            .collect()
-    };
     match dir.canonicalize(path.as_path()) {
-        Ok(real) => return Some(WorkspacePath::from_normalised(normal(real))),
+        Ok(real) => return Some(WorkspacePath::from_normalised(relative_parts(real))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(_) => return None,
     }
@@ -716,7 +713,7 @@ pub fn resolve_beneath(dir: &Dir, path: &WorkspacePath) -> Option<WorkspacePath>
     loop {
         match dir.canonicalize(existing.as_path()) {
             Ok(real) => {
-                let mut rel = normal(real);
+                let mut rel = relative_parts(real);
                 rel.extend(missing.iter().rev());
                 return Some(WorkspacePath::from_normalised(rel));
             }
