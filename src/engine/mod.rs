@@ -1869,7 +1869,12 @@ impl Engine {
         // A writing file tool's preview (a dry run's result, or the one an
         // approval request carries) shows the file: judged as a read of
         // the same path (any reading tool's path rules cover them all).
-        if is_file && !tool.definition.metadata.read_only {
+        // Only a call that has a preview needs it: a dry run, or one that
+        // will wait for a decision.
+        let previews = req.call.dry_run
+            || permission.verdict == Verdict::Ask
+            || tool.definition.metadata.requires_checkpoint;
+        if is_file && !tool.definition.metadata.read_only && previews {
             let reading = crate::permissions::CallFacts {
                 tool_name: "read_file",
                 read_only: true,
