@@ -1084,6 +1084,68 @@ async fn a_rollback_stops_the_runs_running_calls(backend: Backend) {
     assert!(!workspace_root(&app).await.join("w1.txt").exists());
 }
 
+/// A run rolled back takes no more calls: one posted to it afterwards,
+/// alone or in a batch, writing or only reading, is refused before it runs
+/// and leaves no record; a call the run already recorded is still answered
+/// from storage, and other runs go on.
+async fn a_rolled_back_run_takes_no_more_calls(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let write = |id: &str, path: &str| json!({"id": id, "run_id": "R", "name": "write_file", "arguments": {"path": path, "content": "x"}});
+    let (s, out) = app.call("rc", write("w1", "w1.txt")).await;
+    assert_eq!(s, 200, "{out}");
+    let r = app.post("/v1/threads/rc/runs/R/rollback", &json!({})).await;
+    assert_eq!(r.status(), 200);
+    let root = workspace_root(&app).await;
+    assert!(!root.join("w1.txt").exists());
+
+    let (s, out) = app.call("rc", write("w2", "w2.txt")).await;
+    assert_eq!(s, 409, "{out}");
+    assert_eq!(out["errors"][0]["field"], "run_id", "{out}");
+    assert!(
+        out["detail"].as_str().unwrap().contains("rolled back"),
+        "{out}"
+    );
+    assert!(!root.join("w2.txt").exists(), "the refused call ran");
+    let (s, out) = app
+        .call(
+            "rc",
+            json!({"id": "e1", "run_id": "R", "name": "echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(s, 409, "a read-only call is refused too: {out}");
+    let batch = json!({"run_id": "R", "calls": [
+        {"id": "b1", "name": "write_file", "arguments": {"path": "b1.txt", "content": "x"}},
+    ]});
+    let r = app.post("/v1/threads/rc/batches", &batch).await;
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["results"][0]["status"], 409, "{body}");
+    assert!(!root.join("b1.txt").exists(), "the batch's call ran");
+    for id in ["w2", "e1", "b1"] {
+        let r = app.get(&format!("/v1/threads/rc/tool-calls/{id}")).await;
+        assert_eq!(r.status(), 404, "a refused call {id} was recorded");
+    }
+
+    // What the run recorded is still answered, as it was stored.
+    let (s, out) = app.call("rc", write("w1", "w1.txt")).await;
+    assert_eq!(s, 200, "{out}");
+    assert!(!root.join("w1.txt").exists(), "the stored call ran again");
+    // Another run is not affected, and the rollback stays done.
+    let (s, out) = app
+        .call(
+            "rc",
+            json!({"id": "w3", "run_id": "R2", "name": "write_file", "arguments": {"path": "w3.txt", "content": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert!(root.join("w3.txt").exists());
+    assert_eq!(
+        app.post("/v1/threads/rc/runs/R/rollback", &json!({}))
+            .await
+            .status(),
+        409
+    );
+}
+
 /// A model context rebuilt while a call waits for approval is still one a
 /// vendor accepts: every call of the assistant turn gets a result, a
 /// stand-in saying why there is none yet.
@@ -3174,6 +3236,7 @@ both_backends!(
     a_rollback_withdraws_the_runs_calls_waiting_for_approval,
     a_rollback_racing_an_approval_ends_one_way_or_the_other,
     a_rollback_stops_the_runs_running_calls,
+    a_rolled_back_run_takes_no_more_calls,
     rules_on_the_calls_tool_hold_for_its_undo,
     a_missing_files_hint_names_no_hidden_file,
     an_undo_passes_over_ids_other_calls_hold,

@@ -256,6 +256,7 @@ on_both_backends! {
         finishing_a_call_stores_output_message_and_events,
         finishing_a_call_that_is_unknown_or_finished_fails_alone,
         a_duplicate_call_conflicts_alone_and_the_batch_commits,
+        a_closed_run_refuses_new_calls,
         a_duplicate_message_id_conflicts,
         seqs_are_gap_free_and_per_thread,
         events_after_pages_with_a_limit,
@@ -832,6 +833,85 @@ async fn a_duplicate_call_conflicts_alone_and_the_batch_commits(store: DynStore)
     )
     .await;
     assert!(matches!(retry, Err(StoreError::Conflict(_))), "{retry:?}");
+}
+
+/// A closed run takes no more calls: its call fails alone (in a batch of
+/// several units, the one-statement path included) and calls of other runs
+/// and threads still commit; closing again changes nothing.
+async fn a_closed_run_refuses_new_calls(store: DynStore) {
+    let in_run = |id: &str, run: &str| {
+        let mut call = new_call(id);
+        call.run_id = run.into();
+        WriteOp::InsertToolCall(call)
+    };
+    let close = |run: &str| WriteOp::CloseRun {
+        run_id: run.into(),
+        closed_at_ms: 1_700_000_000_100,
+    };
+    apply_all(
+        &store,
+        &[unit("t", "alice", vec![in_run("c1", "R"), close("R")])],
+    )
+    .await;
+    // A plain batch (every op the one-statement path takes).
+    let results = store
+        .apply_batch(&[
+            unit("t", "alice", vec![in_run("c2", "R"), events(1)]),
+            unit("t", "alice", vec![in_run("c3", "R2"), events(1)]),
+            unit("u", "alice", vec![in_run("c4", "R"), events(1)]),
+        ])
+        .await
+        .expect("the batch commits");
+    assert!(
+        matches!(&results[0], Err(StoreError::RunClosed { run_id }) if run_id == "R"),
+        "{:?}",
+        results[0]
+    );
+    assert!(results[1].is_ok(), "{:?}", results[1]);
+    assert!(
+        results[2].is_ok(),
+        "another thread's run R: {:?}",
+        results[2]
+    );
+    assert!(store.tool_call("t", "c2").await.unwrap().is_none());
+    assert_eq!(
+        seqs(&store.events_after("t", 0, 100).await.unwrap()),
+        [1],
+        "the refused unit left no event"
+    );
+    // Alone, and as a pending call; closing again is no error.
+    let mut pending = new_call("c5");
+    pending.run_id = "R".into();
+    pending.status = CallStatus::PendingApproval;
+    let alone = apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![close("R"), WriteOp::InsertToolCall(pending)],
+        ),
+    )
+    .await;
+    assert!(
+        matches!(alone, Err(StoreError::RunClosed { .. })),
+        "{alone:?}"
+    );
+    apply_all(&store, &[unit("t", "alice", vec![close("R")])]).await;
+    // An id the run already recorded is a conflict (answered from its
+    // record), not a refusal.
+    let again = apply_one(&store, unit("t", "alice", vec![in_run("c1", "R")])).await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    // What the run recorded before its close stays, and can finish.
+    assert_eq!(
+        store.run_calls("t", "R").await.unwrap().len(),
+        1,
+        "the call recorded before the close"
+    );
+    apply_all(
+        &store,
+        &[unit("t", "alice", finishing("c1", CallStatus::Success))],
+    )
+    .await;
 }
 
 async fn a_duplicate_message_id_conflicts(store: DynStore) {

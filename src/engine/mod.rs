@@ -1259,10 +1259,13 @@ impl Engine {
                         // this run, whose result would not be stored.
                         match pending.ensure_written().await {
                             Ok(()) => {}
-                            // Or declared otherwise meanwhile: refused too.
-                            Err(StoreError::Conflict(_) | StoreError::Redeclared(_)) => {
-                                cancel.cancel()
-                            }
+                            // Or declared otherwise, or its run rolled back,
+                            // meanwhile: refused too.
+                            Err(
+                                StoreError::Conflict(_)
+                                | StoreError::Redeclared(_)
+                                | StoreError::RunClosed { .. },
+                            ) => cancel.cancel(),
                             Err(e) => {
                                 tracing::debug!(error = %e, "deferred write-ahead not recorded")
                             }
@@ -2581,8 +2584,11 @@ async fn forward_progress(
             // Progress follows the call's own record, which was not
             // written: expected when the id was recorded by another post of
             // the same call, which answers for it.
-            if matches!(e, StoreError::Conflict(_) | StoreError::Redeclared(_)) {
-                tracing::debug!(error = %e, "progress event not recorded: the call's id is another call's (recorded or declared)");
+            if matches!(
+                e,
+                StoreError::Conflict(_) | StoreError::Redeclared(_) | StoreError::RunClosed { .. }
+            ) {
+                tracing::debug!(error = %e, "progress event not recorded: the call was refused (its id is another call's, recorded or declared, or its run was rolled back)");
             } else {
                 tracing::warn!(error = %e, "progress event not recorded: the call's own record could not be written");
             }

@@ -14,6 +14,7 @@ use super::{
     CallRequest, Cancelled, Engine, Executed, Rejection, SHARED_WAIT_POLL, STOP_GRACE, audit,
 };
 use crate::protocol::calls::{CallShape, IncomingCall};
+use crate::protocol::now_ms;
 use crate::protocol::tool_output::UndoInfo;
 use crate::store::{CallStatus, StoreError, ToolCallRecord, WriteOp, WriteUnit};
 
@@ -362,6 +363,22 @@ impl Engine {
         if reversible_left == 0 && undone_before > 0 {
             return Err(UndoError::AlreadyRolledBack(run_id.to_string()));
         }
+        // The run is closed before its calls are read again: a call posted
+        // to it from now on is refused where its record would commit, and
+        // one that committed before is among those read.
+        self.writer
+            .write(WriteUnit {
+                thread_id: thread_id.to_string(),
+                owner: owner.to_string(),
+                ops: vec![WriteOp::CloseRun {
+                    run_id: run_id.to_string(),
+                    closed_at_ms: now_ms(),
+                }],
+            })
+            .await?;
+        let calls = self.store.run_calls(thread_id, run_id).await?;
+        let originals: Vec<&ToolCallRecord> =
+            calls.iter().filter(|c| c.undo_of.is_none()).collect();
         let mut steps = Vec::new();
         for record in originals.into_iter().rev() {
             let mut step = RollbackStep {

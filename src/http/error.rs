@@ -141,6 +141,20 @@ impl ApiError {
         }
     }
 
+    /// A call posted under a run that was rolled back.
+    pub fn run_closed(run_id: &str) -> Self {
+        ApiError::ConflictAt {
+            detail: format!(
+                "run {run_id:?} of this thread was rolled back and takes no more calls; \
+                 post the call under another run_id, or without one"
+            ),
+            errors: vec![json!({
+                "field": "run_id",
+                "message": "names a run that was rolled back",
+            })],
+        }
+    }
+
     pub fn thread_not_found() -> Self {
         ApiError::NotFound("thread not found".into())
     }
@@ -301,6 +315,7 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::NotOwner => ApiError::thread_not_found(),
             StoreError::Conflict(what) | StoreError::Redeclared(what) => ApiError::Conflict(what),
             StoreError::CallConflict { id, field } => ApiError::call_conflict(&id, field),
+            StoreError::RunClosed { run_id } => ApiError::run_closed(&run_id),
             StoreError::NotFound(what) => ApiError::NotFound(what),
             e if e.is_unavailable() || matches!(e, StoreError::WriterClosed) => {
                 ApiError::Unavailable("the database is unavailable; retry later".into())

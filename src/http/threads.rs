@@ -183,7 +183,7 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
         (status = 202, description = "The call waits for a human decision (see /v1/approvals)", body = PendingApprovalResponse),
         (status = 400, description = "Malformed JSON", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "Call id already recorded in the thread with another tool, arguments, sub-workspace or dry_run, or declared by an assistant message with another tool or arguments; nothing runs", content_type = "application/problem+json"),
+        (status = 409, description = "Call id already recorded in the thread with another tool, arguments, sub-workspace or dry_run, or declared by an assistant message with another tool or arguments; or a new call under a `run_id` that was rolled back (`errors[0].field` `run_id`); nothing runs", content_type = "application/problem+json"),
         (status = 413, description = "Body too large", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
         (status = 422, description = "Invalid call envelope (errors name the JSON pointer), unknown tool or invalid arguments (these carry `tool_error` and `tool_response`)", content_type = "application/problem+json"),
@@ -1266,7 +1266,8 @@ pub async fn undo_tool_call(
 ///
 /// Undoes every reversible call of the run in reverse order; irreversible
 /// calls are reported with their manual guide. The report is recorded in
-/// the audit log.
+/// the audit log. From the rollback on, the run takes no more calls: a new
+/// call posted under its `run_id` is refused with `409`.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/runs/{run_id}/rollback", tag = "tool calls",
     params(("thread_id" = String, Path,), ("run_id" = String, Path,)),
     responses(

@@ -199,7 +199,8 @@ impl<'a> Plan<'a> {
                     WriteOp::StartPendingCall { .. }
                     | WriteOp::MarkUndone { .. }
                     | WriteOp::InsertApproval(_)
-                    | WriteOp::DecideApproval { .. } => return None,
+                    | WriteOp::DecideApproval { .. }
+                    | WriteOp::CloseRun { .. } => return None,
                 }
             }
         }

@@ -40,6 +40,10 @@ pub enum StoreError {
     /// `field` (`name`, `arguments`, `workspace` or `dry_run`) differs.
     #[error("tool call {id:?} is already recorded in this thread with another {field}")]
     CallConflict { id: String, field: &'static str },
+    /// The call's run was rolled back ([`WriteOp::CloseRun`]): it takes no
+    /// more calls.
+    #[error("run {run_id:?} was rolled back: it takes no more calls")]
+    RunClosed { run_id: String },
     /// A referenced row does not exist.
     #[error("not found: {0}")]
     NotFound(String),
@@ -105,6 +109,7 @@ impl StoreError {
                 | StoreError::Conflict(_)
                 | StoreError::CallConflict { .. }
                 | StoreError::Redeclared(_)
+                | StoreError::RunClosed { .. }
                 | StoreError::NotFound(_)
         ) || self.is_raised_on_statement()
     }
@@ -744,7 +749,8 @@ pub enum WriteOp {
     /// [`StoreError::Conflict`]; an id the thread declares (an assistant
     /// message's `tool_calls`) with another tool or other arguments fails
     /// it with [`StoreError::Redeclared`]. The call gets the thread's next
-    /// ordinal (the order of [`Store::run_calls`]).
+    /// ordinal (the order of [`Store::run_calls`]). A call of a run closed
+    /// by [`WriteOp::CloseRun`] fails it with [`StoreError::RunClosed`].
     InsertToolCall(NewToolCall),
     /// Mark a `running` or `pending_approval` call finished (a denied or
     /// expired call is finished without ever running). Fails with `NotFound`
@@ -787,6 +793,10 @@ pub enum WriteOp {
     /// Append an audit entry, committed with the rest of the unit. Its owner
     /// must be the unit's, its thread (if any) the unit's thread.
     AppendAudit(NewAuditEntry),
+    /// Close run `run_id` of the thread (it is being rolled back): from this
+    /// commit on, no call of it is recorded. Closing a closed run again
+    /// changes nothing.
+    CloseRun { run_id: String, closed_at_ms: i64 },
 }
 
 /// Everything one caller needs written atomically, for one thread. The

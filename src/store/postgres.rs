@@ -101,6 +101,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "call position",
         include_str!("../../migrations/postgres/0013_call_position.sql"),
     ),
+    (
+        14,
+        "closed runs",
+        include_str!("../../migrations/postgres/0014_closed_runs.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -251,6 +256,20 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
                 checks::audit_fits_unit(unit, entry)?;
                 receipt.audit_ids.push(insert_audit(conn, entry).await?);
             }
+            WriteOp::CloseRun {
+                run_id,
+                closed_at_ms,
+            } => {
+                sqlx::query(
+                    "INSERT INTO closed_runs (thread_id, run_id, closed_at_ms) \
+                     VALUES ($1, $2, $3) ON CONFLICT (thread_id, run_id) DO NOTHING",
+                )
+                .bind(&unit.thread_id)
+                .bind(run_id)
+                .bind(closed_at_ms)
+                .execute(&mut *conn)
+                .await?;
+            }
         }
     }
     Ok(receipt)
@@ -303,6 +322,22 @@ async fn insert_tool_call(
             "tool call {:?} is already recorded in thread {:?}",
             call.id, unit.thread_id
         )));
+    }
+    // A new call of a closed run: the unit is rolled back. (An id already
+    // recorded is the conflict above, answered from its record.) The unit
+    // holds the thread's row lock (its reservation), as a close does: this
+    // reads the closes committed before it.
+    let closed: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM closed_runs WHERE thread_id = $1 AND run_id = $2)",
+    )
+    .bind(&unit.thread_id)
+    .bind(&call.run_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    if closed {
+        return Err(StoreError::RunClosed {
+            run_id: call.run_id.clone(),
+        });
     }
     Ok(())
 }
@@ -729,6 +764,8 @@ async fn apply_plan(
                          OR d.message_id IS DISTINCT FROM u.declared_by)) \
                  AND (u.declared_by IS NULL OR EXISTS (SELECT 1 FROM declared_calls AS d \
                      WHERE d.thread_id = u.thread_id AND d.call_id = u.id)) \
+                 AND NOT EXISTS (SELECT 1 FROM closed_runs AS r \
+                     WHERE r.thread_id = u.thread_id AND r.run_id = u.run_id) \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -789,7 +826,7 @@ async fn apply_plan(
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != c.len() as u64 {
-            return Ok(None); // a call already recorded, or declared otherwise
+            return Ok(None); // a call already recorded, declared otherwise, or of a closed run
         }
     }
 

@@ -114,6 +114,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "call position",
         include_str!("../../migrations/sqlite/0014_call_position.sql"),
     ),
+    (
+        15,
+        "closed runs",
+        include_str!("../../migrations/sqlite/0015_closed_runs.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -132,6 +132,12 @@ INSERT INTO declared_calls (thread_id, call_id, tool_name, args, message_id) \
 VALUES (?1, ?2, ?3, ?4, ?5) \
 ON CONFLICT (thread_id, call_id) DO NOTHING";
 
+const RUN_CLOSED: &str = "SELECT 1 FROM closed_runs WHERE thread_id = ?1 AND run_id = ?2";
+
+const CLOSE_RUN: &str = "\
+INSERT INTO closed_runs (thread_id, run_id, closed_at_ms) VALUES (?1, ?2, ?3) \
+ON CONFLICT (thread_id, run_id) DO NOTHING";
+
 const INSERT_EVENT: &str = "\
 INSERT INTO events (thread_id, seq, event_type, data, created_at_ms, message_id) \
 VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
@@ -437,6 +443,14 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                         call.id, unit.thread_id
                     )));
                 }
+                // A new call of a closed run: the unit is rolled back. (An
+                // id already recorded is the conflict above, answered from
+                // its record.)
+                if run_closed(conn, &unit.thread_id, &call.run_id)? {
+                    return Err(StoreError::RunClosed {
+                        run_id: call.run_id.clone(),
+                    });
+                }
                 next_ordinal += 1;
             }
             WriteOp::FinishToolCall(finished) => {
@@ -487,9 +501,26 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                 checks::audit_fits_unit(unit, entry)?;
                 receipt.audit_ids.push(insert_audit(conn, entry)?);
             }
+            WriteOp::CloseRun {
+                run_id,
+                closed_at_ms,
+            } => {
+                conn.prepare_cached(CLOSE_RUN)?.execute(params![
+                    unit.thread_id,
+                    run_id,
+                    closed_at_ms
+                ])?;
+            }
         }
     }
     Ok(receipt)
+}
+
+/// Whether the thread's run `run_id` was closed (rolled back).
+fn run_closed(conn: &Connection, thread_id: &str, run_id: &str) -> StoreResult<bool> {
+    Ok(conn
+        .prepare_cached(RUN_CLOSED)?
+        .exists(params![thread_id, run_id])?)
 }
 
 /// Insert a call (finished already when `finish` is given) at `place`;
@@ -814,6 +845,9 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
     // Units that reach the fast path were checked by the plan; a row that
     // does not go in means a unit that must fail.
     for c in &rows.calls {
+        if run_closed(tx, c.thread_id, &c.call.run_id)? {
+            return Ok(None); // a call of a closed run
+        }
         check_declared(tx, c.thread_id, c.call)?;
         if !insert_call(tx, (c.thread_id, c.owner), c.call, c.place, c.finish)? {
             return Ok(None); // a call already recorded

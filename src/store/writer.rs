@@ -275,6 +275,9 @@ fn replicate(err: &StoreError) -> StoreError {
             id: id.clone(),
             field,
         },
+        StoreError::RunClosed { run_id } => StoreError::RunClosed {
+            run_id: run_id.clone(),
+        },
         StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
         StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
         StoreError::NotMigrated(m) => StoreError::NotMigrated(m.clone()),
