@@ -438,11 +438,89 @@ async fn writes_outside_the_workspace_fail_and_leave_nothing() {
     assert!(!beside.exists());
     assert!(!h.workspaces.root().join("escape").exists());
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "intact\n");
+    // Landlock refuses (Permission denied) or, in namespaces of the
+    // command's own, the mount outside the workspace is read-only.
+    assert_eq!(refused_writes(stderr(&result)), 5, "{result}");
+}
+
+/// How many writes `stderr` reports refused: by Landlock, or by a
+/// read-only mount.
+fn refused_writes(stderr: &str) -> usize {
+    stderr.matches("Permission denied").count() + stderr.matches("Read-only file system").count()
+}
+
+/// Landlock governs what a file holds, not its mode, times or extended
+/// attributes: a command could otherwise make the service's signing key
+/// (its own uid's file) readable for everyone, or lock the data directory.
+/// In namespaces of its own, everything outside the workspace is a
+/// read-only mount; inside the workspace all of it still works.
+#[tokio::test]
+async fn a_command_changes_no_mode_time_or_attribute_outside_the_workspace() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = harness_with(
+        SandboxSettings {
+            namespaces: NamespaceMode::Require,
+            ..settings()
+        },
+        None,
+    );
+    let ws = h.workspace("alice");
+    let key = h.data_dir.join("signing.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(&h.data_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let modes = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o7777;
+    let mtime = |path: &Path| std::fs::metadata(path).unwrap().modified().unwrap();
+    let key_mtime = mtime(&key);
+    let result = h
+        .run(&format!(
+            "chmod 0644 {key}; chmod 0755 {data}; chmod 000 {data}/workspaces; touch -d 2001-01-01 {key}; \
+             python3 -c 'import os; os.setxattr(\"{key}\", \"user.x\", b\"1\")'",
+            key = key.display(),
+            data = h.data_dir.display()
+        ))
+        .await;
+    assert_eq!(modes(&key), 0o600, "{result}");
+    assert_eq!(modes(&h.data_dir), 0o700, "{result}");
     assert_eq!(
-        stderr(&result).matches("Permission denied").count(),
+        modes(&h.data_dir.join("workspaces")) & 0o700,
+        0o700,
+        "{result}"
+    );
+    assert_eq!(mtime(&key), key_mtime, "{result}");
+    assert!(
+        xattr_names(&key).is_empty(),
+        "{result}: {:?}",
+        xattr_names(&key)
+    );
+    assert_eq!(
+        stderr(&result).matches("Read-only file system").count(),
         5,
         "{result}"
     );
+
+    // The workspace: files made, modes and times changed, from the
+    // workspace's root and from a directory beneath it.
+    let result = h
+        .run(
+            "mkdir -p d && cd d && echo 'echo run' > s.sh && chmod +x s.sh && ./s.sh \
+             && touch -d 2001-01-01 s.sh && cd .. && chmod 700 d && echo ok",
+        )
+        .await;
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(stdout(&result), "run\nok\n", "{result}");
+    assert_eq!(modes(&ws.join("d")), 0o700);
+    assert_eq!(modes(&ws.join("d/s.sh")) & 0o100, 0o100);
+}
+
+/// The extended attribute names of `path`.
+fn xattr_names(path: &Path) -> Vec<u8> {
+    let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut buffer = vec![0u8; 4096];
+    // SAFETY: listxattr(2) writes at most buffer.len() bytes into it.
+    let len = unsafe { libc::listxattr(name.as_ptr(), buffer.as_mut_ptr().cast(), buffer.len()) };
+    assert!(len >= 0, "{}", std::io::Error::last_os_error());
+    buffer.truncate(len as usize);
+    buffer
 }
 
 #[tokio::test]
@@ -476,7 +554,7 @@ async fn each_command_has_a_private_temporary_directory_inside_the_workspace() {
     let tmpdir = PathBuf::from(out.lines().next().unwrap());
     assert!(tmpdir.starts_with(ws.join(".toolgate-tmp")), "{out}");
     assert!(out.contains("data\n"), "{out}");
-    assert!(stderr(&result).contains("Permission denied"), "{result}");
+    assert_eq!(refused_writes(stderr(&result)), 1, "{result}");
     assert!(!outside.exists());
     // Removed afterwards, and the next command gets another one.
     assert!(!tmpdir.exists());

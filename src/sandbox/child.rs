@@ -40,11 +40,26 @@ pub(crate) struct Confinement {
     /// The `cgroup.procs` of the command's own pids cgroup (see pids.rs),
     /// which the child writes itself into first of all.
     pub cgroup_procs: Option<RawFd>,
+    /// The workspace: in namespaces of its own, the one place the command's
+    /// mounts leave writable.
+    pub workspace: Option<Writable>,
+}
+
+/// The workspace as the parent opened and checked it (an `O_PATH`
+/// descriptor, which names it in the parent's mount namespace) and its path
+/// (which the child looks up again in its own, and compares).
+pub(crate) struct Writable {
+    pub fd: RawFd,
+    pub path: std::ffi::CString,
 }
 
 /// What a child started in new user, PID and mount namespaces does first:
 /// maps its own ids, so that it keeps the service's uid and gid; mounts a
-/// `/proc` of its PID namespace over the service's; and lets its Landlock
+/// `/proc` of its PID namespace over the service's; makes every mount it
+/// sees read-only but a mount of the workspace of its own (Landlock governs
+/// what a file holds, not its mode, owner, times or extended attributes:
+/// without this a command could `chmod` the service's signing key, which
+/// belongs to its uid, readable for everyone); and lets its Landlock
 /// ruleset read that new `/proc` (the ruleset's `/proc` rule, made in the
 /// parent, is on the service's mount, which the new one hides).
 pub(crate) struct Namespaces {
@@ -117,7 +132,11 @@ impl Namespaces {
     ///
     /// # Safety
     /// Raw system calls only; call in the child before `execve`.
-    pub(crate) unsafe fn enter(&self, landlock_fd: Option<RawFd>) -> io::Result<()> {
+    pub(crate) unsafe fn enter(
+        &self,
+        landlock_fd: Option<RawFd>,
+        workspace: Option<&Writable>,
+    ) -> io::Result<()> {
         // SAFETY: raw system calls on data the parent prepared.
         unsafe {
             // gid_map may only be written by an unprivileged process once
@@ -140,6 +159,7 @@ impl Namespaces {
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             ) as libc::c_long)?;
+            read_only_but(workspace)?;
             // No rule when /proc is not granted whole: it stays unreadable.
             if let Some(ruleset) = landlock_fd.filter(|_| self.proc_access != 0) {
                 let proc = libc::open(
@@ -186,6 +206,100 @@ impl Namespaces {
         // SAFETY: poll(2) on one descriptor, not waiting.
         let ready = unsafe { libc::poll(&mut poll, 1, 0) };
         ready == 0
+    }
+}
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const OPEN_TREE_CLONE: libc::c_uint = 0x1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+
+/// Makes every mount of this (new, private) mount namespace read-only, then
+/// mounts a writable copy of the workspace's mount over the workspace
+/// itself, so that the workspace is the one place where a file can be
+/// made, changed, or have its mode, times or attributes changed. The
+/// workspace's path is looked up again here (the parent's descriptor names
+/// a mount of the parent's namespace) and must lead to the directory the
+/// parent opened; the copy is taken before anything is made read-only, and
+/// put in place through the descriptor, not the path.
+///
+/// # Safety
+/// Raw system calls only; call in a child, in its own mount namespace.
+unsafe fn read_only_but(workspace: Option<&Writable>) -> io::Result<()> {
+    // SAFETY: raw system calls on descriptors and plain data of this child.
+    unsafe {
+        let mut here = None;
+        let mut tree = None;
+        if let Some(workspace) = workspace {
+            let fd = libc::open(
+                workspace.path.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            );
+            check(fd as libc::c_long)?;
+            here = Some(fd);
+            if identity(fd)? != identity(workspace.fd)? {
+                return Err(io::Error::from_raw_os_error(libc::ESTALE));
+            }
+            let cloned = libc::syscall(
+                libc::SYS_open_tree,
+                fd,
+                c"".as_ptr(),
+                OPEN_TREE_CLONE
+                    | libc::O_CLOEXEC as libc::c_uint
+                    | libc::AT_EMPTY_PATH as libc::c_uint,
+            );
+            check(cloned)?;
+            tree = Some(cloned as RawFd);
+        }
+        let read_only = MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        check(libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c"/".as_ptr(),
+            AT_RECURSIVE,
+            &read_only as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ))?;
+        if let (Some(tree), Some(here)) = (tree, here) {
+            check(libc::syscall(
+                libc::SYS_move_mount,
+                tree,
+                c"".as_ptr(),
+                here,
+                c"".as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+            ))?;
+        }
+        // The descriptors are close-on-exec; this child execs or exits next.
+    }
+    Ok(())
+}
+
+/// The (device, inode) of a descriptor.
+///
+/// # Safety
+/// A raw system call on a descriptor of this process.
+unsafe fn identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    // SAFETY: fstat fills the buffer on success; all zeroes is a valid stat.
+    unsafe {
+        let mut stat: libc::stat = std::mem::zeroed();
+        check(libc::fstat(fd, &mut stat) as libc::c_long)?;
+        Ok((stat.st_dev, stat.st_ino))
     }
 }
 
@@ -285,7 +399,7 @@ impl Confinement {
                 }
             }
             if let Some(namespaces) = &self.namespaces {
-                namespaces.enter(self.landlock_fd)?;
+                namespaces.enter(self.landlock_fd, self.workspace.as_ref())?;
             }
             // A new session is a new process group (killable as one) with
             // no controlling terminal (nothing can prompt on /dev/tty).

@@ -130,7 +130,7 @@ pub(crate) fn ruleset(
 }
 
 /// A descriptor's (device, inode).
-fn fd_identity(fd: &impl std::os::fd::AsFd) -> std::io::Result<(u64, u64)> {
+pub(crate) fn fd_identity(fd: &impl std::os::fd::AsFd) -> std::io::Result<(u64, u64)> {
     use std::os::fd::AsRawFd;
     let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
     // SAFETY: a valid descriptor and a buffer of the right type; fstat

@@ -24,7 +24,11 @@
 //!   main process is the namespace's init: when it ends, however it ends
 //!   (PR_SET_PDEATHSIG when the service dies included), the kernel ends
 //!   every process the command started, watchdog or not. Like any init, it
-//!   ignores signals it sends itself without a handler.
+//!   ignores signals it sends itself without a handler. Every mount it
+//!   sees is read-only but a mount of its workspace of its own (child.rs):
+//!   Landlock governs what a file holds, not its mode, times or extended
+//!   attributes, which the service's uid could otherwise change on the
+//!   service's own files.
 //! - **No terminal, no input**: stdin is /dev/null; the environment is
 //!   cleared and rebuilt from an allow-list (see [`base_environment`])
 //!   that turns pagers, editors and credential prompts off. The service's
@@ -626,6 +630,12 @@ impl Sandbox {
             ),
             None => None,
         };
+        // In namespaces of its own, the command's mounts are all read-only
+        // but the workspace's (see child.rs), put in place through this.
+        let workspace_fd = match self.namespaces {
+            Some(_) => Some(open_workspace(&workspace, spec.workspace_identity)?),
+            None => None,
+        };
         let confinement = Confinement {
             limits: Limits {
                 cpu_secs: self.settings.cpu_secs,
@@ -639,6 +649,16 @@ impl Sandbox {
             parent_pid: std::process::id() as libc::pid_t,
             namespaces: self.namespaces.clone(),
             cgroup_procs: cgroup.as_ref().map(pids::CommandCgroup::procs_fd),
+            workspace: match &workspace_fd {
+                Some(fd) => Some(child::Writable {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+                    path: std::ffi::CString::new(workspace.as_os_str().as_encoded_bytes())
+                        .map_err(|_| {
+                            SandboxError::InvalidSpec("the workspace path holds a NUL".into())
+                        })?,
+                }),
+                None => None,
+            },
         };
 
         let program =
@@ -648,8 +668,10 @@ impl Sandbox {
             })?;
         let started = Instant::now();
         let spawned = spawn::spawn(&program, &confinement);
-        // The ruleset descriptor was needed until the child restricted itself.
+        // The ruleset and workspace descriptors were needed until the child
+        // restricted itself.
         drop(ruleset);
+        drop(workspace_fd);
         let mut child = spawned.map_err(|source| SandboxError::Spawn {
             program: spec.argv[0].clone(),
             source,
@@ -753,6 +775,32 @@ impl Sandbox {
             output_incomplete,
         })
     }
+}
+
+/// The workspace directory as an `O_PATH` descriptor, refused when it is
+/// no longer the directory `identity` names (a link swapped in).
+fn open_workspace(
+    workspace: &Path,
+    identity: Option<(u64, u64)>,
+) -> Result<std::os::fd::OwnedFd, SandboxError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let setup = |e: std::io::Error| {
+        SandboxError::Setup(format!("the workspace {}: {e}", workspace.display()))
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(workspace)
+        .map_err(setup)?;
+    if let Some(expected) = identity
+        && filesystem::fd_identity(&file).map_err(setup)? != expected
+    {
+        return Err(SandboxError::Setup(format!(
+            "{} is no longer the workspace directory that was opened",
+            workspace.display()
+        )));
+    }
+    Ok(file.into())
 }
 
 fn validate(spec: &CommandSpec) -> Result<(), SandboxError> {

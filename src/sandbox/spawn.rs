@@ -364,7 +364,7 @@ extern "C" fn probe_main(arg: *mut c_void) -> c_int {
     // SAFETY: `arg` is the `Probe` the parent keeps alive while suspended.
     let probe = unsafe { &*(arg as *const Probe<'_>) };
     // SAFETY: raw system calls in a child that exits right after.
-    let entered = unsafe { probe.namespaces.enter(None) };
+    let entered = unsafe { probe.namespaces.enter(None, None) };
     let errno = match entered {
         Ok(()) => 0,
         Err(e) => e.raw_os_error().unwrap_or(libc::EINVAL),
@@ -560,6 +560,12 @@ unsafe fn run_child(args: &ChildArgs<'_>) -> c_int {
         if let Err(e) = args.confinement.apply() {
             return e.raw_os_error().unwrap_or(libc::EINVAL);
         }
+        // In namespaces of its own, the workspace is now a mount of its own
+        // (the only writable one), over the directory the first chdir
+        // entered: the same path again reaches the new mount.
+        if args.confinement.workspace.is_some() && libc::chdir(args.cwd) != 0 {
+            return errno();
+        }
         libc::execve(args.path, args.argv, args.envp);
         errno()
     }
@@ -672,6 +678,7 @@ mod tests {
             // SAFETY: getpid(2) cannot fail.
             parent_pid: unsafe { libc::getpid() },
             namespaces: None,
+            workspace: None,
             cgroup_procs: None,
         };
         let outcome = runtime.block_on(async {
