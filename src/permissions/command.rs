@@ -195,7 +195,20 @@ fn normalise(
         .chain(redirects.iter().map(|r| &r.target))
         .any(shell::evaluates_code)
         .then(|| EVALUATES.to_string());
-    strip_keywords(&mut words);
+    // `${NAME:=value}` assigns NAME where the word expands.
+    if let Some(name) = words
+        .iter()
+        .chain(redirects.iter().map(|r| &r.target))
+        .flat_map(shell::assigned_by_expansion)
+        .find(|name| is_sensitive_variable(name))
+    {
+        opaque = Some(format!(
+            "it sets {name}, which changes what later commands run"
+        ));
+    }
+    if let Some(reason) = strip_keywords(&mut words) {
+        opaque = Some(reason);
+    }
 
     let mut layers = Vec::new();
     let mut open_ended = guess.unwrap_or(false);
@@ -231,6 +244,13 @@ fn normalise(
             } if skip < words.len() => {
                 words.drain(..skip);
                 open_ended |= open;
+                // `time { rm x; }`, `time ! rm x`: after `time` (a
+                // keyword), the rest may start with keywords too. (After
+                // another wrapper they would be a program's name, which
+                // does not exist: reading on is the stricter reading.)
+                if let Some(reason) = strip_keywords(&mut words) {
+                    opaque = Some(reason);
+                }
             }
             Step::Payload(word) => {
                 payload = Some(word);
@@ -277,11 +297,35 @@ fn normalise(
         .and_then(|l| l.words.first())
         .and_then(command_name)
     {
+        let command = &layers[layers.len() - 1].words;
+        if let Some(reason) = writes_variable(name, command) {
+            opaque = Some(reason);
+        }
         if matches!(
             name,
-            "export" | "declare" | "typeset" | "local" | "readonly"
+            "unset" | "export" | "declare" | "typeset" | "local" | "readonly"
         ) {
-            let command = &layers[layers.len() - 1].words;
+            // `unset NAME`, `export -n NAME`, `declare +x NAME`: a variable
+            // taken out of the environment of later commands.
+            let flags = |w: &Word, sign: char, flag: char| {
+                w.text.starts_with(sign) && !w.text.starts_with("--") && w.text.contains(flag)
+            };
+            let removes = name == "unset"
+                || command[1..]
+                    .iter()
+                    .any(|w| flags(w, '+', 'x') || (name == "export" && flags(w, '-', 'n')));
+            if removes {
+                for word in command[1..]
+                    .iter()
+                    .filter(|w| !w.text.starts_with(['-', '+']))
+                {
+                    let name = word
+                        .text
+                        .split_once('=')
+                        .map_or(word.text.as_str(), |(n, _)| n);
+                    unsets(Some((name, word.literal)), &mut opaque);
+                }
+            }
             if let Some(name) = command[1..]
                 .iter()
                 .filter_map(|w| text_assignment(&w.text))
@@ -434,14 +478,29 @@ pub(crate) fn peeled_prefix(words: &[Word]) -> Option<String> {
 /// Drop reserved words that lead a command (`if`, `then`, `!`, `{` …) and
 /// whole headers (`for x in …`, `case … in`) whose substitutions were
 /// already split out.
-fn strip_keywords(words: &mut Vec<Word>) {
-    const LEADING: [&str; 14] = [
+///
+/// Returns why the command is opaque when a `for` or `select` loop's
+/// variable is a sensitive one (`for GIT_DIR in …` sets it for the loop's
+/// commands) or not a plain name.
+fn strip_keywords(words: &mut Vec<Word>) -> Option<String> {
+    const LEADING: [&str; 13] = [
         "!", "{", "}", "if", "then", "elif", "else", "do", "while", "until", "fi", "done", "esac",
-        "coproc",
     ];
+    // What starts a compound command: after `coproc NAME`, the name is the
+    // coprocess's, not a command.
+    const COMPOUND: [&str; 9] = ["{", "(", "((", "[[", "if", "while", "until", "for", "case"];
     loop {
-        let Some(first) = words.first() else { return };
-        if LEADING.iter().any(|k| first.is_keyword(k)) {
+        let first = words.first()?;
+        if first.is_keyword("coproc") {
+            let named = words.len() > 2
+                && shell::is_name(&words[1].text)
+                && words[1].literal
+                && COMPOUND
+                    .iter()
+                    .chain(&["select"])
+                    .any(|k| words[2].is_keyword(k));
+            words.drain(..if named { 2 } else { 1 });
+        } else if LEADING.iter().any(|k| first.is_keyword(k)) {
             words.remove(0);
         } else if first.is_keyword("function") {
             let n = words.len().min(2);
@@ -450,9 +509,26 @@ fn strip_keywords(words: &mut Vec<Word>) {
             .iter()
             .any(|k| first.is_keyword(k))
         {
+            let variable = (!first.is_keyword("case")).then(|| words.get(1)).flatten();
+            let reason = variable.and_then(|v| {
+                let name = v.text.as_str();
+                if !v.literal || !shell::is_name(name) && !name.starts_with("((") {
+                    Some(
+                        "its loop's variable is computed, which may change what the command runs"
+                            .to_string(),
+                    )
+                } else if is_sensitive_variable(name) {
+                    Some(format!(
+                        "its loop sets {name}, which changes what the command runs"
+                    ))
+                } else {
+                    None
+                }
+            });
             words.clear();
+            return reason;
         } else {
-            return;
+            return None;
         }
     }
 }
@@ -1823,8 +1899,22 @@ fn env(words: &[Word], opaque: &mut Option<String>) -> Step {
                 i += 1;
                 break;
             }
-            "-i" | "--ignore-environment" | "-0" | "--null" | "-v" | "--debug" | "-" => i += 1,
-            "-u" | "--unset" | "-C" | "--chdir" => i += 2,
+            "-i" | "--ignore-environment" | "-" => {
+                *opaque = Some(
+                    "it clears the environment, which holds the sandbox's settings (git's among them)"
+                        .into(),
+                );
+                i += 1
+            }
+            "-0" | "--null" | "-v" | "--debug" => i += 1,
+            "-u" | "--unset" => {
+                unsets(
+                    words.get(i + 1).map(|w| (w.text.as_str(), w.literal)),
+                    opaque,
+                );
+                i += 2
+            }
+            "-C" | "--chdir" => i += 2,
             "-S" | "--split-string" => {
                 return match words.get(i + 1) {
                     Some(payload) => Step::Payload(payload.clone()),
@@ -1841,12 +1931,12 @@ fn env(words: &[Word], opaque: &mut Option<String>) -> Step {
                     ..word.clone()
                 });
             }
-            _ if t.starts_with("--unset=")
-                || t.starts_with("--chdir=")
-                || ((t.starts_with("-u") || t.starts_with("-C")) && t.len() > 2) =>
-            {
+            _ if t.starts_with("--unset=") || (t.starts_with("-u") && t.len() > 2) => {
+                let name = t.strip_prefix("--unset=").unwrap_or(&t[2..]);
+                unsets(Some((name, word.literal)), opaque);
                 i += 1
             }
+            _ if t.starts_with("--chdir=") || (t.starts_with("-C") && t.len() > 2) => i += 1,
             _ if t.starts_with('-') => return UNREADABLE,
             _ => break,
         }
@@ -1863,6 +1953,88 @@ fn env(words: &[Word], opaque: &mut Option<String>) -> Step {
     Step::Inner {
         skip: i,
         open_ended: false,
+    }
+}
+
+/// Why a builtin that writes the variables its arguments name makes the
+/// command opaque: it names a sensitive one (`read GIT_DIR`, `printf -v
+/// PATH …`, `mapfile`, `getopts`), or one whose name is computed; or it
+/// makes a name reference (`declare -n r=GIT_DIR; r=…` writes GIT_DIR
+/// under another name).
+fn writes_variable(name: &str, command: &[Word]) -> Option<String> {
+    let args = command.get(1..).unwrap_or_default();
+    let named: Vec<&Word> = match name {
+        "read" | "mapfile" | "readarray" => args.iter().collect(),
+        "getopts" => args.get(1).into_iter().collect(),
+        "printf" => {
+            let target = args.iter().position(|w| w.text.starts_with("-v"));
+            return target.and_then(|i| {
+                let word = &args[i];
+                let variable = match word.text.strip_prefix("-v") {
+                    Some("") => args.get(i + 1)?,
+                    _ => word,
+                };
+                let text = if variable.text.starts_with("-v") {
+                    &variable.text[2..]
+                } else {
+                    variable.text.as_str()
+                };
+                written(text, variable.literal)
+            });
+        }
+        "declare" | "typeset" | "local" => {
+            let nameref = args
+                .iter()
+                .take_while(|w| w.text.starts_with(['-', '+']))
+                .any(|w| w.text.starts_with('-') && w.text.contains('n'));
+            return nameref.then(|| {
+                "it makes a name reference, through which any variable may be set".to_string()
+            });
+        }
+        _ => return None,
+    };
+    named
+        .into_iter()
+        .filter(|w| !w.text.starts_with('-'))
+        .find_map(|w| written(&w.text, w.literal))
+}
+
+/// Why writing variable `name` (`literal`: as written, not computed) makes
+/// the command opaque, if it does.
+fn written(name: &str, literal: bool) -> Option<String> {
+    if !literal {
+        Some(
+            "it sets a variable whose name is computed, which may change what the command runs"
+                .into(),
+        )
+    } else if is_sensitive_variable(name) {
+        Some(format!(
+            "it sets {name}, which changes what later commands run"
+        ))
+    } else {
+        None
+    }
+}
+
+/// A variable a command line removes from the environment (`env -u`,
+/// `unset`, `export -n`): a sensitive one, or one whose name is computed,
+/// makes the command opaque. The sandbox's settings live there (git's
+/// `core.fsmonitor` and `safe.bareRepository`, its pager and editor), and
+/// without them a command an allow rule names may run a program.
+fn unsets(name: Option<(&str, bool)>, opaque: &mut Option<String>) {
+    match name {
+        Some((name, true)) if !is_sensitive_variable(name) => {}
+        Some((name, true)) => {
+            *opaque = Some(format!(
+                "it removes {name} from the environment, which changes what the command runs"
+            ))
+        }
+        _ => {
+            *opaque = Some(
+                "it removes a variable whose name is computed from the environment, which may change what the command runs"
+                    .into(),
+            )
+        }
     }
 }
 

@@ -300,6 +300,31 @@ fn text_evaluates_code(text: &str) -> bool {
     false
 }
 
+/// The variables a word's expansions assign: `NAME` of each
+/// `${NAME:=word}` or `${NAME=word}` (which set NAME when it is unset, or
+/// empty).
+pub(crate) fn assigned_by_expansion(word: &Word) -> Vec<String> {
+    if !word.computed {
+        return Vec::new();
+    }
+    let chars: Vec<char> = word.text.chars().collect();
+    let mut names = Vec::new();
+    for (i, pair) in chars.windows(2).enumerate() {
+        if pair != ['$', '{'] {
+            continue;
+        }
+        let inside = enclosed(&chars[i + 1..], '{', '}');
+        let end = inside
+            .iter()
+            .position(|&c| !(c == '_' || c.is_ascii_alphanumeric()))
+            .unwrap_or(inside.len());
+        if matches!(&inside[end..], ['=', ..] | [':', '=', ..]) {
+            names.push(inside[..end].iter().collect());
+        }
+    }
+    names
+}
+
 /// What `open` (at `chars[0]`) encloses up to its matching `close` (or the
 /// end of the text).
 fn enclosed(chars: &[char], open: char, close: char) -> &[char] {
@@ -339,10 +364,20 @@ fn parameter_evaluates(inside: &[char]) -> bool {
     if inside.windows(2).any(|w| w == ['@', 'P']) {
         return true;
     }
-    let name_end = inside
-        .iter()
-        .position(|&c| !(c == '_' || c.is_ascii_alphanumeric()))
-        .unwrap_or(inside.len());
+    // `${#name[…]}`: the length of what follows, whose subscript is
+    // evaluated the same way.
+    let inside = match inside {
+        ['#', rest @ ..] if !rest.is_empty() => rest,
+        _ => inside,
+    };
+    // A special parameter (`${@:x}`, `${*:x:1}`) has a one-character name.
+    let name_end = match inside.first() {
+        Some('@' | '*' | '#' | '?' | '-' | '$') => 1,
+        _ => inside
+            .iter()
+            .position(|&c| !(c == '_' || c.is_ascii_alphanumeric()))
+            .unwrap_or(inside.len()),
+    };
     let mut rest = &inside[name_end..];
     if rest.first() == Some(&'[') {
         let subscript = enclosed(rest, '[', ']');
@@ -422,6 +457,19 @@ impl Lexer {
         f(self);
         self.depth -= 1;
         true
+    }
+
+    /// The command list of a `$( … )`, `<( … )` or `>( … )`, up to its
+    /// `)`. bash parses it as a program of its own: a heredoc opened before
+    /// it on the line takes its body from the lines after the whole line,
+    /// not from the lines inside it (which are commands), so the heredocs
+    /// waiting outside are set aside meanwhile. A heredoc opened inside and
+    /// left without a body there has lines after it read as commands (the
+    /// stricter reading).
+    fn substitution(&mut self) {
+        let outside = std::mem::take(&mut self.heredocs);
+        self.nested(|l| l.list(Some(')')));
+        self.heredocs = outside;
     }
 
     /// Lex a separate text (backtick content, a heredoc body) with the same
@@ -735,7 +783,7 @@ impl Lexer {
                 '<' | '>' if self.pos == start && self.peek_at(1) == Some('(') => {
                     let from = self.pos;
                     self.pos += 2;
-                    self.nested(|l| l.list(Some(')')));
+                    self.substitution();
                     let raw = self.slice(from, self.pos);
                     w.push_computed(&raw);
                 }
@@ -890,7 +938,7 @@ impl Lexer {
             }
             Some('(') => {
                 self.pos += 1;
-                self.nested(|l| l.list(Some(')')));
+                self.substitution();
                 let raw = self.slice(from, self.pos);
                 w.push_computed(&raw);
             }
@@ -1279,6 +1327,15 @@ mod tests {
             ["cat", "id", "ls"]
         );
         assert_eq!(pieces("cat <<-EOF\n\tx\n\tEOF\nls"), ["cat", "ls"]);
+        // bash reads a `$( … )` as a program of its own: the body of a
+        // heredoc opened before it comes after the whole line, and the
+        // lines inside are commands.
+        assert_eq!(
+            pieces("echo <<'EOF' $(\ntouch x; id\nEOF\n)\nbody\nEOF\nls"),
+            ["touch x", "id", "EOF", "echo $(\ntouch x; id\nEOF\n)", "ls"]
+        );
+        // A subshell is read in line: the body comes at its first newline.
+        assert_eq!(pieces("cat <<EOF; (\nrm x\nEOF\nls)"), ["cat", "ls"]);
     }
 
     #[test]

@@ -2194,3 +2194,98 @@ fn large_and_deep_input_stays_bounded() {
     let payloads = format!("{}rm x{}", "bash -c \"".repeat(50), "\"".repeat(50));
     assert_ne!(verdict_of(&set, &payloads), Verdict::Allow);
 }
+
+/// Allow rules vouch for what they name and nothing the line hides in
+/// other bash forms: a heredoc opened before a `$(` spanning lines (its
+/// lines are commands), `coproc NAME { … }`, a subscript evaluated by
+/// `${#a[x]}` or `${@:x}`; nor for a line that sets, clears or removes a
+/// variable holding the sandbox's settings (git's pins among them) before
+/// the named command runs, through whichever builtin, loop or expansion.
+#[test]
+fn allow_rules_vouch_for_no_hidden_command_or_sensitive_variable() {
+    let set = rules(
+        &[
+            "bash(git status*)",
+            "bash(echo *)",
+            "bash(read *)",
+            "bash(printf *)",
+            "bash(mapfile *)",
+            "bash(getopts *)",
+            "bash(let *)",
+            "bash(unset *)",
+            "bash(export *)",
+            "bash(declare *)",
+        ],
+        &[],
+        &[],
+    );
+    for command in [
+        "echo <<'EOF' $(\ntouch x; id\nEOF\n)",
+        "git status <<'EOF' $(\nid\nEOF\n)",
+        "coproc echo { touch x; }",
+        "a=(1); x='b[$(id)]'; echo ${#a[x]}",
+        "x='b[$(id)]'; echo ${@:x}",
+        "x='b[$(id)]'; echo ${*:x:1}",
+        "unset GIT_CONFIG_COUNT; git status",
+        "unset $v; git status",
+        "export -n GIT_CONFIG_COUNT; git status",
+        "declare +x GIT_CONFIG_COUNT; git status",
+        "declare -n r=GIT_CONFIG_COUNT; r=0; git status",
+        "for GIT_CONFIG_COUNT in 0; do git status; done",
+        "select GIT_CONFIG_COUNT in 0; do git status; done",
+        "read GIT_CONFIG_COUNT <<< 0; git status",
+        "printf -v GIT_CONFIG_COUNT 0; git status",
+        "printf -vGIT_CONFIG_COUNT 0; git status",
+        "mapfile GIT_CONFIG_COUNT < x; git status",
+        "getopts a GIT_CONFIG_COUNT; git status",
+        "let GIT_CONFIG_COUNT=0; git status",
+        "(( GIT_CONFIG_COUNT = 0 )); git status",
+        "echo ${GIT_CONFIG_COUNT:=0}; git status",
+        "echo ${GIT_CONFIG_COUNT=0}; git status",
+        "env -u GIT_CONFIG_COUNT git status",
+        "env --unset=GIT_CONFIG_COUNT git status",
+        "env -uGIT_CONFIG_COUNT git status",
+        "env -i git status",
+        "env - git status",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
+    }
+    for command in [
+        "git status",
+        "for f in a b; do echo $f; done",
+        "read x <<< 1; echo $x",
+        "printf -v x %s 1; echo $x",
+        "unset x; git status",
+        "echo ${x:=1} ${#x}",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
+/// Deny and ask rules and the dangerous list see a command after the
+/// `time` keyword whatever keyword follows it, inside `coproc NAME { … }`,
+/// and inside a `$(` a heredoc was opened before.
+#[test]
+fn deny_and_ask_rules_see_past_time_coproc_and_heredocs() {
+    let set = rules(&["bash"], &["bash(git push*)"], &["bash(rm *)"]);
+    for command in [
+        "time { rm b; }",
+        "time ! rm c",
+        "time -p { rm b; }",
+        "time while rm d; do break; done",
+        "time until rm d; do break; done",
+        "time if rm d; then :; fi",
+        "coproc x { rm e; }",
+        "coproc x while rm e; do break; done",
+        "echo <<'EOF' $(\nrm f\nEOF\n)",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Deny, "{command}");
+    }
+    assert_eq!(verdict_of(&set, "time { git push; }"), Verdict::Ask);
+    assert_dangerous(&set, "time { sudo -n true; }");
+    // A heredoc's body stays data where bash reads it as data.
+    assert_eq!(
+        verdict_of(&set, "cat <<'EOF'; (\nrm f\nEOF\necho done)"),
+        Verdict::Allow
+    );
+}
