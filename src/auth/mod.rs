@@ -360,14 +360,32 @@ fn read_claims(
         ),
         Some(_) => return Err(wrong("aud", "a string or a list of strings")),
     };
+    // RFC 6749 §3.3: scopes are separated by spaces (U+0020) alone, and
+    // each is printable ASCII other than `"` and `\`; a list holds one
+    // scope per element. Anything else is no scope (and is dropped, so
+    // `toolgate:approve\u{a0}` or a list element `"toolgate:approve x"`
+    // grants nothing).
+    let scope_token = |s: &&str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+    };
     let scope = match claims.get("scope") {
         None | Some(Value::Null) => None,
-        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::String(text)) => Some(
+            text.split(' ')
+                .filter(scope_token)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
         Some(Value::Array(list)) => Some(
             list.iter()
                 .map(Value::as_str)
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| wrong("scope", "a string or a list of strings"))?
+                .into_iter()
+                .filter(scope_token)
+                .collect::<Vec<_>>()
                 .join(" "),
         ),
         Some(_) => return Err(wrong("scope", "a string or a list of strings")),
@@ -515,6 +533,26 @@ mod tests {
         let claims = k.verify(&token).unwrap();
         assert_eq!(claims.iat, None);
         assert_eq!(claims.scope.as_deref(), Some("toolgate:approve x"));
+        // Scopes are separated by U+0020 alone, one per list element; what
+        // is no scope token grants nothing.
+        for (scope, read) in [
+            (serde_json::json!("toolgate:approve\u{a0}"), ""),
+            (serde_json::json!("toolgate:approve\ttoolgate:x"), ""),
+            (serde_json::json!(["toolgate:approve extra"]), ""),
+            (
+                serde_json::json!("a  toolgate:approve"),
+                "a toolgate:approve",
+            ),
+            (
+                serde_json::json!(["x", "toolgate:approve"]),
+                "x toolgate:approve",
+            ),
+        ] {
+            let token = sign(serde_json::json!({"sub": "a", "exp": unix_now() + 60,
+                "aud": "toolgate", "iss": "toolgate", "scope": scope}));
+            let claims = k.verify(&token).unwrap();
+            assert_eq!(claims.scope.as_deref(), Some(read), "{scope}");
+        }
         let token = sign(serde_json::json!({"sub": "a", "exp": unix_now() + 60,
             "aud": "toolgate", "iss": "toolgate", "scope": [1]}));
         assert!(matches!(k.verify(&token), Err(AuthError::Invalid(_))));
