@@ -818,6 +818,27 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(problem(r).await.0, 401);
+    // Two Authorization headers, a good token in either place: which one a
+    // proxy in front checked is not known, so neither counts.
+    let good = app.token_for("dev");
+    let bad = sign(&claims, b"an-attacker-chosen-secret-of-32-bytes!!");
+    for (first, second) in [(&good, &bad), (&bad, &good), (&good, &good)] {
+        let r = app
+            .client
+            .post(app.url("/v1/threads/tt/tool-calls"))
+            .header("authorization", format!("Bearer {first}"))
+            .header("authorization", format!("Bearer {second}"))
+            .json(&json!({"id": "c", "name": "echo", "arguments": {"text": "x"}}))
+            .send()
+            .await
+            .unwrap();
+        let (s, p) = problem(r).await;
+        assert_eq!(s, 401, "{p}");
+        assert!(
+            p["detail"].as_str().unwrap().contains("more than one"),
+            "{p}"
+        );
+    }
     // Nothing was written by any of them.
     assert!(app.history("tt").await.is_empty());
     let (s, _) = problem(app.get("/v1/threads/tt/history").await).await;

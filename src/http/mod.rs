@@ -111,6 +111,14 @@ impl FromRequestParts<AppState> for AuthUser {
         parts: &mut axum::http::request::Parts,
         state: &AppState,
     ) -> Result<Self, ApiError> {
+        // Two credentials are none: which one a proxy in front would have
+        // checked is not known.
+        let mut all = parts.headers.get_all(header::AUTHORIZATION).iter();
+        if all.next().is_some() && all.next().is_some() {
+            return Err(ApiError::Unauthorized(
+                "more than one Authorization header; send exactly one".into(),
+            ));
+        }
         let header = parts
             .headers
             .get(header::AUTHORIZATION)
