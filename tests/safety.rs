@@ -1144,6 +1144,26 @@ async fn a_rolled_back_run_takes_no_more_calls(backend: Backend) {
             .status(),
         409
     );
+    // A run with nothing to undo is rolled back once; again is a 409 too.
+    let (s, out) = app
+        .call(
+            "rc",
+            json!({"id": "e2", "run_id": "R3", "name": "echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let r = app
+        .post("/v1/threads/rc/runs/R3/rollback", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let report: Value = r.json().await.unwrap();
+    assert_eq!(report["steps"][0]["action"], "skipped", "{report}");
+    assert_eq!(
+        app.post("/v1/threads/rc/runs/R3/rollback", &json!({}))
+            .await
+            .status(),
+        409
+    );
 }
 
 /// A model context rebuilt while a call waits for approval is still one a

@@ -897,6 +897,9 @@ async fn a_closed_run_refuses_new_calls(store: DynStore) {
         "{alone:?}"
     );
     apply_all(&store, &[unit("t", "alice", vec![close("R")])]).await;
+    assert!(store.run_closed("t", "R").await.unwrap());
+    assert!(!store.run_closed("t", "R2").await.unwrap());
+    assert!(!store.run_closed("u", "R").await.unwrap());
     // An id the run already recorded is a conflict (answered from its
     // record), not a refusal.
     let again = apply_one(&store, unit("t", "alice", vec![in_run("c1", "R")])).await;
@@ -1846,6 +1849,9 @@ impl Store for Observed {
     }
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.run_calls(thread_id, run_id).await
+    }
+    async fn run_closed(&self, thread_id: &str, run_id: &str) -> StoreResult<bool> {
+        self.inner.run_closed(thread_id, run_id).await
     }
     async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>> {
         self.inner.approval(id).await

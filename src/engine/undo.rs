@@ -360,7 +360,9 @@ impl Engine {
             })
             .count();
         let undone_before = originals.iter().filter(|c| c.undone_by.is_some()).count();
-        if reversible_left == 0 && undone_before > 0 {
+        if reversible_left == 0
+            && (undone_before > 0 || self.store.run_closed(thread_id, run_id).await?)
+        {
             return Err(UndoError::AlreadyRolledBack(run_id.to_string()));
         }
         // The run is closed before its calls are read again: a call posted

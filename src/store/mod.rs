@@ -852,6 +852,9 @@ pub trait Store: Send + Sync + 'static {
     /// the same unit).
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>>;
 
+    /// Whether run `run_id` of the thread was closed ([`WriteOp::CloseRun`]).
+    async fn run_closed(&self, thread_id: &str, run_id: &str) -> StoreResult<bool>;
+
     /// One approval by id (any thread, any owner: the caller checks the
     /// owner), `None` if unknown.
     async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>>;

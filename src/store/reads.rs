@@ -308,6 +308,15 @@ where
         rows.iter().map(tool_call_from_row).collect()
     }
 
+    pub async fn run_closed(&self, thread_id: &str, run_id: &str) -> StoreResult<bool> {
+        let row = sqlx::query("SELECT 1 FROM closed_runs WHERE thread_id = $1 AND run_id = $2")
+            .bind(thread_id)
+            .bind(run_id)
+            .fetch_optional(self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
     pub async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>> {
         let row = sqlx::query(&format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1"

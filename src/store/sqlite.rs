@@ -280,6 +280,10 @@ impl Store for SqliteStore {
         self.reads().run_calls(thread_id, run_id).await
     }
 
+    async fn run_closed(&self, thread_id: &str, run_id: &str) -> StoreResult<bool> {
+        self.reads().run_closed(thread_id, run_id).await
+    }
+
     async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>> {
         self.reads().approval(id).await
     }
