@@ -110,7 +110,7 @@ pub struct ApprovalsQuery {
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<i64>,
     /// Cursor from the previous page's `next_cursor`: returns older approvals.
-    #[param(pattern = "^0*[0-9]{1,18}:[A-Za-z0-9_.:-]{1,128}$")]
+    #[param(pattern = r"^0*[0-9]{1,18}:(?!\.{1,2}$)[A-Za-z0-9_.:-]{1,128}$")]
     pub before: Option<String>,
 }
 
