@@ -6,6 +6,7 @@ mod common;
 use base64::Engine as _;
 use common::{Backend, TestApp};
 use serde_json::{Value, json};
+use std::time::Duration;
 
 async fn problem(resp: reqwest::Response) -> (u16, Value) {
     let status = resp.status().as_u16();
@@ -843,6 +844,47 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
     assert!(app.history("tt").await.is_empty());
     let (s, _) = problem(app.get("/v1/threads/tt/history").await).await;
     assert_eq!(s, 404);
+}
+
+/// An event stream lasts as long as the token that opened it: at its
+/// expiry the stream closes what it is inside of and ends with RUN_ERROR
+/// `TOKEN_EXPIRED`; events before then arrive as usual.
+async fn an_event_stream_ends_when_its_token_expires(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let short = app.token_with_ttl("dev", 3);
+    let resp = app
+        .client
+        .get(app.url("/v1/threads/exp/events"))
+        .bearer_auth(&short)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let opened = std::time::Instant::now();
+    let mut sse = common::SseReader::new(resp);
+    let first = sse.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(first.data["type"], "RUN_STARTED");
+    let (s, _) = app
+        .call(
+            "exp",
+            json!({"id": "c1", "name": "echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let mut seen = Vec::new();
+    while let Some(frame) = sse.next(Duration::from_secs(10)).await {
+        seen.push(frame.data);
+    }
+    let types: Vec<&str> = seen.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(types.contains(&"TOOL_CALL_RESULT"), "{types:?}");
+    let last = seen.last().unwrap();
+    assert_eq!(last["type"], "RUN_ERROR", "{types:?}");
+    assert_eq!(last["code"], "TOKEN_EXPIRED", "{last}");
+    assert!(
+        opened.elapsed() >= Duration::from_secs(1),
+        "ended before the token expired"
+    );
 }
 
 async fn another_owners_thread_is_not_found(backend: Backend) {
@@ -1752,5 +1794,6 @@ both_backends!(
     malformed_requests_are_refused_and_change_nothing,
     nul_characters_are_refused_in_requests_and_replaced_in_results,
     forged_expired_and_missing_tokens_get_401,
+    an_event_stream_ends_when_its_token_expires,
     another_owners_thread_is_not_found,
 );

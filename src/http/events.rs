@@ -191,6 +191,7 @@ pub async fn get_events(
         state: state.clone(),
         thread_id: thread.0,
         owner: user.owner,
+        expires: expiry(user.expires_at),
         tx,
         _slot: stream_slot,
     };
@@ -212,8 +213,24 @@ struct Stream {
     state: AppState,
     thread_id: String,
     owner: String,
+    /// When the token that opened it expires: the stream ends then, with
+    /// RUN_ERROR `TOKEN_EXPIRED` (a client reconnects with a fresh token
+    /// and `Last-Event-ID`).
+    expires: tokio::time::Instant,
     tx: Tx,
     _slot: crate::engine::limits::StreamPermit,
+}
+
+/// The moment `exp` (Unix seconds) is reached, on the runtime's clock; a
+/// century away at most.
+fn expiry(exp: u64) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    let unix_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let left = Duration::from_secs(exp.saturating_sub(unix_now).min(100 * 365 * 86_400));
+    now + left
 }
 
 impl Stream {
@@ -226,6 +243,7 @@ impl Stream {
             permit = self.state.page_reads.wait_for(&self.owner) => Ok(permit),
             _ = self.tx.closed() => Err(End::Gone),
             _ = self.state.shutdown.cancelled() => Err(End::Shutdown),
+            _ = tokio::time::sleep_until(self.expires) => Err(End::Expired),
         }
     }
 
@@ -238,12 +256,16 @@ impl Stream {
         if self.state.shutdown.is_cancelled() {
             return Err(End::Shutdown);
         }
+        if tokio::time::Instant::now() >= self.expires {
+            return Err(End::Expired);
+        }
         tokio::select! {
             sent = tokio::time::timeout(SEND_STALL, self.tx.send(Ok(event))) => match sent {
                 Ok(Ok(())) => Ok(()),
                 _ => Err(End::Gone),
             },
             _ = self.state.shutdown.cancelled() => Err(End::Shutdown),
+            _ = tokio::time::sleep_until(self.expires) => Err(End::Expired),
         }
     }
 }
@@ -394,6 +416,8 @@ enum End {
     Gone,
     /// toolgate is shutting down: the stream ends with RUN_FINISHED.
     Shutdown,
+    /// The token that opened the stream expired: it ends with RUN_ERROR.
+    Expired,
     /// The event log could not be read: the stream ends with RUN_ERROR.
     Failed(crate::store::StoreError),
 }
@@ -411,26 +435,33 @@ async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, l
         return;
     }
     let mut open = Open::default();
-    let ev = match follow(&stream, start, snapshot, live, &mut open).await {
-        End::Gone => return,
-        End::Shutdown => {
-            // A run ends with no group open: close the ones the stream is
-            // inside (a resumed stream opens them again).
-            for end in open.closing() {
-                let sent = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&end)))).await;
-                if !matches!(sent, Ok(Ok(()))) {
-                    return;
-                }
+    let end = follow(&stream, start, snapshot, live, &mut open).await;
+    if matches!(end, End::Shutdown | End::Expired) {
+        // A run ends with no group open: close the ones the stream is
+        // inside (a resumed stream opens them again).
+        for end in open.closing() {
+            let sent = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&end)))).await;
+            if !matches!(sent, Ok(Ok(()))) {
+                return;
             }
-            Event::new(EventBody::RunFinished {
-                thread_id: stream.thread_id.clone(),
-                run_id,
-                result: None,
-                outcome: Some(RunOutcome::Success {
-                    pending_tool_call_ids: None,
-                }),
-            })
         }
+    }
+    let ev = match end {
+        End::Gone => return,
+        End::Expired => Event::new(EventBody::RunError {
+            message: "the bearer token that opened this stream has expired; reconnect with a \
+                      valid token and Last-Event-ID to resume"
+                .into(),
+            code: Some("TOKEN_EXPIRED".into()),
+        }),
+        End::Shutdown => Event::new(EventBody::RunFinished {
+            thread_id: stream.thread_id.clone(),
+            run_id,
+            result: None,
+            outcome: Some(RunOutcome::Success {
+                pending_tool_call_ids: None,
+            }),
+        }),
         End::Failed(e) => {
             tracing::error!(error = %e, "event stream failed");
             Event::new(EventBody::RunError {
@@ -533,6 +564,7 @@ async fn follow(
         let received = tokio::select! {
             _ = state.shutdown.cancelled() => return End::Shutdown,
             _ = stream.tx.closed() => return End::Gone,
+            _ = tokio::time::sleep_until(stream.expires) => return End::Expired,
             received = live.recv() => received,
         };
         let result = match received {

@@ -96,6 +96,9 @@ pub struct AuthUser {
     pub owner: String,
     /// Scopes of the token (`scope` claim, space-separated).
     pub scopes: Vec<String>,
+    /// When the token expires (`exp`, Unix seconds): an event stream it
+    /// opened ends then.
+    pub expires_at: u64,
 }
 
 impl AuthUser {
@@ -134,6 +137,7 @@ impl FromRequestParts<AppState> for AuthUser {
             .verify(token)
             .map_err(|e| ApiError::Unauthorized(e.to_string()))?;
         Ok(AuthUser {
+            expires_at: claims.exp,
             owner: claims.sub,
             scopes: claims
                 .scope

@@ -263,8 +263,13 @@ impl TestApp {
 
     /// A token for another owner, signed with this server's key.
     pub fn token_for(&self, sub: &str) -> String {
+        self.token_with_ttl(sub, 3600)
+    }
+
+    /// A token of `sub` valid for `ttl_secs` seconds.
+    pub fn token_with_ttl(&self, sub: &str, ttl_secs: u64) -> String {
         let keys = toolgate::auth::Keys::load(&self.settings.auth, self.data_dir.path()).unwrap();
-        keys.mint(sub, 3600).unwrap()
+        keys.mint(sub, ttl_secs).unwrap()
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> reqwest::Response {
