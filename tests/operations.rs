@@ -1764,6 +1764,48 @@ async fn a_call_declared_through_another_process_is_announced_under_its_message(
     );
 }
 
+/// A subscriber hears of what another process of the same database
+/// commits (or what committed with no word on the bus, its commit's answer
+/// lost): each heartbeat its stream reads the log after its last event.
+#[tokio::test]
+async fn a_stream_hears_of_events_committed_elsewhere_at_its_next_heartbeat() {
+    let pg = common::create_pg_database().await;
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = serve_binary_with(
+        dirs.0.path(),
+        Some(&pg.url),
+        &[("TOOLGATE_SERVER__SSE_HEARTBEAT_SECS", "1")],
+    )
+    .await;
+    let second = serve_binary(dirs.1.path(), Some(&pg.url)).await;
+    let client = reqwest::Client::new();
+    let resp = client
+        .get(format!("{}/v1/threads/elsewhere/events", first.base))
+        .bearer_auth(&first.token)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = common::SseReader::new(resp);
+    let opened = sse.next(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(opened.data["type"], "RUN_STARTED");
+    let r = client
+        .post(format!("{}/v1/threads/elsewhere/messages", second.base))
+        .bearer_auth(&second.token)
+        .json(&json!({"id": "m1", "role": "user", "content": "from the other process"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let frame = sse
+        .next(Duration::from_secs(10))
+        .await
+        .expect("the message committed by the other process arrives");
+    assert_eq!(frame.data["type"], "TEXT_MESSAGE_START", "{}", frame.raw);
+    assert_eq!(frame.id, Some(1));
+}
+
 /// A caller waiting (`?wait=N`) on one process for a call that waits for
 /// approval gets its outcome when the approval is decided, and the call
 /// run, through another process of the same database.

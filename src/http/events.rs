@@ -560,11 +560,29 @@ async fn follow(
     if let Err(end) = catch_up(stream, &mut last, open, &listed).await {
         return end;
     }
+    // Every heartbeat the log is read after the last event sent: an event
+    // that committed with no word on the bus (a commit whose answer the
+    // connection lost, another process writing to the same database) is
+    // sent then. Reading an empty page costs one indexed query.
+    let every = Duration::from_secs(state.settings.server.sse_heartbeat_secs.max(1));
+    let mut check = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let received = tokio::select! {
             _ = state.shutdown.cancelled() => return End::Shutdown,
             _ = stream.tx.closed() => return End::Gone,
             _ = tokio::time::sleep_until(stream.expires) => return End::Expired,
+            _ = check.tick() => {
+                match catch_up(stream, &mut last, open, &listed).await {
+                    // The database did not answer: the next look tries again.
+                    Err(End::Failed(e)) => {
+                        tracing::debug!(error = %e, "an event stream's look at the log failed");
+                    }
+                    Err(end) => return end,
+                    Ok(()) => {}
+                }
+                continue;
+            }
             received = live.recv() => received,
         };
         let result = match received {
