@@ -1058,6 +1058,17 @@ async fn a_result_kept_during_an_outage_survives_a_restart() {
     .join()
     .unwrap();
     set_database_reachable(pg.as_ref().unwrap(), true).await;
+    // A start on another database (here, without DATABASE_URL: the SQLite
+    // file of the data directory) leaves the kept result alone.
+    let mut elsewhere = settings.clone();
+    elsewhere.storage.database_url = None;
+    let app = TestApp::start(elsewhere, data_dir, None).await;
+    assert_eq!(
+        kept_results(app.data_dir.path()),
+        1,
+        "kept for its database"
+    );
+    let (_, data_dir, _) = app.stop().await;
     let app = TestApp::start(settings, data_dir, pg).await;
     assert_eq!(kept_results(app.data_dir.path()), 0);
     let (status, stored) = app.call("kept", call).await;

@@ -1618,6 +1618,19 @@ impl Engine {
                     self.keep_writing(unit, Some(path));
                     continue;
                 }
+                // No such call here: this is not the database it ran on (a
+                // start with another DATABASE_URL, or none). The file stays
+                // for a start on that one.
+                Err((StoreError::NotFound(_) | StoreError::NotOwner, _)) => {
+                    tracing::warn!(
+                        call_id,
+                        file = %path.display(),
+                        "a result kept during an outage belongs to a call this database does not \
+                         have: is DATABASE_URL the database it ran on? The file stays until a \
+                         start on that database writes it (delete it to give the result up)"
+                    );
+                    continue;
+                }
                 // Committed before the restart, or refused even as a failure.
                 Err((e, _)) => tracing::warn!(call_id, error = %e, "kept result not written"),
             }
