@@ -69,6 +69,16 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
         }
     };
     match ready {
+        // The database answers the check, but its last writes failed (a
+        // full disk, a read-only file): nothing would be stored.
+        Ok(()) if state.writer.writes_failing() => {
+            tracing::warn!("not ready: the last writes to the database failed");
+            Err(ApiError::Unavailable(format!(
+                "{} database not ready: its last writes failed (a full disk, a read-only \
+                 file, a lost connection: the service's log says which)",
+                state.store.backend()
+            )))
+        }
         Ok(()) => {
             let status = state.sandbox.status();
             let bash_enabled = status.bash_enabled;

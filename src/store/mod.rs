@@ -165,7 +165,9 @@ fn unavailable_code(code: &str) -> bool {
                 .any(|c| s.starts_with(c))
                 || ["55000", "55P03", "3D000"].contains(&s)
         }
-        ErrorCode::Sqlite(primary) => matches!(primary, 5 | 6 | 10 | 13 | 14),
+        // BUSY, LOCKED, READONLY (the file or its directory not writable
+        // by the service), IOERR, FULL, CANTOPEN.
+        ErrorCode::Sqlite(primary) => matches!(primary, 5 | 6 | 8 | 10 | 13 | 14),
         ErrorCode::Unknown => false,
     }
 }
@@ -1117,12 +1119,13 @@ mod tests {
         }
         // SQLite extended codes: CONSTRAINT_TRIGGER (1811), CONSTRAINT_CHECK
         // (275), TOOBIG (18); BUSY (5), IOERR_FSYNC (1034), and 2314
-        // (IOERR_DIR_FSYNC), which would read as a SQLSTATE of class 23.
+        // (IOERR_DIR_FSYNC), which would read as a SQLSTATE of class 23;
+        // FULL (13), READONLY (8) and READONLY_DIRECTORY (1544).
         for refused in ["1811", "275", "18"] {
             assert!(refused_data_code(refused), "{refused}");
             assert!(!unavailable_code(refused), "{refused}");
         }
-        for unavailable in ["5", "1034", "2314"] {
+        for unavailable in ["5", "1034", "2314", "13", "8", "1544"] {
             assert!(unavailable_code(unavailable), "{unavailable}");
             assert!(!refused_data_code(unavailable), "{unavailable}");
         }

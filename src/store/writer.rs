@@ -17,6 +17,7 @@
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -75,7 +76,16 @@ pub type Answer = Result<UnitReceipt, (StoreError, Option<WriteUnit>)>;
 #[derive(Clone)]
 pub struct Writer {
     jobs: mpsc::Sender<Job>,
+    /// When (Unix ms) the last batch failed because the database could not
+    /// be written (unreachable, full, read-only); 0 once a batch commits.
+    failing: Arc<AtomicU64>,
 }
+
+/// How long a batch that failed for want of a writable database keeps
+/// [`Writer::writes_failing`] true when nothing commits meanwhile: a
+/// readiness probe that said "not ready" for good would keep away the
+/// very traffic whose writes would show the database is back.
+const FAILING_FOR: u64 = 30_000;
 
 impl fmt::Debug for Writer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -93,6 +103,8 @@ impl Writer {
     /// so every caller's wait.
     pub fn spawn(store: DynStore, config: WriterConfig, on_commit: CommitHook) -> Writer {
         let (jobs, queue) = mpsc::channel(config.channel_capacity.max(1));
+        let failing = Arc::new(AtomicU64::new(0));
+        let failed = failing.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -103,10 +115,18 @@ impl Writer {
                 if let Some(nice) = config.nice {
                     set_thread_nice(nice, "writer");
                 }
-                runtime.block_on(run(store, config, on_commit, queue))
+                runtime.block_on(run(store, config, on_commit, queue, failed))
             })
             .expect("the writer's thread starts");
-        Writer { jobs }
+        Writer { jobs, failing }
+    }
+
+    /// Whether the last batch failed because the database could not be
+    /// written (unreachable, a full disk, a read-only file) within the last
+    /// 30 s and none has committed since: `/readyz` is then not ready.
+    pub fn writes_failing(&self) -> bool {
+        let since = self.failing.load(Ordering::Relaxed);
+        since != 0 && crate::protocol::now_ms().saturating_sub(since as i64) < FAILING_FOR as i64
     }
 
     /// Queue `unit` and wait for its batch. Resolves only after the unit's
@@ -168,6 +188,7 @@ async fn run(
     config: WriterConfig,
     on_commit: CommitHook,
     mut queue: mpsc::Receiver<Job>,
+    failing: Arc<AtomicU64>,
 ) {
     let max_batch = config.max_batch.max(1);
     let mut units = Vec::with_capacity(max_batch);
@@ -198,7 +219,7 @@ async fn run(
             }
         }
 
-        commit_batch(&store, &on_commit, &mut units, &mut replies).await;
+        commit_batch(&store, &on_commit, &mut units, &mut replies, &failing).await;
         units.clear();
         replies.clear();
     }
@@ -210,9 +231,19 @@ async fn commit_batch(
     on_commit: &CommitHook,
     units: &mut Vec<WriteUnit>,
     replies: &mut Vec<oneshot::Sender<Answer>>,
+    failing: &AtomicU64,
 ) {
     let started = std::time::Instant::now();
     let applied = store.apply_batch(units).await;
+    let unwritable = matches!(&applied, Err(e) if e.is_unavailable());
+    failing.store(
+        if unwritable {
+            crate::protocol::now_ms().max(1) as u64
+        } else {
+            0
+        },
+        Ordering::Relaxed,
+    );
     metrics::histogram!("toolgate_writer_batch_units").record(units.len() as f64);
     metrics::histogram!("toolgate_writer_batch_seconds").record(started.elapsed().as_secs_f64());
     let results = match applied {

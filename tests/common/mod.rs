@@ -21,6 +21,8 @@ pub enum Refusal {
     /// With an error nobody can classify (an internal error, a function
     /// failing on its input).
     Failure,
+    /// As a database that cannot write just now (Postgres `disk_full`).
+    DiskFull,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,6 +224,7 @@ impl TestApp {
                 let code = match how {
                     Refusal::Data => "P0001",
                     Refusal::Failure => "XX000",
+                    Refusal::DiskFull => "53100",
                 };
                 let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
                 sqlx::raw_sql(&format!(
@@ -242,6 +245,7 @@ impl TestApp {
                 let body = match how {
                     Refusal::Data => "SELECT RAISE(ABORT, 'refused by the test trigger');",
                     Refusal::Failure => "SELECT json('not json');",
+                    Refusal::DiskFull => panic!("a SQLite trigger cannot raise SQLITE_FULL"),
                 };
                 let mut conn = sqlx::SqliteConnection::connect(&self.sqlite_url())
                     .await
