@@ -179,8 +179,9 @@ impl Checkpointer {
             .spawn(move || {
                 super::writer::set_thread_nice(CHECKPOINTER_NICE, "checkpointer");
                 let mut last = None;
+                let mut failures = Failures::default();
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
-                    last = checkpoint(&conn, &wal, last);
+                    last = checkpoint(&conn, &wal, last, &mut failures);
                 }
             })
             .map_err(|e| StoreError::Corrupt(format!("starting the checkpointer: {e}")))?;
@@ -207,7 +208,12 @@ struct WalState {
 /// file is larger than [`WAL_SIZE_LIMIT`] and nothing was written since
 /// the `previous` checkpoint, which copied everything back, the file is
 /// truncated (see [`shrink_wal`]). Returns what this checkpoint found.
-fn checkpoint(conn: &Connection, wal: &Path, previous: Option<WalState>) -> Option<WalState> {
+fn checkpoint(
+    conn: &Connection,
+    wal: &Path,
+    previous: Option<WalState>,
+    failures: &mut Failures,
+) -> Option<WalState> {
     let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
         Ok(WalState {
             frames: row.get(1)?,
@@ -216,6 +222,7 @@ fn checkpoint(conn: &Connection, wal: &Path, previous: Option<WalState>) -> Opti
     });
     match done {
         Ok(state) => {
+            failures.recovered();
             metrics::gauge!("toolgate_sqlite_wal_pages").set(state.frames as f64);
             tracing::trace!(frames = state.frames, copied = state.copied, "checkpoint");
             let quiet = previous == Some(state) && state.copied == state.frames;
@@ -226,8 +233,42 @@ fn checkpoint(conn: &Connection, wal: &Path, previous: Option<WalState>) -> Opti
             Some(state)
         }
         Err(err) => {
-            tracing::warn!(error = %err, "checkpoint failed");
+            let _ = failures.failed(&err);
             None
+        }
+    }
+}
+
+/// How often the log hears again of checkpoints that keep failing.
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Checkpoints failing in a row (a full disk, a read-only file): the log
+/// hears of the first, then once a minute with the count, and of the
+/// recovery, rather than of every try (one every few milliseconds).
+#[derive(Default)]
+struct Failures {
+    count: u64,
+    logged: Option<std::time::Instant>,
+}
+
+impl Failures {
+    /// Counts a failure; returns whether the log heard of it.
+    fn failed(&mut self, err: &rusqlite::Error) -> bool {
+        self.count += 1;
+        let log = self
+            .logged
+            .is_none_or(|at| at.elapsed() >= FAILURE_LOG_EVERY);
+        if log {
+            tracing::warn!(error = %err, failures = self.count, "checkpoint failed");
+            self.logged = Some(std::time::Instant::now());
+        }
+        log
+    }
+
+    fn recovered(&mut self) {
+        if self.count > 0 {
+            tracing::info!(failures = self.count, "checkpoints succeed again");
+            *self = Failures::default();
         }
     }
 }
@@ -877,6 +918,24 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
 mod tests {
     use super::*;
 
+    #[test]
+    fn failing_checkpoints_are_logged_once_a_minute_and_on_recovery() {
+        let err = rusqlite::Error::InvalidQuery;
+        let mut failures = Failures::default();
+        assert!(failures.failed(&err), "the first failure is logged");
+        assert!(
+            !failures.failed(&err),
+            "the next ones, a moment later, are not"
+        );
+        assert_eq!(failures.count, 2);
+        failures.recovered();
+        assert_eq!(failures.count, 0);
+        assert!(
+            failures.failed(&err),
+            "a failure after a recovery is logged"
+        );
+    }
+
     /// A new WAL-mode database file in `dir` and a write connection to it.
     fn wal_database(dir: &tempfile::TempDir) -> (std::path::PathBuf, WriteConnection) {
         wal_database_checkpointed_every(dir, DEFAULT_CHECKPOINT_EVERY)
@@ -931,7 +990,7 @@ mod tests {
         let (path, writes, wal) = after_a_burst(&dir);
         let burst = wal_size(&wal);
         let checkpointer = Connection::open(&path).unwrap();
-        let first = checkpoint(&checkpointer, &wal, None);
+        let first = checkpoint(&checkpointer, &wal, None, &mut Failures::default());
         assert!(first.is_some_and(|s| s.copied == s.frames), "{first:?}");
         // A commit after the checkpoint starts the WAL over and leaves its
         // size alone.
@@ -941,11 +1000,14 @@ mod tests {
             .unwrap();
         assert_eq!(wal_size(&wal), burst);
         // Written since: no pause yet.
-        let second = checkpoint(&checkpointer, &wal, first);
+        let second = checkpoint(&checkpointer, &wal, first, &mut Failures::default());
         assert!(second.is_some() && second != first, "{first:?} {second:?}");
         assert_eq!(wal_size(&wal), burst);
         // Nothing written since the last checkpoint: the file is cut.
-        assert_eq!(checkpoint(&checkpointer, &wal, second), None);
+        assert_eq!(
+            checkpoint(&checkpointer, &wal, second, &mut Failures::default()),
+            None
+        );
         let after = wal_size(&wal);
         assert!(after <= WAL_SIZE_LIMIT, "{burst} → {after}");
         // The database goes on as before.
@@ -978,8 +1040,8 @@ mod tests {
         let (done, finished) = mpsc::channel();
         let wal_file = wal.clone();
         std::thread::spawn(move || {
-            let first = checkpoint(&checkpointer, &wal_file, None);
-            let second = checkpoint(&checkpointer, &wal_file, first);
+            let first = checkpoint(&checkpointer, &wal_file, None, &mut Failures::default());
+            let second = checkpoint(&checkpointer, &wal_file, first, &mut Failures::default());
             let _ = done.send((second, checkpointer));
         });
         let (second, checkpointer) = finished
