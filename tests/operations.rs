@@ -827,6 +827,94 @@ async fn freezing_proxy(pg: &common::PgDatabase) -> FreezingProxy {
     FreezingProxy { url, frozen }
 }
 
+/// A call posted again is answered from storage and counted once in
+/// `toolgate_tool_calls_total`, although a read-only tool may run again
+/// until its record meets the stored one (a process of its own: the
+/// metrics are the process's).
+#[tokio::test]
+async fn a_call_posted_again_is_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve_binary(dir.path(), None).await;
+    let client = reqwest::Client::new();
+    for (id, ms) in [("w1", 300), ("e1", 0)] {
+        let (name, arguments) = if ms > 0 {
+            ("wait", json!({"ms": ms}))
+        } else {
+            ("echo", json!({"text": "x"}))
+        };
+        for _ in 0..3 {
+            let r = client
+                .post(format!("{}/v1/threads/once/tool-calls", served.base))
+                .bearer_auth(&served.token)
+                .json(&json!({"id": id, "name": name, "arguments": arguments}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+        }
+    }
+    let text = client
+        .get(format!("{}/metrics", served.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |tool: &str, status: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("toolgate_tool_calls_total{")
+                    && l.contains(&format!("tool=\"{tool}\""))
+                    && l.contains(&format!("status=\"{status}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|n| n.parse::<f64>().unwrap())
+    };
+    assert_eq!(count("wait", "success"), Some(1.0), "{text}");
+    assert_eq!(count("wait", "failure"), None, "{text}");
+    assert_eq!(count("echo", "success"), Some(1.0), "{text}");
+}
+
+/// A database that answers its check but whose writes fail (a full disk)
+/// is not ready: `/readyz` says so until a write commits again.
+#[tokio::test]
+async fn readyz_is_not_ready_while_writes_fail() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    app.refuse_messages_holding("no-room", common::Refusal::DiskFull)
+        .await;
+    let ready = |app: &TestApp| {
+        let url = app.url("/readyz");
+        async move { reqwest::get(url).await.unwrap() }
+    };
+    assert_eq!(ready(&app).await.status(), 200);
+    let r = app
+        .post(
+            "/v1/threads/full/messages",
+            &json!({"role": "user", "content": "no-room"}),
+        )
+        .await;
+    assert_eq!(r.status(), 503);
+    let resp = ready(&app).await;
+    assert_eq!(resp.status(), 503);
+    let detail: Value = resp.json().await.unwrap();
+    assert!(
+        detail["detail"]
+            .as_str()
+            .unwrap()
+            .contains("last writes failed"),
+        "{detail}"
+    );
+    let r = app
+        .post(
+            "/v1/threads/full/messages",
+            &json!({"role": "user", "content": "fits"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    assert_eq!(ready(&app).await.status(), 200);
+}
+
 /// A database that does not answer at all is not ready either: `/readyz`
 /// says so within a probe's usual timeout instead of hanging with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -839,14 +839,34 @@ impl Engine {
         let (mut ops, announced) = write_ahead.into_unwritten().unwrap_or_default();
         ops.extend(extra);
         let finishing = Self::finish_ops(&output, undo, ops, announced);
-        self.commit_finish(
-            &req.owner,
-            &req.thread_id,
-            output,
-            req.observer.as_ref(),
-            finishing,
-        )
-        .await
+        let ran_for = started.elapsed();
+        let status = match &executed {
+            Ok(s) if s.partial => "partial",
+            Ok(_) => "success",
+            Err(_) => "failure",
+        };
+        let committed = self
+            .commit_finish(
+                &req.owner,
+                &req.thread_id,
+                output,
+                req.observer.as_ref(),
+                finishing,
+            )
+            .await;
+        // Counted once its result is the call's: a read-only call posted
+        // again runs until its record meets the stored one (a conflict),
+        // and is then answered from storage, not counted again.
+        if !matches!(
+            committed,
+            Err(StoreError::Conflict(_) | StoreError::Redeclared(_) | StoreError::RunClosed { .. })
+        ) {
+            metrics::counter!("toolgate_tool_calls_total", "tool" => tool.definition.name.clone(), "status" => status)
+                .increment(1);
+            metrics::histogram!("toolgate_tool_call_duration_seconds", "tool" => tool.definition.name.clone())
+                .record(ran_for.as_secs_f64());
+        }
+        committed
     }
 
     /// A call refused before it runs (unknown tool, arguments that do not
@@ -1224,7 +1244,6 @@ impl Engine {
             path_rules: permission.path_rules.clone(),
             judged_path: permission.judged_path.clone(),
         };
-        let started = Instant::now();
         // The tool runs in its own task so a panic becomes a failure, not a
         // lost call.
         let handle = {
@@ -1282,15 +1301,6 @@ impl Engine {
         // than waited for until every sender is gone.
         tool_done.cancel();
         let _ = progress_task.await;
-        let status = match &result {
-            Ok(s) if s.partial => "partial",
-            Ok(_) => "success",
-            Err(_) => "failure",
-        };
-        metrics::counter!("toolgate_tool_calls_total", "tool" => tool.definition.name.clone(), "status" => status)
-            .increment(1);
-        metrics::histogram!("toolgate_tool_call_duration_seconds", "tool" => tool.definition.name.clone())
-            .record(started.elapsed().as_secs_f64());
         result
     }
 
