@@ -1137,14 +1137,22 @@ impl Engine {
             // the call goes on: answering 503 would leave it recorded
             // `running` with nothing running it, and every retry a 409.
             Err(e) if e.is_unavailable() => {
-                let committed = match self.store.tool_call(&req.thread_id, &req.call.id).await {
-                    Ok(Some(record)) => ours.is_some_and(|(status, at)| {
-                        record.status == status
-                            && record.created_at_ms == at
-                            && same_call(&record, &req.call)
-                    }),
-                    _ => false,
-                };
+                // A commit the connection lost may still be finishing on the
+                // server: looked for a few times over about a second.
+                let mut committed = false;
+                for pause in [0, 100, 200, 300, 400] {
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    if let Ok(Some(record)) =
+                        self.store.tool_call(&req.thread_id, &req.call.id).await
+                    {
+                        committed = ours.is_some_and(|(status, at)| {
+                            record.status == status
+                                && record.created_at_ms == at
+                                && same_call(&record, &req.call)
+                        });
+                        break;
+                    }
+                }
                 if !committed {
                     return Err(e);
                 }
