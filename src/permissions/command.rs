@@ -196,15 +196,13 @@ fn normalise(
         .any(shell::evaluates_code)
         .then(|| EVALUATES.to_string());
     // `${NAME:=value}` assigns NAME where the word expands.
-    if let Some(name) = words
+    if let Some(why) = words
         .iter()
         .chain(redirects.iter().map(|r| &r.target))
         .flat_map(shell::assigned_by_expansion)
-        .find(|name| is_sensitive_variable(name))
+        .find_map(|name| changes_variable("sets", &name, true))
     {
-        opaque = Some(format!(
-            "it sets {name}, which changes what later commands run"
-        ));
+        opaque = Some(why);
     }
     if let Some(reason) = strip_keywords(&mut words) {
         opaque = Some(reason);
@@ -323,7 +321,9 @@ fn normalise(
                         .text
                         .split_once('=')
                         .map_or(word.text.as_str(), |(n, _)| n);
-                    unsets(Some((name, word.literal)), &mut opaque);
+                    if let Some(why) = changes_variable("removes", name, word.literal) {
+                        opaque = Some(why);
+                    }
                 }
             }
             if let Some(name) = command[1..]
@@ -509,22 +509,14 @@ fn strip_keywords(words: &mut Vec<Word>) -> Option<String> {
             .iter()
             .any(|k| first.is_keyword(k))
         {
-            let variable = (!first.is_keyword("case")).then(|| words.get(1)).flatten();
-            let reason = variable.and_then(|v| {
-                let name = v.text.as_str();
-                if !v.literal || !shell::is_name(name) && !name.starts_with("((") {
-                    Some(
-                        "its loop's variable is computed, which may change what the command runs"
-                            .to_string(),
-                    )
-                } else if is_sensitive_variable(name) {
-                    Some(format!(
-                        "its loop sets {name}, which changes what the command runs"
-                    ))
-                } else {
-                    None
-                }
-            });
+            // `for NAME in …` (not `for (( … ))`): the loop sets NAME.
+            let reason = words
+                .get(1)
+                .filter(|v| !first.is_keyword("case") && !v.text.starts_with("(("))
+                .and_then(|v| {
+                    let literal = v.literal && shell::is_name(&v.text);
+                    changes_variable("sets", &v.text, literal)
+                });
             words.clear();
             return reason;
         } else {
@@ -1908,10 +1900,11 @@ fn env(words: &[Word], opaque: &mut Option<String>) -> Step {
             }
             "-0" | "--null" | "-v" | "--debug" => i += 1,
             "-u" | "--unset" => {
-                unsets(
-                    words.get(i + 1).map(|w| (w.text.as_str(), w.literal)),
-                    opaque,
-                );
+                if let Some(w) = words.get(i + 1)
+                    && let Some(why) = changes_variable("removes", &w.text, w.literal)
+                {
+                    *opaque = Some(why);
+                }
                 i += 2
             }
             "-C" | "--chdir" => i += 2,
@@ -1933,7 +1926,9 @@ fn env(words: &[Word], opaque: &mut Option<String>) -> Step {
             }
             _ if t.starts_with("--unset=") || (t.starts_with("-u") && t.len() > 2) => {
                 let name = t.strip_prefix("--unset=").unwrap_or(&t[2..]);
-                unsets(Some((name, word.literal)), opaque);
+                if let Some(why) = changes_variable("removes", name, word.literal) {
+                    *opaque = Some(why);
+                }
                 i += 1
             }
             _ if t.starts_with("--chdir=") || (t.starts_with("-C") && t.len() > 2) => i += 1,
@@ -1967,20 +1962,13 @@ fn writes_variable(name: &str, command: &[Word]) -> Option<String> {
         "read" | "mapfile" | "readarray" => args.iter().collect(),
         "getopts" => args.get(1).into_iter().collect(),
         "printf" => {
-            let target = args.iter().position(|w| w.text.starts_with("-v"));
-            return target.and_then(|i| {
-                let word = &args[i];
-                let variable = match word.text.strip_prefix("-v") {
-                    Some("") => args.get(i + 1)?,
-                    _ => word,
-                };
-                let text = if variable.text.starts_with("-v") {
-                    &variable.text[2..]
-                } else {
-                    variable.text.as_str()
-                };
-                written(text, variable.literal)
-            });
+            // `-v NAME` or `-vNAME`.
+            let i = args.iter().position(|w| w.text.starts_with("-v"))?;
+            let (text, literal) = match &args[i].text[2..] {
+                "" => args.get(i + 1).map(|w| (w.text.as_str(), w.literal))?,
+                attached => (attached, args[i].literal),
+            };
+            return changes_variable("sets", text, literal);
         }
         "declare" | "typeset" | "local" => {
             let nameref = args
@@ -1996,45 +1984,26 @@ fn writes_variable(name: &str, command: &[Word]) -> Option<String> {
     named
         .into_iter()
         .filter(|w| !w.text.starts_with('-'))
-        .find_map(|w| written(&w.text, w.literal))
+        .find_map(|w| changes_variable("sets", &w.text, w.literal))
 }
 
-/// Why writing variable `name` (`literal`: as written, not computed) makes
-/// the command opaque, if it does.
-fn written(name: &str, literal: bool) -> Option<String> {
+/// Why a command that `verb`s (sets, removes) variable `name` (`literal`:
+/// as written, not computed) is opaque, if it is: a sensitive variable,
+/// or one whose name is computed, changes what the command runs. The
+/// sandbox's settings live in such variables (git's `core.fsmonitor` and
+/// `safe.bareRepository`, its pager and editor): without them, a command
+/// an allow rule names may run a program.
+fn changes_variable(verb: &str, name: &str, literal: bool) -> Option<String> {
     if !literal {
-        Some(
-            "it sets a variable whose name is computed, which may change what the command runs"
-                .into(),
-        )
+        Some(format!(
+            "it {verb} a variable whose name is computed, which may change what the command runs"
+        ))
     } else if is_sensitive_variable(name) {
         Some(format!(
-            "it sets {name}, which changes what later commands run"
+            "it {verb} {name}, which changes what the command runs"
         ))
     } else {
         None
-    }
-}
-
-/// A variable a command line removes from the environment (`env -u`,
-/// `unset`, `export -n`): a sensitive one, or one whose name is computed,
-/// makes the command opaque. The sandbox's settings live there (git's
-/// `core.fsmonitor` and `safe.bareRepository`, its pager and editor), and
-/// without them a command an allow rule names may run a program.
-fn unsets(name: Option<(&str, bool)>, opaque: &mut Option<String>) {
-    match name {
-        Some((name, true)) if !is_sensitive_variable(name) => {}
-        Some((name, true)) => {
-            *opaque = Some(format!(
-                "it removes {name} from the environment, which changes what the command runs"
-            ))
-        }
-        _ => {
-            *opaque = Some(
-                "it removes a variable whose name is computed from the environment, which may change what the command runs"
-                    .into(),
-            )
-        }
     }
 }
 
