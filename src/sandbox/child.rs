@@ -290,17 +290,13 @@ unsafe fn read_only_but(workspace: Option<&Writable>) -> io::Result<()> {
     Ok(())
 }
 
-/// The (device, inode) of a descriptor.
+/// The (device, inode) of a descriptor of this process.
 ///
 /// # Safety
-/// A raw system call on a descriptor of this process.
+/// `fd` must be open.
 unsafe fn identity(fd: RawFd) -> io::Result<(u64, u64)> {
-    // SAFETY: fstat fills the buffer on success; all zeroes is a valid stat.
-    unsafe {
-        let mut stat: libc::stat = std::mem::zeroed();
-        check(libc::fstat(fd, &mut stat) as libc::c_long)?;
-        Ok((stat.st_dev, stat.st_ino))
-    }
+    // SAFETY: the caller keeps `fd` open for the call.
+    super::filesystem::fd_identity(&unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
 }
 
 fn check(rc: libc::c_long) -> io::Result<()> {
