@@ -672,6 +672,37 @@ async fn network_deny_refuses_tcp_and_unix_sockets() {
     }
 }
 
+/// With network = deny and namespaces, a command has a network namespace
+/// of its own: `/proc/net` lists none of the host's sockets (the test's
+/// own listener among them). With network = allow it shares the host's.
+#[tokio::test]
+async fn a_command_sees_none_of_the_hosts_network_under_network_deny() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = format!(":{:04X}", listener.local_addr().unwrap().port());
+    for (network, isolated) in [(NetworkPolicy::Deny, true), (NetworkPolicy::Allow, false)] {
+        let h = harness_with(
+            SandboxSettings {
+                namespaces: NamespaceMode::Require,
+                network,
+                ..settings()
+            },
+            None,
+        );
+        assert_eq!(h.sandbox.status().namespaces.network, isolated);
+        let result = h.run("cat /proc/net/tcp").await;
+        let out = stdout(&result);
+        assert_eq!(out.contains(&port), !isolated, "{network:?}: {result}");
+        if isolated {
+            assert_eq!(
+                out.lines().filter(|l| l.contains(": ")).count(),
+                0,
+                "{result}"
+            );
+        }
+    }
+    drop(listener);
+}
+
 #[tokio::test]
 async fn network_deny_also_refuses_the_local_database_port() {
     let h = harness();

@@ -74,6 +74,10 @@ pub(crate) struct Namespaces {
     /// `getppid()` is 0, so this is how it notices the service died before
     /// PR_SET_PDEATHSIG was set.
     pub parent_pidfd: std::os::fd::OwnedFd,
+    /// A network namespace of its own too (`network = deny`): no interface
+    /// but a loopback that is down, and a `/proc/net` that shows none of
+    /// the host's sockets and connections.
+    pub new_network: bool,
 }
 
 /// Writes all of `text` to the file at `path` (one `write`, as /proc's
@@ -123,6 +127,7 @@ impl Namespaces {
             gid_map: map(gid)?,
             proc_access,
             parent_pidfd,
+            new_network: false,
         })
     }
 

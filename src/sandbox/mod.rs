@@ -148,7 +148,7 @@ impl KernelSupport {
         KernelSupport {
             landlock_abi: filesystem::probe_abi(),
             seccomp: syscalls::probe(),
-            namespaces: spawn::probe_namespaces(),
+            namespaces: spawn::probe_namespaces(false),
             pids_cgroup: pids::probe(),
         }
     }
@@ -263,6 +263,10 @@ pub struct NamespaceStatus {
     pub available: bool,
     /// Whether commands run in them.
     pub enforced: bool,
+    /// Whether commands also get a network namespace of their own (with
+    /// `network = deny`): no interface but a loopback that is down, and a
+    /// `/proc/net` that shows none of the host's sockets.
+    pub network: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
@@ -450,7 +454,13 @@ impl Sandbox {
                     .landlock_abi
                     .map_or(0, |abi| filesystem::proc_access(abi, &rules));
                 match Namespaces::for_this_process(proc_access) {
-                    Ok(setup) => namespace_setup = Some(Arc::new(setup)),
+                    Ok(mut setup) => {
+                        // With network = deny, a network namespace too,
+                        // where the kernel allows one.
+                        setup.new_network = settings.network == NetworkPolicy::Deny
+                            && spawn::probe_namespaces(true);
+                        namespace_setup = Some(Arc::new(setup))
+                    }
                     Err(e) => {
                         no_namespaces = Some(format!(
                             "commands cannot be given namespaces of their own (a pidfd of the service: {e})"
@@ -514,6 +524,7 @@ impl Sandbox {
                 mode: settings.namespaces,
                 available: kernel.namespaces,
                 enforced: namespaces,
+                network: namespace_setup.as_ref().is_some_and(|n| n.new_network),
             },
             network: settings.network,
             seccomp: SeccompStatus {

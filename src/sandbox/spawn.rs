@@ -305,7 +305,8 @@ pub(crate) fn spawn(program: &Program, confinement: &Confinement) -> io::Result<
 /// The namespaces a command starts in: new user, PID and mount namespaces
 /// when its confinement asks for them (see [`Namespaces`]).
 fn namespace_flags(confinement: &Confinement) -> c_int {
-    match confinement.namespaces {
+    match &confinement.namespaces {
+        Some(namespaces) if namespaces.new_network => NAMESPACE_FLAGS | libc::CLONE_NEWNET,
         Some(_) => NAMESPACE_FLAGS,
         None => 0,
     }
@@ -319,10 +320,13 @@ const NAMESPACE_FLAGS: c_int = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::
 /// exits. False where user namespaces are disabled or forbidden (a
 /// container's seccomp profile, `kernel.unprivileged_userns_clone = 0`) or
 /// where `/proc` may not be mounted (a container that masks parts of it).
-pub(crate) fn probe_namespaces() -> bool {
-    let Ok(namespaces) = Namespaces::for_this_process(0) else {
+///
+/// `network`: with a network namespace of its own too.
+pub(crate) fn probe_namespaces(network: bool) -> bool {
+    let Ok(mut namespaces) = Namespaces::for_this_process(0) else {
         return false;
     };
+    namespaces.new_network = network;
     let Ok(stack) = Stack::new() else {
         return false;
     };
@@ -339,7 +343,11 @@ pub(crate) fn probe_namespaces() -> bool {
             libc::clone(
                 probe_main,
                 stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | NAMESPACE_FLAGS,
+                libc::CLONE_VM
+                    | libc::CLONE_VFORK
+                    | libc::SIGCHLD
+                    | NAMESPACE_FLAGS
+                    | if network { libc::CLONE_NEWNET } else { 0 },
                 &probe as *const Probe<'_> as *mut c_void,
             )
         }
