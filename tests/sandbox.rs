@@ -464,6 +464,7 @@ async fn a_command_changes_no_mode_time_or_attribute_outside_the_workspace() {
         },
         None,
     );
+    assert!(h.sandbox.status().namespaces.read_only_mounts);
     let ws = h.workspace("alice");
     let key = h.data_dir.join("signing.key");
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();

@@ -74,6 +74,9 @@ pub(crate) struct Namespaces {
     /// `getppid()` is 0, so this is how it notices the service died before
     /// PR_SET_PDEATHSIG was set.
     pub parent_pidfd: std::os::fd::OwnedFd,
+    /// Every mount read-only but the workspace's (see [`read_only_but`]),
+    /// where the kernel has `mount_setattr` (Linux 5.12+).
+    pub read_only_mounts: bool,
     /// A network namespace of its own too (`network = deny`): no interface
     /// but a loopback that is down, and a `/proc/net` that shows none of
     /// the host's sockets and connections.
@@ -127,6 +130,7 @@ impl Namespaces {
             gid_map: map(gid)?,
             proc_access,
             parent_pidfd,
+            read_only_mounts: false,
             new_network: false,
         })
     }
@@ -164,7 +168,9 @@ impl Namespaces {
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 std::ptr::null(),
             ) as libc::c_long)?;
-            read_only_but(workspace)?;
+            if self.read_only_mounts {
+                read_only_but(workspace)?;
+            }
             // No rule when /proc is not granted whole: it stays unreadable.
             if let Some(ruleset) = landlock_fd.filter(|_| self.proc_access != 0) {
                 let proc = libc::open(

@@ -148,7 +148,7 @@ impl KernelSupport {
         KernelSupport {
             landlock_abi: filesystem::probe_abi(),
             seccomp: syscalls::probe(),
-            namespaces: spawn::probe_namespaces(false),
+            namespaces: spawn::probe_namespaces(false, false),
             pids_cgroup: pids::probe(),
         }
     }
@@ -263,6 +263,9 @@ pub struct NamespaceStatus {
     pub available: bool,
     /// Whether commands run in them.
     pub enforced: bool,
+    /// Whether every mount a command sees is read-only but its
+    /// workspace's (Linux 5.12+).
+    pub read_only_mounts: bool,
     /// Whether commands also get a network namespace of their own (with
     /// `network = deny`): no interface but a loopback that is down, and a
     /// `/proc/net` that shows none of the host's sockets.
@@ -455,10 +458,19 @@ impl Sandbox {
                     .map_or(0, |abi| filesystem::proc_access(abi, &rules));
                 match Namespaces::for_this_process(proc_access) {
                     Ok(mut setup) => {
-                        // With network = deny, a network namespace too,
-                        // where the kernel allows one.
+                        // Read-only mounts, and with network = deny a
+                        // network namespace, where the kernel allows them.
+                        setup.read_only_mounts = spawn::probe_namespaces(true, false);
                         setup.new_network = settings.network == NetworkPolicy::Deny
-                            && spawn::probe_namespaces(true);
+                            && spawn::probe_namespaces(false, true);
+                        if !setup.read_only_mounts {
+                            warnings.push(
+                                "commands cannot have read-only mounts here (mount_setattr, Linux \
+                                 5.12+): a command can change the mode, times and extended \
+                                 attributes of the service's own files outside its workspace"
+                                    .to_string(),
+                            );
+                        }
                         namespace_setup = Some(Arc::new(setup))
                     }
                     Err(e) => {
@@ -524,6 +536,7 @@ impl Sandbox {
                 mode: settings.namespaces,
                 available: kernel.namespaces,
                 enforced: namespaces,
+                read_only_mounts: namespace_setup.as_ref().is_some_and(|n| n.read_only_mounts),
                 network: namespace_setup.as_ref().is_some_and(|n| n.new_network),
             },
             network: settings.network,
@@ -643,9 +656,11 @@ impl Sandbox {
         };
         // In namespaces of its own, the command's mounts are all read-only
         // but the workspace's (see child.rs), put in place through this.
-        let workspace_fd = match self.namespaces {
-            Some(_) => Some(open_workspace(&workspace, spec.workspace_identity)?),
-            None => None,
+        let workspace_fd = match &self.namespaces {
+            Some(namespaces) if namespaces.read_only_mounts => {
+                Some(open_workspace(&workspace, spec.workspace_identity)?)
+            }
+            _ => None,
         };
         let confinement = Confinement {
             limits: Limits {

@@ -321,11 +321,13 @@ const NAMESPACE_FLAGS: c_int = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::
 /// container's seccomp profile, `kernel.unprivileged_userns_clone = 0`) or
 /// where `/proc` may not be mounted (a container that masks parts of it).
 ///
-/// `network`: with a network namespace of its own too.
-pub(crate) fn probe_namespaces(network: bool) -> bool {
+/// `read_only`: with every mount made read-only too; `network`: with a
+/// network namespace of its own too.
+pub(crate) fn probe_namespaces(read_only: bool, network: bool) -> bool {
     let Ok(mut namespaces) = Namespaces::for_this_process(0) else {
         return false;
     };
+    namespaces.read_only_mounts = read_only;
     namespaces.new_network = network;
     let Ok(stack) = Stack::new() else {
         return false;
