@@ -1120,7 +1120,29 @@ async fn a_rolled_back_run_takes_no_more_calls(backend: Backend) {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["results"][0]["status"], 409, "{body}");
     assert!(!root.join("b1.txt").exists(), "the batch's call ran");
-    for id in ["w2", "e1", "b1"] {
+    // An AG-UI run under the rolled-back runId with a new turn: refused
+    // before its stream starts, recording nothing.
+    let history_before = app.history("rc").await.len();
+    let run = json!({
+        "threadId": "rc", "runId": "R", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u9", "role": "user", "content": "again"},
+            {"id": "a9", "role": "assistant", "toolCalls": [
+                {"id": "g1", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"g1.txt\",\"content\":\"x\"}"}}]}
+        ]
+    });
+    let r = app.post("/v1/threads/rc/runs", &run).await;
+    assert_eq!(r.status(), 409);
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["pointer"], "/runId", "{problem}");
+    assert_eq!(
+        app.history("rc").await.len(),
+        history_before,
+        "nothing recorded"
+    );
+    assert!(!root.join("g1.txt").exists(), "the run's call ran");
+    for id in ["w2", "e1", "b1", "g1"] {
         let r = app.get(&format!("/v1/threads/rc/tool-calls/{id}")).await;
         assert_eq!(r.status(), 404, "a refused call {id} was recorded");
     }

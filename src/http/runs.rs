@@ -70,7 +70,7 @@ pub fn routes(run_body_limit_bytes: usize) -> Router<AppState> {
         (status = 200, description = "AG-UI event stream of the run. Its events carry no id: each is also in the thread's log, which GET /v1/threads/{thread_id}/events?after=N resumes", content_type = "text/event-stream", body = super::events::AgUiSseEvent),
         (status = 400, description = "Malformed input", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "A call of the run reuses an id the thread recorded for another call; a new assistant message declares a call id the thread has with another tool or arguments; a recorded assistant message comes back with other tool calls; a new tool message answers a call that already has a result or that toolgate runs itself; or a resume entry gives a result for a call toolgate runs itself", content_type = "application/problem+json"),
+        (status = 409, description = "A call of the run reuses an id the thread recorded for another call; a new assistant message declares a call id the thread has with another tool or arguments; a recorded assistant message comes back with other tool calls; a new tool message answers a call that already has a result or that toolgate runs itself; or a resume entry gives a result for a call toolgate runs itself; or the run (its `runId`) was rolled back and the input holds a new message", content_type = "application/problem+json"),
         (status = 422, description = "threadId does not match the path, wrong field types, an invalid or repeated message or tool call id, two tool messages answering one call, or a resume entry that cannot be an answer (a payload outside the interrupt's responseSchema, an interrupt answered twice, more entries than a run has interrupts, an application's call resolved without its result or abandoned though a tool message answers it)", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
@@ -210,6 +210,20 @@ pub async fn post_run(
     let permit = state.acquire(&user.owner, 1)?;
     let stored = state.store.message_outlines(&thread.0).await?;
     let known = recorded_ids(&stored);
+    // A run rolled back takes nothing new: its messages would be recorded
+    // and its calls refused. (Sent again as it was, it replays.)
+    if input.messages.iter().any(|m| !known.contains(m.id()))
+        && state.store.run_closed(&thread.0, &input.run_id).await?
+    {
+        return Err(ApiError::conflict_at(
+            "/runId".into(),
+            format!(
+                "run {:?} of this thread was rolled back and takes no more messages or calls; \
+                 start a new run (another runId)",
+                input.run_id
+            ),
+        ));
+    }
     let frontend = frontend_tools(&input);
     let declared: Vec<(String, Value)> = input
         .messages
