@@ -887,6 +887,61 @@ async fn an_event_stream_ends_when_its_token_expires(backend: Backend) {
     );
 }
 
+/// A client that reads slowly still gets the end of a stream whose token
+/// expired: the groups it is inside closed, then RUN_ERROR `TOKEN_EXPIRED`,
+/// once it has read what was queued before them.
+async fn a_slow_reader_gets_the_end_of_an_expired_stream(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let text = "x".repeat(100_000);
+    for i in 0..60 {
+        let (s, _) = app
+            .call(
+                "slowexp",
+                json!({"id": format!("c{i}"), "name": "echo", "arguments": {"text": text}}),
+            )
+            .await;
+        assert_eq!(s, 200);
+    }
+    let short = app.token_with_ttl("dev", 3);
+    let resp = app
+        .client
+        .get(app.url("/v1/threads/slowexp/events"))
+        .bearer_auth(&short)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Nothing read until well after the token expired: the server is
+    // blocked on a full connection when it does.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let mut sse = common::SseReader::new(resp);
+    let mut kinds = Vec::new();
+    let mut last = Value::Null;
+    while let Some(frame) = sse.next(Duration::from_secs(15)).await {
+        kinds.push(frame.data["type"].as_str().unwrap().to_string());
+        last = frame.data;
+    }
+    assert!(
+        kinds.len() < 1 + 60 * 4,
+        "the stream ended early: {}",
+        kinds.len()
+    );
+    assert_eq!(
+        last["type"],
+        "RUN_ERROR",
+        "the last events: {:?}",
+        &kinds[kinds.len().saturating_sub(3)..]
+    );
+    assert_eq!(last["code"], "TOKEN_EXPIRED", "{last}");
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(
+        count("TOOL_CALL_START"),
+        count("TOOL_CALL_END"),
+        "{kinds:?}"
+    );
+}
+
 async fn another_owners_thread_is_not_found(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let (s, _) = app
@@ -1795,5 +1850,6 @@ both_backends!(
     nul_characters_are_refused_in_requests_and_replaced_in_results,
     forged_expired_and_missing_tokens_get_401,
     an_event_stream_ends_when_its_token_expires,
+    a_slow_reader_gets_the_end_of_an_expired_stream,
     another_owners_thread_is_not_found,
 );

@@ -436,11 +436,18 @@ async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, l
     }
     let mut open = Open::default();
     let end = follow(&stream, start, snapshot, live, &mut open).await;
+    // At shutdown the last events wait briefly: a client that reads nothing
+    // keeps no shutdown waiting. An expired token's stream waits as long
+    // as any event may: a client still reading, however slowly, gets them.
+    let farewell = match end {
+        End::Expired => SEND_STALL,
+        _ => FAREWELL,
+    };
     if matches!(end, End::Shutdown | End::Expired) {
         // A run ends with no group open: close the ones the stream is
         // inside (a resumed stream opens them again).
         for end in open.closing() {
-            let sent = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&end)))).await;
+            let sent = tokio::time::timeout(farewell, tx.send(Ok(untracked(&end)))).await;
             if !matches!(sent, Ok(Ok(()))) {
                 return;
             }
@@ -471,8 +478,7 @@ async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, l
             })
         }
     };
-    // Briefly: a client that reads nothing keeps no shutdown waiting.
-    let _ = tokio::time::timeout(FAREWELL, tx.send(Ok(untracked(&ev)))).await;
+    let _ = tokio::time::timeout(farewell, tx.send(Ok(untracked(&ev)))).await;
 }
 
 /// The stream after its RUN_STARTED: the snapshot, the log from `start`,
