@@ -857,10 +857,7 @@ impl Engine {
         // Counted once its result is the call's: a read-only call posted
         // again runs until its record meets the stored one (a conflict),
         // and is then answered from storage, not counted again.
-        if !matches!(
-            committed,
-            Err(StoreError::Conflict(_) | StoreError::Redeclared(_) | StoreError::RunClosed { .. })
-        ) {
+        if !matches!(&committed, Err(e) if e.refuses_call()) {
             metrics::counter!("toolgate_tool_calls_total", "tool" => tool.definition.name.clone(), "status" => status)
                 .increment(1);
             metrics::histogram!("toolgate_tool_call_duration_seconds", "tool" => tool.definition.name.clone())
@@ -1288,11 +1285,7 @@ impl Engine {
                             Ok(()) => {}
                             // Or declared otherwise, or its run rolled back,
                             // meanwhile: refused too.
-                            Err(
-                                StoreError::Conflict(_)
-                                | StoreError::Redeclared(_)
-                                | StoreError::RunClosed { .. },
-                            ) => cancel.cancel(),
+                            Err(e) if e.refuses_call() => cancel.cancel(),
                             Err(e) => {
                                 tracing::debug!(error = %e, "deferred write-ahead not recorded")
                             }
@@ -2615,10 +2608,7 @@ async fn forward_progress(
             // Progress follows the call's own record, which was not
             // written: expected when the id was recorded by another post of
             // the same call, which answers for it.
-            if matches!(
-                e,
-                StoreError::Conflict(_) | StoreError::Redeclared(_) | StoreError::RunClosed { .. }
-            ) {
+            if e.refuses_call() {
                 tracing::debug!(error = %e, "progress event not recorded: the call was refused (its id is another call's, recorded or declared, or its run was rolled back)");
             } else {
                 tracing::warn!(error = %e, "progress event not recorded: the call's own record could not be written");

@@ -98,6 +98,16 @@ impl StoreError {
         matches!(self, StoreError::Database(sqlx::Error::Database(_))) && !self.is_unavailable()
     }
 
+    /// The call's record was refused for what the thread already holds:
+    /// its id is another call's (recorded, or declared otherwise), or its
+    /// run was rolled back. Nothing of the call is stored, nor will be.
+    pub fn refuses_call(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Conflict(_) | StoreError::Redeclared(_) | StoreError::RunClosed { .. }
+        )
+    }
+
     /// The error concerns one unit, not the connection or the database: in
     /// a batch, that unit alone is rolled back (its savepoint) and the
     /// others still commit. A store that cannot roll the unit back alone
