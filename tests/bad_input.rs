@@ -852,17 +852,8 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
 async fn an_event_stream_ends_when_its_token_expires(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let short = app.token_with_ttl("dev", 3);
-    let resp = app
-        .client
-        .get(app.url("/v1/threads/exp/events"))
-        .bearer_auth(&short)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let mut sse = app.events_as(&short, "exp", "", None).await;
     let opened = std::time::Instant::now();
-    let mut sse = common::SseReader::new(resp);
     let first = sse.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(first.data["type"], "RUN_STARTED");
     let (s, _) = app
@@ -903,19 +894,10 @@ async fn a_slow_reader_gets_the_end_of_an_expired_stream(backend: Backend) {
         assert_eq!(s, 200);
     }
     let short = app.token_with_ttl("dev", 3);
-    let resp = app
-        .client
-        .get(app.url("/v1/threads/slowexp/events"))
-        .bearer_auth(&short)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    let mut sse = app.events_as(&short, "slowexp", "", None).await;
     // Nothing read until well after the token expired: the server is
     // blocked on a full connection when it does.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    let mut sse = common::SseReader::new(resp);
     let mut kinds = Vec::new();
     let mut last = Value::Null;
     while let Some(frame) = sse.next(Duration::from_secs(15)).await {

@@ -355,10 +355,23 @@ impl TestApp {
         query: &str,
         last_event_id: Option<&str>,
     ) -> SseReader {
+        self.events_as(&self.token, thread, query, last_event_id)
+            .await
+    }
+
+    /// [`events`](Self::events) opened with `token`. Nothing is read
+    /// before the reader's first `next`.
+    pub async fn events_as(
+        &self,
+        token: &str,
+        thread: &str,
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> SseReader {
         let mut req = self
             .client
             .get(self.url(&format!("/v1/threads/{thread}/events{query}")))
-            .bearer_auth(&self.token)
+            .bearer_auth(token)
             .header("accept", "text/event-stream");
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id);
