@@ -996,6 +996,10 @@ async fn git_neither_pages_nor_prompts() {
     assert_eq!(result["exit_code"], 0, "{result}");
     assert!(stdout(&result).starts_with("git version"), "{result}");
     assert!(stdout(&result).ends_with("1\namended\n"), "{result}");
+    // A commit's automatic maintenance runs in the foreground: detached, it
+    // would call `setsid`, which commands may not (git said `fatal: setsid
+    // failed` after every commit).
+    assert_eq!(stderr(&result), "", "{result}");
 }
 
 /// A repository's `core.fsmonitor` (which the model could have written)

@@ -365,11 +365,19 @@ pub fn base_environment() -> BTreeMap<String, String> {
         // (`HEAD`, `objects/`, `refs/` and a `config` a command wrote
         // anywhere) taken as one: its configuration would run programs
         // just the same (`safe.bareRepository`, honoured from this scope).
-        ("GIT_CONFIG_COUNT", "2"),
+        // The automatic maintenance after a commit runs in the foreground:
+        // detached, it would call `setsid`, which seccomp denies a command
+        // (git ≥ 2.46 detaches `maintenance run --auto`, older git `gc
+        // --auto`).
+        ("GIT_CONFIG_COUNT", "4"),
         ("GIT_CONFIG_KEY_0", "core.fsmonitor"),
         ("GIT_CONFIG_VALUE_0", "false"),
         ("GIT_CONFIG_KEY_1", "safe.bareRepository"),
         ("GIT_CONFIG_VALUE_1", "explicit"),
+        ("GIT_CONFIG_KEY_2", "maintenance.autoDetach"),
+        ("GIT_CONFIG_VALUE_2", "false"),
+        ("GIT_CONFIG_KEY_3", "gc.autoDetach"),
+        ("GIT_CONFIG_VALUE_3", "false"),
         ("SSH_ASKPASS", ""),
         ("SSH_ASKPASS_REQUIRE", "never"),
         ("GCM_INTERACTIVE", "never"),
