@@ -2410,6 +2410,90 @@ async fn a_declared_call_is_announced_as_its_messages(backend: Backend) {
     }
 }
 
+/// A call posted under a parent it names is that message's, whichever
+/// comes first: a user, system or developer message cannot take the id
+/// (a stock AG-UI client would show its text as the assistant's), and no
+/// other assistant message can declare the call first. Nothing of a
+/// refused message is kept.
+async fn a_call_posted_under_a_parent_is_that_messages(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let t = "/v1/threads/parents";
+    let under = |id: &str, parent: &str| json!({"id": id, "name": "echo", "arguments": {"text": id}, "parent_message_id": parent});
+    let message = |body: Value| {
+        let app = &app;
+        async move {
+            let r = app.post(&format!("{t}/messages"), &body).await;
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    let (s, out) = app.call("parents", under("p1", "m-later")).await;
+    assert_eq!(s, 200, "{out}");
+    for role in ["user", "system", "developer"] {
+        let (s, out) =
+            message(json!({"id": "m-later", "role": role, "content": "not the assistant"})).await;
+        assert_eq!(s, 409, "{out}");
+        assert_eq!(out["errors"][0]["pointer"], "/id", "{out}");
+        assert_eq!(
+            out["detail"],
+            format!(
+                "message id \"m-later\" is the parent_message_id of tool call \"p1\" in this thread: only the assistant message that made the call can take it, not a {role} message; give this message an id of its own"
+            ),
+        );
+    }
+    // The assistant message takes it, without declaring the call or with.
+    let (s, out) = message(json!({"id": "m-later", "role": "assistant", "content": "I did"})).await;
+    assert_eq!(s, 201, "{out}");
+
+    // Declared first by another assistant message: refused, before the
+    // write and (had it raced the check) by the store.
+    let (s, out) = app.call("parents", under("g1", "pm-z")).await;
+    assert_eq!(s, 200, "{out}");
+    let declaring = |id: &str, call: &str| json!({"id": id, "role": "assistant", "content": format!("I call {call}"), "tool_calls": [{"id": call, "name": "echo", "arguments": {"text": call}}]});
+    let (s, out) = message(declaring("pm-y", "g1")).await;
+    assert_eq!(s, 409, "{out}");
+    assert_eq!(out["errors"][0]["pointer"], "/tool_calls/0/id", "{out}");
+    assert_eq!(
+        out["errors"][0]["message"],
+        "tool call \"g1\" was posted with parent_message_id \"pm-z\": only message \"pm-z\" can declare it, not \"pm-y\""
+    );
+    let (s, out) = message(declaring("pm-z", "g1")).await;
+    assert_eq!(s, 201, "{out}");
+    // Declared again later, it is a repetition the context leaves out.
+    let (s, out) = message(declaring("pm-again", "g1")).await;
+    assert_eq!(s, 201, "{out}");
+
+    let history = app.history("parents").await;
+    let ids: Vec<&str> = history.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert!(!ids.contains(&"pm-y"), "{ids:?}");
+    let later: Vec<&Value> = history.iter().filter(|m| m["id"] == "m-later").collect();
+    assert_eq!(later.len(), 1, "{ids:?}");
+    assert_eq!(later[0]["role"], "assistant");
+    for (call, parent) in [("p1", "m-later"), ("g1", "pm-z")] {
+        let record = app.get_json(&format!("{t}/tool-calls/{call}")).await;
+        assert_eq!(record["parent_message_id"], parent, "{record}");
+    }
+    // The snapshot shows each call in its parent, as the record says.
+    let mut sse = app.events("parents", "?snapshot=true", None).await;
+    let snapshot = sse.until("MESSAGES_SNAPSHOT").await.pop().unwrap().data;
+    assert_eq!(snapshot["type"], "MESSAGES_SNAPSHOT", "{snapshot}");
+    let holder = |call: &str| {
+        snapshot["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| {
+                m["toolCalls"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["id"] == call))
+            })
+            .map(|m| (m["id"].clone(), m["role"].clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(holder("p1"), [(json!("m-later"), json!("assistant"))]);
+    assert_eq!(holder("g1"), [(json!("pm-z"), json!("assistant"))]);
+}
+
 /// A declared call refused before it runs (arguments that do not match,
 /// an unknown tool) is the call's failed result: the model waits for it,
 /// and no corrected call can answer under its id. An undeclared one is a
@@ -2586,6 +2670,7 @@ both_backends!(
     a_whole_number_with_a_fraction_is_the_integer,
     a_declared_call_is_the_same_with_a_whole_number_spelled_either_way,
     a_declared_call_is_announced_as_its_messages,
+    a_call_posted_under_a_parent_is_that_messages,
     a_run_announces_a_call_by_the_name_it_was_called,
     a_run_claims_its_new_thread_even_when_it_records_nothing,
     a_users_media_parts_are_kept_and_passed_on,

@@ -257,6 +257,7 @@ on_both_backends! {
         finishing_a_call_that_is_unknown_or_finished_fails_alone,
         a_duplicate_call_conflicts_alone_and_the_batch_commits,
         a_closed_run_refuses_new_calls,
+        a_call_posted_under_a_parent_is_that_messages,
         a_duplicate_message_id_conflicts,
         seqs_are_gap_free_and_per_thread,
         events_after_pages_with_a_limit,
@@ -3717,6 +3718,77 @@ async fn a_call_keeps_where_it_was_announced(store: DynStore) {
             (6, "c2")
         ]
     );
+}
+
+/// A call posted under a parent is that message's, as the store keeps
+/// it: a message of another role cannot take the parent's id, a call
+/// cannot name a message of another role as its parent (one recorded
+/// since the request was checked), and no other assistant message can
+/// declare the call first; on the batch path and unit by unit.
+async fn a_call_posted_under_a_parent_is_that_messages(store: DynStore) {
+    let alice = |ops| unit("t", "alice", ops);
+    let say = |id: &str, role: Role| alice(vec![WriteOp::InsertMessage(message(id, role, id))]);
+    let under = |id: &str, parent: &str| {
+        alice(vec![WriteOp::InsertToolCall(NewToolCall {
+            parent_message_id: Some(parent.into()),
+            ..echo_call(id, json!({"text": id}))
+        })])
+    };
+    let conflict = |result: &StoreResult<UnitReceipt>, says: &str| match result {
+        Err(StoreError::Conflict(what)) => assert!(what.contains(says), "{what}"),
+        other => panic!("{other:?}"),
+    };
+    apply_one(&store, under("c1", "p")).await.unwrap();
+    let roles = [Role::User, Role::System, Role::Developer, Role::Tool];
+    for (i, role) in roles.into_iter().enumerate() {
+        let refused = apply_one(&store, say("p", role)).await;
+        conflict(&refused, "is the parent_message_id of tool call \"c1\"");
+        // In a batch: that unit alone.
+        let results = store
+            .apply_batch(&[say(&format!("ok{i}"), Role::User), say("p", role)])
+            .await
+            .unwrap();
+        results[0].as_ref().unwrap();
+        conflict(&results[1], "is the parent_message_id of tool call \"c1\"");
+    }
+    apply_one(&store, say("p", Role::Assistant)).await.unwrap();
+
+    apply_one(&store, say("q", Role::User)).await.unwrap();
+    conflict(
+        &apply_one(&store, under("c2", "q")).await,
+        "which this thread recorded as a user message",
+    );
+    let results = store
+        .apply_batch(&[say("r", Role::User), under("c3", "q")])
+        .await
+        .unwrap();
+    results[0].as_ref().unwrap();
+    conflict(&results[1], "which this thread recorded as a user message");
+    assert!(store.tool_call("t", "c2").await.unwrap().is_none());
+    assert!(store.tool_call("t", "c3").await.unwrap().is_none());
+
+    apply_one(&store, under("c4", "pz")).await.unwrap();
+    let declare = |id: &str| {
+        alice(vec![WriteOp::InsertMessage(declaring(
+            id,
+            &[("c4", "echo", json!({"text": "c4"}))],
+        ))])
+    };
+    conflict(
+        &apply_one(&store, declare("py")).await,
+        "only message \"pz\" can declare it, not \"py\"",
+    );
+    apply_one(&store, declare("pz")).await.unwrap();
+    // A repetition of the declaration is no conflict.
+    apply_one(&store, declare("pa")).await.unwrap();
+    let ids: Vec<String> = store
+        .all_messages("t")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(ids, ["ok0", "ok1", "ok2", "ok3", "p", "q", "r", "pz", "pa"]);
 }
 
 async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {

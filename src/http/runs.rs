@@ -225,25 +225,27 @@ pub async fn post_run(
         ));
     }
     let frontend = frontend_tools(&input);
-    let declared: Vec<(String, Value)> = input
+    let declared: Vec<(String, Value, &str)> = input
         .messages
         .iter()
         .enumerate()
         .filter(|(_, m)| !known.contains(m.id()))
         .filter_map(|(i, m)| match m {
             Message::Assistant { tool_calls, .. } => {
-                tool_calls.as_ref().map(|calls| (at[i], calls))
+                tool_calls.as_ref().map(|calls| (at[i], m.id(), calls))
             }
             _ => None,
         })
-        .flat_map(|(i, calls_of_turn)| {
+        .flat_map(|(i, message, calls_of_turn)| {
             let pointers = (0..).map(move |j| format!("/messages/{i}/toolCalls/{j}/id"));
-            pointers.zip(declarations(calls_of_turn, &frontend))
+            pointers
+                .zip(declarations(calls_of_turn, &frontend))
+                .map(move |(pointer, call)| (pointer, call, message))
         })
         .collect();
     let declared = declared
         .iter()
-        .map(|(pointer, call)| (pointer.clone(), call));
+        .map(|(pointer, call, message)| (pointer.clone(), call, *message));
     super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared).await?;
     refuse_rewritten_turns(&state, &thread.0, &stored, &input, &frontend, &at).await?;
     refuse_second_results(&state, &thread.0, &stored, &input, &known, &at).await?;

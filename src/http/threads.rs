@@ -494,7 +494,7 @@ pub async fn post_message(
         let declared = declared
             .iter()
             .enumerate()
-            .map(|(j, call)| (format!("/tool_calls/{j}/id"), call));
+            .map(|(j, call)| (format!("/tool_calls/{j}/id"), call, id.as_str()));
         refuse_redeclared_calls(&state, &thread.0, &stored, declared).await?;
     }
     let content = body.content.unwrap_or_default();
@@ -536,11 +536,13 @@ pub async fn post_message(
             }
             receipt
         }
-        Err(crate::store::StoreError::Conflict(_)) => {
+        Err(crate::store::StoreError::Conflict(what)) => {
             // The same message posted again (a retry after a timeout, say)
             // answers as the first post did, and records nothing more.
             let stored = state.store.message(&thread.0, &id).await?;
             return match (stored, posted) {
+                // Not the id: what the store refused (a call's parent, say).
+                (None, _) => Err(ApiError::conflict_at("/id".into(), what)),
                 (Some(m), Some((content, metadata)))
                     if m.role == role
                         && m.content == content
@@ -914,7 +916,7 @@ pub(super) async fn refuse_redeclared_calls<'a>(
     state: &AppState,
     thread_id: &str,
     stored: &'a [StoredMessage],
-    declared: impl Iterator<Item = (String, &'a Value)>,
+    declared: impl Iterator<Item = (String, &'a Value, &'a str)>,
 ) -> Result<(), ApiError> {
     let canonical = |call: &Value| canonical_name(state, call["name"].as_str().unwrap_or_default());
     let mut known: HashMap<&str, &Value> = HashMap::new();
@@ -924,10 +926,12 @@ pub(super) async fn refuse_redeclared_calls<'a>(
     // Each id's recorded call is read once, also for an id declared before
     // (the call may have been posted since).
     let mut looked_up = std::collections::HashSet::new();
-    for (pointer, call) in declared {
+    for (pointer, call, message) in declared {
         let Some(id) = call["id"].as_str() else {
             continue;
         };
+        // Whether this is the id's first declaration in the thread.
+        let first_declaration = !known.contains_key(id);
         match known.get(id) {
             Some(first)
                 if canonical(first) != canonical(call)
@@ -959,6 +963,17 @@ pub(super) async fn refuse_redeclared_calls<'a>(
                 format!(
                     "tool call {id:?} is already recorded in this thread with another tool or arguments; a new call needs an id of its own"
                 ),
+            ));
+        }
+        // A call posted under a parent is that message's: no other message
+        // can declare it first (a later declaration only repeats it).
+        if let Some(parent) = record.parent_message_id.as_deref()
+            && first_declaration
+            && parent != message
+        {
+            return Err(ApiError::conflict_at(
+                pointer,
+                crate::store::checks::posted_under_other_parent(message, id, parent),
             ));
         }
     }

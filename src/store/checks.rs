@@ -260,3 +260,35 @@ pub(crate) fn declared_as_expected(
     };
     Err(StoreError::Conflict(what))
 }
+
+/// `Conflict` for message `message` (not an assistant's) when call `call`
+/// of the thread was posted with its id as `parent_message_id`: only the
+/// assistant message that made a call may take that id (an AG-UI client
+/// would show the message's text as the assistant's).
+pub(crate) fn parent_id_taken(message: &NewMessage, call: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "message id {:?} is the parent_message_id of tool call {call:?} in this thread: only the \
+         assistant message that made the call can take it, not a {} message; give this message \
+         an id of its own",
+        message.id,
+        message.role.as_str()
+    ))
+}
+
+/// `Conflict` for call `id` posted with `parent` as its parent when the
+/// thread recorded `parent` as a `role` message meanwhile.
+pub(crate) fn parent_not_assistant(id: &str, parent: &str, role: &str) -> StoreError {
+    StoreError::Conflict(format!(
+        "tool call {id:?} names {parent:?} as its parent_message_id, which this thread recorded \
+         as a {role} message: a call's parent is the assistant message that made it"
+    ))
+}
+
+/// Why assistant message `message` may not declare call `id`, which was
+/// posted with `parent` as its parent: the call is that message's.
+pub(crate) fn posted_under_other_parent(message: &str, id: &str, parent: &str) -> String {
+    format!(
+        "tool call {id:?} was posted with parent_message_id {parent:?}: only message {parent:?} \
+         can declare it, not {message:?}"
+    )
+}

@@ -7,7 +7,7 @@
 //! transaction, and each caller is answered only after that commit.
 
 mod batch;
-mod checks;
+pub(crate) mod checks;
 mod db_error;
 pub mod postgres;
 mod reads;

@@ -21,9 +21,9 @@ use super::checks::{Decision, Reservation};
 use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, FinishedToolCall, JsonText,
-    NewAuditEntry, NewEvent, NewMessage, NewToolCall, RuleChanges, RulesWatch, Store, StoreError,
-    StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord,
-    UnitReceipt, WriteOp, WriteUnit, checks,
+    NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, RuleChanges, RulesWatch, Store,
+    StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary,
+    ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
 };
 
 /// The `NOTIFY` channel that tells every process of a change of an owner's
@@ -105,6 +105,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         14,
         "closed runs",
         include_str!("../../migrations/postgres/0014_closed_runs.sql"),
+    ),
+    (
+        15,
+        "parent index",
+        include_str!("../../migrations/postgres/0015_parent_index.sql"),
     ),
 ];
 
@@ -292,6 +297,17 @@ async fn insert_tool_call(
         declared.as_ref().map(|(_, message)| message.as_str()),
         call.declared_by.as_deref(),
     )?;
+    if let (None, Some(parent)) = (&call.declared_by, &call.parent_message_id) {
+        let role: Option<String> =
+            sqlx::query_scalar("SELECT role FROM messages WHERE thread_id = $1 AND id = $2")
+                .bind(&unit.thread_id)
+                .bind(parent)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if let Some(role) = role.filter(|r| r != Role::Assistant.as_str()) {
+            return Err(checks::parent_not_assistant(&call.id, parent, &role));
+        }
+    }
     let done = sqlx::query(
         "INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, \
          created_at_ms, undo_of, ordinal, workspace, dry_run, instance, parent_message_id, \
@@ -551,6 +567,18 @@ async fn insert_message(
     message: &NewMessage,
     seq: i64,
 ) -> StoreResult<()> {
+    if message.role != Role::Assistant {
+        let call: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM tool_calls WHERE thread_id = $1 AND parent_message_id = $2 LIMIT 1",
+        )
+        .bind(&unit.thread_id)
+        .bind(&message.id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        if let Some(call) = call {
+            return Err(checks::parent_id_taken(message, &call));
+        }
+    }
     let done = sqlx::query(
         "INSERT INTO messages (thread_id, seq, id, role, content, metadata, tool_call_id, \
          created_at_ms) VALUES ($1, $2, $3, $4, $5, $6::JSONB, $7, $8) \
@@ -587,14 +615,15 @@ async fn declare(
     for d in &message.declares {
         let row = sqlx::query(
             "WITH recorded AS ( \
-                 SELECT tool_name = $3 AND args = $4::JSONB AS same FROM tool_calls \
-                 WHERE thread_id = $1 AND id = $2), \
+                 SELECT tool_name = $3 AND args = $4::JSONB AS same, parent_message_id \
+                 FROM tool_calls WHERE thread_id = $1 AND id = $2), \
              inserted AS ( \
                  INSERT INTO declared_calls (thread_id, call_id, tool_name, args, message_id) \
                  SELECT $1, $2, $3, $4::JSONB, $5 \
                  WHERE NOT EXISTS (SELECT 1 FROM recorded WHERE NOT same) \
                  ON CONFLICT (thread_id, call_id) DO NOTHING RETURNING 1) \
              SELECT (SELECT same FROM recorded) AS recorded, \
+                 (SELECT parent_message_id FROM recorded) AS parent, \
                  EXISTS (SELECT 1 FROM inserted) AS inserted",
         )
         .bind(&unit.thread_id)
@@ -608,6 +637,17 @@ async fn declare(
             return Err(checks::redeclared(&d.id, checks::GivenIn::Record));
         }
         if row.try_get::<bool, _>("inserted")? {
+            // The first declaration of a call posted under a parent is that
+            // parent's (a later one is only a repetition).
+            if let Some(parent) = row.try_get::<Option<String>, _>("parent")?
+                && parent != message.id
+            {
+                return Err(StoreError::Conflict(checks::posted_under_other_parent(
+                    &message.id,
+                    &d.id,
+                    &parent,
+                )));
+            }
             continue;
         }
         let given = (d.tool_name.as_str(), d.args.as_str());
@@ -766,6 +806,9 @@ async fn apply_plan(
                      WHERE d.thread_id = u.thread_id AND d.call_id = u.id)) \
                  AND NOT EXISTS (SELECT 1 FROM closed_runs AS r \
                      WHERE r.thread_id = u.thread_id AND r.run_id = u.run_id) \
+                 AND (u.declared_by IS NOT NULL OR NOT EXISTS (SELECT 1 FROM messages AS m \
+                     WHERE m.thread_id = u.thread_id AND m.id = u.parent_message_id \
+                         AND m.role <> 'assistant')) \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -826,7 +869,9 @@ async fn apply_plan(
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != c.len() as u64 {
-            return Ok(None); // a call already recorded, declared otherwise, or of a closed run
+            // a call already recorded, declared otherwise, of a closed run,
+            // or under a parent that is not an assistant's
+            return Ok(None);
         }
     }
 
@@ -880,6 +925,8 @@ async fn apply_plan(
              FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[]) \
                  AS u (thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms) \
+             WHERE u.role = 'assistant' OR NOT EXISTS (SELECT 1 FROM tool_calls AS c \
+                 WHERE c.thread_id = u.thread_id AND c.parent_message_id = u.id) \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(m.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -913,7 +960,8 @@ async fn apply_plan(
         .execute(&mut *conn)
         .await?;
         if done.rows_affected() != m.len() as u64 {
-            return Ok(None); // a message id already used
+            // a message id already used, or one a call names as its parent
+            return Ok(None);
         }
     }
 

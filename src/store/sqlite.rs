@@ -119,6 +119,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "closed runs",
         include_str!("../../migrations/sqlite/0015_closed_runs.sql"),
     ),
+    (
+        16,
+        "parent index",
+        include_str!("../../migrations/sqlite/0016_parent_index.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -28,7 +28,7 @@ use super::batch::{Place, Plan, Reserved};
 use super::checks::{self, Decision, Reservation};
 use super::{
     ApprovalRecord, FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall,
-    StoreError, StoreResult, UnitReceipt, WriteOp, WriteUnit,
+    Role, StoreError, StoreResult, UnitReceipt, WriteOp, WriteUnit,
 };
 
 /// Page cache of the connection: 16 MiB (negative: KiB).
@@ -125,7 +125,12 @@ const DECLARED_CALL: &str = "\
 SELECT tool_name, args, message_id FROM declared_calls WHERE thread_id = ?1 AND call_id = ?2";
 
 const RECORDED_CALL: &str = "\
-SELECT tool_name, args FROM tool_calls WHERE thread_id = ?1 AND id = ?2";
+SELECT tool_name, args, parent_message_id FROM tool_calls WHERE thread_id = ?1 AND id = ?2";
+
+const CALL_UNDER_PARENT: &str = "\
+SELECT id FROM tool_calls WHERE thread_id = ?1 AND parent_message_id = ?2 LIMIT 1";
+
+const MESSAGE_ROLE: &str = "SELECT role FROM messages WHERE thread_id = ?1 AND id = ?2";
 
 const INSERT_DECLARED_CALL: &str = "\
 INSERT INTO declared_calls (thread_id, call_id, tool_name, args, message_id) \
@@ -474,6 +479,7 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
             WriteOp::InsertToolCall(call) => {
                 checks::insertable_call_status(&call.id, call.status)?;
                 check_declared(conn, &unit.thread_id, call)?;
+                check_parent_role(conn, &unit.thread_id, call)?;
                 let place = Place {
                     ordinal: next_ordinal,
                     after_message_seq: next_message_seq - 1,
@@ -511,6 +517,7 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
             }
             WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by)?,
             WriteOp::InsertMessage(message) => {
+                check_parent_id_free(conn, &unit.thread_id, message)?;
                 if !insert_message(conn, &unit.thread_id, message, next_message_seq)? {
                     return Err(StoreError::Conflict(format!(
                         "message {:?} already exists in thread {:?}",
@@ -643,8 +650,14 @@ fn check_declared(conn: &Connection, thread_id: &str, call: &NewToolCall) -> Sto
 fn declare(conn: &Connection, thread_id: &str, message: &NewMessage) -> StoreResult<()> {
     for d in &message.declares {
         let now = (d.tool_name.as_str(), d.args.as_str());
-        if let Some((tool, args)) = given_call(conn, RECORDED_CALL, thread_id, &d.id)?
-            && !checks::same_declared_call((&tool, &args), now)
+        let recorded: Option<(String, String, Option<String>)> = conn
+            .prepare_cached(RECORDED_CALL)?
+            .query_row(params![thread_id, d.id], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
+            .optional()?;
+        if let Some((tool, args, _)) = &recorded
+            && !checks::same_declared_call((tool, args), now)
         {
             return Err(checks::redeclared(&d.id, checks::GivenIn::Record));
         }
@@ -655,6 +668,18 @@ fn declare(conn: &Connection, thread_id: &str, message: &NewMessage) -> StoreRes
             d.args.as_str(),
             message.id
         ])?;
+        // The first declaration of a call posted under a parent is that
+        // parent's (a later one is only a repetition).
+        if inserted == 1
+            && let Some((_, _, Some(parent))) = &recorded
+            && *parent != message.id
+        {
+            return Err(StoreError::Conflict(checks::posted_under_other_parent(
+                &message.id,
+                &d.id,
+                parent,
+            )));
+        }
         if inserted == 0
             && let Some((tool, args)) = given_call(conn, DECLARED_CALL, thread_id, &d.id)?
             && !checks::same_declared_call((&tool, &args), now)
@@ -663,6 +688,45 @@ fn declare(conn: &Connection, thread_id: &str, message: &NewMessage) -> StoreRes
         }
     }
     Ok(())
+}
+
+/// `Conflict` when `message`, not an assistant's, would take the id a call
+/// of the thread was posted with as its parent.
+fn check_parent_id_free(
+    conn: &Connection,
+    thread_id: &str,
+    message: &NewMessage,
+) -> StoreResult<()> {
+    if message.role == Role::Assistant {
+        return Ok(());
+    }
+    let call: Option<String> = conn
+        .prepare_cached(CALL_UNDER_PARENT)?
+        .query_row(params![thread_id, message.id], |row| row.get(0))
+        .optional()?;
+    match call {
+        Some(call) => Err(checks::parent_id_taken(message, &call)),
+        None => Ok(()),
+    }
+}
+
+/// `Conflict` when `call`, posted under a parent no message declaring it
+/// names, names a message of the thread that is not an assistant's (one
+/// recorded since the request was checked).
+fn check_parent_role(conn: &Connection, thread_id: &str, call: &NewToolCall) -> StoreResult<()> {
+    let (None, Some(parent)) = (&call.declared_by, &call.parent_message_id) else {
+        return Ok(());
+    };
+    let role: Option<String> = conn
+        .prepare_cached(MESSAGE_ROLE)?
+        .query_row(params![thread_id, parent], |row| row.get(0))
+        .optional()?;
+    match role {
+        Some(role) if role != Role::Assistant.as_str() => {
+            Err(checks::parent_not_assistant(&call.id, parent, &role))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Finish a running or pending call; false when no such call matched.
@@ -890,6 +954,7 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
             return Ok(None); // a call of a closed run
         }
         check_declared(tx, c.thread_id, c.call)?;
+        check_parent_role(tx, c.thread_id, c.call)?;
         if !insert_call(tx, (c.thread_id, c.owner), c.call, c.place, c.finish)? {
             return Ok(None); // a call already recorded
         }
@@ -900,6 +965,7 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
         }
     }
     for m in &rows.messages {
+        check_parent_id_free(tx, m.thread_id, m.message)?;
         if !insert_message(tx, m.thread_id, m.message, m.seq)? {
             return Ok(None); // a message id already used
         }
