@@ -455,20 +455,12 @@ async fn thread_stream(app: &TestApp, thread: &str, after: &str, snapshot: bool)
 }
 
 /// The messages a stream.mjs report says the stock client built, as it
-/// built them, less a tool message's `error` (a snapshot's message has the
-/// field; a live result event has none, and carries the structured error
-/// under `metadata`, as the snapshot's message does too).
+/// built them.
 fn built_messages(report: &Value) -> Vec<Value> {
     report["messages"]
         .as_array()
         .unwrap_or_else(|| panic!("the client built messages: {report}"))
-        .iter()
-        .map(|m| {
-            let mut m = m.clone();
-            m.as_object_mut().unwrap().remove("error");
-            m
-        })
-        .collect()
+        .to_vec()
 }
 
 /// A chat backend records an assistant message with its calls and posts
@@ -782,6 +774,7 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
     })
     .await;
     let mut taken = [0; 10];
+    let mut denied = 0;
     for seed in [7_u64, 1_234, 98_765, 4_242_424] {
         let thread = format!("random-{seed}");
         let t = format!("/v1/threads/{thread}");
@@ -867,23 +860,31 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
                 }
                 8 => {
                     // A call that waits for a person, who decides it after
-                    // a message was posted.
+                    // a message was posted: a denied one is a failed
+                    // result.
                     let call = c.undeclared_call("write_file");
                     let (s, out) = app.call(&thread, call.clone()).await;
                     assert_eq!(s, 202, "{context}: {out}");
                     say(c.fresh("m"), "user").await;
                     let approval = out["approval"]["id"].as_str().unwrap();
+                    let (decision, status) = match c.next(2) {
+                        0 => ("approve", "success"),
+                        _ => {
+                            denied += 1;
+                            ("deny", "failure")
+                        }
+                    };
                     let r = app
                         .post(
                             &format!("/v1/approvals/{approval}/decision"),
-                            &json!({"decision": "approve"}),
+                            &json!({"decision": decision}),
                         )
                         .await;
                     assert_eq!(r.status(), 200, "{context}");
                     // It runs once approved; re-posted, it answers when done.
                     let answered = app.call_until_done(&thread, &call).await;
                     assert_eq!(
-                        answered["tool_agent_output"]["status"], "success",
+                        answered["tool_agent_output"]["status"], status,
                         "{context}: {answered}"
                     );
                 }
@@ -905,6 +906,7 @@ async fn random_conversations_look_the_same_live_and_after_a_reload() {
         taken.iter().all(|&n| n > 0),
         "every kind of step: {taken:?}"
     );
+    assert!(denied > 0, "a denied call among them");
     app.stop().await;
 }
 
@@ -916,7 +918,7 @@ struct Conversation {
     /// Declared and not posted yet: the call and the message declaring it.
     declared: Vec<(Value, String)>,
     /// Posted, declared by no message yet.
-    undeclared: Vec<Value>,
+    undeclared: Vec<(Value, Option<String>)>,
     /// Named as a parent, no message with the id yet.
     ghosts: Vec<String>,
 }
@@ -964,8 +966,7 @@ impl Conversation {
             _ => json!({"text": id}),
         };
         let call = json!({"id": id, "name": tool, "arguments": arguments});
-        self.undeclared.push(call.clone());
-        let mut posted = call;
+        let mut posted = call.clone();
         match self.next(3) {
             0 if !self.assistants.is_empty() => {
                 let i = self.next(self.assistants.len());
@@ -987,6 +988,8 @@ impl Conversation {
             }
             _ => {}
         }
+        let parent = posted["parent_message_id"].as_str().map(str::to_owned);
+        self.undeclared.push((call, parent));
         posted
     }
 
@@ -1012,10 +1015,14 @@ impl Conversation {
             calls.push(call.clone());
             self.declared.push((call, id.clone()));
         }
-        if self.next(2) == 0 {
-            let mut undeclared = std::mem::take(&mut self.undeclared);
-            calls.extend(self.pick(&mut undeclared));
-            self.undeclared = undeclared;
+        // One posted under no parent or under this message: a call posted
+        // under another is that message's.
+        let open: Vec<usize> = (0..self.undeclared.len())
+            .filter(|&i| self.undeclared[i].1.as_ref().is_none_or(|p| *p == id))
+            .collect();
+        if self.next(2) == 0 && !open.is_empty() {
+            let i = open[self.next(open.len())];
+            calls.push(self.undeclared.remove(i).0);
         }
         let content = if self.next(3) == 0 { "" } else { id.as_str() };
         let mut body = json!({"id": id, "role": "assistant", "content": content});

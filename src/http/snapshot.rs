@@ -354,10 +354,11 @@ pub fn agui_message(m: StoredMessage) -> Message {
                 .map(|o| crate::engine::result_metadata(o, crate::engine::compile_ui(o)))
                 .unwrap_or_default();
             Message::Tool {
-                error: output
-                    .as_ref()
-                    .and_then(|o| o.error.as_ref().map(|e| e.message.clone()))
-                    .or_else(|| crate::protocol::context::frontend_error(&m).map(str::to_string)),
+                // A frontend's result carries the error its client sent; a
+                // result of toolgate's has none, as a client builds it live
+                // from TOOL_CALL_RESULT (its error is in the content and
+                // the ui_schema).
+                error: crate::protocol::context::frontend_error(&m).map(str::to_string),
                 content: content_of(&m),
                 id: m.id,
                 tool_call_id: m.tool_call_id.unwrap_or_default(),
