@@ -1265,6 +1265,47 @@ async fn edit_ambiguous_needs_context_or_replace_all() {
     assert_eq!(world.read("f.txt"), b"x = 9\ny = 2\nx = 9\nx = 9\n");
 }
 
+/// An edit that would make a file larger than the file tools write (a
+/// short string replaced everywhere by a long one) is refused before the
+/// new text is built, as a dry run too; so is a diff that would. Nothing
+/// changes.
+#[tokio::test]
+async fn an_edit_cannot_grow_a_file_past_the_write_limit() {
+    let world = World::new();
+    // 200 KiB of `a`, each replaced by 60 bytes: 12,288,000 bytes.
+    world.write("a.txt", "a".repeat(200 * 1024));
+    let args = json!({"path": "a.txt", "old_string": "a", "new_string": "b".repeat(60), "replace_all": true});
+    let error = err(&world.edit_file(), &world, args.clone()).await;
+    assert_eq!(error.code, "FILE_TOO_LARGE", "{error:?}");
+    assert_eq!(
+        error.message,
+        "the change would make 'a.txt' 12288000 bytes; the file tools write files of at most 10485760 bytes, and nothing was changed"
+    );
+    let error = dry(&world.edit_file(), &world, args).await.unwrap_err();
+    assert_eq!(error.code, "FILE_TOO_LARGE", "{error:?}");
+    // Up to the limit it is an edit like any other.
+    let edited = ok(
+        &world.edit_file(),
+        &world,
+        json!({"path": "a.txt", "old_string": "a", "new_string": "b".repeat(51), "replace_all": true}),
+    )
+    .await;
+    assert_eq!(edited.result["replacements"], 200 * 1024);
+    assert_eq!(world.read("a.txt").len(), 51 * 200 * 1024);
+    // A diff adding to a file near the limit.
+    world.write("big.txt", "x\n".repeat(5 * 1024 * 1024));
+    let added = format!("+{}\n", "y".repeat(600 * 1024));
+    let diff = format!("--- a/big.txt\n+++ b/big.txt\n@@ -1,1 +1,2 @@\n x\n{added}");
+    let error = err(
+        &world.apply_diff(),
+        &world,
+        json!({"path": "big.txt", "diff": diff}),
+    )
+    .await;
+    assert_eq!(error.code, "FILE_TOO_LARGE", "{error:?}");
+    assert_eq!(world.read("big.txt").len(), 10 * 1024 * 1024);
+}
+
 #[tokio::test]
 async fn edit_refusals_name_the_problem() {
     let world = World::new();

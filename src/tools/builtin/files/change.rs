@@ -80,11 +80,17 @@ impl Current {
         })
     }
 
-    pub fn change(self, after: Vec<u8>) -> Change {
-        Change {
+    /// The change to `after`; `FILE_TOO_LARGE` when `after` is over
+    /// [`MAX_EDIT_BYTES`] (an edit replacing many occurrences, a diff
+    /// adding to a large file).
+    pub fn change(self, after: Vec<u8>) -> Result<Change, ToolError> {
+        if after.len() as u64 > MAX_EDIT_BYTES {
+            return Err(too_large_after(&self.requested, after.len() as u64));
+        }
+        Ok(Change {
             current: self,
             after,
-        }
+        })
     }
 }
 
@@ -98,6 +104,20 @@ fn too_large(path: &WorkspacePath, len: u64) -> ToolError {
         false,
     )
     .with_hint("Use bash for files this large.")
+}
+
+/// `FILE_TOO_LARGE` for a change that would make `path` `len` bytes.
+pub fn too_large_after(path: &WorkspacePath, len: u64) -> ToolError {
+    ToolError::new(
+        codes::FILE_TOO_LARGE,
+        format!(
+            "the change would make '{}' {len} bytes; the file tools write files of at most \
+             {MAX_EDIT_BYTES} bytes, and nothing was changed",
+            path.display()
+        ),
+        false,
+    )
+    .with_hint("Change fewer places at once, or use bash for files this large.")
 }
 
 /// The ancestors of `target` that do not exist, shallowest first; an

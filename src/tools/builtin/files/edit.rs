@@ -7,10 +7,11 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use similar::TextDiff;
 
-use super::change::{Change, line_ending_of, numbered, text_of, with_current};
+use super::change::{Change, line_ending_of, numbered, text_of, too_large_after, with_current};
 use super::write::{diff_hints, file_change_metadata, reversible_capability};
 use super::{
-    WorkspacePath, blocking, cancelled, codes, confine, open_history, open_workspace, parse_args,
+    MAX_EDIT_BYTES, WorkspacePath, blocking, cancelled, codes, confine, open_history,
+    open_workspace, parse_args,
 };
 use crate::tools::{DryRunResult, Tool, ToolContext, ToolDefinition, ToolError, ToolSuccess};
 use crate::workspace::{Workspace, Workspaces};
@@ -76,17 +77,17 @@ fn apply_edit(path: &WorkspacePath, text: &str, args: &Args) -> Result<(String, 
         }
         new = crlf(&new);
     }
-    let starts: Vec<usize> = text.match_indices(old.as_str()).map(|(i, _)| i).collect();
+    // The first 20 places (for the lines an ambiguous match names), and how
+    // many there are.
+    let mut places = text.match_indices(old.as_str()).map(|(i, _)| i);
+    let starts: Vec<usize> = places.by_ref().take(20).collect();
+    let count = starts.len() + places.count();
     let line_at = |offset: usize| text[..offset].matches('\n').count() + 1;
-    match starts.len() {
+    match count {
         0 => return Err(not_found(path, text, &args.old_string)),
         1 => {}
         n if !args.replace_all => {
-            let lines: Vec<String> = starts
-                .iter()
-                .take(20)
-                .map(|s| line_at(*s).to_string())
-                .collect();
+            let lines: Vec<String> = starts.iter().map(|s| line_at(*s).to_string()).collect();
             return Err(ToolError::new(
                 codes::AMBIGUOUS_MATCH,
                 format!(
@@ -104,6 +105,12 @@ fn apply_edit(path: &WorkspacePath, text: &str, args: &Args) -> Result<(String, 
         }
         _ => {}
     }
+    // Refused before the text is built: replacing every occurrence of a
+    // short string with a long one multiplies the file.
+    let after = (text.len() - count * old.len()) as u64 + (count as u64) * (new.len() as u64);
+    if after > MAX_EDIT_BYTES {
+        return Err(too_large_after(path, after));
+    }
     let first_line = line_at(starts[0]);
     let edited = if args.replace_all {
         text.replace(old.as_str(), &new)
@@ -113,7 +120,7 @@ fn apply_edit(path: &WorkspacePath, text: &str, args: &Args) -> Result<(String, 
     Ok((
         edited,
         Edit {
-            replacements: starts.len(),
+            replacements: count,
             first_line,
             new_lines: new.matches('\n').count() + 1,
         },
@@ -243,7 +250,7 @@ async fn plan_then<T: Send + 'static>(
             };
             let text = text_of(before, &path)?;
             let (edited, edit) = apply_edit(&path, text, &args)?;
-            finish(current.change(edited.into_bytes()), edit, &ws, &ctx)
+            finish(current.change(edited.into_bytes())?, edit, &ws, &ctx)
         })
     })
     .await

@@ -446,7 +446,7 @@ async fn plan_then<T: Send + 'static>(
                 ));
             }
             finish(
-                current.change(new.into_bytes()),
+                current.change(new.into_bytes())?,
                 hunks.len(),
                 fuzzy,
                 &ws,

@@ -74,7 +74,7 @@ async fn plan_then<T: Send + 'static>(
         let path = WorkspacePath::parse_file(&args.path, &ws.path, "write_file")?;
         let content = normalise(&args.content, eol);
         with_current(&ws, &path, &ctx, |current| {
-            finish(current.change(content.into_bytes()), &ws, &ctx)
+            finish(current.change(content.into_bytes())?, &ws, &ctx)
         })
     })
     .await
