@@ -2966,6 +2966,41 @@ async fn a_git_file_guards_the_directory_it_points_to() {
         assert_eq!(s, 202, "{command}: {out}");
     }
     assert!(!root.join("evil/hooks/pre-receive").exists());
+    // The file tools, which write with no rule for them, ask for the same
+    // paths (a diff driver in `gd/config` would run at `git diff`); other
+    // writes need no approval.
+    let write = |id: &str, path: &str| json!({"id": id, "name": "write_file", "arguments": {"path": path, "content": "[diff]\n\texternal = touch ran\n"}});
+    for (id, path) in [
+        ("f1", "gd/config"),
+        ("f2", "gd/hooks/pre-commit"),
+        ("f3", "evil/config"),
+        ("f4", "evil/hooks/pre-receive"),
+        ("f5", "./gd/../evil/config"),
+    ] {
+        let (s, out) = app.call("gitfile", write(id, path)).await;
+        assert_eq!(s, 202, "{path}: {out}");
+        assert!(
+            out["approval"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("which git reads"),
+            "{out}"
+        );
+    }
+    let edit = json!({"id": "f6", "name": "edit_file", "arguments": {"path": "gd/config", "old_string": "[core]", "new_string": "[diff]\n\texternal = touch ran"}});
+    let (s, out) = app.call("gitfile", edit).await;
+    assert_eq!(s, 202, "{out}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("gd/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!root.join("evil/config").exists());
+    let (s, out) = app.call("gitfile", write("f7", "gd-notes.txt")).await;
+    assert_eq!(
+        (s, &out["tool_agent_output"]["status"]),
+        (200, &json!("success")),
+        "{out}"
+    );
 }
 
 /// `GET /v1/workspace` is a read: asking about a sub-workspace that does

@@ -178,6 +178,25 @@ fn git_links(
         .collect()
 }
 
+/// `path`, a file tool's path in `workspace`, when it is in a repository's
+/// configuration or hooks that git finds by other names than `.git`: the
+/// directory a `.git` file (`gitdir: …`) in the owner's workspace or the
+/// call's points to, or a bare repository (see [`in_bare_repository`]).
+/// Creates nothing.
+fn file_git_links(
+    workspace: &std::path::Path,
+    owners: &std::path::Path,
+    path: &str,
+) -> Option<String> {
+    let owners = owners
+        .canonicalize()
+        .unwrap_or_else(|_| owners.to_path_buf());
+    let real = resolved_on_disk(&workspace.join(path))?;
+    let git_dirs = linked_git_dirs(&owners, workspace);
+    (git_dirs.iter().any(|dir| real.starts_with(dir)) || in_bare_repository(&real, &owners))
+        .then(|| path.to_string())
+}
+
 /// Where a `.git` file (`gitdir: …`, as `git init --separate-git-dir` and
 /// worktrees leave) in the owner's workspace or the call's points: that
 /// directory is a repository's, configuration and hooks included.
@@ -1845,6 +1864,20 @@ impl Engine {
             // An absolute `cwd` or path inside it is judged as the
             // relative one it names.
             file.workspace = Some(workspace.path.clone());
+        }
+        if is_file
+            && !tool.definition.metadata.read_only
+            && let Some(workspace) = opened.as_ref()
+            && let Some(workspaces) = self.config.permissions.workspaces.as_ref()
+            && let Ok(owners) = workspaces.path(&req.owner, None)
+            && let Some(Value::String(path)) = req.call.arguments.get("path")
+        {
+            let (at, path) = (workspace.path.clone(), path.clone());
+            file.git_links = tokio::task::spawn_blocking(move || {
+                file_git_links(&at, &owners, &path).into_iter().collect()
+            })
+            .await
+            .unwrap_or_default();
         }
         let facts = call_facts(req, tool, &file);
         let mut decision = crate::permissions::decide(

@@ -158,7 +158,10 @@ pub struct CallFacts<'a> {
     /// that lead into git's configuration through symbolic links, found by
     /// the caller; a rule ending in `*` vouches for no write to them.
     /// [`NAMED_PATHS_UNCHECKED`] alone when the line named too many to
-    /// look up.
+    /// look up. For a file tool that writes: its path, when it is in a
+    /// repository's configuration that git finds by another name than
+    /// `.git` (a `.git` file's `gitdir`, a bare repository), so writing it
+    /// asks with no rule for it.
     pub git_links: &'a [String],
 }
 
@@ -732,7 +735,9 @@ fn safety_net(decision: Decision, call: &CallFacts, subject: &Subject) -> Decisi
     }
     let doubt = match subject {
         Subject::Bash(Some(analysis)) => analysis.pieces.iter().find_map(|p| p.opaque.clone()),
-        Subject::File(Some(path)) if !call.read_only => git_configuration(path).map(|p| {
+        Subject::File(Some(path)) if !call.read_only => git_configuration(path)
+            .or(call.git_links.first().map(String::as_str))
+            .map(|p| {
             format!(
                 "it writes `{}`, which git reads (or gpg or ssh, run by git): hooks and settings there (core.fsmonitor, diff and filter drivers, gpg's and ssh's programs) make git commands run any program",
                 clip(p)
