@@ -1084,6 +1084,48 @@ async fn a_rollback_stops_the_runs_running_calls(backend: Backend) {
     assert!(!workspace_root(&app).await.join("w1.txt").exists());
 }
 
+/// A `bash` call stopped by its run's rollback may have changed things
+/// before it stopped: the report says it is irreversible, with what to do
+/// by hand, and so does the call's lookup; never "left nothing to undo".
+async fn a_rollback_that_stops_a_command_says_what_may_stay(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    put_rules(
+        &app,
+        json!({"allow": ["bash(echo important > F)", "bash(sleep 30)"]}),
+    )
+    .await;
+    let running = app.call(
+        "rb",
+        json!({"id": "b1", "run_id": "R", "name": "bash", "arguments": {"command": "echo important > F && sleep 30"}}),
+    );
+    let root = workspace_root(&app).await;
+    let rollback = async {
+        for _ in 0..400 {
+            if root.join("F").exists() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        assert!(root.join("F").exists(), "the command never wrote");
+        let r = app.post("/v1/threads/rb/runs/R/rollback", &json!({})).await;
+        assert_eq!(r.status(), 200);
+        r.json::<Value>().await.unwrap()
+    };
+    let ((s, out), report) = tokio::join!(running, rollback);
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(error_code(&out), "CANCELLED", "{out}");
+    let step = &report["steps"][0];
+    assert_eq!(step["tool_call_id"], "b1", "{report}");
+    assert_eq!(step["action"], "irreversible", "{report}");
+    assert_eq!(
+        step["manual_guide"],
+        "bash was stopped before it finished (CANCELLED); what it did until then stays, and toolgate cannot take it back. Look at what it ran, check what it changed, and revert that by hand or with new tool calls.",
+    );
+    assert!(root.join("F").exists());
+    let record = app.get_json("/v1/threads/rb/tool-calls/b1").await;
+    assert_eq!(record["undo"], "irreversible", "{record}");
+}
+
 /// A run rolled back takes no more calls: one posted to it afterwards,
 /// alone or in a batch, writing or only reading, is refused before it runs
 /// and leaves no record; a call the run already recorded is still answered
@@ -3313,6 +3355,7 @@ both_backends!(
     a_rollback_withdraws_the_runs_calls_waiting_for_approval,
     a_rollback_racing_an_approval_ends_one_way_or_the_other,
     a_rollback_stops_the_runs_running_calls,
+    a_rollback_that_stops_a_command_says_what_may_stay,
     a_rolled_back_run_takes_no_more_calls,
     rules_on_the_calls_tool_hold_for_its_undo,
     a_missing_files_hint_names_no_hidden_file,

@@ -97,6 +97,12 @@ fn undo_call_id(id: &str, attempt: u32) -> String {
 /// undo record is irreversible, with a guide, rather than "nothing to undo".
 fn undo_info(record: &ToolCallRecord, changes_outright: bool) -> Result<UndoInfo, UndoError> {
     let id = record.id.clone();
+    if changes_outright && let Some(code) = stopped_midway(record) {
+        return Err(UndoError::Irreversible {
+            id,
+            guide: stopped_guide(&record.tool_name, code),
+        });
+    }
     if !matches!(record.status, CallStatus::Success | CallStatus::Partial) {
         return Err(UndoError::NotUndoable {
             id,
@@ -138,6 +144,34 @@ fn undo_info(record: &ToolCallRecord, changes_outright: bool) -> Result<UndoInfo
         });
     }
     Ok(info)
+}
+
+/// The error code of a call that ran and was stopped before it finished
+/// (cancelled, timed out, or cut by a restart): what it did until then
+/// stays.
+fn stopped_midway(record: &ToolCallRecord) -> Option<&'static str> {
+    use crate::protocol::tool_output::codes;
+    if record.status != CallStatus::Failure {
+        return None;
+    }
+    let code = record
+        .output
+        .as_ref()
+        .and_then(|output| output.pointer("/error/code"))
+        .and_then(serde_json::Value::as_str)?;
+    [codes::CANCELLED, codes::TIMEOUT, codes::INTERRUPTED]
+        .into_iter()
+        .find(|c| *c == code)
+}
+
+/// What to do about a call of `tool`, which changes things outright, that
+/// was stopped before it finished (`code`).
+fn stopped_guide(tool: &str, code: &str) -> String {
+    format!(
+        "{tool} was stopped before it finished ({code}); what it did until then stays, and \
+         toolgate cannot take it back. Look at what it ran, check what it changed, and revert \
+         that by hand or with new tool calls."
+    )
 }
 
 impl Engine {
@@ -413,6 +447,22 @@ impl Engine {
             // undone rather than left behind.
             let settled = match self.settle(thread_id, record).await? {
                 Settled::Finished(record) => record,
+                // A tool that changes things outright (bash) may have
+                // changed some before it stopped.
+                Settled::Cancelled if self.changes_outright(&record.tool_name) => {
+                    step.action = "irreversible".into();
+                    step.detail = Some(
+                        "it was running when its run was rolled back, and was stopped before it \
+                         finished"
+                            .into(),
+                    );
+                    step.manual_guide = Some(stopped_guide(
+                        &record.tool_name,
+                        crate::protocol::tool_output::codes::CANCELLED,
+                    ));
+                    steps.push(step);
+                    continue;
+                }
                 Settled::Cancelled => {
                     step.action = "cancelled".into();
                     step.detail = Some(
