@@ -3358,3 +3358,73 @@ async fn browser_pages_of_listed_origins_only_can_read_answers() {
         .unwrap();
     assert_eq!(allowed_origin(&resp), None);
 }
+
+/// An undo cut by a restart after it had taken effect (its file restored,
+/// its edit-history entry used, its call `INTERRUPTED`, the original not
+/// marked undone) is found out by the next attempt, which finds nothing
+/// left to undo: the original is marked undone by the cut attempt, the
+/// rollback reports it `already_undone`, and the run's next rollback is a
+/// `409`, not another failed attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_cut_by_a_restart_after_it_took_effect_counts_as_done() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut first = serve_binary(data_dir.path(), None).await;
+    let client = reqwest::Client::new();
+    let post = |served: &Served, path: &str, body: Value| {
+        let request = client
+            .post(format!("{}{path}", served.base))
+            .bearer_auth(&served.token)
+            .json(&body);
+        async move {
+            let r = request.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (s, out) = post(
+        &first,
+        "/v1/threads/cut/tool-calls",
+        json!({"id": "w1", "run_id": "R", "name": "write_file", "arguments": {"path": "w1.txt", "content": "x"}}),
+    )
+    .await;
+    assert_eq!(s, 200, "{out}");
+    let (s, report) = post(&first, "/v1/threads/cut/runs/R/rollback", json!({})).await;
+    assert_eq!(s, 200, "{report}");
+    assert_eq!(report["steps"][0]["action"], "undone", "{report}");
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    // What a kill between the undo's effect and its result leaves: the
+    // undo finished as interrupted, the original not marked undone.
+    let db = rusqlite::Connection::open(data_dir.path().join("toolgate.db")).unwrap();
+    let interrupted = json!({"tool_name": "undo_edit", "tool_call_id": "undo_w1",
+        "status": "failure", "result": null, "error": {"code": "INTERRUPTED",
+        "message": "toolgate stopped while the call was running", "retryable": true}});
+    db.execute_batch(&format!(
+        "UPDATE tool_calls SET undone_by = NULL WHERE id = 'w1';
+         UPDATE tool_calls SET status = 'failure', output = '{interrupted}' WHERE id = 'undo_w1';"
+    ))
+    .unwrap();
+    drop(db);
+
+    let second = serve_binary(data_dir.path(), None).await;
+    assert_eq!(
+        second.get_json("/v1/threads/cut/tool-calls/w1").await["undo"],
+        "available"
+    );
+    let (s, report) = post(&second, "/v1/threads/cut/runs/R/rollback", json!({})).await;
+    assert_eq!(s, 200, "{report}");
+    let step = &report["steps"][0];
+    assert_eq!(step["action"], "already_undone", "{report}");
+    assert_eq!(step["undo_call_id"], "undo_w1", "{report}");
+    assert_eq!(
+        step["detail"],
+        "undo_w1 undid it before a restart cut it short; undo2_w1 found nothing left to undo"
+    );
+    let w1 = second.get_json("/v1/threads/cut/tool-calls/w1").await;
+    assert_eq!(
+        (&w1["undo"], &w1["undone_by"]),
+        (&json!("undone"), &json!("undo_w1")),
+        "{w1}"
+    );
+    let (s, again) = post(&second, "/v1/threads/cut/runs/R/rollback", json!({})).await;
+    assert_eq!(s, 409, "{again}");
+}

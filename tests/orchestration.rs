@@ -465,10 +465,25 @@ async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
         .await;
     assert_eq!(r.status(), 200);
 
-    let cancel = app
-        .post("/v1/threads/l/tool-calls/long/cancel", &json!({}))
-        .await;
-    assert_eq!(cancel.status(), 202);
+    // Three cancels at once: one stops the call, the others are told it
+    // is being cancelled already.
+    let cancel = || async {
+        let r = app
+            .post("/v1/threads/l/tool-calls/long/cancel", &json!({}))
+            .await;
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    };
+    let answers = [cancel(), cancel(), cancel()];
+    let mut answers = futures::future::join_all(answers).await;
+    answers.sort_by_key(|(s, _)| *s);
+    assert_eq!(answers[0].0, 202, "{answers:?}");
+    for (s, p) in &answers[1..] {
+        assert_eq!(*s, 409, "{answers:?}");
+        assert!(
+            p["detail"].as_str().unwrap().contains("cancelled already"),
+            "{p}"
+        );
+    }
     let (status, out) = long.await.unwrap();
     assert_eq!(status, 200);
     assert_eq!(out["tool_agent_output"]["status"], "failure");

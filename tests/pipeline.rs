@@ -2492,6 +2492,41 @@ async fn a_call_posted_under_a_parent_is_that_messages(backend: Backend) {
     };
     assert_eq!(holder("p1"), [(json!("m-later"), json!("assistant"))]);
     assert_eq!(holder("g1"), [(json!("pm-z"), json!("assistant"))]);
+    // So does the model's context: p1 in the turn of m-later, which does
+    // not declare it, its result right after.
+    let context = app
+        .get_json("/v1/threads/parents/context?format=openai")
+        .await;
+    let turns = context["messages"].as_array().unwrap();
+    let at = turns
+        .iter()
+        .position(|m| m["content"] == "I did")
+        .unwrap_or_else(|| panic!("{context}"));
+    assert_eq!(turns[at]["tool_calls"][0]["id"], "p1", "{context}");
+    assert_eq!(
+        turns[at]["tool_calls"][0]["function"]["arguments"],
+        r#"{"text":"p1"}"#
+    );
+    assert_eq!(
+        (&turns[at + 1]["role"], &turns[at + 1]["tool_call_id"]),
+        (&json!("tool"), &json!("p1")),
+        "{context}"
+    );
+    let context = app
+        .get_json("/v1/threads/parents/context?format=anthropic")
+        .await;
+    let turns = context["messages"].as_array().unwrap();
+    let at = turns
+        .iter()
+        .position(|m| m["content"][0]["text"] == "I did")
+        .unwrap_or_else(|| panic!("{context}"));
+    assert_eq!(turns[at]["content"][1]["type"], "tool_use", "{context}");
+    assert_eq!(turns[at]["content"][1]["id"], "p1", "{context}");
+    assert_eq!(
+        turns[at + 1]["content"][0]["tool_use_id"],
+        "p1",
+        "{context}"
+    );
 }
 
 /// A declared call refused before it runs (arguments that do not match,

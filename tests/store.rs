@@ -1936,6 +1936,9 @@ impl Store for Observed {
     async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.inner.message_outlines(thread_id).await
     }
+    async fn call_parents(&self, thread_id: &str) -> StoreResult<Vec<(String, String)>> {
+        self.inner.call_parents(thread_id).await
+    }
     async fn threads_of(
         &self,
         owner: &str,
@@ -3666,9 +3669,14 @@ async fn a_call_keeps_where_it_was_announced(store: DynStore) {
         parent_message_id: Some("m4".into()),
         ..new_call("c2")
     };
+    let assistant = alice(vec![WriteOp::InsertMessage(message(
+        "m4",
+        Role::Assistant,
+        "m4",
+    ))]);
     let results = store
         .apply_batch(&[
-            say("m4"),
+            assistant,
             say("m2"),
             alice(vec![WriteOp::InsertToolCall(under)]),
         ])

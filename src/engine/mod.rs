@@ -565,6 +565,9 @@ pub enum Cancelled {
     Stopping,
     /// It finished with this status before the cancellation reached it.
     FinishedFirst(CallStatus),
+    /// Another cancellation (a cancel, a timeout, a shutdown) reached it
+    /// first: this one changed nothing, and its result follows or came.
+    Already,
 }
 
 pub struct Engine {
@@ -1074,6 +1077,8 @@ impl Engine {
         let mut done = {
             let map = self.in_flight.lock().expect("in-flight lock");
             match map.get(&(thread_id.to_string(), call_id.to_string())) {
+                // Under the lock: of cancels at once, one is first.
+                Some(f) if f.cancel.is_cancelled() => return Ok(Some(Cancelled::Already)),
                 Some(f) => {
                     f.cancel.cancel();
                     f.done.clone()

@@ -146,6 +146,13 @@ fn undo_info(record: &ToolCallRecord, changes_outright: bool) -> Result<UndoInfo
     Ok(info)
 }
 
+/// Whether an undo attempt ended finding nothing left to undo (the change
+/// is no longer in the edit history).
+fn nothing_left(executed: &Result<Executed, Rejection>) -> bool {
+    matches!(executed, Ok(Executed::Finished(outcome))
+        if outcome.output.error.as_ref().is_some_and(|e| e.code == crate::tools::builtin::codes::NOTHING_TO_UNDO))
+}
+
 /// The error code of a call that ran and was stopped before it finished
 /// (cancelled, timed out, or cut by a restart): what it did until then
 /// stays.
@@ -296,7 +303,18 @@ impl Engine {
             };
             let mut req = CallRequest::new(owner, thread_id, call);
             req.undo_of = Some(id.to_string());
-            match self.execute(req).await {
+            let executed = self.execute(req).await;
+            if nothing_left(&executed) {
+                match self.undone_before(owner, thread_id, id, attempt).await {
+                    Ok(Some(by)) => {
+                        let id = id.to_string();
+                        return (Some(call_id), Err(UndoError::AlreadyUndone { id, by }));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return (Some(call_id), Err(e)),
+                }
+            }
+            match executed {
                 // An assistant message declares the fresh id for a call
                 // of its own: the next attempt's id. (An attempt found
                 // again is this call's undo, and never run twice.)
@@ -312,6 +330,43 @@ impl Engine {
         }
     }
 
+    /// An earlier attempt at undoing `id` (before `attempt`) cut by a
+    /// restart (`INTERRUPTED`) while the undo it ran had taken effect: the
+    /// change it undid is gone from the edit history, as the attempt after
+    /// it found. The call is marked undone by that attempt, so no rollback
+    /// tries again and its lookup says `undone`.
+    async fn undone_before(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        id: &str,
+        attempt: u32,
+    ) -> Result<Option<String>, UndoError> {
+        for earlier in 1..attempt {
+            let call_id = undo_call_id(id, earlier);
+            let Some(record) = self.store.tool_call(thread_id, &call_id).await? else {
+                continue;
+            };
+            if record.undo_of.as_deref() != Some(id)
+                || stopped_midway(&record) != Some(crate::protocol::tool_output::codes::INTERRUPTED)
+            {
+                continue;
+            }
+            self.writer
+                .write(WriteUnit {
+                    thread_id: thread_id.to_string(),
+                    owner: owner.to_string(),
+                    ops: vec![WriteOp::MarkUndone {
+                        id: id.to_string(),
+                        undone_by: call_id.clone(),
+                    }],
+                })
+                .await?;
+            return Ok(Some(call_id));
+        }
+        Ok(None)
+    }
+
     /// `record` once it no longer waits or runs: a call running in this
     /// process is cancelled, one running elsewhere waited for (as long as
     /// its tool may run), and one whose approval was decided a moment ago
@@ -325,7 +380,10 @@ impl Engine {
                 status if status.is_finished() => break,
                 CallStatus::Running => {
                     let here = self.cancel(thread_id, &record.id, STOP_GRACE).await?;
-                    cancelled |= matches!(here, Some(Cancelled::Stopped | Cancelled::Stopping));
+                    cancelled |= matches!(
+                        here,
+                        Some(Cancelled::Stopped | Cancelled::Stopping | Cancelled::Already)
+                    );
                     if !matches!(here, Some(Cancelled::Stopped | Cancelled::FinishedFirst(_))) {
                         let limit = self
                             .registry
@@ -518,6 +576,17 @@ impl Engine {
                         Ok(Executed::AwaitingApproval(a)) => {
                             step.action = "awaiting_approval".into();
                             step.detail = Some(format!("approval {}", a.id));
+                        }
+                        // An earlier attempt, cut by a restart, had undone
+                        // it: this one found nothing left.
+                        Err(UndoError::AlreadyUndone { by, .. }) => {
+                            step.action = "already_undone".into();
+                            step.detail = Some(format!(
+                                "{by} undid it before a restart cut it short; {} found nothing \
+                                 left to undo",
+                                step.undo_call_id.as_deref().unwrap_or("the next attempt")
+                            ));
+                            step.undo_call_id = Some(by);
                         }
                         Err(e) => {
                             step.action = "undo_failed".into();

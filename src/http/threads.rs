@@ -871,6 +871,10 @@ pub async fn get_context(
         };
         unanswered.insert(declared.id.to_string(), why);
     }
+    // Calls posted under an assistant message that does not declare them
+    // sit in its turn, as the snapshot shows them.
+    let parents = state.store.call_parents(&thread.0).await?;
+    context::adopt_parented_calls(&mut messages, &parents);
     let context = match q.format.unwrap_or(ContextFormat::Openai) {
         ContextFormat::Openai => context::openai(&messages, &unanswered),
         ContextFormat::Anthropic => context::anthropic(&messages, &unanswered),
@@ -1188,6 +1192,11 @@ async fn cancel_running(
         .await?;
     Ok(cancelled.map(|cancelled| match cancelled {
         Cancelled::Stopped | Cancelled::Stopping => cancel_accepted(call_id),
+        Cancelled::Already => ApiError::Conflict(format!(
+            "tool call {call_id:?} is being cancelled already (by another cancel, its time limit \
+             or a shutdown); its result follows"
+        ))
+        .into_response(),
         Cancelled::FinishedFirst(status) => ApiError::Conflict(format!(
             "tool call {call_id:?} finished (status {}) before the cancellation reached it; its \
              result stands",

@@ -118,6 +118,64 @@ pub fn declared_calls(messages: &[StoredMessage]) -> impl Iterator<Item = Declar
         })
 }
 
+/// Calls no assistant message declares, posted under an assistant
+/// message of the thread (`parents`: call id → `parent_message_id`), as
+/// that message's: each is added to its `tool_calls` as its result
+/// records it was run, so the context holds the call in the turn its
+/// record names, as a snapshot does, with its result right after that
+/// turn. A parent no message has, or one of another role, leaves the call
+/// as it was (an assistant turn rebuilt for it).
+pub fn adopt_parented_calls(messages: &mut [StoredMessage], parents: &[(String, String)]) {
+    if parents.is_empty() {
+        return;
+    }
+    let declared: HashSet<String> = declared_calls(messages).map(|d| d.id.to_string()).collect();
+    let results: HashMap<&str, &StoredMessage> = messages
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .filter_map(|m| Some((m.tool_call_id.as_deref()?, m)))
+        .collect();
+    let assistants: HashMap<&str, usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.role == Role::Assistant)
+        .map(|(i, m)| (m.id.as_str(), i))
+        .collect();
+    let mut adopted: Vec<(usize, Value)> = Vec::new();
+    for (call, parent) in parents {
+        let (Some(&at), Some(result)) =
+            (assistants.get(parent.as_str()), results.get(call.as_str()))
+        else {
+            continue;
+        };
+        if declared.contains(call) {
+            continue;
+        }
+        let Some(output) = result.metadata.get("tool_agent_output") else {
+            continue;
+        };
+        let field = |name: &str| output.get(name).cloned();
+        adopted.push((
+            at,
+            json!({
+                "id": call,
+                "name": field("tool_name").unwrap_or_else(|| json!(UNRECORDED_TOOL)),
+                "arguments": field("tool_call_args").unwrap_or_else(|| json!({})),
+            }),
+        ));
+    }
+    for (at, call) in adopted {
+        let metadata = &mut messages[at].metadata;
+        if !metadata.is_object() {
+            *metadata = json!({});
+        }
+        match metadata.get_mut("tool_calls") {
+            Some(Value::Array(calls)) => calls.push(call),
+            _ => metadata["tool_calls"] = json!([call]),
+        }
+    }
+}
+
 /// The calls that assistant messages of the thread declare and no tool
 /// message answers, each at its first declaration, in the order they were
 /// declared.

@@ -990,6 +990,10 @@ pub trait Store: Send + Sync + 'static {
     /// without the results' text and outputs, a thread's bulk.
     async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;
 
+    /// Each call of the thread posted under a parent, with that parent's
+    /// id (`parent_message_id`), in the order the calls were recorded.
+    async fn call_parents(&self, thread_id: &str) -> StoreResult<Vec<(String, String)>>;
+
     /// Apply a batch of units in ONE transaction (each unit under its own
     /// savepoint). Returns one result per unit, in order. `Err` means the
     /// transaction as a whole failed (nothing committed).

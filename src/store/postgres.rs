@@ -1252,6 +1252,10 @@ impl Store for PgStore {
         self.reads().message_outlines(thread_id).await
     }
 
+    async fn call_parents(&self, thread_id: &str) -> StoreResult<Vec<(String, String)>> {
+        self.reads().call_parents(thread_id).await
+    }
+
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         if units.is_empty() {
             return Ok(Vec::new());

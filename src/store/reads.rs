@@ -615,6 +615,19 @@ where
         rows.iter().map(message_from_row).collect()
     }
 
+    pub async fn call_parents(&self, thread_id: &str) -> StoreResult<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT id, parent_message_id FROM tool_calls \
+             WHERE thread_id = $1 AND parent_message_id IS NOT NULL ORDER BY ordinal",
+        )
+        .bind(thread_id)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.text("id")?, row.text("parent_message_id")?)))
+            .collect()
+    }
+
     pub async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         // Both dialects read `->` as "this key's JSON, or NULL".
         let rows = sqlx::query(

@@ -413,6 +413,10 @@ impl Store for SqliteStore {
         self.reads().message_outlines(thread_id).await
     }
 
+    async fn call_parents(&self, thread_id: &str) -> StoreResult<Vec<(String, String)>> {
+        self.reads().call_parents(thread_id).await
+    }
+
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         // Synchronous: the group-commit writer calls this on its own thread.
         self.writes.apply_batch(units)

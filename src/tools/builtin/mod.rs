@@ -8,7 +8,7 @@ mod wait;
 pub use bash::Bash;
 pub use echo::Echo;
 pub use files::{
-    ApplyDiff, EditFile, Glob, Grep, ReadFile, UndoEdit, WorkspacePath, WriteFile, file_tools,
-    resolved_path,
+    ApplyDiff, EditFile, Glob, Grep, ReadFile, UndoEdit, WorkspacePath, WriteFile, codes,
+    file_tools, resolved_path,
 };
 pub use wait::Wait;
