@@ -275,6 +275,7 @@ impl Application {
             },
         ));
         if shared_database {
+            follow_other_processes_events(&*store, &bus).await;
             match store.watch_owner_rules().await {
                 Ok(Some(changes)) => engine.follow_rule_changes(changes),
                 Ok(None) => {}
@@ -555,6 +556,35 @@ fn writer_nice(nice: i32) -> anyhow::Result<Option<i32>> {
         "storage.writer_nice is {nice}; it must be between -20 and 19 (0 = inherit)"
     );
     Ok(Some(nice).filter(|&nice| nice != 0))
+}
+
+/// Events other processes commit to the shared database reach this
+/// process's subscribers at once: each notice nudges the threads it names
+/// (a stream then reads the log after the last event it sent). Without the
+/// watch, streams still read the log at every heartbeat.
+async fn follow_other_processes_events(store: &dyn crate::store::Store, bus: &Arc<EventBus>) {
+    match store.watch_events().await {
+        Ok(Some(mut notices)) => {
+            let bus = bus.clone();
+            tokio::spawn(async move {
+                while let Some(notice) = notices.recv().await {
+                    match notice {
+                        Some(threads) => {
+                            for (thread, seq) in threads {
+                                bus.nudge(&thread, seq);
+                            }
+                        }
+                        None => bus.nudge_all(),
+                    }
+                }
+            });
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot watch other processes' events: their events reach this process's streams at each heartbeat"
+        ),
+    }
 }
 
 #[cfg(test)]

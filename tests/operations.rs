@@ -1905,6 +1905,66 @@ async fn a_stream_hears_of_events_committed_elsewhere_at_its_next_heartbeat() {
     assert_eq!(frame.id, Some(1));
 }
 
+/// Two processes of one Postgres database: what one commits reaches the
+/// other's subscribers through the database's notices, with no heartbeat
+/// to wait for (the subscriber's is an hour), events in order, each once.
+#[tokio::test]
+async fn a_stream_hears_at_once_of_events_another_process_commits() {
+    let pg = common::create_pg_database().await;
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = serve_binary_with(
+        dirs.0.path(),
+        Some(&pg.url),
+        &[("TOOLGATE_SERVER__SSE_HEARTBEAT_SECS", "3600")],
+    )
+    .await;
+    let second = serve_binary(dirs.1.path(), Some(&pg.url)).await;
+    let client = reqwest::Client::new();
+    let resp = client
+        .get(format!("{}/v1/threads/noticed/events", first.base))
+        .bearer_auth(&first.token)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = common::SseReader::new(resp);
+    let opened = sse.next(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(opened.data["type"], "RUN_STARTED");
+    let post = |path: &str, body: Value| {
+        client
+            .post(format!("{}/v1/threads/noticed/{path}", second.base))
+            .bearer_auth(&second.token)
+            .json(&body)
+            .send()
+    };
+    let r = post(
+        "messages",
+        json!({"id": "m1", "role": "user", "content": "hi"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 201);
+    let r = post(
+        "tool-calls",
+        json!({"id": "c1", "name": "echo", "arguments": {"text": "x"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut seen = Vec::new();
+    while seen.len() < 7 {
+        let frame = sse
+            .next(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|| panic!("only {seen:?} arrived"));
+        seen.push((frame.id, frame.data["type"].as_str().unwrap().to_string()));
+    }
+    let ids: Vec<Option<i64>> = seen.iter().map(|(id, _)| *id).collect();
+    assert_eq!(ids, (1..=7).map(Some).collect::<Vec<_>>(), "{seen:?}");
+    assert_eq!(seen[6].1, "TOOL_CALL_RESULT", "{seen:?}");
+}
+
 /// A caller waiting (`?wait=N`) on one process for a call that waits for
 /// approval gets its outcome when the approval is decided, and the call
 /// run, through another process of the same database.

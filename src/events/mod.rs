@@ -68,6 +68,25 @@ impl EventBus {
         }
     }
 
+    /// Tell the thread's subscribers, if it has any, that its log holds
+    /// events up to `seq` that came on no bus of this process (another
+    /// process committed them): each reads what it lacks from the log.
+    pub fn nudge(&self, thread_id: &str, seq: i64) {
+        let senders = self.senders.lock().expect("bus lock poisoned");
+        if let Some(tx) = senders.get(thread_id) {
+            let _ = tx.send(Live::InLog(seq));
+        }
+    }
+
+    /// [`nudge`](Self::nudge) every thread with subscribers: any of them
+    /// may have events in the log.
+    pub fn nudge_all(&self) {
+        let senders = self.senders.lock().expect("bus lock poisoned");
+        for tx in senders.values() {
+            let _ = tx.send(Live::InLog(i64::MAX));
+        }
+    }
+
     /// Subscribe to a thread's committed events, from now on.
     pub fn subscribe(&self, thread_id: &str) -> Subscription {
         let mut senders = self.senders.lock().expect("bus lock poisoned");

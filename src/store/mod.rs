@@ -937,6 +937,13 @@ pub trait Store: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Where the database tells of the events other processes commit
+    /// (Postgres: `LISTEN`, one notice per committed batch), what it tells,
+    /// as they commit; `None` where it cannot (SQLite: one process).
+    async fn watch_events(&self) -> StoreResult<Option<EventNotices>> {
+        Ok(None)
+    }
+
     /// Events with `seq > after`, ascending, at most `limit`, and no more
     /// once they hold [`PAGE_BYTES`] (at least one).
     async fn events_after(
@@ -1018,6 +1025,11 @@ pub enum RulesWatch {
     /// says `Listening` again, changes go unseen.
     Lost,
 }
+
+/// What another process's commit told of its events: each thread with the
+/// last seq it committed, or `None` for any thread (a notice too long to
+/// list them, or the watch's connection back after missing some).
+pub type EventNotices = tokio::sync::mpsc::Receiver<Option<Vec<(String, i64)>>>;
 
 /// The receiving end of a [`RulesWatch`].
 pub type RuleChanges = tokio::sync::mpsc::Receiver<RulesWatch>;

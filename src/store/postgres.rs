@@ -20,15 +20,64 @@ use super::batch::{Place, Plan, Reserved};
 use super::checks::{Decision, Reservation};
 use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, FinishedToolCall, JsonText,
-    NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, RuleChanges, RulesWatch, Store,
-    StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, EventNotices, FinishedToolCall,
+    JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, RuleChanges, RulesWatch,
+    Store, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary,
     ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
 };
 
 /// The `NOTIFY` channel that tells every process of a change of an owner's
 /// permission rules (the payload is the owner).
 const RULES_CHANNEL: &str = "toolgate_owner_rules";
+
+/// The `NOTIFY` channel that tells every process of the events a batch
+/// committed: the writing process's token on the first line, then one line
+/// per thread, `<last seq> <thread id>`; the token alone when the list
+/// would not fit in a payload (under 8000 bytes).
+const EVENTS_CHANNEL: &str = "toolgate_events";
+
+/// How long an events notice's list may be.
+const EVENTS_NOTICE_BYTES: usize = 7000;
+
+/// The notice of the events in `receipts`, by `token`'s process; `None`
+/// when they hold none.
+fn events_notice<'a>(
+    token: &str,
+    receipts: impl Iterator<Item = &'a UnitReceipt>,
+) -> Option<String> {
+    let mut last: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for event in receipts.flat_map(|r| &r.events) {
+        let seq = last.entry(event.thread_id.as_str()).or_insert(event.seq);
+        *seq = (*seq).max(event.seq);
+    }
+    if last.is_empty() {
+        return None;
+    }
+    let mut notice = token.to_string();
+    for (thread, seq) in last {
+        if notice.len() + thread.len() + 22 > EVENTS_NOTICE_BYTES {
+            return Some(token.to_string());
+        }
+        notice.push_str(&format!("\n{seq} {thread}"));
+    }
+    Some(notice)
+}
+
+/// An events notice read back: `None` for one of this process (`token`),
+/// `Some(None)` for any thread.
+fn read_events_notice(token: &str, payload: &str) -> Option<Option<Vec<(String, i64)>>> {
+    let mut lines = payload.lines();
+    if lines.next()? == token {
+        return None;
+    }
+    let threads: Vec<(String, i64)> = lines
+        .filter_map(|line| {
+            let (seq, thread) = line.split_once(' ')?;
+            Some((thread.to_string(), seq.parse().ok()?))
+        })
+        .collect();
+    Some((!threads.is_empty()).then_some(threads))
+}
 
 /// The migrations of `migrations/postgres`, embedded in the binary.
 ///
@@ -156,6 +205,9 @@ pub struct PgStore {
     /// One connection for [`Store::apply_batch`], used by the group-commit
     /// writer alone.
     batches: PgPool,
+    /// This process's mark on its events notices, which its own watch
+    /// passes over (its events reach its subscribers in process).
+    token: String,
 }
 
 impl PgStore {
@@ -182,7 +234,11 @@ impl PgStore {
             .max_lifetime(None)
             .acquire_timeout(Duration::from_secs(10))
             .connect_lazy(url)?;
-        Ok(PgStore { pool, batches })
+        Ok(PgStore {
+            pool,
+            batches,
+            token: uuid::Uuid::new_v4().simple().to_string(),
+        })
     }
 
     /// The connection pool.
@@ -1208,6 +1264,44 @@ impl Store for PgStore {
         self.reads().events_after(thread_id, after, limit).await
     }
 
+    async fn watch_events(&self) -> StoreResult<Option<EventNotices>> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(EVENTS_CHANNEL).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1024);
+        let token = self.token.clone();
+        tokio::spawn(async move {
+            loop {
+                let told = match listener.try_recv().await {
+                    Ok(Some(note)) => match read_events_notice(&token, note.payload()) {
+                        Some(told) => told,
+                        None => continue,
+                    },
+                    // Back after a lost connection: notices may have been
+                    // missed.
+                    Ok(None) => None,
+                    Err(sqlx::Error::PoolClosed) => return,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the watch of other processes' events lost its connection");
+                        loop {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            match listener.listen(EVENTS_CHANNEL).await {
+                                Ok(()) => break,
+                                Err(sqlx::Error::PoolClosed) => return,
+                                Err(_) => {}
+                            }
+                        }
+                        None
+                    }
+                };
+                // A full queue: the subscribers' heartbeats read the log.
+                if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) = tx.try_send(told) {
+                    return;
+                }
+            }
+        });
+        Ok(Some(rx))
+    }
+
     async fn last_event_seq(&self, thread_id: &str) -> StoreResult<i64> {
         self.reads().last_event_seq(thread_id).await
     }
@@ -1264,6 +1358,7 @@ impl Store for PgStore {
             let mut tx = self.batches.begin().await?;
             match apply_plan(&mut tx, &plan).await {
                 Ok(Some(receipts)) => {
+                    self.notify_events(&mut tx, receipts.iter()).await?;
                     tx.commit().await?;
                     return Ok(receipts.into_iter().map(Ok).collect());
                 }
@@ -1277,6 +1372,24 @@ impl Store for PgStore {
 }
 
 impl PgStore {
+    /// Tell the other processes, when `tx` commits, of the events the
+    /// batch appends: their subscribers read them from the log at once,
+    /// not at their next heartbeat.
+    async fn notify_events<'a>(
+        &self,
+        tx: &mut PgConnection,
+        receipts: impl Iterator<Item = &'a UnitReceipt>,
+    ) -> StoreResult<()> {
+        if let Some(notice) = events_notice(&self.token, receipts) {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(EVENTS_CHANNEL)
+                .bind(notice)
+                .execute(tx)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// The per-unit path: each unit under its own savepoint.
     async fn apply_unit_by_unit(
         &self,
@@ -1300,7 +1413,53 @@ impl PgStore {
                 Err(err) => return Err(err),
             }
         }
+        let committed = results.iter().flatten().filter_map(|r| r.as_ref().ok());
+        self.notify_events(&mut tx, committed).await?;
         tx.commit().await?;
         Ok(results.into_iter().flatten().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn receipt(events: &[(&str, i64)]) -> UnitReceipt {
+        UnitReceipt {
+            events: events
+                .iter()
+                .map(|(thread, seq)| StoredEvent {
+                    thread_id: (*thread).to_string(),
+                    seq: *seq,
+                    event_type: "CUSTOM".into(),
+                    data: "{}".into(),
+                    created_at_ms: 0,
+                    from_message: None,
+                })
+                .collect(),
+            ..UnitReceipt::default()
+        }
+    }
+
+    #[test]
+    fn an_events_notice_names_each_thread_once_with_its_last_event() {
+        let receipts = [receipt(&[("a", 3), ("b:1", 7)]), receipt(&[("a", 5)])];
+        let notice = events_notice("me", receipts.iter()).unwrap();
+        assert_eq!(notice, "me\n5 a\n7 b:1");
+        assert_eq!(read_events_notice("me", &notice), None, "its own");
+        assert_eq!(
+            read_events_notice("other", &notice),
+            Some(Some(vec![("a".to_string(), 5), ("b:1".to_string(), 7)]))
+        );
+        assert_eq!(events_notice("me", [receipt(&[])].iter()), None);
+    }
+
+    #[test]
+    fn a_notice_too_long_to_list_its_threads_names_none() {
+        let threads: Vec<String> = (0..100).map(|i| format!("{i:0>120}")).collect();
+        let events: Vec<(&str, i64)> = threads.iter().map(|t| (t.as_str(), 1)).collect();
+        let notice = events_notice("me", [receipt(&events)].iter()).unwrap();
+        assert_eq!(notice, "me");
+        assert_eq!(read_events_notice("other", &notice), Some(None));
     }
 }
