@@ -2529,6 +2529,45 @@ async fn a_call_posted_under_a_parent_is_that_messages(backend: Backend) {
     );
 }
 
+/// A call and a user message under the call's parent id, posted at once:
+/// whichever the store records first, the other is refused, and each
+/// request is answered (a call refused where its record would commit once
+/// spun, looking again for ever).
+async fn a_call_racing_a_message_under_its_parent_is_answered(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    for round in 0..20 {
+        let thread = format!("race-{round}");
+        let (path, body) = (
+            format!("/v1/threads/{thread}/messages"),
+            json!({"id": "M", "role": "user", "content": "u"}),
+        );
+        let call = app.call(
+            &thread,
+            json!({"id": "c", "name": "echo", "arguments": {"text": "x"}, "parent_message_id": "M"}),
+        );
+        let message = app.post(&path, &body);
+        let ((s, out), r) = tokio::time::timeout(Duration::from_secs(30), async {
+            tokio::join!(call, message)
+        })
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: no answer"));
+        let m = r.status().as_u16();
+        match (s, m) {
+            (200, 409) => {}
+            (422 | 409, 201) => {
+                assert_eq!(
+                    app.get(&format!("/v1/threads/{thread}/tool-calls/c"))
+                        .await
+                        .status(),
+                    404,
+                    "round {round}: the refused call left a record"
+                );
+            }
+            other => panic!("round {round}: {other:?} {out}"),
+        }
+    }
+}
+
 /// A declared call refused before it runs (arguments that do not match,
 /// an unknown tool) is the call's failed result: the model waits for it,
 /// and no corrected call can answer under its id. An undeclared one is a
@@ -2706,6 +2745,7 @@ both_backends!(
     a_declared_call_is_the_same_with_a_whole_number_spelled_either_way,
     a_declared_call_is_announced_as_its_messages,
     a_call_posted_under_a_parent_is_that_messages,
+    a_call_racing_a_message_under_its_parent_is_answered,
     a_run_announces_a_call_by_the_name_it_was_called,
     a_run_claims_its_new_thread_even_when_it_records_nothing,
     a_users_media_parts_are_kept_and_passed_on,

@@ -316,6 +316,10 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::Conflict(what) | StoreError::Redeclared(what) => ApiError::Conflict(what),
             StoreError::CallConflict { id, field } => ApiError::call_conflict(&id, field),
             StoreError::RunClosed { run_id } => ApiError::run_closed(&run_id),
+            StoreError::Refused { field, detail } => ApiError::ConflictAt {
+                errors: vec![json!({"field": field, "message": detail})],
+                detail,
+            },
             StoreError::NotFound(what) => ApiError::NotFound(what),
             e if e.is_unavailable() || matches!(e, StoreError::WriterClosed) => {
                 ApiError::Unavailable("the database is unavailable; retry later".into())

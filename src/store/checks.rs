@@ -275,13 +275,16 @@ pub(crate) fn parent_id_taken(message: &NewMessage, call: &str) -> StoreError {
     ))
 }
 
-/// `Conflict` for call `id` posted with `parent` as its parent when the
+/// `Refused` for call `id` posted with `parent` as its parent when the
 /// thread recorded `parent` as a `role` message meanwhile.
 pub(crate) fn parent_not_assistant(id: &str, parent: &str, role: &str) -> StoreError {
-    StoreError::Conflict(format!(
-        "tool call {id:?} names {parent:?} as its parent_message_id, which this thread recorded \
-         as a {role} message: a call's parent is the assistant message that made it"
-    ))
+    StoreError::Refused {
+        field: "parent_message_id",
+        detail: format!(
+            "tool call {id:?} names {parent:?} as its parent_message_id, which this thread \
+             recorded as a {role} message: a call's parent is the assistant message that made it"
+        ),
+    }
 }
 
 /// Why assistant message `message` may not declare call `id`, which was

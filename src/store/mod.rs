@@ -44,6 +44,12 @@ pub enum StoreError {
     /// more calls.
     #[error("run {run_id:?} was rolled back: it takes no more calls")]
     RunClosed { run_id: String },
+    /// The record was refused for what the thread holds at its `field`
+    /// (a call's `parent_message_id` naming a message of another role
+    /// than an assistant's). Unlike [`StoreError::Conflict`], looking
+    /// again finds nothing that answers for it.
+    #[error("{detail}")]
+    Refused { field: &'static str, detail: String },
     /// A referenced row does not exist.
     #[error("not found: {0}")]
     NotFound(String),
@@ -104,7 +110,10 @@ impl StoreError {
     pub fn refuses_call(&self) -> bool {
         matches!(
             self,
-            StoreError::Conflict(_) | StoreError::Redeclared(_) | StoreError::RunClosed { .. }
+            StoreError::Conflict(_)
+                | StoreError::Redeclared(_)
+                | StoreError::RunClosed { .. }
+                | StoreError::Refused { .. }
         )
     }
 
@@ -120,6 +129,7 @@ impl StoreError {
                 | StoreError::CallConflict { .. }
                 | StoreError::Redeclared(_)
                 | StoreError::RunClosed { .. }
+                | StoreError::Refused { .. }
                 | StoreError::NotFound(_)
         ) || self.is_raised_on_statement()
     }

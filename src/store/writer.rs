@@ -309,6 +309,10 @@ fn replicate(err: &StoreError) -> StoreError {
         StoreError::RunClosed { run_id } => StoreError::RunClosed {
             run_id: run_id.clone(),
         },
+        StoreError::Refused { field, detail } => StoreError::Refused {
+            field,
+            detail: detail.clone(),
+        },
         StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
         StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
         StoreError::NotMigrated(m) => StoreError::NotMigrated(m.clone()),
