@@ -1444,8 +1444,19 @@ async fn undo_restores_overwrites_and_removes_created_files() {
     assert_eq!(undone.result["action"], "removed");
     assert!(!world.ws.join("a").exists(), "created directories go too");
     assert_eq!(empty, tree(&world.ws, &[]));
+    // What the history keeps: a mark per undone change, no content.
     let history = tree(&world.tmp.path().join("hist"), &[]);
-    assert!(history.values().all(|v| v == "dir"), "{history:?}");
+    assert!(
+        history
+            .iter()
+            .all(|(k, v)| v == "dir" || k.ends_with(".undone")),
+        "{history:?}"
+    );
+    assert_eq!(
+        history.keys().filter(|k| k.ends_with(".undone")).count(),
+        2,
+        "{history:?}"
+    );
     let error = err(&world.undo_edit(), &world, json!({"path": "a/b/new.txt"})).await;
     assert_eq!(error.code, "NOTHING_TO_UNDO");
 }

@@ -3420,11 +3420,13 @@ async fn browser_pages_of_listed_origins_only_can_read_answers() {
 }
 
 /// An undo cut by a restart after it had taken effect (its file restored,
-/// its edit-history entry used, its call `INTERRUPTED`, the original not
-/// marked undone) is found out by the next attempt, which finds nothing
-/// left to undo: the original is marked undone by the cut attempt, the
-/// rollback reports it `already_undone`, and the run's next rollback is a
-/// `409`, not another failed attempt.
+/// its edit-history entry marked undone, its call `INTERRUPTED`, the
+/// original not marked undone) is found out by the next attempt, which
+/// finds the change undone already: the original is marked undone by the
+/// cut attempt, the rollback reports it `already_undone`, and the run's
+/// next rollback is a `409`, not another failed attempt. An attempt cut
+/// before it took effect, whose change has since been dropped from the
+/// history as too old, is no such proof: that rollback says `undo_failed`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undo_cut_by_a_restart_after_it_took_effect_counts_as_done() {
     let data_dir = tempfile::tempdir().unwrap();
@@ -3450,6 +3452,22 @@ async fn an_undo_cut_by_a_restart_after_it_took_effect_counts_as_done() {
     let (s, report) = post(&first, "/v1/threads/cut/runs/R/rollback", json!({})).await;
     assert_eq!(s, 200, "{report}");
     assert_eq!(report["steps"][0]["action"], "undone", "{report}");
+    // w2's entry dropped by 20 later writes of its file; its undo fails.
+    let write = |id: &str, run: &str| json!({"id": id, "run_id": run, "name": "write_file", "arguments": {"path": "w2.txt", "content": id}});
+    let (s, out) = post(&first, "/v1/threads/drop/tool-calls", write("w2", "R2")).await;
+    assert_eq!(s, 200, "{out}");
+    for i in 0..20 {
+        let (s, out) = post(
+            &first,
+            "/v1/threads/drop/tool-calls",
+            write(&format!("n{i}"), "R3"),
+        )
+        .await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let (s, report) = post(&first, "/v1/threads/drop/runs/R2/rollback", json!({})).await;
+    assert_eq!(s, 200, "{report}");
+    assert_eq!(report["steps"][0]["action"], "undo_failed", "{report}");
     first.child.start_kill().unwrap();
     first.child.wait().await.unwrap();
     // What a kill between the undo's effect and its result leaves: the
@@ -3460,7 +3478,8 @@ async fn an_undo_cut_by_a_restart_after_it_took_effect_counts_as_done() {
         "message": "toolgate stopped while the call was running", "retryable": true}});
     db.execute_batch(&format!(
         "UPDATE tool_calls SET undone_by = NULL WHERE id = 'w1';
-         UPDATE tool_calls SET status = 'failure', output = '{interrupted}' WHERE id = 'undo_w1';"
+         UPDATE tool_calls SET status = 'failure', output = '{interrupted}' WHERE id = 'undo_w1';
+         UPDATE tool_calls SET output = '{interrupted}' WHERE id = 'undo_w2';"
     ))
     .unwrap();
     drop(db);
@@ -3477,7 +3496,7 @@ async fn an_undo_cut_by_a_restart_after_it_took_effect_counts_as_done() {
     assert_eq!(step["undo_call_id"], "undo_w1", "{report}");
     assert_eq!(
         step["detail"],
-        "undo_w1 undid it before a restart cut it short; undo2_w1 found nothing left to undo"
+        "undo_w1 undid it before a restart cut it short; undo2_w1 found it undone already"
     );
     let w1 = second.get_json("/v1/threads/cut/tool-calls/w1").await;
     assert_eq!(
@@ -3487,4 +3506,16 @@ async fn an_undo_cut_by_a_restart_after_it_took_effect_counts_as_done() {
     );
     let (s, again) = post(&second, "/v1/threads/cut/runs/R/rollback", json!({})).await;
     assert_eq!(s, 409, "{again}");
+    let (s, report) = post(&second, "/v1/threads/drop/runs/R2/rollback", json!({})).await;
+    assert_eq!(s, 200, "{report}");
+    assert_eq!(report["steps"][0]["action"], "undo_failed", "{report}");
+    assert!(
+        report["steps"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("dropped as too old"),
+        "{report}"
+    );
+    let w2 = second.get_json("/v1/threads/drop/tool-calls/w2").await;
+    assert!(w2.get("undone_by").is_none(), "{w2}");
 }

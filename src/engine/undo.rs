@@ -146,11 +146,11 @@ fn undo_info(record: &ToolCallRecord, changes_outright: bool) -> Result<UndoInfo
     Ok(info)
 }
 
-/// Whether an undo attempt ended finding nothing left to undo (the change
-/// is no longer in the edit history).
+/// Whether an undo attempt ended finding the change undone already (the
+/// edit history marks it so).
 fn nothing_left(executed: &Result<Executed, Rejection>) -> bool {
     matches!(executed, Ok(Executed::Finished(outcome))
-        if outcome.output.error.as_ref().is_some_and(|e| e.code == crate::tools::builtin::codes::NOTHING_TO_UNDO))
+        if outcome.output.error.as_ref().is_some_and(|e| e.code == crate::tools::builtin::codes::ALREADY_UNDONE))
 }
 
 /// The error code of a call that ran and was stopped before it finished
@@ -332,8 +332,8 @@ impl Engine {
 
     /// An earlier attempt at undoing `id` (before `attempt`) cut by a
     /// restart (`INTERRUPTED`) while the undo it ran had taken effect: the
-    /// change it undid is gone from the edit history, as the attempt after
-    /// it found. The call is marked undone by that attempt, so no rollback
+    /// edit history marks the change undone (`ALREADY_UNDONE`), as the
+    /// attempt after it found. The call is marked undone by that attempt, so no rollback
     /// tries again and its lookup says `undone`.
     async fn undone_before(
         &self,
@@ -578,12 +578,12 @@ impl Engine {
                             step.detail = Some(format!("approval {}", a.id));
                         }
                         // An earlier attempt, cut by a restart, had undone
-                        // it: this one found nothing left.
+                        // it: this one found it undone already.
                         Err(UndoError::AlreadyUndone { by, .. }) => {
                             step.action = "already_undone".into();
                             step.detail = Some(format!(
-                                "{by} undid it before a restart cut it short; {} found nothing \
-                                 left to undo",
+                                "{by} undid it before a restart cut it short; {} found it undone \
+                                 already",
                                 step.undo_call_id.as_deref().unwrap_or("the next attempt")
                             ));
                             step.undo_call_id = Some(by);

@@ -221,6 +221,45 @@ impl EditHistory {
         })
     }
 
+    /// Remove entry `seq`, which was undone, and remember that it was: a
+    /// later look for it can tell "undone already" from "dropped as too
+    /// old" ([`was_undone`](Self::was_undone)). The newest
+    /// [`HISTORY_CAP`] such marks are kept.
+    pub fn undone(&self, path: &WorkspacePath, seq: u64) -> io::Result<()> {
+        let key = key(path);
+        self.dir.create_dir_all(&key)?;
+        self.dir
+            .open_with(
+                key.join(format!("{seq:012}.undone")),
+                OpenOptions::new().write(true).create(true),
+            )
+            .map(drop)?;
+        let mut marks: Vec<u64> = self
+            .dir
+            .read_dir(&key)?
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(".undone"))
+                    .and_then(|n| n.parse().ok())
+            })
+            .collect();
+        marks.sort_unstable();
+        for old in marks.iter().take(marks.len().saturating_sub(HISTORY_CAP)) {
+            let _ = self.dir.remove_file(key.join(format!("{old:012}.undone")));
+        }
+        self.dir.remove_file(key.join(format!("{seq:012}")))
+    }
+
+    /// Whether entry `seq` was undone ([`undone`](Self::undone)), as far
+    /// as the marks kept tell.
+    pub fn was_undone(&self, path: &WorkspacePath, seq: u64) -> bool {
+        self.dir
+            .symlink_metadata(key(path).join(format!("{seq:012}.undone")))
+            .is_ok()
+    }
+
     pub fn remove(&self, path: &WorkspacePath, seq: u64) -> io::Result<()> {
         let key = key(path);
         self.dir.remove_file(key.join(format!("{seq:012}")))?;

@@ -121,6 +121,8 @@ pub mod codes {
     pub const INVALID_DIFF: &str = "INVALID_DIFF";
     pub const DIFF_DOES_NOT_APPLY: &str = "DIFF_DOES_NOT_APPLY";
     pub const NOTHING_TO_UNDO: &str = "NOTHING_TO_UNDO";
+    /// The change was undone already (by an earlier undo).
+    pub const ALREADY_UNDONE: &str = "ALREADY_UNDONE";
     /// The file changed since the change being undone, or newer changes
     /// would have to be undone first.
     pub const UNDO_CONFLICT: &str = "UNDO_CONFLICT";

@@ -90,6 +90,15 @@ impl Tool for UndoEdit {
             let path = WorkspacePath::parse(&args.path, &ws.path)?;
             with_current(&ws, &path, &ctx, |current| {
                 let target = &current.target;
+                if let Some(wanted) = args.entry
+                    && history.was_undone(target, wanted)
+                {
+                    return Err(ToolError::new(
+                        codes::ALREADY_UNDONE,
+                        format!("entry {wanted} of '{}' was undone already", path.display()),
+                        false,
+                    ));
+                }
                 let entry = history
                     .latest(target)
                     .map_err(history_error)?
@@ -111,7 +120,7 @@ impl Tool for UndoEdit {
                         ToolError::new(
                             codes::NOTHING_TO_UNDO,
                             format!(
-                                "entry {wanted} of '{}' is not in the history: it was undone already, or dropped as too old",
+                                "entry {wanted} of '{}' is not in the history: it was dropped as too old",
                                 path.display()
                             ),
                             false,
@@ -170,7 +179,7 @@ impl Tool for UndoEdit {
                         remove_empty_dirs(&ws.dir, &created_dirs);
                     }
                 }
-                history.remove(target, entry.seq).map_err(history_error)?;
+                history.undone(target, entry.seq).map_err(history_error)?;
                 let shown = diff(target, current.before.as_deref(), restored.unwrap_or_default());
                 let remaining = history.count(target).map_err(history_error)?;
                 let mut result = json!({
