@@ -2441,6 +2441,14 @@ async fn a_call_posted_under_a_parent_is_that_messages(backend: Backend) {
             ),
         );
     }
+    // Nor in an AG-UI run: refused before its stream starts.
+    let input = json!({"threadId": "parents", "runId": "r1", "state": {}, "tools": [],
+        "context": [], "forwardedProps": {},
+        "messages": [{"id": "m-later", "role": "user", "content": "not the assistant"}]});
+    let r = app.post(&format!("{t}/runs"), &input).await;
+    assert_eq!(r.status(), 409);
+    let out: Value = r.json().await.unwrap();
+    assert_eq!(out["errors"][0]["pointer"], "/messages/0/id", "{out}");
     // The assistant message takes it, without declaring the call or with.
     let (s, out) = message(json!({"id": "m-later", "role": "assistant", "content": "I did"})).await;
     assert_eq!(s, 201, "{out}");

@@ -3387,7 +3387,8 @@ async fn refused_at(app: &TestApp, thread: &str, input: &Value) -> String {
 
 /// The result a resume entry gives the application's call `f1` is stored
 /// as message `f1.resumed`; when the owner already gave a message that id,
-/// it takes the next free one (`f1.resumed.2`) instead of failing every
+/// or a call names the next as its parent (a message would take it), it
+/// takes the next free one (`f1.resumed.3`) instead of failing every
 /// resume of the call.
 async fn a_resumed_result_takes_an_id_no_message_has(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["write_file".into()]).await;
@@ -3416,6 +3417,13 @@ async fn a_resumed_result_takes_an_id_no_message_has(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 201);
+    let (s, out) = app
+        .call(
+            "r",
+            json!({"id": "cz", "name": "echo", "arguments": {"text": "z"}, "parent_message_id": "f1.resumed.2"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
     let resume = json!([
         {"interruptId": "f1", "status": "resolved", "payload": {"confirmed": true}},
         {"interruptId": approval_id, "status": "resolved", "payload": {"decision": "approve"}},
@@ -3433,7 +3441,8 @@ async fn a_resumed_result_takes_an_id_no_message_has(backend: Backend) {
         (&own["role"], &own["content"]),
         (&json!("user"), &json!("my own id"))
     );
-    let result = by_id("f1.resumed.2").unwrap_or_else(|| panic!("{history:?}"));
+    assert!(by_id("f1.resumed.2").is_none(), "{history:?}");
+    let result = by_id("f1.resumed.3").unwrap_or_else(|| panic!("{history:?}"));
     assert_eq!(
         (&result["role"], &result["tool_call_id"], &result["content"]),
         (&json!("tool"), &json!("f1"), &json!("{\"confirmed\":true}"))

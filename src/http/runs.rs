@@ -210,6 +210,25 @@ pub async fn post_run(
     let permit = state.acquire(&user.owner, 1)?;
     let stored = state.store.message_outlines(&thread.0).await?;
     let known = recorded_ids(&stored);
+    // A new message of another role than an assistant's cannot take an id
+    // a call of the thread names as its parent (it would show as the
+    // assistant's).
+    let parents = state.store.call_parents(&thread.0).await?;
+    for (k, m) in input.messages.iter().enumerate() {
+        if known.contains(m.id()) || matches!(m, Message::Assistant { .. }) {
+            continue;
+        }
+        if let Some((call, _)) = parents.iter().find(|(_, parent)| parent == m.id()) {
+            let role = serde_json::to_value(m)
+                .ok()
+                .and_then(|v| v["role"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            return Err(ApiError::conflict_at(
+                format!("/messages/{}/id", at[k]),
+                crate::store::checks::parent_id_taken_text(m.id(), &role, call),
+            ));
+        }
+    }
     // A run rolled back takes nothing new: its messages would be recorded
     // and its calls refused. (Sent again as it was, it replays.)
     if input.messages.iter().any(|m| !known.contains(m.id()))
@@ -992,7 +1011,16 @@ async fn record_new_messages(
             declares,
         }));
     }
-    let taken = |id: &str| known.contains(id) || input.messages.iter().any(|m| m.id() == id);
+    // Nor does a result's id take one a call names as its parent.
+    let parents: HashSet<String> = if resumed.is_empty() {
+        HashSet::new()
+    } else {
+        let parents = state.store.call_parents(&input.thread_id).await?;
+        parents.into_iter().map(|(_, parent)| parent).collect()
+    };
+    let taken = |id: &str| {
+        known.contains(id) || parents.contains(id) || input.messages.iter().any(|m| m.id() == id)
+    };
     for result in resumed {
         ops.push(WriteOp::InsertMessage(NewMessage {
             id: resumed_id(&result.tool_call_id, taken),

@@ -266,13 +266,21 @@ pub(crate) fn declared_as_expected(
 /// assistant message that made a call may take that id (an AG-UI client
 /// would show the message's text as the assistant's).
 pub(crate) fn parent_id_taken(message: &NewMessage, call: &str) -> StoreError {
-    StoreError::Conflict(format!(
-        "message id {:?} is the parent_message_id of tool call {call:?} in this thread: only the \
-         assistant message that made the call can take it, not a {} message; give this message \
-         an id of its own",
-        message.id,
-        message.role.as_str()
+    StoreError::Conflict(parent_id_taken_text(
+        &message.id,
+        message.role.as_str(),
+        call,
     ))
+}
+
+/// Why a `role` message may not take id `message`: call `call` names it as
+/// its parent.
+pub(crate) fn parent_id_taken_text(message: &str, role: &str, call: &str) -> String {
+    format!(
+        "message id {message:?} is the parent_message_id of tool call {call:?} in this thread: \
+         only the assistant message that made the call can take it, not a {role} message; give \
+         this message an id of its own"
+    )
 }
 
 /// `Refused` for call `id` posted with `parent` as its parent when the
