@@ -1863,6 +1863,22 @@ async fn a_call_declared_through_another_process_is_announced_under_its_message(
     );
 }
 
+/// Thread `thread`'s event stream on `served`, read past its RUN_STARTED.
+async fn opened_stream(served: &Served, thread: &str) -> common::SseReader {
+    let resp = reqwest::Client::new()
+        .get(format!("{}/v1/threads/{thread}/events", served.base))
+        .bearer_auth(&served.token)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut sse = common::SseReader::new(resp);
+    let opened = sse.next(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(opened.data["type"], "RUN_STARTED");
+    sse
+}
+
 /// A subscriber hears of what another process of the same database
 /// commits (or what committed with no word on the bus, its commit's answer
 /// lost): each heartbeat its stream reads the log after its last event.
@@ -1878,17 +1894,7 @@ async fn a_stream_hears_of_events_committed_elsewhere_at_its_next_heartbeat() {
     .await;
     let second = serve_binary(dirs.1.path(), Some(&pg.url)).await;
     let client = reqwest::Client::new();
-    let resp = client
-        .get(format!("{}/v1/threads/elsewhere/events", first.base))
-        .bearer_auth(&first.token)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut sse = common::SseReader::new(resp);
-    let opened = sse.next(Duration::from_secs(10)).await.unwrap();
-    assert_eq!(opened.data["type"], "RUN_STARTED");
+    let mut sse = opened_stream(&first, "elsewhere").await;
     let r = client
         .post(format!("{}/v1/threads/elsewhere/messages", second.base))
         .bearer_auth(&second.token)
@@ -1920,17 +1926,7 @@ async fn a_stream_hears_at_once_of_events_another_process_commits() {
     .await;
     let second = serve_binary(dirs.1.path(), Some(&pg.url)).await;
     let client = reqwest::Client::new();
-    let resp = client
-        .get(format!("{}/v1/threads/noticed/events", first.base))
-        .bearer_auth(&first.token)
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut sse = common::SseReader::new(resp);
-    let opened = sse.next(Duration::from_secs(10)).await.unwrap();
-    assert_eq!(opened.data["type"], "RUN_STARTED");
+    let mut sse = opened_stream(&first, "noticed").await;
     let post = |path: &str, body: Value| {
         client
             .post(format!("{}/v1/threads/noticed/{path}", second.base))

@@ -435,6 +435,12 @@ fn seqs(events: &[StoredEvent]) -> Vec<i64> {
     events.iter().map(|e| e.seq).collect()
 }
 
+/// The ids of thread `thread`'s messages, in order.
+async fn message_ids(store: &DynStore, thread: &str) -> Vec<String> {
+    let messages = store.all_messages(thread).await.unwrap();
+    messages.into_iter().map(|m| m.id).collect()
+}
+
 fn message_seqs(messages: &[StoredMessage]) -> Vec<i64> {
     messages.iter().map(|m| m.seq).collect()
 }
@@ -3797,13 +3803,7 @@ async fn a_call_posted_under_a_parent_is_that_messages(store: DynStore) {
     apply_one(&store, declare("pz")).await.unwrap();
     // A repetition of the declaration is no conflict.
     apply_one(&store, declare("pa")).await.unwrap();
-    let ids: Vec<String> = store
-        .all_messages("t")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.id)
-        .collect();
+    let ids = message_ids(&store, "t").await;
     assert_eq!(ids, ["ok0", "ok1", "ok2", "ok3", "p", "q", "r", "pz", "pa"]);
 }
 
@@ -3968,13 +3968,7 @@ async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {
     for id in ["c2", "c5", "c8"] {
         assert!(store.tool_call("t", id).await.unwrap().is_some(), "{id}");
     }
-    let ids: Vec<String> = store
-        .all_messages("t")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.id)
-        .collect();
+    let ids = message_ids(&store, "t").await;
     assert_eq!(ids, ["m1", "m2", "m3", "m5"]);
 }
 
