@@ -625,7 +625,9 @@ async fn insert_message(
 ) -> StoreResult<()> {
     if message.role != Role::Assistant {
         let call: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM tool_calls WHERE thread_id = $1 AND parent_message_id = $2 LIMIT 1",
+            "SELECT id FROM tool_calls \
+             WHERE thread_id = $1 AND parent_message_id = $2 AND parent_message_id IS NOT NULL \
+             LIMIT 1",
         )
         .bind(&unit.thread_id)
         .bind(&message.id)
@@ -862,9 +864,10 @@ async fn apply_plan(
                      WHERE d.thread_id = u.thread_id AND d.call_id = u.id)) \
                  AND NOT EXISTS (SELECT 1 FROM closed_runs AS r \
                      WHERE r.thread_id = u.thread_id AND r.run_id = u.run_id) \
-                 AND (u.declared_by IS NOT NULL OR NOT EXISTS (SELECT 1 FROM messages AS m \
-                     WHERE m.thread_id = u.thread_id AND m.id = u.parent_message_id \
-                         AND m.role <> 'assistant')) \
+                 AND (u.declared_by IS NOT NULL OR u.parent_message_id IS NULL \
+                     OR COALESCE((SELECT m.role FROM messages AS m \
+                         WHERE m.thread_id = u.thread_id AND m.id = u.parent_message_id), \
+                         'assistant') = 'assistant') \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(c.iter().map(|r| r.thread_id).collect::<Vec<_>>())
@@ -981,8 +984,9 @@ async fn apply_plan(
              FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[]) \
                  AS u (thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms) \
-             WHERE u.role = 'assistant' OR NOT EXISTS (SELECT 1 FROM tool_calls AS c \
-                 WHERE c.thread_id = u.thread_id AND c.parent_message_id = u.id) \
+             WHERE u.role = 'assistant' OR (SELECT 1 FROM tool_calls AS c \
+                 WHERE c.thread_id = u.thread_id AND c.parent_message_id = u.id \
+                     AND c.parent_message_id IS NOT NULL LIMIT 1) IS NULL \
              ON CONFLICT (thread_id, id) DO NOTHING",
         )
         .bind(m.iter().map(|r| r.thread_id).collect::<Vec<_>>())
