@@ -623,7 +623,9 @@ async fn insert_message(
     message: &NewMessage,
     seq: i64,
 ) -> StoreResult<()> {
-    if message.role != Role::Assistant {
+    // A tool message's id is toolgate's own, or checked by the run that
+    // brings it.
+    if !matches!(message.role, Role::Assistant | Role::Tool) {
         let call: Option<String> = sqlx::query_scalar(
             "SELECT id FROM tool_calls \
              WHERE thread_id = $1 AND parent_message_id = $2 AND parent_message_id IS NOT NULL \
@@ -984,7 +986,7 @@ async fn apply_plan(
              FROM UNNEST($1::TEXT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], \
                  $6::TEXT[], $7::TEXT[], $8::BIGINT[]) \
                  AS u (thread_id, seq, id, role, content, metadata, tool_call_id, created_at_ms) \
-             WHERE u.role = 'assistant' OR (SELECT 1 FROM tool_calls AS c \
+             WHERE u.role IN ('assistant', 'tool') OR (SELECT 1 FROM tool_calls AS c \
                  WHERE c.thread_id = u.thread_id AND c.parent_message_id = u.id \
                      AND c.parent_message_id IS NOT NULL LIMIT 1) IS NULL \
              ON CONFLICT (thread_id, id) DO NOTHING",

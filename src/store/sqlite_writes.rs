@@ -690,14 +690,15 @@ fn declare(conn: &Connection, thread_id: &str, message: &NewMessage) -> StoreRes
     Ok(())
 }
 
-/// `Conflict` when `message`, not an assistant's, would take the id a call
-/// of the thread was posted with as its parent.
+/// `Conflict` when a user, system or developer message would take the id
+/// a call of the thread was posted with as its parent. (A tool message's
+/// id is toolgate's own, or checked by the run that brings it.)
 fn check_parent_id_free(
     conn: &Connection,
     thread_id: &str,
     message: &NewMessage,
 ) -> StoreResult<()> {
-    if message.role == Role::Assistant {
+    if matches!(message.role, Role::Assistant | Role::Tool) {
         return Ok(());
     }
     let call: Option<String> = conn
