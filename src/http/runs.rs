@@ -213,11 +213,17 @@ pub async fn post_run(
     // A new message of another role than an assistant's cannot take an id
     // a call of the thread names as its parent (it would show as the
     // assistant's).
-    let parents = state.store.call_parents(&thread.0).await?;
-    for (k, m) in input.messages.iter().enumerate() {
-        if known.contains(m.id()) || matches!(m, Message::Assistant { .. }) {
-            continue;
-        }
+    let new_others: Vec<(usize, &Message)> = input
+        .messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| !known.contains(m.id()) && !matches!(m, Message::Assistant { .. }))
+        .collect();
+    let parents = match new_others.is_empty() {
+        true => Vec::new(),
+        false => state.store.call_parents(&thread.0).await?,
+    };
+    for (k, m) in new_others {
         if let Some((call, _)) = parents.iter().find(|(_, parent)| parent == m.id()) {
             let role = serde_json::to_value(m)
                 .ok()
