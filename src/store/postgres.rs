@@ -63,6 +63,19 @@ fn events_notice<'a>(
     Some(notice)
 }
 
+/// Listen on `channel` again after `listener` lost its connection, trying
+/// every second; false once the pool is closed (shutting down).
+async fn listen_again(listener: &mut PgListener, channel: &str) -> bool {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        match listener.listen(channel).await {
+            Ok(()) => return true,
+            Err(sqlx::Error::PoolClosed) => return false,
+            Err(_) => {}
+        }
+    }
+}
+
 /// An events notice read back: `None` for one of this process (`token`),
 /// `Some(None)` for any thread.
 fn read_events_notice(token: &str, payload: &str) -> Option<Option<Vec<(String, i64)>>> {
@@ -1242,13 +1255,8 @@ impl Store for PgStore {
                             return;
                         }
                         // Listening again (on a new connection) before it says so.
-                        loop {
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                            match listener.listen(RULES_CHANNEL).await {
-                                Ok(()) => break,
-                                Err(sqlx::Error::PoolClosed) => return,
-                                Err(_) => {}
-                            }
+                        if !listen_again(&mut listener, RULES_CHANNEL).await {
+                            return;
                         }
                         RulesWatch::Listening
                     }
@@ -1288,13 +1296,8 @@ impl Store for PgStore {
                     Err(sqlx::Error::PoolClosed) => return,
                     Err(e) => {
                         tracing::warn!(error = %e, "the watch of other processes' events lost its connection");
-                        loop {
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                            match listener.listen(EVENTS_CHANNEL).await {
-                                Ok(()) => break,
-                                Err(sqlx::Error::PoolClosed) => return,
-                                Err(_) => {}
-                            }
+                        if !listen_again(&mut listener, EVENTS_CHANNEL).await {
+                            return;
                         }
                         None
                     }
