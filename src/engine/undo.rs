@@ -333,8 +333,8 @@ impl Engine {
     /// An earlier attempt at undoing `id` (before `attempt`) cut by a
     /// restart (`INTERRUPTED`) while the undo it ran had taken effect: the
     /// edit history marks the change undone (`ALREADY_UNDONE`), as the
-    /// attempt after it found. The call is marked undone by that attempt, so no rollback
-    /// tries again and its lookup says `undone`.
+    /// attempt after it found. The call is marked undone by that attempt,
+    /// so no rollback tries again and its lookup says `undone`.
     async fn undone_before(
         &self,
         owner: &str,
@@ -414,11 +414,7 @@ impl Engine {
             CallStatus::Failure
                 if cancelled
                     && record.undo.is_none()
-                    && record
-                        .output
-                        .as_ref()
-                        .and_then(|output| output.pointer("/error/code"))
-                        .and_then(serde_json::Value::as_str)
+                    && stopped_midway(&record)
                         == Some(crate::protocol::tool_output::codes::CANCELLED) =>
             {
                 Settled::Cancelled
