@@ -345,11 +345,11 @@ fn normalise(
     }
     // Before its global options are dropped: `git -c core.pager=… log`.
     for layer in &layers {
-        if layer.words.first().and_then(command_name) == Some("git") {
-            if let Some(why) = git_runs_program(&layer.words) {
-                opaque = Some(why);
-                break;
-            }
+        if layer.words.first().and_then(command_name) == Some("git")
+            && let Some(why) = git_runs_program(&layer.words)
+        {
+            opaque = Some(why);
+            break;
         }
     }
     // Options and program texts that make the command run another program
@@ -2055,10 +2055,10 @@ fn su_payload(words: &[Word]) -> Step {
         return Step::Stop;
     };
     for from in [end, end + 1] {
-        if let Some(rest) = words.get(from..) {
-            if let payload @ Step::Payload(_) = shell_payload(rest) {
-                return payload;
-            }
+        if let Some(rest) = words.get(from..)
+            && let payload @ Step::Payload(_) = shell_payload(rest)
+        {
+            return payload;
         }
     }
     Step::Stop

@@ -86,20 +86,18 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
             let recursive = flags.iter().any(|f| is_recursive_flag(f, true));
             if flags.contains(&"--no-preserve-root") {
                 reasons.push("it removes files with `--no-preserve-root`".into());
-            } else if recursive {
-                if let Some(what) = operands.iter().find_map(|w| critical_path(w)) {
-                    reasons.push(format!("it recursively deletes {what}"));
-                }
+            } else if recursive && let Some(what) = operands.iter().find_map(|w| critical_path(w)) {
+                reasons.push(format!("it recursively deletes {what}"));
             }
         }
         "chmod" | "chown" | "chgrp" => {
             let (flags, operands) = split_flags(args);
-            if flags.iter().any(|f| is_recursive_flag(f, false)) {
-                if let Some(what) = operands.iter().find_map(|w| critical_path(w)) {
-                    reasons.push(format!(
-                        "it recursively changes ownership or permissions of {what} (`{name} -R`)"
-                    ));
-                }
+            if flags.iter().any(|f| is_recursive_flag(f, false))
+                && let Some(what) = operands.iter().find_map(|w| critical_path(w))
+            {
+                reasons.push(format!(
+                    "it recursively changes ownership or permissions of {what} (`{name} -R`)"
+                ));
             }
         }
         _ if name.starts_with("mkfs") || matches!(name, "mke2fs" | "mkswap" | "wipefs") => {
@@ -156,12 +154,12 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
                 .iter()
                 .take_while(|w| !w.text.starts_with('-') && w.text != "(" && w.text != "!")
                 .collect();
-            if args.iter().any(|w| w.text == "-delete") {
-                if let Some(what) = start.iter().find_map(|w| critical_path(w)) {
-                    reasons.push(format!(
-                        "it deletes everything under {what} (`find -delete`)"
-                    ));
-                }
+            if args.iter().any(|w| w.text == "-delete")
+                && let Some(what) = start.iter().find_map(|w| critical_path(w))
+            {
+                reasons.push(format!(
+                    "it deletes everything under {what} (`find -delete`)"
+                ));
             }
         }
         _ => {}
@@ -826,10 +824,10 @@ fn critical_path(word: &Word) -> Option<String> {
     let text = word.text.as_str();
     let only_filler = |rest: &str| rest.chars().all(|c| matches!(c, '/' | '*' | '.'));
     for home in ["~", "$HOME", "${HOME}"] {
-        if let Some(rest) = text.strip_prefix(home) {
-            if only_filler(rest) {
-                return Some(format!("the home directory (`{text}`)"));
-            }
+        if let Some(rest) = text.strip_prefix(home)
+            && only_filler(rest)
+        {
+            return Some(format!("the home directory (`{text}`)"));
         }
     }
     if text.starts_with('~') && !text.contains('/') {

@@ -116,15 +116,15 @@ impl Redirect {
 
     /// The operator without a default descriptor (`1>` is `>`, `0<` is `<`).
     pub fn normalised_op(&self) -> &str {
-        if let Some(rest) = self.op.strip_prefix('1') {
-            if rest.starts_with('>') {
-                return rest;
-            }
+        if let Some(rest) = self.op.strip_prefix('1')
+            && rest.starts_with('>')
+        {
+            return rest;
         }
-        if let Some(rest) = self.op.strip_prefix('0') {
-            if rest.starts_with('<') {
-                return rest;
-            }
+        if let Some(rest) = self.op.strip_prefix('0')
+            && rest.starts_with('<')
+        {
+            return rest;
         }
         &self.op
     }

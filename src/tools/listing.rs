@@ -97,10 +97,10 @@ fn mcp_object_schema(schema: &Value) -> Option<Value> {
             }
         }
     }
-    if let Some(required) = root.get("required") {
-        if !required.as_array()?.iter().all(Value::is_string) {
-            return None;
-        }
+    if let Some(required) = root.get("required")
+        && !required.as_array()?.iter().all(Value::is_string)
+    {
+        return None;
     }
     Some(schema)
 }

@@ -106,7 +106,7 @@ fn read_text(
             break;
         };
         total += 1;
-        if total % 65_536 == 0 {
+        if total.is_multiple_of(65_536) {
             cancelled(ctx)?;
         }
         let text = line_text(&line, rest.is_some())
@@ -269,7 +269,7 @@ fn read_line_bounded(
             break;
         }
         chunks += 1;
-        if chunks % 1024 == 0 {
+        if chunks.is_multiple_of(1024) {
             cancelled(ctx).map_err(LineError::Cancelled)?;
         }
     }
