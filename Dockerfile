@@ -48,13 +48,20 @@ RUN groupadd --system --gid 10001 toolgate \
 WORKDIR /app
 COPY --from=builder /usr/local/bin/toolgate /usr/local/bin/toolgate
 COPY config/default.toml /app/config/default.toml
-
-ENV TOOLGATE_SERVER__BIND=0.0.0.0:8080 \
-    TOOLGATE_STORAGE__DATA_DIR=/data
+# The image's address and data directory are defaults, the lowest layer: a
+# settings file passed with --config (mounted into the container), a
+# TOOLGATE_… variable or a flag still sets them. (As ENV they would beat a
+# settings file.) The grep fails the build if default.toml's lines change.
+RUN sed -i -e 's|^bind = "127.0.0.1:8080"$|bind = "0.0.0.0:8080"|' \
+        -e 's|^data_dir = "./data"$|data_dir = "/data"|' /app/config/default.toml \
+    && grep -q '^bind = "0.0.0.0:8080"$' /app/config/default.toml \
+    && grep -q '^data_dir = "/data"$' /app/config/default.toml
 VOLUME ["/data"]
 EXPOSE 8080
 USER toolgate:toolgate
 
+# Port 8080 as bound above: a deployment that binds another port changes
+# the health check with it.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
     CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
 

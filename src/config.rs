@@ -389,7 +389,9 @@ impl Settings {
             files.push(file.to_path_buf());
         }
         // Every setting is in a section, so only `TOOLGATE_SECTION__KEY`
-        // names one; other `TOOLGATE_…` variables are not settings.
+        // names one; other `TOOLGATE_…` variables are not settings, but one
+        // that names a section with a single `_` is a misspelt setting.
+        misspelt_variables(std::env::vars_os().map(|(name, _)| name))?;
         figment = figment.merge(
             Env::prefixed("TOOLGATE_")
                 .filter(|key| key.as_str().contains("__"))
@@ -397,7 +399,10 @@ impl Settings {
         );
         // A section or key toolgate does not have (a misspelling) is an
         // error naming it and where it was read, never ignored.
-        let mut settings: Settings = figment.extract()?;
+        let mut settings: Settings = figment
+            .extract()
+            .map_err(|e| anyhow::anyhow!(describe_errors(e)))?;
+        settings.check(&figment)?;
         settings.files = files;
         if let Ok(url) = std::env::var("DATABASE_URL")
             && !url.trim().is_empty()
@@ -405,5 +410,226 @@ impl Settings {
             settings.storage.database_url = Some(SecretString::from(url));
         }
         Ok(settings)
+    }
+}
+
+/// The sections of the settings, as `TOOLGATE_<SECTION>__<KEY>` names them.
+const SECTIONS: [&str; 8] = [
+    "SERVER",
+    "STORAGE",
+    "AUTH",
+    "TOOLS",
+    "WORKSPACE",
+    "SANDBOX",
+    "PERMISSIONS",
+    "APPROVALS",
+];
+
+/// A variable such as `TOOLGATE_SERVER_BIND` looks like a setting but
+/// sets none (a section and its key are joined by two underscores):
+/// ignored, the setting would silently keep its default.
+fn misspelt_variables(names: impl Iterator<Item = std::ffi::OsString>) -> anyhow::Result<()> {
+    let mut misspelt: Vec<String> = names
+        .filter_map(|name| name.into_string().ok())
+        .filter(|name| {
+            let Some(rest) = name.strip_prefix("TOOLGATE_") else {
+                return false;
+            };
+            !rest.contains("__")
+                && SECTIONS.iter().any(|section| {
+                    rest.strip_prefix(section)
+                        .is_some_and(|key| key.starts_with('_') && key.len() > 1)
+                })
+        })
+        .collect();
+    misspelt.sort();
+    anyhow::ensure!(
+        misspelt.is_empty(),
+        "{} names no setting: a section and its key are joined by two underscores \
+         (TOOLGATE_SERVER__BIND, not TOOLGATE_SERVER_BIND)",
+        misspelt.join(", ")
+    );
+    Ok(())
+}
+
+/// Figment's errors, each naming its setting as it was written: the
+/// variable (`TOOLGATE_SERVER__BIND`) or the key and its file.
+fn describe_errors(errors: figment::Error) -> String {
+    errors
+        .into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let place = match &e.metadata {
+                Some(m) if m.name.contains("environment") => {
+                    format!("TOOLGATE_{}", key.replace('.', "__").to_uppercase())
+                }
+                Some(figment::Metadata {
+                    source: Some(figment::Source::File(file)),
+                    ..
+                }) if key.is_empty() => file.display().to_string(),
+                Some(figment::Metadata {
+                    source: Some(figment::Source::File(file)),
+                    ..
+                }) => format!("{key} in {}", file.display()),
+                _ => key,
+            };
+            if place.is_empty() {
+                e.kind.to_string()
+            } else {
+                format!("{place}: {}", e.kind)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Where a setting's value came from: `in FILE`, `from TOOLGATE_…`, or
+/// the built-in default.
+fn origin(figment: &Figment, key: &str) -> String {
+    match figment.find_metadata(key) {
+        Some(figment::Metadata {
+            source: Some(figment::Source::File(file)),
+            ..
+        }) => format!("set in {}", file.display()),
+        Some(m) if m.name.contains("environment") => {
+            format!("set by TOOLGATE_{}", key.replace('.', "__").to_uppercase())
+        }
+        _ => "the default".into(),
+    }
+}
+
+impl Settings {
+    /// Values that type-check but cannot work (a body limit of 0, a default
+    /// command timeout above the longest allowed) stop the start, each
+    /// naming its setting and where it was set.
+    fn check(&self, figment: &Figment) -> anyhow::Result<()> {
+        let mut problems = Vec::new();
+        let mut at_least = |key: &str, value: u64, min: u64| {
+            if value < min {
+                problems.push(format!(
+                    "{key} is {value} ({}); it must be at least {min}",
+                    origin(figment, key)
+                ));
+            }
+        };
+        let (server, tools, sandbox) = (&self.server, &self.tools, &self.sandbox);
+        for (key, value) in [
+            ("server.request_timeout_secs", server.request_timeout_secs),
+            ("server.body_limit_bytes", server.body_limit_bytes as u64),
+            (
+                "server.run_body_limit_bytes",
+                server.run_body_limit_bytes as u64,
+            ),
+            ("server.sse_heartbeat_secs", server.sse_heartbeat_secs),
+            (
+                "server.header_read_timeout_secs",
+                server.header_read_timeout_secs,
+            ),
+            ("server.max_thread_reads", server.max_thread_reads as u64),
+            (
+                "server.max_thread_reads_per_owner",
+                server.max_thread_reads_per_owner as u64,
+            ),
+            (
+                "server.max_page_reads_per_owner",
+                server.max_page_reads_per_owner as u64,
+            ),
+            (
+                "server.max_streams_per_owner",
+                server.max_streams_per_owner as u64,
+            ),
+            (
+                "storage.writer_max_batch",
+                self.storage.writer_max_batch as u64,
+            ),
+            ("tools.timeout_secs", tools.timeout_secs),
+            (
+                "tools.max_concurrent_calls",
+                tools.max_concurrent_calls as u64,
+            ),
+            (
+                "tools.max_concurrent_calls_per_owner",
+                tools.max_concurrent_calls_per_owner as u64,
+            ),
+            ("tools.max_batch_calls", tools.max_batch_calls as u64),
+            ("sandbox.cpu_secs", sandbox.cpu_secs),
+            ("sandbox.file_size_bytes", sandbox.file_size_bytes),
+            ("sandbox.max_processes", sandbox.max_processes),
+            ("sandbox.max_open_files", sandbox.max_open_files),
+            ("sandbox.max_memory_bytes", sandbox.max_memory_bytes),
+            (
+                "sandbox.bash_default_timeout_ms",
+                sandbox.bash_default_timeout_ms,
+            ),
+            ("sandbox.bash_max_timeout_ms", sandbox.bash_max_timeout_ms),
+            ("sandbox.output_cap_chars", sandbox.output_cap_chars as u64),
+            ("approvals.ttl_secs", self.approvals.ttl_secs),
+            ("auth.dev_token_ttl_secs", self.auth.dev_token_ttl_secs),
+        ] {
+            at_least(key, value, 1);
+        }
+        let nice = self.storage.writer_nice;
+        if !(-20..=19).contains(&nice) {
+            problems.push(format!(
+                "storage.writer_nice is {nice} ({}); it must be between -20 and 19 (0 = inherit)",
+                origin(figment, "storage.writer_nice")
+            ));
+        }
+        // An hour of clock skew forgiven is already far more than any clock
+        // is off; more would keep expired tokens working.
+        if self.auth.leeway_secs > 3600 {
+            problems.push(format!(
+                "auth.leeway_secs is {} ({}); it must be at most 3600",
+                self.auth.leeway_secs,
+                origin(figment, "auth.leeway_secs")
+            ));
+        }
+        for (key, value) in [
+            ("auth.audience", &self.auth.audience),
+            ("auth.issuer", &self.auth.issuer),
+            ("approvals.approver_scope", &self.approvals.approver_scope),
+        ] {
+            if value.trim().is_empty() || value.chars().any(char::is_whitespace) {
+                problems.push(format!(
+                    "{key} is {value:?} ({}); it must be one word, not empty",
+                    origin(figment, key)
+                ));
+            }
+        }
+        if sandbox.bash_default_timeout_ms > sandbox.bash_max_timeout_ms {
+            problems.push(format!(
+                "sandbox.bash_default_timeout_ms ({}, {}) is above sandbox.bash_max_timeout_ms \
+                 ({}, {}): a command's default timeout must be one it may have",
+                sandbox.bash_default_timeout_ms,
+                origin(figment, "sandbox.bash_default_timeout_ms"),
+                sandbox.bash_max_timeout_ms,
+                origin(figment, "sandbox.bash_max_timeout_ms"),
+            ));
+        }
+        anyhow::ensure!(problems.is_empty(), "{}", problems.join("; "));
+        Ok(())
+    }
+
+    /// Settings that work but are likely not what was meant, for the
+    /// start-up log.
+    pub fn cautions(&self) -> Vec<String> {
+        let mut cautions = Vec::new();
+        if self.server.request_timeout_secs <= self.tools.timeout_secs {
+            cautions.push(format!(
+                "server.request_timeout_secs ({}) is not above tools.timeout_secs ({}): a call \
+                 that runs to its timeout is answered 408 before its result (which is still \
+                 stored: posting the call again returns it)",
+                self.server.request_timeout_secs, self.tools.timeout_secs
+            ));
+        }
+        if std::env::var_os("DATABASE_URL")
+            .is_some_and(|url| url.to_string_lossy().trim().is_empty())
+        {
+            cautions.push(
+                "DATABASE_URL is set but empty: serving from the data directory's SQLite file"
+                    .into(),
+            );
+        }
+        cautions
     }
 }

@@ -72,14 +72,45 @@ async fn main() -> ExitCode {
     match run(Cli::parse()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
+            // Settings that failed to load never turned the logs on: JSON
+            // asked for by the environment is honoured all the same.
+            if !toolgate::telemetry::json_logs() && json_logs_asked_for() {
+                toolgate::telemetry::init_logging(true);
+            }
+            let error = describe(&err);
             if toolgate::telemetry::json_logs() {
-                tracing::error!(error = format!("{err:#}"), "toolgate stopped");
+                tracing::error!(error, "toolgate stopped");
             } else {
-                eprintln!("Error: {err:?}");
+                eprintln!("Error: {error}");
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// `TOOLGATE_SERVER__JSON_LOGS` says true.
+fn json_logs_asked_for() -> bool {
+    std::env::var("TOOLGATE_SERVER__JSON_LOGS").is_ok_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "true" | "1" | "yes" | "on"
+        )
+    })
+}
+
+/// The error and its causes on one line, each said once: an error that
+/// repeats its cause's words (`database error: pool timed out`) is not
+/// followed by them again.
+fn describe(err: &anyhow::Error) -> String {
+    let mut said: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if said.last().is_some_and(|last| last.contains(&text)) {
+            continue;
+        }
+        said.push(text);
+    }
+    said.join(": ")
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -137,10 +168,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 settings.server.bind = bind;
             }
             toolgate::telemetry::init_logging(settings.server.json_logs);
-            let sessions = settings
-                .storage
-                .data_dir
-                .join(toolgate::startup::COMMAND_SESSIONS);
+            for caution in settings.cautions() {
+                tracing::warn!("{caution}");
+            }
+            let data_dir = settings.storage.data_dir.clone();
+            let sessions = data_dir.join(toolgate::startup::COMMAND_SESSIONS);
+            let files = if settings.files.is_empty() {
+                "built-in defaults (no config/default.toml in the working directory)".to_string()
+            } else {
+                settings
+                    .files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             let app = Application::build(settings).await?;
             // Kept until the process exits; see SessionWatchdog.
             let _watchdog = match std::env::current_exe()
@@ -156,7 +198,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             };
             let addr = app.local_addr();
-            tracing::info!(%addr, database = app.backend(), "toolgate listening");
+            tracing::info!(
+                %addr,
+                database = app.backend(),
+                data_dir = %data_dir.display(),
+                settings = files,
+                auth = app.auth(),
+                "toolgate listening"
+            );
             println!("toolgate serving on http://{addr} (docs: http://{addr}/docs)");
             if let Some(token) = &app.dev_token {
                 // Printed, never logged: a ready token for local use.
@@ -167,6 +216,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 shutdown_signal().await;
                 tracing::info!("shutting down");
                 shutdown.cancel();
+                // A second signal does not wait for the grace period: the
+                // calls it cuts off are finished as INTERRUPTED at the next
+                // start, as after a crash.
+                shutdown_signal().await;
+                tracing::warn!("second shutdown signal: exiting now");
+                std::process::exit(1);
             });
             app.run().await?;
         }

@@ -231,7 +231,7 @@ impl Application {
         .await?;
         let keys = Keys::load(&settings.auth, &data_dir)?;
         let dev_token = match keys.source {
-            KeySource::Configured => None,
+            KeySource::Secret | KeySource::KeyFiles => None,
             _ => Some(keys.mint("dev", settings.auth.dev_token_ttl_secs)?),
         };
         let bus = Arc::new(EventBus::new(1024));
@@ -371,6 +371,13 @@ impl Application {
         self.state.store.backend()
     }
 
+    /// What verifies bearer tokens (algorithm and key), for the start-up log.
+    pub fn auth(&self) -> String {
+        self.state
+            .keys
+            .describe(&self.state.settings.storage.data_dir)
+    }
+
     /// Serve until the shutdown token is cancelled, then give in-flight
     /// requests `server.shutdown_grace_secs` to finish.
     ///
@@ -493,10 +500,6 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
         "toolgate is serving its maximum of connections (server.max_connections); retry after a second",
     ))
     .to_string();
-    let answer = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
     let _ = tokio::time::timeout(REFUSAL_TIME, async {
         let mut head = Vec::with_capacity(1024);
         let mut chunk = [0u8; 4096];
@@ -516,6 +519,21 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
                 break;
             }
         }
+        // Answered as any request is: with its request id (the client's
+        // own when usable), counted, and logged.
+        let (method, request_id) = http::refused_request(&head);
+        metrics::counter!(
+            "toolgate_http_requests_total",
+            "method" => method,
+            "route" => "refused",
+            "status" => "503"
+        )
+        .increment(1);
+        note_refusal(&request_id);
+        let answer = format!(
+            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nx-request-id: {request_id}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
         stream.write_all(answer.as_bytes()).await?;
         stream.shutdown().await?;
         let mut read = 0;
@@ -528,6 +546,21 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
         Ok::<_, std::io::Error>(())
     })
     .await;
+}
+
+/// Log a connection refused past `server.max_connections`: the first of a
+/// burst at once, then at most one line every 10 s with how many more
+/// there were, so a flood of them does not flood the log.
+fn note_refusal(request_id: &str) {
+    static THROTTLE: crate::telemetry::Throttle =
+        crate::telemetry::Throttle::new(Duration::from_secs(10));
+    if let Some(held) = THROTTLE.allow() {
+        tracing::warn!(
+            request_id,
+            refused_since_last_line = held,
+            "a connection was refused: toolgate is serving its maximum of connections (server.max_connections)"
+        );
+    }
 }
 
 /// `server.max_connections`, or for 0 the process's open-file limit less a

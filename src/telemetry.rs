@@ -15,9 +15,24 @@ const QUIET_CRATES: [&str; 4] = ["grep_regex", "grep_searcher", "globset", "igno
 /// Human-readable or JSON logs to stderr; `RUST_LOG` filters (default
 /// `info`). Calling it twice is harmless.
 pub fn init_logging(json: bool) {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (mut filter, unreadable) = match std::env::var("RUST_LOG") {
+        Ok(text) if !text.trim().is_empty() => match EnvFilter::try_new(&text) {
+            Ok(filter) => (filter, None),
+            Err(e) => (EnvFilter::new("info"), Some(e.to_string())),
+        },
+        _ => (EnvFilter::new("info"), None),
+    };
     for name in QUIET_CRATES {
         filter = filter.add_directive(format!("{name}=info").parse().expect("a valid directive"));
+    }
+    // Postgres's notices (`relation "_sqlx_migrations" already exists,
+    // skipping` at every start) are the server talking to itself.
+    if !std::env::var("RUST_LOG").is_ok_and(|text| text.contains("sqlx")) {
+        filter = filter.add_directive(
+            "sqlx::postgres::notice=warn"
+                .parse()
+                .expect("a valid directive"),
+        );
     }
     // Colours only for a person at a terminal: a file, a pipe or a log
     // collector gets plain text (and `NO_COLOR` turns them off anyway).
@@ -26,12 +41,20 @@ pub fn init_logging(json: bool) {
         .with_env_filter(filter)
         .with_ansi(colour)
         .with_writer(std::io::stderr);
-    if json {
-        if builder.json().flatten_event(true).try_init().is_ok() {
+    let installed = if json {
+        let installed = builder.json().flatten_event(true).try_init().is_ok();
+        if installed {
             JSON_LOGS.store(true, Ordering::Relaxed);
         }
+        installed
     } else {
-        let _ = builder.try_init();
+        builder.try_init().is_ok()
+    };
+    if installed && let Some(error) = unreadable {
+        tracing::warn!(
+            error,
+            "RUST_LOG is not a filter toolgate can read: logging at info"
+        );
     }
 }
 
@@ -70,4 +93,55 @@ pub fn metrics_handle() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// Lets one log line of a kind through every `every`, counting the ones it
+/// held back: a flood of the same trouble (refused connections, a database
+/// away) writes a line every few seconds, not one per request.
+pub struct Throttle {
+    every: std::time::Duration,
+    last: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+impl Throttle {
+    pub const fn new(every: std::time::Duration) -> Throttle {
+        Throttle {
+            every,
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// `Some(held back since the last line)` when a line may be written now.
+    pub fn allow(&self) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        match &mut *last {
+            Some((logged, held)) if now.duration_since(*logged) < self.every => {
+                *held += 1;
+                None
+            }
+            _ => {
+                let held = last.map_or(0, |(_, held)| held);
+                *last = Some((now, 0));
+                Some(held)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Throttle;
+    use std::time::Duration;
+
+    #[test]
+    fn a_throttle_lets_one_line_through_and_counts_the_rest() {
+        let throttle = Throttle::new(Duration::from_millis(200));
+        assert_eq!(throttle.allow(), Some(0));
+        assert_eq!(throttle.allow(), None);
+        assert_eq!(throttle.allow(), None);
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(throttle.allow(), Some(2));
+        assert_eq!(throttle.allow(), None);
+    }
 }

@@ -344,8 +344,18 @@ async fn a_connection_past_the_limit_is_answered_503() {
     assert_eq!(r.status(), 503);
     assert_eq!(r.headers()["retry-after"], "1");
     assert_eq!(r.headers()["content-type"], "application/problem+json");
+    assert!(r.headers().contains_key("x-request-id"));
     let p: Value = r.json().await.unwrap();
     assert_eq!(p["type"], "urn:toolgate:problem:unavailable", "{p}");
+    // Answered as any request: its own usable id echoed, and counted.
+    let r = fresh()
+        .get(app.url("/healthz"))
+        .header("x-request-id", "refused-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["x-request-id"], "refused-1");
     assert!(
         p["detail"].as_str().unwrap().contains("max_connections"),
         "{p}"
@@ -361,6 +371,24 @@ async fn a_connection_past_the_limit_is_answered_503() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(served, "a freed slot serves again");
+    drop(second);
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        let r = fresh().get(app.url("/metrics")).send().await.unwrap();
+        if r.status() == 200 {
+            metrics = r.text().await.unwrap();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("toolgate_http_requests_total{")
+                && l.contains("route=\"refused\"")
+                && l.contains("status=\"503\"")),
+        "{metrics}"
+    );
 }
 
 /// A body announced larger than `server.body_limit_bytes` is refused at
@@ -1578,6 +1606,196 @@ async fn a_call_whose_client_left_gets_the_shutdown_grace() {
     let second = serve_binary(data_dir.path(), None).await;
     let call = second.get_json("/v1/threads/left/tool-calls/w").await;
     assert_eq!(call["status"], "success", "{call}");
+}
+
+/// A second SIGTERM does not wait for the shutdown grace: the process
+/// exits at once (status 1), and the call it cut off is finished as
+/// INTERRUPTED at the next start.
+#[tokio::test]
+async fn a_second_shutdown_signal_exits_at_once() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let grace = [("TOOLGATE_SERVER__SHUTDOWN_GRACE_SECS", "60")];
+    let mut first = serve_binary_with(data_dir.path(), None, &grace).await;
+    let (_sse, _caller) = a_running_wait(&first, "twice", "w", 50_000).await;
+    let pid = first.child.id().unwrap() as i32;
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    // The first signal starts the grace: the process waits for the call.
+    let waited = tokio::time::timeout(Duration::from_millis(1500), first.child.wait()).await;
+    assert!(waited.is_err(), "the first signal gives the call its grace");
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let exited = tokio::time::timeout(Duration::from_secs(10), first.child.wait())
+        .await
+        .expect("the second signal ends the process at once")
+        .unwrap();
+    assert_eq!(exited.code(), Some(1), "{exited:?}");
+    assert!(
+        first
+            .stderr
+            .lock()
+            .unwrap()
+            .contains("second shutdown signal"),
+        "{}",
+        first.stderr.lock().unwrap()
+    );
+    let second = serve_binary(data_dir.path(), None).await;
+    let call = second.get_json("/v1/threads/twice/tool-calls/w").await;
+    assert_eq!(call["status"], "failure", "{call}");
+    assert!(call.to_string().contains("INTERRUPTED"), "{call}");
+}
+
+/// Every result recorded as a call's own is counted in
+/// `toolgate_tool_calls_total`, refusals included (they were not: a
+/// dashboard of failures missed every denied call); a tool name no tool
+/// has is counted as `unknown`, so clients add no series.
+#[tokio::test]
+async fn refused_calls_are_counted_as_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve_binary_with(
+        dir.path(),
+        None,
+        &[("TOOLGATE_PERMISSIONS__DENY", "[\"wait\"]")],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        client
+            .post(format!("{}/v1/threads/counted/{path}", served.base))
+            .bearer_auth(&served.token)
+            .json(&body)
+            .send()
+    };
+    let r = post(
+        "tool-calls",
+        json!({"id": "d1", "name": "wait", "arguments": {"ms": 1}}),
+    )
+    .await
+    .unwrap();
+    let out: Value = r.json().await.unwrap();
+    assert_eq!(
+        out["tool_agent_output"]["error"]["code"], "PERMISSION_DENIED",
+        "{out}"
+    );
+    let r = post(
+        "messages",
+        json!({"role": "assistant", "tool_calls": [{"id": "u1", "type": "function",
+            "function": {"name": "no_such_tool", "arguments": "{}"}}]}),
+    )
+    .await
+    .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let r = post(
+        "tool-calls",
+        json!({"id": "u1", "name": "no_such_tool", "arguments": {}}),
+    )
+    .await
+    .unwrap();
+    let out: Value = r.json().await.unwrap();
+    assert_eq!(
+        out["tool_agent_output"]["error"]["code"], "TOOL_NOT_FOUND",
+        "{out}"
+    );
+    let text = client
+        .get(format!("{}/metrics", served.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |tool: &str, status: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("toolgate_tool_calls_total{")
+                    && l.contains(&format!("tool=\"{tool}\""))
+                    && l.contains(&format!("status=\"{status}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(|n| n.parse::<f64>().unwrap())
+    };
+    assert_eq!(count("wait", "failure"), Some(1.0), "{text}");
+    assert_eq!(count("unknown", "failure"), Some(1.0), "{text}");
+    assert!(!text.contains("no_such_tool"), "{text}");
+}
+
+/// A request answered 503 because the database is unavailable (here a
+/// full disk on Postgres) logs the database's own error with the request's
+/// id. Before, the log said only that a 503 was sent.
+#[tokio::test]
+async fn an_unavailable_database_is_logged_with_its_cause() {
+    use sqlx::Connection as _;
+    let dir = tempfile::tempdir().unwrap();
+    let pg = common::create_pg_database().await;
+    let served = serve_binary(dir.path(), Some(&pg.url)).await;
+    // 53100: disk_full, raised for one marked message.
+    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION no_room() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.content LIKE '%no-room%' THEN \
+         RAISE EXCEPTION 'no room left on the test device' USING ERRCODE = '53100'; \
+         END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER no_room BEFORE INSERT ON messages \
+         FOR EACH ROW EXECUTE FUNCTION no_room();",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/threads/full/messages", served.base))
+        .bearer_auth(&served.token)
+        .header("x-request-id", "full-1")
+        .json(&json!({"role": "user", "content": "no-room"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let mut logged = String::new();
+    for _ in 0..50 {
+        logged = served.stderr.lock().unwrap().clone();
+        if logged.contains("the database is unavailable") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let line = logged
+        .lines()
+        .find(|l| l.contains("the database is unavailable"))
+        .unwrap_or_else(|| panic!("{logged}"));
+    assert!(line.contains("request_id=full-1"), "{line}");
+    assert!(line.contains("no room left on the test device"), "{line}");
+}
+
+/// A SQLite file removed (or replaced) under the running service is not
+/// ready: the connections already open go on with the removed file, new
+/// ones fail, and /readyz said ready throughout.
+#[tokio::test]
+async fn a_removed_database_file_is_not_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    std::fs::create_dir(&data_dir).unwrap();
+    let served = serve_binary(&data_dir, None).await;
+    let client = reqwest::Client::new();
+    let ready = || async {
+        client
+            .get(format!("{}/readyz", served.base))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(ready().await, 200);
+    let db = data_dir.join("toolgate.db");
+    let aside = dir.path().join("aside.db");
+    std::fs::copy(&db, &aside).unwrap();
+    // Replaced by a copy: another file under the same name.
+    std::fs::rename(&aside, &db).unwrap();
+    assert_eq!(ready().await, 503);
+    std::fs::remove_dir_all(&data_dir).unwrap();
+    assert_eq!(ready().await, 503);
+    let logged = served.stderr.lock().unwrap().clone();
+    assert!(
+        logged.contains("was removed or replaced while toolgate served it"),
+        "{logged}"
+    );
 }
 
 /// The caller of a [`a_running_wait`] call of `ms` is answered with its
@@ -2974,6 +3192,15 @@ async fn cli_token_migrate_and_layered_settings() {
         .unwrap_or_else(|| panic!("{err}"));
     let parsed: Value = serde_json::from_str(line).expect("JSON log line");
     assert_eq!(parsed["level"], "INFO");
+    // The start-up line says what the service runs with: the data
+    // directory, the settings files read and what verifies tokens.
+    assert_eq!(parsed["data_dir"], dir, "{parsed}");
+    assert_eq!(parsed["settings"], "config/default.toml", "{parsed}");
+    assert_eq!(
+        parsed["auth"],
+        format!("HS256 with {dir}/signing.key"),
+        "{parsed}"
+    );
 }
 
 /// `toolgate migrate` in a new data directory with `args` before the
@@ -3077,6 +3304,270 @@ fn a_missing_key_file_is_named_and_logged_as_json() {
     // Text logs written to a pipe carry no colour codes.
     let (_, err) = migrate_with(&[], &[("RUST_LOG", "debug")]);
     assert!(!err.is_empty() && !err.contains('\u{1b}'), "{err:?}");
+}
+
+/// A value of the right type that cannot work stops the start, naming the
+/// setting and where it was set; so does a variable that misspells one
+/// with a single `_`. Before any of this, such settings were served: a
+/// body limit of 0 refused every request while /readyz said ready.
+#[test]
+fn settings_that_cannot_work_stop_the_start_naming_their_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("zero.toml");
+    std::fs::write(&file, "[server]\nbody_limit_bytes = 0\n").unwrap();
+    let file = file.to_str().unwrap();
+    let (ok, err) = migrate_with(&["--config", file], &[]);
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains(&format!("server.body_limit_bytes is 0 (set in {file})")),
+        "{err}"
+    );
+    for (env, named) in [
+        (
+            vec![("TOOLGATE_TOOLS__MAX_CONCURRENT_CALLS", "0")],
+            "tools.max_concurrent_calls is 0 (set by TOOLGATE_TOOLS__MAX_CONCURRENT_CALLS)",
+        ),
+        (
+            vec![
+                ("TOOLGATE_SANDBOX__BASH_DEFAULT_TIMEOUT_MS", "900000"),
+                ("TOOLGATE_SANDBOX__BASH_MAX_TIMEOUT_MS", "1000"),
+            ],
+            "sandbox.bash_default_timeout_ms (900000, set by \
+             TOOLGATE_SANDBOX__BASH_DEFAULT_TIMEOUT_MS) is above \
+             sandbox.bash_max_timeout_ms (1000, set by TOOLGATE_SANDBOX__BASH_MAX_TIMEOUT_MS)",
+        ),
+        (
+            vec![("TOOLGATE_STORAGE__WRITER_NICE", "50")],
+            "storage.writer_nice is 50 (set by TOOLGATE_STORAGE__WRITER_NICE)",
+        ),
+        (
+            vec![("TOOLGATE_APPROVALS__APPROVER_SCOPE", "")],
+            "approvals.approver_scope is \"\"",
+        ),
+        (
+            vec![("TOOLGATE_AUTH__LEEWAY_SECS", "18446744073709551615")],
+            "auth.leeway_secs is 18446744073709551615",
+        ),
+        // A value of the wrong type names the variable as it was written.
+        (
+            vec![("TOOLGATE_SERVER__BODY_LIMIT_BYTES", "lots")],
+            "TOOLGATE_SERVER__BODY_LIMIT_BYTES: invalid type",
+        ),
+        (
+            vec![("TOOLGATE_SERVER_BIND", "0.0.0.0:1")],
+            "TOOLGATE_SERVER_BIND names no setting",
+        ),
+    ] {
+        let (ok, err) = migrate_with(&[], &env);
+        assert!(!ok && err.contains(named), "{env:?}: {err}");
+    }
+    // JSON logs asked for in the environment hold for the error that
+    // stops a start whose settings did not load.
+    let (ok, err) = migrate_with(
+        &[],
+        &[
+            ("TOOLGATE_SERVER__JSON_LOGS", "true"),
+            ("TOOLGATE_SERVER__BND", "1"),
+        ],
+    );
+    assert!(!ok);
+    let line: Value = serde_json::from_str(err.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert!(
+        line["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("TOOLGATE_SERVER__BND: unknown field"),
+        "{line}"
+    );
+    // A filter RUST_LOG cannot be is said, not silently replaced.
+    let (ok, err) = migrate_with(&[], &[("RUST_LOG", "debug,toolgate=notalevel")]);
+    assert!(ok, "{err}");
+    assert!(err.contains("RUST_LOG is not a filter"), "{err}");
+}
+
+/// The key files behind `auth.public_key_pem` (tests/fixtures/jwt).
+fn jwt_fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/jwt/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Signing settings that disagree stop the start naming them: before,
+/// a secret left beside key files silently replaced them, an algorithm
+/// without its key fell back to the data directory's HS256 key, and a
+/// private key that did not match the public one minted tokens every
+/// server refused.
+#[test]
+fn signing_keys_that_disagree_stop_the_start() {
+    let (rsa_pub, rsa, rsa_other) = (
+        jwt_fixture("rsa.pub.pem"),
+        jwt_fixture("rsa.pem"),
+        jwt_fixture("rsa-other.pem"),
+    );
+    let (ed_pub, ed) = (jwt_fixture("ed25519.pub.pem"), jwt_fixture("ed25519.pem"));
+    let secret = "0123456789abcdef0123456789abcdef-leftover";
+    for (env, named) in [
+        (
+            vec![
+                ("TOOLGATE_AUTH__HS256_SECRET", secret),
+                ("TOOLGATE_AUTH__PUBLIC_KEY_PEM", rsa_pub.as_str()),
+            ],
+            "auth.hs256_secret and auth.public_key_pem are both set".to_string(),
+        ),
+        (
+            vec![("TOOLGATE_AUTH__ALGORITHM", "RS256")],
+            "auth.algorithm is \"RS256\", but auth.public_key_pem is not set".into(),
+        ),
+        (
+            vec![("TOOLGATE_AUTH__ALGORITHM", "HS512")],
+            "auth.algorithm is \"HS512\"".into(),
+        ),
+        (
+            vec![("TOOLGATE_AUTH__PRIVATE_KEY_PEM", rsa.as_str())],
+            "auth.private_key_pem is set without auth.public_key_pem".into(),
+        ),
+        (
+            vec![
+                ("TOOLGATE_AUTH__PUBLIC_KEY_PEM", rsa_pub.as_str()),
+                ("TOOLGATE_AUTH__PRIVATE_KEY_PEM", ed.as_str()),
+            ],
+            format!("auth.private_key_pem: {ed} is not an RSA private key"),
+        ),
+        (
+            vec![
+                ("TOOLGATE_AUTH__ALGORITHM", "EdDSA"),
+                ("TOOLGATE_AUTH__PUBLIC_KEY_PEM", rsa_pub.as_str()),
+            ],
+            format!("auth.public_key_pem: {rsa_pub} is not an Ed25519 public key"),
+        ),
+        (
+            vec![
+                ("TOOLGATE_AUTH__PUBLIC_KEY_PEM", rsa_pub.as_str()),
+                ("TOOLGATE_AUTH__PRIVATE_KEY_PEM", rsa_other.as_str()),
+            ],
+            "auth.private_key_pem does not match auth.public_key_pem".into(),
+        ),
+    ] {
+        let (ok, err) = migrate_with(&[], &env);
+        assert!(!ok && err.contains(&named), "{env:?}: {err}");
+        assert!(
+            !err.contains("leftover"),
+            "the secret is never repeated: {err}"
+        );
+    }
+    for env in [
+        vec![
+            ("TOOLGATE_AUTH__PUBLIC_KEY_PEM", rsa_pub.as_str()),
+            ("TOOLGATE_AUTH__PRIVATE_KEY_PEM", rsa.as_str()),
+        ],
+        vec![
+            ("TOOLGATE_AUTH__ALGORITHM", "EdDSA"),
+            ("TOOLGATE_AUTH__PUBLIC_KEY_PEM", ed_pub.as_str()),
+            ("TOOLGATE_AUTH__PRIVATE_KEY_PEM", ed.as_str()),
+        ],
+        vec![
+            ("TOOLGATE_AUTH__ALGORITHM", "HS256"),
+            ("TOOLGATE_AUTH__HS256_SECRET", secret),
+        ],
+    ] {
+        let (ok, err) = migrate_with(&[], &env);
+        assert!(ok, "{env:?}: {err}");
+    }
+}
+
+/// A data directory's `signing.key` that is not one toolgate wrote is
+/// named with what it should hold (it was `Invalid input length: 5`).
+#[test]
+fn an_unreadable_signing_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("signing.key");
+    for text in ["short", "not base64 at all"] {
+        std::fs::write(&key, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["--data-dir", dir.path().to_str().unwrap(), "migrate"])
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains(&format!(
+                "{} is not a signing key toolgate wrote",
+                key.display()
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// A `DATABASE_URL` without a scheme may be anything pasted there (a
+/// password): it is not repeated. One with a scheme names it.
+#[test]
+fn a_database_url_without_a_scheme_is_not_repeated() {
+    let (ok, err) = migrate_with(&[], &[("DATABASE_URL", "Hunter2Secret")]);
+    assert!(!ok);
+    assert!(err.contains("it has no scheme"), "{err}");
+    assert!(!err.contains("Hunter2"), "{err}");
+    let (ok, err) = migrate_with(&[], &[("DATABASE_URL", "mysql://u:Hunter2@h/db")]);
+    assert!(!ok);
+    assert!(err.contains("it starts with mysql://"), "{err}");
+    assert!(!err.contains("Hunter2"), "{err}");
+}
+
+/// A Postgres server that refuses connections is named, with the reason,
+/// not reported as a pool that timed out; the password never appears.
+#[test]
+fn an_unreachable_postgres_is_named_with_the_reason() {
+    // Port 1 on loopback: nothing listens there.
+    let (ok, err) = migrate_with(
+        &[],
+        &[(
+            "DATABASE_URL",
+            "postgres://someone:Hunter2@127.0.0.1:1/somedb",
+        )],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "cannot open the Postgres database \"somedb\" on 127.0.0.1:1 as user \"someone\""
+        ),
+        "{err}"
+    );
+    assert!(err.to_lowercase().contains("refused"), "{err}");
+    assert!(!err.contains("Hunter2"), "{err}");
+}
+
+/// A database a newer toolgate migrated is said to be one, not reported
+/// as a migration "missing in the resolved migrations".
+#[tokio::test]
+async fn a_database_from_a_newer_toolgate_is_said_to_be_one() {
+    use sqlx::Connection as _;
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let migrate = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+            .args(["--data-dir", data_dir, "migrate"])
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap()
+    };
+    assert!(migrate().status.success());
+    let url = format!("sqlite:{}", dir.path().join("toolgate.db").display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99990101, 'from a newer build', 1, x'00', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    let out = migrate();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("migrated by a newer toolgate: its migration 99990101"),
+        "{err}"
+    );
 }
 
 /// A token lifetime past what a token can say is refused, not wrapped

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
+use anyhow::Context as _;
 use base64::Engine as _;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
@@ -60,7 +61,10 @@ pub enum AuthError {
 /// Where the signing key came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeySource {
-    Configured,
+    /// `auth.hs256_secret`.
+    Secret,
+    /// `auth.public_key_pem` (and `auth.private_key_pem`).
+    KeyFiles,
     DataDirExisting,
     DataDirGenerated,
 }
@@ -100,7 +104,30 @@ impl Keys {
             source,
             verified: Mutex::default(),
         };
+        let named_algorithm = settings.algorithm.as_deref();
         if let Some(secret) = &settings.hs256_secret {
+            // One key verifies tokens: a secret left beside key files would
+            // silently take their place.
+            let files: Vec<&str> = [
+                ("auth.public_key_pem", settings.public_key_pem.is_some()),
+                ("auth.private_key_pem", settings.private_key_pem.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(name, set)| set.then_some(name))
+            .collect();
+            anyhow::ensure!(
+                files.is_empty(),
+                "auth.hs256_secret and {} are both set: tokens are verified with one key, \
+                 so set the shared secret (HS256) or the key files (RS256, EdDSA), not both",
+                files.join(" and ")
+            );
+            if let Some(alg) = named_algorithm {
+                anyhow::ensure!(
+                    alg == "HS256",
+                    "auth.algorithm is {alg:?}, but auth.hs256_secret is set: a shared secret \
+                     signs HS256 tokens (set auth.algorithm to \"HS256\", or remove it)"
+                );
+            }
             let secret = secret.expose_secret().as_bytes();
             anyhow::ensure!(
                 secret.len() >= 32,
@@ -110,48 +137,77 @@ impl Keys {
                 Algorithm::HS256,
                 Some(EncodingKey::from_secret(secret)),
                 DecodingKey::from_secret(secret),
-                KeySource::Configured,
+                KeySource::Secret,
             ));
         }
         if let Some(public) = &settings.public_key_pem {
-            let alg = settings.algorithm.as_deref().unwrap_or("RS256");
-            let read = |setting: &str, path: &Path| {
-                std::fs::read(path).map_err(|e| {
-                    anyhow::anyhow!("auth.{setting}: cannot read {}: {e}", path.display())
-                })
-            };
-            let pem = read("public_key_pem", public)?;
-            let private = settings
-                .private_key_pem
-                .as_deref()
-                .map(|path| read("private_key_pem", path))
-                .transpose()?;
-            let (algorithm, decoding, encoding) = match alg {
-                "RS256" => (
-                    Algorithm::RS256,
-                    DecodingKey::from_rsa_pem(&pem)?,
-                    private.map(|p| EncodingKey::from_rsa_pem(&p)).transpose()?,
-                ),
-                "EdDSA" => (
-                    Algorithm::EdDSA,
-                    DecodingKey::from_ed_pem(&pem)?,
-                    private.map(|p| EncodingKey::from_ed_pem(&p)).transpose()?,
-                ),
+            let (algorithm, name) = match named_algorithm.unwrap_or("RS256") {
+                "RS256" => (Algorithm::RS256, "an RSA"),
+                "EdDSA" => (Algorithm::EdDSA, "an Ed25519"),
                 other => anyhow::bail!(
                     "auth.algorithm must be RS256 or EdDSA with a public key, not {other:?}"
                 ),
             };
-            return Ok(base(algorithm, encoding, decoding, KeySource::Configured));
+            let decoding =
+                key_file(
+                    "public_key_pem",
+                    public,
+                    name,
+                    "public",
+                    algorithm,
+                    |pem| match algorithm {
+                        Algorithm::RS256 => DecodingKey::from_rsa_pem(pem),
+                        _ => DecodingKey::from_ed_pem(pem),
+                    },
+                )?;
+            let encoding = match &settings.private_key_pem {
+                Some(path) => Some(key_file(
+                    "private_key_pem",
+                    path,
+                    name,
+                    "private",
+                    algorithm,
+                    |pem| match algorithm {
+                        Algorithm::RS256 => EncodingKey::from_rsa_pem(pem),
+                        _ => EncodingKey::from_ed_pem(pem),
+                    },
+                )?),
+                None => None,
+            };
+            let keys = base(algorithm, encoding, decoding, KeySource::KeyFiles);
+            keys.check_pair()?;
+            return Ok(keys);
+        }
+        anyhow::ensure!(
+            settings.private_key_pem.is_none(),
+            "auth.private_key_pem is set without auth.public_key_pem: tokens are verified \
+             with the public key (set both)"
+        );
+        if let Some(alg) = named_algorithm {
+            anyhow::ensure!(
+                alg == "HS256",
+                "auth.algorithm is {alg:?}, but auth.public_key_pem is not set: {alg} tokens \
+                 are verified with a public key (set auth.public_key_pem, or remove \
+                 auth.algorithm to sign with the data directory's HS256 key)"
+            );
         }
         let path = data_dir.join(KEY_FILE);
         let (secret, source) = if path.exists() {
-            let text = std::fs::read_to_string(&path)?;
-            let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text.trim())?;
-            anyhow::ensure!(
-                secret.len() >= 32,
-                "{} holds a key shorter than 32 bytes",
-                path.display()
-            );
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read the signing key {}", path.display()))?;
+            let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(text.trim())
+                .ok()
+                .filter(|secret| secret.len() >= 32);
+            let secret = secret.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} is not a signing key toolgate wrote (unpadded base64url of at least \
+                     32 bytes): restore it, or remove it to have a new one made (tokens \
+                     signed with the old key are then refused)",
+                    path.display()
+                )
+            })?;
+            warn_if_others_can_read(&path);
             (secret, KeySource::DataDirExisting)
         } else {
             crate::private_dir(data_dir)?;
@@ -160,7 +216,8 @@ impl Keys {
             write_private(
                 &path,
                 &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&secret),
-            )?;
+            )
+            .with_context(|| format!("cannot write the signing key {}", path.display()))?;
             (secret, KeySource::DataDirGenerated)
         };
         Ok(base(
@@ -169,6 +226,34 @@ impl Keys {
             DecodingKey::from_secret(&secret),
             source,
         ))
+    }
+
+    /// A private key configured beside the public one must sign tokens the
+    /// public key verifies: otherwise `toolgate token` prints tokens every
+    /// server refuses.
+    fn check_pair(&self) -> anyhow::Result<()> {
+        if self.encoding.is_none() {
+            return Ok(());
+        }
+        let token = self.mint("toolgate-key-check", 60)?;
+        self.check(&token).map(|_| ()).map_err(|e| {
+            anyhow::anyhow!(
+                "auth.private_key_pem does not match auth.public_key_pem: a token it signs \
+                 is refused ({e})"
+            )
+        })
+    }
+
+    /// What verifies tokens, for the start-up log.
+    pub fn describe(&self, data_dir: &Path) -> String {
+        let alg = self.algorithm;
+        match self.source {
+            KeySource::Secret => format!("{alg:?} with auth.hs256_secret"),
+            KeySource::KeyFiles => format!("{alg:?} with auth.public_key_pem"),
+            KeySource::DataDirExisting | KeySource::DataDirGenerated => {
+                format!("{alg:?} with {}", data_dir.join(KEY_FILE).display())
+            }
+        }
     }
 
     /// The keys a server with these settings and data directory verifies
@@ -428,6 +513,45 @@ fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// The key in the PEM file an `auth.*_pem` setting names, or an error
+/// naming the setting, the file and the kind of key it should hold.
+fn key_file<K>(
+    setting: &str,
+    path: &Path,
+    name: &str,
+    kind: &str,
+    algorithm: Algorithm,
+    parse: impl FnOnce(&[u8]) -> jsonwebtoken::errors::Result<K>,
+) -> anyhow::Result<K> {
+    let pem = std::fs::read(path)
+        .map_err(|e| anyhow::anyhow!("auth.{setting}: cannot read {}: {e}", path.display()))?;
+    parse(&pem).map_err(|e| {
+        anyhow::anyhow!(
+            "auth.{setting}: {} is not {name} {kind} key in PEM, which auth.algorithm \
+             {algorithm:?} needs ({e})",
+            path.display()
+        )
+    })
+}
+
+/// A key file others may read is a key others may sign with: said at
+/// start-up, not changed behind the operator's back.
+fn warn_if_others_can_read(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path)
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                path = %path.display(),
+                mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                "the signing key can be read by other users than its owner: anyone who can read it can sign tokens (chmod 600)"
+            );
+        }
+    }
 }
 
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
@@ -737,6 +861,46 @@ mod tests {
             "{:?}",
             k.verify(&critical)
         );
+    }
+
+    #[test]
+    fn key_pairs_sign_tokens_their_public_keys_verify() {
+        let fixture = |name: &str| {
+            Some(std::path::PathBuf::from(format!(
+                "{}/tests/fixtures/jwt/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            )))
+        };
+        let dir = tempfile::tempdir().unwrap();
+        for (algorithm, public, private) in [
+            ("RS256", "rsa.pub.pem", "rsa.pem"),
+            ("EdDSA", "ed25519.pub.pem", "ed25519.pem"),
+        ] {
+            let settings = AuthSettings {
+                algorithm: Some(algorithm.into()),
+                public_key_pem: fixture(public),
+                private_key_pem: fixture(private),
+                ..AuthSettings::default()
+            };
+            let signer = Keys::load(&settings, dir.path()).unwrap();
+            assert_eq!(signer.source, KeySource::KeyFiles);
+            let token = signer.mint("alice", 60).unwrap();
+            assert_eq!(signer.verify(&token).unwrap().sub, "alice");
+            // Verifying only: tokens come from elsewhere, none is minted.
+            let verifier = Keys::load(
+                &AuthSettings {
+                    private_key_pem: None,
+                    ..settings
+                },
+                dir.path(),
+            )
+            .unwrap();
+            assert_eq!(verifier.verify(&token).unwrap().sub, "alice");
+            assert!(verifier.mint("bob", 60).is_err());
+            // An HS256 token is refused whatever its key.
+            let hs = keys(dir.path()).mint("alice", 60).unwrap();
+            assert!(verifier.verify(&hs).is_err());
+        }
     }
 
     #[test]

@@ -862,11 +862,6 @@ impl Engine {
         ops.extend(extra);
         let finishing = Self::finish_ops(&output, undo, ops, announced);
         let ran_for = started.elapsed();
-        let status = match &executed {
-            Ok(s) if s.partial => "partial",
-            Ok(_) => "success",
-            Err(_) => "failure",
-        };
         let committed = self
             .commit_finish(
                 &req.owner,
@@ -876,12 +871,10 @@ impl Engine {
                 finishing,
             )
             .await;
-        // Counted once its result is the call's: a read-only call posted
+        // Timed once its result is the call's: a read-only call posted
         // again runs until its record meets the stored one (a conflict),
-        // and is then answered from storage, not counted again.
+        // and is then answered from storage, not timed again.
         if !matches!(&committed, Err(e) if e.refuses_call()) {
-            metrics::counter!("toolgate_tool_calls_total", "tool" => tool.definition.name.clone(), "status" => status)
-                .increment(1);
             metrics::histogram!("toolgate_tool_call_duration_seconds", "tool" => tool.definition.name.clone())
                 .record(ran_for.as_secs_f64());
         }
@@ -1439,6 +1432,8 @@ impl Engine {
                 // result is written once it answers again, and the call
                 // does not stay `running` until a restart.
                 Err((e, Some(back))) if e.is_unavailable() => {
+                    // Written once the database answers again.
+                    self.count_result(&output);
                     if let Some((back, kept)) = self.keep_on_disk(back).await {
                         self.keep_writing(back, kept);
                     }
@@ -1459,6 +1454,7 @@ impl Engine {
                 Err((e, _)) => return Err(e),
             }
         }
+        self.count_result(&output);
         let mut events = finishing.announced;
         events.push(finishing.event.clone());
         observe(observer, events);
@@ -1473,6 +1469,23 @@ impl Engine {
             tool_response: finishing.content,
             finished_at_ms: finishing.event.timestamp,
         })
+    }
+
+    /// `toolgate_tool_calls_total`: every result that is a call's own, by
+    /// tool and status, refusals and interrupted calls included. A name no
+    /// tool has is counted as `unknown`: a client choosing names must not
+    /// add series.
+    fn count_result(&self, output: &ToolAgentOutput) {
+        let tool = match self.registry.resolve(&output.tool_name) {
+            Some(tool) => tool.definition.name.clone(),
+            None => "unknown".into(),
+        };
+        metrics::counter!(
+            "toolgate_tool_calls_total",
+            "tool" => tool,
+            "status" => output.status.as_str()
+        )
+        .increment(1);
     }
 
     /// Keep a result unit on disk while the database is unreachable, if

@@ -322,6 +322,13 @@ impl From<crate::store::StoreError> for ApiError {
             },
             StoreError::NotFound(what) => ApiError::NotFound(what),
             e if e.is_unavailable() || matches!(e, StoreError::WriterClosed) => {
+                // The database's own words stay in the log (the request's
+                // span names it), a line every few seconds during an outage.
+                static THROTTLE: crate::telemetry::Throttle =
+                    crate::telemetry::Throttle::new(std::time::Duration::from_secs(5));
+                if let Some(held) = THROTTLE.allow() {
+                    tracing::warn!(error = %e, answered_503_since_last_line = held, "the database is unavailable");
+                }
                 ApiError::Unavailable("the database is unavailable; retry later".into())
             }
             // Nothing of the request was stored; its data, not the service,

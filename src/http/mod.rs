@@ -461,6 +461,31 @@ fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The method label and the request id of a request refused before it
+/// was served (past `server.max_connections`), read from its raw head:
+/// the client's own id when it sent one usable id, otherwise a new one.
+pub fn refused_request(head: &[u8]) -> (&'static str, String) {
+    let mut lines = head.split(|&b| b == b'\n');
+    let method = lines
+        .next()
+        .and_then(|line| line.split(|&b| b == b' ').next())
+        .and_then(|name| axum::http::Method::from_bytes(name).ok())
+        .map_or("other", |method| method_label(&method));
+    // The head's lines only: what follows its empty line is the body.
+    let head_lines = lines.take_while(|line| !line.is_empty() && *line != b"\r");
+    let mut ids = head_lines.filter_map(|line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let (name, value) = line.split_at(line.iter().position(|&b| b == b':')?);
+        name.eq_ignore_ascii_case(b"x-request-id")
+            .then(|| value[1..].trim_ascii())
+    });
+    let id = match (ids.next(), ids.next()) {
+        (Some(id), None) if usable_request_id(id) => String::from_utf8_lossy(id).into_owned(),
+        _ => uuid::Uuid::new_v4().to_string(),
+    };
+    (method, id)
+}
+
 /// A request id a client may give: 1-128 characters of `A-Z a-z 0-9` and
 /// `. _ : / + = -` (UUIDs, ULIDs, trace ids, base64), so nothing that
 /// could pass for another field in a log line.

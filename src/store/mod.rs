@@ -18,6 +18,7 @@ pub mod writer;
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -59,6 +60,14 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The database holds a migration this build does not have: a newer
+    /// toolgate migrated it.
+    #[error(
+        "the database was migrated by a newer toolgate: its migration {0} is not one this \
+         build has. Serve it with that toolgate (or a later one); this one would not \
+         know its schema"
+    )]
+    Newer(i64),
     /// The schema lacks a migration (the database is an older one's).
     #[error("{0} (`toolgate migrate`, or a start of toolgate, applies it)")]
     NotMigrated(String),
@@ -1049,6 +1058,15 @@ pub fn is_in_memory(url: &str) -> bool {
     url.starts_with("sqlite:") && (url.contains(":memory:") || url.contains("mode=memory"))
 }
 
+/// The embedded migrations' error, with a database a newer toolgate
+/// migrated told apart.
+pub(crate) fn migration_error(e: sqlx::migrate::MigrateError) -> StoreError {
+    match e {
+        sqlx::migrate::MigrateError::VersionMissing(version) => StoreError::Newer(version),
+        other => StoreError::Migrate(other),
+    }
+}
+
 /// Open the store named by `database_url` (a `postgres://` URL) or, when
 /// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations. A
 /// SQLite file's WAL is copied back into it every `sqlite_checkpoint`.
@@ -1059,23 +1077,51 @@ pub async fn open(
 ) -> anyhow::Result<DynStore> {
     match database_url {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            Ok(Arc::new(postgres::PgStore::connect(url).await?))
+            let store = postgres::PgStore::connect(url).await.with_context(|| {
+                format!(
+                    "cannot open the Postgres database {} (DATABASE_URL)",
+                    postgres::describe_target(url)
+                )
+            })?;
+            Ok(Arc::new(store))
         }
         Some(url) if url.starts_with("sqlite:") => Ok(Arc::new(
-            sqlite::SqliteStore::connect_url_with(url, sqlite_checkpoint).await?,
+            sqlite::SqliteStore::connect_url_with(url, sqlite_checkpoint)
+                .await
+                .with_context(|| format!("cannot open the SQLite database {url} (DATABASE_URL)"))?,
         )),
-        Some(other) => anyhow::bail!(
-            "DATABASE_URL must start with postgres://, postgresql:// or sqlite: (got a URL starting with {:?})",
-            other.split(':').next().unwrap_or("")
-        ),
+        Some(other) => {
+            // Only a scheme is repeated: text with none may be anything
+            // pasted there, a password included.
+            let scheme = other
+                .split_once("://")
+                .map(|(scheme, _)| scheme)
+                .filter(|s| {
+                    !s.is_empty()
+                        && s.len() <= 32
+                        && s.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+                });
+            match scheme {
+                Some(scheme) => anyhow::bail!(
+                    "DATABASE_URL must start with postgres://, postgresql:// or sqlite: (it starts with {scheme}://)"
+                ),
+                None => anyhow::bail!(
+                    "DATABASE_URL must start with postgres://, postgresql:// or sqlite: (it has no scheme; its text is not repeated here)"
+                ),
+            }
+        }
         None => {
-            crate::private_dir(data_dir)?;
+            crate::private_dir(data_dir).with_context(|| {
+                format!("cannot create the data directory {}", data_dir.display())
+            })?;
+            let file = data_dir.join("toolgate.db");
             Ok(Arc::new(
-                sqlite::SqliteStore::open_file_with(
-                    &data_dir.join("toolgate.db"),
-                    sqlite_checkpoint,
-                )
-                .await?,
+                sqlite::SqliteStore::open_file_with(&file, sqlite_checkpoint)
+                    .await
+                    .with_context(|| {
+                        format!("cannot open the SQLite database {}", file.display())
+                    })?,
             ))
         }
     }

@@ -232,12 +232,28 @@ impl PgStore {
     /// Connect a pool to `url` (`postgres://…`) and run pending migrations
     /// (under Postgres' migration lock, so replicas may start together).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let pool = PgPoolOptions::new()
+        let pool = match PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
-            .await?;
-        Migrator::new(Embedded).await?.run(&pool).await?;
+            .await
+        {
+            Ok(pool) => pool,
+            // The pool retries a failing connection until its timeout and
+            // then reports only that: one more attempt says why.
+            Err(sqlx::Error::PoolTimedOut) => {
+                use sqlx::Connection as _;
+                let conn = PgConnection::connect(url).await?;
+                let _ = conn.close().await;
+                return Err(StoreError::Database(sqlx::Error::PoolTimedOut));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Migrator::new(Embedded)
+            .await?
+            .run(&pool)
+            .await
+            .map_err(super::migration_error)?;
         // Connected on first use, by the writer's own runtime; no idle reaper
         // (it would run on this one).
         let batches = PgPoolOptions::new()
@@ -257,6 +273,22 @@ impl PgStore {
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+}
+
+/// The server, database and user a Postgres URL names, for messages: never
+/// its password.
+pub fn describe_target(url: &str) -> String {
+    use std::str::FromStr as _;
+    match sqlx::postgres::PgConnectOptions::from_str(url) {
+        Ok(options) => format!(
+            "{:?} on {}:{} as user {:?}",
+            options.get_database().unwrap_or(options.get_username()),
+            options.get_host(),
+            options.get_port(),
+            options.get_username()
+        ),
+        Err(_) => "named by an unreadable URL".into(),
     }
 }
 

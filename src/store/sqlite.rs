@@ -154,6 +154,16 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// The connection of [`Store::apply_batch`] and audit appends.
     writes: Arc<WriteConnection>,
+    /// The database file and its identity (device, inode) when opened; none
+    /// in memory.
+    file: Option<(std::path::PathBuf, (u64, u64))>,
+}
+
+/// A file's device and inode.
+fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(path)?;
+    Ok((meta.dev(), meta.ino()))
 }
 
 impl SqliteStore {
@@ -220,7 +230,11 @@ impl SqliteStore {
                 .max_lifetime(None);
         }
         let pool = pool_options.connect_with(options.clone()).await?;
-        Migrator::new(Embedded).await?.run(&pool).await?;
+        Migrator::new(Embedded)
+            .await?
+            .run(&pool)
+            .await
+            .map_err(super::migration_error)?;
         // Opened after the migrations: it expects the schema in place.
         let filename = options.get_filename().to_owned();
         let writes = tokio::task::spawn_blocking(move || {
@@ -228,9 +242,16 @@ impl SqliteStore {
         })
         .await
         .map_err(worker_crashed)??;
+        let file = if in_memory {
+            None
+        } else {
+            let path = options.get_filename().to_owned();
+            identity(&path).ok().map(|id| (path, id))
+        };
         Ok(SqliteStore {
             pool,
             writes: Arc::new(writes),
+            file,
         })
     }
 
@@ -254,6 +275,22 @@ impl Store for SqliteStore {
     }
 
     async fn ready(&self) -> StoreResult<()> {
+        // Connections already open go on reading and writing a file that
+        // was removed (or replaced) under them, while new ones fail or open
+        // another: whatever the check's query says, such a database is not
+        // the one toolgate stores into.
+        if let Some((path, opened)) = &self.file
+            && identity(path).ok().as_ref() != Some(opened)
+        {
+            return Err(StoreError::Database(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "the database file {} was removed or replaced while toolgate served it: \
+                     restore it and restart toolgate",
+                    path.display()
+                ),
+            ))));
+        }
         self.reads().ready(MIGRATIONS).await
     }
 

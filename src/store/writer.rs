@@ -317,6 +317,7 @@ fn replicate(err: &StoreError) -> StoreError {
         StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
         StoreError::NotMigrated(m) => StoreError::NotMigrated(m.clone()),
         StoreError::WriterClosed => StoreError::WriterClosed,
+        StoreError::Newer(v) => StoreError::Newer(*v),
         StoreError::Migrate(e) => StoreError::Corrupt(e.to_string()),
         StoreError::Database(e) => StoreError::Database(replicate_sqlx(e)),
     }
