@@ -943,6 +943,47 @@ async fn readyz_is_not_ready_while_writes_fail() {
     assert_eq!(ready(&app).await.status(), 200);
 }
 
+/// A read-only call whose record would commit with its result leaves
+/// nothing behind when the database cannot take it: its caller, told
+/// `503`, runs it again. It was kept in memory and stored once the
+/// database answered, so a model told the call failed found its result in
+/// the thread (twice, had it retried under a new id), and an outage grew
+/// the memory without bound.
+#[tokio::test]
+async fn a_read_only_call_answered_503_is_not_stored_later() {
+    use sqlx::Connection as _;
+    let app = TestApp::spawn(Backend::Postgres).await;
+    app.refuse_messages_holding("no-room", common::Refusal::DiskFull)
+        .await;
+    let (s, p) = app
+        .call(
+            "later",
+            json!({"id": "e1", "name": "echo", "arguments": {"text": "no-room"}}),
+        )
+        .await;
+    assert_eq!(s, 503, "{p}");
+    // The database takes writes again.
+    let url = &app.pg.as_ref().unwrap().url;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql("DROP TRIGGER refuse_marker ON messages")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    // A result kept would be written again within 200 ms, then 400 ms.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let r = app.get("/v1/threads/later/tool-calls/e1").await;
+    assert_eq!(r.status(), 404, "{}", r.text().await.unwrap());
+    // Posted again, it runs again and is stored.
+    let (s, out) = app
+        .call(
+            "later",
+            json!({"id": "e1", "name": "echo", "arguments": {"text": "no-room"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+}
+
 /// A database that does not answer at all is not ready either: `/readyz`
 /// says so within a probe's usual timeout instead of hanging with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -979,6 +1020,84 @@ async fn set_database_reachable(pg: &common::PgDatabase, reachable: bool) {
     for sql in statements {
         sqlx::query(&sql).execute(&mut admin).await.unwrap();
     }
+}
+
+/// Make the test database read-only for new transactions (as a failover
+/// to a standby does) and end its open connections, or writable again.
+async fn set_database_read_only(pg: &common::PgDatabase, read_only: bool) {
+    use sqlx::Connection;
+    let mut admin = sqlx::PgConnection::connect(&pg.admin_url).await.unwrap();
+    let value = if read_only { "on" } else { "off" };
+    for sql in [
+        format!(
+            "ALTER DATABASE {} SET default_transaction_read_only = {value}",
+            pg.name
+        ),
+        format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{}'",
+            pg.name
+        ),
+    ] {
+        sqlx::query(&sql).execute(&mut admin).await.unwrap();
+    }
+}
+
+/// A Postgres that can only be read (a standby after a failover,
+/// `default_transaction_read_only`) is an outage, as a SQLite file that
+/// cannot be written is: requests are answered 503, /readyz is not
+/// ready, and a running call's result waits until it can be stored. It
+/// was a 500, /readyz said ready, and the call stayed `running` until a
+/// restart finished it as INTERRUPTED.
+#[tokio::test]
+async fn a_read_only_postgres_is_an_outage() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let pg = app.pg.as_ref().unwrap();
+    let (_sse, caller) = {
+        let mut sse = app.events("ro", "", None).await;
+        sse.until("RUN_STARTED").await;
+        let (base, token) = (app.base.clone(), app.token.clone());
+        let caller = tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{base}/v1/threads/ro/tool-calls"))
+                .bearer_auth(token)
+                .json(&json!({"id": "w", "name": "wait", "arguments": {"ms": 1500}}))
+                .send()
+                .await
+                .unwrap()
+        });
+        sse.until("TOOL_CALL_END").await;
+        (sse, caller)
+    };
+    set_database_read_only(pg, true).await;
+    let r = app
+        .post(
+            "/v1/threads/ro/messages",
+            &json!({"role": "user", "content": "hi"}),
+        )
+        .await;
+    assert_eq!(r.status(), 503, "{}", r.text().await.unwrap());
+    let answered = caller.await.unwrap();
+    assert_eq!(answered.status(), 503);
+    let ready = reqwest::get(app.url("/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 503);
+    set_database_read_only(pg, false).await;
+    // The kept result is stored once the database takes writes again.
+    let mut call = Value::Null;
+    for _ in 0..150 {
+        let r = app.get("/v1/threads/ro/tool-calls/w").await;
+        if r.status() == 200 {
+            call = r.json().await.unwrap();
+            if call["status"] != "running" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(call["status"], "success", "{call}");
+    assert_eq!(
+        call["outcome"]["tool_agent_output"]["result"]["waited_ms"], 1500,
+        "{call}"
+    );
 }
 
 /// Rename the test database `from` → `to` (no connection may be open to it

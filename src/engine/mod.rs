@@ -1431,11 +1431,17 @@ impl Engine {
                 // The tool has run: if the database cannot be reached, its
                 // result is written once it answers again, and the call
                 // does not stay `running` until a restart.
+                // A unit that records its call too (a read-only call whose
+                // write-ahead was deferred, a refusal) is dropped: its call
+                // left no trace and had no effect, and its caller, told
+                // 503, posts it again.
                 Err((e, Some(back))) if e.is_unavailable() => {
-                    // Written once the database answers again.
-                    self.count_result(&output);
-                    if let Some((back, kept)) = self.keep_on_disk(back).await {
-                        self.keep_writing(back, kept);
+                    if spool::worth_keeping(&back) {
+                        // Written once the database answers again.
+                        self.count_result(&output);
+                        if let Some((back, kept)) = self.keep_on_disk(back).await {
+                            self.keep_writing(back, kept);
+                        }
                     }
                     return Err(e);
                 }
@@ -1488,18 +1494,15 @@ impl Engine {
         .increment(1);
     }
 
-    /// Keep a result unit on disk while the database is unreachable, if
-    /// losing it would leave its call open ([`spool::worth_keeping`]); the
-    /// file is written and synced off the request threads. The unit comes
-    /// back with its file, if one was written; `None` only when the runtime
-    /// is shutting down.
+    /// Keep a result unit on disk while the database is unreachable (one
+    /// whose call is recorded: [`spool::worth_keeping`]); the file is
+    /// written and synced off the request threads. The unit comes back with
+    /// its file, if one was written; `None` only when the runtime is
+    /// shutting down.
     async fn keep_on_disk(
         &self,
         unit: WriteUnit,
     ) -> Option<(WriteUnit, Option<std::path::PathBuf>)> {
-        if !spool::worth_keeping(&unit) {
-            return Some((unit, None));
-        }
         let on_disk = self.config.result_spool.clone();
         let (unit, kept) = tokio::task::spawn_blocking(move || {
             let kept = on_disk.keep(&unit);

@@ -180,7 +180,9 @@ fn refused_data_code(code: &str) -> bool {
 /// resource, or a transaction the database gave up on for now: SQLSTATE
 /// class 08, operator intervention 57P0x, class 53 (a full disk, no
 /// memory, too many connections), class 58 (an I/O error), a database not
-/// accepting connections (55000), a lock not available (55P03), class 40 (a
+/// accepting connections (55000), a lock not available (55P03), a
+/// read-only transaction (25006: a standby, a database set read-only),
+/// class 40 (a
 /// serialization failure or a deadlock), and the refusals of a connection
 /// by name or credentials: the database does not exist under its name
 /// (3D000: renamed, or dropped to be restored) and class 28 (a login the
@@ -192,7 +194,10 @@ fn unavailable_code(code: &str) -> bool {
             ["08", "28", "40", "53", "57P", "58"]
                 .iter()
                 .any(|c| s.starts_with(c))
-                || ["55000", "55P03", "3D000"].contains(&s)
+                // 25006: a read-only transaction (a standby after a
+                // failover, default_transaction_read_only): no write can
+                // commit until the database takes writes again.
+                || ["25006", "55000", "55P03", "3D000"].contains(&s)
         }
         // BUSY, LOCKED, READONLY (the file or its directory not writable
         // by the service), IOERR, FULL, CANTOPEN.
@@ -1188,7 +1193,7 @@ mod tests {
         }
         for unavailable in [
             "08006", "57P01", "53100", "53200", "53300", "58030", "55000", "55P03", "40001",
-            "40P01", "3D000", "28000", "28P01",
+            "25006", "40P01", "3D000", "28000", "28P01",
         ] {
             assert!(unavailable_code(unavailable), "{unavailable}");
             assert!(!refused_data_code(unavailable), "{unavailable}");
