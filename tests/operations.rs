@@ -1727,6 +1727,51 @@ async fn a_call_whose_client_left_gets_the_shutdown_grace() {
     assert_eq!(call["status"], "success", "{call}");
 }
 
+/// A start that must finish an interrupted call while the database cannot
+/// take writes (a full disk) serves anyway, and the call's INTERRUPTED
+/// result is written once the database takes writes. The start failed,
+/// and failed again at every restart until the disk had room.
+#[tokio::test]
+async fn a_start_on_a_full_disk_finishes_interrupted_calls_later() {
+    use sqlx::Connection as _;
+    let data_dir = tempfile::tempdir().unwrap();
+    let pg = common::create_pg_database().await;
+    let mut first = serve_binary(data_dir.path(), Some(&pg.url)).await;
+    let (_sse, _caller) = a_running_wait(&first, "full", "w", 30_000).await;
+    first.child.kill().await.unwrap();
+    first.child.wait().await.unwrap();
+    // 53100: disk_full, for the result of the interrupted call.
+    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE FUNCTION no_room() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.content LIKE '%INTERRUPTED%' THEN \
+         RAISE EXCEPTION 'no room left on the test device' USING ERRCODE = '53100'; \
+         END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER no_room BEFORE INSERT ON messages \
+         FOR EACH ROW EXECUTE FUNCTION no_room();",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let second = serve_binary(data_dir.path(), Some(&pg.url)).await;
+    let call = second.get_json("/v1/threads/full/tool-calls/w").await;
+    assert_eq!(call["status"], "running", "{call}");
+    sqlx::raw_sql("DROP TRIGGER no_room ON messages")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let mut call = Value::Null;
+    for _ in 0..150 {
+        call = second.get_json("/v1/threads/full/tool-calls/w").await;
+        if call["status"] != "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(call["status"], "failure", "{call}");
+    assert!(call.to_string().contains("INTERRUPTED"), "{call}");
+}
+
 /// A second SIGTERM does not wait for the shutdown grace: the process
 /// exits at once (status 1), and the call it cut off is finished as
 /// INTERRUPTED at the next start.
@@ -1908,6 +1953,16 @@ async fn a_removed_database_file_is_not_ready() {
     // Replaced by a copy: another file under the same name.
     std::fs::rename(&aside, &db).unwrap();
     assert_eq!(ready().await, 503);
+    // Nothing is committed into the file no longer there: a write the
+    // caller is told is done would be lost at the next start.
+    let r = client
+        .post(format!("{}/v1/threads/replaced/messages", served.base))
+        .bearer_auth(&served.token)
+        .json(&json!({"role": "user", "content": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503, "{}", r.text().await.unwrap());
     std::fs::remove_dir_all(&data_dir).unwrap();
     assert_eq!(ready().await, 503);
     let logged = served.stderr.lock().unwrap().clone();
@@ -3616,6 +3671,60 @@ fn an_unreadable_signing_key_is_named() {
             "{err}"
         );
     }
+}
+
+/// A signing key that cannot be written whole (here: files limited to 8
+/// bytes, as a full disk would cut it) leaves no key file behind, and the
+/// error names it. It left an empty `signing.key`, which stopped every
+/// later start until removed by hand.
+#[tokio::test]
+async fn a_signing_key_cut_short_leaves_no_key_file() {
+    use std::os::unix::process::CommandExt as _;
+    let pg = common::create_pg_database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let migrate = |limited: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
+        cmd.args(["--data-dir", dir.path().to_str().unwrap(), "migrate"])
+            .env("DATABASE_URL", &pg.url);
+        if limited {
+            // SAFETY: setrlimit and signal are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let limit = libc::rlimit {
+                        rlim_cur: 8,
+                        rlim_max: 8,
+                    };
+                    libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        cmd.output().unwrap()
+    };
+    let out = migrate(true);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    let key = dir.path().join("signing.key");
+    assert!(
+        err.contains(&format!("cannot write the signing key {}", key.display())),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with("signing.key"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let out = migrate(false);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::read_to_string(&key).unwrap().trim().len() >= 43);
 }
 
 /// A `DATABASE_URL` without a scheme may be anything pasted there (a

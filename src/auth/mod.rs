@@ -554,18 +554,38 @@ fn warn_if_others_can_read(path: &Path) {
     }
 }
 
+/// Write a new key file readable by its owner only, whole or not at all:
+/// written beside it, synced, then renamed into place. A key file cut
+/// short (a full disk) would stop every later start until removed by hand.
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(contents.as_bytes())?;
-    file.sync_all()
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = std::path::PathBuf::from(partial);
+    // One left by a start that died while writing it.
+    let _ = std::fs::remove_file(&partial);
+    let write = || -> std::io::Result<()> {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let mut file = options.open(&partial)?;
+        file.write_all(contents.as_bytes())?;
+        file.sync_all()?;
+        // Never over a key another process made meanwhile.
+        std::fs::hard_link(&partial, path)?;
+        std::fs::remove_file(&partial)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    };
+    write().inspect_err(|_| {
+        let _ = std::fs::remove_file(&partial);
+    })
 }
 
 /// Parse the `Authorization` header value into a token.

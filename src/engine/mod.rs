@@ -1828,16 +1828,31 @@ impl Engine {
                 .await?
                 .filter(|a| a.status == crate::store::ApprovalStatus::Approved);
             let audit = audit::interrupted(&record, approval.map(|a| a.id));
-            self.finish(
-                &record.owner,
-                &record.thread_id,
-                output,
-                None,
-                None,
-                vec![WriteOp::AppendAudit(audit)],
-            )
-            .await?;
-            tracing::warn!(thread_id = %record.thread_id, tool_call_id = %record.id, "finished interrupted tool call");
+            match self
+                .finish(
+                    &record.owner,
+                    &record.thread_id,
+                    output,
+                    None,
+                    None,
+                    vec![WriteOp::AppendAudit(audit)],
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::warn!(thread_id = %record.thread_id, tool_call_id = %record.id, "finished interrupted tool call")
+                }
+                // The database reads but cannot take writes (a full disk):
+                // the result is kept and written once it can, as any
+                // result in an outage; the service starts meanwhile.
+                Err(e) if e.is_unavailable() => tracing::warn!(
+                    thread_id = %record.thread_id,
+                    tool_call_id = %record.id,
+                    error = %e,
+                    "an interrupted tool call's result is not stored yet; it is written once the database takes writes"
+                ),
+                Err(e) => return Err(e),
+            }
         }
         Ok(count)
     }

@@ -160,10 +160,23 @@ pub struct SqliteStore {
 }
 
 /// A file's device and inode.
-fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
+pub(crate) fn identity(path: &Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt as _;
     let meta = std::fs::metadata(path)?;
     Ok((meta.dev(), meta.ino()))
+}
+
+/// The database file at `path` is not the one the store opened: an outage
+/// (I/O), which a restart with the file restored ends.
+pub(crate) fn file_gone(path: &Path) -> StoreError {
+    StoreError::Database(sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        format!(
+            "the database file {} was removed or replaced while toolgate served it: \
+             restore it and restart toolgate",
+            path.display()
+        ),
+    )))
 }
 
 impl SqliteStore {
@@ -282,14 +295,7 @@ impl Store for SqliteStore {
         if let Some((path, opened)) = &self.file
             && identity(path).ok().as_ref() != Some(opened)
         {
-            return Err(StoreError::Database(sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!(
-                    "the database file {} was removed or replaced while toolgate served it: \
-                     restore it and restart toolgate",
-                    path.display()
-                ),
-            ))));
+            return Err(file_gone(path));
         }
         self.reads().ready(MIGRATIONS).await
     }

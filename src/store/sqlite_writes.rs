@@ -155,6 +155,10 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 /// The store's write connection.
 pub(crate) struct WriteConnection {
     conn: Mutex<Connection>,
+    /// The database file and its identity when opened (none in memory): a
+    /// batch is not committed into a file that was removed or replaced
+    /// under the service, where nothing would find it again.
+    file: Option<(std::path::PathBuf, (u64, u64))>,
     /// Stops the checkpointer when the connection goes (file databases).
     _checkpointer: Option<Checkpointer>,
 }
@@ -354,10 +358,31 @@ impl WriteConnection {
             conn.pragma_update(None, "journal_size_limit", -1)?;
             Some(Checkpointer::start(path, flags, checkpoint_every)?)
         };
+        let file = if in_memory {
+            None
+        } else {
+            super::sqlite::identity(path)
+                .ok()
+                .map(|id| (path.to_owned(), id))
+        };
         Ok(WriteConnection {
             conn: Mutex::new(conn),
+            file,
             _checkpointer: checkpointer,
         })
+    }
+
+    /// The database file is still the one this connection writes: one
+    /// removed or replaced under the service (a restore copied over it, a
+    /// data directory deleted) is an outage, not a place to commit to.
+    fn check_file(&self) -> StoreResult<()> {
+        let Some((path, opened)) = &self.file else {
+            return Ok(());
+        };
+        if super::sqlite::identity(path).ok().as_ref() == Some(opened) {
+            return Ok(());
+        }
+        Err(super::sqlite::file_gone(path))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -373,6 +398,7 @@ impl WriteConnection {
         if units.is_empty() {
             return Ok(Vec::new());
         }
+        self.check_file()?;
         let mut conn = self.lock();
         if let Some(plan) = Plan::new(units, super::batch::apply_order(units)) {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
