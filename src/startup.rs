@@ -232,7 +232,10 @@ impl Application {
         let keys = Keys::load(&settings.auth, &data_dir)?;
         let dev_token = match keys.source {
             KeySource::Secret | KeySource::KeyFiles => None,
-            _ => Some(keys.mint("dev", settings.auth.dev_token_ttl_secs)?),
+            _ => Some(
+                keys.mint("dev", settings.auth.dev_token_ttl_secs)
+                    .context("auth.dev_token_ttl_secs")?,
+            ),
         };
         let bus = Arc::new(EventBus::new(1024));
         let replay_cache = Arc::new(crate::engine::ReplayCache::new(

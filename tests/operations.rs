@@ -943,6 +943,38 @@ async fn readyz_is_not_ready_while_writes_fail() {
     assert_eq!(ready(&app).await.status(), 200);
 }
 
+/// An AG-UI run the database cannot store ends with the code an event
+/// stream ends with for the same cause, `STORE_UNAVAILABLE` (it was
+/// `RUN_FAILED`, the code of an internal error); a 503 says when to retry.
+#[tokio::test]
+async fn a_run_the_database_cannot_store_ends_store_unavailable() {
+    let app = TestApp::spawn(Backend::Postgres).await;
+    app.refuse_messages_holding("no-room", common::Refusal::DiskFull)
+        .await;
+    let input = json!({
+        "threadId": "ro-run", "runId": "run_1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u1", "role": "user", "content": "echo it"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"no-room\"}"}}]}
+        ]
+    });
+    let resp = app.post("/v1/threads/ro-run/runs", &input).await;
+    assert_eq!(resp.status(), 200);
+    let frames = SseReader::new(resp).until("RUN_ERROR").await;
+    let error = frames.last().unwrap();
+    assert_eq!(error.data["code"], "STORE_UNAVAILABLE", "{:?}", error.data);
+    let r = app
+        .post(
+            "/v1/threads/ro-run/messages",
+            &json!({"role": "user", "content": "no-room"}),
+        )
+        .await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+}
+
 /// A read-only call whose record would commit with its result leaves
 /// nothing behind when the database cannot take it: its caller, told
 /// `503`, runs it again. It was kept in memory and stored once the

@@ -62,10 +62,16 @@ impl Spool {
         options.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&temporary)?;
-        file.write_all(&text)?;
-        file.sync_all()?;
-        fs::rename(&temporary, &path)?;
+        let write = || -> io::Result<()> {
+            let mut file = options.open(&temporary)?;
+            file.write_all(&text)?;
+            file.sync_all()?;
+            fs::rename(&temporary, &path)
+        };
+        // A file cut short (a full disk) is not left behind.
+        write().inspect_err(|_| {
+            let _ = fs::remove_file(&temporary);
+        })?;
         fs::File::open(&self.dir)?.sync_all()?;
         Ok(path)
     }

@@ -290,6 +290,12 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
         }
+        // RFC 9110 §10.2.3: when to try again. An outage's end is unknown;
+        // a second is what a refused connection says too.
+        if let ApiError::Unavailable(_) = &self {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         if status == StatusCode::UNAUTHORIZED {
             // RFC 6750 §3.1: a request that sent no token gets no error code.
             let challenge = if detail == crate::auth::AuthError::Missing.to_string() {

@@ -738,11 +738,17 @@ async fn run(
             if let ApiError::Internal(err) = &e {
                 tracing::error!(error = ?err, "run failed");
             }
+            // The code an event stream ends with for the same cause: a
+            // client retries an outage, not a failure.
+            let code = match &e {
+                ApiError::Unavailable(_) => "STORE_UNAVAILABLE",
+                _ => "RUN_FAILED",
+            };
             emit(
                 &tx,
                 &Event::new(EventBody::RunError {
                     message,
-                    code: Some("RUN_FAILED".into()),
+                    code: Some(code.into()),
                 }),
             )
             .await;

@@ -210,10 +210,21 @@ pub fn io_error(err: io::Error, path: &WorkspacePath) -> ToolError {
             format!("'{shown}': too many levels of symbolic links"),
             false,
         ),
-        _ => ToolError::new(
+        // No room (a full disk, a quota): the same call can work once
+        // there is, as the edit history's own failure says.
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded => ToolError::new(
             codes::IO_ERROR,
             format!("'{shown}': {}", io::Error::from(err.kind())),
-            false,
+            true,
+        )
+        .with_hint("The disk has no room: retry once space is freed."),
+        kind => ToolError::new(
+            codes::IO_ERROR,
+            format!("'{shown}': {}", io::Error::from(kind)),
+            matches!(
+                kind,
+                io::ErrorKind::Interrupted | io::ErrorKind::TimedOut | io::ErrorKind::ResourceBusy
+            ),
         ),
     }
 }
@@ -784,6 +795,21 @@ pub fn not_found_aware(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_full_disk_is_a_retryable_io_error() {
+        let path = super::WorkspacePath::from_normalised("a.txt".into());
+        for (errno, retryable) in [
+            (libc::ENOSPC, true),
+            (libc::EDQUOT, true),
+            (libc::EBUSY, true),
+            (libc::EIO, false),
+        ] {
+            let e = super::io_error(std::io::Error::from_raw_os_error(errno), &path);
+            assert_eq!(e.code, super::codes::IO_ERROR, "{errno}");
+            assert_eq!(e.retryable, retryable, "{errno}");
+        }
+    }
+
     use super::*;
 
     fn ws() -> PathBuf {
