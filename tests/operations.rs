@@ -881,24 +881,8 @@ async fn a_call_posted_again_is_counted_once() {
             assert_eq!(r.status(), 200);
         }
     }
-    let text = client
-        .get(format!("{}/metrics", served.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let count = |tool: &str, status: &str| {
-        text.lines()
-            .find(|l| {
-                l.starts_with("toolgate_tool_calls_total{")
-                    && l.contains(&format!("tool=\"{tool}\""))
-                    && l.contains(&format!("status=\"{status}\""))
-            })
-            .and_then(|l| l.rsplit(' ').next())
-            .map(|n| n.parse::<f64>().unwrap())
-    };
+    let text = served.metrics().await;
+    let count = |tool: &str, status: &str| calls_counted(&text, tool, status);
     assert_eq!(count("wait", "success"), Some(1.0), "{text}");
     assert_eq!(count("wait", "failure"), None, "{text}");
     assert_eq!(count("echo", "success"), Some(1.0), "{text}");
@@ -1622,7 +1606,30 @@ struct Served {
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
+/// `toolgate_tool_calls_total{tool, status}` in a `/metrics` text.
+fn calls_counted(metrics: &str, tool: &str, status: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("toolgate_tool_calls_total{")
+                && l.contains(&format!("tool=\"{tool}\""))
+                && l.contains(&format!("status=\"{status}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|n| n.parse::<f64>().unwrap())
+}
+
 impl Served {
+    /// The process's `/metrics` text.
+    async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.base))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// `GET path` with the served token, as JSON.
     async fn get_json(&self, path: &str) -> Value {
         reqwest::Client::new()
@@ -1890,24 +1897,8 @@ async fn refused_calls_are_counted_as_results() {
         out["tool_agent_output"]["error"]["code"], "TOOL_NOT_FOUND",
         "{out}"
     );
-    let text = client
-        .get(format!("{}/metrics", served.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let count = |tool: &str, status: &str| {
-        text.lines()
-            .find(|l| {
-                l.starts_with("toolgate_tool_calls_total{")
-                    && l.contains(&format!("tool=\"{tool}\""))
-                    && l.contains(&format!("status=\"{status}\""))
-            })
-            .and_then(|l| l.rsplit(' ').next())
-            .map(|n| n.parse::<f64>().unwrap())
-    };
+    let text = served.metrics().await;
+    let count = |tool: &str, status: &str| calls_counted(&text, tool, status);
     assert_eq!(count("wait", "failure"), Some(1.0), "{text}");
     assert_eq!(count("unknown", "failure"), Some(1.0), "{text}");
     assert!(!text.contains("no_such_tool"), "{text}");
