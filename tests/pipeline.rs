@@ -1799,13 +1799,16 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
             .status(),
         201
     );
-    // Declared again with the same call: nothing to object to.
-    assert_eq!(
+    // Declared again by another message, even with the same call: a call
+    // is the one message's that made it.
+    refused_at(
         app.post("/v1/threads/dc/messages", &turn("a2", "c1", "one"))
-            .await
-            .status(),
-        201
-    );
+            .await,
+        409,
+        "already declared by message \"a1\"",
+        "/tool_calls/0/id",
+    )
+    .await;
     // Declared again with other arguments: the result of c1 could answer
     // only one of them.
     refused_at(
@@ -1928,12 +1931,21 @@ async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
         )
         .await;
     assert_eq!(s, 200);
-    for name in ["sleep", "wait"] {
-        let turn = json!({"role": "assistant",
-                          "tool_calls": [{"id": "s1", "name": name, "arguments": {"ms": 1}}]});
-        let r = app.post("/v1/threads/dc/messages", &turn).await;
-        assert_eq!(r.status(), 201, "{name}");
-    }
+    let turn = |name: &str| {
+        json!({"role": "assistant",
+                      "tool_calls": [{"id": "s1", "name": name, "arguments": {"ms": 1}}]})
+    };
+    let r = app.post("/v1/threads/dc/messages", &turn("wait")).await;
+    assert_eq!(r.status(), 201);
+    // Declared again under the alias: the same call, so the refusal is
+    // for a second message declaring it, not for another tool.
+    refused_at(
+        app.post("/v1/threads/dc/messages", &turn("sleep")).await,
+        409,
+        "is already declared by message",
+        "/tool_calls/0/id",
+    )
+    .await;
     // Nothing refused was recorded.
     let ids: Vec<String> = app
         .history("dc")
@@ -2366,6 +2378,8 @@ async fn a_declared_call_is_announced_as_its_messages(backend: Backend) {
         out["detail"],
         "tool call \"c5\" is declared by message \"am\", not \"u0-turn\": post it with parent_message_id \"am\", or without one"
     );
+    // The place it names: the call's parent_message_id.
+    assert_eq!(out["errors"][0]["pointer"], "/parent_message_id", "{out}");
     let (s, out) = app.call("late-decl", echo("c5")).await;
     assert_eq!((s, &out["replayed"]), (200, &json!(false)), "{out}");
     // A declared call refused before it runs is its message's too.
@@ -2467,9 +2481,29 @@ async fn a_call_posted_under_a_parent_is_that_messages(backend: Backend) {
     );
     let (s, out) = message(declaring("pm-z", "g1")).await;
     assert_eq!(s, 201, "{out}");
-    // Declared again later, it is a repetition the context leaves out.
+    // Declared again by another message: refused too. It was taken as a
+    // repetition, which the snapshot showed without the call, so a client
+    // that sent the message back as shown was refused, and a run whose
+    // last message it was tried to run the call under it.
     let (s, out) = message(declaring("pm-again", "g1")).await;
-    assert_eq!(s, 201, "{out}");
+    assert_eq!(s, 409, "{out}");
+    assert_eq!(out["errors"][0]["pointer"], "/tool_calls/0/id", "{out}");
+    assert_eq!(
+        out["errors"][0]["message"],
+        "tool call \"g1\" is already declared by message \"pm-z\": a call belongs to the one assistant message that made it, not \"pm-again\"; a new call needs an id of its own"
+    );
+    // Nor in an AG-UI run's new turn, before its stream starts.
+    let input = json!({"threadId": "parents", "runId": "r2", "state": {}, "tools": [],
+        "context": [], "forwardedProps": {},
+        "messages": [{"id": "pm-again", "role": "assistant", "toolCalls": [
+            {"id": "g1", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"g1\"}"}}]}]});
+    let r = app.post(&format!("{t}/runs"), &input).await;
+    assert_eq!(r.status(), 409);
+    let out: Value = r.json().await.unwrap();
+    assert_eq!(
+        out["errors"][0]["pointer"], "/messages/0/toolCalls/0/id",
+        "{out}"
+    );
 
     let history = app.history("parents").await;
     let ids: Vec<&str> = history.iter().map(|m| m["id"].as_str().unwrap()).collect();

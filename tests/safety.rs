@@ -1126,6 +1126,83 @@ async fn a_rollback_that_stops_a_command_says_what_may_stay(backend: Backend) {
     assert_eq!(record["undo"], "irreversible", "{record}");
 }
 
+/// A change undone with the `undo_edit` tool is undone: undoing its call
+/// answers `409` and marks the call undone (its lookup says so), and a
+/// rollback reports it `already_undone`. The lookup said `available`, each
+/// undo recorded another failed attempt, and the rollback said
+/// `undo_failed`.
+async fn a_change_undone_by_undo_edit_is_undone(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let write = |id: &str, content: &str| json!({"id": id, "run_id": "R", "name": "write_file", "arguments": {"path": "u.txt", "content": content}});
+    for (id, content) in [("w1", "one"), ("w2", "two")] {
+        let (s, out) = app.call("ue", write(id, content)).await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let (s, out) = app
+        .call(
+            "ue",
+            json!({"id": "by-tool", "name": "undo_edit", "arguments": {"path": "u.txt"}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{s} {out}");
+    let root = workspace_root(&app).await;
+    assert_eq!(
+        std::fs::read_to_string(root.join("u.txt")).unwrap(),
+        "one\n"
+    );
+    let r = app
+        .post("/v1/threads/ue/tool-calls/w2/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+    let problem: Value = r.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already undone"),
+        "{problem}"
+    );
+    let record = app.get_json("/v1/threads/ue/tool-calls/w2").await;
+    assert_eq!(record["undo"], "undone", "{record}");
+    // Asked again: the same answer, from the record, and no new attempt.
+    let r = app
+        .post("/v1/threads/ue/tool-calls/w2/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+    let attempts = app
+        .history("ue")
+        .await
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .count();
+    // w1, w2, the undo_edit call and one attempt at undoing w2.
+    assert_eq!(attempts, 4);
+    // The rollback undoes w1 and reports w2 undone already.
+    let report: Value = app
+        .post("/v1/threads/ue/runs/R/rollback", &json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let actions: Vec<(&str, &str)> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["tool_call_id"].as_str().unwrap(),
+                s["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(actions.contains(&("w2", "already_undone")), "{report}");
+    assert!(actions.contains(&("w1", "undone")), "{report}");
+    assert!(
+        !root.join("u.txt").exists(),
+        "w1 made the file: undone, it is gone"
+    );
+}
+
 /// A run rolled back takes no more calls: one posted to it afterwards,
 /// alone or in a batch, writing or only reading, is refused before it runs
 /// and leaves no record; a call the run already recorded is still answered
@@ -3323,6 +3400,7 @@ async fn approval_pages_end_at_four_mebibytes(backend: Backend) {
 }
 
 both_backends!(
+    a_change_undone_by_undo_edit_is_undone,
     approval_pages_end_at_four_mebibytes,
     a_snapshot_is_followed_by_the_open_approvals,
     a_dry_run_needs_what_reading_the_file_needs,

@@ -3801,10 +3801,25 @@ async fn a_call_posted_under_a_parent_is_that_messages(store: DynStore) {
         "only message \"pz\" can declare it, not \"py\"",
     );
     apply_one(&store, declare("pz")).await.unwrap();
-    // A repetition of the declaration is no conflict.
-    apply_one(&store, declare("pa")).await.unwrap();
+    // Declared again by another message: the call is pz's alone.
+    conflict(
+        &apply_one(&store, declare("pa")).await,
+        "is already declared by message \"pz\"",
+    );
+    // And for a call declared first, never posted.
+    let declare_new = |id: &str| {
+        alice(vec![WriteOp::InsertMessage(declaring(
+            id,
+            &[("c5", "echo", json!({"text": "c5"}))],
+        ))])
+    };
+    apply_one(&store, declare_new("d1")).await.unwrap();
+    conflict(
+        &apply_one(&store, declare_new("d2")).await,
+        "tool call \"c5\" is already declared by message \"d1\"",
+    );
     let ids = message_ids(&store, "t").await;
-    assert_eq!(ids, ["ok0", "ok1", "ok2", "p", "q", "r", "pz", "pa"]);
+    assert_eq!(ids, ["ok0", "ok1", "ok2", "p", "q", "r", "pz", "d1"]);
 }
 
 async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {
@@ -3841,17 +3856,26 @@ async fn a_call_id_means_one_call_in_declarations_and_records(store: DynStore) {
         assert!(format!("{:?}", refused).contains("already declared"));
     }
     assert_eq!(store.all_messages("t").await.unwrap().len(), 1);
-    // The same call declared again is no conflict; c9, refused with the
-    // unit above, is free.
-    apply_one(
+    // The same call declared again by another message is refused too: a
+    // call is the one message's that made it.
+    let refused = apply_one(
         &store,
         declare(
             "m2",
-            &[("c1", "echo", json!({"a": 1})), ("c9", "echo", json!({}))],
+            &[("c9", "echo", json!({})), ("c1", "echo", json!({"a": 1}))],
         ),
     )
-    .await
-    .unwrap();
+    .await;
+    assert!(
+        matches!(&refused, Err(StoreError::Conflict(what))
+            if what.starts_with("tool call \"c1\" is already declared by message \"m1\"")),
+        "{refused:?}"
+    );
+    assert_eq!(store.all_messages("t").await.unwrap().len(), 1);
+    // c9, refused with the units above, is free.
+    apply_one(&store, declare("m2", &[("c9", "echo", json!({}))]))
+        .await
+        .unwrap();
 
     // A call posted under a declared id must be the declared call.
     for refused in [

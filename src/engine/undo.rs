@@ -305,14 +305,23 @@ impl Engine {
             req.undo_of = Some(id.to_string());
             let executed = self.execute(req).await;
             if nothing_left(&executed) {
-                match self.undone_before(owner, thread_id, id, attempt).await {
-                    Ok(Some(by)) => {
-                        let id = id.to_string();
-                        return (Some(call_id), Err(UndoError::AlreadyUndone { id, by }));
-                    }
-                    Ok(None) => {}
-                    Err(e) => return (Some(call_id), Err(e)),
-                }
+                // Undone by an earlier attempt a restart cut short, or
+                // else by other means (the `undo_edit` tool): this attempt
+                // found it so. Either way the call is marked undone, so its
+                // lookup says so and no rollback tries again.
+                let by = match self.undone_before(owner, thread_id, id, attempt).await {
+                    Ok(Some(by)) => Ok(by),
+                    Ok(None) => self
+                        .mark_undone(owner, thread_id, id, &call_id)
+                        .await
+                        .map(|()| call_id.clone()),
+                    Err(e) => Err(e),
+                };
+                let id = id.to_string();
+                return (
+                    Some(call_id),
+                    by.and_then(|by| Err(UndoError::AlreadyUndone { id, by })),
+                );
             }
             match executed {
                 // An assistant message declares the fresh id for a call
@@ -352,19 +361,31 @@ impl Engine {
             {
                 continue;
             }
-            self.writer
-                .write(WriteUnit {
-                    thread_id: thread_id.to_string(),
-                    owner: owner.to_string(),
-                    ops: vec![WriteOp::MarkUndone {
-                        id: id.to_string(),
-                        undone_by: call_id.clone(),
-                    }],
-                })
-                .await?;
+            self.mark_undone(owner, thread_id, id, &call_id).await?;
             return Ok(Some(call_id));
         }
         Ok(None)
+    }
+
+    /// Record call `id` as undone by call `by`.
+    async fn mark_undone(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        id: &str,
+        by: &str,
+    ) -> Result<(), UndoError> {
+        self.writer
+            .write(WriteUnit {
+                thread_id: thread_id.to_string(),
+                owner: owner.to_string(),
+                ops: vec![WriteOp::MarkUndone {
+                    id: id.to_string(),
+                    undone_by: by.to_string(),
+                }],
+            })
+            .await?;
+        Ok(())
     }
 
     /// `record` once it no longer waits or runs: a call running in this
@@ -574,14 +595,22 @@ impl Engine {
                             step.detail = Some(format!("approval {}", a.id));
                         }
                         // An earlier attempt, cut by a restart, had undone
-                        // it: this one found it undone already.
+                        // it, or something else had (`undo_edit`): this
+                        // one found it undone already.
                         Err(UndoError::AlreadyUndone { by, .. }) => {
                             step.action = "already_undone".into();
-                            step.detail = Some(format!(
-                                "{by} undid it before a restart cut it short; {} found it undone \
-                                 already",
-                                step.undo_call_id.as_deref().unwrap_or("the next attempt")
-                            ));
+                            step.detail = Some(if step.undo_call_id.as_deref() == Some(&by) {
+                                format!(
+                                    "{by} found the change undone already (by the undo_edit \
+                                     tool, or outside toolgate's undo)"
+                                )
+                            } else {
+                                format!(
+                                    "{by} undid it before a restart cut it short; {} found it \
+                                     undone already",
+                                    step.undo_call_id.as_deref().unwrap_or("the next attempt")
+                                )
+                            });
                             step.undo_call_id = Some(by);
                         }
                         Err(e) => {

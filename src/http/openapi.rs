@@ -317,7 +317,7 @@ fn problem_schema() -> Value {
                         "pointer": {"type": "string"},
                         "parameter": {"type": "string"},
                         "path": {"type": "string"},
-                        "field": {"type": "string", "description": "For a `409` on a call id recorded as another call: what differs (`name`, `arguments`, `workspace` or `dry_run`)"},
+                        "field": {"type": "string", "description": "For a `409` on a call id recorded as another call: what differs (`name`, `arguments`, `workspace` or `dry_run`); `run_id` for a call posted to a run that was rolled back; `parent_message_id` for a call whose parent is another role's message"},
                         "message": {"type": "string"},
                     },
                 },

@@ -119,7 +119,9 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
         Rejection::InProgressElsewhere { id } => ApiError::Conflict(format!(
             "tool call {id:?} is still running in another toolgate process, or its result is waiting for the database to answer again; post it again later to get its result"
         )),
-        Rejection::OtherParent { .. } => ApiError::Conflict(r.to_string()),
+        Rejection::OtherParent { .. } => {
+            ApiError::conflict_at("/parent_message_id".into(), r.to_string())
+        }
         Rejection::NotOwner => ApiError::thread_not_found(),
         Rejection::Store(e) => e.into(),
     }
@@ -923,9 +925,10 @@ pub(super) async fn refuse_redeclared_calls<'a>(
     declared: impl Iterator<Item = (String, &'a Value, &'a str)>,
 ) -> Result<(), ApiError> {
     let canonical = |call: &Value| canonical_name(state, call["name"].as_str().unwrap_or_default());
-    let mut known: HashMap<&str, &Value> = HashMap::new();
+    // Each id's first declaration, and the message that made it.
+    let mut known: HashMap<&str, (&Value, &str)> = HashMap::new();
     for d in context::declared_calls(stored) {
-        known.entry(d.id).or_insert(d.call);
+        known.entry(d.id).or_insert((d.call, d.message.id.as_str()));
     }
     // Each id's recorded call is read once, also for an id declared before
     // (the call may have been posted since).
@@ -937,7 +940,7 @@ pub(super) async fn refuse_redeclared_calls<'a>(
         // Whether this is the id's first declaration in the thread.
         let first_declaration = !known.contains_key(id);
         match known.get(id) {
-            Some(first)
+            Some((first, _))
                 if canonical(first) != canonical(call)
                     || !same_json_at(first.get("arguments"), call.get("arguments")) =>
             {
@@ -948,9 +951,15 @@ pub(super) async fn refuse_redeclared_calls<'a>(
                     ),
                 ));
             }
+            Some((_, by)) if *by != message => {
+                return Err(ApiError::conflict_at(
+                    pointer,
+                    crate::store::checks::declared_by_other(message, id, by),
+                ));
+            }
             Some(_) => {}
             None => {
-                known.insert(id, call);
+                known.insert(id, (call, message));
             }
         }
         if !looked_up.insert(id) {

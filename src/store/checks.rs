@@ -295,6 +295,17 @@ pub(crate) fn parent_not_assistant(id: &str, parent: &str, role: &str) -> StoreE
     }
 }
 
+/// Why assistant message `message` may not declare call `id`, which
+/// message `by` declares: a call belongs to the one assistant message that
+/// made it (a second declaration left the thread's record, its snapshot and
+/// the runs that read it disagreeing about whose call it is).
+pub(crate) fn declared_by_other(message: &str, id: &str, by: &str) -> String {
+    format!(
+        "tool call {id:?} is already declared by message {by:?}: a call belongs to the one \
+         assistant message that made it, not {message:?}; a new call needs an id of its own"
+    )
+}
+
 /// Why assistant message `message` may not declare call `id`, which was
 /// posted with `parent` as its parent: the call is that message's.
 pub(crate) fn posted_under_other_parent(message: &str, id: &str, parent: &str) -> String {

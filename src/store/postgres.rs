@@ -743,7 +743,7 @@ async fn declare(
         }
         if row.try_get::<bool, _>("inserted")? {
             // The first declaration of a call posted under a parent is that
-            // parent's (a later one is only a repetition).
+            // parent's (a later one by another message is refused below).
             if let Some(parent) = row.try_get::<Option<String>, _>("parent")?
                 && parent != message.id
             {
@@ -756,8 +756,18 @@ async fn declare(
             continue;
         }
         let given = (d.tool_name.as_str(), d.args.as_str());
-        if let Some((false, _)) = same_as_declared(conn, &unit.thread_id, &d.id, given).await? {
-            return Err(checks::redeclared(&d.id, checks::GivenIn::Declaration));
+        match same_as_declared(conn, &unit.thread_id, &d.id, given).await? {
+            Some((false, _)) => {
+                return Err(checks::redeclared(&d.id, checks::GivenIn::Declaration));
+            }
+            Some((true, by)) if by != message.id => {
+                return Err(StoreError::Conflict(checks::declared_by_other(
+                    &message.id,
+                    &d.id,
+                    &by,
+                )));
+            }
+            _ => {}
         }
     }
     Ok(())

@@ -633,20 +633,6 @@ fn insert_call(
     Ok(changed == 1)
 }
 
-/// A call's `(tool_name, args)` as `statement` (a thread id and a call id
-/// as parameters) reads it, if there is a row.
-fn given_call(
-    conn: &Connection,
-    statement: &str,
-    thread_id: &str,
-    id: &str,
-) -> StoreResult<Option<(String, String)>> {
-    Ok(conn
-        .prepare_cached(statement)?
-        .query_row(params![thread_id, id], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()?)
-}
-
 /// `Redeclared` when the thread declares `call`'s id with another tool or
 /// other arguments; `Conflict` when another message declares it than the
 /// caller found ([`NewToolCall::declared_by`]).
@@ -695,7 +681,7 @@ fn declare(conn: &Connection, thread_id: &str, message: &NewMessage) -> StoreRes
             message.id
         ])?;
         // The first declaration of a call posted under a parent is that
-        // parent's (a later one is only a repetition).
+        // parent's (a later one by another message is refused below).
         if inserted == 1
             && let Some((_, _, Some(parent))) = &recorded
             && *parent != message.id
@@ -707,10 +693,27 @@ fn declare(conn: &Connection, thread_id: &str, message: &NewMessage) -> StoreRes
             )));
         }
         if inserted == 0
-            && let Some((tool, args)) = given_call(conn, DECLARED_CALL, thread_id, &d.id)?
-            && !checks::same_declared_call((&tool, &args), now)
+            && let Some((tool, args, by)) = conn
+                .prepare_cached(DECLARED_CALL)?
+                .query_row(params![thread_id, d.id], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                    ))
+                })
+                .optional()?
         {
-            return Err(checks::redeclared(&d.id, checks::GivenIn::Declaration));
+            if !checks::same_declared_call((&tool, &args), now) {
+                return Err(checks::redeclared(&d.id, checks::GivenIn::Declaration));
+            }
+            if by != message.id {
+                return Err(StoreError::Conflict(checks::declared_by_other(
+                    &message.id,
+                    &d.id,
+                    &by,
+                )));
+            }
         }
     }
     Ok(())
