@@ -310,18 +310,15 @@ impl Engine {
                 // found it so. Either way the call is marked undone, so its
                 // lookup says so and no rollback tries again.
                 let by = match self.undone_before(owner, thread_id, id, attempt).await {
-                    Ok(Some(by)) => Ok(by),
-                    Ok(None) => self
-                        .mark_undone(owner, thread_id, id, &call_id)
-                        .await
-                        .map(|()| call_id.clone()),
-                    Err(e) => Err(e),
+                    Ok(Some(by)) => by,
+                    Ok(None) => match self.mark_undone(owner, thread_id, id, &call_id).await {
+                        Ok(()) => call_id.clone(),
+                        Err(e) => return (Some(call_id), Err(e)),
+                    },
+                    Err(e) => return (Some(call_id), Err(e)),
                 };
                 let id = id.to_string();
-                return (
-                    Some(call_id),
-                    by.and_then(|by| Err(UndoError::AlreadyUndone { id, by })),
-                );
+                return (Some(call_id), Err(UndoError::AlreadyUndone { id, by }));
             }
             match executed {
                 // An assistant message declares the fresh id for a call
