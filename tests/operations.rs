@@ -967,7 +967,6 @@ async fn a_run_the_database_cannot_store_ends_store_unavailable() {
 /// the memory without bound.
 #[tokio::test]
 async fn a_read_only_call_answered_503_is_not_stored_later() {
-    use sqlx::Connection as _;
     let app = TestApp::spawn(Backend::Postgres).await;
     app.refuse_messages_holding("no-room", common::Refusal::DiskFull)
         .await;
@@ -979,12 +978,7 @@ async fn a_read_only_call_answered_503_is_not_stored_later() {
         .await;
     assert_eq!(s, 503, "{p}");
     // The database takes writes again.
-    let url = &app.pg.as_ref().unwrap().url;
-    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
-    sqlx::raw_sql("DROP TRIGGER refuse_marker ON messages")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    common::allow_pg_messages(&app.pg.as_ref().unwrap().url).await;
     // A result kept would be written again within 200 ms, then 400 ms.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let r = app.get("/v1/threads/later/tool-calls/e1").await;
@@ -1772,33 +1766,18 @@ async fn a_call_whose_client_left_gets_the_shutdown_grace() {
 /// and failed again at every restart until the disk had room.
 #[tokio::test]
 async fn a_start_on_a_full_disk_finishes_interrupted_calls_later() {
-    use sqlx::Connection as _;
     let data_dir = tempfile::tempdir().unwrap();
     let pg = common::create_pg_database().await;
     let mut first = serve_binary(data_dir.path(), Some(&pg.url)).await;
     let (_sse, _caller) = a_running_wait(&first, "full", "w", 30_000).await;
     first.child.kill().await.unwrap();
     first.child.wait().await.unwrap();
-    // 53100: disk_full, for the result of the interrupted call.
-    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
-    sqlx::raw_sql(
-        "CREATE FUNCTION no_room() RETURNS trigger LANGUAGE plpgsql AS $$ \
-         BEGIN IF NEW.content LIKE '%INTERRUPTED%' THEN \
-         RAISE EXCEPTION 'no room left on the test device' USING ERRCODE = '53100'; \
-         END IF; RETURN NEW; END $$; \
-         CREATE TRIGGER no_room BEFORE INSERT ON messages \
-         FOR EACH ROW EXECUTE FUNCTION no_room();",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    // A full disk for the result of the interrupted call.
+    common::refuse_pg_messages_holding(&pg.url, "INTERRUPTED", Refusal::DiskFull).await;
     let second = serve_binary(data_dir.path(), Some(&pg.url)).await;
     let call = second.get_json("/v1/threads/full/tool-calls/w").await;
     assert_eq!(call["status"], "running", "{call}");
-    sqlx::raw_sql("DROP TRIGGER no_room ON messages")
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    common::allow_pg_messages(&pg.url).await;
     let mut call = Value::Null;
     for _ in 0..150 {
         call = second.get_json("/v1/threads/full/tool-calls/w").await;
@@ -1909,23 +1888,11 @@ async fn refused_calls_are_counted_as_results() {
 /// id. Before, the log said only that a 503 was sent.
 #[tokio::test]
 async fn an_unavailable_database_is_logged_with_its_cause() {
-    use sqlx::Connection as _;
     let dir = tempfile::tempdir().unwrap();
     let pg = common::create_pg_database().await;
     let served = serve_binary(dir.path(), Some(&pg.url)).await;
-    // 53100: disk_full, raised for one marked message.
-    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
-    sqlx::raw_sql(
-        "CREATE FUNCTION no_room() RETURNS trigger LANGUAGE plpgsql AS $$ \
-         BEGIN IF NEW.content LIKE '%no-room%' THEN \
-         RAISE EXCEPTION 'no room left on the test device' USING ERRCODE = '53100'; \
-         END IF; RETURN NEW; END $$; \
-         CREATE TRIGGER no_room BEFORE INSERT ON messages \
-         FOR EACH ROW EXECUTE FUNCTION no_room();",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    // A full disk for one marked message.
+    common::refuse_pg_messages_holding(&pg.url, "no-room", Refusal::DiskFull).await;
     let r = reqwest::Client::new()
         .post(format!("{}/v1/threads/full/messages", served.base))
         .bearer_auth(&served.token)
@@ -1948,7 +1915,7 @@ async fn an_unavailable_database_is_logged_with_its_cause() {
         .find(|l| l.contains("the database is unavailable"))
         .unwrap_or_else(|| panic!("{logged}"));
     assert!(line.contains("request_id=full-1"), "{line}");
-    assert!(line.contains("no room left on the test device"), "{line}");
+    assert!(line.contains("refused by the test trigger"), "{line}");
 }
 
 /// A SQLite file removed (or replaced) under the running service is not

@@ -104,6 +104,41 @@ pub async fn create_pg_database() -> PgDatabase {
     }
 }
 
+/// On the Postgres database at `url`, refuse every message whose content
+/// holds `marker`, `how` the database would: a trigger raising that error.
+pub async fn refuse_pg_messages_holding(url: &str, marker: &str, how: Refusal) {
+    use sqlx::Connection;
+    // P0001 (raise_exception): refused data; XX000: an internal error
+    // nobody can classify; 53100: a full disk.
+    let code = match how {
+        Refusal::Data => "P0001",
+        Refusal::Failure => "XX000",
+        Refusal::DiskFull => "53100",
+    };
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(&format!(
+        "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN IF NEW.content LIKE '%{marker}%' THEN \
+         RAISE EXCEPTION 'refused by the test trigger' USING ERRCODE = '{code}'; \
+         END IF; RETURN NEW; END $$; \
+         CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
+         FOR EACH ROW EXECUTE FUNCTION refuse_marker();"
+    ))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+}
+
+/// Undo [`refuse_pg_messages_holding`]: the database takes every message.
+pub async fn allow_pg_messages(url: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::raw_sql("DROP TRIGGER refuse_marker ON messages")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
+
 pub fn test_settings(data_dir: &std::path::Path) -> Settings {
     let mut settings = Settings::default();
     settings.server.bind = "127.0.0.1:0".parse().unwrap();
@@ -218,27 +253,7 @@ impl TestApp {
     pub async fn refuse_messages_holding(&self, marker: &str, how: Refusal) {
         use sqlx::Connection;
         match &self.pg {
-            Some(pg) => {
-                // P0001 (raise_exception): refused data; XX000: an internal
-                // error nobody can classify.
-                let code = match how {
-                    Refusal::Data => "P0001",
-                    Refusal::Failure => "XX000",
-                    Refusal::DiskFull => "53100",
-                };
-                let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
-                sqlx::raw_sql(&format!(
-                    "CREATE FUNCTION refuse_marker() RETURNS trigger LANGUAGE plpgsql AS $$ \
-                     BEGIN IF NEW.content LIKE '%{marker}%' THEN \
-                     RAISE EXCEPTION 'refused by the test trigger' USING ERRCODE = '{code}'; \
-                     END IF; RETURN NEW; END $$; \
-                     CREATE TRIGGER refuse_marker BEFORE INSERT ON messages \
-                     FOR EACH ROW EXECUTE FUNCTION refuse_marker();"
-                ))
-                .execute(&mut conn)
-                .await
-                .unwrap();
-            }
+            Some(pg) => refuse_pg_messages_holding(&pg.url, marker, how).await,
             None => {
                 // RAISE(ABORT): a constraint failure, so refused data; a
                 // function failing on its input: SQLITE_ERROR.
