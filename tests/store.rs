@@ -4743,6 +4743,46 @@ async fn sqlite_urls_open_files_and_memory() {
     assert!(dir.path().join("via-url.db").exists());
 }
 
+/// A SQLite file toolgate creates, by `DATABASE_URL` (anywhere, perhaps
+/// in a directory others can read) or in the data directory, is the
+/// service user's alone, and so are its `-wal` and `-shm` files; a file
+/// that exists keeps the mode its operator gave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_file_toolgate_creates_is_its_own() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let by_url = dir.path().join("via-url.db");
+    let by_path = dir.path().join("by-path.db");
+    let kept = dir.path().join("kept.db");
+    std::fs::write(&kept, b"").unwrap();
+    std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let stores: Vec<DynStore> = vec![
+        Arc::new(
+            SqliteStore::connect_url(&format!("sqlite://{}", by_url.display()))
+                .await
+                .unwrap(),
+        ),
+        Arc::new(SqliteStore::open_file(&by_path).await.unwrap()),
+        Arc::new(
+            SqliteStore::connect_url(&format!("sqlite:{}", kept.display()))
+                .await
+                .unwrap(),
+        ),
+    ];
+    for store in &stores {
+        store.ready().await.unwrap();
+    }
+    for file in [&by_url, &by_path] {
+        for suffix in ["", "-wal", "-shm"] {
+            let path = std::path::PathBuf::from(format!("{}{suffix}", file.display()));
+            assert_eq!(mode(&path), 0o600, "{}", path.display());
+        }
+    }
+    assert_eq!(mode(&kept), 0o640);
+}
+
 /// A writer whose thread is gone (a store that panicked) answers
 /// `WriterClosed`, to the callers of the batch and to every later one.
 #[test]

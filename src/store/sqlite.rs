@@ -195,6 +195,7 @@ impl SqliteStore {
         path: &Path,
         checkpoint_every: Duration,
     ) -> Result<Self, StoreError> {
+        create_private(path)?;
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true);
@@ -215,10 +216,13 @@ impl SqliteStore {
         checkpoint_every: Duration,
     ) -> Result<Self, StoreError> {
         let mut options = SqliteConnectOptions::from_str(url)?;
+        let in_memory = super::is_in_memory(url);
         if !url.contains("mode=") {
+            if !in_memory {
+                create_private(options.get_filename())?;
+            }
             options = options.create_if_missing(true);
         }
-        let in_memory = super::is_in_memory(url);
         Self::open_with(options, in_memory, checkpoint_every).await
     }
 
@@ -271,6 +275,25 @@ impl SqliteStore {
     /// The connection pool (for diagnostics and tests).
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+}
+
+/// Create the database file at `path`, if missing, readable and writable
+/// by the service's user alone (`0600`): a file named by `DATABASE_URL`
+/// may lie outside the data directory, in a directory others can read.
+/// SQLite gives its `-wal` and `-shm` files the database file's mode. A
+/// file that exists keeps its mode (an operator may have chosen it).
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Database(sqlx::Error::Io(e))),
     }
 }
 
