@@ -111,6 +111,10 @@ pub struct StorageSettings {
     /// Milliseconds between copies of a SQLite file's WAL back into the
     /// database (at least 1).
     pub sqlite_checkpoint_ms: u64,
+    /// Seconds a request waits for a Postgres connection (a free one, or
+    /// a new one while the server refuses them) before it is answered
+    /// `503` (at least 1).
+    pub database_wait_secs: u64,
 }
 
 impl Default for StorageSettings {
@@ -122,6 +126,7 @@ impl Default for StorageSettings {
             writer_linger_ms: 0,
             writer_nice: -10,
             sqlite_checkpoint_ms: 20,
+            database_wait_secs: 10,
         }
     }
 }
@@ -541,6 +546,10 @@ impl Settings {
             (
                 "storage.writer_max_batch",
                 self.storage.writer_max_batch as u64,
+            ),
+            (
+                "storage.database_wait_secs",
+                self.storage.database_wait_secs,
             ),
             ("tools.timeout_secs", tools.timeout_secs),
             (

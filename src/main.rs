@@ -149,12 +149,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .database_url
                 .as_ref()
                 .map(|s| secrecy::ExposeSecret::expose_secret(s).to_string());
-            let store = toolgate::store::open(
-                url.as_deref(),
-                &settings.storage.data_dir,
-                settings.storage.sqlite_checkpoint(),
-            )
-            .await?;
+            let store = toolgate::store::open(url.as_deref(), &settings.storage).await?;
             store.ready().await?;
             // The data directory's signing key too (when none is configured),
             // so `toolgate token` can sign before the first start.

@@ -223,12 +223,7 @@ impl Application {
             .database_url
             .as_ref()
             .map(|s| s.expose_secret().to_string());
-        let store = crate::store::open(
-            database_url.as_deref(),
-            &data_dir,
-            settings.storage.sqlite_checkpoint(),
-        )
-        .await?;
+        let store = crate::store::open(database_url.as_deref(), &settings.storage).await?;
         let keys = Keys::load(&settings.auth, &data_dir)?;
         let dev_token = match keys.source {
             KeySource::Secret | KeySource::KeyFiles => None,

@@ -1012,6 +1012,83 @@ async fn readiness_fails_when_the_database_does_not_answer() {
     assert!(detail.contains("no answer"), "{detail}");
 }
 
+/// A proxy to the test database that, once `closed` is cancelled, stops
+/// listening and drops the connections it carried: Postgres as a client
+/// sees it when the server is down (new connections refused).
+struct ClosingProxy {
+    url: String,
+    closed: tokio_util::sync::CancellationToken,
+}
+
+async fn closing_proxy(pg: &common::PgDatabase) -> ClosingProxy {
+    let (head, rest) = pg.url.split_once('@').unwrap();
+    let (target, name) = rest.split_once('/').unwrap();
+    let target = target.to_string();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("{head}@{}/{name}", listener.local_addr().unwrap());
+    let closed = tokio_util::sync::CancellationToken::new();
+    let close = closed.clone();
+    tokio::spawn(async move {
+        loop {
+            let mut client = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((client, _)) => client,
+                    Err(_) => return,
+                },
+                // The listener is dropped with this task.
+                _ = close.cancelled() => return,
+            };
+            let (close, target) = (close.clone(), target.clone());
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                    _ = close.cancelled() => {}
+                }
+            });
+        }
+    });
+    ClosingProxy { url, closed }
+}
+
+/// While Postgres refuses connections (it is down), a request waits for
+/// one `storage.database_wait_secs`, then is answered 503 with
+/// Retry-After; it waited the pool's fixed 10 s before the setting.
+#[tokio::test]
+async fn a_request_waits_for_a_refusing_database_as_long_as_set() {
+    let pg = common::create_pg_database().await;
+    let proxy = closing_proxy(&pg).await;
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut settings = common::test_settings(data_dir.path());
+    settings.storage.database_url = Some(proxy.url.clone().into());
+    settings.storage.database_wait_secs = 1;
+    let app = TestApp::start(settings, data_dir, Some(pg)).await;
+    let r = app
+        .post(
+            "/v1/threads/down/messages",
+            &json!({"role": "user", "content": "hi"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    proxy.closed.cancel();
+    let started = std::time::Instant::now();
+    let r = app.get("/v1/threads/down/history").await;
+    let waited = started.elapsed();
+    assert_eq!(r.status(), 503, "{}", r.text().await.unwrap());
+    assert_eq!(r.headers()["retry-after"], "1");
+    // One second set; the default is ten.
+    assert!(waited < Duration::from_secs(6), "{waited:?}");
+    let r = app
+        .post(
+            "/v1/threads/down/messages",
+            &json!({"role": "user", "content": "again"}),
+        )
+        .await;
+    assert_eq!(r.status(), 503, "{}", r.text().await.unwrap());
+}
+
 /// Refuse new connections to the test database and end the open ones, or
 /// accept connections again.
 async fn set_database_reachable(pg: &common::PgDatabase, reachable: bool) {
@@ -3499,6 +3576,10 @@ fn settings_that_cannot_work_stop_the_start_naming_their_source() {
             "sandbox.bash_default_timeout_ms (900000, set by \
              TOOLGATE_SANDBOX__BASH_DEFAULT_TIMEOUT_MS) is above \
              sandbox.bash_max_timeout_ms (1000, set by TOOLGATE_SANDBOX__BASH_MAX_TIMEOUT_MS)",
+        ),
+        (
+            vec![("TOOLGATE_STORAGE__DATABASE_WAIT_SECS", "0")],
+            "storage.database_wait_secs is 0 (set by TOOLGATE_STORAGE__DATABASE_WAIT_SECS)",
         ),
         (
             vec![("TOOLGATE_STORAGE__WRITER_NICE", "50")],

@@ -1073,21 +1073,26 @@ pub(crate) fn migration_error(e: sqlx::migrate::MigrateError) -> StoreError {
 }
 
 /// Open the store named by `database_url` (a `postgres://` URL) or, when
-/// absent, the SQLite file `toolgate.db` in `data_dir`; run migrations. A
-/// SQLite file's WAL is copied back into it every `sqlite_checkpoint`.
+/// absent, the SQLite file `toolgate.db` in `storage.data_dir`; run
+/// migrations. A SQLite file's WAL is copied back into it every
+/// `storage.sqlite_checkpoint_ms`; a Postgres request waits
+/// `storage.database_wait_secs` for a connection.
 pub async fn open(
     database_url: Option<&str>,
-    data_dir: &std::path::Path,
-    sqlite_checkpoint: std::time::Duration,
+    storage: &crate::config::StorageSettings,
 ) -> anyhow::Result<DynStore> {
+    let (data_dir, sqlite_checkpoint) = (&storage.data_dir, storage.sqlite_checkpoint());
     match database_url {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            let store = postgres::PgStore::connect(url).await.with_context(|| {
-                format!(
-                    "cannot open the Postgres database {} (DATABASE_URL)",
-                    postgres::describe_target(url)
-                )
-            })?;
+            let wait = std::time::Duration::from_secs(storage.database_wait_secs);
+            let store = postgres::PgStore::connect_with(url, wait)
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot open the Postgres database {} (DATABASE_URL)",
+                        postgres::describe_target(url)
+                    )
+                })?;
             Ok(Arc::new(store))
         }
         Some(url) if url.starts_with("sqlite:") => Ok(Arc::new(

@@ -223,6 +223,10 @@ pub struct PgStore {
     token: String,
 }
 
+/// How long a request waits for a connection by default
+/// (`storage.database_wait_secs`).
+const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
 impl PgStore {
     /// The queries both backends share, over the read pool.
     fn reads(&self) -> Reads<'_, sqlx::Postgres> {
@@ -232,9 +236,16 @@ impl PgStore {
     /// Connect a pool to `url` (`postgres://…`) and run pending migrations
     /// (under Postgres' migration lock, so replicas may start together).
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, DEFAULT_WAIT).await
+    }
+
+    /// [`connect`](Self::connect), a request waiting at most `wait` for a
+    /// connection: a free one, or a new one while the server refuses them
+    /// (it is down or restarting), before it is answered `503`.
+    pub async fn connect_with(url: &str, wait: Duration) -> Result<Self, StoreError> {
         let pool = match PgPoolOptions::new()
             .max_connections(16)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(wait)
             .connect(url)
             .await
         {
@@ -261,7 +272,7 @@ impl PgStore {
             .min_connections(0)
             .idle_timeout(None)
             .max_lifetime(None)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(wait)
             .connect_lazy(url)?;
         Ok(PgStore {
             pool,
