@@ -858,6 +858,10 @@ async fn cancellation_kills_the_command() {
         .await
         .unwrap_err();
     assert_eq!(err.code, "CANCELLED");
+    // Who stopped it, and that it may have done part of its work.
+    assert!(err.message.contains("by its caller"), "{}", err.message);
+    assert!(err.message.contains("part of its work"), "{}", err.message);
+    assert!(err.hint.is_some());
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(pidfile.exists(), "the background job started");
     assert_all_end("sleep 30.104").await;
@@ -1096,12 +1100,20 @@ async fn long_output_keeps_head_and_tail_and_is_partial() {
     let r = &out.result;
     assert_eq!(r["stdout_truncated"], true);
     assert_eq!(r["stderr_truncated"], false);
+    // The model is told how to see what was left out.
+    let note = r["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("The middle of stdout was left out"),
+        "{note}"
+    );
+    assert!(note.contains("read_file"), "{note}");
     let text = stdout(r);
     assert!(text.starts_with("y\ny\ny\n"), "{text}");
     assert!(text.ends_with("y\n\nTHE-END\n"), "{text}");
-    // 200000 + "\n" + "THE-END\n" = 200009 characters, 1000 kept.
+    // 200000 + "\n" + "THE-END\n" = 200009 characters, 1000 kept, less
+    // the tail's first character: the newline ending a line cut off.
     assert!(
-        text.contains("\n… [199009 characters omitted] …\n"),
+        text.contains("y\n… [199010 characters omitted] …\ny\n"),
         "{text}"
     );
     assert!(text.chars().count() < 1100);

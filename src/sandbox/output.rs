@@ -145,22 +145,48 @@ impl CappedText {
         self.total_chars - self.head_chars - self.tail.len()
     }
 
-    /// Head, a marker line naming what was dropped, tail.
+    /// Head, a marker line naming what was dropped, tail. Where something
+    /// was dropped, the head and the tail are cut back to whole lines (a
+    /// partial line reads as a value the command never printed), unless
+    /// that would drop more than [`LINE_SLACK`] characters of one line: a
+    /// long line stays cut where the cap fell.
     pub(crate) fn render(&self) -> String {
         let omitted = self.omitted_chars();
         let mut out = String::with_capacity(self.head.len() + self.tail.len() + 64);
-        out.push_str(&self.head);
-        if omitted > 0 {
-            out.push_str(&omission_marker(omitted));
+        if omitted == 0 {
+            out.push_str(&self.head);
+            out.extend(self.tail.iter());
+            return out;
         }
-        out.extend(self.tail.iter());
+        let tail: String = self.tail.iter().collect();
+        let head = match self.head.rfind('\n') {
+            Some(end) if self.head[end + 1..].chars().count() <= LINE_SLACK => &self.head[..=end],
+            _ => self.head.as_str(),
+        };
+        let kept_tail = match tail.find('\n') {
+            Some(start) if tail[..start].chars().count() < LINE_SLACK => &tail[start + 1..],
+            _ => tail.as_str(),
+        };
+        let cut = self.head[head.len()..].chars().count()
+            + tail[..tail.len() - kept_tail.len()].chars().count();
+        out.push_str(head);
+        if !head.is_empty() && !head.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&omission_marker(omitted + cut));
+        out.push_str(kept_tail);
         out
     }
 }
 
-/// The line that stands for dropped output.
+/// Most characters of a partial line [`CappedText::render`] drops to keep
+/// whole lines.
+const LINE_SLACK: usize = 2000;
+
+/// The line that stands for dropped output (whole lines, or parts of a
+/// long one).
 pub fn omission_marker(omitted: usize) -> String {
-    format!("\n… [{omitted} characters omitted] …\n")
+    format!("… [{omitted} characters omitted] …\n")
 }
 
 #[cfg(test)]
@@ -193,8 +219,43 @@ mod tests {
         assert_eq!(t.omitted_chars(), 990);
         assert_eq!(
             t.render(),
-            format!("{}{}{}", &data[..5], omission_marker(990), &data[995..])
+            format!("{}\n{}{}", &data[..5], omission_marker(990), &data[995..])
         );
+    }
+
+    /// A partial line at either end of what is dropped is dropped with it:
+    /// `seq` cut inside `3222` must not show `32`.
+    #[test]
+    fn dropped_output_takes_the_partial_lines_around_it() {
+        let data: String = (1..=2000).map(|i| format!("{i}\n")).collect();
+        let t = capture(40, &[data.as_bytes()]);
+        let text = t.render();
+        let lines: Vec<&str> = text.lines().collect();
+        let marker = lines.iter().position(|l| l.starts_with('…')).unwrap();
+        let numbers = |ls: &[&str]| -> Vec<u32> { ls.iter().map(|l| l.parse().unwrap()).collect() };
+        let head = numbers(&lines[..marker]);
+        let tail = numbers(&lines[marker + 1..]);
+        assert_eq!(head, (1..=head.len() as u32).collect::<Vec<_>>(), "{text}");
+        assert_eq!(*tail.last().unwrap(), 2000, "{text}");
+        assert_eq!(
+            tail,
+            (2001 - tail.len() as u32..=2000).collect::<Vec<_>>(),
+            "{text}"
+        );
+        // What the marker counts and what is shown add up to the output.
+        let shown: usize = lines
+            .iter()
+            .filter(|l| !l.starts_with('…'))
+            .map(|l| l.len() + 1)
+            .sum();
+        let said: usize = lines[marker]
+            .trim_start_matches("… [")
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(shown + said, data.len(), "{text}");
     }
 
     #[test]
@@ -207,7 +268,7 @@ mod tests {
     #[test]
     fn caps_count_characters_not_bytes() {
         let t = capture(4, &["ééééé".as_bytes()]);
-        assert_eq!(t.render(), format!("éé{}éé", omission_marker(1)));
+        assert_eq!(t.render(), format!("éé\n{}éé", omission_marker(1)));
     }
 
     #[test]

@@ -310,8 +310,16 @@ impl Tool for Bash {
         if output.cancelled {
             return Err(ToolError::new(
                 codes::CANCELLED,
-                format!("cancelled after {} ms", output.duration_ms),
+                format!(
+                    "the call was cancelled after {} ms, by its caller (a person or the \
+                     application), and the command was killed: it may have done part of its work",
+                    output.duration_ms
+                ),
                 false,
+            )
+            .with_hint(
+                "check what the command changed before anything else; run it again only if \
+                 the user asks for it",
             ));
         }
         if output.timed_out && !output.has_output() {
@@ -350,6 +358,20 @@ impl Tool for Bash {
         }
         if output.output_incomplete {
             result["output_incomplete"] = json!(true);
+        }
+        if output.stdout_truncated || output.stderr_truncated {
+            let which = match (output.stdout_truncated, output.stderr_truncated) {
+                (true, true) => "stdout and stderr",
+                (true, false) => "stdout",
+                _ => "stderr",
+            };
+            result["note"] = json!(format!(
+                "The middle of {which} was left out (the marker line says how many characters); \
+                 the lines around it are whole. To see it, run the command again with its output \
+                 sent to a file in the workspace (`… > out.txt 2>&1`) and read that with \
+                 read_file (offset, limit) or grep, or narrow the output (`| grep …`, \
+                 `| sed -n '100,200p'`, `| tail -n 50`)."
+            ));
         }
         Ok(ToolSuccess {
             result,
