@@ -1233,7 +1233,7 @@ async fn edit_not_found_points_at_the_closest_lines() {
     let hint = error.hint.unwrap();
     assert!(hint.contains("line 3"), "{hint}");
     assert!(
-        hint.contains("     3\tdef handler(event, context):"),
+        hint.contains("---\ndef handler(event, context):\n---"),
         "{hint}"
     );
     assert_eq!(

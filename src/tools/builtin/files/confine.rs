@@ -162,12 +162,54 @@ impl WorkspacePath {
 }
 
 pub(super) fn security_violation(path: &str, why: &str) -> ToolError {
+    // What to do instead, by what led out.
+    let hint = if why.contains("symbolic link") {
+        "The path leads out of the workspace through a symbolic link: what the link points \
+         to cannot be read or written by these tools. Work with files inside the workspace."
+    } else if why.contains("'..'") {
+        match lexically_inside(path) {
+            Some(inside) => {
+                return security_error(
+                    path,
+                    why,
+                    format!("Use '{inside}', the same path without '..'."),
+                );
+            }
+            None => "Use a path relative to the workspace root, without '..'.",
+        }
+    } else if why.contains("absolute") {
+        "Use a path relative to the workspace root; an absolute path is taken only when it \
+         lies inside the workspace. '~' is not expanded."
+    } else {
+        "Use a path relative to the workspace root, without '..'."
+    };
+    security_error(path, why, hint.to_string())
+}
+
+fn security_error(path: &str, why: &str, hint: String) -> ToolError {
     ToolError::new(
         codes::SECURITY_VIOLATION,
         format!("'{path}' is outside the workspace: {why}"),
         false,
     )
-    .with_hint("Use a path relative to the workspace root, without '..'.")
+    .with_hint(hint)
+}
+
+/// `path` with its `..` taken out by the text alone (`src/../a` → `a`),
+/// when that stays inside the workspace and names something: a path the
+/// model can send instead. (Links are judged when it is used.)
+fn lexically_inside(path: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    (!parts.is_empty() && !path.starts_with('/')).then(|| parts.join("/"))
 }
 
 /// cap-std's "a path led outside of the filesystem" (no OS code), or the
@@ -200,11 +242,14 @@ pub fn io_error(err: io::Error, path: &WorkspacePath) -> ToolError {
             format!("a component of '{shown}' is a file, not a directory"),
             false,
         ),
+        // The file system's refusal, not the rules': said so, since both
+        // share the code.
         io::ErrorKind::PermissionDenied => ToolError::new(
             codes::PERMISSION_DENIED,
-            format!("permission denied on '{shown}'"),
+            format!("the file system refuses access to '{shown}' (its mode, owner or attributes; not a permission rule)"),
             false,
-        ),
+        )
+        .with_hint("look at it with bash (ls -l, lsattr); change its mode with chmod if that is what the user wants, or ask the user"),
         _ if err.raw_os_error() == Some(libc::ELOOP) => ToolError::new(
             codes::IO_ERROR,
             format!("'{shown}': too many levels of symbolic links"),
@@ -612,6 +657,9 @@ fn not_regular(path: &WorkspacePath) -> ToolError {
         ),
         false,
     )
+    .with_hint(
+        "These tools read and write regular files only; use bash to look at it (ls -l, file).",
+    )
 }
 
 /// The file a write to `path` lands on. A final symbolic link is followed,
@@ -840,6 +888,26 @@ mod tests {
             let err = WorkspacePath::parse(bad, &ws()).unwrap_err();
             assert_eq!(err.code, codes::SECURITY_VIOLATION, "{bad}");
         }
+    }
+
+    /// Each refusal says what to send instead: the path without its `..`
+    /// where that stays inside, a relative path for an absolute one.
+    #[test]
+    fn a_violation_says_what_to_send_instead() {
+        let hint = |bad: &str| WorkspacePath::parse(bad, &ws()).unwrap_err().hint.unwrap();
+        assert_eq!(
+            hint("src/../README.md"),
+            "Use 'README.md', the same path without '..'."
+        );
+        assert_eq!(hint("a/./b/../c"), "Use 'a/c', the same path without '..'.");
+        assert!(hint("../x").contains("without '..'"), "{}", hint("../x"));
+        assert!(hint("a/../..").contains("without '..'"));
+        assert!(hint("/etc/passwd").contains("'~' is not expanded"));
+        let link = io_error(
+            io::Error::from_raw_os_error(libc::EXDEV),
+            &WorkspacePath::parse("evil", &ws()).unwrap(),
+        );
+        assert!(link.hint.unwrap().contains("symbolic link"));
     }
 
     #[test]

@@ -65,7 +65,8 @@ fn apply_edit(path: &WorkspacePath, text: &str, args: &Args) -> Result<(String, 
             codes::NO_CHANGE,
             "old_string and new_string are identical; the edit would change nothing",
             false,
-        ));
+        )
+        .with_hint("Put the text the file should have in new_string; if it has it already, there is nothing to do."));
     }
     let (mut old, mut new) = (args.old_string.clone(), args.new_string.clone());
     // Models write "\n"; a CRLF file has "\r\n". Match in the file's own
@@ -134,15 +135,27 @@ fn not_found(path: &WorkspacePath, text: &str, needle: &str) -> ToolError {
         format!("old_string was not found in '{}'", path.display()),
         false,
     );
+    // The commonest miss: text copied from read_file with its line numbers.
+    if let Some(bare) = without_line_numbers(needle) {
+        let found = match text.matches(bare.as_str()).count() {
+            0 => String::new(),
+            1 => " Without them, old_string is found once in the file.".to_string(),
+            n => format!(" Without them, old_string is found {n} times in the file."),
+        };
+        return error.with_hint(format!(
+            "old_string starts each line with a line number and a tab, as read_file shows \
+             lines; they are not part of the file. Send the text after each tab only.{found}"
+        ));
+    }
     let lines: Vec<&str> = text.lines().collect();
     match closest_window(&lines, needle) {
         Some(found) => {
-            let shown = numbered(
-                found.start + 1,
-                lines[found.start..found.end].iter().copied(),
-            );
+            let window = lines[found.start..found.end]
+                .iter()
+                .map(|l| l.trim_end_matches('\r'))
+                .collect::<Vec<_>>()
+                .join("\n");
             let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-            let window = lines[found.start..found.end].join("\n");
             let why = if squash(&window) == squash(needle) {
                 "it differs only in whitespace or indentation"
             } else {
@@ -153,15 +166,35 @@ fn not_found(path: &WorkspacePath, text: &str, needle: &str) -> ToolError {
             } else {
                 format!("lines {}-{}", found.start + 1, found.end)
             };
+            // Quoted as the file has it, without line numbers: what is
+            // copied from here is what old_string must be.
             error.with_hint(format!(
-                "The closest text ({}% similar, {why}) is at {range}:\n{shown}\n\
-                 old_string must match the file exactly, including whitespace and indentation. \
-                 Copy it from there, or read_file that region first.",
+                "The closest text ({}% similar, {why}) is at {range}; the file reads there, \
+                 exactly, between the markers:\n---\n{window}\n---\nold_string must match the \
+                 file exactly, including whitespace and indentation.",
                 (found.score * 100.0).round() as u32
             ))
         }
         None => error.with_hint("Read the file with read_file and copy the exact text to replace."),
     }
+}
+
+/// `needle` without the line numbers read_file puts before each line (up
+/// to 12 digits, right-aligned, then a tab), when every line has one.
+fn without_line_numbers(needle: &str) -> Option<String> {
+    let mut bare = Vec::new();
+    for line in needle.split('\n') {
+        let rest = line.trim_start_matches(' ');
+        let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        let text = rest[digits..].strip_prefix('\t');
+        match text {
+            Some(text) if (1..=12).contains(&digits) => bare.push(text),
+            // A needle ending in a newline leaves an empty last line.
+            None if line.is_empty() && !bare.is_empty() => bare.push(""),
+            _ => return None,
+        }
+    }
+    Some(bare.join("\n"))
 }
 
 struct Window {
@@ -409,8 +442,36 @@ mod tests {
         let hint = err.hint.unwrap();
         assert!(hint.contains("at line 2"), "{hint}");
         assert!(
-            hint.contains("     2\t    let total = compute(1, 2);"),
+            hint.contains("\n---\n    let total = compute(1, 2);\n---\n"),
             "{hint}"
+        );
+    }
+
+    /// Text copied from read_file with its line numbers is named as such,
+    /// not answered with the same text as the closest (a model copying
+    /// that would send the same call again).
+    #[test]
+    fn line_numbers_copied_from_read_file_are_named() {
+        let text = "fn main() {\n    println!(\"hi\");\n}\n";
+        for needle in [
+            "     1\tfn main() {\n     2\t    println!(\"hi\");",
+            "     2\t    println!(\"hi\");\n",
+        ] {
+            let err = apply_edit(&path(), text, &args(needle, "x", false)).unwrap_err();
+            assert_eq!(err.code, codes::STRING_NOT_FOUND);
+            let hint = err.hint.unwrap();
+            assert!(hint.contains("line number and a tab"), "{hint}");
+            assert!(hint.contains("found once"), "{hint}");
+        }
+        let err = apply_edit(&path(), text, &args("     9\tnot there", "x", false)).unwrap_err();
+        let hint = err.hint.unwrap();
+        assert!(hint.contains("line number and a tab"), "{hint}");
+        assert!(!hint.contains("found"), "{hint}");
+        assert_eq!(without_line_numbers("12 apples\tand"), None);
+        assert_eq!(without_line_numbers("\tindented"), None);
+        assert_eq!(
+            without_line_numbers("  10\ta\n  11\t\tb").as_deref(),
+            Some("a\n\tb")
         );
     }
 

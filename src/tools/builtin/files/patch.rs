@@ -443,7 +443,8 @@ async fn plan_then<T: Send + 'static>(
                     codes::NO_CHANGE,
                     "applying the diff leaves the file unchanged",
                     false,
-                ));
+                )
+                .with_hint("The file has these changes already, or the diff's + and - lines are the same: check the file with read_file."));
             }
             finish(
                 current.change(new.into_bytes())?,

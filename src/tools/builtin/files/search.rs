@@ -96,6 +96,7 @@ fn check_pattern(pattern: &str, what: &str) -> Result<GlobMatcher, ToolError> {
                 format!("invalid {what}: {e}"),
                 false,
             )
+            .with_hint("Fix the glob pattern (`*` within a directory, `**` across directories, `{a,b}` for alternatives) and call again.")
         })
 }
 

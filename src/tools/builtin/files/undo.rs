@@ -120,11 +120,17 @@ impl Tool for UndoEdit {
                         ToolError::new(
                             codes::NOTHING_TO_UNDO,
                             format!(
-                                "entry {wanted} of '{}' is not in the history: it was dropped as too old",
+                                "entry {wanted} is not in the history of '{}': it was dropped as \
+                                 too old, or it is no entry of this file's",
                                 path.display()
                             ),
                             false,
                         )
+                        .with_hint(format!(
+                            "leave entry out to undo the newest change ({}), or give the entry \
+                             a change's own undo names",
+                            entry.seq
+                        ))
                     });
                 }
                 // A file the change created and something else has removed
@@ -216,4 +222,5 @@ fn nothing_to_undo(path: &WorkspacePath) -> ToolError {
         ),
         false,
     )
+    .with_hint("A change made by bash cannot be undone this way: restore it with a new edit, or with git if the workspace has it.")
 }
