@@ -555,9 +555,11 @@ async fn a_frontend_shows_the_same_messages_live_and_after_a_reload() {
             "assistant:am1[\"c1\", \"c2\"]",
             "tool:c1",
             "tool:c2",
-            "assistant:am2[\"c3\", \"c5\"]",
-            "tool:c3",
+            // c5, which can never run, was refused as am2 was recorded,
+            // before c3 was posted: announced first, shown first.
+            "assistant:am2[\"c5\", \"c3\"]",
             "tool:c5",
+            "tool:c3",
             "user:u2[]",
             "assistant:c4[\"c4\"]",
             "tool:c4",

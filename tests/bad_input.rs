@@ -292,6 +292,36 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         p["detail"].as_str().unwrap().contains("text"),
         "missing required property named: {p}"
     );
+    // A missing property is pointed at by its own path; one the tool does
+    // not take too, with the one meant (both were at "", the arguments).
+    assert_eq!(p["errors"][0]["path"], "/text", "{p}");
+    let (s, p) = problem(
+        app.post(
+            calls,
+            &json!({"id": "x3b", "name": "edit_file", "arguments": {"path": "a", "old_strin": "b", "new_string": "c"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422);
+    let errors = p["errors"].as_array().unwrap();
+    let at = |path: &str| {
+        errors
+            .iter()
+            .find(|e| e["path"] == path)
+            .unwrap_or_else(|| panic!("{path}: {p}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        at("/old_strin"),
+        "\"old_strin\" is not a property this object takes; did you mean \"old_string\"?"
+    );
+    assert!(
+        at("/old_string").contains("did you mean \"old_string\"?"),
+        "{p}"
+    );
     let (s, p) = problem(
         app.post(
             calls,
@@ -1147,10 +1177,6 @@ async fn nul_characters_are_refused_in_requests_and_replaced_in_results(backend:
             "batches",
             json!({"calls": [{"id": "n6", "type": "function", "function": {"name": "write_file", "arguments": text}}]}),
         ),
-        (
-            "messages",
-            json!({"role": "assistant", "tool_calls": [{"id": "n7", "type": "function", "function": {"name": "write_file", "arguments": text}}]}),
-        ),
     ] {
         let r = app.post(&format!("{t}/{path}"), &body).await;
         let p = if path == "batches" {
@@ -1164,16 +1190,38 @@ async fn nul_characters_are_refused_in_requests_and_replaced_in_results(backend:
             p
         };
         assert!(p["detail"].as_str().unwrap().contains("U+0000"), "{p}");
-        if path != "messages" {
-            assert_eq!(p["code"], "INVALID_ARGUMENTS", "{p}");
-            assert_eq!(p["errors"][0]["path"], "/content", "{p}");
-            assert_eq!(p["tool_error"]["errors"], p["errors"], "{p}");
-        }
+        assert_eq!(p["code"], "INVALID_ARGUMENTS", "{p}");
+        assert_eq!(p["errors"][0]["path"], "/content", "{p}");
+        assert_eq!(p["tool_error"]["errors"], p["errors"], "{p}");
     }
     assert_eq!(
         snapshot(&app, "nul").await,
         before,
         "refusals store nothing"
+    );
+    // A model's turn declaring such a call is recorded as a run records
+    // it: the text as sent, under `_raw` (a JSON string that spells the
+    // escape, holding no NUL), and the call's failure the model can
+    // correct.
+    let r = app
+        .post(
+            &format!("{t}/messages"),
+            &json!({"role": "assistant", "tool_calls": [{"id": "n7", "type": "function", "function": {"name": "write_file", "arguments": text}}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let (s, out) = app
+        .call(
+            "nul",
+            json!({"id": "n7", "name": "write_file", "arguments": {"_raw": text}}),
+        )
+        .await;
+    assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
+    let error = &out["tool_agent_output"]["error"];
+    assert_eq!(error["code"], "INVALID_ARGUMENTS", "{out}");
+    assert!(
+        error["message"].as_str().unwrap().contains("U+0000"),
+        "{out}"
     );
     // A run's call answers with a failure the model can correct, and
     // records the text as sent.

@@ -2392,13 +2392,15 @@ async fn a_declared_call_is_announced_as_its_messages(backend: Backend) {
     assert_eq!(s, 200, "{out}");
     assert_eq!(out["tool_agent_output"]["status"], "failure", "{out}");
 
+    // c6, which can never run, was refused (and announced) as its
+    // message was recorded, before c5 was posted.
     let mut sse = app.events("late-decl", "?after=0", None).await;
     assert_eq!(
         sse.call_starts(3).await,
         [
             (json!("u0"), None),
-            (json!("c5"), Some(json!("am"))),
-            (json!("c6"), Some(json!("am")))
+            (json!("c6"), Some(json!("am"))),
+            (json!("c5"), Some(json!("am")))
         ]
     );
     // The call's record keeps the parent its announcement named, as it was
@@ -2633,6 +2635,25 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
         app.post(&format!("{t}/messages"), &declared).await.status(),
         201
     );
+    // Recorded with the message: the model reads the errors in its
+    // context before any of the calls is posted, not a stand-in saying
+    // they were not.
+    let context_results = || async {
+        let context = app.get_json(&format!("{t}/context")).await;
+        let results: Vec<String> = context["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap().to_string())
+            .collect();
+        results
+    };
+    let results = context_results().await;
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert!(results[0].contains("INVALID_ARGUMENTS"), "{results:?}");
+    assert!(results[1].contains("TOOL_NOT_FOUND"), "{results:?}");
+    assert!(results[2].contains("INVALID_ARGUMENTS"), "{results:?}");
     let (s, out) = app
         .call(
             "decl-refused",
@@ -2643,7 +2664,25 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
     let output = &out["tool_agent_output"];
     assert_eq!(output["status"], "failure", "{out}");
     assert_eq!(output["error"]["code"], "INVALID_ARGUMENTS", "{out}");
-    assert_eq!(output["error"]["errors"][0]["path"], "", "{out}");
+    // Each failure points at its property, and a misspelt one at the
+    // property meant.
+    let errors = &output["error"]["errors"];
+    let at = |path: &str| {
+        errors
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["path"] == path)
+            .unwrap_or_else(|| panic!("{path}: {errors}"))["message"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        at("/text"),
+        "\"text\" is a required property (\"txt\" is given: did you mean \"text\"?)",
+        "{errors}"
+    );
     assert!(
         out["tool_response"]["content"]
             .as_str()
@@ -2660,21 +2699,16 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
     assert_eq!((s, &again["replayed"]), (200, &json!(true)), "{again}");
     assert_eq!(again["tool_agent_output"], *output);
     // Made by a tool's alias, it is recorded under the tool's own name, as
-    // declared: its failed result, then the same again.
+    // declared: its failed result, answered as recorded.
     let c4 = json!({"id": "c4", "name": "sleep", "arguments": {"ms": "long"}});
-    for replayed in [false, true] {
-        let (s, out) = app.call("decl-refused", c4.clone()).await;
-        assert_eq!(s, 200, "{out}");
-        assert_eq!(
-            out["tool_agent_output"]["error"]["code"], "INVALID_ARGUMENTS",
-            "{out}"
-        );
-        assert_eq!(
-            out["replayed"].as_bool().unwrap_or(false),
-            replayed,
-            "{out}"
-        );
-    }
+    let (s, out) = app.call("decl-refused", c4.clone()).await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(
+        out["tool_agent_output"]["error"]["code"], "INVALID_ARGUMENTS",
+        "{out}"
+    );
+    assert_eq!(out["replayed"], true, "{out}");
+    assert_eq!(out["tool_agent_output"]["tool_name"], "wait", "{out}");
     // Another call under its id, itself refused or not: a 409, as for any
     // declared call.
     for other in [json!({"txt": "other"}), json!({"text": "fixed"})] {
@@ -2697,19 +2731,8 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
         out["tool_agent_output"]["error"]["code"], "TOOL_NOT_FOUND",
         "{out}"
     );
-    // The model reads the errors in its context, not a stand-in.
-    let context = app.get_json(&format!("{t}/context")).await;
-    let results: Vec<&str> = context["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap())
-        .collect();
-    assert_eq!(results.len(), 3, "{context}");
-    assert!(results[0].contains("INVALID_ARGUMENTS"), "{context}");
-    assert!(results[1].contains("TOOL_NOT_FOUND"), "{context}");
-    assert!(results[2].contains("INVALID_ARGUMENTS"), "{context}");
+    // Posting them recorded nothing more.
+    assert_eq!(context_results().await, results);
     // A call no message declares is refused and leaves nothing.
     let before = app.history("decl-refused").await.len();
     let (s, out) = app
@@ -2731,6 +2754,95 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
+}
+
+/// A call posted before the assistant message declaring it, and refused
+/// (an unknown tool, arguments that do not match: a 422 that stores
+/// nothing), becomes the call's failed result when the message is
+/// recorded: the model reads what was wrong in its context, flagged as an
+/// error, whichever the chat backend did first. It read a stand-in saying
+/// the call was never posted. Arguments a model sent as JSON text that is
+/// no object's (its output cut short) are recorded as `_raw` and refused
+/// with the parse error: the whole message was a 422, and the model's turn
+/// could not be recorded as it was.
+async fn a_call_refused_before_its_declaration_is_its_failed_result(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let thread = "refused-first";
+    let t = format!("/v1/threads/{thread}");
+    let r = app
+        .post(
+            &format!("{t}/messages"),
+            &json!({"role": "user", "content": "go"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let e1 = json!({"id": "e1", "name": "echo", "arguments": {"txt": "hi"}});
+    let e2 = json!({"id": "e2", "name": "Echo", "arguments": {"text": "hi"}});
+    for call in [&e1, &e2] {
+        let (s, out) = app.call(thread, call.clone()).await;
+        assert_eq!(s, 422, "{out}");
+    }
+    let cut = "{\"text\": \"cu";
+    let e3 =
+        json!({"id": "e3", "type": "function", "function": {"name": "echo", "arguments": cut}});
+    let e4 = json!({"id": "e4", "name": "echo", "arguments": {"text": "fine"}});
+    let r = app
+        .post(
+            &format!("{t}/messages"),
+            &json!({"role": "assistant", "content": "", "tool_calls": [e1, e2, e3, e4]}),
+        )
+        .await;
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    let declared = app.history(thread).await[1]["tool_calls"].clone();
+    assert_eq!(declared[2]["arguments"], json!({"_raw": cut}), "{declared}");
+
+    let context = app.get_json(&format!("{t}/context?format=anthropic")).await;
+    let blocks: Vec<&Value> = context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .collect();
+    let result = |id: &str| {
+        blocks
+            .iter()
+            .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
+            .unwrap_or_else(|| panic!("{id}: {context}"))
+    };
+    for (id, says) in [
+        ("e1", "did you mean \\\"text\\\"?"),
+        ("e2", "TOOL_NOT_FOUND"),
+        ("e3", "is not valid JSON"),
+    ] {
+        let block = result(id);
+        assert_eq!(block["is_error"], true, "{id}: {block}");
+        assert!(
+            block["content"].as_str().unwrap().contains(says),
+            "{id}: {block}"
+        );
+    }
+    // The call that can run waits for its post, as before.
+    assert_eq!(result("e4")["is_error"], false, "{context}");
+    assert!(
+        result("e4")["content"]
+            .as_str()
+            .unwrap()
+            .contains("no_result")
+    );
+    let tool_use = blocks
+        .iter()
+        .find(|b| b["type"] == "tool_use" && b["id"] == "e3")
+        .unwrap();
+    assert_eq!(tool_use["input"], json!({"_raw": cut}), "{tool_use}");
+
+    // Posted now, each answers as recorded; the other runs.
+    for call in [&e1, &e2] {
+        let (s, out) = app.call(thread, call.clone()).await;
+        assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
+    }
+    let (s, out) = app.call(thread, e4).await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
 }
 
 /// Large results are paged by size: a history page of 200 ends early and
@@ -2783,6 +2895,7 @@ both_backends!(
     a_run_names_the_fields_it_does_not_know,
     large_results_are_paged_by_size,
     a_declared_call_refused_before_it_runs_is_its_failed_result,
+    a_call_refused_before_its_declaration_is_its_failed_result,
     a_whole_number_with_a_fraction_is_the_integer,
     a_declared_call_is_the_same_with_a_whole_number_spelled_either_way,
     a_declared_call_is_announced_as_its_messages,

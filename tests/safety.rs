@@ -181,6 +181,19 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
             .contains("bash(rm *)"),
         "{out}"
     );
+    // The model is told once not to reach the same effect by other means
+    // (`unlink`, say): rules match names, not effects. It was told to
+    // "find another way", twice.
+    let error = &out["tool_agent_output"]["error"];
+    let hint = error["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("do not bring about the same effect another way"),
+        "{out}"
+    );
+    assert!(
+        !error["message"].as_str().unwrap().contains("retry"),
+        "{out}"
+    );
 
     // A denied piece hidden in a compound command is found.
     for (id, cmd) in [

@@ -97,7 +97,9 @@ fn call_difference(
 }
 
 /// What a model is told to do about a call the permission rules deny.
-const DENIED_HINT: &str = "do not retry this call; ask the user or choose another action";
+const DENIED_HINT: &str = "The rules forbid this action, not only this call: do not retry it, \
+     and do not bring about the same effect another way (another tool, command or path). Ask the \
+     user, or go on without it.";
 
 /// What the file rules know of a file tool's path ([`Engine::file_facts`]).
 #[derive(Debug, Default)]
@@ -932,6 +934,25 @@ impl Engine {
             .map_or(self.config.tool_timeout, |d| {
                 d.max(self.config.tool_timeout)
             })
+    }
+
+    /// The refusal `call` gets from the pipeline's first steps whatever the
+    /// thread holds and whoever posts it: a tool the registry lacks, or
+    /// arguments that do not match its input schema. `None` for a call
+    /// that goes on to the gates (which may refuse it in turn).
+    pub fn refusal_of(&self, call: &IncomingCall) -> Option<ToolError> {
+        let tool = match self.resolve(&call.name) {
+            Ok(tool) => tool,
+            Err(rejection) => return rejection.tool_error(),
+        };
+        // Arguments as step 5 validates them: without the confidence the
+        // gate before it takes out (a call that states none is that gate's
+        // to refuse, recorded wherever it is posted).
+        let arguments =
+            gates::confidence(tool.definition.capability.min_confidence, &call.arguments).ok()?;
+        validate_arguments(&tool, &arguments)
+            .err()
+            .and_then(|rejection| rejection.tool_error())
     }
 
     fn resolve(&self, name: &str) -> Result<Arc<RegisteredTool>, Rejection> {
@@ -2296,9 +2317,10 @@ async fn await_tool(
         Some(Ok(done)) => Ok(done), // finished just as it was cancelled
         _ => Err(ToolError::new(
             codes::CANCELLED,
-            "the call was cancelled",
+            "the call was cancelled by its caller (a person or the application) before it finished",
             false,
-        )),
+        )
+        .with_hint("check what it changed, if it changes things, before anything else; call it again only if the user asks for it")),
     }
 }
 
@@ -2333,10 +2355,7 @@ fn validate_arguments(tool: &RegisteredTool, arguments: &Value) -> Result<(), Re
     let errors: Vec<FieldError> = tool
         .validator
         .iter_errors(&integral)
-        .map(|e| FieldError {
-            path: e.instance_path.to_string(),
-            message: e.to_string(),
-        })
+        .flat_map(|e| field_errors(tool, &e))
         .collect();
     if errors.is_empty() {
         return Ok(());
@@ -2368,6 +2387,64 @@ fn validate_arguments(tool: &RegisteredTool, arguments: &Value) -> Result<(), Re
         tool: tool.definition.name.clone(),
         error: Box::new(error),
     })
+}
+
+/// One schema failure as the model should read it: a property that is
+/// missing or not allowed is pointed at by its own path (`/old_string`),
+/// not the object holding it, and a property not allowed at the top is
+/// matched to the nearest one the tool takes ("did you mean").
+fn field_errors(tool: &RegisteredTool, e: &jsonschema::ValidationError<'_>) -> Vec<FieldError> {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let at = e.instance_path.to_string();
+    let under = |name: &str| format!("{at}/{}", crate::protocol::pointer_token(name));
+    // The properties the tool takes, at the top of its arguments.
+    let known: Vec<&str> = match &tool.definition.input_schema["properties"] {
+        Value::Object(properties) if at.is_empty() => {
+            properties.keys().map(String::as_str).collect()
+        }
+        _ => Vec::new(),
+    };
+    match &e.kind {
+        Kind::Required {
+            property: Value::String(name),
+        } => {
+            // A key given that the tool does not take, spelt like the one
+            // missing: "txt" for "text".
+            let given: Vec<&str> = match e.instance.as_ref() {
+                Value::Object(o) if !known.is_empty() => o
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| !known.contains(k))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let like = similar::get_close_matches(name.as_str(), &given, 1, 0.6)
+                .first()
+                .map(|k| format!(" ({k:?} is given: did you mean {name:?}?)"))
+                .unwrap_or_default();
+            vec![FieldError {
+                path: under(name),
+                message: format!("{e}{like}"),
+            }]
+        }
+        Kind::AdditionalProperties { unexpected } => unexpected
+            .iter()
+            .map(|name| {
+                let like = similar::get_close_matches(name.as_str(), &known, 1, 0.6)
+                    .first()
+                    .map(|k| format!("; did you mean {k:?}?"))
+                    .unwrap_or_default();
+                FieldError {
+                    path: under(name),
+                    message: format!("{name:?} is not a property this object takes{like}"),
+                }
+            })
+            .collect(),
+        _ => vec![FieldError {
+            path: at,
+            message: e.to_string(),
+        }],
+    }
 }
 
 /// An event to append to the log, stored in full.

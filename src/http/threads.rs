@@ -127,27 +127,34 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
     }
 }
 
+/// The tool-level error of a call's arguments that are not what a call
+/// takes (JSON text that is not an object's, too deep a nesting): the model
+/// made it and can correct it. `None` for a problem of the call's envelope.
+pub fn arguments_error(e: &CallParseError) -> Option<ToolError> {
+    let path = e.arguments_path.clone()?;
+    let mut error = ToolError::new(
+        codes::INVALID_ARGUMENTS,
+        format!("{}: {}", e.pointer, e.message),
+        false,
+    )
+    .with_hint(if path.is_empty() {
+        "send the arguments as one JSON object"
+    } else {
+        "correct the arguments at `path` and call again"
+    });
+    error.errors = Some(vec![crate::protocol::tool_output::FieldError {
+        path,
+        message: e.message.clone(),
+    }]);
+    Some(error)
+}
+
 pub fn parse_error_to_api(e: CallParseError) -> ApiError {
-    if let Some(path) = e.arguments_path {
-        let mut error = ToolError::new(
-            codes::INVALID_ARGUMENTS,
-            format!("{}: {}", e.pointer, e.message),
-            false,
-        )
-        .with_hint(if path.is_empty() {
-            "send the arguments as one JSON object"
-        } else {
-            "correct the arguments at `path` and call again"
-        });
-        let errors = vec![crate::protocol::tool_output::FieldError {
-            path,
-            message: e.message,
-        }];
+    if let Some(error) = arguments_error(&e) {
         // As for a schema failure: `errors` names the place in the
         // arguments, as `tool_error.errors` does.
         let mut extra = Map::new();
-        extra.insert("errors".into(), json!(errors));
-        error.errors = Some(errors);
+        extra.insert("errors".into(), json!(error.errors));
         refusal("Invalid arguments", error, extra)
     } else {
         let mut extra = Map::new();
@@ -396,7 +403,7 @@ pub struct MessageCreated {
         (status = 400, description = "Malformed request", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 409, description = "Message id already recorded with another role, content or tool_calls, or a call id of tool_calls already declared or recorded in the thread with another tool or arguments", content_type = "application/problem+json"),
-        (status = 422, description = "Wrong field types, an invalid id, tool_calls on a message that is not the assistant's, more tool_calls than tools.max_batch_calls, a call's tool name outside [A-Za-z0-9_.-]{1,64}, or arguments sent as text that are not the JSON text of an object (errors name the JSON pointer)", content_type = "application/problem+json"),
+        (status = 422, description = "Wrong field types, an invalid id, tool_calls on a message that is not the assistant's, more tool_calls than tools.max_batch_calls, or a call's tool name outside [A-Za-z0-9_.-]{1,64} (errors name the JSON pointer)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn post_message(
@@ -419,6 +426,8 @@ pub async fn post_message(
         None => format!("msg_{}", uuid::Uuid::now_v7().simple()),
     };
     let mut metadata = Map::new();
+    // Declared calls that can never run as declared, with their refusal.
+    let mut refused = Vec::new();
     if let Some(tool_calls) = &body.tool_calls {
         if body.role != MessageRole::Assistant {
             return Err(ApiError::invalid_body(
@@ -442,7 +451,7 @@ pub async fn post_message(
         let mut parsed = Vec::with_capacity(tool_calls.len());
         let mut ids = std::collections::HashSet::with_capacity(tool_calls.len());
         for (i, raw) in tool_calls.iter().enumerate() {
-            let call = calls::parse(raw).map_err(|e| {
+            let (call, text_error) = calls::parse_declared(raw).map_err(|e| {
                 ApiError::invalid_body(format!("/tool_calls/{i}{}", e.pointer), e.message)
             })?;
             // A declaration records what the model asked for; how a call is
@@ -487,6 +496,15 @@ pub async fn post_message(
                 ));
             }
             parsed.push(json!({"id": call.id, "name": call.name, "arguments": call.arguments}));
+            // The refusal it gets wherever it is posted, recorded once the
+            // message is (see `refuse_declared`).
+            if let Some(error) = text_error
+                .as_ref()
+                .and_then(arguments_error)
+                .or_else(|| state.engine.refusal_of(&call))
+            {
+                refused.push((call, error));
+            }
         }
         metadata.insert("tool_calls".into(), Value::Array(parsed));
     }
@@ -517,7 +535,7 @@ pub async fn post_message(
     let posted = chosen_id.then(|| (content.clone(), metadata.clone()));
     let unit = WriteUnit {
         thread_id: thread.0.clone(),
-        owner: user.owner,
+        owner: user.owner.clone(),
         ops: vec![
             WriteOp::InsertMessage(NewMessage {
                 id: id.clone(),
@@ -550,6 +568,8 @@ pub async fn post_message(
                         && m.content == content
                         && crate::protocol::json::same_json(&m.metadata, &metadata) =>
                 {
+                    // Those a first post could not record (an outage), now.
+                    refuse_declared(&state, &user.owner, &thread.0, refused).await;
                     let body = MessageCreated {
                         id,
                         seq: m.seq,
@@ -567,6 +587,7 @@ pub async fn post_message(
         }
         Err(other) => return Err(other.into()),
     };
+    refuse_declared(&state, &user.owner, &thread.0, refused).await;
     let seq = receipt.messages.first().map(|m| m.1).unwrap_or_default();
     let body = MessageCreated {
         id,
@@ -574,6 +595,30 @@ pub async fn post_message(
         replayed: false,
     };
     Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+}
+
+/// Record the refusal of each declared call that can never run as declared
+/// (a tool the registry lacks, arguments that do not match its schema or
+/// are no JSON object's text) as the call's failed result, as posting it
+/// would: the model reads what was wrong in its context whichever came
+/// first, the message or the call (which, posted before the message
+/// declared it, was answered 422 and left nothing). A call recorded
+/// meanwhile keeps its record. Done after the message is stored: one that
+/// fails here (an outage) is recorded when the call is posted, or when the
+/// message is posted again.
+async fn refuse_declared(
+    state: &AppState,
+    owner: &str,
+    thread_id: &str,
+    refused: Vec<(crate::protocol::calls::IncomingCall, ToolError)>,
+) {
+    for (call, error) in refused {
+        let id = call.id.clone();
+        let req = CallRequest::new(owner, thread_id, call);
+        if let Err(e) = state.engine.record_rejected_call(req, error).await {
+            tracing::debug!(tool_call_id = %id, error = %e, "a declared call's refusal was not recorded");
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

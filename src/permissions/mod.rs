@@ -785,7 +785,8 @@ fn rule_reason(list: List, source: &str, rule: &Rule, call: &CallFacts, hit: &Hi
         .map(|n| format!(" ({n})"))
         .unwrap_or_default();
     let advice = match list {
-        List::Deny => " Do not retry it; find another way or ask the user.",
+        // What to do instead is the refusal's hint, said once.
+        List::Deny => "",
         List::Ask => " It waits for a person to approve it.",
         List::Allow => "",
     };

@@ -101,7 +101,7 @@ impl utoipa::PartialSchema for DeclaredToolCall {
                     .property("function", ObjectBuilder::new().property("name", name())),
             )
             .description(Some(
-                "A tool call in any accepted shape whose tool name matches [A-Za-z0-9_.-]{1,64}; arguments sent as text must be the JSON text of an object. run_id, parent_message_id, workspace and dry_run are refused here: they are given when the call is posted",
+                "A tool call in any accepted shape whose tool name matches [A-Za-z0-9_.-]{1,64}. Arguments sent as text that is not the JSON text of an object are recorded as {\"_raw\": \"<the text>\"}. A call that can never run as declared (an unknown tool, arguments that do not match its input schema) has its refusal recorded as its failed result when the message is. run_id, parent_message_id, workspace and dry_run are refused here: they are given when the call is posted",
             ))
             .into()
     }
@@ -502,6 +502,37 @@ pub fn parse(body: &Value) -> Result<IncomingCall, CallParseError> {
         workspace,
         dry_run,
     })
+}
+
+/// A call an assistant message declares, as the model made it: arguments
+/// sent as text that is not the JSON text of an object (a model's output
+/// cut short, say) are kept as `{"_raw": "<the text>"}`, as an AG-UI run
+/// records them, with the error they get, so the conversation holds the
+/// call and the model can read what was wrong with it. Any other problem
+/// is the envelope's, and an error.
+pub fn parse_declared(
+    body: &Value,
+) -> Result<(IncomingCall, Option<CallParseError>), CallParseError> {
+    let refused = match parse(body) {
+        Ok(call) => return Ok((call, None)),
+        Err(e) if e.arguments_path.is_some() => e,
+        Err(e) => return Err(e),
+    };
+    let text_at = if body.get("function").is_some() {
+        "/function/arguments"
+    } else {
+        "/arguments"
+    };
+    let Some(text) = body.pointer(text_at).and_then(Value::as_str) else {
+        return Err(refused);
+    };
+    let mut bare = body.clone();
+    if let Some(arguments) = bare.pointer_mut(text_at) {
+        *arguments = Value::String("{}".into());
+    }
+    let mut call = parse(&bare)?;
+    call.arguments = serde_json::json!({ "_raw": text });
+    Ok((call, Some(refused)))
 }
 
 /// A sub-workspace name: one plain path component.
