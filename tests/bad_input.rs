@@ -304,16 +304,7 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     )
     .await;
     assert_eq!(s, 422);
-    let errors = p["errors"].as_array().unwrap();
-    let at = |path: &str| {
-        errors
-            .iter()
-            .find(|e| e["path"] == path)
-            .unwrap_or_else(|| panic!("{path}: {p}"))["message"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
+    let at = |path: &str| common::error_at(&p["errors"], path);
     assert_eq!(
         at("/old_strin"),
         "\"old_strin\" is not a property this object takes; did you mean \"old_string\"?"

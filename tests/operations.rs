@@ -815,31 +815,43 @@ async fn readiness_names_a_missing_migration() {
     assert!(!detail.contains("corrupt"), "{detail}");
 }
 
-/// A TCP proxy in front of Postgres that can be frozen: from then on it
-/// passes nothing on and closes nothing, as a database host that hangs.
-struct FreezingProxy {
+/// A TCP proxy in front of Postgres. Frozen (`frozen` cancelled), it
+/// passes nothing on and closes nothing, as a database host that hangs;
+/// closed (`closed` cancelled), it stops listening and drops the
+/// connections it carried, as a server that is down (new connections
+/// refused).
+struct PgProxy {
     url: String,
     frozen: tokio_util::sync::CancellationToken,
+    closed: tokio_util::sync::CancellationToken,
 }
 
-async fn freezing_proxy(pg: &common::PgDatabase) -> FreezingProxy {
+async fn pg_proxy(pg: &common::PgDatabase) -> PgProxy {
+    use tokio_util::sync::CancellationToken;
     // postgres://user@host:port/name
     let (head, rest) = pg.url.split_once('@').unwrap();
     let (target, name) = rest.split_once('/').unwrap();
     let target = target.to_string();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("{head}@{}/{name}", listener.local_addr().unwrap());
-    let frozen = tokio_util::sync::CancellationToken::new();
-    let freeze = frozen.clone();
+    let (frozen, closed) = (CancellationToken::new(), CancellationToken::new());
+    let (freeze, close) = (frozen.clone(), closed.clone());
     tokio::spawn(async move {
         let mut held = Vec::new();
-        while let Ok((mut client, _)) = listener.accept().await {
+        loop {
+            let mut client = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((client, _)) => client,
+                    Err(_) => return,
+                },
+                // The listener is dropped with this task.
+                _ = close.cancelled() => return,
+            };
             if freeze.is_cancelled() {
                 held.push(client);
                 continue;
             }
-            let freeze = freeze.clone();
-            let target = target.clone();
+            let (freeze, close, target) = (freeze.clone(), close.clone(), target.clone());
             tokio::spawn(async move {
                 let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
                     return;
@@ -848,11 +860,16 @@ async fn freezing_proxy(pg: &common::PgDatabase) -> FreezingProxy {
                     _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
                     // Frozen: both ends stay open, and nothing passes.
                     _ = freeze.cancelled() => std::future::pending::<()>().await,
+                    _ = close.cancelled() => {}
                 }
             });
         }
     });
-    FreezingProxy { url, frozen }
+    PgProxy {
+        url,
+        frozen,
+        closed,
+    }
 }
 
 /// A call posted again is answered from storage and counted once in
@@ -999,7 +1016,7 @@ async fn a_read_only_call_answered_503_is_not_stored_later() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_fails_when_the_database_does_not_answer() {
     let pg = common::create_pg_database().await;
-    let proxy = freezing_proxy(&pg).await;
+    let proxy = pg_proxy(&pg).await;
     let url = proxy.url.clone();
     let data_dir = tempfile::tempdir().unwrap();
     let mut settings = common::test_settings(data_dir.path());
@@ -1012,54 +1029,13 @@ async fn readiness_fails_when_the_database_does_not_answer() {
     assert!(detail.contains("no answer"), "{detail}");
 }
 
-/// A proxy to the test database that, once `closed` is cancelled, stops
-/// listening and drops the connections it carried: Postgres as a client
-/// sees it when the server is down (new connections refused).
-struct ClosingProxy {
-    url: String,
-    closed: tokio_util::sync::CancellationToken,
-}
-
-async fn closing_proxy(pg: &common::PgDatabase) -> ClosingProxy {
-    let (head, rest) = pg.url.split_once('@').unwrap();
-    let (target, name) = rest.split_once('/').unwrap();
-    let target = target.to_string();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("{head}@{}/{name}", listener.local_addr().unwrap());
-    let closed = tokio_util::sync::CancellationToken::new();
-    let close = closed.clone();
-    tokio::spawn(async move {
-        loop {
-            let mut client = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((client, _)) => client,
-                    Err(_) => return,
-                },
-                // The listener is dropped with this task.
-                _ = close.cancelled() => return,
-            };
-            let (close, target) = (close.clone(), target.clone());
-            tokio::spawn(async move {
-                let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
-                    return;
-                };
-                tokio::select! {
-                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                    _ = close.cancelled() => {}
-                }
-            });
-        }
-    });
-    ClosingProxy { url, closed }
-}
-
 /// While Postgres refuses connections (it is down), a request waits for
 /// one `storage.database_wait_secs`, then is answered 503 with
 /// Retry-After; it waited the pool's fixed 10 s before the setting.
 #[tokio::test]
 async fn a_request_waits_for_a_refusing_database_as_long_as_set() {
     let pg = common::create_pg_database().await;
-    let proxy = closing_proxy(&pg).await;
+    let proxy = pg_proxy(&pg).await;
     let data_dir = tempfile::tempdir().unwrap();
     let mut settings = common::test_settings(data_dir.path());
     settings.storage.database_url = Some(proxy.url.clone().into());

@@ -2667,19 +2667,8 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
     // Each failure points at its property, and a misspelt one at the
     // property meant.
     let errors = &output["error"]["errors"];
-    let at = |path: &str| {
-        errors
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|e| e["path"] == path)
-            .unwrap_or_else(|| panic!("{path}: {errors}"))["message"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
     assert_eq!(
-        at("/text"),
+        common::error_at(errors, "/text"),
         "\"text\" is a required property (\"txt\" is given: did you mean \"text\"?)",
         "{errors}"
     );

@@ -602,3 +602,17 @@ macro_rules! both_backends {
         }
     };
 }
+
+/// The message of the entry of a tool error's `errors` at `path` (a JSON
+/// pointer into the call's arguments).
+pub fn error_at(errors: &Value, path: &str) -> String {
+    errors
+        .as_array()
+        .unwrap_or_else(|| panic!("errors: {errors}"))
+        .iter()
+        .find(|e| e["path"] == path)
+        .unwrap_or_else(|| panic!("{path}: {errors}"))["message"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
