@@ -1139,11 +1139,12 @@ async fn a_rollback_that_stops_a_command_says_what_may_stay(backend: Backend) {
     assert_eq!(record["undo"], "irreversible", "{record}");
 }
 
-/// A change undone with the `undo_edit` tool is undone: undoing its call
-/// answers `409` and marks the call undone (its lookup says so), and a
-/// rollback reports it `already_undone`. The lookup said `available`, each
-/// undo recorded another failed attempt, and the rollback said
-/// `undo_failed`.
+/// A change undone with the `undo_edit` tool undoes the call that made
+/// it, in the transaction of undo_edit's result: the call's lookup says
+/// `undone` at once, undoing it answers `409` naming undo_edit's call and
+/// records no attempt, and a rollback reports it `already_undone`. The
+/// lookup said `available` until an undo was tried, each undo recorded
+/// another failed attempt, and the rollback said `undo_failed`.
 async fn a_change_undone_by_undo_edit_is_undone(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let write = |id: &str, content: &str| json!({"id": id, "run_id": "R", "name": "write_file", "arguments": {"path": "u.txt", "content": content}});
@@ -1163,20 +1164,16 @@ async fn a_change_undone_by_undo_edit_is_undone(backend: Backend) {
         std::fs::read_to_string(root.join("u.txt")).unwrap(),
         "one\n"
     );
+    let record = app.get_json("/v1/threads/ue/tool-calls/w2").await;
+    assert_eq!(record["undo"], "undone", "{record}");
     let r = app
         .post("/v1/threads/ue/tool-calls/w2/undo", &json!({}))
         .await;
     assert_eq!(r.status(), 409);
     let problem: Value = r.json().await.unwrap();
-    assert!(
-        problem["detail"]
-            .as_str()
-            .unwrap()
-            .contains("already undone"),
-        "{problem}"
-    );
-    let record = app.get_json("/v1/threads/ue/tool-calls/w2").await;
-    assert_eq!(record["undo"], "undone", "{record}");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.contains("already undone"), "{problem}");
+    assert!(detail.contains("by-tool"), "{problem}");
     // Asked again: the same answer, from the record, and no new attempt.
     let r = app
         .post("/v1/threads/ue/tool-calls/w2/undo", &json!({}))
@@ -1188,8 +1185,8 @@ async fn a_change_undone_by_undo_edit_is_undone(backend: Backend) {
         .iter()
         .filter(|m| m["role"] == "tool")
         .count();
-    // w1, w2, the undo_edit call and one attempt at undoing w2.
-    assert_eq!(attempts, 4);
+    // w1, w2 and the undo_edit call: no attempt at undoing w2.
+    assert_eq!(attempts, 3);
     // The rollback undoes w1 and reports w2 undone already.
     let report: Value = app
         .post("/v1/threads/ue/runs/R/rollback", &json!({}))

@@ -859,6 +859,21 @@ impl Engine {
                 undone_by: req.call.id.clone(),
             });
         }
+        // A change taken back by a tool (`undo_edit`) undoes the call that
+        // made it: its lookup says `undone`, and no undo or rollback tries
+        // it again.
+        if let Ok(ToolSuccess {
+            undoes: Some(undone),
+            ..
+        }) = &executed
+            && !req.call.dry_run
+            && req.undo_of.as_ref() != Some(undone)
+        {
+            extra.push(WriteOp::MarkUndoneIfOpen {
+                id: undone.clone(),
+                undone_by: req.call.id.clone(),
+            });
+        }
         // A write-ahead still deferred goes in the result's transaction.
         let (mut ops, announced) = write_ahead.into_unwritten().unwrap_or_default();
         ops.extend(extra);

@@ -198,6 +198,7 @@ impl<'a> Plan<'a> {
                     WriteOp::AppendAudit(entry) => checks::audit_fits_unit(unit, entry).ok()?,
                     WriteOp::StartPendingCall { .. }
                     | WriteOp::MarkUndone { .. }
+                    | WriteOp::MarkUndoneIfOpen { .. }
                     | WriteOp::InsertApproval(_)
                     | WriteOp::DecideApproval { .. }
                     | WriteOp::CloseRun { .. } => return None,

@@ -804,6 +804,10 @@ pub enum WriteOp {
     /// Record that call `id` was undone by call `undone_by`. `NotFound` if
     /// it is not recorded, `Conflict` if it is already marked undone.
     MarkUndone { id: String, undone_by: String },
+    /// [`WriteOp::MarkUndone`] where it holds: nothing when call `id` is
+    /// not recorded or is marked undone already (a change a tool took
+    /// back, whose call may have been undone otherwise meanwhile).
+    MarkUndoneIfOpen { id: String, undone_by: String },
     /// Append a message; a duplicate (thread, id) fails with `Conflict`.
     /// Its declared calls are kept; one the thread already declares or
     /// records with another tool or other arguments fails the unit with

@@ -351,6 +351,9 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
                 start_pending_call(conn, unit, id, instance.as_deref()).await?
             }
             WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by).await?,
+            WriteOp::MarkUndoneIfOpen { id, undone_by } => {
+                set_undone(conn, unit, id, undone_by).await?;
+            }
             WriteOp::InsertMessage(message) => {
                 insert_message(conn, unit, message, next_message_seq).await?;
                 receipt
@@ -542,12 +545,14 @@ async fn start_pending_call(
     ))
 }
 
-async fn mark_undone(
+/// Mark call `id` undone by `undone_by` if it is recorded and not marked
+/// yet; whether it was.
+async fn set_undone(
     conn: &mut PgConnection,
     unit: &WriteUnit,
     id: &str,
     undone_by: &str,
-) -> StoreResult<()> {
+) -> StoreResult<bool> {
     let done = sqlx::query(
         "UPDATE tool_calls SET undone_by = $3 \
          WHERE thread_id = $1 AND id = $2 AND undone_by IS NULL",
@@ -557,7 +562,16 @@ async fn mark_undone(
     .bind(undone_by)
     .execute(&mut *conn)
     .await?;
-    if done.rows_affected() == 1 {
+    Ok(done.rows_affected() == 1)
+}
+
+async fn mark_undone(
+    conn: &mut PgConnection,
+    unit: &WriteUnit,
+    id: &str,
+    undone_by: &str,
+) -> StoreResult<()> {
+    if set_undone(conn, unit, id, undone_by).await? {
         return Ok(());
     }
     let current: Option<Option<String>> =

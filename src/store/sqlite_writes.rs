@@ -542,6 +542,9 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                 start_pending_call(conn, unit, id, instance.as_deref())?
             }
             WriteOp::MarkUndone { id, undone_by } => mark_undone(conn, unit, id, undone_by)?,
+            WriteOp::MarkUndoneIfOpen { id, undone_by } => {
+                set_undone(conn, unit, id, undone_by)?;
+            }
             WriteOp::InsertMessage(message) => {
                 check_parent_id_free(conn, &unit.thread_id, message)?;
                 if !insert_message(conn, &unit.thread_id, message, next_message_seq)? {
@@ -804,14 +807,20 @@ fn start_pending_call(
     ))
 }
 
-fn mark_undone(conn: &Connection, unit: &WriteUnit, id: &str, undone_by: &str) -> StoreResult<()> {
+/// Mark call `id` undone by `undone_by` if it is recorded and not marked
+/// yet; whether it was.
+fn set_undone(conn: &Connection, unit: &WriteUnit, id: &str, undone_by: &str) -> StoreResult<bool> {
     let changed = conn
         .prepare_cached(
             "UPDATE tool_calls SET undone_by = ?3 \
              WHERE thread_id = ?1 AND id = ?2 AND undone_by IS NULL",
         )?
         .execute(params![unit.thread_id, id, undone_by])?;
-    if changed == 1 {
+    Ok(changed == 1)
+}
+
+fn mark_undone(conn: &Connection, unit: &WriteUnit, id: &str, undone_by: &str) -> StoreResult<()> {
+    if set_undone(conn, unit, id, undone_by)? {
         return Ok(());
     }
     let current: Option<Option<String>> = conn

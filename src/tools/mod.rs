@@ -169,6 +169,9 @@ pub struct ToolSuccess {
     /// The tool ran but the result is incomplete (truncated, partly applied).
     pub partial: bool,
     pub undo: Option<UndoInfo>,
+    /// The id of a call of the same thread whose change this call took
+    /// back (`undo_edit`): recorded undone by this call, with its result.
+    pub undoes: Option<String>,
 }
 
 impl ToolSuccess {
@@ -177,6 +180,7 @@ impl ToolSuccess {
             result,
             partial: false,
             undo: None,
+            undoes: None,
         }
     }
 }

@@ -377,6 +377,7 @@ impl Tool for Bash {
             result,
             partial,
             undo: None,
+            undoes: None,
         })
     }
 

@@ -16,7 +16,7 @@ use super::confine::{
 };
 use super::history::{EditHistory, Header, with_file_lock};
 use super::{MAX_EDIT_BYTES, codes};
-use crate::tools::{DryRunResult, JudgedPath, ToolContext, ToolError, UndoInfo};
+use crate::tools::{DryRunResult, ToolContext, ToolError, UndoInfo};
 use crate::workspace::Workspace;
 
 /// Diffs returned in results are cut at this many bytes.
@@ -285,18 +285,21 @@ impl Change {
     /// Record the previous state in the history, then replace the file.
     /// On failure nothing stays: the entry and any created directory are
     /// removed again.
-    /// `judged`: where the permission rules judged the path to lead
-    /// (`ToolContext::judged_path`); the write lands there or nowhere.
+    /// The write lands where the permission rules judged the path to lead
+    /// (`ToolContext::judged_path`) or nowhere; the entry names the call
+    /// (`ctx`) that made the change.
     pub fn commit(
         &self,
         ws: &Workspace,
         history: &EditHistory,
         tool: &str,
-        judged: Option<&JudgedPath>,
+        ctx: &ToolContext,
     ) -> Result<UndoInfo, ToolError> {
+        let judged = ctx.judged_path.as_ref();
         let current = &self.current;
         let mut header = Header::new(&current.target, tool, current.before.is_some(), &self.after);
         header.mode = current.mode;
+        header.call = Some((ctx.thread_id.clone(), ctx.call_id.clone()));
         header.created_dirs = current
             .missing_dirs
             .iter()

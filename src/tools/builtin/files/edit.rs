@@ -368,11 +368,12 @@ impl Tool for EditFile {
             // A call cancelled or timed out while this ran must not change the file.
             cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
-            let undo = change.commit(ws, &history, "edit_file", ctx.judged_path.as_ref())?;
+            let undo = change.commit(ws, &history, "edit_file", ctx)?;
             Ok(ToolSuccess {
                 result,
                 partial: false,
                 undo: Some(undo),
+                undoes: None,
             })
         })
         .await

@@ -46,6 +46,11 @@ pub struct Header {
     pub after_len: u64,
     pub after_hash: String,
     pub at_ms: u64,
+    /// The call that made the change (thread, call id), so the call that
+    /// takes it back can mark that call undone. Absent in entries written
+    /// before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<(String, String)>,
 }
 
 impl Header {
@@ -63,6 +68,7 @@ impl Header {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0),
+            call: None,
         }
     }
 

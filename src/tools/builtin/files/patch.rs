@@ -507,11 +507,12 @@ impl Tool for ApplyDiff {
             // A call cancelled or timed out while this ran must not change the file.
             cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
-            let undo = change.commit(ws, &history, "apply_diff", ctx.judged_path.as_ref())?;
+            let undo = change.commit(ws, &history, "apply_diff", ctx)?;
             Ok(ToolSuccess {
                 result,
                 partial: false,
                 undo: Some(undo),
+                undoes: None,
             })
         })
         .await

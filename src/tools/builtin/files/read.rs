@@ -199,6 +199,7 @@ fn read_text(
         result,
         partial: more || cut_lines > 0,
         undo: None,
+        undoes: None,
     })
 }
 
@@ -365,6 +366,7 @@ fn list_dir(
         result,
         partial: truncated,
         undo: None,
+        undoes: None,
     })
 }
 

@@ -203,6 +203,7 @@ impl Tool for Glob {
                 result,
                 partial: capped || summary.truncated,
                 undo: None,
+                undoes: None,
             })
         })
         .await
@@ -627,6 +628,7 @@ impl Tool for Grep {
                 result,
                 partial,
                 undo: None,
+                undoes: None,
             })
         })
         .await

@@ -202,7 +202,16 @@ impl Tool for UndoEdit {
                 if shown.truncated {
                     result["diff_truncated"] = json!(true);
                 }
-                Ok(ToolSuccess::complete(result))
+                // The call of this thread that made the change is undone.
+                let undoes = entry
+                    .header
+                    .call
+                    .filter(|(thread, call)| *thread == ctx.thread_id && *call != ctx.call_id)
+                    .map(|(_, call)| call);
+                Ok(ToolSuccess {
+                    undoes,
+                    ..ToolSuccess::complete(result)
+                })
             })
         })
         .await
