@@ -1,9 +1,25 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use toolgate::config::Settings;
 use toolgate::startup::Application;
+
+/// The command line, its `--version` naming the last migration of each
+/// backend: two builds of one version number with other schemas are told
+/// apart (an upgrade, a downgrade refused).
+fn parse_command_line() -> Cli {
+    let (sqlite, postgres) = toolgate::store::schema_versions();
+    let version: &'static str = Box::leak(
+        format!(
+            "{} (schema: sqlite {sqlite}, postgres {postgres})",
+            env!("CARGO_PKG_VERSION")
+        )
+        .into_boxed_str(),
+    );
+    let matches = Cli::command().version(version).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
 
 #[derive(Parser)]
 #[command(
@@ -69,7 +85,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    match run(parse_command_line()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // Settings that failed to load never turned the logs on: JSON

@@ -173,17 +173,21 @@ pub fn builtin_registry(
     Ok(Arc::new(registry))
 }
 
-/// Expires approvals past their deadline, once a second, until shutdown.
-/// A sweep that keeps failing (the database away) is logged when it starts
-/// failing, then once a minute, and when it works again: not every second.
+/// Expires approvals past their deadline, once a second, reads the
+/// database's migrations again every five seconds
+/// ([`Engine::check_schema`]), and finishes calls no process can still be
+/// running ([`Engine::finish_orphans`]) once a minute, until shutdown. A sweep that keeps failing (the database
+/// away) is logged when it starts failing, then once a minute, and when it
+/// works again: not every second.
 fn spawn_expiry_sweeper(engine: Arc<Engine>, shutdown: CancellationToken) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut failing: Option<(tokio::time::Instant, u64)> = None;
+        let mut ticks: u64 = 0;
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = tick.tick() => match engine.expire_due().await {
+                _ = tick.tick() => match sweep(&engine, &mut ticks).await {
                     Ok(_) => {
                         if let Some((_, failures)) = failing.take() {
                             tracing::info!(failures, "approval expiry sweep works again");
@@ -211,18 +215,41 @@ fn spawn_expiry_sweeper(engine: Arc<Engine>, shutdown: CancellationToken) {
     });
 }
 
+/// One tick of [`spawn_expiry_sweeper`].
+async fn sweep(engine: &Engine, ticks: &mut u64) -> Result<(), crate::store::StoreError> {
+    *ticks += 1;
+    if ticks.is_multiple_of(5) {
+        engine.check_schema().await;
+    }
+    engine.expire_due().await?;
+    if ticks.is_multiple_of(60) {
+        engine.finish_orphans().await?;
+    }
+    Ok(())
+}
+
 impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         let cors = http::cors::layer(&settings.server.cors_origins)?;
         let data_dir = settings.storage.data_dir.clone();
         // Before anything that assumes this process is the directory's only one.
         let data_dir_lock = lock_data_dir(&data_dir)?;
+        let served_before = data_dir.join(INSTANCE_FILE).exists();
         let instance = instance_id(&data_dir)?;
         let database_url = settings
             .storage
             .database_url
             .as_ref()
             .map(|s| s.expose_secret().to_string());
+        // A data directory that served before but holds no SQLite file
+        // served another database: most likely `DATABASE_URL` is missing
+        // this time, and every thread would look gone.
+        if database_url.is_none() && served_before && !data_dir.join("toolgate.db").exists() {
+            tracing::warn!(
+                data_dir = %data_dir.display(),
+                "the data directory served a database before, but not its own SQLite file: a new, empty one is created. If it served Postgres, set DATABASE_URL"
+            );
+        }
         let store = crate::store::open(database_url.as_deref(), &settings.storage).await?;
         let keys = Keys::load(&settings.auth, &data_dir)?;
         let dev_token = match keys.source {
@@ -363,6 +390,11 @@ impl Application {
     /// The live registry: tools registered here are served at once.
     pub fn registry(&self) -> Arc<Registry> {
         self.state.engine.registry().clone()
+    }
+
+    /// The engine the server runs calls with.
+    pub fn engine(&self) -> Arc<Engine> {
+        self.state.engine.clone()
     }
 
     pub fn backend(&self) -> &'static str {

@@ -791,6 +791,65 @@ async fn an_outage_is_logged_once_by_the_approval_sweep() {
     .await;
 }
 
+/// A database a newer toolgate migrated while this process serves it (an
+/// upgrade that started the new version before stopping this one) takes no
+/// more writes from this process: `/readyz` says why, and a write is a 503
+/// that stores nothing, as in an outage. This process went on writing rows
+/// without what the newer schema keeps beside them.
+async fn a_database_a_newer_toolgate_migrated_takes_no_more_writes(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let r = app
+        .post(
+            "/v1/threads/newer/messages",
+            &json!({"role": "user", "content": "before"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let from_the_future = "INSERT INTO _sqlx_migrations \
+        (version, description, success, checksum, execution_time) \
+        VALUES (99990101000000, 'a newer toolgate', true, ";
+    match &app.pg {
+        Some(pg) => {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+            sqlx::query(&format!("{from_the_future}'\\x00'::bytea, 0)"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        None => {
+            use sqlx::Connection;
+            let file = app.data_dir.path().join("toolgate.db");
+            let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", file.display()))
+                .await
+                .unwrap();
+            sqlx::query(&format!("{from_the_future}x'00', 0)"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+    let detail = not_ready(&app).await;
+    assert!(detail.contains("migrated by a newer toolgate"), "{detail}");
+    assert!(detail.contains("99990101000000"), "{detail}");
+    let r = app
+        .post(
+            "/v1/threads/newer/messages",
+            &json!({"role": "user", "content": "after"}),
+        )
+        .await;
+    assert_eq!(r.status(), 503, "{}", r.text().await.unwrap());
+    let (s, out) = app
+        .call(
+            "newer",
+            json!({"id": "e", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 503, "{out}");
+    let history = app.history("newer").await;
+    assert_eq!(history.len(), 1, "{history:?}");
+}
+
 /// A database that lacks a migration (an older schema) is not ready, and
 /// the answer says what is missing and what applies it.
 #[tokio::test]
@@ -2461,6 +2520,145 @@ async fn a_call_reposted_through_another_process_gets_its_outcome() {
     assert_eq!(history.len(), 1, "one result: {history:?}");
 }
 
+/// Move call `id`'s record back in time by `ms`, as if it had been
+/// recorded that long ago.
+async fn age_call(pg: &common::PgDatabase, id: &str, ms: i64) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+    let done =
+        sqlx::query("UPDATE tool_calls SET created_at_ms = created_at_ms - $1 WHERE id = $2")
+            .bind(ms)
+            .bind(id)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(done.rows_affected(), 1, "{id}");
+}
+
+/// A call left `running` by a process gone for good (its data directory
+/// restored into a new one, a replica removed) is finished as INTERRUPTED
+/// by any process once no process could still be running it: at start-up,
+/// and by the sweep of a process already serving. Two processes starting
+/// together both start, and the call gets one result. It stayed `running`
+/// for ever (posting it again was a 409 "post it again later" each time),
+/// and of two processes starting together one exited on the other's
+/// result.
+#[tokio::test]
+async fn a_call_no_process_can_still_run_is_finished_by_any() {
+    let pg = common::create_pg_database().await;
+    let gone_dir = tempfile::tempdir().unwrap();
+    let mut gone = serve_binary(gone_dir.path(), Some(&pg.url)).await;
+    let mut held = Vec::new();
+    for (thread, id) in [("orphan-1", "young"), ("orphan-2", "old")] {
+        held.push(a_running_wait(&gone, thread, id, 30000).await);
+    }
+    gone.child.start_kill().unwrap();
+    gone.child.wait().await.unwrap();
+    // "old" was recorded two hours ago: no process runs a call that long.
+    age_call(&pg, "old", 2 * 3600 * 1000).await;
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = tokio::join!(
+        serve_binary(a_dir.path(), Some(&pg.url)),
+        serve_binary(b_dir.path(), Some(&pg.url))
+    );
+    for served in [&a, &b] {
+        let ready = reqwest::get(format!("{}/readyz", served.base))
+            .await
+            .unwrap();
+        assert_eq!(ready.status(), 200);
+    }
+    let history = common::history_at(&a.base, &a.token, "orphan-2").await;
+    assert_eq!(history.len(), 1, "one result: {history:?}");
+    assert_eq!(
+        history[0]["tool_agent_output"]["error"]["code"], "INTERRUPTED",
+        "{history:?}"
+    );
+    // The young one may still run somewhere: left alone, by the sweep too.
+    assert_eq!(
+        a.get_json("/v1/threads/orphan-1/tool-calls/young").await["status"],
+        "running"
+    );
+    let data_dir = tempfile::tempdir().unwrap();
+    let sweeper = TestApp::start(
+        {
+            let mut settings = common::test_settings(data_dir.path());
+            settings.storage.database_url = Some(pg.url.clone().into());
+            settings
+        },
+        data_dir,
+        None,
+    )
+    .await;
+    assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 0);
+    age_call(&pg, "young", 2 * 3600 * 1000).await;
+    assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 1);
+    let call = a.get_json("/v1/threads/orphan-1/tool-calls/young").await;
+    assert_eq!(call["status"], "failure", "{call}");
+    assert_eq!(
+        call["outcome"]["tool_agent_output"]["error"]["code"],
+        "INTERRUPTED"
+    );
+    assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 0);
+    drop(held);
+}
+
+/// A data directory that served Postgres, started again without
+/// `DATABASE_URL`, says in its log that it serves a new, empty SQLite
+/// file: every thread looked gone, and nothing said why.
+#[tokio::test]
+async fn a_data_dir_that_served_postgres_warns_when_started_without_it() {
+    let pg = common::create_pg_database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = serve_binary(dir.path(), Some(&pg.url)).await;
+    first.child.start_kill().unwrap();
+    first.child.wait().await.unwrap();
+    let logged = |served: &Served, text: &'static str| {
+        let log = served.stderr.clone();
+        let shown = served.stderr.clone();
+        eventually(
+            Duration::from_secs(10),
+            move || log.lock().unwrap().contains(text),
+            move || shown.lock().unwrap().clone(),
+        )
+    };
+    let mut second = serve_binary(dir.path(), None).await;
+    logged(&second, "If it served Postgres, set DATABASE_URL").await;
+    // Its own SQLite file from then on: no warning at the next start.
+    second.child.start_kill().unwrap();
+    second.child.wait().await.unwrap();
+    let third = serve_binary(dir.path(), None).await;
+    logged(&third, "toolgate listening").await;
+    let log = third.stderr.lock().unwrap().clone();
+    assert!(!log.contains("set DATABASE_URL"), "{log}");
+}
+
+/// A call recorded by a toolgate from before calls named their process/// A call recorded by a toolgate from before calls named their process
+/// (no instance) may be running in that version's process during an
+/// upgrade: a new process's start leaves it alone, and it ends with its
+/// own result. The new process finished it as INTERRUPTED, and the real
+/// result of what ran was lost.
+#[tokio::test]
+async fn a_start_leaves_a_young_call_of_an_older_version_alone() {
+    use sqlx::Connection;
+    let pg = common::create_pg_database().await;
+    let (old_dir, new_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let old = serve_binary(old_dir.path(), Some(&pg.url)).await;
+    let (_sse, running) = a_running_wait(&old, "upgrading", "live", 3000).await;
+    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+    sqlx::query("UPDATE tool_calls SET instance = NULL WHERE id = 'live'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let new = serve_binary(new_dir.path(), Some(&pg.url)).await;
+    assert_eq!(
+        new.get_json("/v1/threads/upgrading/tool-calls/live").await["status"],
+        "running"
+    );
+    finished_as_it_ran(running, 3000).await;
+    let history = common::history_at(&new.base, &new.token, "upgrading").await;
+    assert_eq!(history.len(), 1, "one result: {history:?}");
+}
+
 /// Two processes on one Postgres database, each with its own data
 /// directory: the second's start leaves the first's running call to it,
 /// and finishes only what its own data directory's process left behind.
@@ -3287,12 +3485,50 @@ async fn tokens_never_reach_logs_or_storage(backend: Backend) {
 }
 
 both_backends!(
+    a_database_a_newer_toolgate_migrated_takes_no_more_writes,
     health_readiness_and_metrics,
     a_crash_mid_call_is_finished_as_interrupted,
     a_second_process_on_a_served_data_dir_refuses_to_start,
     nothing_acknowledged_is_lost_when_the_service_is_killed,
     tokens_never_reach_logs_or_storage,
 );
+
+/// `--version` names the last migration of each backend, so two builds of
+/// one version number with other schemas are told apart.
+#[test]
+fn the_version_names_the_schema() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let last = |backend: &str| {
+        std::fs::read_dir(format!(
+            "{}/migrations/{backend}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+        .filter_map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_str()?
+                .get(..4)?
+                .parse::<u32>()
+                .ok()
+        })
+        .max()
+        .unwrap()
+    };
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!(
+            "toolgate {} (schema: sqlite {}, postgres {})\n",
+            env!("CARGO_PKG_VERSION"),
+            last("sqlite"),
+            last("postgres")
+        )
+    );
+}
 
 #[tokio::test]
 async fn cli_token_migrate_and_layered_settings() {

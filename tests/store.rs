@@ -1407,8 +1407,11 @@ async fn an_outline_keeps_ids_roles_and_declared_calls_only(store: DynStore) {
     assert!(store.message_outlines("nowhere").await.unwrap().is_empty());
 }
 
-/// A process finishes at start-up only the calls it ran (or that name no
-/// process: recorded before calls did), never another live process's.
+/// A process finishes at start-up only the calls it ran, never another
+/// live process's, nor one that names no process (recorded by a version
+/// from before calls did, which may still be running it); any process
+/// finishes every call, of whichever process or none, recorded before a
+/// cutoff that no live call can reach.
 async fn running_tool_calls_are_a_processes_own(store: DynStore) {
     let of = |id: &str, instance: Option<&str>| {
         WriteOp::InsertToolCall(NewToolCall {
@@ -1441,14 +1444,16 @@ async fn running_tool_calls_are_a_processes_own(store: DynStore) {
         ids.sort();
         ids
     };
-    assert_eq!(
-        ids(store.running_tool_calls("A").await.unwrap()),
-        ["a", "old"]
-    );
-    assert_eq!(
-        ids(store.running_tool_calls("B").await.unwrap()),
-        ["b", "old"]
-    );
+    assert_eq!(ids(store.running_tool_calls("A").await.unwrap()), ["a"]);
+    assert_eq!(ids(store.running_tool_calls("B").await.unwrap()), ["b"]);
+    // Recorded at 1_700_000_000_000: before a cutoff after it, every
+    // running call (not the one waiting for approval); none before it.
+    let before = |cutoff: i64| {
+        let store = store.clone();
+        async move { ids(store.running_calls_created_before(cutoff).await.unwrap()) }
+    };
+    assert_eq!(before(1_700_000_000_001).await, ["a", "b", "old"]);
+    assert!(before(1_700_000_000_000).await.is_empty());
     // An approved call is the process's that starts it.
     apply_one(
         &store,
@@ -1463,13 +1468,10 @@ async fn running_tool_calls_are_a_processes_own(store: DynStore) {
     )
     .await
     .unwrap();
-    assert_eq!(
-        ids(store.running_tool_calls("A").await.unwrap()),
-        ["a", "old"]
-    );
+    assert_eq!(ids(store.running_tool_calls("A").await.unwrap()), ["a"]);
     assert_eq!(
         ids(store.running_tool_calls("B").await.unwrap()),
-        ["b", "old", "w"]
+        ["b", "w"]
     );
 }
 
@@ -1853,6 +1855,12 @@ impl Store for Observed {
     }
     async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.running_tool_calls(instance).await
+    }
+    async fn running_calls_created_before(
+        &self,
+        cutoff_ms: i64,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        self.inner.running_calls_created_before(cutoff_ms).await
     }
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.run_calls(thread_id, run_id).await

@@ -1831,23 +1831,98 @@ impl Engine {
         self.record_refusal(req, &name, error, audit).await
     }
 
-    /// Start-up: calls left `running` by a crash are finished as
-    /// `failure`/`INTERRUPTED`, with their TOOL_CALL_RESULT, so nothing
-    /// silently disappears. Calls waiting for approval are left waiting.
-    /// Returns how many were finished.
+    /// Start-up: calls this process (its data directory's instance) left
+    /// `running` are finished as `failure`/`INTERRUPTED`, with their
+    /// TOOL_CALL_RESULT, so nothing silently disappears; so are calls of
+    /// any process that have outlived [`Engine::orphan_after`]. Calls of
+    /// other processes, and those recorded before calls named their
+    /// process, may still run (a replica, or the old version in an
+    /// upgrade): [`Engine::finish_orphans`] finishes them once they can no
+    /// longer be. Calls waiting for approval are left waiting. Returns how
+    /// many were finished.
     pub async fn recover_interrupted(&self) -> Result<usize, StoreError> {
-        // A call whose result still waits on disk is not interrupted.
-        let on_disk = &self.config.result_spool;
-        let kept = on_disk.pending_calls().map_err(spool::unreadable)?;
-        let running: Vec<_> = self
-            .store
-            .running_tool_calls(&self.config.instance)
-            .await?
-            .into_iter()
-            .filter(|r| !kept.contains(&(r.thread_id.clone(), r.id.clone())))
-            .collect();
-        let count = running.len();
+        let mut running = self.store.running_tool_calls(&self.config.instance).await?;
+        let cutoff = now_ms() - self.orphan_after().as_millis() as i64;
+        for record in self.store.running_calls_created_before(cutoff).await? {
+            if !running
+                .iter()
+                .any(|r| r.thread_id == record.thread_id && r.id == record.id)
+            {
+                running.push(record);
+            }
+        }
+        self.finish_interrupted(running).await
+    }
+
+    /// Finish as `INTERRUPTED` the calls of any process still `running`
+    /// [`Engine::orphan_after`] after they were recorded: no process can
+    /// still run them (its own stops them well before), so the process
+    /// that did died, and no start of its data directory came to finish
+    /// them (a restore into a new one, a replica gone for good, a version
+    /// from before calls named their process). Every process sweeps them;
+    /// the first to commit a result wins. Returns how many this one
+    /// finished.
+    pub async fn finish_orphans(&self) -> Result<usize, StoreError> {
+        let cutoff = now_ms() - self.orphan_after().as_millis() as i64;
+        let stale = self.store.running_calls_created_before(cutoff).await?;
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        // Not one this process still has in hand (a hung tool is its own
+        // to stop).
+        let here: Vec<_> = {
+            let in_flight = self.in_flight.lock().expect("in-flight lock");
+            stale
+                .into_iter()
+                .filter(|r| !in_flight.contains_key(&(r.thread_id.clone(), r.id.clone())))
+                .collect()
+        };
+        self.finish_interrupted(here).await
+    }
+
+    /// Read the database's migrations again: one that a newer toolgate
+    /// applied stops this process's writes from then on (they are answered
+    /// as in an outage, results kept on disk for the newer toolgate's start
+    /// on this data directory), said once in the log. Other trouble is
+    /// `/readyz`'s to report.
+    pub async fn check_schema(&self) {
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if let Err(e @ StoreError::Newer(_)) = self.store.ready().await
+            && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::error!(error = %e, "this process takes no more writes: stop it, and serve its data directory with the newer toolgate");
+        }
+    }
+
+    /// How long after its record a call may still be running in a live
+    /// process: the approvals' lifetime (it may wait that long to start),
+    /// the longest any registered tool may run and the grace of its stop,
+    /// plus five minutes for processes whose settings differ a little.
+    pub fn orphan_after(&self) -> Duration {
+        let longest = self
+            .registry
+            .names()
+            .iter()
+            .filter_map(|name| self.registry.resolve(name))
+            .map(|tool| self.time_limit(&tool))
+            .max()
+            .unwrap_or(self.config.tool_timeout);
+        self.config.approvals.ttl + longest + STOP_GRACE + Duration::from_secs(300)
+    }
+
+    /// Finish `running` (calls no process runs any more) as `INTERRUPTED`,
+    /// but a call whose result waits on disk: it gets that result.
+    async fn finish_interrupted(&self, running: Vec<ToolCallRecord>) -> Result<usize, StoreError> {
+        let kept = self
+            .config
+            .result_spool
+            .pending_calls()
+            .map_err(spool::unreadable)?;
+        let mut count = 0;
         for record in running {
+            if kept.contains(&(record.thread_id.clone(), record.id.clone())) {
+                continue;
+            }
             let error = ToolError::new(
                 codes::INTERRUPTED,
                 "the service stopped while this call was running; its effects may be incomplete",
@@ -1876,8 +1951,17 @@ impl Engine {
                 .await
             {
                 Ok(_) => {
+                    count += 1;
                     tracing::warn!(thread_id = %record.thread_id, tool_call_id = %record.id, "finished interrupted tool call")
                 }
+                // Another process finished it first (replicas starting
+                // together, or sweeping alike): it has its one result.
+                Err(StoreError::Conflict(why)) => tracing::debug!(
+                    thread_id = %record.thread_id,
+                    tool_call_id = %record.id,
+                    %why,
+                    "an interrupted tool call was finished by another process"
+                ),
                 // The database reads but cannot take writes (a full disk):
                 // the result is kept and written once it can, as any
                 // result in an outage; the service starts meanwhile.

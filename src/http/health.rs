@@ -102,7 +102,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
             tracing::warn!(error = %e, "not ready");
             let why = match e {
                 // Names the migration, nothing of the database's own.
-                crate::store::StoreError::NotMigrated(_) => e.to_string(),
+                crate::store::StoreError::NotMigrated(_) | crate::store::StoreError::Newer(_) => {
+                    e.to_string()
+                }
                 _ => "it refused or failed the check (the service's log says why)".to_string(),
             };
             Err(ApiError::Unavailable(format!(

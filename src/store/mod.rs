@@ -78,6 +78,32 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// A migration of a newer toolgate found in the database by
+/// [`Store::ready`] (its version; 0: none): from then on the store takes
+/// no writes, answered as in an outage, since what this build writes may
+/// not be what the newer schema needs (a message without the rows a newer
+/// version keeps beside it, say). Stop this process and start the newer
+/// toolgate on its data directory, which writes any results kept there.
+#[derive(Debug, Default)]
+pub(crate) struct Superseded(std::sync::atomic::AtomicI64);
+
+impl Superseded {
+    /// Remember a readiness check that found a newer migration.
+    pub(crate) fn note(&self, ready: &StoreResult<()>) {
+        if let Err(StoreError::Newer(version)) = ready {
+            self.0.store(*version, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// `Newer` once a newer migration was found.
+    pub(crate) fn check(&self) -> StoreResult<()> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Ok(()),
+            version => Err(StoreError::Newer(version)),
+        }
+    }
+}
+
 impl StoreError {
     /// The database could not be reached or used just now (a connection
     /// lost or refused, a full or failing disk, a lock held too long, a
@@ -89,6 +115,8 @@ impl StoreError {
             StoreError::Database(E::Database(db)) => {
                 db.code().is_some_and(|c| unavailable_code(&c))
             }
+            // This process no longer writes to it (see [`Superseded`]).
+            StoreError::Newer(_) => true,
             _ => false,
         }
     }
@@ -881,11 +909,17 @@ pub trait Store: Send + Sync + 'static {
 
     async fn tool_call(&self, thread_id: &str, id: &str) -> StoreResult<Option<ToolCallRecord>>;
 
-    /// Every call still `running` that process `instance` ran, or that no
-    /// process is named for (recorded before calls named one): left by a
+    /// Every call still `running` that process `instance` ran: left by a
     /// crash when called at start-up. Calls in `pending_approval` are not
     /// listed: they never started, and survive a restart untouched.
     async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>>;
+
+    /// Every call still `running`, of any process or none, recorded before
+    /// `cutoff_ms`.
+    async fn running_calls_created_before(
+        &self,
+        cutoff_ms: i64,
+    ) -> StoreResult<Vec<ToolCallRecord>>;
 
     /// The calls of run `run_id` in the thread, in the order they were
     /// recorded (stable even for calls recorded in the same millisecond or
@@ -1074,6 +1108,12 @@ pub(crate) fn migration_error(e: sqlx::migrate::MigrateError) -> StoreError {
         sqlx::migrate::MigrateError::VersionMissing(version) => StoreError::Newer(version),
         other => StoreError::Migrate(other),
     }
+}
+
+/// The last migration of each backend this build has (SQLite, Postgres).
+pub fn schema_versions() -> (i64, i64) {
+    let last = |migrations: &[(i64, &str, &str)]| migrations.last().map_or(0, |m| m.0);
+    (last(sqlite::MIGRATIONS), last(postgres::MIGRATIONS))
 }
 
 /// Open the store named by `database_url` (a `postgres://` URL) or, when

@@ -221,6 +221,7 @@ pub struct PgStore {
     /// This process's mark on its events notices, which its own watch
     /// passes over (its events reach its subscribers in process).
     token: String,
+    superseded: super::Superseded,
 }
 
 /// How long a request waits for a connection by default
@@ -278,6 +279,7 @@ impl PgStore {
             pool,
             batches,
             token: uuid::Uuid::new_v4().simple().to_string(),
+            superseded: super::Superseded::default(),
         })
     }
 
@@ -1186,7 +1188,9 @@ impl Store for PgStore {
     }
 
     async fn ready(&self) -> StoreResult<()> {
-        self.reads().ready(MIGRATIONS).await
+        let ready = self.reads().ready(MIGRATIONS).await;
+        self.superseded.note(&ready);
+        ready
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
@@ -1211,6 +1215,13 @@ impl Store for PgStore {
 
     async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.reads().running_tool_calls(instance).await
+    }
+
+    async fn running_calls_created_before(
+        &self,
+        cutoff_ms: i64,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        self.reads().running_calls_created_before(cutoff_ms).await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
@@ -1430,6 +1441,7 @@ impl Store for PgStore {
         if units.is_empty() {
             return Ok(Vec::new());
         }
+        self.superseded.check()?;
         if let Some(plan) = Plan::new(units, super::batch::apply_order(units)) {
             let mut tx = self.batches.begin().await?;
             match apply_plan(&mut tx, &plan).await {

@@ -198,7 +198,15 @@ where
                 )));
             }
         }
-        Ok(())
+        // A newer toolgate migrated it since this process started.
+        match applied
+            .iter()
+            .filter(|v| !migrations.iter().any(|(known, _, _)| known == *v))
+            .max()
+        {
+            Some(&newer) => Err(StoreError::Newer(newer)),
+            None => Ok(()),
+        }
     }
 
     pub async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
@@ -283,10 +291,25 @@ where
     pub async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>> {
         let rows = sqlx::query(&format!(
             "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} WHERE c.status = 'running' \
-             AND (c.instance IS NULL OR c.instance = $1) \
+             AND c.instance = $1 \
              ORDER BY c.created_at_ms, c.thread_id, c.id"
         ))
         .bind(instance)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(tool_call_from_row).collect()
+    }
+
+    pub async fn running_calls_created_before(
+        &self,
+        cutoff_ms: i64,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} WHERE c.status = 'running' \
+             AND c.created_at_ms < $1 \
+             ORDER BY c.created_at_ms, c.thread_id, c.id"
+        ))
+        .bind(cutoff_ms)
         .fetch_all(self.pool)
         .await?;
         rows.iter().map(tool_call_from_row).collect()

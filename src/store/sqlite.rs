@@ -157,6 +157,7 @@ pub struct SqliteStore {
     /// The database file and its identity (device, inode) when opened; none
     /// in memory.
     file: Option<(std::path::PathBuf, (u64, u64))>,
+    superseded: super::Superseded,
 }
 
 /// A file's device and inode.
@@ -269,6 +270,7 @@ impl SqliteStore {
             pool,
             writes: Arc::new(writes),
             file,
+            superseded: super::Superseded::default(),
         })
     }
 
@@ -320,7 +322,9 @@ impl Store for SqliteStore {
         {
             return Err(file_gone(path));
         }
-        self.reads().ready(MIGRATIONS).await
+        let ready = self.reads().ready(MIGRATIONS).await;
+        self.superseded.note(&ready);
+        ready
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
@@ -345,6 +349,13 @@ impl Store for SqliteStore {
 
     async fn running_tool_calls(&self, instance: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.reads().running_tool_calls(instance).await
+    }
+
+    async fn running_calls_created_before(
+        &self,
+        cutoff_ms: i64,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        self.reads().running_calls_created_before(cutoff_ms).await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
@@ -484,6 +495,7 @@ impl Store for SqliteStore {
     }
 
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
+        self.superseded.check()?;
         // Synchronous: the group-commit writer calls this on its own thread.
         self.writes.apply_batch(units)
     }

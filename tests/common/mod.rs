@@ -40,6 +40,7 @@ pub struct TestApp {
     pub data_dir: tempfile::TempDir,
     pub pg: Option<PgDatabase>,
     pub registry: std::sync::Arc<toolgate::tools::Registry>,
+    pub engine: std::sync::Arc<toolgate::engine::Engine>,
     handle: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
 
@@ -179,6 +180,7 @@ impl TestApp {
             .expect("test apps use a generated key");
         let shutdown = app.shutdown_token();
         let registry = app.registry();
+        let engine = app.engine();
         let handle = tokio::spawn(app.run());
         TestApp {
             base,
@@ -189,6 +191,7 @@ impl TestApp {
             data_dir,
             pg,
             registry,
+            engine,
             handle,
         }
     }
