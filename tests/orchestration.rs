@@ -279,6 +279,44 @@ fn allow_test_tools(s: &mut toolgate::config::Settings) {
     s.permissions.allow = vec!["rendezvous".into(), "exclusive".into()];
 }
 
+/// A batch posted again (its answer lost) answers from storage with the
+/// run its calls were recorded under, not the run this post was given, so
+/// rolling that run back reaches them. It answered a new run id that held
+/// none of its calls, and the rollback was a 404.
+async fn a_batch_posted_again_names_the_run_of_its_calls(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let write = |id: &str| json!({"id": id, "name": "write_file", "arguments": {"path": format!("{id}.txt"), "content": id}});
+    let batch = json!({"calls": [write("r1"), write("r2")]});
+    let first: Value = app
+        .post("/v1/threads/again/batches", &batch)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let run = first["run_id"].as_str().unwrap().to_string();
+    assert_eq!(first["results"][0]["status"], 200, "{first}");
+    for retry in [
+        batch.clone(),
+        json!({"calls": batch["calls"], "run_id": "another"}),
+    ] {
+        let again: Value = app
+            .post("/v1/threads/again/batches", &retry)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(again["results"][0]["result"]["replayed"], true, "{again}");
+        assert_eq!(again["run_id"], run.as_str(), "{again}");
+    }
+    let r = app
+        .post(
+            &format!("/v1/threads/again/runs/{run}/rollback"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
 async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend) {
     let app = TestApp::spawn_with(backend, allow_test_tools).await;
     let log = Arc::new(Mutex::new(vec![]));
@@ -994,6 +1032,7 @@ async fn a_stalled_replay_holds_up_no_other_read(backend: Backend) {
 }
 
 both_backends!(
+    a_batch_posted_again_names_the_run_of_its_calls,
     a_timed_out_call_is_answered_while_its_blocking_work_goes_on,
     batches_run_safe_calls_together_and_the_rest_in_order,
     limits_answer_429_and_cancellation_frees_the_slot,

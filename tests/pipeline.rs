@@ -2824,11 +2824,18 @@ async fn a_call_refused_before_its_declaration_is_its_failed_result(backend: Bac
         .unwrap();
     assert_eq!(tool_use["input"], json!({"_raw": cut}), "{tool_use}");
 
-    // Posted now, each answers as recorded; the other runs.
-    for call in [&e1, &e2] {
+    // Posted now, each answers as recorded, the one cut short too (it was
+    // a 422 however often it came); the other runs.
+    for call in [&e1, &e2, &e3] {
         let (s, out) = app.call(thread, call.clone()).await;
         assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
+        assert_eq!(out["tool_agent_output"]["status"], "failure", "{out}");
     }
+    // Cut short otherwise, it is another call: refused, storing nothing.
+    let mut other = e3.clone();
+    other["function"]["arguments"] = json!("{\"text\": \"c");
+    let (s, out) = app.call(thread, other).await;
+    assert_eq!(s, 422, "{out}");
     let (s, out) = app.call(thread, e4).await;
     assert_eq!(s, 200, "{out}");
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");

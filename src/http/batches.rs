@@ -34,6 +34,8 @@ pub struct BatchRequest {
     #[schema(value_type = Vec<BatchCall>, min_items = 1)]
     pub calls: Vec<Value>,
     /// The run the calls belong to (for rollback); generated when absent.
+    /// A batch posted again answers with the run its calls were recorded
+    /// under by the first post: give your own to have one id throughout.
     #[schema(value_type = Option<crate::protocol::calls::Id>)]
     pub run_id: Option<String>,
 }
@@ -288,13 +290,49 @@ pub async fn post_batch(
         }
     }
     drop(permit);
-    Ok(axum::Json(BatchResponse {
-        run_id,
-        results: results
-            .into_iter()
-            .map(|r| r.expect("every call answered"))
-            .collect(),
-    }))
+    let results: Vec<BatchItem> = results
+        .into_iter()
+        .map(|r| r.expect("every call answered"))
+        .collect();
+    let run_id = recorded_run(&state, &thread.0, &results)
+        .await?
+        .unwrap_or(run_id);
+    Ok(axum::Json(BatchResponse { run_id, results }))
+}
+
+/// The run the batch's answered calls are recorded under, when it is one
+/// for all: a batch posted again (after a lost answer, say) answers from
+/// storage, and its calls stay in the run of its first post, whatever
+/// run this post named or was given, so that run is the one to roll back.
+/// `None` when no call was answered from storage, or they are in several.
+async fn recorded_run(
+    state: &AppState,
+    thread_id: &str,
+    results: &[BatchItem],
+) -> Result<Option<String>, ApiError> {
+    let replayed = |item: &BatchItem| item.result.as_ref().is_some_and(|r| r.replayed);
+    if !results.iter().any(replayed) {
+        return Ok(None);
+    }
+    let mut runs = std::collections::HashSet::new();
+    for item in results
+        .iter()
+        .filter(|i| i.status == 200 || i.status == 202)
+    {
+        let Some(id) = &item.tool_call_id else {
+            continue;
+        };
+        match state.store.tool_call(thread_id, id).await? {
+            Some(record) => {
+                runs.insert(record.run_id);
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(match runs.into_iter().collect::<Vec<_>>().as_slice() {
+        [run] => Some(run.clone()),
+        _ => None,
+    })
 }
 
 /// The problem document the call would have got on its own.

@@ -207,7 +207,12 @@ pub async fn post_tool_call(
 ) -> Result<Response, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     let wait = q.wait()?;
-    let call = calls::parse(&body).map_err(parse_error_to_api)?;
+    let call = match calls::parse(&body) {
+        Ok(call) => call,
+        Err(e) => recorded_as_raw(&state, &user, &thread, &body)
+            .await
+            .ok_or_else(|| parse_error_to_api(e))?,
+    };
     check_owner(&state, &user, &thread).await?;
     check_parent(&state, &thread.0, &call, "").await?;
     let request = CallRequest::new(&user.owner, &thread.0, call);
@@ -216,6 +221,25 @@ pub async fn post_tool_call(
         .await?
         .map_err(rejection_to_api)?;
     executed_response(&state, &thread.0, outcome, wait).await
+}
+
+/// A call whose arguments text is no JSON object's, as an assistant message
+/// declared it and the thread recorded it (`{"_raw": "<the text>"}`, its
+/// refusal recorded with the message): posted again, it answers as
+/// recorded, as any declared call refused before it runs. `None` for any
+/// other (its `422` stands, storing nothing).
+async fn recorded_as_raw(
+    state: &AppState,
+    user: &AuthUser,
+    thread: &ThreadId,
+    body: &Value,
+) -> Option<crate::protocol::calls::IncomingCall> {
+    let (call, Some(_)) = calls::parse_declared(body).ok()? else {
+        return None;
+    };
+    check_owner(state, user, thread).await.ok()?;
+    let record = state.store.tool_call(&thread.0, &call.id).await.ok()??;
+    crate::protocol::json::same_json(&record.args, &call.arguments).then_some(call)
 }
 
 /// A call's `parent_message_id` names the assistant message that made it;
