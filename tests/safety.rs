@@ -466,6 +466,32 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 409, "decided once");
+    // The same decision posted again (its answer lost) answers as it was,
+    // running nothing again; with another reason, or by another approver,
+    // it is another decision: a 409.
+    let r = app
+        .post(
+            &format!("/v1/approvals/{id}/decision"),
+            &json!({"decision": "approve", "reason": "fine"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["decided_at_ms"], decided["decided_at_ms"], "{again}");
+    assert!(decided.get("replayed").is_none(), "{decided}");
+    let r = app
+        .post(
+            &format!("/v1/approvals/{id}/decision"),
+            &json!({"decision": "approve", "reason": "other"}),
+        )
+        .await;
+    assert_eq!(r.status(), 409);
+    assert_eq!(
+        std::fs::read_to_string(root.join("a.txt")).unwrap(),
+        "hello\n",
+        "ran once"
+    );
 
     // Deny.
     let (_, out) = app.call("a", json!({"id": "w2", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}})).await;
@@ -835,7 +861,8 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
     let c3 = app.get_json("/v1/threads/u/tool-calls/c3").await;
     assert_eq!(c3["undo"], "available", "{c3}");
 
-    // Undo one call, then refuse to undo it twice.
+    // Undo one call; asked again (its answer lost, say), the same undo's
+    // outcome, replayed: it is not undone twice.
     let r = app
         .post("/v1/threads/u/tool-calls/c3/undo", &json!({}))
         .await;
@@ -846,11 +873,15 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
         std::fs::read_to_string(root.join("new/a.txt")).unwrap(),
         "A\n"
     );
+    let r = app
+        .post("/v1/threads/u/tool-calls/c3/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["replayed"], true, "{again}");
     assert_eq!(
-        app.post("/v1/threads/u/tool-calls/c3/undo", &json!({}))
-            .await
-            .status(),
-        409
+        again["tool_agent_output"], undo["tool_agent_output"],
+        "{again}"
     );
     assert_eq!(
         app.post("/v1/threads/u/tool-calls/c4/undo", &json!({}))
@@ -1567,15 +1598,17 @@ async fn a_call_whose_undo_failed_can_be_undone_again(backend: Backend) {
         std::fs::read_to_string(root.join("f.txt")).unwrap(),
         "one\n"
     );
-    // Undone now: a further request is refused, the attempts stay recorded.
+    // Undone now: asked again, the answer is that undo's, replayed, and
+    // nothing runs; the attempts stay recorded.
     let r = app
         .post("/v1/threads/u/tool-calls/e1/undo", &json!({}))
         .await;
-    assert_eq!(r.status(), 409);
-    let problem: Value = r.json().await.unwrap();
-    assert!(
-        problem["detail"].as_str().unwrap().contains("undo3_e1"),
-        "{problem}"
+    assert_eq!(r.status(), 200);
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(
+        again["tool_agent_output"]["tool_call_id"], "undo3_e1",
+        "{again}"
     );
     let r = app
         .post("/v1/threads/u/tool-calls/undo_e1/undo", &json!({}))
@@ -1671,9 +1704,10 @@ async fn an_undo_passes_over_ids_other_calls_hold(backend: Backend) {
     assert!(!root.join("w3.txt").exists());
     // Asked again, each finds its own undo, and runs nothing twice.
     let (s, again) = undo("w1").await;
-    assert_eq!(s, 409, "{again}");
-    assert!(
-        again["detail"].as_str().unwrap().contains("undo2_w1"),
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(
+        again["tool_agent_output"]["tool_call_id"], "undo2_w1",
         "{again}"
     );
 }

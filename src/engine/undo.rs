@@ -237,6 +237,16 @@ impl Engine {
             .tool_call(thread_id, id)
             .await?
             .ok_or_else(|| UndoError::NotFound(id.to_string()))?;
+        // Undone by an undo of its own (this route's, or a rollback's):
+        // asked again (its answer lost, say), the answer is that undo's
+        // outcome, as a call posted again is answered from storage.
+        if let Some(by) = &record.undone_by
+            && let Some(undo) = self.store.tool_call(thread_id, by).await?
+            && undo.undo_of.as_deref() == Some(id)
+            && undo.status.is_finished()
+        {
+            return Ok(Executed::Finished(super::outcome_from_record(&undo)?));
+        }
         let info = undo_info(&record, self.changes_outright(&record.tool_name))?;
         self.run_undo(owner, thread_id, id, info, record.workspace.clone())
             .await

@@ -60,6 +60,11 @@ pub struct ApprovalView {
     pub expires_at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at_ms: Option<i64>,
+    /// True when this decision was made before, by the same caller with
+    /// the same reason (a decision posted again after its answer was
+    /// lost): nothing was decided now.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
 }
 
 pub(super) fn status_name(s: ApprovalStatus) -> &'static str {
@@ -95,6 +100,7 @@ impl ApprovalView {
             created_at_ms: a.created_at_ms,
             expires_at_ms: a.expires_at_ms,
             decided_at_ms: a.decided_at_ms,
+            replayed: false,
         }
     }
 }
@@ -248,7 +254,7 @@ pub struct DecisionRequest {
     request_body = DecisionRequest,
     responses((status = 200, description = "The decided approval", body = ApprovalView),
         (status = 404, description = "No such approval for this caller", content_type = "application/problem+json"),
-        (status = 409, description = "Already decided, or expired", content_type = "application/problem+json"),
+        (status = 409, description = "Already decided otherwise (another decision, reason or caller), or expired; the same decision posted again by its caller answers 200 with `replayed: true`", content_type = "application/problem+json"),
         (status = 422, description = "Bad decision", content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn decide(
@@ -264,18 +270,43 @@ pub async fn decide(
             format!("reason must be at most {MAX_REASON_CHARS} characters"),
         ));
     }
-    let approval = state
+    let approver = is_approver(&state, &user);
+    let decided = state
         .engine
         .decide(
             &id,
             &user.owner,
-            is_approver(&state, &user),
+            approver,
             body.decision,
-            body.reason,
+            body.reason.clone(),
         )
-        .await
-        .map_err(approval_error)?;
-    Ok(axum::Json(ApprovalView::at(approval, now_ms())))
+        .await;
+    match decided {
+        Ok(approval) => Ok(axum::Json(ApprovalView::at(approval, now_ms()))),
+        // The same decision by the same caller, posted again (its answer
+        // lost): answered as it was, deciding nothing. Another decision,
+        // or another's, is the 409.
+        Err(e @ ApprovalError::AlreadyDecided(_)) => {
+            let approval = state
+                .engine
+                .approval_for(&id, &user.owner, approver)
+                .await
+                .map_err(approval_error)?;
+            let same = matches!(
+                (body.decision, approval.status),
+                (Decision::Approve, ApprovalStatus::Approved)
+                    | (Decision::Deny, ApprovalStatus::Denied)
+            ) && approval.decided_by.as_deref() == Some(user.owner.as_str())
+                && approval.decision_reason == body.reason;
+            if !same {
+                return Err(approval_error(e));
+            }
+            let mut view = ApprovalView::at(approval, now_ms());
+            view.replayed = true;
+            Ok(axum::Json(view))
+        }
+        Err(e) => Err(approval_error(e)),
+    }
 }
 
 #[derive(Debug, Deserialize, Serialize, ToSchema, Default)]

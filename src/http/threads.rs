@@ -1184,7 +1184,8 @@ pub struct CancelAccepted {
 /// ends with `CANCELLED` and its result is stored and streamed as usual.
 /// The answer comes once it has stopped (at most 3 s): a tool that finished
 /// its work before the cancellation reached it keeps its result, and the
-/// answer is then a `409` naming its status. A
+/// answer is then a `409` naming its status. A call cancelled already (a
+/// cancel posted again) is answered `202` as the first time. A
 /// call waiting for approval is withdrawn: its approval is denied on its
 /// owner's behalf and the call ends with `APPROVAL_DENIED`, having run
 /// nothing.
@@ -1236,10 +1237,12 @@ pub async fn cancel_tool_call(
                 .output
                 .as_ref()
                 .and_then(|output| output["error"]["code"].as_str());
+            // Cancelled already (a cancel posted again after its answer was
+            // lost, say): what was asked for holds, answered as it was.
+            if code == Some(codes::CANCELLED) {
+                return Ok(cancel_accepted(&tool_call_id));
+            }
             Err(ApiError::Conflict(match code {
-                Some(codes::CANCELLED) => {
-                    format!("tool call {tool_call_id:?} is cancelled already")
-                }
                 None if record.status == CallStatus::Running => format!(
                     "tool call {tool_call_id:?} runs in another toolgate process; cancel it through the process that runs it"
                 ),
@@ -1332,15 +1335,17 @@ fn undo_error(e: UndoError) -> ApiError {
 /// Undo a call.
 ///
 /// Runs the call's recorded undo as a new call `undo_<id>`, linked to it,
-/// through the same pipeline and gates, and streams it. Undoing twice is
-/// refused.
+/// through the same pipeline and gates, and streams it. A call undone
+/// already by an undo of its own (this route's, or a rollback's) is not
+/// undone twice: asked again, the answer is that undo's outcome, with
+/// `replayed: true`. One undone otherwise (the `undo_edit` tool) is a 409.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/tool-calls/{tool_call_id}/undo", tag = "tool calls",
     params(("thread_id" = String, Path,), ("tool_call_id" = String, Path,)),
     responses(
-        (status = 200, description = "The undo ran; its outcome", body = ToolCallResponse),
+        (status = 200, description = "The undo ran; its outcome (or, the call undone already by an undo of its own, that undo's outcome with `replayed: true`)", body = ToolCallResponse),
         (status = 202, description = "The undo waits for approval", body = PendingApprovalResponse),
         (status = 404, description = "No such call", content_type = "application/problem+json"),
-        (status = 409, description = "Already undone", content_type = "application/problem+json"),
+        (status = 409, description = "Undone already by other means (the `undo_edit` tool); the detail names the call that did", content_type = "application/problem+json"),
         (status = 422, description = "Not undoable (`code` `NOT_UNDOABLE`: failed, not reversible, changed nothing) or irreversible (`code` `IRREVERSIBLE`, with `manual_guide`); or a body with fields: the route takes none (at most `{}`; to undo past later changes to a file, call the `undo_edit` tool with `force: true`)", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),
