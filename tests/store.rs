@@ -348,7 +348,8 @@ fn new_call(id: &str) -> NewToolCall {
         workspace: None,
         dry_run: false,
         created_at_ms: 1_700_000_000_000,
-        instance: None,
+        // The process the tests' starts are.
+        instance: Some(INSTANCE.into()),
         declared_by: None,
         parent_message_id: None,
     }
@@ -2512,7 +2513,7 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
                 decide("ap1", ApprovalStatus::Approved, 2_000),
                 WriteOp::StartPendingCall {
                     id: "c1".into(),
-                    instance: None,
+                    instance: Some(INSTANCE.into()),
                 },
             ],
         ),
@@ -2535,7 +2536,7 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
                 events(1),
                 WriteOp::StartPendingCall {
                     id: "c1".into(),
-                    instance: None,
+                    instance: Some(INSTANCE.into()),
                 },
             ],
         ),
@@ -2550,7 +2551,7 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
             "alice",
             vec![WriteOp::StartPendingCall {
                 id: "nope".into(),
-                instance: None,
+                instance: Some(INSTANCE.into()),
             }],
         ),
     )
@@ -2567,7 +2568,7 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
             "alice",
             vec![WriteOp::StartPendingCall {
                 id: "c1".into(),
-                instance: None,
+                instance: Some(INSTANCE.into()),
             }],
         ),
     )
@@ -2591,7 +2592,7 @@ async fn a_pending_call_starts_then_finishes(store: DynStore) {
             "alice",
             vec![WriteOp::StartPendingCall {
                 id: "c1".into(),
-                instance: None,
+                instance: Some(INSTANCE.into()),
             }],
         ),
     )
@@ -2652,7 +2653,7 @@ async fn a_denied_pending_call_finishes_without_running(store: DynStore) {
     for ops in [
         vec![WriteOp::StartPendingCall {
             id: "c1".into(),
-            instance: None,
+            instance: Some(INSTANCE.into()),
         }],
         finishing_end(again),
     ] {
@@ -4316,7 +4317,7 @@ async fn pending_work_survives_a_restart_untouched(target: Target) {
                 decide("ap1", ApprovalStatus::Approved, 2_000),
                 WriteOp::StartPendingCall {
                     id: "c1".into(),
-                    instance: None,
+                    instance: Some(INSTANCE.into()),
                 },
             ],
         ),
@@ -4569,7 +4570,9 @@ async fn a_0001_database_migrates_with_its_data(target: Target) {
     assert_eq!(b.undo, Some(json!({"method": "delete"})));
     assert_eq!((b.undo_of, b.undone_by), (None, None));
     assert_eq!(b.finished_at_ms, Some(150));
-    let mut running = store.running_tool_calls(INSTANCE).await.unwrap();
+    // Recorded before calls named their process: still running, for any
+    // process to finish once none could still be running them.
+    let mut running = store.running_calls_created_before(i64::MAX).await.unwrap();
     running.sort_by(|x, y| x.thread_id.cmp(&y.thread_id));
     assert_eq!(
         running
