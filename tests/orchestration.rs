@@ -554,6 +554,7 @@ async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
         p["detail"].as_str().unwrap().contains("its result stands"),
         "{p}"
     );
+    assert_eq!(p["code"], "ALREADY_FINISHED", "{p}");
     assert_eq!(
         app.post("/v1/threads/l/tool-calls/ghost/cancel", &json!({}))
             .await

@@ -2699,7 +2699,7 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
     assert_eq!(out["replayed"], true, "{out}");
     assert_eq!(out["tool_agent_output"]["tool_name"], "wait", "{out}");
     // Another call under its id, itself refused or not: a 409, as for any
-    // declared call.
+    // declared call, whose code says never to post it again as it is.
     for other in [json!({"txt": "other"}), json!({"text": "fixed"})] {
         let (s, p) = app
             .call(
@@ -2708,6 +2708,7 @@ async fn a_declared_call_refused_before_it_runs_is_its_failed_result(backend: Ba
             )
             .await;
         assert_eq!(s, 409, "{p}");
+        assert_eq!(p["code"], "CALL_CONFLICT", "{p}");
     }
     let (s, out) = app
         .call(

@@ -466,6 +466,8 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 409, "decided once");
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(p["code"], "ALREADY_DECIDED", "{p}");
     // The same decision posted again (its answer lost) answers as it was,
     // running nothing again; with another reason, or by another approver,
     // it is another decision: a 409.
@@ -1788,6 +1790,11 @@ async fn calls_after_one_waiting_for_approval_wait_too(backend: Backend) {
         detail.contains("\"n2\"") && detail.contains("approval"),
         "{detail}"
     );
+    // A program tells "post it again once n2 is decided" apart by its code,
+    // and finds the call it waits for without reading the detail.
+    let problem = &body["results"][3]["problem"];
+    assert_eq!(problem["code"], "WAITS_FOR_APPROVAL", "{problem}");
+    assert_eq!(problem["errors"][0]["tool_call_id"], "n2", "{problem}");
     let recorded: Vec<Value> = app.history("wb").await;
     assert_eq!(recorded.len(), 1, "only n1's result: {recorded:?}");
 

@@ -199,9 +199,14 @@ pub async fn list_approvals(
 pub(super) fn approval_error(e: ApprovalError) -> ApiError {
     match e {
         ApprovalError::NotFound => ApiError::NotFound("approval not found".into()),
-        ApprovalError::AlreadyDecided(_) | ApprovalError::Expired => {
-            ApiError::Conflict(e.to_string())
-        }
+        ApprovalError::AlreadyDecided(_) => ApiError::conflict(
+            crate::http::error::conflicts::ALREADY_DECIDED,
+            e.to_string(),
+        ),
+        ApprovalError::Expired => ApiError::conflict(
+            crate::http::error::conflicts::APPROVAL_EXPIRED,
+            e.to_string(),
+        ),
         ApprovalError::Store(s) => s.into(),
     }
 }

@@ -218,9 +218,16 @@ pub async fn post_batch(
                     results[index] = Some(refused(
                         index,
                         Some(id),
-                        ApiError::Conflict(format!(
-                            "not run: call {before:?} (index {at}) waits for approval, and the calls after it do not run before it; post this call again once it is decided"
-                        )),
+                        ApiError::ConflictAt {
+                            code: crate::http::error::conflicts::WAITS_FOR_APPROVAL,
+                            detail: format!(
+                                "not run: call {before:?} (index {at}) waits for approval, and the calls after it do not run before it; post this call again once it is decided"
+                            ),
+                            errors: vec![serde_json::json!({
+                                "tool_call_id": before,
+                                "message": "waits for approval",
+                            })],
+                        },
                     ));
                 }
                 Ok(call) => {

@@ -12,6 +12,43 @@ use crate::protocol::pointer_token;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// The `code` of a `409` problem: what kind of conflict, for a program to
+/// act on without reading `detail`.
+pub mod conflicts {
+    /// The request contradicts what is recorded (any other conflict).
+    pub const CONFLICT: &str = "CONFLICT";
+    /// A call id taken by another call (another tool, other arguments, …):
+    /// never post it again as it is; a new call needs a new id.
+    pub const CALL_CONFLICT: &str = "CALL_CONFLICT";
+    /// A call posted under another message than the one declaring it.
+    pub const OTHER_PARENT: &str = "OTHER_PARENT";
+    /// A call posted under a run that was rolled back.
+    pub const RUN_CLOSED: &str = "RUN_CLOSED";
+    /// A batch's call held behind an earlier one waiting for approval
+    /// (`errors[0].tool_call_id` names it): post it again once that one is
+    /// decided.
+    pub const WAITS_FOR_APPROVAL: &str = "WAITS_FOR_APPROVAL";
+    /// The call is running in another process, or its result waits for the
+    /// database: post it again later for its outcome.
+    pub const IN_PROGRESS: &str = "IN_PROGRESS";
+    /// A message id taken by another message.
+    pub const MESSAGE_CONFLICT: &str = "MESSAGE_CONFLICT";
+    /// The approval was decided otherwise already, or expired.
+    pub const ALREADY_DECIDED: &str = "ALREADY_DECIDED";
+    pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
+    /// The call was undone already, by other means than an undo of its own.
+    pub const ALREADY_UNDONE: &str = "ALREADY_UNDONE";
+    /// The run was rolled back already (its report is in the audit log).
+    pub const ALREADY_ROLLED_BACK: &str = "ALREADY_ROLLED_BACK";
+    /// The call finished before a cancel reached it: its result stands.
+    pub const ALREADY_FINISHED: &str = "ALREADY_FINISHED";
+    /// Another cancellation (a cancel, its time limit, a shutdown) is
+    /// stopping the call: its result follows.
+    pub const BEING_CANCELLED: &str = "BEING_CANCELLED";
+    /// The call runs in another process: cancel it through that one.
+    pub const RUNS_ELSEWHERE: &str = "RUNS_ELSEWHERE";
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("{detail}")]
@@ -20,11 +57,17 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     NotFound(String),
+    /// A conflict with what is recorded (`code` [`conflicts::CONFLICT`]).
     #[error("{0}")]
     Conflict(String),
-    /// A conflict that one field of the request makes: `errors` names it.
+    /// A conflict a program can tell apart by its `code` (see
+    /// [`conflicts`]); `errors`, when any, name the field or call at issue.
     #[error("{detail}")]
-    ConflictAt { detail: String, errors: Vec<Value> },
+    ConflictAt {
+        code: &'static str,
+        detail: String,
+        errors: Vec<Value>,
+    },
     #[error("{0}")]
     PayloadTooLarge(String),
     /// The body did not arrive in time.
@@ -90,9 +133,24 @@ impl ApiError {
 
     /// 409: the body conflicts with what the thread holds, at `pointer`.
     pub fn conflict_at(pointer: String, detail: String) -> Self {
+        Self::conflict_coded_at(conflicts::CONFLICT, pointer, detail)
+    }
+
+    /// [`ApiError::conflict_at`] with a `code` of [`conflicts`].
+    pub fn conflict_coded_at(code: &'static str, pointer: String, detail: String) -> Self {
         ApiError::ConflictAt {
+            code,
             errors: vec![json!({"pointer": pointer, "message": detail})],
             detail,
+        }
+    }
+
+    /// 409 with a `code` of [`conflicts`] and nothing to point at.
+    pub fn conflict(code: &'static str, detail: String) -> Self {
+        ApiError::ConflictAt {
+            code,
+            detail,
+            errors: vec![],
         }
     }
 
@@ -131,6 +189,7 @@ impl ApiError {
             _ => "another dry_run",
         };
         ApiError::ConflictAt {
+            code: conflicts::CALL_CONFLICT,
             detail: format!(
                 "tool call {id:?} is already {given} in this thread with {what}; use a new id for a new call"
             ),
@@ -144,6 +203,7 @@ impl ApiError {
     /// A call posted under a run that was rolled back.
     pub fn run_closed(run_id: &str) -> Self {
         ApiError::ConflictAt {
+            code: conflicts::RUN_CLOSED,
             detail: format!(
                 "run {run_id:?} of this thread was rolled back and takes no more calls; \
                  post the call under another run_id, or without one"
@@ -266,6 +326,15 @@ impl ApiError {
         };
         let mut body = problem_body(status, slug, &title, &detail);
         match self {
+            ApiError::Conflict(_) => {
+                body.insert("code".into(), json!(conflicts::CONFLICT));
+            }
+            ApiError::ConflictAt { code, .. } => {
+                body.insert("code".into(), json!(code));
+            }
+            _ => {}
+        }
+        match self {
             ApiError::BadRequest { errors, .. } | ApiError::ConflictAt { errors, .. }
                 if !errors.is_empty() =>
             {
@@ -323,6 +392,7 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::CallConflict { id, field } => ApiError::call_conflict(&id, field),
             StoreError::RunClosed { run_id } => ApiError::run_closed(&run_id),
             StoreError::Refused { field, detail } => ApiError::ConflictAt {
+                code: conflicts::CONFLICT,
                 errors: vec![json!({"field": field, "message": detail})],
                 detail,
             },

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, ApiJson, ApiQuery, NoInput};
+use super::error::{ApiError, ApiJson, ApiQuery, NoInput, conflicts};
 use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
 use crate::engine::{CallOutcome, CallRequest, Cancelled, Executed, Rejection, UndoError};
 use crate::protocol::agui::Event;
@@ -116,12 +116,17 @@ pub fn rejection_to_api(r: Rejection) -> ApiError {
         }
         Rejection::IdConflict { id, field } => ApiError::call_conflict(&id, field),
         Rejection::DeclaredConflict { id, field } => ApiError::declared_conflict(&id, field),
-        Rejection::InProgressElsewhere { id } => ApiError::Conflict(format!(
-            "tool call {id:?} is still running in another toolgate process, or its result is waiting for the database to answer again; post it again later to get its result"
-        )),
-        Rejection::OtherParent { .. } => {
-            ApiError::conflict_at("/parent_message_id".into(), r.to_string())
-        }
+        Rejection::InProgressElsewhere { id } => ApiError::conflict(
+            conflicts::IN_PROGRESS,
+            format!(
+                "tool call {id:?} is still running in another toolgate process, or its result is waiting for the database to answer again; post it again later to get its result"
+            ),
+        ),
+        Rejection::OtherParent { .. } => ApiError::conflict_coded_at(
+            conflicts::OTHER_PARENT,
+            "/parent_message_id".into(),
+            r.to_string(),
+        ),
         Rejection::NotOwner => ApiError::thread_not_found(),
         Rejection::Store(e) => e.into(),
     }
@@ -388,8 +393,11 @@ pub enum MessageRole {
 /// A conversation message to record.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-#[schema(example = json!({"role": "assistant", "content": "Let me check.", "tool_calls": [{"id": "call_1", "name": "echo", "arguments": {"text": "hi"}}]}))]
+#[schema(example = json!({"id": "msg_a1", "role": "assistant", "content": "Let me check.", "tool_calls": [{"id": "call_1", "name": "echo", "arguments": {"text": "hi"}}]}))]
 pub struct NewMessageRequest {
+    /// The message's id in the thread: send your own, so that a message
+    /// posted again (a retry after a lost answer) is recognised and
+    /// answered `200` with `replayed: true` instead of stored twice.
     /// Generated when absent.
     #[schema(value_type = Option<calls::Id>)]
     pub id: Option<String>,
@@ -601,7 +609,8 @@ pub async fn post_message(
                     };
                     Ok((StatusCode::OK, axum::Json(body)).into_response())
                 }
-                _ => Err(ApiError::conflict_at(
+                _ => Err(ApiError::conflict_coded_at(
+                    conflicts::MESSAGE_CONFLICT,
                     "/id".into(),
                     format!(
                         "message {id:?} is already recorded in this thread with another role, content or tool_calls; use a new id for a new message"
@@ -1242,15 +1251,21 @@ pub async fn cancel_tool_call(
             if code == Some(codes::CANCELLED) {
                 return Ok(cancel_accepted(&tool_call_id));
             }
-            Err(ApiError::Conflict(match code {
-                None if record.status == CallStatus::Running => format!(
-                    "tool call {tool_call_id:?} runs in another toolgate process; cancel it through the process that runs it"
+            Err(match code {
+                None if record.status == CallStatus::Running => ApiError::conflict(
+                    conflicts::RUNS_ELSEWHERE,
+                    format!(
+                        "tool call {tool_call_id:?} runs in another toolgate process; cancel it through the process that runs it"
+                    ),
                 ),
-                _ => format!(
-                    "tool call {tool_call_id:?} is not running here (status {}); its result stands",
-                    record.status.as_str()
+                _ => ApiError::conflict(
+                    conflicts::ALREADY_FINISHED,
+                    format!(
+                        "tool call {tool_call_id:?} is not running here (status {}); its result stands",
+                        record.status.as_str()
+                    ),
                 ),
-            }))
+            })
         }
     }
 }
@@ -1273,16 +1288,22 @@ async fn cancel_running(
         .await?;
     Ok(cancelled.map(|cancelled| match cancelled {
         Cancelled::Stopped | Cancelled::Stopping => cancel_accepted(call_id),
-        Cancelled::Already => ApiError::Conflict(format!(
-            "tool call {call_id:?} is being cancelled already (by another cancel, its time limit \
-             or a shutdown); its result follows"
-        ))
+        Cancelled::Already => ApiError::conflict(
+            conflicts::BEING_CANCELLED,
+            format!(
+                "tool call {call_id:?} is being cancelled already (by another cancel, its time \
+                 limit or a shutdown); its result follows"
+            ),
+        )
         .into_response(),
-        Cancelled::FinishedFirst(status) => ApiError::Conflict(format!(
-            "tool call {call_id:?} finished (status {}) before the cancellation reached it; its \
-             result stands",
-            status.as_str()
-        ))
+        Cancelled::FinishedFirst(status) => ApiError::conflict(
+            conflicts::ALREADY_FINISHED,
+            format!(
+                "tool call {call_id:?} finished (status {}) before the cancellation reached it; \
+                 its result stands",
+                status.as_str()
+            ),
+        )
         .into_response(),
     }))
 }
@@ -1305,8 +1326,11 @@ const UNDO_IRREVERSIBLE: &str = "IRREVERSIBLE";
 fn undo_error(e: UndoError) -> ApiError {
     match e {
         UndoError::NotFound(_) | UndoError::RunNotFound(_) => ApiError::NotFound(e.to_string()),
-        UndoError::AlreadyUndone { .. } | UndoError::AlreadyRolledBack(_) => {
-            ApiError::Conflict(e.to_string())
+        UndoError::AlreadyUndone { .. } => {
+            ApiError::conflict(conflicts::ALREADY_UNDONE, e.to_string())
+        }
+        UndoError::AlreadyRolledBack(_) => {
+            ApiError::conflict(conflicts::ALREADY_ROLLED_BACK, e.to_string())
         }
         UndoError::NotUndoable { .. } => {
             let mut extra = Map::new();
