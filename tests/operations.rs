@@ -878,11 +878,14 @@ async fn readiness_names_a_missing_migration() {
 /// passes nothing on and closes nothing, as a database host that hangs;
 /// closed (`closed` cancelled), it stops listening and drops the
 /// connections it carried, as a server that is down (new connections
-/// refused).
+/// refused). Cut (`cut` set to true), it drops the connections it carried
+/// and every new one at once, as a network between this process and the
+/// database that is down, until `cut` is false again.
 struct PgProxy {
     url: String,
     frozen: tokio_util::sync::CancellationToken,
     closed: tokio_util::sync::CancellationToken,
+    cut: tokio::sync::watch::Sender<bool>,
 }
 
 async fn pg_proxy(pg: &common::PgDatabase) -> PgProxy {
@@ -895,6 +898,7 @@ async fn pg_proxy(pg: &common::PgDatabase) -> PgProxy {
     let url = format!("{head}@{}/{name}", listener.local_addr().unwrap());
     let (frozen, closed) = (CancellationToken::new(), CancellationToken::new());
     let (freeze, close) = (frozen.clone(), closed.clone());
+    let (cut, is_cut) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         let mut held = Vec::new();
         loop {
@@ -910,7 +914,11 @@ async fn pg_proxy(pg: &common::PgDatabase) -> PgProxy {
                 held.push(client);
                 continue;
             }
+            if *is_cut.borrow() {
+                continue;
+            }
             let (freeze, close, target) = (freeze.clone(), close.clone(), target.clone());
+            let mut is_cut = is_cut.clone();
             tokio::spawn(async move {
                 let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
                     return;
@@ -920,6 +928,7 @@ async fn pg_proxy(pg: &common::PgDatabase) -> PgProxy {
                     // Frozen: both ends stay open, and nothing passes.
                     _ = freeze.cancelled() => std::future::pending::<()>().await,
                     _ = close.cancelled() => {}
+                    _ = async { is_cut.wait_for(|cut| *cut).await.is_ok() } => {}
                 }
             });
         }
@@ -928,7 +937,78 @@ async fn pg_proxy(pg: &common::PgDatabase) -> PgProxy {
         url,
         frozen,
         closed,
+        cut,
     }
+}
+
+/// A process cut off from the database while its call finishes keeps the
+/// result on disk; if another process meanwhile finishes that call as
+/// abandoned (INTERRUPTED, once no process could still be running it, as
+/// it sees it), the kept result is refused when the database is back, and
+/// it is set aside on disk rather than deleted: the real result is not
+/// lost. It was deleted.
+#[tokio::test]
+async fn a_kept_result_refused_for_an_interrupted_call_is_set_aside() {
+    let pg = common::create_pg_database().await;
+    let proxy = pg_proxy(&pg).await;
+    let start = |url: String| async move {
+        let data_dir = tempfile::tempdir().unwrap();
+        let mut settings = common::test_settings(data_dir.path());
+        settings.storage.database_url = Some(url.into());
+        TestApp::start(settings, data_dir, None).await
+    };
+    let cut_off = start(proxy.url.clone()).await;
+    let other = start(pg.url.clone()).await;
+    let caller = {
+        let (base, token) = (cut_off.base.clone(), cut_off.token.clone());
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{base}/v1/threads/parted/tool-calls"))
+                .bearer_auth(token)
+                .json(&json!({"id": "w", "name": "wait", "arguments": {"ms": 1500}}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    let mut running = false;
+    for _ in 0..100 {
+        let r = other.get("/v1/threads/parted/tool-calls/w").await;
+        if r.status() == 200 && r.json::<Value>().await.unwrap()["status"] == "running" {
+            running = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(running, "the call's record is running");
+    proxy.cut.send(true).unwrap();
+    assert_eq!(caller.await.unwrap(), 503);
+    // The other process takes the call for abandoned.
+    age_call(&pg, "w", 2 * 3600 * 1000).await;
+    assert_eq!(other.engine.finish_orphans().await.unwrap(), 1);
+    proxy.cut.send(false).unwrap();
+    let aside = cut_off.data_dir.path().join("kept-results/set-aside");
+    eventually(
+        Duration::from_secs(60),
+        || std::fs::read_dir(&aside).is_ok_and(|mut d| d.next().is_some()),
+        || format!("nothing set aside in {}", aside.display()),
+    )
+    .await;
+    let file = std::fs::read_dir(&aside)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let kept = std::fs::read_to_string(&file).unwrap();
+    assert!(kept.contains("waited_ms"), "the real result: {kept}");
+    let history = other.history("parted").await;
+    assert_eq!(history.len(), 1, "one result: {history:?}");
+    assert_eq!(
+        history[0]["tool_agent_output"]["error"]["code"], "INTERRUPTED",
+        "{history:?}"
+    );
 }
 
 /// A call posted again is answered from storage and counted once in

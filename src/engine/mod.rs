@@ -1646,6 +1646,7 @@ impl Engine {
     /// the tries end.
     fn keep_writing(&self, unit: WriteUnit, kept: Option<std::path::PathBuf>) {
         let writer = self.writer.clone();
+        let store = self.store.clone();
         let finished = self.finished.clone();
         tokio::spawn(async move {
             let thread_id = unit.thread_id.clone();
@@ -1666,6 +1667,12 @@ impl Engine {
                         pause = (pause * 2).min(Duration::from_secs(10));
                     }
                     Err((e, _)) => {
+                        if let Some(path) = &kept
+                            && interrupted_elsewhere(&store, &thread_id, &call_id, &e).await
+                        {
+                            spool::Spool::set_aside(path);
+                            return;
+                        }
                         tracing::error!(
                             call_id,
                             error = %e,
@@ -1696,6 +1703,7 @@ impl Engine {
         let mut written = 0;
         for (path, unit) in pending {
             let call_id = spool::finished_call(&unit).unwrap_or_default().to_string();
+            let thread_id = unit.thread_id.clone();
             match Self::write_result(&self.writer, unit).await {
                 Ok(_) => {
                     written += 1;
@@ -1716,6 +1724,12 @@ impl Engine {
                          have: is DATABASE_URL the database it ran on? The file stays until a \
                          start on that database writes it (delete it to give the result up)"
                     );
+                    continue;
+                }
+                Err((e, _))
+                    if interrupted_elsewhere(&self.store, &thread_id, &call_id, &e).await =>
+                {
+                    spool::Spool::set_aside(&path);
                     continue;
                 }
                 // Committed before the restart, or refused even as a failure.
@@ -1878,6 +1892,15 @@ impl Engine {
                 .collect()
         };
         self.finish_interrupted(here).await
+    }
+
+    /// Whether call `id` of `thread_id` finished in this process and its
+    /// result waits on disk for the database.
+    pub fn result_kept(&self, thread_id: &str, id: &str) -> bool {
+        self.config
+            .result_spool
+            .pending_calls()
+            .is_ok_and(|kept| kept.contains(&(thread_id.to_string(), id.to_string())))
     }
 
     /// Read the database's migrations again: one that a newer toolgate
@@ -2544,6 +2567,41 @@ fn field_errors(tool: &RegisteredTool, e: &jsonschema::ValidationError<'_>) -> V
             message: e.to_string(),
         }],
     }
+}
+
+/// Whether a kept result's write was refused (`refused`) because its call
+/// was finished as `INTERRUPTED` meanwhile: by another process, which took
+/// it for abandoned while this one could not reach the database (see
+/// [`Engine::finish_orphans`]). Its real result is then set aside on disk,
+/// not deleted.
+async fn interrupted_elsewhere(
+    store: &DynStore,
+    thread_id: &str,
+    call_id: &str,
+    refused: &StoreError,
+) -> bool {
+    if !matches!(refused, StoreError::Conflict(_)) {
+        return false;
+    }
+    let Ok(Some(record)) = store.tool_call(thread_id, call_id).await else {
+        return false;
+    };
+    let interrupted = record
+        .output
+        .as_ref()
+        .and_then(|o| o.pointer("/error/code"))
+        .and_then(Value::as_str)
+        == Some(codes::INTERRUPTED);
+    if interrupted {
+        tracing::error!(
+            thread_id,
+            tool_call_id = call_id,
+            "a result kept while the database could not be reached was refused: another \
+             process finished its call as INTERRUPTED meanwhile (it took the call for \
+             abandoned). The real result is set aside in data_dir/kept-results/set-aside/"
+        );
+    }
+    interrupted
 }
 
 /// An event to append to the log, stored in full.

@@ -77,6 +77,20 @@ impl Spool {
     }
 
     /// Delete a kept unit's file; a file already gone is fine.
+    /// Move a kept result whose call was finished otherwise meanwhile into
+    /// `set-aside/` beside it: no longer written, but not lost (an operator
+    /// can read what the call really did).
+    pub fn set_aside(path: &Path) {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return;
+        };
+        let aside = dir.join("set-aside");
+        if let Err(e) = fs::create_dir_all(&aside).and_then(|()| fs::rename(path, aside.join(name)))
+        {
+            tracing::error!(path = %path.display(), error = %e, "could not set a kept result aside");
+        }
+    }
+
     pub fn forget(path: &Path) {
         match fs::remove_file(path) {
             Ok(()) => {}

@@ -88,11 +88,15 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub(crate) struct Superseded(std::sync::atomic::AtomicI64);
 
 impl Superseded {
-    /// Remember a readiness check that found a newer migration.
+    /// Remember what a readiness check found: a newer migration, or none
+    /// (any more: it was removed again), or nothing known (another error).
     pub(crate) fn note(&self, ready: &StoreResult<()>) {
-        if let Err(StoreError::Newer(version)) = ready {
-            self.0.store(*version, std::sync::atomic::Ordering::Relaxed);
-        }
+        let found = match ready {
+            Err(StoreError::Newer(version)) => *version,
+            Ok(()) => 0,
+            Err(_) => return,
+        };
+        self.0.store(found, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `Newer` once a newer migration was found.

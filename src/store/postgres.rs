@@ -1206,6 +1206,7 @@ impl Store for PgStore {
     }
 
     async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()> {
+        self.superseded.check()?;
         self.reads().claim_thread(thread_id, owner).await
     }
 
@@ -1279,6 +1280,7 @@ impl Store for PgStore {
     }
 
     async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
+        self.superseded.check()?;
         let mut conn = self.pool.acquire().await?;
         insert_audit(&mut conn, entry).await
     }
@@ -1293,6 +1295,7 @@ impl Store for PgStore {
         rules: &Value,
         updated_at_ms: i64,
     ) -> StoreResult<()> {
+        self.superseded.check()?;
         // Every process's watch hears of the change when it commits. A
         // NOTIFY payload holds less than 8000 bytes: a longer owner is told
         // as an empty one (everyone's rules are read again).

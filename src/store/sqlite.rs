@@ -340,6 +340,7 @@ impl Store for SqliteStore {
     }
 
     async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()> {
+        self.superseded.check()?;
         self.reads().claim_thread(thread_id, owner).await
     }
 
@@ -413,6 +414,7 @@ impl Store for SqliteStore {
     }
 
     async fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
+        self.superseded.check()?;
         let writes = Arc::clone(&self.writes);
         let entry = entry.clone();
         tokio::task::spawn_blocking(move || writes.append_audit(&entry))
@@ -430,6 +432,7 @@ impl Store for SqliteStore {
         rules: &Value,
         updated_at_ms: i64,
     ) -> StoreResult<()> {
+        self.superseded.check()?;
         sqlx::query(
             "INSERT INTO owner_permissions (owner, rules, updated_at_ms) VALUES ($1, $2, $3) \
              ON CONFLICT (owner) DO UPDATE SET \
