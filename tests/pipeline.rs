@@ -2832,6 +2832,15 @@ async fn a_call_refused_before_its_declaration_is_its_failed_result(backend: Bac
         assert_eq!((s, &out["replayed"]), (200, &json!(true)), "{out}");
         assert_eq!(out["tool_agent_output"]["status"], "failure", "{out}");
     }
+    // In a batch too.
+    let batch: Value = app
+        .post(&format!("{t}/batches"), &json!({"calls": [e3]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(batch["results"][0]["status"], 200, "{batch}");
+    assert_eq!(batch["results"][0]["result"]["replayed"], true, "{batch}");
     // Cut short otherwise, it is another call: refused, storing nothing.
     let mut other = e3.clone();
     other["function"]["arguments"] = json!("{\"text\": \"c");

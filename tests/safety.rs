@@ -1854,11 +1854,31 @@ async fn a_call_waiting_for_approval_can_be_withdrawn(backend: Backend) {
     assert_eq!(r.status(), 409, "decided once");
     let root = workspace_root(&app).await;
     assert!(!root.join("withdrawn").exists());
-    // Finished now: cancelling again is a 409.
+    // Withdrawn by a cancel: cancelling again (its answer lost, say)
+    // answers as the first time, a 202; it was a 409 ALREADY_FINISHED.
     let r = app
         .post("/v1/threads/wd/tool-calls/wd/cancel", &json!({}))
         .await;
+    assert_eq!(r.status(), 202);
+    // A call denied by a person is another matter: its result stands.
+    let other = json!({"id": "dn", "name": "bash", "arguments": {"command": "mkdir denied"}});
+    let (s, out) = app.call("wd", other.clone()).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval}/decision"),
+            &json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    app.call_until_done("wd", &other).await;
+    let r = app
+        .post("/v1/threads/wd/tool-calls/dn/cancel", &json!({}))
+        .await;
     assert_eq!(r.status(), 409);
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(p["code"], "ALREADY_FINISHED", "{p}");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

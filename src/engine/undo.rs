@@ -243,7 +243,7 @@ impl Engine {
         if let Some(by) = &record.undone_by
             && let Some(undo) = self.store.tool_call(thread_id, by).await?
             && undo.undo_of.as_deref() == Some(id)
-            && undo.status.is_finished()
+            && matches!(undo.status, CallStatus::Success | CallStatus::Partial)
         {
             return Ok(Executed::Finished(super::outcome_from_record(&undo)?));
         }

@@ -121,7 +121,8 @@ pub async fn post_batch(
             format!("a batch carries 1 to {max} calls, got {}", body.calls.len()),
         ));
     }
-    let run_id = match body.run_id {
+    let given_run = body.run_id.is_some();
+    let run_id = match body.run_id.clone() {
         Some(r) if calls::valid_id(&r) => r,
         Some(_) => {
             return Err(ApiError::unprocessable_at(
@@ -183,11 +184,33 @@ pub async fn post_batch(
                     ),
                 ));
             }
-            let mut call = call;
-            call.run_id = Some(run_id.clone());
             Ok(call)
         })
         .collect();
+    // A declared call whose arguments text was cut short answers as
+    // recorded, as it does posted alone.
+    let mut parsed = parsed;
+    for (index, item) in parsed.iter_mut().enumerate() {
+        if item.is_err()
+            && let Some(call) =
+                super::threads::recorded_as_raw(&state, &user, &thread, &body.calls[index]).await
+        {
+            *item = Ok(call);
+        }
+    }
+    // A batch posted again without a run of its own (its answer lost, or
+    // after a call waiting for approval was decided) goes on in the run
+    // its first post was given: its calls recorded already are there, and
+    // its new ones join them, so one rollback reaches them all.
+    let run_id = match given_run {
+        true => run_id,
+        false => first_recorded_run(&state, &thread.0, &parsed)
+            .await?
+            .unwrap_or(run_id),
+    };
+    for call in parsed.iter_mut().flatten() {
+        call.run_id = Some(run_id.clone());
+    }
     let safe: Vec<bool> = parsed
         .iter()
         .map(|c| {
@@ -305,6 +328,20 @@ pub async fn post_batch(
         .await?
         .unwrap_or(run_id);
     Ok(axum::Json(BatchResponse { run_id, results }))
+}
+
+/// The run of the first of `parsed` that the thread has recorded, if any.
+async fn first_recorded_run(
+    state: &AppState,
+    thread_id: &str,
+    parsed: &[Parsed],
+) -> Result<Option<String>, ApiError> {
+    for call in parsed.iter().flatten() {
+        if let Some(record) = state.store.tool_call(thread_id, &call.id).await? {
+            return Ok(Some(record.run_id));
+        }
+    }
+    Ok(None)
 }
 
 /// The run the batch's answered calls are recorded under, when it is one

@@ -388,7 +388,8 @@ impl From<crate::store::StoreError> for ApiError {
         use crate::store::StoreError;
         match e {
             StoreError::NotOwner => ApiError::thread_not_found(),
-            StoreError::Conflict(what) | StoreError::Redeclared(what) => ApiError::Conflict(what),
+            StoreError::Conflict(what) => ApiError::Conflict(what),
+            StoreError::Redeclared(what) => ApiError::conflict(conflicts::CALL_CONFLICT, what),
             StoreError::CallConflict { id, field } => ApiError::call_conflict(&id, field),
             StoreError::RunClosed { run_id } => ApiError::run_closed(&run_id),
             StoreError::Refused { field, detail } => ApiError::ConflictAt {

@@ -307,6 +307,10 @@ fn problem_schema() -> Value {
             "title": {"type": "string"},
             "status": {"type": "integer", "description": "The HTTP status code"},
             "detail": {"type": "string", "description": "What was wrong, precisely enough to fix the request"},
+            "code": {
+                "type": "string",
+                "description": "What kind of problem, for a program to act on: on every `409`, one of `CONFLICT`, `CALL_CONFLICT` (the call id is another call's: never post it again as it is), `MESSAGE_CONFLICT`, `OTHER_PARENT`, `RUN_CLOSED`, `WAITS_FOR_APPROVAL` (a batch's call held behind the call `errors[0].tool_call_id` names: post it again once that one is decided), `IN_PROGRESS` (post it again later), `ALREADY_DECIDED`, `APPROVAL_EXPIRED`, `ALREADY_UNDONE`, `ALREADY_ROLLED_BACK`, `ALREADY_FINISHED`, `BEING_CANCELLED`, `RUNS_ELSEWHERE`; on a refused tool call's `422`, its tool error's code (`TOOL_NOT_FOUND`, `INVALID_ARGUMENTS`); on an undo's `422`, `NOT_UNDOABLE` or `IRREVERSIBLE`"
+            },
             "errors": {
                 "type": "array",
                 "description": "One entry per offending place and its `message`: `pointer` (a JSON pointer into the body), `parameter` (a path or query parameter or the `Last-Event-ID` header), or, for a tool call's `INVALID_ARGUMENTS`, `path` (a JSON pointer into the call's arguments, whatever the call's shape: OpenAI's arguments are a JSON string inside the body), or `field`",
@@ -318,6 +322,7 @@ fn problem_schema() -> Value {
                         "parameter": {"type": "string"},
                         "path": {"type": "string"},
                         "field": {"type": "string", "description": "For a `409` on a call id recorded as another call: what differs (`name`, `arguments`, `workspace` or `dry_run`); `run_id` for a call posted to a run that was rolled back; `parent_message_id` for a call whose parent is another role's message"},
+                        "tool_call_id": {"type": "string", "description": "For a `409` `WAITS_FOR_APPROVAL`: the call it waits behind"},
                         "message": {"type": "string"},
                     },
                 },

@@ -240,7 +240,8 @@ pub async fn post_run(
     if input.messages.iter().any(|m| !known.contains(m.id()))
         && state.store.run_closed(&thread.0, &input.run_id).await?
     {
-        return Err(ApiError::conflict_at(
+        return Err(ApiError::conflict_coded_at(
+            crate::http::error::conflicts::RUN_CLOSED,
             "/runId".into(),
             format!(
                 "run {:?} of this thread was rolled back and takes no more messages or calls; \

@@ -197,7 +197,7 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
         (status = 202, description = "The call waits for a human decision (see /v1/approvals)", body = PendingApprovalResponse),
         (status = 400, description = "Malformed JSON", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "Call id already recorded in the thread with another tool, arguments, sub-workspace or dry_run, or declared by an assistant message with another tool or arguments; or a new call under a `run_id` that was rolled back (`errors[0].field` `run_id`); nothing runs", content_type = "application/problem+json"),
+        (status = 409, description = "Nothing runs. `code` `CALL_CONFLICT`: the call id is recorded in the thread with another tool, arguments, sub-workspace or dry_run, or declared by an assistant message with another tool or arguments (`errors[0].field` says what differs); `OTHER_PARENT`: declared by another message than its `parent_message_id`; `RUN_CLOSED`: a new call under a `run_id` that was rolled back; `IN_PROGRESS`: running in another process, or its result waits for the database (post it again later)", content_type = "application/problem+json"),
         (status = 413, description = "Body too large", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
         (status = 422, description = "Invalid call envelope (errors name the JSON pointer), unknown tool or invalid arguments (these carry `tool_error` and `tool_response`)", content_type = "application/problem+json"),
@@ -233,7 +233,7 @@ pub async fn post_tool_call(
 /// refusal recorded with the message): posted again, it answers as
 /// recorded, as any declared call refused before it runs. `None` for any
 /// other (its `422` stands, storing nothing).
-async fn recorded_as_raw(
+pub(super) async fn recorded_as_raw(
     state: &AppState,
     user: &AuthUser,
     thread: &ThreadId,
@@ -594,7 +594,11 @@ pub async fn post_message(
             let stored = state.store.message(&thread.0, &id).await?;
             return match (stored, posted) {
                 // Not the id: what the store refused (a call's parent, say).
-                (None, _) => Err(ApiError::conflict_at("/id".into(), what)),
+                (None, _) => Err(ApiError::conflict_coded_at(
+                    conflicts::MESSAGE_CONFLICT,
+                    "/id".into(),
+                    what,
+                )),
                 (Some(m), Some((content, metadata)))
                     if m.role == role
                         && m.content == content
@@ -1022,7 +1026,8 @@ pub(super) async fn refuse_redeclared_calls<'a>(
                 if canonical(first) != canonical(call)
                     || !same_json_at(first.get("arguments"), call.get("arguments")) =>
             {
-                return Err(ApiError::conflict_at(
+                return Err(ApiError::conflict_coded_at(
+                    conflicts::CALL_CONFLICT,
                     pointer,
                     format!(
                         "tool call {id:?} is already declared in this thread with another tool or arguments; a new call needs an id of its own"
@@ -1030,7 +1035,8 @@ pub(super) async fn refuse_redeclared_calls<'a>(
                 ));
             }
             Some((_, by)) if *by != message => {
-                return Err(ApiError::conflict_at(
+                return Err(ApiError::conflict_coded_at(
+                    conflicts::OTHER_PARENT,
                     pointer,
                     crate::store::checks::declared_by_other(message, id, by),
                 ));
@@ -1049,7 +1055,8 @@ pub(super) async fn refuse_redeclared_calls<'a>(
         if record.tool_name != canonical(call)
             || !same_json_at(call.get("arguments"), Some(&record.args))
         {
-            return Err(ApiError::conflict_at(
+            return Err(ApiError::conflict_coded_at(
+                conflicts::CALL_CONFLICT,
                 pointer,
                 format!(
                     "tool call {id:?} is already recorded in this thread with another tool or arguments; a new call needs an id of its own"
@@ -1062,7 +1069,8 @@ pub(super) async fn refuse_redeclared_calls<'a>(
             && first_declaration
             && parent != message
         {
-            return Err(ApiError::conflict_at(
+            return Err(ApiError::conflict_coded_at(
+                conflicts::OTHER_PARENT,
                 pointer,
                 crate::store::checks::posted_under_other_parent(message, id, parent),
             ));
@@ -1203,7 +1211,7 @@ pub struct CancelAccepted {
     responses(
         (status = 202, description = "The call is being cancelled, or was withdrawn from its approval", body = CancelAccepted),
         (status = 404, description = "No such call in this thread", content_type = "application/problem+json"),
-        (status = 409, description = "The call has finished, or runs in another process", content_type = "application/problem+json"),
+        (status = 409, description = "The call finished first (`code` `ALREADY_FINISHED`: its result stands), another cancellation is stopping it (`BEING_CANCELLED`), or it runs in another process (`RUNS_ELSEWHERE`); a call cancelled already is answered 202 again", content_type = "application/problem+json"),
         (status = 422, description = "A body with fields: the route takes none (at most `{}`)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -1222,12 +1230,7 @@ pub async fn cancel_tool_call(
     // A call waiting for approval is withdrawn: its approval is denied.
     let withdrawn = state
         .engine
-        .withdraw(
-            &user.owner,
-            &thread.0,
-            &tool_call_id,
-            "withdrawn: its owner cancelled the call before it was decided",
-        )
+        .withdraw(&user.owner, &thread.0, &tool_call_id, WITHDRAWN)
         .await
         .map_err(super::approvals::approval_error)?;
     if withdrawn.is_some() {
@@ -1246,10 +1249,30 @@ pub async fn cancel_tool_call(
                 .output
                 .as_ref()
                 .and_then(|output| output["error"]["code"].as_str());
-            // Cancelled already (a cancel posted again after its answer was
-            // lost, say): what was asked for holds, answered as it was.
-            if code == Some(codes::CANCELLED) {
+            // Cancelled already, or withdrawn from its approval by a cancel
+            // (a cancel posted again after its answer was lost, say): what
+            // was asked for holds, answered as it was.
+            let withdrawn = code == Some(codes::APPROVAL_DENIED)
+                && state
+                    .store
+                    .approval_of_call(&thread.0, &tool_call_id)
+                    .await?
+                    .and_then(|a| a.decision_reason)
+                    .is_some_and(|reason| reason == WITHDRAWN);
+            if code == Some(codes::CANCELLED) || withdrawn {
                 return Ok(cancel_accepted(&tool_call_id));
+            }
+            // Finished here, its result waiting on disk for the database.
+            if record.status == CallStatus::Running
+                && state.engine.result_kept(&thread.0, &tool_call_id)
+            {
+                return Err(ApiError::conflict(
+                    conflicts::ALREADY_FINISHED,
+                    format!(
+                        "tool call {tool_call_id:?} finished; its result is kept until the \
+                         database takes it, and stands"
+                    ),
+                ));
             }
             Err(match code {
                 None if record.status == CallStatus::Running => ApiError::conflict(
@@ -1269,6 +1292,9 @@ pub async fn cancel_tool_call(
         }
     }
 }
+
+/// The reason of an approval withdrawn by a cancel.
+const WITHDRAWN: &str = "withdrawn: its owner cancelled the call before it was decided";
 
 /// How long a cancel waits for the call to stop before answering: a tool
 /// gets two seconds to stop on its own before it is aborted.

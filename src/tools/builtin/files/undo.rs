@@ -231,5 +231,5 @@ fn nothing_to_undo(path: &WorkspacePath) -> ToolError {
         ),
         false,
     )
-    .with_hint("A change made by bash cannot be undone this way: restore it with a new edit, or with git if the workspace has it.")
+    .with_hint("Check the path. A change made otherwise (by bash, say) cannot be undone this way: restore it with a new edit, or with git if the workspace has it.")
 }
