@@ -313,6 +313,33 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         at("/old_string").contains("did you mean \"old_string\"?"),
         "{p}"
     );
+    // The property meant is a missing required one before any other
+    // ("cmd" is "command", not "cwd"), and never one given already.
+    let (s, p) = problem(
+        app.post(
+            calls,
+            &json!({"id": "x3c", "name": "bash", "arguments": {"cmd": "ls", "cdw": "."}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422);
+    let at = |path: &str| common::error_at(&p["errors"], path);
+    assert!(at("/cmd").ends_with("did you mean \"command\"?"), "{p}");
+    assert!(at("/cdw").ends_with("did you mean \"cwd\"?"), "{p}");
+    let (s, p) = problem(
+        app.post(
+            calls,
+            &json!({"id": "x3d", "name": "edit_file", "arguments": {"path": "a", "old_string": "b", "new_string": "c", "old_strin": "d"}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422);
+    assert!(
+        !common::error_at(&p["errors"], "/old_strin").contains("did you mean"),
+        "{p}"
+    );
     let (s, p) = problem(
         app.post(
             calls,

@@ -489,6 +489,28 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 409);
+    // An empty reason is none: the same decision (another owner's, so
+    // this one's approvals stay as they are).
+    let erin = app.token_for("erin");
+    let r = app
+        .post_as(
+            &erin,
+            "/v1/threads/erin/tool-calls",
+            &json!({"id": "w9", "name": "write_file", "arguments": {"path": "z.txt", "content": "z"}}),
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+    let out: Value = r.json().await.unwrap();
+    let other = out["approval"]["id"].as_str().unwrap().to_string();
+    for decision in [
+        json!({"decision": "deny"}),
+        json!({"decision": "deny", "reason": ""}),
+    ] {
+        let r = app
+            .post_as(&erin, &format!("/v1/approvals/{other}/decision"), &decision)
+            .await;
+        assert_eq!(r.status(), 200, "{decision}");
+    }
     assert_eq!(
         std::fs::read_to_string(root.join("a.txt")).unwrap(),
         "hello\n",

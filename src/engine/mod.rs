@@ -2549,19 +2549,39 @@ fn field_errors(tool: &RegisteredTool, e: &jsonschema::ValidationError<'_>) -> V
                 message: format!("{e}{like}"),
             }]
         }
-        Kind::AdditionalProperties { unexpected } => unexpected
-            .iter()
-            .map(|name| {
-                let like = similar::get_close_matches(name.as_str(), &known, 1, 0.6)
-                    .first()
-                    .map(|k| format!("; did you mean {k:?}?"))
-                    .unwrap_or_default();
-                FieldError {
-                    path: under(name),
-                    message: format!("{name:?} is not a property this object takes{like}"),
-                }
-            })
-            .collect(),
+        Kind::AdditionalProperties { unexpected } => {
+            // Only a property not given already is the one meant.
+            let given = e.instance.as_object();
+            let open: Vec<&str> = known
+                .into_iter()
+                .filter(|k| !given.is_some_and(|o| o.contains_key(*k)))
+                .collect();
+            // A required one missing is meant before any other ("cmd" is
+            // "command", not "cwd").
+            let required: Vec<&str> = match &tool.definition.input_schema["required"] {
+                Value::Array(names) if at.is_empty() => names
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter(|k| open.contains(k))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            unexpected
+                .iter()
+                .map(|name| {
+                    let like = similar::get_close_matches(name.as_str(), &required, 1, 0.6)
+                        .into_iter()
+                        .chain(similar::get_close_matches(name.as_str(), &open, 1, 0.6))
+                        .next()
+                        .map(|k| format!("; did you mean {k:?}?"))
+                        .unwrap_or_default();
+                    FieldError {
+                        path: under(name),
+                        message: format!("{name:?} is not a property this object takes{like}"),
+                    }
+                })
+                .collect()
+        }
         _ => vec![FieldError {
             path: at,
             message: e.to_string(),

@@ -234,6 +234,11 @@ pub async fn get_approval(
 /// resume entry alike).
 pub(super) const MAX_REASON_CHARS: usize = 2000;
 
+/// A decision's reason as given: an empty one is none.
+fn given(reason: &Option<String>) -> Option<&str> {
+    reason.as_deref().filter(|r| !r.is_empty())
+}
+
 /// Whether `reason` is short enough to keep with a decision.
 pub(super) fn reason_fits(reason: &str) -> bool {
     reason.chars().count() <= MAX_REASON_CHARS
@@ -302,7 +307,7 @@ pub async fn decide(
                 (Decision::Approve, ApprovalStatus::Approved)
                     | (Decision::Deny, ApprovalStatus::Denied)
             ) && approval.decided_by.as_deref() == Some(user.owner.as_str())
-                && approval.decision_reason == body.reason;
+                && given(&approval.decision_reason) == given(&body.reason);
             if !same {
                 return Err(approval_error(e));
             }
