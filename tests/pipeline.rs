@@ -520,6 +520,54 @@ async fn messages_context_and_text_events(backend: Backend) {
 /// snapshot and the history give it back with the role it was sent with,
 /// the OpenAI context keeps the role and the Anthropic one reads it as
 /// system text; the run posted again with it is the same turn.
+/// An AG-UI run runs the calls of its last assistant message; a call of an
+/// earlier one that can never run (an unknown tool, arguments text cut
+/// short) has its refusal recorded with it, as `/messages` records it, so
+/// the model reads it in its context. It read a stand-in saying the call
+/// was not posted.
+async fn a_runs_earlier_calls_that_can_never_run_are_refused(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let call = |id: &str, name: &str, arguments: &str| json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}});
+    let input = json!({
+        "threadId": "earlier", "runId": "run_1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u1", "role": "user", "content": "go"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                call("x1", "no_such_tool", "{}"), call("x2", "echo", "{\"text\": \"cu")]},
+            {"id": "u2", "role": "user", "content": "again"},
+            {"id": "a2", "role": "assistant", "toolCalls": [call("x3", "echo", "{\"text\": \"ok\"}")]}
+        ]
+    });
+    let r = app.post("/v1/threads/earlier/runs", &input).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert!(frames.iter().all(|f| f.kind() != "RUN_ERROR"));
+    let context = app
+        .get_json("/v1/threads/earlier/context?format=anthropic")
+        .await;
+    let results: Vec<(Value, Value, String)> = context["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| {
+            let text = b["content"].as_str().unwrap().to_string();
+            (b["tool_use_id"].clone(), b["is_error"].clone(), text)
+        })
+        .collect();
+    assert_eq!(results.len(), 3, "{context}");
+    assert_eq!((&results[0].0, &results[0].1), (&json!("x1"), &json!(true)));
+    assert!(results[0].2.contains("TOOL_NOT_FOUND"), "{results:?}");
+    assert_eq!((&results[1].0, &results[1].1), (&json!("x2"), &json!(true)));
+    assert!(results[1].2.contains("is not valid JSON"), "{results:?}");
+    assert_eq!(
+        (&results[2].0, &results[2].1),
+        (&json!("x3"), &json!(false))
+    );
+}
+
 async fn a_runs_developer_message_keeps_its_role(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let input = json!({
@@ -2928,6 +2976,7 @@ both_backends!(
     a_retried_run_replays_its_calls_under_their_message,
     a_runs_messages_reach_watchers_and_a_valid_context,
     a_runs_developer_message_keeps_its_role,
+    a_runs_earlier_calls_that_can_never_run_are_refused,
     an_owner_lists_their_threads_page_by_page,
     a_snapshot_and_the_stream_after_it_never_overlap,
     a_snapshot_shows_running_calls_where_they_were_announced,

@@ -952,6 +952,10 @@ async fn record_new_messages(
     let mut ops = Vec::new();
     let mut events = Vec::new();
     let mut declares_calls = false;
+    // Calls of earlier turns that can never run (the run runs only its
+    // last assistant message's): their refusals are recorded with them.
+    let running = calls_to_run(input).map(|(id, _)| id);
+    let mut refused = Vec::new();
     for m in &input.messages {
         if known.contains(m.id()) {
             continue;
@@ -977,6 +981,11 @@ async fn record_new_messages(
                     .as_deref()
                     .map(|calls_of_turn| declarations(calls_of_turn, &frontend))
                     .unwrap_or_default();
+                if running != Some(m.id()) {
+                    refused.extend(tool_calls.iter().flatten().filter_map(|tc| {
+                        never_runs(state, tc, frontend.contains(tc.function.name.as_str()))
+                    }));
+                }
                 declares = super::threads::declared(state, &calls);
                 declares_calls |= !declares.is_empty();
                 let metadata = if calls.is_empty() {
@@ -1062,8 +1071,39 @@ async fn record_new_messages(
         if declares_calls {
             state.engine.declarations_recorded(&input.thread_id);
         }
+        super::threads::refuse_declared(state, owner, &input.thread_id, refused).await;
     }
     Ok(())
+}
+
+/// A run's declared call that can never run, with its refusal (as
+/// `/messages` records it): a tool toolgate lacks, arguments that do not
+/// match its schema, or arguments text no JSON object's. `None` for the
+/// application's own calls and for any that can run.
+fn never_runs(
+    state: &AppState,
+    tc: &ToolCall,
+    frontend: bool,
+) -> Option<(IncomingCall, crate::protocol::tool_output::ToolError)> {
+    if frontend {
+        return None;
+    }
+    let parsed = calls::parse_argument_text(&tc.function.arguments, "/function/arguments");
+    let call = IncomingCall {
+        id: tc.id.clone(),
+        name: tc.function.name.clone(),
+        arguments: run_arguments(tc, &parsed),
+        shape: CallShape::Openai,
+        run_id: None,
+        parent_message_id: None,
+        workspace: None,
+        dry_run: false,
+    };
+    let error = match parsed {
+        Err(e) => super::threads::arguments_error(&e)?,
+        Ok(_) => state.engine.refusal_of(&call)?,
+    };
+    Some((call, error))
 }
 
 /// The id of the tool message holding the result a resume entry gives

@@ -643,7 +643,7 @@ pub async fn post_message(
 /// meanwhile keeps its record. Done after the message is stored: one that
 /// fails here (an outage) is recorded when the call is posted, or when the
 /// message is posted again.
-async fn refuse_declared(
+pub(super) async fn refuse_declared(
     state: &AppState,
     owner: &str,
     thread_id: &str,
