@@ -324,9 +324,14 @@ pub async fn post_batch(
         .into_iter()
         .map(|r| r.expect("every call answered"))
         .collect();
-    let run_id = recorded_run(&state, &thread.0, &results)
-        .await?
-        .unwrap_or(run_id);
+    // A run named by the post may not be the one its calls recorded from
+    // an earlier post are in (a run found above is).
+    let run_id = match given_run {
+        true => recorded_run(&state, &thread.0, &results)
+            .await?
+            .unwrap_or(run_id),
+        false => run_id,
+    };
     Ok(axum::Json(BatchResponse { run_id, results }))
 }
 

@@ -1099,10 +1099,7 @@ fn never_runs(
         workspace: None,
         dry_run: false,
     };
-    let error = match parsed {
-        Err(e) => super::threads::arguments_error(&e)?,
-        Ok(_) => state.engine.refusal_of(&call)?,
-    };
+    let error = super::threads::declared_refusal(state, &call, parsed.as_ref().err())?;
     Some((call, error))
 }
 

@@ -154,6 +154,21 @@ pub fn arguments_error(e: &CallParseError) -> Option<ToolError> {
     Some(error)
 }
 
+/// The refusal a declared call gets wherever it is posted: that of its
+/// arguments text (`text_error`, when it is no JSON object's), or of the
+/// pipeline's first steps (an unknown tool, arguments that do not match).
+/// `None` for a call that can run.
+pub(super) fn declared_refusal(
+    state: &AppState,
+    call: &crate::protocol::calls::IncomingCall,
+    text_error: Option<&CallParseError>,
+) -> Option<ToolError> {
+    match text_error {
+        Some(e) => arguments_error(e),
+        None => state.engine.refusal_of(call),
+    }
+}
+
 pub fn parse_error_to_api(e: CallParseError) -> ApiError {
     if let Some(error) = arguments_error(&e) {
         // As for a schema failure: `errors` names the place in the
@@ -530,11 +545,7 @@ pub async fn post_message(
             parsed.push(json!({"id": call.id, "name": call.name, "arguments": call.arguments}));
             // The refusal it gets wherever it is posted, recorded once the
             // message is (see `refuse_declared`).
-            if let Some(error) = text_error
-                .as_ref()
-                .and_then(arguments_error)
-                .or_else(|| state.engine.refusal_of(&call))
-            {
+            if let Some(error) = declared_refusal(&state, &call, text_error.as_ref()) {
                 refused.push((call, error));
             }
         }
