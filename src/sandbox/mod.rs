@@ -107,7 +107,6 @@ use utoipa::ToSchema;
 
 use crate::config::{FeatureMode, LandlockMode, NamespaceMode, NetworkPolicy, SandboxSettings};
 
-pub use output::omission_marker;
 pub use paths::SystemPaths;
 pub use session::{SessionWatchdog, watch_sessions};
 

@@ -13,6 +13,9 @@ pub(crate) struct CappedText {
     head: String,
     head_chars: usize,
     tail: VecDeque<char>,
+    /// The last character dropped before the tail: a `'\n'` means the tail
+    /// starts a line.
+    before_tail: Option<char>,
     total_chars: usize,
     /// The start of a UTF-8 sequence cut by the end of the last read.
     pending: Vec<u8>,
@@ -30,6 +33,7 @@ impl CappedText {
             head: String::new(),
             head_chars: 0,
             tail: VecDeque::new(),
+            before_tail: None,
             total_chars: 0,
             pending: Vec::new(),
             scratch: Vec::new(),
@@ -102,15 +106,24 @@ impl CappedText {
         let count = rest.chars().count();
         self.total_chars += count;
         if count >= self.tail_cap {
-            self.tail.clear();
             let start = match self.tail_cap {
                 0 => rest.len(),
                 n => rest.char_indices().rev().nth(n - 1).map_or(0, |(i, _)| i),
             };
+            if let Some(c) = rest[..start]
+                .chars()
+                .next_back()
+                .or(self.tail.back().copied())
+            {
+                self.before_tail = Some(c);
+            }
+            self.tail.clear();
             self.tail.extend(rest[start..].chars());
         } else {
             let overflow = (self.tail.len() + count).saturating_sub(self.tail_cap);
-            self.tail.drain(..overflow);
+            if let Some(c) = self.tail.drain(..overflow).next_back() {
+                self.before_tail = Some(c);
+            }
             self.tail.extend(rest.chars());
         }
     }
@@ -128,10 +141,11 @@ impl CappedText {
     fn push_tail(&mut self, c: char) {
         self.total_chars += 1;
         if self.tail_cap == 0 {
+            self.before_tail = Some(c);
             return;
         }
         if self.tail.len() == self.tail_cap {
-            self.tail.pop_front();
+            self.before_tail = self.tail.pop_front();
         }
         self.tail.push_back(c);
     }
@@ -145,11 +159,13 @@ impl CappedText {
         self.total_chars - self.head_chars - self.tail.len()
     }
 
-    /// Head, a marker line naming what was dropped, tail. Where something
-    /// was dropped, the head and the tail are cut back to whole lines (a
-    /// partial line reads as a value the command never printed), unless
-    /// that would drop more than [`LINE_SLACK`] characters of one line: a
-    /// long line stays cut where the cap fell.
+    /// Head, a marker naming what was dropped, tail. Where something was
+    /// dropped, the head and the tail are cut back to whole lines (a partial
+    /// line reads as a value the command never printed), and the marker is
+    /// a line of its own; unless that would drop more than [`LINE_SLACK`]
+    /// characters of one line: a long line stays cut where the cap fell,
+    /// and the marker stands inside it, with no line break the command did
+    /// not print.
     pub(crate) fn render(&self) -> String {
         let omitted = self.omitted_chars();
         let mut out = String::with_capacity(self.head.len() + self.tail.len() + 64);
@@ -163,17 +179,18 @@ impl CappedText {
             Some(end) if self.head[end + 1..].chars().count() <= LINE_SLACK => &self.head[..=end],
             _ => self.head.as_str(),
         };
-        let kept_tail = match tail.find('\n') {
-            Some(start) if tail[..start].chars().count() < LINE_SLACK => &tail[start + 1..],
-            _ => tail.as_str(),
+        let (kept_tail, starts_line) = match tail.find('\n') {
+            _ if self.before_tail == Some('\n') => (tail.as_str(), true),
+            Some(start) if tail[..start].chars().count() < LINE_SLACK => (&tail[start + 1..], true),
+            _ => (tail.as_str(), false),
         };
         let cut = self.head[head.len()..].chars().count()
             + tail[..tail.len() - kept_tail.len()].chars().count();
         out.push_str(head);
-        if !head.is_empty() && !head.ends_with('\n') {
+        out.push_str(&omitted_text(omitted + cut));
+        if starts_line || kept_tail.is_empty() {
             out.push('\n');
         }
-        out.push_str(&omission_marker(omitted + cut));
         out.push_str(kept_tail);
         out
     }
@@ -183,15 +200,19 @@ impl CappedText {
 /// whole lines.
 const LINE_SLACK: usize = 2000;
 
-/// The line that stands for dropped output (whole lines, or parts of a
-/// long one).
-pub fn omission_marker(omitted: usize) -> String {
-    format!("… [{omitted} characters omitted] …\n")
+/// What stands for dropped output: a line of its own for whole lines,
+/// inside a long line for part of it.
+fn omitted_text(omitted: usize) -> String {
+    format!("… [{omitted} characters omitted] …")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn omission_marker(omitted: usize) -> String {
+        format!("{}\n", omitted_text(omitted))
+    }
 
     fn capture(cap: usize, parts: &[&[u8]]) -> CappedText {
         let mut t = CappedText::new(cap);
@@ -219,8 +240,36 @@ mod tests {
         assert_eq!(t.omitted_chars(), 990);
         assert_eq!(
             t.render(),
-            format!("{}\n{}{}", &data[..5], omission_marker(990), &data[995..])
+            format!("{}{}{}", &data[..5], omitted_text(990), &data[995..])
         );
+    }
+
+    /// A long line cut where the cap fell keeps the marker inside it; the
+    /// whole lines after it start on a line of their own.
+    #[test]
+    fn a_long_line_cut_gets_no_line_break_it_did_not_have() {
+        let data = format!("{}\nend\n", "a".repeat(10_000));
+        let text = capture(100, &[data.as_bytes()]).render();
+        assert_eq!(
+            text,
+            format!("{}{}\nend\n", "a".repeat(50), omitted_text(9_951)),
+        );
+        let data = format!("start\n{}", "b".repeat(10_000));
+        let text = capture(100, &[data.as_bytes()]).render();
+        assert_eq!(
+            text,
+            format!("start\n{}{}", omitted_text(9_950), "b".repeat(50)),
+        );
+    }
+
+    /// A tail that starts right after a line break is a whole line: kept.
+    #[test]
+    fn a_tail_starting_a_line_is_kept_whole() {
+        let data = "abcd\n".repeat(100);
+        for parts in [vec![data.as_bytes()], data.as_bytes().chunks(3).collect()] {
+            let text = capture(10, &parts).render();
+            assert_eq!(text, format!("abcd\n{}abcd\n", omission_marker(490)));
+        }
     }
 
     /// A partial line at either end of what is dropped is dropped with it:
@@ -268,7 +317,7 @@ mod tests {
     #[test]
     fn caps_count_characters_not_bytes() {
         let t = capture(4, &["ééééé".as_bytes()]);
-        assert_eq!(t.render(), format!("éé\n{}éé", omission_marker(1)));
+        assert_eq!(t.render(), format!("éé{}éé", omitted_text(1)));
     }
 
     #[test]
