@@ -828,10 +828,14 @@ async fn a_runs_messages_reach_watchers_and_a_valid_context(backend: Backend) {
     assert_eq!(a1["tool_calls"][1]["arguments"], raw, "{a1}");
     let view = app.get_json("/v1/threads/rw/tool-calls/k2").await;
     assert_eq!(view["arguments"], raw, "{view}");
+    let error = &view["outcome"]["tool_agent_output"]["error"];
+    assert_eq!(error["code"], "INVALID_ARGUMENTS", "{view}");
+    // The refusal /tool-calls gives such text: where, and what to do.
     assert_eq!(
-        view["outcome"]["tool_agent_output"]["error"]["code"], "INVALID_ARGUMENTS",
+        error["hint"], "send the arguments as one JSON object",
         "{view}"
     );
+    assert_eq!(error["errors"][0]["path"], "", "{view}");
     let openai = app.get_json("/v1/threads/rw/context?format=openai").await;
     let calls: Vec<&Value> = openai["messages"]
         .as_array()
@@ -1809,6 +1813,25 @@ async fn a_declared_call_runs_only_as_declared(backend: Backend) {
         let (s, body) = app.call("dd", declared).await;
         assert_eq!(s, 200, "{body}");
     }
+    // The model's context shows the call as the model made it, under the
+    // alias, as the history does.
+    let openai = app.get_json("/v1/threads/dd/context?format=openai").await;
+    let names: Vec<&Value> = openai["messages"][0]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["function"]["name"])
+        .collect();
+    assert_eq!(names, [&json!("echo"), &json!("sleep")], "{openai}");
+    let anthropic = app
+        .get_json("/v1/threads/dd/context?format=anthropic")
+        .await;
+    assert_eq!(
+        anthropic["messages"][1]["content"][1]["name"], "sleep",
+        "{anthropic}"
+    );
+    let history = app.history("dd").await;
+    assert_eq!(history[0]["tool_calls"][1]["name"], "sleep", "{history:?}");
 
     // Two messages at once declaring one id differently: one is recorded,
     // the other refused, never both.

@@ -948,12 +948,35 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
         ]
     );
     assert_eq!(snapshot(&root), before, "the run left no trace");
-    assert_eq!(
-        app.post("/v1/threads/u/runs/run_1/rollback", &json!({}))
-            .await
-            .status(),
-        409
-    );
+    assert_eq!(report["replayed"], false, "{report}");
+    // Asked again (a retry after a lost answer): the same report, replayed;
+    // nothing runs and no second report is recorded.
+    let r = app
+        .post("/v1/threads/u/runs/run_1/rollback", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["steps"], report["steps"], "{again}");
+    assert_eq!(snapshot(&root), before);
+    // A run whose calls were undone one by one was never rolled back: 409.
+    let (s, out) = app
+        .call(
+            "u",
+            json!({"id": "c9", "run_id": "run_9", "name": "write_file", "arguments": {"path": "c9.txt", "content": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let r = app
+        .post("/v1/threads/u/tool-calls/c9/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = app
+        .post("/v1/threads/u/runs/run_9/rollback", &json!({}))
+        .await;
+    assert_eq!(r.status(), 409);
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["code"], "ALREADY_ROLLED_BACK", "{problem}");
     assert_eq!(
         app.post("/v1/threads/u/runs/ghost/rollback", &json!({}))
             .await
@@ -961,6 +984,7 @@ async fn undo_and_rollback_restore_the_exact_state(backend: Backend) {
         404
     );
     let audit = app.get_json("/v1/audit?action=run.rolled_back").await;
+    assert_eq!(audit["entries"].as_array().unwrap().len(), 1, "{audit}");
     assert_eq!(audit["entries"][0]["detail"]["run_id"], "run_1");
     // The log names a call's run as its record does: an undo, posted
     // without a run, is its own run.
@@ -1344,13 +1368,13 @@ async fn a_rolled_back_run_takes_no_more_calls(backend: Backend) {
         .await;
     assert_eq!(s, 200, "{out}");
     assert!(root.join("w3.txt").exists());
-    assert_eq!(
-        app.post("/v1/threads/rc/runs/R/rollback", &json!({}))
-            .await
-            .status(),
-        409
-    );
-    // A run with nothing to undo is rolled back once; again is a 409 too.
+    let r = app.post("/v1/threads/rc/runs/R/rollback", &json!({})).await;
+    assert_eq!(r.status(), 200);
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["replayed"], true, "{again}");
+    assert!(root.join("w3.txt").exists(), "a replay undid another run");
+    // A run with nothing to undo is rolled back once; asked again, that
+    // report is replayed.
     let (s, out) = app
         .call(
             "rc",
@@ -1364,11 +1388,15 @@ async fn a_rolled_back_run_takes_no_more_calls(backend: Backend) {
     assert_eq!(r.status(), 200);
     let report: Value = r.json().await.unwrap();
     assert_eq!(report["steps"][0]["action"], "skipped", "{report}");
+    let r = app
+        .post("/v1/threads/rc/runs/R3/rollback", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let again: Value = r.json().await.unwrap();
     assert_eq!(
-        app.post("/v1/threads/rc/runs/R3/rollback", &json!({}))
-            .await
-            .status(),
-        409
+        (&again["replayed"], &again["steps"]),
+        (&json!(true), &report["steps"]),
+        "{again}"
     );
 }
 

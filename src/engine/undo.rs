@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use utoipa::ToSchema;
 
@@ -39,7 +39,7 @@ pub enum UndoError {
 }
 
 /// What rolling back did with one call of the run.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RollbackStep {
     pub tool_call_id: String,
     pub tool_name: String,
@@ -63,6 +63,10 @@ pub struct RollbackReport {
     pub run_id: String,
     /// In the order they were undone: the run's calls, newest first.
     pub steps: Vec<RollbackStep>,
+    /// True when the run had been rolled back already with nothing left to
+    /// undo: this is the last rollback's recorded report, and nothing ran
+    /// now.
+    pub replayed: bool,
 }
 
 /// What became of a call of a run being rolled back ([`Engine::settle`]).
@@ -479,7 +483,11 @@ impl Engine {
         if reversible_left == 0
             && (undone_before > 0 || self.store.run_closed(thread_id, run_id).await?)
         {
-            return Err(UndoError::AlreadyRolledBack(run_id.to_string()));
+            // Asked again (a retry after a lost answer): the last report.
+            return match self.recorded_rollback(owner, thread_id, run_id).await? {
+                Some(report) => Ok(report),
+                None => Err(UndoError::AlreadyRolledBack(run_id.to_string())),
+            };
         }
         // The run is closed before its calls are read again: a call posted
         // to it from now on is refused where its record would commit, and
@@ -632,6 +640,7 @@ impl Engine {
         let report = RollbackReport {
             run_id: run_id.to_string(),
             steps,
+            replayed: false,
         };
         self.writer
             .write(WriteUnit {
@@ -646,6 +655,43 @@ impl Engine {
             })
             .await?;
         Ok(report)
+    }
+
+    /// The report of the run's last rollback, from the audit log (newest
+    /// first), marked replayed; `None` when the run was never rolled back
+    /// (its calls were undone one by one).
+    async fn recorded_rollback(
+        &self,
+        owner: &str,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<Option<RollbackReport>, UndoError> {
+        let mut filter = crate::store::AuditFilter {
+            owner: owner.to_string(),
+            thread_id: Some(thread_id.to_string()),
+            action: Some(audit::RUN_ROLLED_BACK.to_string()),
+            limit: 100,
+            ..Default::default()
+        };
+        loop {
+            let page = self.store.audit(&filter).await?;
+            for entry in &page {
+                if entry.detail["run_id"] != run_id {
+                    continue;
+                }
+                let steps = serde_json::from_value(entry.detail["steps"].clone())
+                    .map_err(|e| StoreError::Corrupt(format!("rollback report: {e}")))?;
+                return Ok(Some(RollbackReport {
+                    run_id: run_id.to_string(),
+                    steps,
+                    replayed: true,
+                }));
+            }
+            match page.last() {
+                Some(last) if page.len() as i64 == filter.limit => filter.before_id = Some(last.id),
+                _ => return Ok(None),
+            }
+        }
     }
 }
 

@@ -52,7 +52,7 @@ const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 #[utoipa::path(get, path = "/readyz", tag = "operations", responses(
     (status = 200, body = Readiness),
     (status = 400, description = "The path or query holds %00", content_type = "application/problem+json"),
-    (status = 503, description = "Database unreachable or migrations missing", content_type = "application/problem+json")))]
+    (status = 503, description = "Database unreachable, migrations missing, or (SQLite) the file found damaged at start-up", content_type = "application/problem+json")))]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readiness>, ApiError> {
     // A probe answers within its own timeout (Docker's is 3 s here): a
     // database that does not answer at all is not ready, as one that
@@ -102,9 +102,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
             tracing::warn!(error = %e, "not ready");
             let why = match e {
                 // Names the migration, nothing of the database's own.
-                crate::store::StoreError::NotMigrated(_) | crate::store::StoreError::Newer(_) => {
-                    e.to_string()
-                }
+                crate::store::StoreError::NotMigrated(_)
+                | crate::store::StoreError::Newer(_)
+                | crate::store::StoreError::Corrupt(_) => e.to_string(),
                 _ => "it refused or failed the check (the service's log says why)".to_string(),
             };
             Err(ApiError::Unavailable(format!(

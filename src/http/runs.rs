@@ -864,9 +864,12 @@ async fn execute_turn(
         let mut request = CallRequest::new(owner, &input.thread_id, call);
         request.observer = Some(observer);
         let engine = state.engine.clone();
-        let refused = parsed_args
-            .err()
-            .map(|e| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false));
+        // Refused as /messages and /tool-calls refuse it: the place in the
+        // text, and a hint to send one JSON object.
+        let refused = parsed_args.err().map(|e| {
+            super::threads::arguments_error(&e)
+                .unwrap_or_else(|| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false))
+        });
         // Boxed, as in `threads::with_slot`: tokio copies an inline future whole.
         let task = state.calls.spawn(Box::pin(async move {
             if let Some(error) = refused {

@@ -970,6 +970,7 @@ pub async fn get_context(
     // sit in its turn, as the snapshot shows them.
     let parents = state.store.call_parents(&thread.0).await?;
     context::adopt_parented_calls(&mut messages, &parents);
+    context::keep_called_names(&mut messages, |name| canonical_name(&state, name));
     let context = match q.format.unwrap_or(ContextFormat::Openai) {
         ContextFormat::Openai => context::openai(&messages, &unanswered),
         ContextFormat::Anthropic => context::anthropic(&messages, &unanswered),
@@ -1435,13 +1436,16 @@ pub async fn undo_tool_call(
 /// Undoes every reversible call of the run in reverse order; irreversible
 /// calls are reported with their manual guide. The report is recorded in
 /// the audit log. From the rollback on, the run takes no more calls: a new
-/// call posted under its `run_id` is refused with `409`.
+/// call posted under its `run_id` is refused with `409`. Asked again when
+/// nothing is left to undo (a retry after a lost answer), it answers the
+/// last rollback's report with `replayed: true`; a run with calls whose
+/// undo failed is tried again.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/runs/{run_id}/rollback", tag = "tool calls",
     params(("thread_id" = String, Path,), ("run_id" = String, Path,)),
     responses(
-        (status = 200, description = "Each call's step", body = crate::engine::RollbackReport),
+        (status = 200, description = "Each call's step (or, rolled back already with nothing left to undo, the last rollback's report with `replayed: true`)", body = crate::engine::RollbackReport),
         (status = 404, description = "No tool call of this run in this thread (a run that called no tool has nothing to roll back)", content_type = "application/problem+json"),
-        (status = 409, description = "Already rolled back", content_type = "application/problem+json"),
+        (status = 409, description = "`ALREADY_ROLLED_BACK`: every reversible call of the run was undone one by one, and it was never rolled back as a run", content_type = "application/problem+json"),
         (status = 422, description = "A body with fields: the route takes none (at most `{}`)", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),

@@ -176,6 +176,33 @@ pub fn adopt_parented_calls(messages: &mut [StoredMessage], parents: &[(String, 
     }
 }
 
+/// Results of calls declared under an alias of the tool that ran them
+/// (`canonical`: a name's tool's own name) name the call as it was
+/// declared, so the context shows the call as the model made it, as the
+/// history and the stream do, rather than renamed to the tool's own name.
+pub fn keep_called_names(messages: &mut [StoredMessage], canonical: impl Fn(&str) -> String) {
+    let aliased: HashMap<String, (String, String)> = declared_calls(messages)
+        .filter_map(|d| {
+            let called = d.call["name"].as_str()?;
+            let own = canonical(called);
+            (own != called).then(|| (d.id.to_string(), (called.to_string(), own)))
+        })
+        .collect();
+    if aliased.is_empty() {
+        return;
+    }
+    for m in messages.iter_mut().filter(|m| m.role == Role::Tool) {
+        let Some((called, own)) = m.tool_call_id.as_deref().and_then(|id| aliased.get(id)) else {
+            continue;
+        };
+        if let Some(name) = m.metadata.pointer_mut("/tool_agent_output/tool_name")
+            && name.as_str() == Some(own.as_str())
+        {
+            *name = json!(called);
+        }
+    }
+}
+
 /// The calls that assistant messages of the thread declare and no tool
 /// message answers, each at its first declaration, in the order they were
 /// declared.
@@ -873,6 +900,32 @@ mod tests {
             json!({"text": "b"}),
             "{v}"
         );
+        // Declared under an alias ("say", of echo): shown as declared, where
+        // the tool's name is said to be that alias's; another tool's result
+        // still renames it.
+        let mut aliased = thread.clone();
+        aliased[1].metadata["tool_calls"][1]["name"] = json!("say");
+        let canonical = |name: &str| match name {
+            "say" => "echo".to_string(),
+            other => other.to_string(),
+        };
+        let names = |thread: &[StoredMessage]| {
+            let v = openai(thread, &Unanswered::new());
+            let calls = v["messages"][1]["tool_calls"].as_array().unwrap().clone();
+            let names: Vec<Value> = calls
+                .iter()
+                .map(|c| c["function"]["name"].clone())
+                .collect();
+            names
+        };
+        assert_eq!(names(&aliased), [json!("echo"), json!("echo")]);
+        let mut kept = aliased.clone();
+        keep_called_names(&mut kept, canonical);
+        assert_eq!(names(&kept), [json!("echo"), json!("say")]);
+        let mut other = aliased.clone();
+        other[3].metadata["tool_agent_output"]["tool_name"] = json!("wait");
+        keep_called_names(&mut other, canonical);
+        assert_eq!(names(&other), [json!("echo"), json!("wait")]);
         // A frontend tool's result records no call: the declaration stays.
         let mut frontend = thread.clone();
         frontend[2].metadata = json!({});

@@ -158,6 +158,10 @@ pub struct SqliteStore {
     /// in memory.
     file: Option<(std::path::PathBuf, (u64, u64))>,
     superseded: super::Superseded,
+    /// What SQLite's `quick_check` found wrong with the file, checked once
+    /// after it opened: a damaged file (a copy taken while it was written,
+    /// say) is not ready, though the tables the start reads are intact.
+    damage: Arc<std::sync::OnceLock<String>>,
 }
 
 /// A file's device and inode.
@@ -266,11 +270,16 @@ impl SqliteStore {
             let path = options.get_filename().to_owned();
             identity(&path).ok().map(|id| (path, id))
         };
+        let damage = Arc::new(std::sync::OnceLock::new());
+        if !in_memory {
+            tokio::spawn(check_file(pool.clone(), damage.clone()));
+        }
         Ok(SqliteStore {
             pool,
             writes: Arc::new(writes),
             file,
             superseded: super::Superseded::default(),
+            damage,
         })
     }
 
@@ -278,6 +287,43 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
+
+/// Read the whole file once (`PRAGMA quick_check`, in the background: its
+/// time grows with the file) and keep what it finds wrong.
+async fn check_file(pool: SqlitePool, damage: Arc<std::sync::OnceLock<String>>) {
+    let found: Result<Vec<String>, sqlx::Error> = sqlx::query_scalar("PRAGMA quick_check(5)")
+        .fetch_all(&pool)
+        .await;
+    let problems = match found {
+        Ok(lines) if lines.iter().all(|l| l == "ok") => return,
+        Ok(lines) => lines.join("; "),
+        // The check itself could not read the file.
+        Err(e) if is_damage(&e) => e.to_string(),
+        Err(e) => {
+            tracing::warn!(error = %e, "the database file's integrity check did not run");
+            return;
+        }
+    };
+    tracing::error!(
+        problems = %problems,
+        "the SQLite database file is damaged: /readyz answers 503; restore it from a \
+         backup (VACUUM INTO copy) and restart"
+    );
+    let _ = damage.set(format!(
+        "the database file is damaged (SQLite's quick_check: {problems}); restore it from a \
+         backup and restart"
+    ));
+}
+
+/// SQLite said the file is damaged or is no database (SQLITE_CORRUPT,
+/// SQLITE_NOTADB, and their extended codes).
+fn is_damage(e: &sqlx::Error) -> bool {
+    let Some(code) = e.as_database_error().and_then(|d| d.code()) else {
+        return false;
+    };
+    code.parse::<i32>()
+        .is_ok_and(|c| matches!(c & 0xff, 11 | 26))
 }
 
 /// Create the database file at `path`, if missing, readable and writable
@@ -321,6 +367,9 @@ impl Store for SqliteStore {
             && identity(path).ok().as_ref() != Some(opened)
         {
             return Err(file_gone(path));
+        }
+        if let Some(damage) = self.damage.get() {
+            return Err(StoreError::Corrupt(damage.clone()));
         }
         let ready = self.reads().ready(MIGRATIONS).await;
         self.superseded.note(&ready);
