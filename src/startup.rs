@@ -310,6 +310,8 @@ impl Application {
                 ),
             }
         }
+        // Installed before the start finishes calls, which it counts.
+        let metrics = crate::telemetry::metrics_handle();
         let kept = engine.write_kept_results().await?;
         if kept > 0 {
             tracing::warn!(
@@ -351,7 +353,7 @@ impl Application {
             bus,
             keys: Arc::new(keys),
             settings: Arc::new(settings),
-            metrics: crate::telemetry::metrics_handle(),
+            metrics,
             limits: Arc::new(crate::engine::limits::Limits::new(
                 limits_settings.max_concurrent_calls,
                 limits_settings.max_concurrent_calls_per_owner,

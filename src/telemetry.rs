@@ -73,8 +73,11 @@ pub fn metrics_handle() -> PrometheusHandle {
     HANDLE
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
+                // Up to the longest a request (660 s by default) or a bash
+                // command (600 s) may take.
                 .set_buckets(&[
-                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0,
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0,
+                    60.0, 120.0, 300.0, 600.0, 900.0,
                 ])
                 .expect("static buckets are valid")
                 .set_buckets_for_metric(
@@ -87,12 +90,53 @@ pub fn metrics_handle() -> PrometheusHandle {
             // Another recorder may already be installed (embedding); then
             // ours simply records nothing.
             let _ = metrics::set_global_recorder(recorder);
+            describe();
             // Gauges exist from the start, at zero, rather than appearing
             // with their first change.
             metrics::gauge!("toolgate_sse_subscribers").set(0.0);
             handle
         })
         .clone()
+}
+
+/// The `# HELP` text of each metric.
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "toolgate_http_requests_total",
+        "HTTP answers, by method, route pattern and status"
+    );
+    describe_histogram!(
+        "toolgate_http_request_duration_seconds",
+        Unit::Seconds,
+        "Time to an HTTP answer's head (for a stream, until it opened)"
+    );
+    describe_counter!(
+        "toolgate_tool_calls_total",
+        "Tool call results recorded as the call's own, by tool and status"
+    );
+    describe_histogram!(
+        "toolgate_tool_call_duration_seconds",
+        Unit::Seconds,
+        "Time tool calls ran, by tool"
+    );
+    describe_gauge!(
+        "toolgate_sse_subscribers",
+        "Open /events streams (AG-UI runs' streams are not counted)"
+    );
+    describe_histogram!(
+        "toolgate_writer_batch_units",
+        "Write units committed per database transaction"
+    );
+    describe_histogram!(
+        "toolgate_writer_batch_seconds",
+        Unit::Seconds,
+        "Time per write transaction"
+    );
+    describe_gauge!(
+        "toolgate_sqlite_wal_pages",
+        "Pages in the SQLite write-ahead log at its last checkpoint"
+    );
 }
 
 /// Lets one log line of a kind through every `every`, counting the ones it

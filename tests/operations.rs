@@ -1580,6 +1580,22 @@ async fn openapi_document_is_served_and_checked_in() {
         html.to_lowercase().contains("swagger"),
         "Swagger UI served offline"
     );
+    // Nothing the page loads calls out: not the online spec validator
+    // Swagger UI asks by default from any host but localhost.
+    let init = reqwest::get(app.url("/docs/swagger-initializer.js"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(init.contains("\"validatorUrl\": \"none\""), "{init}");
+    assert!(init.contains("/openapi.json"), "{init}");
+    for page in [&html, &init] {
+        assert!(
+            !page.contains("http://") && !page.contains("https://"),
+            "{page}"
+        );
+    }
     let resp = app.get("/v1/tools").await;
     let id = resp
         .headers()
@@ -1984,7 +2000,7 @@ async fn a_start_on_a_full_disk_finishes_interrupted_calls_later() {
 
 /// A second SIGTERM does not wait for the shutdown grace: the process
 /// exits at once (status 1), and the call it cut off is finished as
-/// INTERRUPTED at the next start.
+/// INTERRUPTED at the next start, which counts it.
 #[tokio::test]
 async fn a_second_shutdown_signal_exits_at_once() {
     let data_dir = tempfile::tempdir().unwrap();
@@ -2015,6 +2031,12 @@ async fn a_second_shutdown_signal_exits_at_once() {
     let call = second.get_json("/v1/threads/twice/tool-calls/w").await;
     assert_eq!(call["status"], "failure", "{call}");
     assert!(call.to_string().contains("INTERRUPTED"), "{call}");
+    // Counted by the start that finished it (the count was lost: the
+    // start finished calls before the metrics were set up).
+    assert_eq!(
+        calls_counted(&second.metrics().await, "wait", "failure"),
+        Some(1.0)
+    );
 }
 
 /// Every result recorded as a call's own is counted in
@@ -2073,6 +2095,27 @@ async fn refused_calls_are_counted_as_results() {
     assert_eq!(count("wait", "failure"), Some(1.0), "{text}");
     assert_eq!(count("unknown", "failure"), Some(1.0), "{text}");
     assert!(!text.contains("no_such_tool"), "{text}");
+    // Each family says what it counts, and durations are told apart up to
+    // the longest a request may take (the buckets stopped at 60 s).
+    for family in [
+        "toolgate_http_requests_total",
+        "toolgate_tool_calls_total",
+        "toolgate_http_request_duration_seconds",
+        "toolgate_sse_subscribers",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# HELP {family} ")) && l.len() > family.len() + 12),
+            "{family}: {text}"
+        );
+    }
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("toolgate_http_request_duration_seconds_bucket{")
+                && l.contains("le=\"600\"")
+        ),
+        "{text}"
+    );
 }
 
 /// A request answered 503 because the database is unavailable (here a
@@ -2108,6 +2151,58 @@ async fn an_unavailable_database_is_logged_with_its_cause() {
         .unwrap_or_else(|| panic!("{logged}"));
     assert!(line.contains("request_id=full-1"), "{line}");
     assert!(line.contains("refused by the test trigger"), "{line}");
+    // More of them, and probes meanwhile: the outage is said once per few
+    // seconds, not in an error line per answer.
+    for i in 0..5 {
+        let r = reqwest::Client::new()
+            .post(format!("{}/v1/threads/full/messages", served.base))
+            .bearer_auth(&served.token)
+            .json(&json!({"id": format!("m{i}"), "role": "user", "content": "no-room"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let logged = served.stderr.lock().unwrap().clone();
+    let lines = |what: &str| logged.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(lines("the database is unavailable"), 1, "{logged}");
+    assert_eq!(lines("response failed"), 0, "{logged}");
+}
+
+/// Work a request hands to tasks of its own (an AG-UI run, its calls, a
+/// batch's calls) logs under the request's span, with its request id.
+#[tokio::test]
+async fn a_runs_log_lines_carry_its_request_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve_binary(dir.path(), None).await;
+    let input = json!({"threadId": "ri", "runId": "r1", "state": {}, "tools": [],
+        "context": [], "forwardedProps": {}, "unheard_of": 1,
+        "messages": [{"id": "u1", "role": "user", "content": "hi"}]});
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/threads/ri/runs", served.base))
+        .bearer_auth(&served.token)
+        .header("x-request-id", "run-req-1")
+        .json(&input)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("RUN_FINISHED"));
+    let said = "a run's input has fields toolgate does not know";
+    let mut logged = String::new();
+    for _ in 0..50 {
+        logged = served.stderr.lock().unwrap().clone();
+        if logged.contains(said) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let line = logged
+        .lines()
+        .find(|l| l.contains(said))
+        .unwrap_or_else(|| panic!("{logged}"));
+    assert!(line.contains("request_id=run-req-1"), "{line}");
 }
 
 /// A SQLite file removed (or replaced) under the running service is not

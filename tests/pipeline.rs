@@ -1858,6 +1858,96 @@ async fn a_declared_call_runs_only_as_declared(backend: Backend) {
     assert_eq!(declared, 1 + 12);
 }
 
+/// An Anthropic backend with extended thinking records the turn's
+/// thinking blocks with the message: the Anthropic context gives them back
+/// first in that turn, signatures intact (the API refuses a tool loop's
+/// turn without them); the OpenAI context leaves them out; the history
+/// shows them. A retry must carry the same blocks.
+async fn an_assistant_turns_thinking_is_kept_for_anthropic(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let user = json!({"id": "u1", "role": "user", "content": "echo hi"});
+    assert_eq!(
+        app.post("/v1/threads/th/messages", &user).await.status(),
+        201
+    );
+    let thinking = json!([
+        {"type": "thinking", "thinking": "The user wants an echo.", "signature": "EqQBCkYIBxgC"},
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va"}
+    ]);
+    let turn = json!({"id": "a1", "role": "assistant", "content": "Echoing.",
+        "thinking": thinking,
+        "tool_calls": [{"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"text": "hi"}}]});
+    assert_eq!(
+        app.post("/v1/threads/th/messages", &turn).await.status(),
+        201
+    );
+    let (s, out) = app
+        .call(
+            "th",
+            json!({"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let anthropic = app
+        .get_json("/v1/threads/th/context?format=anthropic")
+        .await;
+    let blocks = &anthropic["messages"][1]["content"];
+    assert_eq!(anthropic["messages"][1]["role"], "assistant", "{anthropic}");
+    assert_eq!(blocks[0], thinking[0], "{anthropic}");
+    assert_eq!(blocks[1], thinking[1], "{anthropic}");
+    assert_eq!(blocks[2]["type"], "text", "{anthropic}");
+    assert_eq!(blocks[3]["type"], "tool_use", "{anthropic}");
+    let openai = app.get_json("/v1/threads/th/context?format=openai").await;
+    assert!(
+        !openai.to_string().contains("EqQBCkYIBxgC"),
+        "thinking in the OpenAI context: {openai}"
+    );
+    let history = app.history("th").await;
+    let a1 = history.iter().find(|m| m["id"] == "a1").unwrap();
+    assert_eq!(a1["thinking"], thinking, "{a1}");
+    // A retry with the same blocks is the same message; other blocks are
+    // another message under a taken id.
+    let r = app.post("/v1/threads/th/messages", &turn).await;
+    assert_eq!(r.status(), 200);
+    let mut other = turn.clone();
+    other["thinking"][0]["signature"] = json!("other");
+    let r = app.post("/v1/threads/th/messages", &other).await;
+    assert_eq!(r.status(), 409);
+    // Only an assistant turn thinks; a block is one the API returns.
+    refused_at(
+        app.post(
+            "/v1/threads/th/messages",
+            &json!({"role": "user", "content": "x", "thinking": thinking}),
+        )
+        .await,
+        422,
+        "only assistant messages carry thinking blocks",
+        "/thinking",
+    )
+    .await;
+    for block in [
+        json!({"type": "thinking", "thinking": "no signature"}),
+        json!({"type": "thoughts", "data": "x"}),
+        json!({"type": "redacted_thinking", "data": "x", "extra": 1}),
+    ] {
+        let body = json!({"role": "assistant", "content": "x", "thinking": [block]});
+        let r = app.post("/v1/threads/th/messages", &body).await;
+        assert_eq!(r.status(), 422, "{block}");
+        let p: Value = r.json().await.unwrap();
+        assert!(
+            p["errors"][0]["pointer"]
+                .as_str()
+                .is_some_and(|at| at.starts_with("/thinking/0")),
+            "{p}"
+        );
+    }
+    assert_eq!(
+        app.history("th").await.len(),
+        3,
+        "a refused message was kept"
+    );
+}
+
 async fn a_call_id_means_one_call_in_a_thread(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let turn = |id: &str, call: &str, text: &str| {
@@ -2984,6 +3074,7 @@ both_backends!(
     an_application_tools_failure_is_kept,
     a_call_id_means_one_call_in_a_thread,
     a_declared_call_runs_only_as_declared,
+    an_assistant_turns_thinking_is_kept_for_anthropic,
     a_refused_result_finishes_its_call_as_a_failure,
     a_result_the_database_fails_on_finishes_its_call_as_a_failure,
     extreme_numbers_survive_storage,

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -413,7 +414,8 @@ impl Engine {
                 // The call runs in its own task: the decision's HTTP request
                 // returns once the call has started.
                 tokio::spawn(
-                    async move { engine.resume(approval_for_task, extra, started_tx).await },
+                    async move { engine.resume(approval_for_task, extra, started_tx).await }
+                        .in_current_span(),
                 );
                 let started = started_rx
                     .await

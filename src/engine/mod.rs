@@ -9,6 +9,7 @@ pub mod audit;
 mod declarations;
 pub use declarations::Declared;
 use declarations::{Undeclaring, link};
+use tracing::Instrument as _;
 pub mod gates;
 pub mod limits;
 mod postprocess;
@@ -1280,18 +1281,21 @@ impl Engine {
     ) -> Result<ToolSuccess, ToolError> {
         let (progress_tx, progress_rx) = mpsc::unbounded_channel();
         let tool_done = CancellationToken::new();
-        let progress_task = tokio::spawn(forward_progress(
-            self.writer.clone(),
-            (
-                req.owner.clone(),
-                req.thread_id.clone(),
-                req.call.id.clone(),
-            ),
-            progress_rx,
-            req.observer.clone(),
-            write_ahead.pending(),
-            tool_done.clone(),
-        ));
+        let progress_task = tokio::spawn(
+            forward_progress(
+                self.writer.clone(),
+                (
+                    req.owner.clone(),
+                    req.thread_id.clone(),
+                    req.call.id.clone(),
+                ),
+                progress_rx,
+                req.observer.clone(),
+                write_ahead.pending(),
+                tool_done.clone(),
+            )
+            .in_current_span(),
+        );
         let ctx = ToolContext {
             owner: req.owner.clone(),
             thread_id: req.thread_id.clone(),
@@ -1308,18 +1312,21 @@ impl Engine {
             let tool = tool.tool.clone();
             let dry_run = req.call.dry_run;
             let arguments = crate::protocol::json::integral_numbers(arguments);
-            tokio::spawn(async move {
-                if dry_run {
-                    tool.dry_run(arguments, ctx).await.map(|preview| {
-                        let mut result =
-                            serde_json::to_value(preview).expect("dry-run results serialize");
-                        result["dry_run"] = Value::Bool(true);
-                        ToolSuccess::complete(result)
-                    })
-                } else {
-                    tool.execute(arguments, ctx).await
+            tokio::spawn(
+                async move {
+                    if dry_run {
+                        tool.dry_run(arguments, ctx).await.map(|preview| {
+                            let mut result =
+                                serde_json::to_value(preview).expect("dry-run results serialize");
+                            result["dry_run"] = Value::Bool(true);
+                            ToolSuccess::complete(result)
+                        })
+                    } else {
+                        tool.execute(arguments, ctx).await
+                    }
                 }
-            })
+                .in_current_span(),
+            )
         };
         let limit = self.time_limit(tool);
         let finished = await_tool(handle, limit, &cancel);
@@ -1686,7 +1693,7 @@ impl Engine {
             if let Some(path) = kept {
                 spool::Spool::forget(&path);
             }
-        });
+        }.in_current_span());
     }
 
     /// Start-up, before [`recover_interrupted`](Self::recover_interrupted):

@@ -42,7 +42,9 @@ pub struct ApprovalView {
     /// link to another directory (the call runs there, or not at all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_leads_to: Option<String>,
-    /// Why it needs approval: the matching rule or `requires_checkpoint`.
+    /// Why it needs approval, for the person deciding: a sentence naming
+    /// the rule that matched, or saying that none did and the tool's own
+    /// default asks (the audit log's `rule` field has the rule alone).
     pub reason: String,
     /// The tool's dry-run preview, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]

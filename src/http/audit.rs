@@ -17,12 +17,17 @@ pub fn routes() -> Router<AppState> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AuditQuery {
+    /// Only entries of this thread.
     pub thread_id: Option<String>,
+    /// Only entries of this tool (its own name, not an alias).
     pub tool_name: Option<String>,
+    /// Only entries of this call.
     pub tool_call_id: Option<String>,
     #[param(schema_with = action_schema)]
     pub action: Option<String>,
+    /// Only entries at or after this time (Unix ms, inclusive).
     pub since_ms: Option<i64>,
+    /// Only entries before this time (Unix ms, exclusive).
     pub until_ms: Option<i64>,
     /// Cursor from the previous page's `next_cursor` (or `next_before`):
     /// entries older than this entry id.

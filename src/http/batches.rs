@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tracing::Instrument as _;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, ApiJson};
@@ -269,9 +270,9 @@ pub async fn post_batch(
                     tasks.push((
                         index,
                         id,
-                        state
-                            .calls
-                            .spawn(Box::pin(async move { engine.execute(request).await })),
+                        state.calls.spawn(Box::pin(
+                            async move { engine.execute(request).await }.in_current_span(),
+                        )),
                     ));
                 }
             }

@@ -91,7 +91,9 @@ fn parse_position(raw: &str, source: &str) -> Result<i64, ApiError> {
 /// Opens with RUN_STARTED, then (with `snapshot=true`) MESSAGES_SNAPSHOT,
 /// then every logged event after the resume point, then live events. Each
 /// logged event carries its `id:`; heartbeats are SSE comments. Opening a
-/// stream on a new thread id claims the thread for the caller.
+/// stream on a new thread id claims the thread for the caller. The stream
+/// does not end: the explorer's Execute waits for an end that never comes,
+/// so watch it with `curl -N` or an `EventSource` instead.
 #[utoipa::path(get, path = "/v1/threads/{thread_id}/events", tag = "events",
     params(("thread_id" = String, Path,), EventsQuery,
         ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = "^0*[0-9]{1,18}$", description = "Resume after this event id")),

@@ -45,6 +45,11 @@ pub struct Readiness {
     pub sandbox: serde_json::Value,
 }
 
+/// One "not ready" line every 5 s at most: probes every second or two
+/// during an outage would repeat it.
+static NOT_READY: crate::telemetry::Throttle =
+    crate::telemetry::Throttle::new(std::time::Duration::from_secs(5));
+
 /// How long `/readyz` waits for the database.
 const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -60,7 +65,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
     let ready = match tokio::time::timeout(READY_WITHIN, state.store.ready()).await {
         Ok(ready) => ready,
         Err(_) => {
-            tracing::warn!("not ready: the database did not answer");
+            if let Some(held) = NOT_READY.allow() {
+                tracing::warn!(
+                    held_since_last_line = held,
+                    "not ready: the database did not answer"
+                );
+            }
             return Err(ApiError::Unavailable(format!(
                 "{} database not ready: no answer within {} s",
                 state.store.backend(),
@@ -72,7 +82,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
         // The database answers the check, but its last writes failed (a
         // full disk, a read-only file): nothing would be stored.
         Ok(()) if state.writer.writes_failing() => {
-            tracing::warn!("not ready: the last writes to the database failed");
+            if let Some(held) = NOT_READY.allow() {
+                tracing::warn!(
+                    held_since_last_line = held,
+                    "not ready: the last writes to the database failed"
+                );
+            }
             Err(ApiError::Unavailable(format!(
                 "{} database not ready: its last writes failed (a full disk, a read-only \
                  file, a lost connection: the service's log says which)",
@@ -99,7 +114,9 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
             // The probe needs no token: it says what kind of trouble, and
             // the log says the rest (the database's own message may name
             // its host, database and user).
-            tracing::warn!(error = %e, "not ready");
+            if let Some(held) = NOT_READY.allow() {
+                tracing::warn!(error = %e, held_since_last_line = held, "not ready");
+            }
             let why = match e {
                 // Names the migration, nothing of the database's own.
                 crate::store::StoreError::NotMigrated(_)

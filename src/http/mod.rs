@@ -397,7 +397,8 @@ pub fn service(
                 .unwrap_or("");
             // The path only: no query string, no headers (tokens never reach a log line).
             tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-        }))
+        })
+        .on_failure(log_failure))
         .layer(PropagateRequestIdLayer::new(request_id))
         // Preflights are answered here, before any check that needs a token.
         .option_layer(cors)
@@ -548,4 +549,24 @@ async fn record_metrics(mut req: Request, next: Next) -> Response {
     metrics::histogram!("toolgate_http_request_duration_seconds", "method" => method, "route" => route)
         .record(started.elapsed().as_secs_f64());
     resp
+}
+
+/// A server error answered, logged at ERROR, except `503`: an outage
+/// answers many, and the store says so itself, a line every few seconds
+/// (see `error.rs`), rather than one per request.
+fn log_failure(
+    class: tower_http::classify::ServerErrorsFailureClass,
+    latency: Duration,
+    _span: &tracing::Span,
+) {
+    use tower_http::classify::ServerErrorsFailureClass;
+    if let ServerErrorsFailureClass::StatusCode(axum::http::StatusCode::SERVICE_UNAVAILABLE) = class
+    {
+        return;
+    }
+    tracing::error!(
+        classification = %class,
+        latency_ms = latency.as_millis() as u64,
+        "response failed"
+    );
 }

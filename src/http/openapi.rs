@@ -321,7 +321,7 @@ fn problem_schema() -> Value {
                         "pointer": {"type": "string"},
                         "parameter": {"type": "string"},
                         "path": {"type": "string"},
-                        "field": {"type": "string", "description": "For a `409` on a call id recorded as another call: what differs (`name`, `arguments`, `workspace` or `dry_run`); `run_id` for a call posted to a run that was rolled back; `parent_message_id` for a call whose parent is another role's message"},
+                        "field": {"type": "string", "description": "For a `409` on a call id recorded as another call: what differs (`name`, `arguments`, `workspace` or `dry_run`); `run_id` for a call posted to a run that was rolled back; `parent_message_id` for a call whose parent the thread recorded as another role's message while the call was being posted (found before, the same is a `422` with `pointer` `/parent_message_id`)"},
                         "tool_call_id": {"type": "string", "description": "For a `409` `WAITS_FOR_APPROVAL`: the call it waits behind"},
                         "message": {"type": "string"},
                     },
@@ -336,7 +336,15 @@ pub fn document_json() -> String {
 }
 
 pub fn routes() -> Router<AppState> {
-    Router::new().merge(SwaggerUi::new("/docs").external_url_unchecked("/openapi.json", document()))
+    // Swagger UI's default sends the document's address to swagger.io's
+    // online validator from any host but localhost: the explorer stays
+    // offline.
+    let config = utoipa_swagger_ui::Config::default().validator_url("none");
+    Router::new().merge(
+        SwaggerUi::new("/docs")
+            .external_url_unchecked("/openapi.json", document())
+            .config(config),
+    )
 }
 
 #[cfg(test)]
@@ -454,6 +462,45 @@ mod tests {
         let mut root = doc.clone();
         root["$ref"] = json!(format!("#/components/schemas/{name}"));
         jsonschema::draft202012::new(&root).unwrap_or_else(|e| panic!("{name} compiles: {e}"))
+    }
+
+    /// A tool call's answer, as the server writes it (a success, a failure),
+    /// is one its documented schema accepts, the output's fields included.
+    #[test]
+    fn a_tool_call_answer_matches_its_schema() {
+        let doc = document();
+        let schema = component_in_document(&doc, "ToolCallResponse");
+        let output = |status: &str, result: Value, error: Value| {
+            let mut output = json!({"tool_name": "echo", "tool_call_id": "c1",
+                "tool_call_args": {"text": "hi"}, "status": status, "result": result});
+            if !error.is_null() {
+                output["error"] = error;
+            }
+            json!({"tool_agent_output": output, "tool_response": {"content": "{}"},
+                   "message_id": "m1", "replayed": false})
+        };
+        for answer in [
+            output("success", json!({"text": "hi"}), Value::Null),
+            output(
+                "failure",
+                Value::Null,
+                json!({"code": "INVALID_ARGUMENTS", "message": "/text: missing", "retryable": false,
+                       "hint": "add it", "errors": [{"path": "/text", "message": "missing"}]}),
+            ),
+        ] {
+            let parsed: crate::http::threads::ToolCallResponse =
+                serde_json::from_value(answer).unwrap();
+            let written = serde_json::to_value(&parsed).unwrap();
+            let errors: Vec<String> = schema
+                .iter_errors(&written)
+                .map(|e| e.to_string())
+                .collect();
+            assert!(errors.is_empty(), "{errors:?}: {written}");
+        }
+        // The output is described, not any object.
+        let wrong = output("finished", json!(1), Value::Null);
+        let parsed = json!({"tool_agent_output": wrong["tool_agent_output"], "tool_response": {"content": ""}, "message_id": "m", "replayed": false});
+        assert!(!schema.is_valid(&parsed));
     }
 
     /// The spec's three call shapes accept what the server's parser accepts,

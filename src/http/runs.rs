@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
+use tracing::Instrument as _;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -308,22 +309,25 @@ pub async fn post_run(
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
     let calls = state.calls.clone();
-    calls.spawn(async move {
-        run(
-            state.clone(),
-            user.owner,
-            input,
-            RunContext {
-                known,
-                answered_in_thread,
-                ignored,
-            },
-            resume,
-            tx,
-        )
-        .await;
-        drop(permit);
-    });
+    calls.spawn(
+        async move {
+            run(
+                state.clone(),
+                user.owner,
+                input,
+                RunContext {
+                    known,
+                    answered_in_thread,
+                    ignored,
+                },
+                resume,
+                tx,
+            )
+            .await;
+            drop(permit);
+        }
+        .in_current_span(),
+    );
     Ok(Sse::new(ReceiverStream::new(rx))
         .keep_alive(KeepAlive::new().interval(heartbeat).text("heartbeat")))
 }
@@ -871,31 +875,34 @@ async fn execute_turn(
                 .unwrap_or_else(|| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false))
         });
         // Boxed, as in `threads::with_slot`: tokio copies an inline future whole.
-        let task = state.calls.spawn(Box::pin(async move {
-            if let Some(error) = refused {
-                return engine
-                    .record_rejected_call(request, error)
+        let task = state.calls.spawn(Box::pin(
+            async move {
+                if let Some(error) = refused {
+                    return engine
+                        .record_rejected_call(request, error)
+                        .await
+                        .map(Executed::Finished)
+                        .map_err(Rejection::from);
+                }
+                let mut retry =
+                    CallRequest::new(&request.owner, &request.thread_id, request.call.clone());
+                retry.observer = request.observer.clone();
+                // In a stream every call gets an answer: refusals are recorded.
+                let refusal = match engine.execute(request).await {
+                    Err(rejection) => match rejection.tool_error() {
+                        Some(error) => error,
+                        None => return Err(rejection),
+                    },
+                    other => return other,
+                };
+                engine
+                    .record_rejected_call(retry, refusal)
                     .await
                     .map(Executed::Finished)
-                    .map_err(Rejection::from);
+                    .map_err(Rejection::from)
             }
-            let mut retry =
-                CallRequest::new(&request.owner, &request.thread_id, request.call.clone());
-            retry.observer = request.observer.clone();
-            // In a stream every call gets an answer: refusals are recorded.
-            let refusal = match engine.execute(request).await {
-                Err(rejection) => match rejection.tool_error() {
-                    Some(error) => error,
-                    None => return Err(rejection),
-                },
-                other => return other,
-            };
-            engine
-                .record_rejected_call(retry, refusal)
-                .await
-                .map(Executed::Finished)
-                .map_err(Rejection::from)
-        }));
+            .in_current_span(),
+        ));
         // Forward the call's events as they commit, until the call is done.
         while let Some(event) = observed.recv().await {
             // The client sent this call itself: re-sending its arguments

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use axum::Router;
 use axum::extract::{Path, State};
@@ -52,7 +53,7 @@ pub fn routes() -> Router<AppState> {
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct ToolCallResponse {
     /// The ToolAgentOutput (without the internal ui_hints).
-    #[schema(value_type = Object)]
+    #[schema(value_type = crate::protocol::tool_output::ToolAgentOutput)]
     pub tool_agent_output: PublicOutput,
     /// Put `content` into the model's context as the tool result.
     pub tool_response: ToolResponse,
@@ -309,11 +310,14 @@ where
     F: std::future::Future<Output = T> + Send + 'static,
 {
     let task = state.acquire(&user.owner, 1).map(|permit| {
-        state.calls.spawn(Box::pin(async move {
-            let result = work.await;
-            drop(permit);
-            result
-        }))
+        state.calls.spawn(Box::pin(
+            async move {
+                let result = work.await;
+                drop(permit);
+                result
+            }
+            .in_current_span(),
+        ))
     });
     async move {
         task?
@@ -423,6 +427,23 @@ pub struct NewMessageRequest {
     /// Assistant only: the calls the model made, in any accepted shape.
     #[schema(value_type = Option<Vec<calls::DeclaredToolCall>>)]
     pub tool_calls: Option<Vec<Value>>,
+    /// Assistant only: Anthropic extended-thinking blocks of the turn, as
+    /// the model returned them (signatures included). Kept with the
+    /// message, and given back first in the turn's content by
+    /// `/context?format=anthropic`, which the API requires of the turn a
+    /// tool loop continues from; the OpenAI format leaves them out.
+    pub thinking: Option<Vec<ThinkingBlock>>,
+}
+
+/// An Anthropic extended-thinking block of an assistant turn.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ThinkingBlock {
+    /// The model's thinking, and the signature the API checks when the
+    /// block is sent back.
+    Thinking { thinking: String, signature: String },
+    /// Thinking the API gave encrypted.
+    RedactedThinking { data: String },
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -436,7 +457,7 @@ pub struct MessageCreated {
     pub replayed: bool,
 }
 
-/// Record a user, assistant or system message.
+/// Record a user, assistant, system or developer message.
 ///
 /// Streams TEXT_MESSAGE_START / TEXT_MESSAGE_CONTENT / TEXT_MESSAGE_END to
 /// the thread's subscribers. Assistant messages may carry the model's
@@ -449,8 +470,8 @@ pub struct MessageCreated {
         (status = 200, description = "The same message was recorded under this id before: nothing new is recorded", body = MessageCreated),
         (status = 400, description = "Malformed request", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "Message id already recorded with another role, content or tool_calls, or a call id of tool_calls already declared or recorded in the thread with another tool or arguments", content_type = "application/problem+json"),
-        (status = 422, description = "Wrong field types, an invalid id, tool_calls on a message that is not the assistant's, more tool_calls than tools.max_batch_calls, or a call's tool name outside [A-Za-z0-9_.-]{1,64} (errors name the JSON pointer)", content_type = "application/problem+json"),
+        (status = 409, description = "Message id already recorded with another role, content, tool_calls or thinking, or a call id of tool_calls already declared or recorded in the thread with another tool or arguments", content_type = "application/problem+json"),
+        (status = 422, description = "Wrong field types, an invalid id, tool_calls or thinking on a message that is not the assistant's, more tool_calls than tools.max_batch_calls, or a call's tool name outside [A-Za-z0-9_.-]{1,64} (errors name the JSON pointer)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn post_message(
@@ -551,6 +572,17 @@ pub async fn post_message(
         }
         metadata.insert("tool_calls".into(), Value::Array(parsed));
     }
+    if let Some(thinking) = &body.thinking {
+        if body.role != MessageRole::Assistant {
+            return Err(ApiError::invalid_body(
+                "/thinking".into(),
+                "only assistant messages carry thinking blocks".into(),
+            ));
+        }
+        if !thinking.is_empty() {
+            metadata.insert("thinking".into(), json!(thinking));
+        }
+    }
     check_owner(&state, &user, &thread).await?;
     if let Some(Value::Array(declared)) = metadata.get("tool_calls") {
         let stored = state.store.message_outlines(&thread.0).await?;
@@ -628,7 +660,7 @@ pub async fn post_message(
                     conflicts::MESSAGE_CONFLICT,
                     "/id".into(),
                     format!(
-                        "message {id:?} is already recorded in this thread with another role, content or tool_calls; use a new id for a new message"
+                        "message {id:?} is already recorded in this thread with another role, content, tool_calls or thinking; use a new id for a new message"
                     ),
                 )),
             };
@@ -707,8 +739,13 @@ pub struct HistoryMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub content_parts: Option<Value>,
+    /// An assistant message's extended-thinking blocks, as posted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Vec<ThinkingBlock>>)]
+    pub thinking: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// A tool message's ToolAgentOutput (without the internal ui_hints).
+    #[schema(value_type = Option<crate::protocol::tool_output::ToolAgentOutput>)]
     pub tool_agent_output: Option<PublicOutput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(schema_with = ui_schema_ref)]
@@ -738,6 +775,7 @@ pub fn history_message(m: StoredMessage) -> HistoryMessage {
         tool_calls: m.metadata.get("tool_calls").cloned(),
         error: context::frontend_error(&m).map(str::to_string),
         content_parts: m.metadata.get(crate::protocol::parts::KEY).cloned(),
+        thinking: m.metadata.get("thinking").cloned(),
         id: m.id,
         seq: m.seq,
         role: m.role.as_str().into(),

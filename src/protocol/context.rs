@@ -560,6 +560,14 @@ fn wire_ids(
     renamed
 }
 
+/// An extended-thinking block (`thinking` or `redacted_thinking`).
+fn is_thinking(block: &Value) -> bool {
+    matches!(
+        block["type"].as_str(),
+        Some("thinking" | "redacted_thinking")
+    )
+}
+
 /// Anthropic Messages API: system text apart, content blocks, tool results
 /// as `user` turns, consecutive same-role turns merged (the API requires
 /// alternation), call ids as the API accepts them ([`wire_ids`]).
@@ -573,7 +581,7 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
             .unwrap_or(Value::Null)
     };
     for m in messages.iter() {
-        let (role, blocks): (&'static str, Vec<Value>) = match m.role {
+        let (role, mut blocks): (&'static str, Vec<Value>) = match m.role {
             // A blank one adds nothing to the system text.
             Role::System | Role::Developer => {
                 if !m.content.trim().is_empty() {
@@ -589,7 +597,11 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
                 None => ("user", vec![json!({"type": "text", "text": m.content})]),
             },
             Role::Assistant => {
-                let mut blocks = Vec::new();
+                // Thinking first, as the API returned the turn.
+                let mut blocks: Vec<Value> = match m.metadata.get("thinking") {
+                    Some(Value::Array(thinking)) => thinking.clone(),
+                    _ => Vec::new(),
+                };
                 if !m.content.trim().is_empty() {
                     blocks.push(json!({"type": "text", "text": m.content}));
                 }
@@ -617,7 +629,15 @@ pub fn anthropic(messages: &[StoredMessage], unanswered: &Unanswered) -> Value {
             continue;
         }
         match turns.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(blocks),
+            Some((last, existing)) if *last == role => {
+                // A turn merged from several messages opens with all of
+                // their thinking.
+                let at = existing.iter().take_while(|b| is_thinking(b)).count();
+                let thinking = blocks.iter().take_while(|b| is_thinking(b)).count();
+                let rest = blocks.split_off(thinking);
+                existing.splice(at..at, blocks);
+                existing.extend(rest);
+            }
             _ => turns.push((role, blocks)),
         }
     }
@@ -715,6 +735,58 @@ mod tests {
                                          "tool_call_id": call, "tool_call_args": {"text": text}}}),
             Some(call),
         )
+    }
+
+    /// Thinking opens the assistant turn it belongs to, also when that turn
+    /// is merged from two messages.
+    #[test]
+    fn thinking_opens_its_turn() {
+        let think =
+            |n: u8| json!({"type": "thinking", "thinking": format!("t{n}"), "signature": "s"});
+        let thread = vec![
+            msg(1, Role::User, "go", json!({}), None),
+            msg(
+                2,
+                Role::Assistant,
+                "first",
+                json!({"thinking": [think(1)]}),
+                None,
+            ),
+            msg(
+                3,
+                Role::Assistant,
+                "second",
+                json!({"thinking": [think(2)], "tool_calls": [{"id": "c1", "name": "echo", "arguments": {}}]}),
+                None,
+            ),
+            result(4, "c1", "x"),
+        ];
+        let v = anthropic(&thread, &Unanswered::new());
+        let kinds: Vec<String> = v["messages"][1]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                format!(
+                    "{}{}",
+                    b["type"].as_str().unwrap(),
+                    b["thinking"].as_str().or(b["text"].as_str()).unwrap_or("")
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "thinkingt1",
+                "thinkingt2",
+                "textfirst",
+                "textsecond",
+                "tool_use"
+            ],
+            "{v}"
+        );
+        let v = openai(&thread, &Unanswered::new());
+        assert!(!v.to_string().contains("thinking"), "{v}");
     }
 
     #[test]
