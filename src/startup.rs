@@ -520,11 +520,16 @@ const REFUSAL_TIME: Duration = Duration::from_millis(500);
 
 /// Answer a connection past the limit with a `503` problem (and
 /// `Retry-After`), then close it. The request's head is read first (an
-/// HTTP client takes no answer before its request), and what follows only
-/// to let the answer arrive before the close (an unread request would make
-/// the close a reset); all of it takes at most [`REFUSAL_TIME`].
+/// HTTP client takes no answer before its request), for at most
+/// [`REFUSAL_TIME`]: a client that sends nothing in that time is answered
+/// all the same, one that closes without sending anything is not (nothing
+/// was asked: a connect-and-close health check). What follows the head is
+/// read only to let the answer arrive before the close (an unread request
+/// would make the close a reset), for at most [`REFUSAL_TIME`] again.
+/// Counted and timed as every answer is.
 async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = std::time::Instant::now();
     let body = serde_json::Value::Object(http::error::problem_body(
         axum::http::StatusCode::SERVICE_UNAVAILABLE,
         "unavailable",
@@ -532,9 +537,9 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
         "toolgate is serving its maximum of connections (server.max_connections); retry after a second",
     ))
     .to_string();
-    let _ = tokio::time::timeout(REFUSAL_TIME, async {
-        let mut head = Vec::with_capacity(1024);
-        let mut chunk = [0u8; 4096];
+    let mut head = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let read_head = tokio::time::timeout(REFUSAL_TIME, async {
         // The head ends at an empty line (CRLF, or a bare LF, which
         // servers accept); only the bytes just read are looked at.
         let ended = |head: &[u8], from: usize| {
@@ -544,28 +549,42 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
         loop {
             let from = head.len();
             match stream.read(&mut chunk).await? {
-                0 => break,
+                0 => return Ok::<_, std::io::Error>(true),
                 n => head.extend_from_slice(&chunk[..n]),
             }
             if ended(&head, from) || head.len() >= 64 * 1024 {
-                break;
+                return Ok(false);
             }
         }
-        // Answered as any request is: with its request id (the client's
-        // own when usable), counted, and logged.
-        let (method, request_id) = http::refused_request(&head);
-        metrics::counter!(
-            "toolgate_http_requests_total",
-            "method" => method,
-            "route" => "refused",
-            "status" => "503"
-        )
-        .increment(1);
-        note_refusal(&request_id);
-        let answer = format!(
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nx-request-id: {request_id}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
+    })
+    .await;
+    match read_head {
+        // Closed (or failed) before asking anything.
+        Ok(Ok(true)) | Ok(Err(_)) if head.is_empty() => return,
+        _ => {}
+    }
+    // Answered as any request is: with its request id (the client's own
+    // when usable), counted, timed, and logged.
+    let (method, request_id) = http::refused_request(&head);
+    metrics::counter!(
+        "toolgate_http_requests_total",
+        "method" => method,
+        "route" => "refused",
+        "status" => "503"
+    )
+    .increment(1);
+    metrics::histogram!(
+        "toolgate_http_request_duration_seconds",
+        "method" => method,
+        "route" => "refused"
+    )
+    .record(started.elapsed().as_secs_f64());
+    note_refusal(&request_id);
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nx-request-id: {request_id}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(REFUSAL_TIME, async {
         stream.write_all(answer.as_bytes()).await?;
         stream.shutdown().await?;
         let mut read = 0;

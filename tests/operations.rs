@@ -391,6 +391,92 @@ async fn a_connection_past_the_limit_is_answered_503() {
     );
 }
 
+/// Past the limit, a connection closed without a request (a
+/// connect-and-close health check) is not counted as a `503` nobody was
+/// sent; one that sends nothing is answered all the same once the
+/// refusal's wait is over, and counted. Every refusal is timed too.
+#[tokio::test]
+async fn only_refusals_sent_are_counted() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve_binary_with(
+        dir.path(),
+        None,
+        &[
+            ("TOOLGATE_SERVER__MAX_CONNECTIONS", "2"),
+            ("TOOLGATE_SERVER__SSE_HEARTBEAT_SECS", "3600"),
+        ],
+    )
+    .await;
+    let addr = served.base.trim_start_matches("http://").to_string();
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    // The metrics, once a slot is free, and how many 503s the reads got
+    // before (each counted by the server too).
+    let metrics = || {
+        let client = fresh();
+        let url = format!("{}/metrics", served.base);
+        async move {
+            for refused in 0..200 {
+                let r = client.get(&url).send().await.unwrap();
+                if r.status() == 200 {
+                    return (r.text().await.unwrap(), refused);
+                }
+                assert_eq!(r.status(), 503);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            panic!("no slot came free")
+        }
+    };
+    let sse = fresh()
+        .get(format!("{}/v1/threads/busy/events", served.base))
+        .bearer_auth(&served.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.status(), 200);
+    let sse2 = fresh()
+        .get(format!("{}/v1/threads/busy2/events", served.base))
+        .bearer_auth(&served.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse2.status(), 200);
+    for _ in 0..5 {
+        drop(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(10), silent.read_to_string(&mut answer))
+        .await
+        .expect("answered, not left waiting")
+        .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    drop((sse, sse2));
+    let (text, refused_here) = metrics().await;
+    let value = |prefix: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix) && l.contains("route=\"refused\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    // The silent client's, and none for the five that asked nothing.
+    assert_eq!(
+        value("toolgate_http_requests_total{"),
+        1.0 + refused_here as f64,
+        "{text}"
+    );
+    assert_eq!(
+        value("toolgate_http_request_duration_seconds_count{"),
+        value("toolgate_http_requests_total{"),
+        "{text}"
+    );
+}
+
 /// A body announced larger than `server.body_limit_bytes` is refused at
 /// once, before a byte of it is read; a body trickled in is answered `408`
 /// after `server.header_read_timeout_secs`, not held for the request
@@ -2170,6 +2256,31 @@ async fn an_unavailable_database_is_logged_with_its_cause() {
     assert_eq!(lines("response failed"), 0, "{logged}");
 }
 
+/// A path is logged quoted and escaped: a `"` or `}` in it cannot end the
+/// field and write one of the caller's own into the line.
+#[tokio::test]
+async fn a_path_writes_no_fields_of_its_own_into_a_log_line() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let served = serve_binary(dir.path(), None).await;
+    let addr = served.base.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stream
+        .write_all(b"GET /v1/x}\"fake=1{ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let logged = served.stderr.lock().unwrap().clone();
+    let lines: Vec<&str> = logged.lines().filter(|l| l.contains("fake=1")).collect();
+    assert!(!lines.is_empty(), "{logged}");
+    for line in lines {
+        assert!(line.contains(r#"path="/v1/x}\"fake=1{""#), "{line}");
+    }
+}
+
 /// Work a request hands to tasks of its own (an AG-UI run, its calls, a
 /// batch's calls) logs under the request's span, with its request id.
 #[tokio::test]
@@ -2767,6 +2878,49 @@ async fn a_call_reposted_through_another_process_gets_its_outcome() {
     finished_as_it_ran(running, 1500).await;
     let history = common::history_at(&two.second.base, &two.second.token, "elsewhere").await;
     assert_eq!(history.len(), 1, "one result: {history:?}");
+}
+
+/// A Postgres database emptied under the running service (its tables
+/// dropped, to be restored) is an outage, not a fault of toolgate's: a
+/// write is a `503` (it was a `500`), nothing is told stored, and
+/// `/readyz` says the tables are missing (it said only that the check
+/// failed).
+#[tokio::test]
+async fn an_emptied_database_is_an_outage() {
+    use sqlx::Connection;
+    let data_dir = tempfile::tempdir().unwrap();
+    let pg = common::create_pg_database().await;
+    let served = serve_binary(data_dir.path(), Some(&pg.url)).await;
+    let client = reqwest::Client::new();
+    let post = |content: &str| {
+        client
+            .post(format!("{}/v1/threads/emptied/messages", served.base))
+            .bearer_auth(&served.token)
+            .json(&json!({"role": "user", "content": content}))
+            .send()
+    };
+    assert_eq!(post("before").await.unwrap().status(), 201);
+    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+    sqlx::raw_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public;")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let r = post("after").await.unwrap();
+    assert_eq!(r.status(), 503, "{}", r.text().await.unwrap());
+    let r = client
+        .get(format!("{}/readyz", served.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the database has none of toolgate's tables"),
+        "{p}"
+    );
 }
 
 /// Move call `id`'s record back in time by `ms`, as if it had been

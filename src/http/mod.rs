@@ -395,8 +395,10 @@ pub fn service(
                 .get("x-request-id")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            // The path only: no query string, no headers (tokens never reach a log line).
-            tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+            // The path only: no query string, no headers (tokens never reach a
+            // log line); quoted and escaped, so that a `"` or `}` in it ends
+            // no field of the line.
+            tracing::info_span!("request", method = %req.method(), path = ?req.uri().path(), request_id = %id)
         })
         .on_failure(log_failure))
         .layer(PropagateRequestIdLayer::new(request_id))

@@ -217,7 +217,8 @@ fn refused_data_code(code: &str) -> bool {
 /// class 40 (a
 /// serialization failure or a deadlock), and the refusals of a connection
 /// by name or credentials: the database does not exist under its name
-/// (3D000: renamed, or dropped to be restored) and class 28 (a login the
+/// (3D000: renamed, or dropped to be restored), its tables do not (42P01)
+/// and class 28 (a login the
 /// server does not take, as while a password is rotated); SQLite BUSY,
 /// LOCKED, IOERR, FULL and CANTOPEN. Each clears without the data changing.
 fn unavailable_code(code: &str) -> bool {
@@ -230,6 +231,10 @@ fn unavailable_code(code: &str) -> bool {
                 // failover, default_transaction_read_only): no write can
                 // commit until the database takes writes again.
                 || ["25006", "55000", "55P03", "3D000"].contains(&s)
+                // 42P01: a table is missing: the database was emptied (to
+                // be restored, say); a restore or a restart that migrates
+                // it again brings the tables back.
+                || s == "42P01"
         }
         // BUSY, LOCKED, READONLY (the file or its directory not writable
         // by the service), IOERR, FULL, CANTOPEN.

@@ -188,9 +188,20 @@ where
     /// Every migration in `migrations` is recorded as applied.
     pub async fn ready(&self, migrations: &[(i64, &str, &str)]) -> StoreResult<()> {
         let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            match sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
                 .fetch_all(self.pool)
-                .await?;
+                .await
+            {
+                Ok(applied) => applied,
+                Err(e) if no_such_table(&e) => {
+                    return Err(StoreError::NotMigrated(
+                        "the database has none of toolgate's tables (emptied, or being \
+                         restored)"
+                            .into(),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            };
         for &(version, description, _) in migrations {
             if !applied.contains(&version) {
                 return Err(StoreError::NotMigrated(format!(
@@ -668,6 +679,14 @@ where
 /// The audit query for `filter` (`None` for an empty page). The caller runs
 /// it on its pool and reads the rows with [`audit_entries`]: generic code
 /// cannot run a built query, whose arguments borrow the builder.
+/// The query named a table the database does not have (Postgres 42P01;
+/// SQLite says so only in words).
+fn no_such_table(e: &sqlx::Error) -> bool {
+    e.as_database_error().is_some_and(|db| {
+        db.code().as_deref() == Some("42P01") || db.message().starts_with("no such table")
+    })
+}
+
 pub(super) fn audit_query<DB>(filter: &AuditFilter) -> Option<sqlx::QueryBuilder<'_, DB>>
 where
     DB: Database,
