@@ -1690,6 +1690,56 @@ async fn openapi_document_is_served_and_checked_in() {
     assert!(!id.is_empty());
 }
 
+/// Every request example the document offers (a body's `example` or
+/// `examples`, or its schema's `example`), sent as it is to its operation
+/// on the thread the path's example names, succeeds: what the explorer
+/// prefills works.
+#[tokio::test]
+async fn the_documents_examples_work_as_given() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    let doc: Value = reqwest::get(app.url("/openapi.json"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut sent = 0;
+    for (path, operations) in doc["paths"].as_object().unwrap() {
+        let Some(post) = operations.get("post") else {
+            continue;
+        };
+        let media = &post["requestBody"]["content"]["application/json"];
+        let mut examples: Vec<Value> = Vec::new();
+        examples.extend(media.get("example").cloned());
+        if let Some(named) = media.get("examples").and_then(Value::as_object) {
+            examples.extend(named.values().map(|e| e["value"].clone()));
+        }
+        if let Some(component) = media["schema"]["$ref"].as_str() {
+            let name = component.rsplit('/').next().unwrap();
+            examples.extend(doc["components"]["schemas"][name].get("example").cloned());
+        }
+        for example in examples {
+            let mut url = path.clone();
+            for param in post["parameters"].as_array().into_iter().flatten() {
+                let name = param["name"].as_str().unwrap();
+                if param["in"] == "path" {
+                    let value = param["example"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("{path}: no example for {name}"));
+                    url = url.replace(&format!("{{{name}}}"), value);
+                }
+            }
+            let r = app.post(&url, &example).await;
+            let status = r.status();
+            let body = r.text().await.unwrap();
+            assert!(status.is_success(), "{url} {example}: {status} {body}");
+            sent += 1;
+        }
+    }
+    // The three call shapes, a batch, a message, a run, permission rules.
+    assert!(sent >= 6, "{sent} examples");
+}
+
 /// A client's request id is echoed (and logged) when it is one; a value
 /// that could write fields of its own into a log line, or of any length,
 /// is replaced by a new id.

@@ -379,6 +379,72 @@ async fn an_approval_is_asked_for_at_one_moment(backend: Backend) {
     );
 }
 
+/// An approved write runs only on the file its preview showed: a file
+/// changed (or created) while the approval waited makes the approved call
+/// `APPROVAL_STALE`, and nothing is written; the person saw another diff.
+/// A file left as it was is written as approved.
+async fn an_approval_holds_only_for_the_file_it_showed(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["write_file".into()]).await;
+    let root = workspace_root(&app).await;
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("cfg.txt"), "line1\nmode=safe\nline3\n").unwrap();
+    let write = |id: &str, path: &str| {
+        json!({"id": id, "name": "write_file",
+               "arguments": {"path": path, "content": "line1\nmode=debug\nline3\n"}})
+    };
+    for (id, path) in [("w1", "cfg.txt"), ("w2", "new.txt"), ("w3", "same.txt")] {
+        if path == "same.txt" {
+            std::fs::write(root.join(path), "kept\n").unwrap();
+        }
+        let (s, out) = app.call("st", write(id, path)).await;
+        assert_eq!(s, 202, "{out}");
+    }
+    // Meanwhile: a line added to cfg.txt, new.txt made; same.txt untouched.
+    std::fs::write(
+        root.join("cfg.txt"),
+        "line1\nmode=safe\nIMPORTANT=keep me\nline3\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("new.txt"), "someone else's\n").unwrap();
+    let pending = app.get_json("/v1/approvals?status=pending").await;
+    let approval_of = |id: &str| {
+        pending["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["tool_call_id"] == id)
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    for (id, path) in [("w1", "cfg.txt"), ("w2", "new.txt")] {
+        let out = approve_and_wait(&app, &approval_of(id), "st", write(id, path)).await;
+        assert_eq!(error_code(&out), "APPROVAL_STALE", "{out}");
+        let error = &out["tool_agent_output"]["error"];
+        assert_eq!(error["retryable"], true, "{out}");
+        assert!(
+            error["hint"].as_str().unwrap().contains("new tool call id"),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(root.join("cfg.txt")).unwrap(),
+        "line1\nmode=safe\nIMPORTANT=keep me\nline3\n",
+        "the changed file was left alone"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("new.txt")).unwrap(),
+        "someone else's\n"
+    );
+    let out = approve_and_wait(&app, &approval_of("w3"), "st", write("w3", "same.txt")).await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("same.txt")).unwrap(),
+        "line1\nmode=debug\nline3\n"
+    );
+}
+
 async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| {
         s.permissions.ask = vec!["write_file(**)".into()]
@@ -3546,6 +3612,7 @@ both_backends!(
     generic_tools_ask_without_a_rule,
     permission_rules_deny_ask_allow,
     approvals_approve_deny_expire_and_survive_restart,
+    an_approval_holds_only_for_the_file_it_showed,
     an_approval_is_asked_for_at_one_moment,
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,

@@ -519,11 +519,17 @@ impl Engine {
             // The walk's path rules are those in force now, too.
             Some(tool) => match self.refusal_now(&req, &tool, r).await {
                 Err(error) => Err(error),
-                Ok(now) => {
-                    permission.path_rules = now.path_rules;
-                    permission.judged_path = now.judged_path;
-                    Ok(tool)
-                }
+                Ok(now) => match self
+                    .preview_changed(&req, &tool, &arguments, &now, &approval)
+                    .await
+                {
+                    Some(error) => Err(error),
+                    None => {
+                        permission.path_rules = now.path_rules;
+                        permission.judged_path = now.judged_path;
+                        Ok(tool)
+                    }
+                },
             },
             // Unregistered while it waited: finish it, don't leave it open.
             None => Err(ToolError::new(
@@ -643,6 +649,44 @@ impl Engine {
             .with_hint(super::DENIED_HINT));
         }
         Ok(now)
+    }
+
+    /// Why an approved call may not run after all: what the person saw
+    /// (the preview its approval carries: a file's diff) is not what it
+    /// would do now, since the file changed while it waited. The preview is
+    /// made again and compared; one that cannot be made now counts as
+    /// changed. `None` when the approval carried no preview, or the same.
+    async fn preview_changed(
+        &self,
+        req: &CallRequest,
+        tool: &RegisteredTool,
+        arguments: &Value,
+        now: &Permission,
+        approval: &ApprovalRecord,
+    ) -> Option<ToolError> {
+        let shown = approval.preview.as_ref()?;
+        let fresh = self.preview(req, tool, arguments, now).await;
+        if fresh
+            .as_ref()
+            .is_some_and(|fresh| crate::protocol::json::same_json(fresh, shown))
+        {
+            return None;
+        }
+        Some(
+            ToolError::new(
+                codes::APPROVAL_STALE,
+                format!(
+                    "{} was approved with a preview that no longer holds: what it works on \
+                     changed while it waited, so it would not do what was approved; it did not run",
+                    tool.definition.name
+                ),
+                true,
+            )
+            .with_hint(
+                "read the file again if needed, then call it again with a new tool call id, so \
+                 its approval shows what it would do now",
+            ),
+        )
     }
 
     /// Finish an open approval as expired (`APPROVAL_EXPIRED`). Losing a race

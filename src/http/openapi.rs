@@ -98,17 +98,73 @@ pub fn document() -> Value {
     doc["components"]["schemas"]["Problem"] = problem_schema();
     constrain_ids(&mut doc);
     separate_call_shapes(&mut doc);
-    tool_calls_for_assistants_only(&mut doc);
+    assistant_fields_for_assistants_only(&mut doc);
+    declared_calls_take_no_posting_fields(&mut doc);
+    add_examples(&mut doc);
     add_common_problems(&mut doc);
     doc
 }
 
-/// `post_message` refuses `tool_calls` (other than `null`) on a message
-/// whose role is not `assistant`; say so in the schema.
-fn tool_calls_for_assistants_only(doc: &mut Value) {
+/// `post_message` refuses `tool_calls` and `thinking` (other than `null`)
+/// on a message whose role is not `assistant`; say so in the schema.
+fn assistant_fields_for_assistants_only(doc: &mut Value) {
     let message = &mut doc["components"]["schemas"]["NewMessageRequest"];
     message["if"] = json!({"properties": {"role": {"const": "assistant"}}});
-    message["else"] = json!({"properties": {"tool_calls": {"type": "null"}}});
+    message["else"] = json!({"properties": {
+        "tool_calls": {"type": "null"},
+        "thinking": {"type": "null"},
+    }});
+}
+
+/// A declared call says what the model asked for; how it runs is given
+/// when it is posted: `post_message` refuses these fields on it.
+fn declared_calls_take_no_posting_fields(doc: &mut Value) {
+    let refused: Vec<Value> = crate::protocol::calls::COMMON_FIELDS
+        .iter()
+        .map(|field| json!({"required": [field]}))
+        .collect();
+    doc["components"]["schemas"]["DeclaredToolCall"]["not"] = json!({"anyOf": refused});
+}
+
+/// Examples the explorer offers to pick from: each call shape a tool call
+/// may come in, and an AG-UI run (its `threadId` is the path's: run it on
+/// thread `thread_1`).
+fn add_examples(doc: &mut Value) {
+    fn json_body<'a>(doc: &'a mut Value, path: &str) -> &'a mut Value {
+        &mut doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    }
+    // Every thread operation opens on one thread, the run's example's.
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        for operation in paths.values_mut().filter_map(Value::as_object_mut) {
+            for op in operation.values_mut() {
+                let params = op.get_mut("parameters").and_then(Value::as_array_mut);
+                for param in params.into_iter().flatten() {
+                    if param["name"] == "thread_id" && param["in"] == "path" {
+                        param["example"] = json!("thread_1");
+                    }
+                }
+            }
+        }
+    }
+    json_body(doc, "/v1/threads/{thread_id}/tool-calls")["examples"] = json!({
+        "native": {"summary": "Native", "value":
+            {"id": "call_1", "name": "echo", "arguments": {"text": "hi"}}},
+        "openai": {"summary": "OpenAI (arguments as JSON text)", "value":
+            {"id": "call_2", "type": "function",
+             "function": {"name": "echo", "arguments": "{\"text\": \"hi\"}"}}},
+        "anthropic": {"summary": "Anthropic", "value":
+            {"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"text": "hi"}}},
+    });
+    json_body(doc, "/v1/threads/{thread_id}/runs")["example"] = json!({
+        "threadId": "thread_1", "runId": "run_1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "msg_ru1", "role": "user", "content": "Say hi."},
+            {"id": "msg_ra1", "role": "assistant", "toolCalls": [
+                {"id": "call_r1", "type": "function",
+                 "function": {"name": "echo", "arguments": "{\"text\": \"hi\"}"}}]}
+        ]
+    });
 }
 
 /// Make the three call shapes exclusive, as the server tells them apart: a

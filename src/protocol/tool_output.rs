@@ -86,6 +86,9 @@ pub mod codes {
     pub const PERMISSION_DENIED: &str = "PERMISSION_DENIED";
     pub const APPROVAL_DENIED: &str = "APPROVAL_DENIED";
     pub const APPROVAL_EXPIRED: &str = "APPROVAL_EXPIRED";
+    /// Approved, but what its preview showed changed before it ran (its
+    /// file was changed meanwhile): it did not run.
+    pub const APPROVAL_STALE: &str = "APPROVAL_STALE";
 }
 
 /// Reversal record of a reversible tool's execution (seed 000 `UndoInfo`).
