@@ -499,6 +499,58 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         assert_eq!(p["errors"][0]["parameter"], named, "{p}");
         assert!(p["detail"].as_str().unwrap().contains(takes), "{path}: {p}");
     }
+    // Also on routes whose handler reads no query (they ignored it: a
+    // decision posted with `?force=1` was taken as if it forced something).
+    let (s, out) = app
+        .call(
+            "q",
+            json!({"id": "q1", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    for (path, post) in [
+        (
+            "/v1/approvals/apr_1/decision?force=1",
+            Some(json!({"decision": "approve"})),
+        ),
+        (
+            "/v1/threads/q/messages?x=1",
+            Some(json!({"role": "user", "content": "hi"})),
+        ),
+        ("/v1/threads/q/tool-calls/q1?x=1", None),
+        ("/v1/permissions?x=1", None),
+        ("/v1/approvals/apr_1?x=1", None),
+    ] {
+        let r = match &post {
+            Some(body) => app.post(path, body).await,
+            None => app.get(path).await,
+        };
+        let (s, p) = problem(r).await;
+        assert_eq!(s, 400, "{path}: {p}");
+        let named = if path.contains("force") { "force" } else { "x" };
+        assert_eq!(p["errors"][0]["parameter"], named, "{p}");
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .contains("takes no query parameters"),
+            "{path}: {p}"
+        );
+    }
+    assert_eq!(
+        app.history("q").await.len(),
+        1,
+        "a refused message was kept"
+    );
+    // A method the route does not serve is still its 405.
+    let r = app
+        .client
+        .delete(app.url("/v1/threads/q/tool-calls/q1?x=1"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
     // An audit action that no entry can have is an error, not an empty page.
     let (s, p) = problem(app.get("/v1/audit?action=bogus").await).await;
     assert_eq!(s, 400, "{p}");

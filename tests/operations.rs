@@ -2473,10 +2473,12 @@ async fn a_damaged_database_file_is_not_ready() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
-        detail.contains("the database file is damaged"),
+        detail.contains("integrity check found the file damaged"),
         "{detail:?}"
     );
     assert!(detail.contains("restore it from a backup"), "{detail}");
+    // Where, only in the log: the probe needs no token.
+    assert!(!detail.contains("page"), "{detail}");
     let logged = served.stderr.lock().unwrap().clone();
     assert!(
         logged.contains("the SQLite database file is damaged"),
@@ -2897,6 +2899,43 @@ async fn a_wait_hears_of_a_decision_made_on_another_process() {
         "FILE_NOT_FOUND",
         "approved and run: {out}"
     );
+}
+
+/// A write approved through another process, whose workspace is not the
+/// one its preview was made in (workspaces are per process), does not run
+/// on a file the person never saw: the preview made again there differs,
+/// and the call ends `APPROVAL_STALE`, creating nothing on either side.
+#[tokio::test]
+async fn a_write_approved_through_another_process_does_not_write_blind() {
+    let two = TwoProcesses::start(json!({"ask": ["write_file"]})).await;
+    let (first, second) = (&two.first, &two.second);
+    let root = |workspace: Value| std::path::PathBuf::from(workspace["root"].as_str().unwrap());
+    let first_root = root(first.get_json("/v1/workspace").await);
+    let second_root = root(second.get_json("/v1/workspace").await);
+    assert_ne!(first_root, second_root);
+    std::fs::create_dir_all(&first_root).unwrap();
+    std::fs::write(first_root.join("app.conf"), "a=1\nb=2\n").unwrap();
+    let r = two
+        .client
+        .post(format!("{}/v1/threads/blind/tool-calls", first.base))
+        .bearer_auth(&first.token)
+        .json(&json!({"id": "w", "name": "write_file", "arguments": {"path": "app.conf", "content": "a=1\nb=20\n"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let approval = two.pending_approval(second).await;
+    two.approve(second, &approval).await;
+    let record = two.finished(first, "blind", "w").await;
+    assert_eq!(
+        record["outcome"]["tool_agent_output"]["error"]["code"], "APPROVAL_STALE",
+        "{record}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(first_root.join("app.conf")).unwrap(),
+        "a=1\nb=2\n"
+    );
+    assert!(!second_root.join("app.conf").exists());
 }
 
 /// A call posted again through another process while it runs on the

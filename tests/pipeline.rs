@@ -1929,6 +1929,8 @@ async fn an_assistant_turns_thinking_is_kept_for_anthropic(backend: Backend) {
         json!({"type": "thinking", "thinking": "no signature"}),
         json!({"type": "thoughts", "data": "x"}),
         json!({"type": "redacted_thinking", "data": "x", "extra": 1}),
+        json!({"type": "thinking", "thinking": "t", "signature": ""}),
+        json!({"type": "redacted_thinking", "data": ""}),
     ] {
         let body = json!({"role": "assistant", "content": "x", "thinking": [block]});
         let r = app.post("/v1/threads/th/messages", &body).await;

@@ -518,7 +518,20 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let decided: Value = r.json().await.unwrap();
     assert_eq!(decided["status"], "approved");
     assert_eq!(decided["decided_by"], "dev");
-    let result = sse.until("TOOL_CALL_RESULT").await.pop().unwrap();
+    // Watchers learn of the decision first (a screen offering it stops),
+    // then of the result.
+    let frames = sse.until("TOOL_CALL_RESULT").await;
+    let decided_event = frames
+        .iter()
+        .find(|f| f.data["name"] == "tool_call.approval_decided")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    common::assert_agui_conformant(decided_event);
+    assert_eq!(
+        decided_event.data["value"],
+        json!({"approvalId": id, "toolCallId": "w1", "toolName": "write_file",
+               "decision": "approved", "decidedBy": "dev", "reason": "fine"})
+    );
+    let result = frames.last().unwrap();
     assert_eq!(result.data["toolCallId"], "w1");
     assert_eq!(result.data["metadata"]["status"], "success");
     assert_eq!(
@@ -1228,9 +1241,22 @@ async fn a_rollback_stops_the_runs_running_calls(backend: Backend) {
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
         assert!(running, "the slow call was never recorded running");
-        let r = app.post("/v1/threads/rs/runs/R/rollback", &json!({})).await;
-        assert_eq!(r.status(), 200);
-        r.json::<Value>().await.unwrap()
+        // Asked several times at once (a client retrying while the first
+        // waits for the call to stop): one rolls back, the others answer
+        // its report, none a 409.
+        let asks = (0..4).map(|_| async {
+            let r = app.post("/v1/threads/rs/runs/R/rollback", &json!({})).await;
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        });
+        let mut reports = futures::future::join_all(asks).await;
+        reports.sort_by_key(|r| r["replayed"].as_bool());
+        assert_eq!(reports[0]["replayed"], false, "{reports:?}");
+        for other in &reports[1..] {
+            assert_eq!(other["replayed"], true, "{reports:?}");
+            assert_eq!(other["steps"], reports[0]["steps"], "{reports:?}");
+        }
+        reports.swap_remove(0)
     };
     let ((s, out), report) = tokio::join!(slow, rollback);
     let steps = report["steps"].as_array().unwrap();
@@ -1240,6 +1266,97 @@ async fn a_rollback_stops_the_runs_running_calls(backend: Backend) {
     assert_eq!(s, 200, "{out}");
     assert_eq!(error_code(&out), "CANCELLED", "{out}");
     assert!(!workspace_root(&app).await.join("w1.txt").exists());
+}
+
+/// A rollback asked again once nothing is left to undo replays its report
+/// as things stand: a call whose undo failed there, and which was taken
+/// back since (by `undo_edit`), is said undone, not `undo_failed` again.
+async fn a_replayed_rollback_says_what_was_undone_since(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let write = |id: &str, run: &str, content: &str| json!({"id": id, "run_id": run, "name": "write_file", "arguments": {"path": "g.txt", "content": content}});
+    for (id, run, content) in [("g1", "R", "one"), ("g2", "R2", "two")] {
+        let (s, out) = app.call("rr", write(id, run, content)).await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let r = app.post("/v1/threads/rr/runs/R/rollback", &json!({})).await;
+    assert_eq!(r.status(), 200);
+    let first: Value = r.json().await.unwrap();
+    assert_eq!(first["steps"][0]["action"], "undo_failed", "{first}");
+    // The model takes back g2's change, then g1's.
+    for id in ["ue1", "ue2"] {
+        let (s, out) = app
+            .call(
+                "rr",
+                json!({"id": id, "name": "undo_edit", "arguments": {"path": "g.txt"}}),
+            )
+            .await;
+        assert_eq!(s, 200, "{out}");
+    }
+    let g1 = app.get_json("/v1/threads/rr/tool-calls/g1").await;
+    assert_eq!(g1["undone_by"], "ue2", "{g1}");
+    let r = app.post("/v1/threads/rr/runs/R/rollback", &json!({})).await;
+    assert_eq!(r.status(), 200);
+    let again: Value = r.json().await.unwrap();
+    assert_eq!(again["replayed"], true, "{again}");
+    let step = &again["steps"][0];
+    assert_eq!(
+        (&step["action"], &step["undo_call_id"]),
+        (&json!("already_undone"), &json!("ue2")),
+        "{again}"
+    );
+}
+
+/// A run with a call undone on its own and another waiting for approval
+/// is not done with: its rollback withdraws the waiting call and closes the
+/// run (it answered 409, leaving the call to be approved and the run open).
+async fn a_rollback_withdraws_what_waits_though_the_rest_was_undone(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["wait".into()]).await;
+    let (s, out) = app
+        .call(
+            "rp",
+            json!({"id": "p1", "run_id": "R", "name": "write_file", "arguments": {"path": "p1.txt", "content": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    let (s, out) = app
+        .call(
+            "rp",
+            json!({"id": "p2", "run_id": "R", "name": "wait", "arguments": {"ms": 1}}),
+        )
+        .await;
+    assert_eq!(s, 202, "{out}");
+    let r = app
+        .post("/v1/threads/rp/tool-calls/p1/undo", &json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = app.post("/v1/threads/rp/runs/R/rollback", &json!({})).await;
+    assert_eq!(r.status(), 200);
+    let report: Value = r.json().await.unwrap();
+    let actions: Vec<(&str, &str)> = report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["tool_call_id"].as_str().unwrap(),
+                s["action"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        actions,
+        [("p2", "withdrawn"), ("p1", "already_undone")],
+        "{report}"
+    );
+    let p2 = app.get_json("/v1/threads/rp/tool-calls/p2").await;
+    assert_eq!(p2["status"], "failure", "{p2}");
+    let (s, out) = app
+        .call(
+            "rp",
+            json!({"id": "p3", "run_id": "R", "name": "echo", "arguments": {"text": "late"}}),
+        )
+        .await;
+    assert_eq!(s, 409, "the run is closed: {out}");
 }
 
 /// A `bash` call stopped by its run's rollback may have changed things
@@ -2210,9 +2327,13 @@ async fn a_sub_workspace_swapped_during_an_approval_is_caught(backend: Backend) 
     std::fs::create_dir_all(root.join("dirB")).unwrap();
     std::fs::write(root.join("dirB/keep.txt"), "important\n").unwrap();
     std::os::unix::fs::symlink("dirA", root.join("sw")).unwrap();
+    let mut sse = app.events("ssw", "", None).await;
     let call = json!({"id": "rm", "name": "bash", "workspace": "sw", "arguments": {"command": "rm -f *.txt"}});
     let (s, out) = app.call("ssw", call.clone()).await;
     assert_eq!(s, 202, "bash asks first: {out}");
+    // A screen watching the thread is told where, too.
+    let asked = sse.until("CUSTOM").await.pop().unwrap();
+    assert_eq!(asked.data["value"]["workspace"], "sw", "{:?}", asked.data);
     let approval = out["approval"]["id"].as_str().unwrap().to_string();
     // The approver is shown where the call would run.
     let view = app.get_json(&format!("/v1/approvals/{approval}")).await;
@@ -3613,6 +3734,8 @@ both_backends!(
     permission_rules_deny_ask_allow,
     approvals_approve_deny_expire_and_survive_restart,
     an_approval_holds_only_for_the_file_it_showed,
+    a_rollback_withdraws_what_waits_though_the_rest_was_undone,
+    a_replayed_rollback_says_what_was_undone_since,
     an_approval_is_asked_for_at_one_moment,
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,

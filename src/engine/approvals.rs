@@ -86,12 +86,43 @@ pub fn approval_required(approval: &ApprovalRecord) -> Event {
     if let Some(p) = &approval.preview {
         value["preview"] = p.clone();
     }
+    // The sub-workspace it would run in (absent: the owner's main one).
+    if let Some(workspace) = approval.request.get("workspace").filter(|w| w.is_string()) {
+        value["workspace"] = workspace.clone();
+    }
     let mut event = Event::new(EventBody::Custom {
         name: "tool_call.approval_required".into(),
         value,
     });
     event.timestamp = approval.created_at_ms;
     event
+}
+
+/// The `CUSTOM tool_call.approval_decided` event: the approval was
+/// approved, denied or expired, so a screen showing it can stop offering a
+/// decision; the call's result follows as its TOOL_CALL_RESULT.
+fn approval_decided(
+    approval: &ApprovalRecord,
+    decision: &str,
+    by: Option<&str>,
+    reason: Option<&str>,
+) -> WriteOp {
+    let mut value = json!({
+        "approvalId": approval.id,
+        "toolCallId": approval.tool_call_id,
+        "toolName": approval.tool_name,
+        "decision": decision,
+    });
+    if let Some(by) = by {
+        value["decidedBy"] = json!(by);
+    }
+    if let Some(reason) = reason.filter(|r| !r.is_empty()) {
+        value["reason"] = json!(reason);
+    }
+    WriteOp::AppendEvents(vec![super::new_event(&Event::new(EventBody::Custom {
+        name: "tool_call.approval_decided".into(),
+        value,
+    }))])
 }
 
 /// An instant in ms since the epoch as RFC 3339 (UTC, milliseconds), as
@@ -379,6 +410,7 @@ impl Engine {
                         Some(by),
                         reason.as_deref(),
                     )),
+                    approval_decided(&approval, "denied", Some(by), reason.as_deref()),
                 ];
                 let denied = self
                     .finish(
@@ -410,6 +442,7 @@ impl Engine {
                         Some(by),
                         reason.as_deref(),
                     )),
+                    approval_decided(&approval, "approved", Some(by), reason.as_deref()),
                 ];
                 // The call runs in its own task: the decision's HTTP request
                 // returns once the call has started.
@@ -718,6 +751,7 @@ impl Engine {
                 decided_at_ms: now_ms(),
             },
             WriteOp::AppendAudit(audit::approval_decided(approval, "expired", None, None)),
+            approval_decided(approval, "expired", None, None),
         ];
         match self
             .finish(

@@ -590,6 +590,9 @@ pub struct Engine {
     rules_kept: std::sync::atomic::AtomicBool,
     /// Threads found to declare no call (see [`Engine::link_to_declaration`]).
     undeclaring: Mutex<Undeclaring>,
+    /// Runs being rolled back in this process: a rollback asked again
+    /// meanwhile (a retry) waits for the first, then answers its report.
+    rollbacks: Mutex<HashMap<CallKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Owners' rules as read, and how many times any were dropped: rules read
@@ -618,6 +621,7 @@ impl Engine {
             owner_rules: Mutex::new(KeptRules::default()),
             rules_kept,
             undeclaring: Mutex::new(Undeclaring::default()),
+            rollbacks: Mutex::new(HashMap::new()),
         }
     }
 

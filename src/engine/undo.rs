@@ -30,7 +30,10 @@ pub enum UndoError {
     AlreadyUndone { id: String, by: String },
     #[error("run {0:?} has no tool calls in this thread")]
     RunNotFound(String),
-    #[error("run {0:?} was already rolled back: nothing is left to undo")]
+    #[error(
+        "run {0:?} has nothing left to undo: its calls were undone one by one, and it was never \
+         rolled back as a run"
+    )]
     AlreadyRolledBack(String),
     #[error(transparent)]
     Rejected(Rejection),
@@ -464,6 +467,34 @@ impl Engine {
         thread_id: &str,
         run_id: &str,
     ) -> Result<RollbackReport, UndoError> {
+        // One rollback of a run at a time here: a retry waits for the
+        // first, then finds its report.
+        let key = (thread_id.to_string(), run_id.to_string());
+        let lock = self
+            .rollbacks
+            .lock()
+            .expect("rollbacks lock")
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let result = {
+            let _held = lock.lock().await;
+            self.rollback_now(owner, thread_id, run_id).await
+        };
+        let mut rollbacks = self.rollbacks.lock().expect("rollbacks lock");
+        // The map's and this one: nobody else waits.
+        if Arc::strong_count(&lock) == 2 {
+            rollbacks.remove(&key);
+        }
+        result
+    }
+
+    async fn rollback_now(
+        self: &Arc<Self>,
+        owner: &str,
+        thread_id: &str,
+        run_id: &str,
+    ) -> Result<RollbackReport, UndoError> {
         let calls = self.store.run_calls(thread_id, run_id).await?;
         if calls.is_empty() {
             return Err(UndoError::RunNotFound(run_id.to_string()));
@@ -480,12 +511,31 @@ impl Engine {
             })
             .count();
         let undone_before = originals.iter().filter(|c| c.undone_by.is_some()).count();
+        // A call waiting for approval or still running is the rollback's to
+        // withdraw or stop: the run is not done with.
+        let settled = originals.iter().all(|c| c.status.is_finished());
         if reversible_left == 0
+            && settled
             && (undone_before > 0 || self.store.run_closed(thread_id, run_id).await?)
         {
-            // Asked again (a retry after a lost answer): the last report.
+            // Asked again (a retry after a lost answer): the last report,
+            // with what was undone since (by `undo_edit`, or an approved
+            // undo) said as it is now.
             return match self.recorded_rollback(owner, thread_id, run_id).await? {
-                Some(report) => Ok(report),
+                Some(mut report) => {
+                    for step in &mut report.steps {
+                        let now = originals.iter().find(|c| c.id == step.tool_call_id);
+                        if let Some(by) = now.and_then(|c| c.undone_by.as_deref())
+                            && step.action != "undone"
+                            && step.action != "already_undone"
+                        {
+                            step.action = "already_undone".into();
+                            step.detail = Some(format!("{by} undid it after the rollback"));
+                            step.undo_call_id = Some(by.to_string());
+                        }
+                    }
+                    Ok(report)
+                }
                 None => Err(UndoError::AlreadyRolledBack(run_id.to_string())),
             };
         }

@@ -720,7 +720,7 @@ impl FromRequest<super::AppState> for NoInput {
 
 /// Each parameter of `query` is one of `known`, and given once (for one
 /// given twice, which value counts would be a guess).
-fn check_params(query: &str, known: &[String]) -> Result<(), ApiError> {
+pub(super) fn check_params(query: &str, known: &[String]) -> Result<(), ApiError> {
     let mut seen = std::collections::HashSet::new();
     for (name, _) in form_urlencoded::parse(query.as_bytes()) {
         if !known.iter().any(|k| *k == name) {

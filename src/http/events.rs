@@ -197,7 +197,9 @@ pub async fn get_events(
         tx,
         _slot: stream_slot,
     };
-    tokio::spawn(stream_thread(stream, start, snapshot, live));
+    tokio::spawn(tracing::Instrument::in_current_span(stream_thread(
+        stream, start, snapshot, live,
+    )));
     Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(
         KeepAlive::new()
             .interval(Duration::from_secs(

@@ -114,6 +114,14 @@ fn assistant_fields_for_assistants_only(doc: &mut Value) {
         "tool_calls": {"type": "null"},
         "thinking": {"type": "null"},
     }});
+    // A block with a field it does not have is refused, as is a message.
+    for block in doc["components"]["schemas"]["ThinkingBlock"]["oneOf"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        block["additionalProperties"] = json!(false);
+    }
 }
 
 /// A declared call says what the model asked for; how it runs is given
@@ -385,6 +393,35 @@ fn problem_schema() -> Value {
             },
         },
     })
+}
+
+/// The query parameters the document lists for operation `method` (lower
+/// case) on route `path` (its pattern); `None` for an operation it does
+/// not describe.
+pub fn query_parameters(method: &str, path: &str) -> Option<&'static [String]> {
+    use std::collections::HashMap;
+    static KNOWN: std::sync::OnceLock<HashMap<(String, String), Vec<String>>> =
+        std::sync::OnceLock::new();
+    let known = KNOWN.get_or_init(|| {
+        let doc = document();
+        let mut known = HashMap::new();
+        for (path, operations) in doc["paths"].as_object().into_iter().flatten() {
+            for (method, operation) in operations.as_object().into_iter().flatten() {
+                let names = operation["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|p| p["in"] == "query")
+                    .filter_map(|p| p["name"].as_str().map(str::to_string))
+                    .collect();
+                known.insert((method.clone(), path.clone()), names);
+            }
+        }
+        known
+    });
+    known
+        .get(&(method.to_string(), path.to_string()))
+        .map(Vec::as_slice)
 }
 
 pub fn document_json() -> String {

@@ -441,9 +441,16 @@ pub struct NewMessageRequest {
 pub enum ThinkingBlock {
     /// The model's thinking, and the signature the API checks when the
     /// block is sent back.
-    Thinking { thinking: String, signature: String },
+    Thinking {
+        thinking: String,
+        #[schema(min_length = 1)]
+        signature: String,
+    },
     /// Thinking the API gave encrypted.
-    RedactedThinking { data: String },
+    RedactedThinking {
+        #[schema(min_length = 1)]
+        data: String,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -578,6 +585,20 @@ pub async fn post_message(
                 "/thinking".into(),
                 "only assistant messages carry thinking blocks".into(),
             ));
+        }
+        // A block the API could not have returned is refused when sent
+        // back: refused here, where the backend can tell which.
+        for (i, block) in thinking.iter().enumerate() {
+            let (field, value) = match block {
+                ThinkingBlock::Thinking { signature, .. } => ("signature", signature),
+                ThinkingBlock::RedactedThinking { data } => ("data", data),
+            };
+            if value.is_empty() {
+                return Err(ApiError::invalid_body(
+                    format!("/thinking/{i}/{field}"),
+                    format!("is empty: give the block's {field} as the API returned it"),
+                ));
+            }
         }
         if !thinking.is_empty() {
             metadata.insert("thinking".into(), json!(thinking));
@@ -1261,7 +1282,7 @@ pub struct CancelAccepted {
     responses(
         (status = 202, description = "The call is being cancelled, or was withdrawn from its approval", body = CancelAccepted),
         (status = 404, description = "No such call in this thread", content_type = "application/problem+json"),
-        (status = 409, description = "The call finished first (`code` `ALREADY_FINISHED`: its result stands), another cancellation is stopping it (`BEING_CANCELLED`), or it runs in another process (`RUNS_ELSEWHERE`); a call cancelled already is answered 202 again", content_type = "application/problem+json"),
+        (status = 409, description = "The call finished first (`code` `ALREADY_FINISHED`: its result stands), another cancellation is stopping it (`BEING_CANCELLED`), it runs in another process (`RUNS_ELSEWHERE`), or, waiting for approval, it was approved (or denied) first (`ALREADY_DECIDED`: an approved call runs; cancel it again to stop it); a call cancelled already is answered 202 again", content_type = "application/problem+json"),
         (status = 422, description = "A body with fields: the route takes none (at most `{}`)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]

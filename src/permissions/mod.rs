@@ -840,16 +840,39 @@ fn class_name(class: PermissionClass) -> &'static str {
 }
 
 /// At most 160 characters of a command or path, on one line.
+/// A call's text (a command, a path) as a reason quotes it between
+/// backticks: on one line, at most 160 characters, and unable to end the
+/// quote or to look like other text (the reason is shown to the person
+/// deciding an approval): a backtick in it is escaped (`\``), and a control
+/// character or one that reorders or hides text (bidi controls, zero-width
+/// characters) is written as its code (`\u{202e}`).
 fn clip(text: &str) -> String {
-    let one_line: String = text
-        .chars()
-        .map(|c| if c == '\n' { ' ' } else { c })
-        .collect();
+    let mut one_line = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' => one_line.push(' '),
+            '`' => one_line.push_str("\\`"),
+            c if c.is_control() || hides_or_reorders(c) => {
+                one_line.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+            c => one_line.push(c),
+        }
+    }
     if one_line.chars().count() <= 160 {
         return one_line;
     }
     let cut: String = one_line.chars().take(157).collect();
     format!("{cut}…")
+}
+
+/// Bidirectional controls, zero-width characters and the byte-order mark:
+/// they change how the text around them is shown, not what it says.
+fn hides_or_reorders(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}'
+            | '\u{feff}'
+    )
 }
 
 fn capitalise(text: &str) -> String {

@@ -178,8 +178,10 @@ pub fn adopt_parented_calls(messages: &mut [StoredMessage], parents: &[(String, 
 
 /// Results of calls declared under an alias of the tool that ran them
 /// (`canonical`: a name's tool's own name) name the call as it was
-/// declared, so the context shows the call as the model made it, as the
-/// history and the stream do, rather than renamed to the tool's own name.
+/// declared, so the context shows the call as the model made it (as the
+/// assistant message in the history has it), rather than renamed to the
+/// tool's own name. (The stream announces a call by the name it was
+/// posted under, which a backend may have changed.)
 pub fn keep_called_names(messages: &mut [StoredMessage], canonical: impl Fn(&str) -> String) {
     let aliased: HashMap<String, (String, String)> = declared_calls(messages)
         .filter_map(|d| {

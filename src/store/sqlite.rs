@@ -310,10 +310,12 @@ async fn check_file(pool: SqlitePool, damage: Arc<std::sync::OnceLock<String>>) 
         "the SQLite database file is damaged: /readyz answers 503; restore it from a \
          backup (VACUUM INTO copy) and restart"
     );
-    let _ = damage.set(format!(
-        "the database file is damaged (SQLite's quick_check: {problems}); restore it from a \
-         backup and restart"
-    ));
+    // What is wrong where stays in the log: the probe needs no token.
+    let _ = damage.set(
+        "SQLite's integrity check found the file damaged (the log says where); restore it \
+         from a backup and restart"
+            .to_string(),
+    );
 }
 
 /// SQLite said the file is damaged or is no database (SQLITE_CORRUPT,
