@@ -508,6 +508,27 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
 
     let listed = app.get_json("/v1/approvals?status=pending").await;
     assert_eq!(listed["approvals"].as_array().unwrap().len(), 1);
+    // A screen for one thread lists that thread's.
+    let listed = app
+        .get_json("/v1/approvals?status=pending&thread_id=a")
+        .await;
+    assert_eq!(listed["approvals"][0]["id"], json!(id), "{listed}");
+    let listed = app.get_json("/v1/approvals?thread_id=elsewhere").await;
+    assert_eq!(listed["approvals"], json!([]), "{listed}");
+    let r = app.get("/v1/approvals?thread_id=..").await;
+    assert_eq!(r.status(), 400);
+    // Another owner naming the thread sees none of its approvals.
+    let theirs: Value = app
+        .client
+        .get(app.url("/v1/approvals?thread_id=a"))
+        .bearer_auth(&mallory)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(theirs["approvals"], json!([]), "{theirs}");
     let r = app
         .post(
             &format!("/v1/approvals/{id}/decision"),
@@ -582,6 +603,7 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let out: Value = r.json().await.unwrap();
     let other = out["approval"]["id"].as_str().unwrap().to_string();
     for decision in [
+        json!({"decision": "deny", "reason": " "}),
         json!({"decision": "deny"}),
         json!({"decision": "deny", "reason": ""}),
     ] {
@@ -590,6 +612,19 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
             .await;
         assert_eq!(r.status(), 200, "{decision}");
     }
+    // The model is not told of a reason nobody gave.
+    let r = app
+        .post_as(
+            &erin,
+            "/v1/threads/erin/tool-calls",
+            &json!({"id": "w9", "name": "write_file", "arguments": {"path": "z.txt", "content": "z"}}),
+        )
+        .await;
+    let out: Value = r.json().await.unwrap();
+    assert_eq!(
+        out["tool_agent_output"]["error"]["message"], "a human denied write_file",
+        "{out}"
+    );
     assert_eq!(
         std::fs::read_to_string(root.join("a.txt")).unwrap(),
         "hello\n",

@@ -1875,13 +1875,14 @@ impl Store for Observed {
     async fn approvals(
         &self,
         owner: Option<&str>,
+        thread: Option<&str>,
         status: Option<ApprovalStatus>,
         now_ms: i64,
         before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
         self.inner
-            .approvals(owner, status, now_ms, before, limit)
+            .approvals(owner, thread, status, now_ms, before, limit)
             .await
     }
     async fn approval_of_call(
@@ -2775,62 +2776,101 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
     };
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), None, 0, None, 10)
+            .approvals(Some("alice"), None, None, 0, None, 10)
             .await
             .unwrap()),
         ["ap2", "ap3", "ap1"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), None, 0, None, 2)
+            .approvals(Some("alice"), None, None, 0, None, 2)
             .await
             .unwrap()),
         ["ap2", "ap3"]
     );
     assert!(
         store
-            .approvals(Some("alice"), None, 0, None, 0)
+            .approvals(Some("alice"), None, None, 0, None, 0)
             .await
             .unwrap()
             .is_empty()
     );
     assert_eq!(
         ids(store
-            .approvals(Some("bob"), None, 0, None, 10)
+            .approvals(Some("bob"), None, None, 0, None, 10)
             .await
             .unwrap()),
         ["bp1"]
     );
     assert!(
         store
-            .approvals(Some("carol"), None, 0, None, 10)
+            .approvals(Some("carol"), None, None, 0, None, 10)
             .await
             .unwrap()
             .is_empty()
     );
     // Every owner's (an approver's list), in the same order.
     assert_eq!(
-        ids(store.approvals(None, None, 0, None, 10).await.unwrap()),
+        ids(store
+            .approvals(None, None, None, 0, None, 10)
+            .await
+            .unwrap()),
         ["bp1", "ap2", "ap3", "ap1"]
     );
     // A page starts after the previous page's last (time, id).
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), None, 0, Some((3_000, "ap2")), 10)
+            .approvals(Some("alice"), None, None, 0, Some((3_000, "ap2")), 10)
             .await
             .unwrap()),
         ["ap3", "ap1"]
     );
     assert_eq!(
         ids(store
-            .approvals(None, None, 0, Some((2_000, "ap3")), 10)
+            .approvals(None, None, None, 0, Some((2_000, "ap3")), 10)
             .await
             .unwrap()),
         ["ap1"]
     );
     assert!(
         store
-            .approvals(Some("alice"), None, 0, Some((1_000, "ap1")), 10)
+            .approvals(Some("alice"), None, None, 0, Some((1_000, "ap1")), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // One thread's, with or without a status (its number follows).
+    assert_eq!(
+        ids(store
+            .approvals(Some("alice"), Some("t"), None, 0, None, 10)
+            .await
+            .unwrap()),
+        ["ap2", "ap1"]
+    );
+    assert_eq!(
+        ids(store
+            .approvals(None, Some("u"), None, 0, None, 10)
+            .await
+            .unwrap()),
+        ["ap3"]
+    );
+    assert_eq!(
+        ids(store
+            .approvals(
+                Some("alice"),
+                Some("t"),
+                Some(ApprovalStatus::Pending),
+                0,
+                None,
+                10
+            )
+            .await
+            .unwrap()),
+        ["ap2", "ap1"]
+    );
+    assert!(
+        store
+            .approvals(Some("bob"), Some("t"), None, 0, None, 10)
             .await
             .unwrap()
             .is_empty()
@@ -3020,35 +3060,70 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
 
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Pending), 0, None, 10)
+            .approvals(
+                Some("alice"),
+                None,
+                Some(ApprovalStatus::Pending),
+                0,
+                None,
+                10
+            )
             .await
             .unwrap()),
         Vec::<String>::new()
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Approved), 0, None, 10)
+            .approvals(
+                Some("alice"),
+                None,
+                Some(ApprovalStatus::Approved),
+                0,
+                None,
+                10
+            )
             .await
             .unwrap()),
         ["ap1"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Denied), 0, None, 10)
+            .approvals(
+                Some("alice"),
+                None,
+                Some(ApprovalStatus::Denied),
+                0,
+                None,
+                10
+            )
             .await
             .unwrap()),
         ["ap2"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("alice"), Some(ApprovalStatus::Expired), 0, None, 10)
+            .approvals(
+                Some("alice"),
+                None,
+                Some(ApprovalStatus::Expired),
+                0,
+                None,
+                10
+            )
             .await
             .unwrap()),
         ["ap3"]
     );
     assert_eq!(
         ids(store
-            .approvals(Some("bob"), Some(ApprovalStatus::Pending), 0, None, 10)
+            .approvals(
+                Some("bob"),
+                None,
+                Some(ApprovalStatus::Pending),
+                0,
+                None,
+                10
+            )
             .await
             .unwrap()),
         ["bp1"]
@@ -3078,7 +3153,7 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
         let store = store.clone();
         async move {
             ids(store
-                .approvals(Some("alice"), Some(status), now, before, limit)
+                .approvals(Some("alice"), None, Some(status), now, before, limit)
                 .await
                 .unwrap())
         }
@@ -3105,7 +3180,7 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
         ["ap1"]
     );
     let every = store
-        .approvals(Some("alice"), None, 62_500, None, 10)
+        .approvals(Some("alice"), None, None, 62_500, None, 10)
         .await
         .unwrap();
     let at = |id: &str| {
@@ -3197,7 +3272,14 @@ async fn a_backlog_of_expired_approvals_is_cleared_in_one_sweep(store: DynStore)
     );
     // Recorded, not only listed so (as of moment 0, only stored expiries count).
     let recorded = store
-        .approvals(Some("alice"), Some(ApprovalStatus::Expired), 0, None, 1_000)
+        .approvals(
+            Some("alice"),
+            None,
+            Some(ApprovalStatus::Expired),
+            0,
+            None,
+            1_000,
+        )
         .await
         .unwrap();
     assert_eq!(recorded.len(), backlog);
@@ -4301,7 +4383,14 @@ async fn pending_work_survives_a_restart_untouched(target: Target) {
     assert_eq!(store.approval("ap1").await.unwrap(), Some(record.clone()));
     assert_eq!(
         store
-            .approvals(Some("alice"), Some(ApprovalStatus::Pending), 0, None, 10)
+            .approvals(
+                Some("alice"),
+                None,
+                Some(ApprovalStatus::Pending),
+                0,
+                None,
+                10
+            )
             .await
             .unwrap(),
         [record]

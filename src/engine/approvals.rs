@@ -369,6 +369,8 @@ impl Engine {
         decision: Decision,
         reason: Option<String>,
     ) -> Result<ApprovalRecord, ApprovalError> {
+        // A blank reason is none (the model is not told "denied: ").
+        let reason = reason.filter(|r| !r.trim().is_empty());
         let approval = self.approval_for(id, by, approver).await?;
         match approval.status {
             ApprovalStatus::Pending => {}

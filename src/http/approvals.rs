@@ -120,6 +120,10 @@ pub struct ApprovalsQuery {
     /// Cursor from the previous page's `next_cursor`: returns older approvals.
     #[param(pattern = r"^0*[0-9]{1,18}:(?!\.{1,2}$)[A-Za-z0-9_.:-]{1,128}$")]
     pub before: Option<String>,
+    /// Only the approvals of this thread (of the caller's, or for an
+    /// approver of any owner's).
+    #[param(value_type = Option<crate::protocol::calls::Id>)]
+    pub thread_id: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
@@ -162,16 +166,36 @@ pub async fn list_approvals(
     };
     let limit = super::page_limit(q.limit, 50, 200)?;
     let before = super::time_cursor(q.before.as_deref())?;
+    let thread = q.thread_id.map(super::ThreadId::parse).transpose()?;
     // An approver may see and decide every owner's approvals, so it lists
     // them all; anyone else lists their own. One more than the page: whether
     // an older page exists.
-    let owner = (!is_approver(&state, &user)).then_some(user.owner.as_str());
+    let mut owner = (!is_approver(&state, &user)).then_some(user.owner.as_str());
+    // One thread's: the thread's owner is checked here, and the page read
+    // by the thread alone (its index; an owner's approvals may be many).
+    if let Some(thread) = &thread
+        && let Some(own) = owner.take()
+        && state.store.thread_owner(&thread.0).await?.as_deref() != Some(own)
+    {
+        return Ok(axum::Json(ApprovalList {
+            approvals: Vec::new(),
+            next_cursor: None,
+        })
+        .into_response());
+    }
     // Held until the page is serialized into the response.
     let _page = state.enter_page_read(&user.owner).await?;
     let now = now_ms();
     let mut approvals = state
         .store
-        .approvals(owner, status, now, before, limit + 1)
+        .approvals(
+            owner,
+            thread.as_ref().map(|t| t.0.as_str()),
+            status,
+            now,
+            before,
+            limit + 1,
+        )
         .await?;
     // A page its size ended (approvals carry their calls' arguments) has a
     // next page whatever its length.

@@ -943,7 +943,8 @@ pub trait Store: Send + Sync + 'static {
     async fn approval(&self, id: &str) -> StoreResult<Option<ApprovalRecord>>;
 
     /// The approvals of `owner` (of every owner when `None`: what an
-    /// approver sees), only those with `status` at `now_ms` when given (see
+    /// approver sees), of `thread` only when given, only those with
+    /// `status` at `now_ms` when given (see
     /// [`ApprovalRecord::status_at`]: a pending approval past its deadline
     /// is listed as expired), newest first (by `created_at_ms`, then id),
     /// older than `before` (a `(created_at_ms, id)` of the previous page's
@@ -952,6 +953,7 @@ pub trait Store: Send + Sync + 'static {
     async fn approvals(
         &self,
         owner: Option<&str>,
+        thread: Option<&str>,
         status: Option<ApprovalStatus>,
         now_ms: i64,
         before: Option<(i64, &str)>,
@@ -1251,12 +1253,13 @@ mod tests {
         }
         for unavailable in [
             "08006", "57P01", "53100", "53200", "53300", "58030", "55000", "55P03", "40001",
-            "25006", "40P01", "3D000", "28000", "28P01",
+            "25006", "40P01", "3D000", "28000", "28P01", "42P01",
         ] {
             assert!(unavailable_code(unavailable), "{unavailable}");
             assert!(!refused_data_code(unavailable), "{unavailable}");
         }
-        for neither in ["42P01", "XX000", "55006"] {
+        // A syntax error (42601) is toolgate's own fault, not an outage.
+        for neither in ["42601", "XX000", "55006"] {
             assert!(
                 !refused_data_code(neither) && !unavailable_code(neither),
                 "{neither}"

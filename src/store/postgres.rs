@@ -1240,13 +1240,14 @@ impl Store for PgStore {
     async fn approvals(
         &self,
         owner: Option<&str>,
+        thread: Option<&str>,
         status: Option<ApprovalStatus>,
         now_ms: i64,
         before: Option<(i64, &str)>,
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>> {
         self.reads()
-            .approvals(owner, status, now_ms, before, limit)
+            .approvals(owner, thread, status, now_ms, before, limit)
             .await
     }
 

@@ -42,18 +42,28 @@ pub(super) const APPROVAL_COLUMNS: &str = "id, thread_id, owner, tool_call_id, t
 /// table); every owner's page walks `approvals_created` in order and stops
 /// at the limit. CAST: Postgres must know the type of a parameter that may
 /// be only compared with NULL.
-pub(super) fn approvals_query(one_owner: bool, status: Option<ApprovalStatus>) -> String {
+pub(super) fn approvals_query(
+    one_owner: bool,
+    one_thread: bool,
+    status: Option<ApprovalStatus>,
+) -> String {
     let owner_filter = if one_owner {
         "owner = $1"
     } else {
         "CAST($1 AS TEXT) IS NULL"
     };
     // $1 owner, $2 and $3 the cursor, $4 the limit, $5 what the status
-    // filter compares with: the status, or the moment deadlines are read at.
+    // filter compares with: the status, or the moment deadlines are read at;
+    // then the thread, when one is asked for.
+    let thread_filter = match (one_thread, status.is_some()) {
+        (false, _) => String::new(),
+        (true, true) => " AND thread_id = $6".to_string(),
+        (true, false) => " AND thread_id = $5".to_string(),
+    };
     let page = |filter: &str| {
         format!(
             "SELECT {APPROVAL_COLUMNS} FROM approvals \
-             WHERE {owner_filter}{filter} AND (created_at_ms, id) < ($2, $3)"
+             WHERE {owner_filter}{thread_filter}{filter} AND (created_at_ms, id) < ($2, $3)"
         )
     };
     let order = "ORDER BY created_at_ms DESC, id DESC LIMIT $4";
@@ -377,6 +387,7 @@ where
     pub async fn approvals(
         &self,
         owner: Option<&str>,
+        thread: Option<&str>,
         status: Option<ApprovalStatus>,
         now_ms: i64,
         before: Option<(i64, &str)>,
@@ -386,7 +397,7 @@ where
             return Ok(Vec::new());
         }
         let (before_ms, before_id) = before.unwrap_or((i64::MAX, ""));
-        let query = approvals_query(owner.is_some(), status);
+        let query = approvals_query(owner.is_some(), thread.is_some(), status);
         let query = sqlx::query(&query)
             .bind(owner)
             .bind(before_ms)
@@ -396,6 +407,10 @@ where
             None => query,
             Some(ApprovalStatus::Pending | ApprovalStatus::Expired) => query.bind(now_ms),
             Some(status) => query.bind(status.as_str()),
+        };
+        let query = match thread {
+            Some(thread) => query.bind(thread),
+            None => query,
         };
         let mut rows = query.fetch(self.pool);
         up_to_page_bytes(&mut rows, approval_from_row, ApprovalRecord::page_bytes).await
@@ -882,8 +897,16 @@ mod tests {
     use crate::store::sqlite::SqliteStore;
 
     /// SQLite's plan for an approvals page, one line per step.
-    async fn plan(store: &SqliteStore, one_owner: bool, status: Option<ApprovalStatus>) -> String {
-        let sql = format!("EXPLAIN QUERY PLAN {}", approvals_query(one_owner, status));
+    async fn plan(
+        store: &SqliteStore,
+        one_owner: bool,
+        one_thread: bool,
+        status: Option<ApprovalStatus>,
+    ) -> String {
+        let sql = format!(
+            "EXPLAIN QUERY PLAN {}",
+            approvals_query(one_owner, one_thread, status)
+        );
         let query = sqlx::query(&sql)
             .bind(one_owner.then_some("alice"))
             .bind(1_700_000_000_000_i64)
@@ -896,6 +919,7 @@ mod tests {
             }
             Some(status) => query.bind(status.as_str()),
         };
+        let query = if one_thread { query.bind("t") } else { query };
         let rows = query.fetch_all(store.pool()).await.unwrap();
         rows.iter()
             .map(|r| r.get::<String, _>("detail"))
@@ -915,14 +939,19 @@ mod tests {
             Some(ApprovalStatus::Approved),
             Some(ApprovalStatus::Expired),
         ] {
-            let every_owner = plan(&store, false, status).await;
+            let every_owner = plan(&store, false, false, status).await;
             assert!(every_owner.contains("approvals_created"), "{every_owner}");
-            let one_owner = plan(&store, true, status).await;
+            let one_owner = plan(&store, true, false, status).await;
             assert!(one_owner.contains("approvals_owner"), "{one_owner}");
             for plan in [every_owner, one_owner] {
                 assert!(!plan.contains("TEMP B-TREE"), "sorted afresh: {plan}");
                 assert!(!plan.starts_with("SCAN approvals\n"), "{plan}");
             }
+            // One thread's (its owner checked apart): looked up by the
+            // thread; a thread's approvals are few, sorted as read.
+            let one_thread = plan(&store, false, true, status).await;
+            assert!(one_thread.contains("thread_id=?"), "{one_thread}");
+            assert!(!one_thread.starts_with("SCAN approvals\n"), "{one_thread}");
         }
         // A call's approval is looked up, not searched for.
         let rows = sqlx::query(&format!(
