@@ -555,6 +555,11 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
     let result = frames.last().unwrap();
     assert_eq!(result.data["toolCallId"], "w1");
     assert_eq!(result.data["metadata"]["status"], "success");
+    // The approval says what became of its call (an approver cannot read
+    // the owner's thread).
+    let view = app.get_json(&format!("/v1/approvals/{id}")).await;
+    assert_eq!(view["call_status"], "success", "{view}");
+    assert!(view.get("call_error_code").is_none(), "{view}");
     assert_eq!(
         std::fs::read_to_string(root.join("a.txt")).unwrap(),
         "hello\n"
@@ -661,6 +666,12 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
             .contains("not now")
     );
     assert!(!root.join("b.txt").exists());
+    let view = app.get_json(&format!("/v1/approvals/{id2}")).await;
+    assert_eq!(
+        (&view["call_status"], &view["call_error_code"]),
+        (&json!("failure"), &json!("APPROVAL_DENIED")),
+        "{view}"
+    );
 
     // `wait`: the caller waits for the decision and gets the result.
     let (client, url, token) = (

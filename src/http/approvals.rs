@@ -67,6 +67,16 @@ pub struct ApprovalView {
     /// lost): nothing was decided now.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
+    /// `GET /v1/approvals/{id}` only: where its call stands now, so an
+    /// approver (who cannot read the owner's thread) learns what became of
+    /// it: `pending_approval`, `running`, `success`, `failure` or
+    /// `partial`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_status: Option<String>,
+    /// With a failed call: its error's code (`APPROVAL_DENIED`,
+    /// `PERMISSION_DENIED`, `APPROVAL_STALE`, the tool's own, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_error_code: Option<String>,
 }
 
 pub(super) fn status_name(s: ApprovalStatus) -> &'static str {
@@ -103,6 +113,8 @@ impl ApprovalView {
             expires_at_ms: a.expires_at_ms,
             decided_at_ms: a.decided_at_ms,
             replayed: false,
+            call_status: None,
+            call_error_code: None,
         }
     }
 }
@@ -253,7 +265,20 @@ pub async fn get_approval(
         .approval_for(&id, &user.owner, is_approver(&state, &user))
         .await
         .map_err(approval_error)?;
-    Ok(axum::Json(ApprovalView::at(approval, now_ms())))
+    let call = state
+        .store
+        .tool_call(&approval.thread_id, &approval.tool_call_id)
+        .await?;
+    let mut view = ApprovalView::at(approval, now_ms());
+    if let Some(call) = call {
+        view.call_status = Some(call.status.as_str().to_string());
+        view.call_error_code = call
+            .output
+            .as_ref()
+            .and_then(|o| o["error"]["code"].as_str())
+            .map(str::to_string);
+    }
+    Ok(axum::Json(view))
 }
 
 /// The longest reason a decision keeps (the decision route and an AG-UI
