@@ -350,6 +350,18 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     .await;
     assert_eq!(s, 422);
     assert_eq!(p["errors"][0]["path"], "/ms");
+    // read_file's `limit` is at most what its description says it reads
+    // (a larger one was cut to it silently).
+    let (s, p) = problem(
+        app.post(
+            calls,
+            &json!({"id": "x4r", "name": "read_file", "arguments": {"path": "a.txt", "limit": 2001}}),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422, "{p}");
+    assert_eq!(p["errors"][0]["path"], "/limit", "{p}");
 
     // OpenAI arguments that are not valid JSON text.
     let (s, p) = problem(

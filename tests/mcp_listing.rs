@@ -109,8 +109,33 @@ async fn mcp_sdk_accepts_the_mcp_tool_listing() {
         assert_eq!(hints["readOnlyHint"], read_only, "{name}: {hints}");
         assert_eq!(hints["destructiveHint"], !read_only, "{name}: {hints}");
         assert_eq!(tool(name)["inputSchema"], def["input_schema"], "{name}");
+        // An open world is the network: no tool reaches it by default.
+        assert_eq!(hints["openWorldHint"], false, "{name}: {hints}");
     }
+    assert_eq!(
+        native["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "bash")
+            .unwrap()["capability"]["affected_resources"],
+        json!(["file", "process"])
+    );
+    app.stop().await;
 
+    // With the network allowed to commands, bash reaches it.
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| {
+        s.sandbox.network = toolgate::config::NetworkPolicy::Allow
+    })
+    .await;
+    let mcp = app.get_json("/v1/tools?format=mcp").await;
+    let bash = mcp["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "bash")
+        .unwrap();
+    assert_eq!(bash["annotations"]["openWorldHint"], true, "{bash}");
     app.stop().await;
 }
 

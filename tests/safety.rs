@@ -1352,6 +1352,51 @@ async fn a_replayed_rollback_says_what_was_undone_since(backend: Backend) {
     );
 }
 
+/// `undo_edit` with `force` discards what changed since, kept nowhere: it
+/// is judged destructive, so by default it waits for approval, as its hint
+/// says; without `force` it runs at once.
+async fn a_forced_undo_waits_for_approval(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let root = workspace_root(&app).await;
+    let (s, out) = app
+        .call(
+            "fu",
+            json!({"id": "w", "name": "write_file", "arguments": {"path": "f.txt", "content": "model"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    std::fs::write(root.join("f.txt"), "a person's edit\n").unwrap();
+    let (s, out) = app
+        .call(
+            "fu",
+            json!({"id": "u1", "name": "undo_edit", "arguments": {"path": "f.txt"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+    assert_eq!(error_code(&out), "UNDO_CONFLICT", "{out}");
+    let hint = out["tool_agent_output"]["error"]["hint"].as_str().unwrap();
+    assert!(hint.contains("waits for approval"), "{hint}");
+    let (s, out) = app
+        .call(
+            "fu",
+            json!({"id": "u2", "name": "undo_edit", "arguments": {"path": "f.txt", "force": true}}),
+        )
+        .await;
+    assert_eq!(s, 202, "{out}");
+    assert!(
+        out["approval"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("destructive"),
+        "{out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("f.txt")).unwrap(),
+        "a person's edit\n",
+        "nothing lost before the decision"
+    );
+}
+
 /// A run with a call undone on its own and another waiting for approval
 /// is not done with: its rollback withdraws the waiting call and closes the
 /// run (it answered 409, leaving the call to be approved and the run open).
@@ -3782,6 +3827,7 @@ both_backends!(
     an_approval_holds_only_for_the_file_it_showed,
     a_rollback_withdraws_what_waits_though_the_rest_was_undone,
     a_replayed_rollback_says_what_was_undone_since,
+    a_forced_undo_waits_for_approval,
     an_approval_is_asked_for_at_one_moment,
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,

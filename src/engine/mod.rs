@@ -340,7 +340,10 @@ fn call_facts<'a>(
         tool_name: &tool.definition.name,
         class: meta.permission_class,
         read_only: meta.read_only,
-        destructive: meta.destructive,
+        destructive: tool
+            .tool
+            .destructive_call(&req.call.arguments)
+            .unwrap_or(meta.destructive),
         arguments: &req.call.arguments,
         workspace: file.workspace.as_deref(),
         resolved_path: file.resolved.as_deref(),

@@ -61,7 +61,7 @@ pub fn render(def: &ToolDefinition, format: ListingFormat) -> Value {
                 "name": def.name,
                 "description": description,
                 "inputSchema": input,
-                "annotations": mcp_hints(&def.metadata),
+                "annotations": mcp_hints(&def.metadata, &def.capability),
             });
             // An output schema MCP cannot carry (structuredContent is an
             // object) is left out: in the listing it would make MCP clients
@@ -173,18 +173,20 @@ pub fn system_prompt(defs: &[ToolDefinition], format: PromptFormat) -> String {
     }
 }
 
-/// MCP's hints from a tool's metadata. MCP reads `destructiveHint: false`
-/// as "only additive updates", which clients may take as safe to approve:
-/// every tool that writes may overwrite or remove (`write_file` replaces a
-/// file), so only a read-only tool says false. A tool that claims to be
-/// read-only and destructive is destructive, as for permissions.
-fn mcp_hints(metadata: &super::ToolMetadata) -> Value {
+/// MCP's hints from a tool's metadata and capability. MCP reads
+/// `destructiveHint: false` as "only additive updates", which clients may
+/// take as safe to approve: every tool that writes may overwrite or remove
+/// (`write_file` replaces a file), so only a read-only tool says false. A
+/// tool that claims to be read-only and destructive is destructive, as for
+/// permissions. A tool reaches an open world when the network is among
+/// what it affects (`bash` with `sandbox.network = "allow"`).
+fn mcp_hints(metadata: &super::ToolMetadata, capability: &super::ToolCapability) -> Value {
     let read_only = metadata.read_only && !metadata.destructive;
     json!({
         "readOnlyHint": read_only,
         "destructiveHint": !read_only,
         "idempotentHint": read_only,
-        "openWorldHint": false,
+        "openWorldHint": capability.affected_resources.iter().any(|r| r == "network"),
     })
 }
 

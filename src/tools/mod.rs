@@ -222,6 +222,14 @@ pub trait Tool: Send + Sync + 'static {
         None
     }
 
+    /// Whether this call may cause damage that cannot be undone, where
+    /// that depends on its arguments (`undo_edit` with `force`, which
+    /// discards what changed since): `None` says what the metadata's
+    /// `destructive` says. The permission rules judge the call by this.
+    fn destructive_call(&self, _args: &Value) -> Option<bool> {
+        None
+    }
+
     /// The ui_hints for a successful result; `None` when the action has no
     /// stable template. Called by the post-processor, never by the caller.
     fn ui_hints(&self, _args: &Value, _result: &Value) -> Option<Value> {

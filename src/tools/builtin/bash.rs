@@ -239,6 +239,14 @@ impl Tool for Bash {
             capability: ToolCapability {
                 dry_run: false,
                 reversible: false,
+                // What a command may touch: the workspace's files and the
+                // processes it starts, and the network when it is allowed.
+                affected_resources: match s.network {
+                    NetworkPolicy::Deny => vec!["file".into(), "process".into()],
+                    NetworkPolicy::Allow => {
+                        vec!["file".into(), "process".into(), "network".into()]
+                    }
+                },
                 ..ToolCapability::default()
             },
         }

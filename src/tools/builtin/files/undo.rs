@@ -58,7 +58,7 @@ impl Tool for UndoEdit {
                     "entry": {"type": "integer", "minimum": 1,
                               "description": "Undo this history entry (from a change's undo record) and only if it is the file's newest."},
                     "force": {"type": "boolean", "default": false,
-                              "description": "Restore even if the file was changed since by something else; those changes are lost."}
+                              "description": "Restore even if the file was changed since by something else; those changes are lost, so a call with force is judged as destructive (by default it needs approval)."}
                 },
                 "required": ["path"],
                 "additionalProperties": false
@@ -79,6 +79,12 @@ impl Tool for UndoEdit {
                 ..ToolCapability::default()
             },
         }
+    }
+
+    /// With `force`, what changed since the undone change is discarded,
+    /// and kept nowhere.
+    fn destructive_call(&self, args: &Value) -> Option<bool> {
+        Some(args.get("force") == Some(&Value::Bool(true)))
     }
 
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolSuccess, ToolError> {
@@ -147,7 +153,7 @@ impl Tool for UndoEdit {
                         ),
                         false,
                     )
-                    .with_hint("Read the file to check, then call undo_edit again with force: true to restore anyway."));
+                    .with_hint("Read the file to check, then call undo_edit again with force: true to restore anyway (what changed since is then lost, so by default it waits for approval)."));
                 }
                 cancelled(&ctx)?;
                 let restored: Option<&[u8]> = entry.header.existed.then_some(entry.before.as_slice());
