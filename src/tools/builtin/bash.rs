@@ -191,12 +191,22 @@ impl Tool for Bash {
             NetworkPolicy::Deny => "Network access is off (no sockets).",
             NetworkPolicy::Allow => "Network access is allowed.",
         };
+        // Said only where this host confines commands so: Landlock, or
+        // namespaces whose mounts are read-only but the workspace's.
+        let status = self.sandbox.status();
+        let writable = if status.landlock.enforced
+            || (status.namespaces.enforced && status.namespaces.read_only_mounts)
+        {
+            "Only the workspace is writable; "
+        } else {
+            "Write only inside the workspace; "
+        };
         ToolDefinition {
             name: "bash".into(),
             description: format!(
                 "Run a shell command ({}) in your workspace and return its exit code, stdout and stderr. \
                  Non-interactive: stdin is empty, there is no terminal, pagers and editors are off, \
-                 nothing can prompt. Only the workspace is writable; HOME is the workspace and TMPDIR \
+                 nothing can prompt. {writable}HOME is the workspace and TMPDIR \
                  a private directory inside it, removed after the command. {network} \
                  Background processes are killed when the command ends. Default timeout {} ms, at most {} ms. \
                  Each of stdout and stderr is capped at {} characters (start and end kept).",
@@ -438,6 +448,49 @@ mod tests {
         assert!(validator.is_valid(&json!({"command": "ls", "timeout_ms": 1234})));
         assert!(!validator.is_valid(&json!({"command": "ls", "timeout_ms": 1235})));
         assert!(def.description.contains("1234"));
+    }
+
+    /// The description says the workspace is all a command can write only
+    /// where the host confines it so; a host with neither Landlock nor
+    /// namespaces (`best_effort`) asks the model to keep to it instead.
+    #[test]
+    fn the_description_says_only_what_the_host_confines() {
+        let settings = SandboxSettings {
+            landlock: crate::config::LandlockMode::BestEffort,
+            namespaces: crate::config::NamespaceMode::BestEffort,
+            ..SandboxSettings::default()
+        };
+        let bare = crate::sandbox::KernelSupport {
+            landlock_abi: None,
+            seccomp: true,
+            namespaces: false,
+            pids_cgroup: None,
+        };
+        let (_tmp, mut bash) = tool(settings.clone());
+        bash.sandbox = Arc::new(Sandbox::with_kernel(
+            &settings,
+            crate::sandbox::SystemPaths::default(),
+            bare,
+        ));
+        assert!(bash.sandbox.status().bash_enabled);
+        let description = bash.definition().description;
+        assert!(
+            !description.contains("Only the workspace is writable"),
+            "{description}"
+        );
+        assert!(
+            description.contains("Write only inside the workspace"),
+            "{description}"
+        );
+        let confined = Sandbox::new(&settings).status();
+        if confined.landlock.enforced {
+            let (_tmp, bash) = tool(settings);
+            assert!(
+                bash.definition()
+                    .description
+                    .contains("Only the workspace is writable")
+            );
+        }
     }
 
     #[test]
