@@ -557,6 +557,22 @@ mod tests {
         jsonschema::draft202012::new(&root).unwrap_or_else(|e| panic!("{name} compiles: {e}"))
     }
 
+    /// A content part's type is one the server takes, in the document too.
+    #[test]
+    fn content_part_types_are_those_the_server_takes() {
+        let doc = document();
+        let content = component_in_document(&doc, "MessageContent");
+        for kind in ["text", "image", "audio", "video", "document"] {
+            assert!(content.is_valid(&json!([{"type": kind}])), "{kind}");
+            let part = json!({"type": kind, "text": "x",
+                              "source": {"type": "url", "value": "https://x.test/a"}});
+            let checked = crate::protocol::parts::check(std::slice::from_ref(&part));
+            assert!(checked.is_ok(), "{kind}: {checked:?}");
+        }
+        assert!(!content.is_valid(&json!([{"type": "thoughts"}])));
+        assert!(crate::protocol::parts::check(&[json!({"type": "thoughts"})]).is_err());
+    }
+
     /// A tool call's answer, as the server writes it (a success, a failure),
     /// is one its documented schema accepts, the output's fields included.
     #[test]

@@ -203,9 +203,15 @@ pub struct MessageContent;
 
 impl utoipa::PartialSchema for MessageContent {
     fn schema() -> utoipa::openapi::RefOr<Schema> {
+        let kinds = std::iter::once("text").chain(super::parts::MEDIA.iter().copied());
         let part = ObjectBuilder::new()
             .schema_type(Type::Object)
-            .property("type", ObjectBuilder::new().schema_type(Type::String))
+            .property(
+                "type",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(kinds)),
+            )
             .required("type");
         utoipa::openapi::schema::OneOfBuilder::new()
             .item(ObjectBuilder::new().schema_type(Type::String))

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 pub const KEY: &str = "content_parts";
 
 /// The part types AG-UI defines besides `text`.
-const MEDIA: [&str; 4] = ["image", "audio", "video", "document"];
+pub(crate) const MEDIA: [&str; 4] = ["image", "audio", "video", "document"];
 
 /// The image types both vendors take.
 const WEB_IMAGES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
