@@ -357,6 +357,10 @@ pub struct ApprovalSettings {
     pub ttl_secs: u64,
     /// Tokens with this scope may see and decide any owner's approvals.
     pub approver_scope: String,
+    /// Whether a call's owner may approve it. Off: only a token with
+    /// `approver_scope` approves (the owner, who holds the model's token,
+    /// may still deny or withdraw its own calls).
+    pub owners_approve: bool,
 }
 
 impl Default for ApprovalSettings {
@@ -365,6 +369,7 @@ impl Default for ApprovalSettings {
             enabled: true,
             ttl_secs: 900,
             approver_scope: "toolgate:approve".into(),
+            owners_approve: true,
         }
     }
 }

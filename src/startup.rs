@@ -288,6 +288,7 @@ impl Application {
                 approvals: ApprovalSettings {
                     enabled: settings.approvals.enabled,
                     ttl: Duration::from_secs(settings.approvals.ttl_secs.max(1)),
+                    owners_approve: settings.approvals.owners_approve,
                 },
                 permissions: crate::engine::PermissionConfig {
                     workspaces: Some(workspaces.clone()),

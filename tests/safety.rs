@@ -1397,6 +1397,77 @@ async fn a_forced_undo_waits_for_approval(backend: Backend) {
     );
 }
 
+/// With `approvals.owners_approve` off, the owner (whose token the chat
+/// backend, and so the model's loop, holds) cannot approve its own calls:
+/// `403`, nothing runs, nor through a run's resume; it may still deny; an
+/// approver approves.
+async fn only_an_approver_approves_when_owners_may_not(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["write_file".into()];
+        s.approvals.owners_approve = false;
+    })
+    .await;
+    let root = workspace_root(&app).await;
+    let write = |id: &str| json!({"id": id, "name": "write_file", "arguments": {"path": format!("{id}.txt"), "content": "x"}});
+    let mut ids = Vec::new();
+    for id in ["o1", "o2"] {
+        let (s, out) = app.call("oa", write(id)).await;
+        assert_eq!(s, 202, "{out}");
+        ids.push(out["approval"]["id"].as_str().unwrap().to_string());
+    }
+    let decide = |token: String, id: String, decision: &str| {
+        let body = json!({"decision": decision});
+        let app = &app;
+        async move {
+            app.post_as(&token, &format!("/v1/approvals/{id}/decision"), &body)
+                .await
+        }
+    };
+    let r = decide(app.token.clone(), ids[0].clone(), "approve").await;
+    assert_eq!(r.status(), 403);
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("owners_approve"),
+        "{p}"
+    );
+    assert!(!root.join("o1.txt").exists());
+    // Nor through a run's resume: the entry is left out, the call waits.
+    let resume = json!({"threadId": "oa", "runId": "run-o", "messages": [],
+        "resume": [{"interruptId": ids[0], "status": "resolved",
+                    "payload": {"decision": "approve"}}]});
+    let frames = run_to_end(&app, "oa", &resume).await;
+    let ignored = frames
+        .iter()
+        .find(|f| f.data["name"] == "run.resume_ignored")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert!(
+        ignored.data["value"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("owners_approve"),
+        "{:?}",
+        ignored.data
+    );
+    let view = app.get_json(&format!("/v1/approvals/{}", ids[0])).await;
+    assert_eq!(view["status"], "pending", "{view}");
+    assert!(!root.join("o1.txt").exists());
+    // Denying stays the owner's.
+    let r = decide(app.token.clone(), ids[1].clone(), "deny").await;
+    assert_eq!(r.status(), 200);
+    // An approver approves.
+    let keys = toolgate::auth::Keys::load(&app.settings.auth, app.data_dir.path()).unwrap();
+    let approver = keys
+        .mint_scoped("ops", 600, Some("toolgate:approve"))
+        .unwrap();
+    let out = {
+        let r = decide(approver, ids[0].clone(), "approve").await;
+        assert_eq!(r.status(), 200);
+        app.call_until_done("oa", &write("o1")).await
+    };
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert!(root.join("o1.txt").exists());
+}
+
 /// A run with a call undone on its own and another waiting for approval
 /// is not done with: its rollback withdraws the waiting call and closes the
 /// run (it answered 409, leaving the call to be approved and the run open).
@@ -3828,6 +3899,7 @@ both_backends!(
     a_rollback_withdraws_what_waits_though_the_rest_was_undone,
     a_replayed_rollback_says_what_was_undone_since,
     a_forced_undo_waits_for_approval,
+    only_an_approver_approves_when_owners_may_not,
     an_approval_is_asked_for_at_one_moment,
     approvals_expire_and_no_approver_means_deny,
     undo_and_rollback_restore_the_exact_state,

@@ -3214,6 +3214,7 @@ async fn a_backlog_of_expired_approvals_is_cleared_in_one_sweep(store: DynStore)
             approvals: ApprovalSettings {
                 enabled: true,
                 ttl: Duration::from_secs(60),
+                owners_approve: true,
             },
             permissions: Default::default(),
             result_spool: toolgate::engine::spool::Spool::open(spool.path()).unwrap(),

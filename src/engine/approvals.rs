@@ -32,6 +32,9 @@ pub struct ApprovalSettings {
     pub enabled: bool,
     /// How long an approval stays open before it expires.
     pub ttl: Duration,
+    /// Whether a call's owner may approve it; otherwise only an approver
+    /// (the owner may still deny).
+    pub owners_approve: bool,
 }
 
 #[derive(
@@ -51,6 +54,11 @@ pub enum ApprovalError {
     AlreadyDecided(&'static str),
     #[error("the approval expired before it was decided")]
     Expired,
+    #[error(
+        "only an approver (a token with the approver scope) may approve calls here \
+         (approvals.owners_approve is off); the call's owner may deny it"
+    )]
+    ApproverOnly,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -372,6 +380,9 @@ impl Engine {
         // A blank reason is none (the model is not told "denied: ").
         let reason = reason.filter(|r| !r.trim().is_empty());
         let approval = self.approval_for(id, by, approver).await?;
+        if decision == Decision::Approve && !approver && !self.config.approvals.owners_approve {
+            return Err(ApprovalError::ApproverOnly);
+        }
         match approval.status {
             ApprovalStatus::Pending => {}
             // Said the same whether the sweeper has recorded it yet or not.

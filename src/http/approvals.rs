@@ -245,6 +245,7 @@ pub(super) fn approval_error(e: ApprovalError) -> ApiError {
             crate::http::error::conflicts::APPROVAL_EXPIRED,
             e.to_string(),
         ),
+        ApprovalError::ApproverOnly => ApiError::Forbidden(e.to_string()),
         ApprovalError::Store(s) => s.into(),
     }
 }
@@ -314,6 +315,7 @@ pub struct DecisionRequest {
     params(("approval_id" = String, Path,)),
     request_body = DecisionRequest,
     responses((status = 200, description = "The decided approval", body = ApprovalView),
+        (status = 403, description = "An approval by the call's owner where `approvals.owners_approve` is off: only a token with the approver scope approves (the owner may deny)", content_type = "application/problem+json"),
         (status = 404, description = "No such approval for this caller", content_type = "application/problem+json"),
         (status = 409, description = "Already decided otherwise (another decision, reason or caller), or expired; the same decision posted again by its caller answers 200 with `replayed: true`", content_type = "application/problem+json"),
         (status = 422, description = "Bad decision", content_type = "application/problem+json")),

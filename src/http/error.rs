@@ -57,6 +57,9 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     NotFound(String),
+    /// Known to the caller, but not the caller's to do.
+    #[error("{0}")]
+    Forbidden(String),
     /// A conflict with what is recorded (`code` [`conflicts::CONFLICT`]).
     #[error("{0}")]
     Conflict(String),
@@ -230,6 +233,7 @@ impl ApiError {
                 "Unauthorized".into(),
             ),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found".into()),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden", "Forbidden".into()),
             ApiError::Conflict(_) | ApiError::ConflictAt { .. } => {
                 (StatusCode::CONFLICT, "conflict", "Conflict".into())
             }
