@@ -126,6 +126,7 @@ fn ctx_for(owner: &str, sub: Option<&str>) -> ToolContext {
         progress: ProgressSink::default(),
         path_rules: None,
         judged_path: None,
+        shown: None,
     }
 }
 

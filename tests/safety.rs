@@ -392,13 +392,34 @@ async fn an_approval_holds_only_for_the_file_it_showed(backend: Backend) {
         json!({"id": id, "name": "write_file",
                "arguments": {"path": path, "content": "line1\nmode=debug\nline3\n"}})
     };
-    for (id, path) in [("w1", "cfg.txt"), ("w2", "new.txt"), ("w3", "same.txt")] {
+    // A file whose diff is cut (past 64 KiB), and one with no text diff.
+    let big: String = (0..6000)
+        .map(|i| format!("line {i:05} of the file\n"))
+        .collect();
+    std::fs::write(root.join("big.txt"), &big).unwrap();
+    std::fs::write(root.join("bin.dat"), b"\xff\xfe IMPORTANT DATA V1").unwrap();
+    for (id, path) in [
+        ("w1", "cfg.txt"),
+        ("w2", "new.txt"),
+        ("w3", "same.txt"),
+        ("w4", "big.txt"),
+        ("w5", "bin.dat"),
+    ] {
         if path == "same.txt" {
             std::fs::write(root.join(path), "kept\n").unwrap();
         }
         let (s, out) = app.call("st", write(id, path)).await;
         assert_eq!(s, 202, "{out}");
     }
+    let cut = app.get_json("/v1/approvals?thread_id=st&limit=10").await;
+    assert!(
+        cut.to_string().contains("diff truncated"),
+        "the big diff is cut"
+    );
+    // Past the cut, and a byte of the same size: nothing a diff shows.
+    let changed_big = big.replace("line 05000 of the file", "line 05000 OF THE FILE");
+    std::fs::write(root.join("big.txt"), &changed_big).unwrap();
+    std::fs::write(root.join("bin.dat"), b"\xff\xfe IMPORTANT DATA V9").unwrap();
     // Meanwhile: a line added to cfg.txt, new.txt made; same.txt untouched.
     std::fs::write(
         root.join("cfg.txt"),
@@ -418,7 +439,12 @@ async fn an_approval_holds_only_for_the_file_it_showed(backend: Backend) {
             .unwrap()
             .to_string()
     };
-    for (id, path) in [("w1", "cfg.txt"), ("w2", "new.txt")] {
+    for (id, path) in [
+        ("w1", "cfg.txt"),
+        ("w2", "new.txt"),
+        ("w4", "big.txt"),
+        ("w5", "bin.dat"),
+    ] {
         let out = approve_and_wait(&app, &approval_of(id), "st", write(id, path)).await;
         assert_eq!(error_code(&out), "APPROVAL_STALE", "{out}");
         let error = &out["tool_agent_output"]["error"];
@@ -436,6 +462,14 @@ async fn an_approval_holds_only_for_the_file_it_showed(backend: Backend) {
     assert_eq!(
         std::fs::read_to_string(root.join("new.txt")).unwrap(),
         "someone else's\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("big.txt")).unwrap(),
+        changed_big
+    );
+    assert_eq!(
+        std::fs::read(root.join("bin.dat")).unwrap(),
+        b"\xff\xfe IMPORTANT DATA V9"
     );
     let out = approve_and_wait(&app, &approval_of("w3"), "st", write("w3", "same.txt")).await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
@@ -3987,6 +4021,20 @@ async fn a_resumed_result_takes_an_id_no_message_has(backend: Backend) {
         json!({"type": "success"}),
         "{frames:?}"
     );
+    // The run's own stream, all a stock AG-UI client reads, says the
+    // approval was decided, before the call's result.
+    let at = |pred: &dyn Fn(&common::Frame) -> bool| frames.iter().position(pred);
+    let decided = at(&|f| f.data["name"] == "tool_call.approval_decided")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    common::assert_agui_conformant(&frames[decided]);
+    assert_eq!(frames[decided].data["value"]["decision"], "approved");
+    assert_eq!(
+        frames[decided].data["value"]["approvalId"],
+        json!(approval_id)
+    );
+    let result = at(&|f| f.kind() == "TOOL_CALL_RESULT" && f.data["toolCallId"] == "w1")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert!(decided < result, "{frames:?}");
     let history = app.history("r").await;
     let by_id = |id: &str| history.iter().find(|m| m["id"] == id).cloned();
     let own = by_id("f1.resumed").unwrap();

@@ -101,6 +101,7 @@ fn ctx(owner: &str, sub: Option<&str>, cancel: CancellationToken) -> ToolContext
         progress: ProgressSink::default(),
         path_rules: None,
         judged_path: None,
+        shown: None,
     }
 }
 

@@ -115,6 +115,28 @@ fn approval_decided(
     by: Option<&str>,
     reason: Option<&str>,
 ) -> WriteOp {
+    WriteOp::AppendEvents(vec![super::new_event(&decided_event(
+        approval, decision, by, reason,
+    ))])
+}
+
+/// The `tool_call.approval_decided` event of `approval` as it was decided
+/// (for an AG-UI run's own stream, which a resume entry decided it in).
+pub fn approval_decided_event(approval: &ApprovalRecord) -> Event {
+    decided_event(
+        approval,
+        status_word(approval.status),
+        approval.decided_by.as_deref(),
+        approval.decision_reason.as_deref(),
+    )
+}
+
+fn decided_event(
+    approval: &ApprovalRecord,
+    decision: &str,
+    by: Option<&str>,
+    reason: Option<&str>,
+) -> Event {
     let mut value = json!({
         "approvalId": approval.id,
         "toolCallId": approval.tool_call_id,
@@ -127,10 +149,10 @@ fn approval_decided(
     if let Some(reason) = reason.filter(|r| !r.is_empty()) {
         value["reason"] = json!(reason);
     }
-    WriteOp::AppendEvents(vec![super::new_event(&Event::new(EventBody::Custom {
+    Event::new(EventBody::Custom {
         name: "tool_call.approval_decided".into(),
         value,
-    }))])
+    })
 }
 
 /// An instant in ms since the epoch as RFC 3339 (UTC, milliseconds), as
@@ -263,6 +285,7 @@ impl Engine {
             // path rules cannot tell (hard links).
             path_rules: permission.path_rules.clone(),
             judged_path: permission.judged_path.clone(),
+            shown: None,
         };
         match tokio::time::timeout(PREVIEW_TIMEOUT, tool.tool.dry_run(arguments.clone(), ctx)).await
         {
@@ -540,6 +563,13 @@ impl Engine {
             judged_path: None,
             sub_workspace_at: None,
             reading: None,
+            // The approved call changes its file only if it is still as
+            // the preview showed it (a dry run previews it as it is then).
+            shown: approval
+                .preview
+                .as_ref()
+                .filter(|_| r.get("dry_run") != Some(&Value::Bool(true)))
+                .and_then(crate::tools::Shown::of_preview),
         };
         let written = self
             .writer
@@ -565,17 +595,11 @@ impl Engine {
             // The walk's path rules are those in force now, too.
             Some(tool) => match self.refusal_now(&req, &tool, r).await {
                 Err(error) => Err(error),
-                Ok(now) => match self
-                    .preview_changed(&req, &tool, &arguments, &now, &approval)
-                    .await
-                {
-                    Some(error) => Err(error),
-                    None => {
-                        permission.path_rules = now.path_rules;
-                        permission.judged_path = now.judged_path;
-                        Ok(tool)
-                    }
-                },
+                Ok(now) => {
+                    permission.path_rules = now.path_rules;
+                    permission.judged_path = now.judged_path;
+                    Ok(tool)
+                }
             },
             // Unregistered while it waited: finish it, don't leave it open.
             None => Err(ToolError::new(
@@ -695,44 +719,6 @@ impl Engine {
             .with_hint(super::DENIED_HINT));
         }
         Ok(now)
-    }
-
-    /// Why an approved call may not run after all: what the person saw
-    /// (the preview its approval carries: a file's diff) is not what it
-    /// would do now, since the file changed while it waited. The preview is
-    /// made again and compared; one that cannot be made now counts as
-    /// changed. `None` when the approval carried no preview, or the same.
-    async fn preview_changed(
-        &self,
-        req: &CallRequest,
-        tool: &RegisteredTool,
-        arguments: &Value,
-        now: &Permission,
-        approval: &ApprovalRecord,
-    ) -> Option<ToolError> {
-        let shown = approval.preview.as_ref()?;
-        let fresh = self.preview(req, tool, arguments, now).await;
-        if fresh
-            .as_ref()
-            .is_some_and(|fresh| crate::protocol::json::same_json(fresh, shown))
-        {
-            return None;
-        }
-        Some(
-            ToolError::new(
-                codes::APPROVAL_STALE,
-                format!(
-                    "{} was approved with a preview that no longer holds: what it works on \
-                     changed while it waited, so it would not do what was approved; it did not run",
-                    tool.definition.name
-                ),
-                true,
-            )
-            .with_hint(
-                "read the file again if needed, then call it again with a new tool call id, so \
-                 its approval shows what it would do now",
-            ),
-        )
     }
 
     /// Finish an open approval as expired (`APPROVAL_EXPIRED`). Losing a race

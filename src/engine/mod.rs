@@ -4,7 +4,7 @@
 //! through toolgate.
 
 mod approvals;
-pub use approvals::{approval_required, rfc3339_millis};
+pub use approvals::{approval_decided_event, approval_required, rfc3339_millis};
 pub mod audit;
 mod declarations;
 pub use declarations::Declared;
@@ -407,6 +407,9 @@ pub struct Permission {
     /// its preview shows (a dry run's, or an approval request's; see
     /// [`Engine::execute`], step 6).
     pub reading: Option<Box<Permission>>,
+    /// For an approved call: what its approval's preview showed of its
+    /// file (`ToolContext::shown`).
+    pub shown: Option<crate::tools::Shown>,
 }
 
 impl From<crate::permissions::Decision> for Permission {
@@ -424,6 +427,7 @@ impl From<crate::permissions::Decision> for Permission {
             judged_path: None,
             sub_workspace_at: None,
             reading: None,
+            shown: None,
         }
     }
 }
@@ -1312,6 +1316,7 @@ impl Engine {
             progress: ProgressSink::new(progress_tx),
             path_rules: permission.path_rules.clone(),
             judged_path: permission.judged_path.clone(),
+            shown: permission.shown.clone(),
         };
         // The tool runs in its own task so a panic becomes a failure, not a
         // lost call.

@@ -791,6 +791,11 @@ async fn execute_run(
     for warning in resume.warnings() {
         emit(tx, &warning).await;
     }
+    // What the thread's stream says of each decision, the run's says too
+    // (a stock AG-UI client reads only the run's).
+    for approval in &decided {
+        emit(tx, &crate::engine::approval_decided_event(approval)).await;
+    }
     let finished = execute_turn(state, owner, input, answered_in_thread, resume, tx).await?;
     // A decided call the turn does not hold (one posted to `/tool-calls`,
     // or of an earlier turn) ran, or failed with its denial, outside the

@@ -5,6 +5,7 @@
 //! line of defence, not a reason to skip this one.
 
 use super::command::{Analysis, Piece, command_name};
+use super::quote;
 use super::shell::Word;
 
 /// One reason a command is dangerous.
@@ -53,7 +54,10 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
         if let Some(name @ ("sudo" | "doas" | "su" | "pkexec" | "run0" | "runuser")) =
             layer.words.first().and_then(command_name)
         {
-            reasons.push(format!("it runs with another user's privileges (`{name}`)"));
+            reasons.push(format!(
+                "it runs with another user's privileges ({})",
+                quote(name)
+            ));
             break;
         }
     }
@@ -70,8 +74,8 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
     for redirect in &piece.redirects {
         if redirect.writes() && is_device(&redirect.target.text) {
             reasons.push(format!(
-                "it writes straight to the device `{}`",
-                redirect.target.text
+                "it writes straight to the device {}",
+                quote(&redirect.target.text)
             ));
         }
     }
@@ -96,12 +100,16 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
                 && let Some(what) = operands.iter().find_map(|w| critical_path(w))
             {
                 reasons.push(format!(
-                    "it recursively changes ownership or permissions of {what} (`{name} -R`)"
+                    "it recursively changes ownership or permissions of {what} ({})",
+                    quote(&format!("{name} -R"))
                 ));
             }
         }
         _ if name.starts_with("mkfs") || matches!(name, "mke2fs" | "mkswap" | "wipefs") => {
-            reasons.push(format!("it formats or wipes a filesystem (`{name}`)"));
+            reasons.push(format!(
+                "it formats or wipes a filesystem ({})",
+                quote(name)
+            ));
         }
         "dd" => {
             if let Some(target) = args
@@ -109,13 +117,18 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
                 .find_map(|w| w.text.strip_prefix("of=").filter(|t| is_device(t)))
             {
                 reasons.push(format!(
-                    "it writes raw data to the device `{target}` (`dd`)"
+                    "it writes raw data to the device {} (`dd`)",
+                    quote(target)
                 ));
             }
         }
         "shred" | "tee" | "cp" | "mv" | "truncate" => {
             if let Some(target) = args.iter().map(|w| w.text.as_str()).find(|t| is_device(t)) {
-                reasons.push(format!("it writes to the device `{target}` (`{name}`)"));
+                reasons.push(format!(
+                    "it writes to the device {} ({})",
+                    quote(target),
+                    quote(name)
+                ));
             }
         }
         "shutdown" | "reboot" | "halt" | "poweroff" => {
@@ -179,7 +192,8 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
     };
     if program_substituted {
         reasons.push(format!(
-            "it hands `{name}` a program computed at run time (`<(…)`), which no rule has seen"
+            "it hands {} a program computed at run time (`<(…)`), which no rule has seen",
+            quote(name)
         ));
     }
     // `alias d=rm; d x`, `hash -p /bin/rm d; d x`: a program given another
@@ -196,7 +210,8 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
     };
     if renames {
         reasons.push(format!(
-            "it gives a program another name (`{name}`), so the commands after it cannot be checked by name"
+            "it gives a program another name ({}), so the commands after it cannot be checked by name",
+            quote(name)
         ));
     }
     if SHELLS.contains(&name) || matches!(name, "eval" | "source" | ".") {
@@ -206,7 +221,8 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
             .any(|w| w.computed && (w.text.contains("curl") || w.text.contains("wget")));
         if fetches {
             reasons.push(format!(
-                "it runs a downloaded script (`{name}` of `curl`/`wget` output)"
+                "it runs a downloaded script ({} of `curl`/`wget` output)",
+                quote(name)
             ));
         }
     }
@@ -289,7 +305,8 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
             None => Hazard {
                 piece: piece.text.clone(),
                 reason: format!(
-                    "it feeds text to `{name}` through its standard input (a pipe), which `{name}` runs as a program no rule has seen"
+                    "it feeds text to {0} through its standard input (a pipe), which {0} runs as a program no rule has seen",
+                    quote(name)
                 ),
             },
         });
@@ -827,11 +844,11 @@ fn critical_path(word: &Word) -> Option<String> {
         if let Some(rest) = text.strip_prefix(home)
             && only_filler(rest)
         {
-            return Some(format!("the home directory (`{text}`)"));
+            return Some(format!("the home directory ({})", quote(text)));
         }
     }
     if text.starts_with('~') && !text.contains('/') {
-        return Some(format!("a home directory (`{text}`)"));
+        return Some(format!("a home directory ({})", quote(text)));
     }
     if let Some(rest) = text.strip_prefix('$') {
         let (name, tail) = match rest.strip_prefix('{') {
@@ -842,7 +859,10 @@ fn critical_path(word: &Word) -> Option<String> {
             ),
         };
         if !name.is_empty() && tail.starts_with('/') && only_filler(tail) {
-            return Some(format!("`{text}`, which is `/` when ${name} is empty"));
+            return Some(format!(
+                "{}, which is `/` when ${name} is empty",
+                quote(text)
+            ));
         }
     }
     if !text.starts_with('/') {
@@ -853,7 +873,7 @@ fn critical_path(word: &Word) -> Option<String> {
         .filter(|c| !c.is_empty() && *c != ".")
         .collect();
     if parts.iter().all(|c| *c == ".." || *c == "*") {
-        return Some(format!("the filesystem root (`{text}`)"));
+        return Some(format!("the filesystem root ({})", quote(text)));
     }
     match parts.as_slice() {
         [dir] | [dir, "*"] if SYSTEM_DIRS.contains(dir) => {

@@ -843,35 +843,68 @@ fn class_name(class: PermissionClass) -> &'static str {
 /// A call's text (a command, a path) as a reason quotes it between
 /// backticks: on one line, at most 160 characters, and unable to end the
 /// quote or to look like other text (the reason is shown to the person
-/// deciding an approval): a backtick in it is escaped (`\``), and a control
-/// character or one that reorders or hides text (bidi controls, zero-width
-/// characters) is written as its code (`\u{202e}`).
+/// deciding an approval): a backtick or backslash in it is escaped (`\``,
+/// `\\`), and a control character, a line or paragraph separator, or one
+/// that reorders or hides text (bidi controls, zero-width and other
+/// invisible characters, tags) is written as its code (`\u{202e}`). A cut
+/// never falls inside an escape.
 fn clip(text: &str) -> String {
-    let mut one_line = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' => one_line.push(' '),
-            '`' => one_line.push_str("\\`"),
-            c if c.is_control() || hides_or_reorders(c) => {
-                one_line.push_str(&format!("\\u{{{:x}}}", c as u32));
-            }
-            c => one_line.push(c),
+    let pieces: Vec<String> = text
+        .chars()
+        .map(|c| match c {
+            '\n' => " ".to_string(),
+            '`' => "\\`".to_string(),
+            '\\' => "\\\\".to_string(),
+            c if c.is_control() || hides_or_reorders(c) => format!("\\u{{{:x}}}", c as u32),
+            c => c.to_string(),
+        })
+        .collect();
+    let length = |piece: &String| piece.chars().count();
+    if pieces.iter().map(length).sum::<usize>() <= 160 {
+        return pieces.concat();
+    }
+    let mut shown = String::new();
+    let mut count = 0;
+    for piece in &pieces {
+        if count + length(piece) > 157 {
+            break;
         }
+        count += length(piece);
+        shown.push_str(piece);
     }
-    if one_line.chars().count() <= 160 {
-        return one_line;
-    }
-    let cut: String = one_line.chars().take(157).collect();
-    format!("{cut}…")
+    shown.push('…');
+    shown
 }
 
-/// Bidirectional controls, zero-width characters and the byte-order mark:
-/// they change how the text around them is shown, not what it says.
+/// A call's text quoted for a reason, between backticks ([`clip`]).
+pub(crate) fn quote(text: &str) -> String {
+    format!("`{}`", clip(text))
+}
+
+/// Characters that change how the text around them is shown, not what it
+/// says: bidirectional controls, zero-width and other invisible
+/// characters, line and paragraph separators, the soft hyphen, the
+/// byte-order mark, and tags.
 fn hides_or_reorders(c: char) -> bool {
     matches!(
         c,
-        '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}'
+        '\u{00ad}'
+            | '\u{034f}'
+            | '\u{061c}'
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{17b4}'
+            | '\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
             | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0000}'..='\u{e007f}'
     )
 }
 

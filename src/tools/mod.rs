@@ -152,6 +152,54 @@ pub struct ToolContext {
     /// led then. A file it opens must be there (else a link changed in
     /// between, and the rules judged another file). `None`: not judged.
     pub judged_path: Option<JudgedPath>,
+    /// For an approved call: what the person was shown of the file it
+    /// changes. `None`: nothing to hold it to.
+    pub shown: Option<Shown>,
+}
+
+/// What the person approving a file tool's call was shown of the file it
+/// changes (its preview's `before_sha256`, or `creates`): the approved call
+/// changes the file only if it is still so, checked under the file's lock
+/// as the change is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shown {
+    /// The file did not exist.
+    Absent,
+    /// The file's content had this SHA-256 (lower-case hex).
+    Content(String),
+}
+
+impl Shown {
+    /// What a preview (`DryRunResult` as JSON) shows of its file; `None`
+    /// for a preview that says neither (another tool's, or an older one).
+    pub fn of_preview(preview: &Value) -> Option<Shown> {
+        let impact = preview.get("estimated_impact")?;
+        if impact.get("creates") == Some(&Value::Bool(true)) {
+            return Some(Shown::Absent);
+        }
+        impact
+            .get("before_sha256")
+            .and_then(Value::as_str)
+            .map(|hash| Shown::Content(hash.to_string()))
+    }
+
+    /// Whether `content` (`None`: absent) is what was shown.
+    pub fn holds_for(&self, content: Option<&[u8]>) -> bool {
+        match (self, content) {
+            (Shown::Absent, None) => true,
+            (Shown::Content(hash), Some(bytes)) => *hash == sha256_hex(bytes),
+            _ => false,
+        }
+    }
+}
+
+/// The SHA-256 of `bytes`, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Where a file tool's `path` led when the permission rules judged it.

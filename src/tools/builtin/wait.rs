@@ -92,6 +92,7 @@ mod tests {
             progress,
             path_rules: None,
             judged_path: None,
+            shown: None,
         }
     }
 

@@ -172,8 +172,33 @@ pub fn with_current<T>(
     let key = format!("{}\0{}", ws.path.display(), target.display());
     with_file_lock(&key, || {
         let current = Current::load(&ws.dir, requested.clone(), target, ctx)?;
+        // An approved call: the file must be as its approval showed it.
+        if let Some(shown) = &ctx.shown
+            && !shown.holds_for(current.before.as_deref())
+        {
+            return Err(not_as_shown(requested));
+        }
         f(current)
     })
+}
+
+/// `APPROVAL_STALE`: the file changed (or appeared, or went) since the
+/// approved call's preview was made, so the call would not do what the
+/// person approved; nothing is changed.
+fn not_as_shown(path: &WorkspacePath) -> ToolError {
+    ToolError::new(
+        crate::protocol::tool_output::codes::APPROVAL_STALE,
+        format!(
+            "'{}' changed since the preview this call was approved with was made, so it would \
+             not do what was approved; nothing was changed",
+            path.display()
+        ),
+        true,
+    )
+    .with_hint(
+        "read the file again if needed, then call it again with a new tool call id, so its \
+         approval shows what it would do now",
+    )
 }
 
 /// A computed change, not yet applied.
@@ -274,6 +299,8 @@ impl Change {
         // carry no nulls.
         if let Some(before) = &self.current.before {
             impact["bytes_before"] = json!(before.len());
+            // What an approval of the call holds the file to.
+            impact["before_sha256"] = json!(crate::tools::sha256_hex(before));
         }
         DryRunResult {
             would_affect: self.current.target.display(),

@@ -76,6 +76,7 @@ fn test_context() -> crate::tools::ToolContext {
         progress: Default::default(),
         path_rules: None,
         judged_path: None,
+        shown: None,
     }
 }
 
