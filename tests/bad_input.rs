@@ -563,6 +563,16 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(r.status(), 405);
+    for path in ["/v1/threads/q/events?x=1", "/v1/threads/q/events?after=1"] {
+        let r = app
+            .client
+            .head(app.url(path))
+            .bearer_auth(&app.token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{path}");
+    }
     // An audit action that no entry can have is an error, not an empty page.
     let (s, p) = problem(app.get("/v1/audit?action=bogus").await).await;
     assert_eq!(s, 400, "{p}");

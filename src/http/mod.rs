@@ -468,15 +468,13 @@ fn router(state: AppState) -> Router {
 /// A `/v1` route refuses a query parameter its operation does not take
 /// (as the OpenAPI document lists them), naming it and those it takes,
 /// also where the handler reads no query at all: never ignored. A method
-/// the route does not serve is left to its `405`.
+/// the document does not describe for the route (`HEAD`, or one the route
+/// answers `405`) is left to the route.
 async fn refuse_unknown_query(req: Request, next: Next) -> Response {
     if let (Some(query), Some(path)) = (req.uri().query(), req.extensions().get::<MatchedPath>())
         && path.as_str().starts_with("/v1/")
     {
-        let method = match *req.method() {
-            axum::http::Method::HEAD => "get".to_string(),
-            ref other => other.as_str().to_ascii_lowercase(),
-        };
+        let method = req.method().as_str().to_ascii_lowercase();
         if let Some(known) = openapi::query_parameters(&method, path.as_str())
             && let Err(refused) = error::check_params(query, known)
         {
