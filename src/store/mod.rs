@@ -208,6 +208,12 @@ fn refused_data_code(code: &str) -> bool {
     }
 }
 
+/// SQLite said the file is damaged or is no database: CORRUPT (11) and
+/// NOTADB (26), with their extended codes.
+pub(super) fn damaged_code(code: &str) -> bool {
+    matches!(ErrorCode::of(code), ErrorCode::Sqlite(11 | 26))
+}
+
 /// A connection that failed or was refused, a database short of a
 /// resource, or a transaction the database gave up on for now: SQLSTATE
 /// class 08, operator intervention 57P0x, class 53 (a full disk, no
@@ -1257,6 +1263,14 @@ mod tests {
         ] {
             assert!(unavailable_code(unavailable), "{unavailable}");
             assert!(!refused_data_code(unavailable), "{unavailable}");
+        }
+        // CORRUPT, CORRUPT_INDEX (779), NOTADB: a damaged file; BUSY and a
+        // SQLSTATE are not.
+        for damaged in ["11", "779", "26"] {
+            assert!(damaged_code(damaged), "{damaged}");
+        }
+        for other in ["5", "1034", "11000", "26000"] {
+            assert!(!damaged_code(other), "{other}");
         }
         // A syntax error (42601) is toolgate's own fault, not an outage.
         for neither in ["42601", "XX000", "55006"] {

@@ -299,7 +299,13 @@ async fn check_file(pool: SqlitePool, damage: Arc<std::sync::OnceLock<String>>) 
         Ok(lines) if lines.iter().all(|l| l == "ok") => return,
         Ok(lines) => lines.join("; "),
         // The check itself could not read the file.
-        Err(e) if is_damage(&e) => e.to_string(),
+        Err(e)
+            if e.as_database_error()
+                .and_then(|d| d.code())
+                .is_some_and(|c| super::damaged_code(&c)) =>
+        {
+            e.to_string()
+        }
         Err(e) => {
             tracing::warn!(error = %e, "the database file's integrity check did not run");
             return;
@@ -316,16 +322,6 @@ async fn check_file(pool: SqlitePool, damage: Arc<std::sync::OnceLock<String>>) 
          from a backup and restart"
             .to_string(),
     );
-}
-
-/// SQLite said the file is damaged or is no database (SQLITE_CORRUPT,
-/// SQLITE_NOTADB, and their extended codes).
-fn is_damage(e: &sqlx::Error) -> bool {
-    let Some(code) = e.as_database_error().and_then(|d| d.code()) else {
-        return false;
-    };
-    code.parse::<i32>()
-        .is_ok_and(|c| matches!(c & 0xff, 11 | 26))
 }
 
 /// Create the database file at `path`, if missing, readable and writable
