@@ -554,6 +554,17 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         1,
         "a refused message was kept"
     );
+    // Without a good token the credential is refused first, as with a
+    // query the route takes: a 401 with its challenge, not the 400.
+    for token in [None, Some("not.a.token")] {
+        let mut request = app.client.get(app.url("/v1/threads/q/history?limt=2"));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(r.status(), 401, "{token:?}");
+        assert!(r.headers().contains_key("www-authenticate"), "{token:?}");
+    }
     // A method the route does not serve is still its 405.
     let r = app
         .client

@@ -460,7 +460,10 @@ fn router(state: AppState) -> Router {
         .nest("/v1", api)
         .merge(health::routes())
         .merge(openapi::routes())
-        .route_layer(middleware::from_fn(refuse_unknown_query))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            refuse_unknown_query,
+        ))
         .route_layer(middleware::from_fn(note_route))
         .with_state(state)
 }
@@ -469,8 +472,17 @@ fn router(state: AppState) -> Router {
 /// (as the OpenAPI document lists them), naming it and those it takes,
 /// also where the handler reads no query at all: never ignored. A method
 /// the document does not describe for the route (`HEAD`, or one the route
-/// answers `405`) is left to the route.
-async fn refuse_unknown_query(req: Request, next: Next) -> Response {
+/// answers `405`) is left to the route. Every `/v1` route needs a token,
+/// and a request without a good one hears that first (`401`), as it would
+/// with a query the route takes: what the route takes is no secret (the
+/// document is public), but the answer a caller must act on first is the
+/// credential.
+async fn refuse_unknown_query(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    req: Request,
+    next: Next,
+) -> Response {
+    use axum::response::IntoResponse as _;
     if let (Some(query), Some(path)) = (req.uri().query(), req.extensions().get::<MatchedPath>())
         && path.as_str().starts_with("/v1/")
     {
@@ -478,7 +490,11 @@ async fn refuse_unknown_query(req: Request, next: Next) -> Response {
         if let Some(known) = openapi::query_parameters(&method, path.as_str())
             && let Err(refused) = error::check_params(query, known)
         {
-            return axum::response::IntoResponse::into_response(refused);
+            let (mut parts, _) = req.into_parts();
+            return match AuthUser::from_request_parts(&mut parts, &state).await {
+                Err(unauthorized) => unauthorized.into_response(),
+                Ok(_) => refused.into_response(),
+            };
         }
     }
     next.run(req).await
