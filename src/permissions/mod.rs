@@ -561,18 +561,28 @@ fn surely_matches(rule: &Rule, subject: &Subject) -> bool {
     }
 }
 
-/// A command line no allow rule covers in full.
+/// A command line no allow rule covers in full: the pieces none covers,
+/// in the command's order (none when the call has no pieces to name).
 #[derive(Default)]
 struct Uncovered {
-    /// The piece none covers.
-    piece: Option<String>,
+    pieces: Vec<UncoveredPiece>,
+}
+
+struct UncoveredPiece {
+    text: String,
     /// An allow rule that would cover it but for a write that may be git's
     /// configuration.
     but_for_git: Option<String>,
 }
 
+/// At most this many uncovered pieces are quoted in a reason; the rest
+/// are counted.
+const UNCOVERED_QUOTED: usize = 4;
+
 /// Allow rules for a command line: every piece that runs must be covered
-/// (the first rule covering it counts). `Err` names a piece none covers.
+/// (the first rule covering it counts). `Err` names every piece none
+/// covers, so a person approving, or an owner writing the rules that
+/// would let the command run, learns all of them at once.
 fn bash_allow<'r>(
     allow: &[(&'static str, &'r Rule)],
     analysis: Option<&Analysis>,
@@ -608,19 +618,27 @@ fn bash_allow<'r>(
         })
     };
     let mut used: Vec<(&'static str, &Rule)> = Vec::new();
+    let mut uncovered = Uncovered::default();
     for piece in needed {
         let Some(found) = covering(&reach, piece) else {
-            return Err(Uncovered {
-                piece: Some(piece.text.clone()),
-                but_for_git: covering(&reach.blind(), piece)
-                    .map(|(_, rule)| rule.as_str().to_string()),
-            });
+            if !uncovered.pieces.iter().any(|p| p.text == piece.text) {
+                uncovered.pieces.push(UncoveredPiece {
+                    text: piece.text.clone(),
+                    but_for_git: covering(&reach.blind(), piece)
+                        .map(|(_, rule)| rule.as_str().to_string()),
+                });
+            }
+            continue;
         };
         if !used.iter().any(|(_, r)| std::ptr::eq(*r, found.1)) {
             used.push(*found);
         }
     }
-    Ok(used)
+    if uncovered.pieces.is_empty() {
+        Ok(used)
+    } else {
+        Err(uncovered)
+    }
 }
 
 fn default_decision(
@@ -646,18 +664,52 @@ fn default_decision(
         (defaults.other, "neither read-only nor destructive")
     };
     let several = matches!(subject, Subject::Bash(Some(analysis)) if analysis.pieces.len() > 1);
-    let unmatched = match (uncovered.piece, uncovered.but_for_git) {
-        (Some(piece), Some(rule)) => format!(
+    let git_note = |rule: &str, piece: &str| {
+        format!(
             "`allow: {rule}` would cover `{}`, but a rule ending in `*` vouches for no write \
              that may reach git's configuration (a `.git` directory, `.gitconfig`, \
              `.config/git`, by name or through a link: git runs what they say)",
-            clip(&piece)
-        ),
-        (Some(piece), None) if several => format!(
-            "No allow rule covers `{}`, part of this command",
-            clip(&piece)
-        ),
-        _ => format!("No rule matches {}", describe(call)),
+            clip(piece)
+        )
+    };
+    let unmatched = match uncovered.pieces.as_slice() {
+        [
+            UncoveredPiece {
+                text,
+                but_for_git: Some(rule),
+            },
+        ] => git_note(rule, text),
+        [] => format!("No rule matches {}", describe(call)),
+        [_] if !several => format!("No rule matches {}", describe(call)),
+        pieces => {
+            let quoted: Vec<String> = pieces
+                .iter()
+                .take(UNCOVERED_QUOTED)
+                .map(|p| format!("`{}`", clip(&p.text)))
+                .collect();
+            let more = pieces.len().saturating_sub(UNCOVERED_QUOTED);
+            let listed = match (quoted.as_slice(), more) {
+                ([one], 0) => format!("{one}, part of this command"),
+                (_, 0) => format!(
+                    "{} or {}, parts of this command",
+                    quoted[..quoted.len() - 1].join(", "),
+                    quoted[quoted.len() - 1]
+                ),
+                (_, more) => format!(
+                    "{} or {more} more part{} of this command",
+                    quoted.join(", "),
+                    if more == 1 { "" } else { "s" }
+                ),
+            };
+            let mut text = format!("No allow rule covers {listed}");
+            for piece in pieces.iter().take(UNCOVERED_QUOTED) {
+                if let Some(rule) = &piece.but_for_git {
+                    text.push_str("; ");
+                    text.push_str(&git_note(rule, &piece.text));
+                }
+            }
+            text
+        }
     };
     let outcome = match verdict {
         Verdict::Allow => "it is allowed",

@@ -440,7 +440,30 @@ fn every_piece_must_be_allowed() {
     let d = bash(&set, "git status && make");
     assert_eq!((d.verdict, d.source.as_str()), (Verdict::Ask, "default"));
     assert!(
-        d.reason.contains("No allow rule covers `make`"),
+        d.reason
+            .contains("No allow rule covers `make`, part of this command;"),
+        "{}",
+        d.reason
+    );
+    // Every uncovered piece is named, once, in the command's order; past
+    // four the rest are counted.
+    let d = bash(&set, "make && git status && cargo build; make");
+    assert!(
+        d.reason
+            .contains("No allow rule covers `make` or `cargo build`, parts of this command;"),
+        "{}",
+        d.reason
+    );
+    let d = bash(&set, "a; b; c && ls x; d; e; f");
+    assert!(
+        d.reason
+            .contains("No allow rule covers `a`, `b`, `c`, `d` or 2 more parts of this command;"),
+        "{}",
+        d.reason
+    );
+    let d = bash(&set, "a; b; c; d; e");
+    assert!(
+        d.reason.contains("`d` or 1 more part of this command;"),
         "{}",
         d.reason
     );
