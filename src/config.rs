@@ -39,6 +39,9 @@ pub struct ServerSettings {
     /// results toolgate streamed included.
     pub run_body_limit_bytes: usize,
     pub json_logs: bool,
+    /// A log line at `info` for every answer (method, path, status,
+    /// latency, request id), as an access log.
+    pub access_log: bool,
     pub sse_heartbeat_secs: u64,
     /// Browser origins (`https://app.example.com`) that may call the API
     /// from their pages; `["*"]` for any. Empty: no CORS headers.
@@ -80,6 +83,7 @@ impl Default for ServerSettings {
             body_limit_bytes: 1024 * 1024,
             run_body_limit_bytes: 32 * 1024 * 1024,
             json_logs: false,
+            access_log: false,
             sse_heartbeat_secs: 15,
             cors_origins: Vec::new(),
             header_read_timeout_secs: 30,

@@ -2331,6 +2331,67 @@ async fn a_path_writes_no_fields_of_its_own_into_a_log_line() {
     }
 }
 
+/// `server.access_log` writes a line at `info` for every answer, with its
+/// method, path, status and request id; without it `info` has none.
+#[tokio::test]
+async fn the_access_log_has_a_line_per_answer() {
+    for on in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let setting = if on { "true" } else { "false" };
+        let served = serve_binary_with(
+            dir.path(),
+            None,
+            &[
+                ("RUST_LOG", "info"),
+                ("TOOLGATE_SERVER__ACCESS_LOG", setting),
+            ],
+        )
+        .await;
+        let client = reqwest::Client::new();
+        for (path, id) in [("/healthz", "acc-1"), ("/v1/nothing-here", "acc-2")] {
+            client
+                .get(format!("{}{path}", served.base))
+                .header("x-request-id", id)
+                .send()
+                .await
+                .unwrap();
+        }
+        let line = |id: &str| {
+            served
+                .stderr
+                .lock()
+                .unwrap()
+                .lines()
+                .find(|l| l.contains(&format!("request_id={id}")) && l.contains("answered"))
+                .map(str::to_string)
+        };
+        if on {
+            let mut lines = Vec::new();
+            for id in ["acc-1", "acc-2"] {
+                let mut found = None;
+                for _ in 0..50 {
+                    found = line(id);
+                    if found.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                lines.push(found.unwrap_or_else(|| {
+                    panic!("no line for {id}: {}", served.stderr.lock().unwrap())
+                }));
+            }
+            assert!(lines[0].contains("INFO"), "{}", lines[0]);
+            assert!(lines[0].contains(r#"path="/healthz""#), "{}", lines[0]);
+            assert!(lines[0].contains("status=200"), "{}", lines[0]);
+            assert!(lines[1].contains("status=404"), "{}", lines[1]);
+        } else {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert_eq!(line("acc-1"), None);
+            assert_eq!(line("acc-2"), None);
+        }
+    }
+}
+
 /// Work a request hands to tasks of its own (an AG-UI run, its calls, a
 /// batch's calls) logs under the request's span, with its request id.
 #[tokio::test]

@@ -400,6 +400,9 @@ pub fn service(
             // no field of the line.
             tracing::info_span!("request", method = %req.method(), path = ?req.uri().path(), request_id = %id)
         })
+        .on_response(AnswerLog {
+            info: settings.server.access_log,
+        })
         .on_failure(log_failure))
         .layer(PropagateRequestIdLayer::new(request_id))
         // Preflights are answered here, before any check that needs a token.
@@ -592,6 +595,33 @@ async fn record_metrics(mut req: Request, next: Next) -> Response {
 /// A server error answered, logged at ERROR, except `503`: an outage
 /// answers many, and the store says so itself, a line every few seconds
 /// (see `error.rs`), rather than one per request.
+/// The line each answer writes: at `info` with `server.access_log` (an
+/// access log), otherwise tower-http's own at `debug`. Either is written in
+/// the request's span (its method, path and request id).
+#[derive(Clone, Copy)]
+struct AnswerLog {
+    info: bool,
+}
+
+impl<B> tower_http::trace::OnResponse<B> for AnswerLog {
+    fn on_response(
+        self,
+        response: &axum::http::Response<B>,
+        latency: Duration,
+        span: &tracing::Span,
+    ) {
+        if self.info {
+            tracing::info!(
+                status = response.status().as_u16(),
+                latency_ms = latency.as_millis() as u64,
+                "answered"
+            );
+        } else {
+            tower_http::trace::DefaultOnResponse::default().on_response(response, latency, span);
+        }
+    }
+}
+
 fn log_failure(
     class: tower_http::classify::ServerErrorsFailureClass,
     latency: Duration,
