@@ -1713,6 +1713,17 @@ async fn glob_respects_ignore_files_and_lists_newest_first() {
     assert_eq!(found.result["count"], 3);
     let found = ok(&world.glob(), &world, json!({"pattern": "*.log"})).await;
     assert_eq!(found.result["files"], json!(["keep.log"]));
+    // A leading `./` is the search directory, as in a path; it matched
+    // nothing.
+    let found = ok(&world.glob(), &world, json!({"pattern": "./src/*.rs"})).await;
+    assert_eq!(found.result["count"], 3, "{}", found.result);
+    let found = ok(
+        &world.grep(),
+        &world,
+        json!({"pattern": "x", "glob": "./src/*.rs", "output_mode": "count"}),
+    )
+    .await;
+    assert_eq!(found.result["total_matches"], 3, "{}", found.result);
     // '*' does not cross directories.
     let found = ok(&world.glob(), &world, json!({"pattern": "*.rs"})).await;
     assert_eq!(found.result["count"], 0);

@@ -65,10 +65,22 @@ fn read_capability() -> ToolCapability {
     }
 }
 
+/// `pattern` without leading `./` (and the slashes after one).
+fn below_here(pattern: &str) -> &str {
+    let mut pattern = pattern;
+    while let Some(rest) = pattern.strip_prefix("./") {
+        pattern = rest.trim_start_matches('/');
+    }
+    pattern
+}
+
 /// A glob pattern is matched below the search directory, so it cannot
 /// reach outside; one that tries (absolute, `..`) is refused all the same
-/// rather than silently matching nothing.
+/// rather than silently matching nothing. A leading `./` (the search
+/// directory itself, as paths take it) is dropped: no path a walk yields
+/// starts with it, so `./src/*.rs` would otherwise match nothing.
 fn check_pattern(pattern: &str, what: &str) -> Result<GlobMatcher, ToolError> {
+    let pattern = below_here(pattern);
     if pattern.is_empty() {
         return Err(ToolError::new(
             codes::INVALID_ARGUMENTS,
@@ -489,7 +501,7 @@ impl Tool for Grep {
         let file_filter = args
             .glob
             .as_deref()
-            .map(|g| check_pattern(g, "glob").map(|m| (m, g.contains('/'))))
+            .map(|g| check_pattern(g, "glob").map(|m| (m, below_here(g).contains('/'))))
             .transpose()?;
         let context = args.context.unwrap_or(0).min(GREP_MAX_CONTEXT);
         let limit = args
@@ -661,6 +673,16 @@ mod tests {
         }
         assert!(check_pattern("**/*.rs", "pattern").is_ok());
         assert!(check_pattern("..foo", "pattern").is_ok());
+        // A leading `./` is the search directory itself.
+        let matcher = check_pattern("./src/*.rs", "pattern").unwrap();
+        assert!(matcher.is_match("src/a.rs"));
+        assert!(
+            check_pattern(".//./src/*.rs", "pattern")
+                .unwrap()
+                .is_match("src/a.rs")
+        );
+        assert_eq!(below_here("./*.rs"), "*.rs");
+        assert_eq!(below_here(".hidden/*"), ".hidden/*");
         assert_eq!(
             check_pattern("a[", "pattern").unwrap_err().code,
             codes::INVALID_PATTERN
