@@ -898,6 +898,47 @@ async fn a_huge_line_is_cut_and_read_past_not_held() {
     );
 }
 
+/// A binary file is skipped quietly in a walk, as the description says,
+/// but one the call names says so: "no match" would be taken for an
+/// answer.
+#[tokio::test]
+async fn grep_says_a_named_file_is_binary() {
+    let world = World::new();
+    world.write("blob.bin", b"\x7fELF\x02\x01\x00\x00needle\n".as_slice());
+    world.write("text.txt", "needle\n");
+    let found = ok(
+        &world.grep(),
+        &world,
+        json!({"pattern": "needle", "path": "blob.bin", "output_mode": "count"}),
+    )
+    .await;
+    let r = &found.result;
+    assert!(found.partial, "{r}");
+    assert_eq!(r["not_searched"][0]["path"], "blob.bin", "{r}");
+    let reason = r["not_searched"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("it is binary (a NUL byte at offset"),
+        "{reason}"
+    );
+    assert!(
+        r["not_searched_note"].as_str().unwrap().contains("grep -a"),
+        "{r}"
+    );
+    let found = ok(
+        &world.grep(),
+        &world,
+        json!({"pattern": "needle", "output_mode": "files_with_matches"}),
+    )
+    .await;
+    assert_eq!(found.result["entries"], json!(["text.txt"]));
+    assert!(
+        found.result.get("not_searched").is_none(),
+        "{}",
+        found.result
+    );
+    assert!(!found.partial);
+}
+
 #[tokio::test]
 async fn read_lists_a_directory_sorted_with_types_and_sizes() {
     let world = World::new();

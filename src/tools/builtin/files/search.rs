@@ -340,6 +340,8 @@ struct FileSink<'a> {
     out: &'a mut Output,
     path: &'a str,
     matches: u64,
+    /// Where the search stopped at binary data (a NUL byte), if it did.
+    binary_at: Option<u64>,
 }
 
 fn line_text(bytes: &[u8]) -> String {
@@ -389,15 +391,24 @@ impl Sink for FileSink<'_> {
     fn context_break(&mut self, _: &Searcher) -> Result<bool, io::Error> {
         Ok(self.out.mode != Mode::Content || self.out.push("--".into()))
     }
+
+    fn binary_data(&mut self, _: &Searcher, offset: u64) -> Result<bool, io::Error> {
+        self.binary_at = Some(offset);
+        Ok(false)
+    }
 }
 
-/// Search one open file; false when the output is full.
+/// Search one open file; false when the output is full. A walk skips a
+/// binary file quietly (as the description says); one the call names
+/// (`named`) is said to be binary in `not_searched`, so that no match
+/// is not taken for an answer.
 fn search_file(
     searcher: &mut Searcher,
     matcher: &RegexMatcher,
     file: std::fs::File,
     path: &str,
     out: &mut Output,
+    named: bool,
 ) -> bool {
     out.files_searched += 1;
     if out.context && out.mode == Mode::Content && !out.entries.is_empty() {
@@ -410,13 +421,21 @@ fn search_file(
         out,
         path,
         matches: 0,
+        binary_at: None,
     };
     // A file that cannot be read (or has a line longer than the heap
     // limit) is searched up to there, and said to be.
     let searched = searcher.search_file(matcher, &file, &mut sink);
-    let matches = sink.matches;
+    let (matches, binary_at) = (sink.matches, sink.binary_at);
     if let Err(e) = searched {
         out.not_searched(path, why_not_searched(&e, matches));
+    } else if let (Some(offset), true) = (binary_at, named) {
+        out.not_searched(
+            path,
+            format!(
+                "it is binary (a NUL byte at offset {offset}); only the text before it was searched"
+            ),
+        );
     }
     if matches == 0 && out.context && out.mode == Mode::Content && before > 0 {
         out.entries.pop();
@@ -566,7 +585,7 @@ impl Tool for Grep {
                         skipped_hard_links += 1;
                         return ControlFlow::Continue(());
                     }
-                    if search_file(&mut searcher, &matcher, file.into_std(), &entry.path.display(), &mut out) {
+                    if search_file(&mut searcher, &matcher, file.into_std(), &entry.path.display(), &mut out, false) {
                         ControlFlow::Continue(())
                     } else {
                         ControlFlow::Break(())
@@ -578,7 +597,7 @@ impl Tool for Grep {
                 let (file, meta) = open_regular(&ws.dir, &start)?;
                 opened_where_judged(&ws.dir, &file, &start, ctx.judged_path.as_ref())?;
                 refuse_hard_linked(&meta, &start, ctx.path_rules.as_deref(), "searched")?;
-                search_file(&mut searcher, &matcher, file.into_std(), &start.display(), &mut out);
+                search_file(&mut searcher, &matcher, file.into_std(), &start.display(), &mut out, true);
             }
             let truncated = out.truncated || walk_truncated;
             let partial = truncated || out.not_searched_count > 0;
@@ -611,7 +630,7 @@ impl Tool for Grep {
                 let count = out.not_searched_count;
                 result["not_searched"] = json!(out.not_searched);
                 result["not_searched_note"] = json!(format!(
-                    "{count} file{} could not be searched to the end (see not_searched{}); matches in {} may be missing. Use bash (e.g. `grep -o` with a bounded pattern, or `cut`) to look into {}.",
+                    "{count} file{} could not be searched to the end (see not_searched{}); matches in {} may be missing. Use bash (e.g. `grep -o` with a bounded pattern, `cut`, or `grep -a` for a binary file) to look into {}.",
                     if count == 1 { "" } else { "s" },
                     if count > GREP_MAX_NOT_SEARCHED {
                         format!(", which names the first {GREP_MAX_NOT_SEARCHED}")
