@@ -1550,6 +1550,63 @@ async fn the_undo_record_of_a_call_undoes_that_call_only() {
     assert_eq!(world.read("f.txt"), b"2\n");
 }
 
+/// A mode set since the change (a `chmod 600` on a file of secrets) is a
+/// change like any other: undo does not set it back unless forced.
+#[tokio::test]
+async fn undo_refuses_to_set_back_a_mode_changed_since() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = World::new();
+    world.write("run.sh", "echo hi\n");
+    let path = world.ws.join("run.sh");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    ok(
+        &world.edit_file(),
+        &world,
+        json!({"path": "run.sh", "old_string": "echo hi", "new_string": "echo hey"}),
+    )
+    .await;
+    let mode = || std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(), 0o755, "the edit kept the mode");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let error = err(&world.undo_edit(), &world, json!({"path": "run.sh"})).await;
+    assert_eq!(error.code, "UNDO_CONFLICT");
+    assert!(
+        error.message.contains("it left 0755, it is 0700 now"),
+        "{}",
+        error.message
+    );
+    assert!(error.hint.unwrap().contains("chmod"));
+    assert_eq!(
+        (world.read("run.sh"), mode()),
+        (b"echo hey\n".to_vec(), 0o700)
+    );
+    // The mode set back as the change left it: no conflict.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    ok(&world.undo_edit(), &world, json!({"path": "run.sh"})).await;
+    assert_eq!(
+        (world.read("run.sh"), mode()),
+        (b"echo hi\n".to_vec(), 0o755)
+    );
+    // Forced, the content and the earlier mode come back.
+    ok(
+        &world.edit_file(),
+        &world,
+        json!({"path": "run.sh", "old_string": "echo hi", "new_string": "echo hey"}),
+    )
+    .await;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    ok(
+        &world.undo_edit(),
+        &world,
+        json!({"path": "run.sh", "force": true}),
+    )
+    .await;
+    assert_eq!(
+        (world.read("run.sh"), mode()),
+        (b"echo hi\n".to_vec(), 0o755)
+    );
+}
+
 #[tokio::test]
 async fn undo_refuses_to_lose_changes_made_since_unless_forced() {
     let world = World::new();

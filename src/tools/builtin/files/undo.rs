@@ -155,6 +155,29 @@ impl Tool for UndoEdit {
                     )
                     .with_hint("Read the file to check, then call undo_edit again with force: true to restore anyway (what changed since is then lost, so by default it waits for approval)."));
                 }
+                // A change keeps the file's mode (less set-user-ID and
+                // set-group-ID), so a mode other than that was set since by
+                // something else: a `chmod 600` undone silently would open
+                // the file again.
+                if let (false, Some(kept), Some(now)) = (args.force, entry.header.mode, current.mode)
+                    && entry.header.existed
+                    && kept & 0o1777 != now & 0o7777
+                {
+                    return Err(ToolError::new(
+                        codes::UNDO_CONFLICT,
+                        format!(
+                            "the mode of '{}' was changed since its last {} by something else \
+                             (it left {:04o}, it is {:04o} now); undoing would set it back to {:04o}",
+                            path.display(),
+                            entry.header.tool,
+                            kept & 0o1777,
+                            now & 0o7777,
+                            kept & 0o1777,
+                        ),
+                        false,
+                    )
+                    .with_hint("If the content should go back but the mode stay, call undo_edit again with force: true and then set the mode again with bash (chmod); force restores the earlier mode too, so by default it waits for approval."));
+                }
                 cancelled(&ctx)?;
                 let restored: Option<&[u8]> = entry.header.existed.then_some(entry.before.as_slice());
                 let created_dirs: Vec<WorkspacePath> = entry
