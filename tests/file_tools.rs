@@ -1088,20 +1088,27 @@ async fn write_creates_with_parents_and_a_final_newline() {
     assert_eq!(written.result["overwritten"], false);
     assert_eq!(written.result["bytes_written"], 8);
     assert_eq!(written.result["lines"], 2);
+    // The model is not sent its own content back as a diff; the UI shows
+    // it, made from the arguments (line endings as written).
+    assert_eq!(written.result.get("diff"), None, "{}", written.result);
+    assert_eq!(written.result["lines_added"], 2);
+    let hints = world
+        .write_file()
+        .ui_hints(
+            &json!({"path": "deep/er/new.txt", "content": "one\r\ntwo"}),
+            &written.result,
+        )
+        .unwrap();
+    let shown = hints.to_string();
     assert!(
-        written.result["diff"]
-            .as_str()
-            .unwrap()
-            .starts_with("--- /dev/null\n+++ b/deep/er/new.txt\n")
+        shown.contains(r"--- /dev/null\n+++ b/deep/er/new.txt\n@@ -0,0 +1,2 @@\n+one\n+two\n"),
+        "{shown}"
     );
+    assert!(shown.contains("1 file created, +2 -0"), "{shown}");
     let undo = written.undo.expect("write_file is reversible");
     assert_eq!(undo.tool_name, "undo_edit");
     assert_eq!(undo.input["path"], "deep/er/new.txt");
     assert!(!undo.irreversible);
-    let hints = world
-        .write_file()
-        .ui_hints(&json!({}), &written.result)
-        .unwrap();
     assert_eq!(hints["view"], "core.diff");
     assert_eq!(hints["path"], "deep/er/new.txt");
     // No temporary file is left behind.

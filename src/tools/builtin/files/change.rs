@@ -218,7 +218,11 @@ pub struct Diff {
 /// The unified diff from `before` (`None`: absent) to `after`, labelled
 /// `a/<path>` / `b/<path>` (`/dev/null` for an absent file).
 pub fn diff(path: &WorkspacePath, before: Option<&[u8]>, after: &[u8]) -> Diff {
-    let shown = path.display();
+    diff_of(&path.display(), before, after)
+}
+
+/// [`diff`] of the file shown as `shown`.
+pub fn diff_of(shown: &str, before: Option<&[u8]>, after: &[u8]) -> Diff {
     let (Ok(old), Ok(new)) = (
         std::str::from_utf8(before.unwrap_or_default()),
         std::str::from_utf8(after),

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::change::{Change, with_current};
+use super::change::{Change, diff_of, with_current};
 use super::{WorkspacePath, blocking, cancelled, open_history, open_workspace, parse_args};
 use crate::config::LineEndings;
 use crate::protocol::ui_schema::hints;
@@ -139,6 +139,15 @@ impl Tool for WriteFile {
             if diff.truncated {
                 result["diff_truncated"] = json!(true);
             }
+            // A new file's diff is the content the model just sent, every
+            // line again: the model is told the counts, and the UI shows
+            // the diff (made again from the arguments, see `ui_hints`).
+            if change.created()
+                && let Some(fields) = result.as_object_mut()
+            {
+                fields.remove("diff");
+                fields.remove("diff_truncated");
+            }
             if change.unchanged() {
                 result["bytes_written"] = json!(0);
                 result["unchanged"] = json!(true);
@@ -162,7 +171,18 @@ impl Tool for WriteFile {
         plan_then(self, args, ctx, |change, _, _| Ok(change.dry_run())).await
     }
 
-    fn ui_hints(&self, _args: &Value, result: &Value) -> Option<Value> {
+    fn ui_hints(&self, args: &Value, result: &Value) -> Option<Value> {
+        if result["created"] == true && result.get("diff").is_none() {
+            let content = normalise(args["content"].as_str()?, self.eol());
+            let shown = result
+                .get("resolved_path")
+                .or_else(|| result.get("path"))?
+                .as_str()?;
+            let made = diff_of(shown, None, content.as_bytes());
+            let mut shown_result = result.clone();
+            shown_result["diff"] = json!(made.text);
+            return diff_hints(&shown_result);
+        }
         diff_hints(result)
     }
 }
