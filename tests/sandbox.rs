@@ -1701,7 +1701,10 @@ async fn a_command_cannot_be_sent_into_another_owners_workspace() {
     assert!(!bob.join("pwned.txt").exists());
     assert!(!h.workspaces.root().join("pwned.txt").exists());
 
-    // The sandbox confines a command to the directory that was opened.
+    // The sandbox confines a command to the directory that was opened,
+    // and sets up nothing (its temporary directory) in another: a file
+    // of bob's named as that directory stays.
+    std::fs::write(bob.join(".toolgate-tmp"), "bob data\n").unwrap();
     let opened = h.workspaces.open("alice", None).unwrap();
     let swapped = h
         .sandbox
@@ -1728,4 +1731,8 @@ async fn a_command_cannot_be_sent_into_another_owners_workspace() {
         "{swapped}"
     );
     assert!(!bob.join("pwned.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(bob.join(".toolgate-tmp")).unwrap(),
+        "bob data\n"
+    );
 }

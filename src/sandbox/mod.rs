@@ -629,7 +629,7 @@ impl Sandbox {
             )));
         }
 
-        let tmp = TempDir::create(&workspace)?;
+        let tmp = TempDir::create(&workspace, spec.workspace_identity)?;
         let mut env = base_environment();
         let home = workspace.display().to_string();
         let tmpdir = tmp.path.display().to_string();
@@ -876,9 +876,22 @@ struct TempDir {
 }
 
 impl TempDir {
-    fn create(workspace: &Path) -> Result<TempDir, SandboxError> {
+    /// In the workspace directory at `workspace`, which must be the one
+    /// of `identity` (device, inode) when given: the path is looked up
+    /// again here, and a command of the workspace may have swapped a link
+    /// in by then, whose target (another owner's workspace, any directory
+    /// of the host) this would otherwise clean up and write in.
+    fn create(workspace: &Path, identity: Option<(u64, u64)>) -> Result<TempDir, SandboxError> {
         let setup = |e: std::io::Error| SandboxError::Setup(format!("temporary directory: {e}"));
         let dir = Dir::open_ambient_dir(workspace, ambient_authority()).map_err(setup)?;
+        if let Some(expected) = identity
+            && filesystem::fd_identity(&dir).map_err(setup)? != expected
+        {
+            return Err(SandboxError::Setup(format!(
+                "{} is no longer the workspace directory that was opened",
+                workspace.display()
+            )));
+        }
         let relative = Path::new(TMP_DIR_NAME).join(uuid::Uuid::new_v4().simple().to_string());
         // The name is toolgate's: a file or a link a command (or a file
         // tool) left there is removed, the link itself and not what it
