@@ -466,6 +466,30 @@ fn misspelt_variables(names: impl Iterator<Item = std::ffi::OsString>) -> anyhow
     Ok(())
 }
 
+/// Settings whose values are secrets: an error about one never quotes
+/// what was given. (`storage.database_url` is none: it is only ever read
+/// from `DATABASE_URL`, and set anywhere else it is an unknown key, whose
+/// error quotes no value.)
+const SECRET_KEYS: [&str; 1] = ["auth.hs256_secret"];
+
+/// A TOML syntax error without the lines of the file it quotes (a
+/// misquoted secret would be written to the log whole): where it is, line
+/// and column, and what is wrong stay.
+fn without_source_lines(message: &str) -> String {
+    let kept: Vec<&str> = message
+        .lines()
+        .filter(|line| {
+            let gutter = line
+                .trim_start()
+                .trim_start_matches(|c: char| c.is_ascii_digit());
+            !gutter.trim_start().starts_with('|')
+        })
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect();
+    kept.join(": ")
+}
+
 /// Figment's errors, each naming its setting as it was written: the
 /// variable (`TOOLGATE_SERVER__BIND`) or the key and its file.
 fn describe_errors(errors: figment::Error) -> String {
@@ -487,10 +511,16 @@ fn describe_errors(errors: figment::Error) -> String {
                 }) => format!("{key} in {}", file.display()),
                 _ => key,
             };
-            if place.is_empty() {
-                e.kind.to_string()
+            let secret = SECRET_KEYS.contains(&e.path.join(".").as_str());
+            let kind = if secret {
+                "not a valid value (a secret: what was given is not shown)".to_string()
             } else {
-                format!("{place}: {}", e.kind)
+                without_source_lines(&e.kind.to_string())
+            };
+            if place.is_empty() {
+                kind
+            } else {
+                format!("{place}: {kind}")
             }
         })
         .collect::<Vec<_>>()

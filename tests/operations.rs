@@ -4274,6 +4274,34 @@ fn settings_toolgate_does_not_have_stop_the_start() {
     // A directory is no settings file.
     let (ok, err) = migrate_with(&["--config", dir.path().to_str().unwrap()], &[]);
     assert!(!ok && err.contains("is not a file"), "{err}");
+    // A secret that does not parse (an unclosed quote, a key twice, a
+    // number) is named with where it is, never quoted.
+    let secret = "CFGSECRET_abcdefghijklmnopqrstuvwxyz0123";
+    for (name, text) in [
+        ("open.toml", format!("[auth]\nhs256_secret = \"{secret}\n")),
+        (
+            "twice.toml",
+            format!("[auth]\nhs256_secret = \"{secret}\"\nhs256_secret = \"{secret}\"\n"),
+        ),
+    ] {
+        let (ok, err) = migrate_with(&["--config", &file(name, &text)], &[]);
+        assert!(!ok, "{name}: {err}");
+        assert!(!err.contains("CFGSECRET"), "{name}: {err}");
+        assert!(
+            err.contains(name) && err.contains("TOML parse error at line"),
+            "{name}: {err}"
+        );
+    }
+    let (ok, err) = migrate_with(
+        &[],
+        &[(
+            "TOOLGATE_AUTH__HS256_SECRET",
+            "3.14159265358979323846264338327950288419",
+        )],
+    );
+    assert!(!ok, "{err}");
+    assert!(!err.contains("3.14"), "{err}");
+    assert!(err.contains("TOOLGATE_AUTH__HS256_SECRET"), "{err}");
 }
 
 /// Start-up errors name the setting behind them; with JSON logs the error
