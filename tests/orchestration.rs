@@ -472,6 +472,189 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
     );
 }
 
+/// Under the owner's limit (one call at a time): a call or a batch
+/// recorded already is answered again without a slot; a call posted again
+/// with other arguments while it runs is a 409 at once; an approved call
+/// takes a slot like any other (approving with none free is a 429 that
+/// decides nothing); a batch wider than the limits runs, a few at a time.
+async fn limits_leave_recorded_calls_and_count_approved_ones(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 1).await;
+    let (s, first) = app
+        .call(
+            "r",
+            json!({"id": "done", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{first}");
+    let batch = json!({"run_id": "b1", "calls": [
+        {"id": "b-1", "name": "echo", "arguments": {"text": "1"}},
+        {"id": "b-2", "name": "echo", "arguments": {"text": "2"}},
+        {"id": "b-3", "name": "echo", "arguments": {"text": "3"}},
+    ]});
+    // Three concurrency-safe calls, one slot: they run one at a time.
+    let r = app.post("/v1/threads/r/batches", &batch).await;
+    assert_eq!(r.status(), 200);
+    let ran: Value = r.json().await.unwrap();
+    assert!(
+        ran["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["status"] == 200),
+        "{ran}"
+    );
+
+    let mut sse = app.events("r", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let long = {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url("/v1/threads/r/tool-calls"),
+            app.token.clone(),
+        );
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"id": "long", "name": "wait", "arguments": {"ms": 20000}}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+    };
+    // (The stream replays the thread's earlier calls first.)
+    while sse.until("TOOL_CALL_END").await.pop().unwrap().data["toolCallId"] != "long" {}
+    // The slot is taken; a new call is refused...
+    let busy = app
+        .post(
+            "/v1/threads/r/tool-calls",
+            &json!({"id": "new", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(busy.status(), 429);
+    // ...but a recorded one is answered as recorded, alone or in a batch.
+    let (s, again) = app
+        .call(
+            "r",
+            json!({"id": "done", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["replayed"], true, "{again}");
+    let r = app.post("/v1/threads/r/batches", &batch).await;
+    assert_eq!(r.status(), 200);
+    let again: Value = r.json().await.unwrap();
+    assert!(
+        again["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["result"]["replayed"] == true),
+        "{again}"
+    );
+    // The running call posted again with other arguments: a 409 at once.
+    let started = std::time::Instant::now();
+    let r = app
+        .post(
+            "/v1/threads/r/tool-calls",
+            &json!({"id": "long", "name": "wait", "arguments": {"ms": 5}}),
+        )
+        .await;
+    assert_eq!(r.status(), 409);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "it waited for the call"
+    );
+    let p: Value = r.json().await.unwrap();
+    assert_eq!(p["code"], "CALL_CONFLICT", "{p}");
+
+    // An approval while the slot is taken decides nothing.
+    let r = app.put("/v1/permissions", &json!({"ask": ["echo"]})).await;
+    assert_eq!(r.status(), 200);
+    let r = app
+        .post(
+            "/v1/threads/r/tool-calls",
+            &json!({"id": "asks", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    // (Posting it needs a slot too: wait for the long call's to free.)
+    assert_eq!(r.status(), 429);
+    let r = app
+        .post("/v1/threads/r/tool-calls/long/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    assert_eq!(long.await.unwrap(), 200);
+    let r = app
+        .post(
+            "/v1/threads/r/tool-calls",
+            &json!({"id": "asks", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+    let pending: Value = r.json().await.unwrap();
+    let approval = pending["approval"]["id"].as_str().unwrap().to_string();
+    let r = app.put("/v1/permissions", &json!({"ask": ["wait"]})).await;
+    assert_eq!(r.status(), 200);
+    let r = app
+        .post(
+            "/v1/threads/r/tool-calls",
+            &json!({"id": "w2", "name": "wait", "arguments": {"ms": 20000}}),
+        )
+        .await;
+    assert_eq!(r.status(), 202);
+    let waiting: Value = r.json().await.unwrap();
+    let second = waiting["approval"]["id"].as_str().unwrap().to_string();
+    // The second (a long wait) approved: it runs, in the owner's slot.
+    let r = app
+        .post(
+            &format!("/v1/approvals/{second}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let p: Value = r.json().await.unwrap();
+    assert!(
+        p["detail"].as_str().unwrap().contains("stays pending"),
+        "{p}"
+    );
+    let r = app.get(&format!("/v1/approvals/{approval}")).await;
+    let view: Value = r.json().await.unwrap();
+    assert_eq!(view["status"], "pending", "{view}");
+    let busy = app
+        .post(
+            "/v1/threads/r/tool-calls",
+            &json!({"id": "new", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(
+        busy.status(),
+        429,
+        "the approved call holds the owner's slot"
+    );
+    // Denying needs no slot; once the approved call ends, approving works.
+    let r = app
+        .post("/v1/threads/r/tool-calls/w2/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+}
+
 async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 1).await;
     let mut sse = app.events("l", "", None).await;
@@ -1056,6 +1239,7 @@ both_backends!(
     a_timed_out_call_is_answered_while_its_blocking_work_goes_on,
     batches_run_safe_calls_together_and_the_rest_in_order,
     limits_answer_429_and_cancellation_frees_the_slot,
+    limits_leave_recorded_calls_and_count_approved_ones,
     dry_runs_preview_and_change_nothing,
     a_long_read_only_call_is_announced_while_it_runs,
     progress_announces_a_read_only_call_first,

@@ -400,6 +400,21 @@ impl Engine {
         decision: Decision,
         reason: Option<String>,
     ) -> Result<ApprovalRecord, ApprovalError> {
+        self.decide_holding(id, by, approver, decision, reason, None)
+            .await
+    }
+
+    /// [`Engine::decide`], an approved call holding `slot` (one of its
+    /// owner's call slots) until it has finished.
+    pub async fn decide_holding(
+        self: &Arc<Self>,
+        id: &str,
+        by: &str,
+        approver: bool,
+        decision: Decision,
+        reason: Option<String>,
+        slot: Option<super::limits::Permit>,
+    ) -> Result<ApprovalRecord, ApprovalError> {
         // A blank reason is none (the model is not told "denied: ").
         let reason = reason.filter(|r| !r.trim().is_empty());
         let approval = self.approval_for(id, by, approver).await?;
@@ -483,8 +498,11 @@ impl Engine {
                 // The call runs in its own task: the decision's HTTP request
                 // returns once the call has started.
                 tokio::spawn(
-                    async move { engine.resume(approval_for_task, extra, started_tx).await }
-                        .in_current_span(),
+                    async move {
+                        engine.resume(approval_for_task, extra, started_tx).await;
+                        drop(slot);
+                    }
+                    .in_current_span(),
                 );
                 let started = started_rx
                     .await

@@ -68,10 +68,15 @@ impl Limits {
         }
     }
 
+    /// The most slots one request may take at once: the smaller limit.
+    pub fn widest(&self) -> usize {
+        self.slots.global_max.min(self.slots.per_owner_max)
+    }
+
     /// Take `n` slots for `owner` now, or say which limit is in the way.
     pub fn try_acquire(&self, owner: &str, n: usize) -> Result<Permit, LimitExceeded> {
         let slots = &self.slots;
-        let widest = slots.global_max.min(slots.per_owner_max);
+        let widest = self.widest();
         if n > widest {
             return Err(LimitExceeded::TooWide(widest));
         }

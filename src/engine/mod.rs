@@ -1016,6 +1016,18 @@ impl Engine {
             }
             optimistic = false;
             if let Some(mut done) = waiting {
+                // Posted again with other arguments (or another tool) while
+                // it runs: refused at once, not once it has finished (which
+                // may be minutes away). A write-ahead not committed yet is
+                // checked when the call has finished, as before.
+                if let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await?
+                    && let Some(field) = call_difference(&record, tool_name, &req.call)
+                {
+                    return Err(Rejection::IdConflict {
+                        id: req.call.id.clone(),
+                        field,
+                    });
+                }
                 let _ = done.wait_for(|finished| *finished).await;
             }
             let Some(record) = self.store.tool_call(&req.thread_id, &req.call.id).await? else {

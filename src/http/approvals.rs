@@ -318,7 +318,8 @@ pub struct DecisionRequest {
         (status = 403, description = "An approval by the call's owner where `approvals.owners_approve` is off: only a token with the approver scope approves (the owner may deny)", content_type = "application/problem+json"),
         (status = 404, description = "No such approval for this caller", content_type = "application/problem+json"),
         (status = 409, description = "Already decided otherwise (another decision, reason or caller), or expired; the same decision posted again by its caller answers 200 with `replayed: true`", content_type = "application/problem+json"),
-        (status = 422, description = "Bad decision", content_type = "application/problem+json")),
+        (status = 422, description = "Bad decision", content_type = "application/problem+json"),
+        (status = 429, description = "An approval while the call's owner runs its maximum of concurrent calls (an approved call takes one of its slots): nothing is decided; decide again after Retry-After", content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn decide(
     State(state): State<AppState>,
@@ -334,14 +335,35 @@ pub async fn decide(
         ));
     }
     let approver = is_approver(&state, &user);
+    // An approved call runs like any other, in one of its owner's call
+    // slots: with none free, the decision is not taken (the approval stays
+    // pending) and the answer says to decide again shortly.
+    let slot = match (body.decision, state.engine.approval_for(&id, &user.owner, approver).await) {
+        (Decision::Approve, Ok(approval)) if approval.status == ApprovalStatus::Pending => {
+            Some(state.acquire(&approval.owner, 1).map_err(|e| match e {
+                ApiError::TooManyRequests {
+                    detail,
+                    retry_after_secs,
+                } => ApiError::TooManyRequests {
+                    detail: format!(
+                        "{detail} (the call's owner); the approval stays pending: decide again shortly"
+                    ),
+                    retry_after_secs,
+                },
+                other => other,
+            })?)
+        }
+        _ => None,
+    };
     let decided = state
         .engine
-        .decide(
+        .decide_holding(
             &id,
             &user.owner,
             approver,
             body.decision,
             body.reason.clone(),
+            slot,
         )
         .await;
     match decided {

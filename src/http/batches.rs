@@ -221,9 +221,24 @@ pub async fn post_batch(
                 .is_some_and(|t| t.definition.metadata.concurrency_safe)
         })
         .collect();
-    let groups = group_consecutive_safe(&safe);
+    // A group of concurrency-safe calls runs at most as many at once as
+    // the limits let one request take (the rest of it after them), so a
+    // batch is never refused for being wider than the limits.
+    let groups = within(group_consecutive_safe(&safe), state.limits.widest());
     let widest = groups.iter().map(Vec::len).max().unwrap_or(1);
-    let permit = state.acquire(&user.owner, widest)?;
+    // A batch all of whose calls are recorded runs nothing (each is
+    // answered from storage, or waited for): it needs no slot, so a retry
+    // after a lost answer is not refused while the owner's calls run.
+    let permit = match state.acquire(&user.owner, widest) {
+        Ok(permit) => Some(permit),
+        Err(limit) => {
+            if all_recorded(&state, &thread.0, &parsed).await? {
+                None
+            } else {
+                return Err(limit);
+            }
+        }
+    };
 
     let mut results: Vec<Option<BatchItem>> = (0..parsed.len()).map(|_| None).collect();
     let mut parsed: Vec<Option<Parsed>> = parsed.into_iter().map(Some).collect();
@@ -336,6 +351,34 @@ pub async fn post_batch(
     Ok(axum::Json(BatchResponse { run_id, results }))
 }
 
+/// Whether the thread has recorded every call of `parsed` it could run
+/// (an item refused as it was parsed runs nothing either).
+async fn all_recorded(
+    state: &AppState,
+    thread_id: &str,
+    parsed: &[Parsed],
+) -> Result<bool, ApiError> {
+    for call in parsed.iter().flatten() {
+        if state.store.tool_call(thread_id, &call.id).await?.is_none() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// `groups` with none longer than `most` (a longer one cut in order).
+fn within(groups: Vec<Vec<usize>>, most: usize) -> Vec<Vec<usize>> {
+    groups
+        .into_iter()
+        .flat_map(|group| {
+            group
+                .chunks(most.max(1))
+                .map(<[usize]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The run of the first of `parsed` that the thread has recorded, if any.
 async fn first_recorded_run(
     state: &AppState,
@@ -413,7 +456,16 @@ fn group_consecutive_safe(safe: &[bool]) -> Vec<Vec<usize>> {
 
 #[cfg(test)]
 mod tests {
-    use super::group_consecutive_safe;
+    use super::{group_consecutive_safe, within};
+
+    #[test]
+    fn a_group_wider_than_the_limits_is_cut_in_order() {
+        assert_eq!(
+            within(vec![vec![0, 1, 2, 3, 4], vec![5], vec![6, 7]], 2),
+            vec![vec![0, 1], vec![2, 3], vec![4], vec![5], vec![6, 7]]
+        );
+        assert_eq!(within(vec![vec![0, 1]], 0), vec![vec![0], vec![1]]);
+    }
 
     #[test]
     fn consecutive_safe_calls_share_a_group() {

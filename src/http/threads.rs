@@ -236,9 +236,19 @@ pub async fn post_tool_call(
     };
     check_owner(&state, &user, &thread).await?;
     check_parent(&state, &thread.0, &call, "").await?;
+    // A call recorded already runs nothing when posted again (its outcome
+    // is answered, or waited for): it needs no slot, so a retry after a
+    // lost answer is not refused while the owner's other calls run.
+    let permit = match state.acquire(&user.owner, 1) {
+        Ok(permit) => Some(permit),
+        Err(limit) => match state.store.tool_call(&thread.0, &call.id).await? {
+            Some(_) => None,
+            None => return Err(limit),
+        },
+    };
     let request = CallRequest::new(&user.owner, &thread.0, call);
     let engine = state.engine.clone();
-    let outcome = with_slot(&state, &user, async move { engine.execute(request).await })
+    let outcome = spawned(&state, permit, async move { engine.execute(request).await })
         .await?
         .map_err(rejection_to_api)?;
     executed_response(&state, &thread.0, outcome, wait).await
@@ -309,19 +319,32 @@ where
     T: Send + 'static,
     F: std::future::Future<Output = T> + Send + 'static,
 {
-    let task = state.acquire(&user.owner, 1).map(|permit| {
-        state.calls.spawn(Box::pin(
-            async move {
-                let result = work.await;
-                drop(permit);
-                result
-            }
-            .in_current_span(),
-        ))
-    });
+    let task = state
+        .acquire(&user.owner, 1)
+        .map(|permit| spawned(state, Some(permit), work));
+    async move { task?.await }
+}
+
+/// [`with_slot`] with the slot taken already (or none needed).
+fn spawned<T, F>(
+    state: &AppState,
+    permit: Option<crate::engine::limits::Permit>,
+    work: F,
+) -> impl std::future::Future<Output = Result<T, ApiError>> + use<T, F>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let task = state.calls.spawn(Box::pin(
+        async move {
+            let result = work.await;
+            drop(permit);
+            result
+        }
+        .in_current_span(),
+    ));
     async move {
-        task?
-            .await
+        task.await
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("pipeline task failed: {e}")))
     }
 }
