@@ -853,15 +853,22 @@ async fn cancellation_kills_the_command() {
     let err = h
         .tool()
         .execute(
-            json!({"command": "sleep 30.104 & echo $! > pid; sleep 30"}),
+            json!({"command": "sleep 30.104 & echo $! > pid; echo started; echo warned >&2; sleep 30"}),
             ctx("alice", None, cancel),
         )
         .await
         .unwrap_err();
     assert_eq!(err.code, "CANCELLED");
-    // Who stopped it, and that it may have done part of its work.
+    // Who stopped it, and that it may have done part of its work; what it
+    // printed until then is the evidence of how far it got.
     assert!(err.message.contains("by its caller"), "{}", err.message);
     assert!(err.message.contains("part of its work"), "{}", err.message);
+    assert!(
+        err.message.contains("\nstdout until then:\nstarted\n")
+            && err.message.contains("\nstderr until then:\nwarned\n"),
+        "{}",
+        err.message
+    );
     assert!(err.hint.is_some());
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(pidfile.exists(), "the background job started");

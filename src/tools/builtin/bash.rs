@@ -330,8 +330,9 @@ impl Tool for Bash {
                 codes::CANCELLED,
                 format!(
                     "the call was cancelled after {} ms, by its caller (a person or the \
-                     application), and the command was killed: it may have done part of its work",
-                    output.duration_ms
+                     application), and the command was killed: it may have done part of its work{}",
+                    output.duration_ms,
+                    printed_until_then(&output),
                 ),
                 false,
             )
@@ -416,10 +417,74 @@ impl Tool for Bash {
     }
 }
 
+/// Characters of each stream a cancelled command's error quotes (its end).
+const CANCELLED_TAIL_CHARS: usize = 2_000;
+
+/// What a command stopped part-way had printed, for its error (nothing
+/// when it printed nothing): the end of each stream, which says how far
+/// it got.
+fn printed_until_then(output: &crate::sandbox::CommandOutput) -> String {
+    let mut text = String::new();
+    for (name, stream, written) in [
+        ("stdout", &output.stdout, output.stdout_chars),
+        ("stderr", &output.stderr, output.stderr_chars),
+    ] {
+        if stream.is_empty() {
+            continue;
+        }
+        let kept = stream.chars().count();
+        let tail: String = stream
+            .chars()
+            .skip(kept.saturating_sub(CANCELLED_TAIL_CHARS))
+            .collect();
+        let shown = tail.chars().count();
+        if shown < written {
+            text.push_str(&format!(
+                "\n{name} until then (its last {shown} of {written} characters):\n{tail}"
+            ));
+        } else {
+            text.push_str(&format!("\n{name} until then:\n{tail}"));
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tools::registry::check_definition;
+
+    #[test]
+    fn a_cancelled_commands_error_quotes_the_end_of_what_it_printed() {
+        let long = "x".repeat(2_500) + "last line\n";
+        let output = crate::sandbox::CommandOutput {
+            stdout: long.clone(),
+            stderr: String::new(),
+            exit_code: None,
+            signal: Some(9),
+            timed_out: false,
+            cancelled: true,
+            duration_ms: 10,
+            stdout_truncated: false,
+            stderr_truncated: false,
+            stdout_chars: long.chars().count(),
+            stderr_chars: 0,
+            output_incomplete: false,
+        };
+        let text = printed_until_then(&output);
+        assert!(
+            text.starts_with("\nstdout until then (its last 2000 of 2510 characters):\nxxx"),
+            "{text}"
+        );
+        assert!(text.ends_with("last line\n"), "{text}");
+        assert!(!text.contains("stderr"), "{text}");
+        let silent = crate::sandbox::CommandOutput {
+            stdout: String::new(),
+            stdout_chars: 0,
+            ..output
+        };
+        assert_eq!(printed_until_then(&silent), "");
+    }
 
     fn tool(settings: SandboxSettings) -> (tempfile::TempDir, Bash) {
         let tmp = tempfile::tempdir().unwrap();
