@@ -655,6 +655,108 @@ async fn limits_leave_recorded_calls_and_count_approved_ones(backend: Backend) {
     assert_eq!(r.status(), 200);
 }
 
+/// A call of a batch or an AG-UI run that has not started yet may be
+/// cancelled (it was a 404): when its turn comes it is recorded CANCELLED
+/// and does not run.
+async fn a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled(backend: Backend) {
+    // One slot: the batch's calls run one after another.
+    let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 1).await;
+    let mut sse = app.events("q", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let batch = {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url("/v1/threads/q/batches"),
+            app.token.clone(),
+        );
+        tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"calls": [
+                    {"id": "first", "name": "wait", "arguments": {"ms": 20000}},
+                    {"id": "second", "name": "echo", "arguments": {"text": "x"}},
+                ]}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    };
+    sse.until("TOOL_CALL_END").await;
+    let r = app
+        .post("/v1/threads/q/tool-calls/second/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    // Cancelled again: the same answer.
+    let r = app
+        .post("/v1/threads/q/tool-calls/second/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 409, "being cancelled already");
+    let r = app
+        .post("/v1/threads/q/tool-calls/nobody/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 404);
+    let r = app
+        .post("/v1/threads/q/tool-calls/first/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let (status, body) = batch.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    for (i, id) in ["first", "second"].iter().enumerate() {
+        let output = &body["results"][i]["result"]["tool_agent_output"];
+        assert_eq!(output["tool_call_id"], *id, "{body}");
+        assert_eq!(output["error"]["code"], "CANCELLED", "{body}");
+    }
+    let message = body["results"][1]["result"]["tool_agent_output"]["error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("before it started"), "{message}");
+    let record = app.get_json("/v1/threads/q/tool-calls/second").await;
+    assert_eq!(record["status"], "failure", "{record}");
+    // After the batch the id is a finished call's: a cancel is the 202 of
+    // a cancelled call.
+    let r = app
+        .post("/v1/threads/q/tool-calls/second/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+
+    // The same in an AG-UI run.
+    let input = json!({
+        "threadId": "qr", "runId": "run_1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u1", "role": "user", "content": "go"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "r1", "type": "function", "function": {"name": "wait", "arguments": "{\"ms\":20000}"}},
+                {"id": "r2", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"x\"}"}}]}
+        ]
+    });
+    let resp = app.post("/v1/threads/qr/runs", &input).await;
+    assert_eq!(resp.status(), 200);
+    let mut run = common::SseReader::new(resp);
+    run.until("TOOL_CALL_END").await;
+    let r = app
+        .post("/v1/threads/qr/tool-calls/r2/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let r = app
+        .post("/v1/threads/qr/tool-calls/r1/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let frames = run.until("RUN_FINISHED").await;
+    let results: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.kind() == "TOOL_CALL_RESULT")
+        .map(|f| &f.data)
+        .collect();
+    assert_eq!(results.len(), 2, "{frames:?}");
+    for (result, id) in results.iter().zip(["r1", "r2"]) {
+        assert_eq!(result["toolCallId"], id);
+        assert_eq!(result["metadata"]["error"]["code"], "CANCELLED", "{result}");
+    }
+}
+
 async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 1).await;
     let mut sse = app.events("l", "", None).await;
@@ -1240,6 +1342,7 @@ both_backends!(
     batches_run_safe_calls_together_and_the_rest_in_order,
     limits_answer_429_and_cancellation_frees_the_slot,
     limits_leave_recorded_calls_and_count_approved_ones,
+    a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled,
     dry_runs_preview_and_change_nothing,
     a_long_read_only_call_is_announced_while_it_runs,
     progress_announces_a_read_only_call_first,

@@ -578,6 +578,29 @@ pub enum Cancelled {
     /// Another cancellation (a cancel, a timeout, a shutdown) reached it
     /// first: this one changed nothing, and its result follows or came.
     Already,
+    /// A call of a batch or an AG-UI run that has not started: when its
+    /// turn comes it is recorded `CANCELLED` and does not run.
+    BeforeStart,
+}
+
+/// Calls a batch or an AG-UI run is going to run, by (thread, call id),
+/// each marked once a cancel reached it before it started.
+type Queue = Arc<Mutex<HashMap<CallKey, bool>>>;
+
+/// The calls of one batch or run that have not started, in [`Engine`]'s
+/// queue until this is dropped.
+pub struct QueuedCalls {
+    queue: Queue,
+    keys: Vec<CallKey>,
+}
+
+impl Drop for QueuedCalls {
+    fn drop(&mut self) {
+        let mut queue = self.queue.lock().expect("queue lock");
+        for key in &self.keys {
+            queue.remove(key);
+        }
+    }
 }
 
 pub struct Engine {
@@ -586,6 +609,7 @@ pub struct Engine {
     writer: Writer,
     config: EngineConfig,
     in_flight: Mutex<HashMap<CallKey, InFlight>>,
+    queued: Queue,
     /// Announces every call this process finishes (for callers that wait on
     /// an approval's outcome).
     finished: tokio::sync::broadcast::Sender<CallKey>,
@@ -624,6 +648,7 @@ impl Engine {
             writer,
             config,
             in_flight: Mutex::new(HashMap::new()),
+            queued: Queue::default(),
             finished: tokio::sync::broadcast::channel(1024).0,
             owner_rules: Mutex::new(KeptRules::default()),
             rules_kept,
@@ -645,10 +670,33 @@ impl Engine {
         let tool = match self.resolve(&req.call.name) {
             Ok(tool) => tool,
             Err(rejection) => {
+                self.started(&req);
                 let name = req.call.name.clone();
                 return self.refused_before_running(req, &name, rejection).await;
             }
         };
+        // A call of a batch or a run cancelled before its turn: recorded
+        // CANCELLED, not run (one recorded already answers as recorded).
+        if self.started(&req) {
+            let error = ToolError::new(
+                codes::CANCELLED,
+                "the call was cancelled by its caller before it started; it did not run",
+                false,
+            )
+            .with_hint("run it again only if the user asks for it");
+            let audit = audit::refused(
+                &req,
+                &tool.definition.name,
+                Some(&tool.definition.metadata.audit_operation),
+                &error,
+                None,
+            );
+            return self
+                .record_refusal(req, &tool.definition.name, error, audit)
+                .await
+                .map(Executed::Finished)
+                .map_err(Rejection::from);
+        }
 
         // A read-only tool's write-ahead may be deferred (step 7).
         let deferred = tool.definition.metadata.read_only && !self.config.announce_after.is_zero();
@@ -1127,16 +1175,26 @@ impl Engine {
         call_id: &str,
         within: Duration,
     ) -> Result<Option<Cancelled>, StoreError> {
+        let key = (thread_id.to_string(), call_id.to_string());
         let mut done = {
             let map = self.in_flight.lock().expect("in-flight lock");
-            match map.get(&(thread_id.to_string(), call_id.to_string())) {
+            match map.get(&key) {
                 // Under the lock: of cancels at once, one is first.
                 Some(f) if f.cancel.is_cancelled() => return Ok(Some(Cancelled::Already)),
                 Some(f) => {
                     f.cancel.cancel();
                     f.done.clone()
                 }
-                None => return Ok(None),
+                None => {
+                    let mut queued = self.queued.lock().expect("queue lock");
+                    return Ok(queued.get_mut(&key).map(|cancelled| {
+                        if std::mem::replace(cancelled, true) {
+                            Cancelled::Already
+                        } else {
+                            Cancelled::BeforeStart
+                        }
+                    }));
+                }
             }
         };
         if tokio::time::timeout(within, done.wait_for(|finished| *finished))
@@ -1162,6 +1220,39 @@ impl Engine {
             }
             _ => Cancelled::Stopped,
         }))
+    }
+
+    /// Put the calls `ids` of a batch or run in `thread_id` in the queue of
+    /// calls about to run, until the guard is dropped: a cancel reaching
+    /// one before it starts keeps it from running. An id queued already
+    /// (by another request) is left to that one.
+    pub fn queue(&self, thread_id: &str, ids: impl IntoIterator<Item = String>) -> QueuedCalls {
+        let mut queue = self.queued.lock().expect("queue lock");
+        let keys = ids
+            .into_iter()
+            .map(|id| (thread_id.to_string(), id))
+            .filter(|key| {
+                let new = !queue.contains_key(key);
+                if new {
+                    queue.insert(key.clone(), false);
+                }
+                new
+            })
+            .collect();
+        QueuedCalls {
+            queue: self.queued.clone(),
+            keys,
+        }
+    }
+
+    /// The call's turn has come: out of the queue; whether a cancel
+    /// reached it there.
+    fn started(&self, req: &CallRequest) -> bool {
+        self.queued
+            .lock()
+            .expect("queue lock")
+            .remove(&(req.thread_id.clone(), req.call.id.clone()))
+            .unwrap_or(false)
     }
 
     /// The TOOL_CALL_START/ARGS/END announcing a call (`args`: its arguments'

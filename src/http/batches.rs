@@ -240,6 +240,12 @@ pub async fn post_batch(
         }
     };
 
+    // Until its turn comes, a call of the batch may be cancelled: it is
+    // then recorded CANCELLED instead of run.
+    let _queued = state.engine.queue(
+        &thread.0,
+        parsed.iter().flatten().map(|call| call.id.clone()),
+    );
     let mut results: Vec<Option<BatchItem>> = (0..parsed.len()).map(|_| None).collect();
     let mut parsed: Vec<Option<Parsed>> = parsed.into_iter().map(Some).collect();
     // The first call found waiting for a human decision: the calls after

@@ -846,6 +846,17 @@ async fn execute_turn(
     let frontend = frontend_tools(input);
     let mut pending_frontend = Vec::new();
     let mut interrupts = Vec::new();
+    // Until its turn comes, a call of the run may be cancelled: it is then
+    // recorded CANCELLED instead of run.
+    let _queued = state.engine.queue(
+        &input.thread_id,
+        tool_calls
+            .iter()
+            .filter(|tc| {
+                !answered.contains(tc.id.as_str()) && !frontend.contains(tc.function.name.as_str())
+            })
+            .map(|tc| tc.id.clone()),
+    );
 
     for tc in tool_calls {
         if answered.contains(tc.id.as_str()) {

@@ -1299,11 +1299,12 @@ pub struct CancelAccepted {
 /// cancel posted again) is answered `202` as the first time. A
 /// call waiting for approval is withdrawn: its approval is denied on its
 /// owner's behalf and the call ends with `APPROVAL_DENIED`, having run
-/// nothing.
+/// nothing. A call of a batch or an AG-UI run that has not started yet is
+/// recorded `CANCELLED` when its turn comes, and does not run.
 #[utoipa::path(post, path = "/v1/threads/{thread_id}/tool-calls/{tool_call_id}/cancel", tag = "tool calls",
     params(("thread_id" = String, Path,), ("tool_call_id" = String, Path,)),
     responses(
-        (status = 202, description = "The call is being cancelled, or was withdrawn from its approval", body = CancelAccepted),
+        (status = 202, description = "The call is being cancelled, was withdrawn from its approval, or (a call of a batch or run waiting its turn) will not run", body = CancelAccepted),
         (status = 404, description = "No such call in this thread", content_type = "application/problem+json"),
         (status = 409, description = "The call finished first (`code` `ALREADY_FINISHED`: its result stands), another cancellation is stopping it (`BEING_CANCELLED`), it runs in another process (`RUNS_ELSEWHERE`), or, waiting for approval, it was approved (or denied) first (`ALREADY_DECIDED`: an approved call runs; cancel it again to stop it); a call cancelled already is answered 202 again", content_type = "application/problem+json"),
         (status = 422, description = "A body with fields: the route takes none (at most `{}`)", content_type = "application/problem+json"),
@@ -1407,7 +1408,9 @@ async fn cancel_running(
         .cancel(thread_id, call_id, CANCEL_ANSWER_WAIT)
         .await?;
     Ok(cancelled.map(|cancelled| match cancelled {
-        Cancelled::Stopped | Cancelled::Stopping => cancel_accepted(call_id),
+        Cancelled::Stopped | Cancelled::Stopping | Cancelled::BeforeStart => {
+            cancel_accepted(call_id)
+        }
         Cancelled::Already => ApiError::conflict(
             conflicts::BEING_CANCELLED,
             format!(
