@@ -1276,8 +1276,9 @@ async fn progress_of_long_tools_streams_as_custom_events(backend: Backend) {
         .find(|f| f.kind() == "TOOL_CALL_START")
         .unwrap();
     assert_eq!(
-        start.data["toolCallName"], "sleep",
-        "a call is announced by the name it was called"
+        start.data["toolCallName"], "wait",
+        "a call no message declares is announced under its tool's own name, as the \
+         snapshot and the history show it"
     );
     let ids: Vec<i64> = frames.iter().map(|f| f.id.unwrap()).collect();
     assert!(
@@ -1832,6 +1833,32 @@ async fn a_declared_call_runs_only_as_declared(backend: Backend) {
     );
     let history = app.history("dd").await;
     assert_eq!(history[0]["tool_calls"][1]["name"], "sleep", "{history:?}");
+    // The live stream named it so too, though it was posted as `wait`: a
+    // stock client names it the same live and after a reload (it
+    // announced `wait`, and the snapshot said `sleep`).
+    let mut log = app.events("dd", "?after=0", None).await;
+    let mut started: Vec<(Value, Value)> = Vec::new();
+    while !started.iter().any(|(id, _)| id == "s1") {
+        started.extend(
+            log.until("TOOL_CALL_START")
+                .await
+                .into_iter()
+                .filter(|f| f.kind() == "TOOL_CALL_START")
+                .map(|f| (f.data["toolCallId"].clone(), f.data["toolCallName"].clone())),
+        );
+    }
+    let mut reload = app.events("dd", "?snapshot=true", None).await;
+    let frames = reload.until("MESSAGES_SNAPSHOT").await;
+    let snapshot = frames.last().unwrap();
+    assert!(
+        started.contains(&(json!("s1"), json!("sleep"))),
+        "{started:?}"
+    );
+    assert_eq!(
+        snapshot.data["messages"][0]["toolCalls"][1]["function"]["name"], "sleep",
+        "{}",
+        snapshot.data
+    );
 
     // Two messages at once declaring one id differently: one is recorded,
     // the other refused, never both.

@@ -568,6 +568,7 @@ impl Engine {
             undo_of: text("undo_of"),
             // Recorded already: the decision runs it under its record.
             declared: super::Declared::Unknown,
+            declared_name: None,
         };
         let mut permission = Permission {
             verdict: match r.get("verdict").and_then(Value::as_str) {

@@ -116,7 +116,18 @@ impl Engine {
                     field: "arguments",
                 })
             }
-            Some(by) => link(req, by.message_id),
+            Some(by) => {
+                // The name the message calls it by: an alias as written.
+                req.declared_name = self
+                    .store
+                    .message(&req.thread_id, &by.message_id)
+                    .await?
+                    .and_then(|m| {
+                        crate::protocol::context::declared_name(&m, &req.call.id)
+                            .map(str::to_string)
+                    });
+                link(req, by.message_id)
+            }
             None => {
                 req.declared = Declared::Nowhere;
                 Ok(())

@@ -447,6 +447,9 @@ pub struct CallRequest {
     /// ([`Engine::link_to_declaration`]); its record commits only while the
     /// thread still declares it so ([`crate::store::NewToolCall::declared_by`]).
     pub declared: Declared,
+    /// The name the declaring message calls the call by (an alias of its
+    /// tool, or the tool's own name), once looked up with `declared`.
+    pub declared_name: Option<String>,
 }
 
 impl CallRequest {
@@ -458,6 +461,7 @@ impl CallRequest {
             observer: None,
             undo_of: None,
             declared: Declared::Unknown,
+            declared_name: None,
         }
     }
 }
@@ -1255,19 +1259,20 @@ impl Engine {
             .unwrap_or(false)
     }
 
-    /// The TOOL_CALL_START/ARGS/END announcing a call (`args`: its arguments'
-    /// JSON text). The call is announced under the name it was called by
-    /// (an alias stays an alias), as the message declaring it names it: an
-    /// AG-UI client renames its copy of the call to the name announced.
-    fn announce(req: &CallRequest, args: &JsonText, ms: i64) -> Vec<Event> {
+    /// The TOOL_CALL_START/ARGS/END announcing a call of tool `name`
+    /// (`args`: its arguments' JSON text). A call a message declares is
+    /// announced under the name that message calls it by (an alias stays
+    /// an alias), whatever name it was posted under: an AG-UI client
+    /// renames its copy of the call to the name announced, and the
+    /// snapshot, the history and the context show the message's. Any other
+    /// call is announced under its tool's own name, as they show it.
+    fn announce(req: &CallRequest, name: &str, args: &JsonText, ms: i64) -> Vec<Event> {
         let call = &req.call;
-        announcement(
-            &call.id,
-            &call.name,
-            call.parent_message_id.clone(),
-            args,
-            ms,
-        )
+        let shown = match (&req.declared, &req.declared_name) {
+            (Declared::By(_), Some(declared)) => declared,
+            _ => name,
+        };
+        announcement(&call.id, shown, call.parent_message_id.clone(), args, ms)
     }
 
     /// Record the call with `status` and announce it at the moment `ms`,
@@ -1346,7 +1351,7 @@ impl Engine {
     ) -> (WriteUnit, Vec<Event>) {
         // Serialized once: the call's record and its TOOL_CALL_ARGS delta.
         let args = JsonText::of(&req.call.arguments);
-        let events = Self::announce(req, &args, ms);
+        let events = Self::announce(req, name, &args, ms);
         let mut ops = vec![WriteOp::InsertToolCall(NewToolCall {
             id: req.call.id.clone(),
             run_id: req

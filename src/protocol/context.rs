@@ -16,6 +16,15 @@ fn stored_calls(m: &StoredMessage) -> Vec<&Value> {
         .unwrap_or_default()
 }
 
+/// The name assistant message `m` calls its call `id` by, as it was
+/// recorded (an alias stays an alias).
+pub fn declared_name<'m>(m: &'m StoredMessage, id: &str) -> Option<&'m str> {
+    stored_calls(m)
+        .into_iter()
+        .find(|call| call["id"].as_str() == Some(id))
+        .and_then(|call| call["name"].as_str())
+}
+
 /// The metadata key of a tool message holding why the application's own
 /// tool failed (AG-UI `ToolMessage.error`).
 pub const ERROR: &str = "error";
