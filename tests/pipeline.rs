@@ -1756,6 +1756,38 @@ async fn a_run_names_the_fields_it_does_not_know(backend: Backend) {
     assert!(frames.iter().all(|f| f.kind() != "CUSTOM"), "{frames:?}");
 }
 
+/// A message and the events announcing it carry one moment: a message
+/// declaring many calls was stamped in its events before they were checked
+/// and in its record after (1-3 ms apart).
+async fn a_message_and_its_events_have_one_moment(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let mut sse = app.events("mt", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let big = "x".repeat(4_000);
+    for m in 0..3 {
+        let calls: Vec<Value> = (0..64)
+            .map(|i| {
+                json!({"id": format!("m{m}c{i}"), "name": "write_file",
+                            "arguments": {"path": format!("f{i}.txt"), "content": big}})
+            })
+            .collect();
+        let r = app
+            .post(
+                "/v1/threads/mt/messages",
+                &json!({"id": format!("m{m}"), "role": "assistant", "content": "", "tool_calls": calls}),
+            )
+            .await;
+        assert_eq!(r.status(), 201);
+    }
+    let history = app.history("mt").await;
+    for (m, message) in history.iter().enumerate() {
+        let frames = sse.until("TEXT_MESSAGE_START").await;
+        let start = frames.last().unwrap();
+        assert_eq!(start.data["messageId"], format!("m{m}"));
+        assert_eq!(start.data["timestamp"], message["created_at_ms"], "{m}");
+    }
+}
+
 async fn a_declared_call_runs_only_as_declared(backend: Backend) {
     let app = TestApp::spawn(backend).await;
     let turn = |calls: Value| json!({"role": "assistant", "tool_calls": calls});
@@ -3086,6 +3118,7 @@ async fn large_results_are_paged_by_size(backend: Backend) {
 }
 
 both_backends!(
+    a_message_and_its_events_have_one_moment,
     a_recorded_turn_comes_back_as_the_stream_showed_it,
     identical_runs_at_once_all_finish,
     a_run_names_the_fields_it_does_not_know,

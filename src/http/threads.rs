@@ -643,7 +643,12 @@ pub async fn post_message(
         MessageRole::System => Role::System,
         MessageRole::Developer => Role::Developer,
     };
-    let events = Event::text_message(&id, role.as_str(), &content);
+    // One moment for the message and its events, as every view shows it.
+    let created_at_ms = now_ms();
+    let mut events = Event::text_message(&id, role.as_str(), &content);
+    for event in &mut events {
+        event.timestamp = created_at_ms;
+    }
     let declares = match metadata.get("tool_calls") {
         Some(Value::Array(calls)) => declared(&state, calls),
         _ => Vec::new(),
@@ -662,7 +667,7 @@ pub async fn post_message(
                 content,
                 metadata: metadata.into(),
                 tool_call_id: None,
-                created_at_ms: now_ms(),
+                created_at_ms,
                 declares,
             }),
             WriteOp::AppendEvents(events.iter().map(crate::engine::new_event).collect()),
@@ -800,7 +805,7 @@ pub struct HistoryMessage {
 pub struct HistoryPage {
     /// Oldest first within the page.
     pub messages: Vec<HistoryMessage>,
-    /// Pass as `before` to get the previous (older) page; absent on the first page of the thread.
+    /// Pass as `before` to get the next page back (older messages); absent on the last page (the oldest messages of the thread).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
