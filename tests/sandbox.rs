@@ -153,6 +153,7 @@ impl Harness {
                 timeout,
                 cancel: CancellationToken::new(),
                 output_cap: 10_000,
+                progress: None,
             })
             .await
     }
@@ -836,6 +837,49 @@ async fn a_silent_timeout_is_a_timeout_error() {
         .unwrap_err();
     assert_eq!(err.code, "TIMEOUT");
     assert!(err.hint.unwrap().contains("timeout_ms"));
+}
+
+/// A command that runs for a while reports progress every two seconds
+/// (how long it has run, of its timeout, and what it has printed), so a
+/// frontend shows it alive; a quick one reports none.
+#[tokio::test]
+async fn a_long_command_reports_progress_while_it_runs() {
+    let h = harness();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut context = ctx("alice", None, CancellationToken::new());
+    context.progress = ProgressSink::new(tx);
+    let out = h
+        .tool()
+        .execute(
+            json!({"command": "echo begun; sleep 4.5; echo done", "timeout_ms": 10_000}),
+            context,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.result["exit_code"], 0);
+    let mut reports = vec![];
+    while let Ok(p) = rx.try_recv() {
+        reports.push(p);
+    }
+    assert!((1..=2).contains(&reports.len()), "{reports:?}");
+    // (Ticks come every 2 s; a loaded host may run them late.)
+    let first = &reports[0];
+    assert!(first.detail.starts_with("running for "), "{reports:?}");
+    assert!(
+        first
+            .detail
+            .ends_with(" s of at most 10 s; 6 bytes of output so far"),
+        "{reports:?}"
+    );
+    assert!((0.19..0.45).contains(&first.fraction), "{reports:?}");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut context = ctx("alice", None, CancellationToken::new());
+    context.progress = ProgressSink::new(tx);
+    h.tool()
+        .execute(json!({"command": "true"}), context)
+        .await
+        .unwrap();
+    assert!(rx.try_recv().is_err(), "a quick command reports nothing");
 }
 
 #[tokio::test]
@@ -1611,6 +1655,7 @@ async fn the_sandbox_rejects_a_cwd_outside_the_workspace() {
             timeout: Duration::from_secs(5),
             cancel: CancellationToken::new(),
             output_cap: 100,
+            progress: None,
         })
         .await
         .unwrap_err();
@@ -1673,6 +1718,7 @@ async fn extra_environment_is_added_on_top_of_the_allow_list() {
             timeout: Duration::from_secs(5),
             cancel: CancellationToken::new(),
             output_cap: 100,
+            progress: None,
         })
         .await
         .unwrap();
@@ -1728,6 +1774,7 @@ async fn a_command_cannot_be_sent_into_another_owners_workspace() {
             timeout: Duration::from_secs(5),
             cancel: CancellationToken::new(),
             output_cap: 1_000,
+            progress: None,
         })
         .await
         .unwrap_err();

@@ -174,6 +174,23 @@ pub struct CommandSpec {
     pub cancel: CancellationToken,
     /// Characters kept per stream (half from the start, half from the end).
     pub output_cap: usize,
+    /// Told, every [`PROGRESS_EVERY`] while the command runs, how long it
+    /// has run and how many bytes it has written (both streams).
+    pub progress: Option<Ticks>,
+}
+
+/// How often a running command's [`CommandSpec::progress`] is told.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// A running command's progress callback: how long it has run, and the
+/// bytes it has written so far.
+#[derive(Clone)]
+pub struct Ticks(pub Arc<dyn Fn(Duration, usize) + Send + Sync>);
+
+impl std::fmt::Debug for Ticks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ticks")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -730,20 +747,31 @@ impl Sandbox {
         let mut timed_out = false;
         let mut cancelled = false;
         let mut output_incomplete = false;
+        let written = std::sync::atomic::AtomicUsize::new(0);
         let status = {
             let reading = async {
                 tokio::join!(
-                    pump(stdout.as_mut(), &mut out),
-                    pump(stderr.as_mut(), &mut err)
+                    pump(stdout.as_mut(), &mut out, &written),
+                    pump(stderr.as_mut(), &mut err, &written)
                 )
             };
             tokio::pin!(reading);
             let mut read_all = false;
             let deadline = tokio::time::sleep(spec.timeout);
             tokio::pin!(deadline);
+            let mut ticks = tokio::time::interval_at(
+                tokio::time::Instant::now() + PROGRESS_EVERY,
+                PROGRESS_EVERY,
+            );
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let exited = loop {
                 tokio::select! {
                     _ = &mut reading, if !read_all => read_all = true,
+                    _ = ticks.tick(), if spec.progress.is_some() => {
+                        if let Some(Ticks(tell)) = &spec.progress {
+                            tell(started.elapsed(), written.load(std::sync::atomic::Ordering::Relaxed));
+                        }
+                    }
                     status = child.wait() => break status.ok(),
                     _ = &mut deadline => {
                         timed_out = true;
@@ -852,8 +880,13 @@ fn validate(spec: &CommandSpec) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Reads a pipe to its end into a capped buffer.
-async fn pump<R: AsyncRead + Unpin>(reader: Option<&mut R>, into: &mut CappedText) {
+/// Reads a pipe to its end into a capped buffer, counting what it read
+/// (in bytes) in `written` too.
+async fn pump<R: AsyncRead + Unpin>(
+    reader: Option<&mut R>,
+    into: &mut CappedText,
+    written: &std::sync::atomic::AtomicUsize,
+) {
     let Some(reader) = reader else {
         return;
     };
@@ -861,7 +894,10 @@ async fn pump<R: AsyncRead + Unpin>(reader: Option<&mut R>, into: &mut CappedTex
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => into.push_bytes(&buf[..n]),
+            Ok(n) => {
+                into.push_bytes(&buf[..n]);
+                written.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 }
@@ -1112,6 +1148,7 @@ mod tests {
                 timeout: Duration::from_secs(5),
                 cancel: CancellationToken::new(),
                 output_cap: 100,
+                progress: None,
             })
             .await
             .unwrap_err();

@@ -321,6 +321,7 @@ impl Tool for Bash {
                 timeout: Duration::from_millis(timeout_ms),
                 cancel: ctx.cancel.clone(),
                 output_cap: self.settings.output_cap_chars,
+                progress: Some(running_report(ctx.progress.clone(), timeout_ms)),
             })
             .await
             .map_err(sandbox_error)?;
@@ -415,6 +416,23 @@ impl Tool for Bash {
             result["timed_out"].as_bool().unwrap_or(false),
         ))
     }
+}
+
+/// A command's progress while it runs, every few seconds (a command that
+/// ends sooner reports none): how much of its time it has used, and how
+/// much it has printed, so a frontend shows a long command alive.
+fn running_report(progress: crate::tools::ProgressSink, timeout_ms: u64) -> crate::sandbox::Ticks {
+    crate::sandbox::Ticks(std::sync::Arc::new(move |ran: Duration, written: usize| {
+        let ran_ms = ran.as_millis() as u64;
+        progress.report(
+            ran_ms as f64 / timeout_ms.max(1) as f64,
+            format!(
+                "running for {} s of at most {} s; {written} bytes of output so far",
+                ran_ms / 1000,
+                timeout_ms.div_ceil(1000)
+            ),
+        );
+    }))
 }
 
 /// Characters of each stream a cancelled command's error quotes (its end).
