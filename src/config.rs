@@ -662,12 +662,27 @@ impl Settings {
     /// start-up log.
     pub fn cautions(&self) -> Vec<String> {
         let mut cautions = Vec::new();
-        if self.server.request_timeout_secs <= self.tools.timeout_secs {
+        // The longest a call may run: any tool's timeout, or bash's longest
+        // (a command's own `timeout_ms` may reach it).
+        let bash_secs = self.sandbox.bash_max_timeout_ms.div_ceil(1000);
+        let (longest, setting) = if bash_secs > self.tools.timeout_secs {
+            (bash_secs, "sandbox.bash_max_timeout_ms")
+        } else {
+            (self.tools.timeout_secs, "tools.timeout_secs")
+        };
+        if self.server.request_timeout_secs <= longest {
             cautions.push(format!(
-                "server.request_timeout_secs ({}) is not above tools.timeout_secs ({}): a call \
-                 that runs to its timeout is answered 408 before its result (which is still \
+                "server.request_timeout_secs ({}) is not above {setting} ({longest} s): a call \
+                 that runs that long is answered 408 before its result (which is still \
                  stored: posting the call again returns it)",
-                self.server.request_timeout_secs, self.tools.timeout_secs
+                self.server.request_timeout_secs
+            ));
+        }
+        if self.tools.wait_max_ms >= self.tools.timeout_secs.saturating_mul(1000) {
+            cautions.push(format!(
+                "tools.wait_max_ms ({}) is not below tools.timeout_secs ({} s): a `wait` as long \
+                 as its schema allows times out",
+                self.tools.wait_max_ms, self.tools.timeout_secs
             ));
         }
         if std::env::var_os("DATABASE_URL")
@@ -679,5 +694,45 @@ impl Settings {
             );
         }
         cautions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request timeout below what a call may run is a caution, naming
+    /// the setting that lets it run so long: bash's longest as well as
+    /// any tool's.
+    #[test]
+    fn a_request_timeout_below_a_calls_longest_run_is_a_caution() {
+        let mut settings = Settings::default();
+        assert!(settings.cautions().is_empty(), "{:?}", settings.cautions());
+        settings.server.request_timeout_secs = 8;
+        settings.tools.timeout_secs = 3;
+        settings.tools.wait_max_ms = 2_000;
+        let cautions = settings.cautions();
+        assert_eq!(cautions.len(), 1, "{cautions:?}");
+        assert!(
+            cautions[0].contains("is not above sandbox.bash_max_timeout_ms (600 s)"),
+            "{cautions:?}"
+        );
+        settings.sandbox.bash_max_timeout_ms = 1_000;
+        assert!(settings.cautions().is_empty(), "{:?}", settings.cautions());
+        settings.server.request_timeout_secs = 3;
+        let cautions = settings.cautions();
+        assert!(
+            cautions[0].contains("is not above tools.timeout_secs (3 s)"),
+            "{cautions:?}"
+        );
+        settings.server.request_timeout_secs = 4;
+        assert!(settings.cautions().is_empty(), "{:?}", settings.cautions());
+        // A wait its schema allows that would run into the tools' timeout.
+        settings.tools.wait_max_ms = 3_000;
+        let cautions = settings.cautions();
+        assert!(
+            cautions[0].starts_with("tools.wait_max_ms (3000) is not below"),
+            "{cautions:?}"
+        );
     }
 }

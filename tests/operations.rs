@@ -4821,6 +4821,14 @@ async fn a_request_that_times_out_still_finishes_its_call() {
         .await;
     assert_eq!(resp.status(), 408);
     assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    // The answer says the call goes on, and how to get its outcome.
+    let p: Value = resp.json().await.unwrap();
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("goes on and is recorded")
+            && detail.contains("post it again with the same id"),
+        "{p}"
+    );
     // Counted under the route it timed out on.
     let metrics = app.client.get(app.url("/metrics")).send().await.unwrap();
     let metrics = metrics.text().await.unwrap();

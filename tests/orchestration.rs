@@ -688,6 +688,8 @@ async fn a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled(backend: Bac
         .post("/v1/threads/q/tool-calls/second/cancel", &json!({}))
         .await;
     assert_eq!(r.status(), 202);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["outcome"], "not_started", "{answer}");
     // Cancelled again: the same answer.
     let r = app
         .post("/v1/threads/q/tool-calls/second/cancel", &json!({}))
@@ -701,6 +703,8 @@ async fn a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled(backend: Bac
         .post("/v1/threads/q/tool-calls/first/cancel", &json!({}))
         .await;
     assert_eq!(r.status(), 202);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["outcome"], "cancelled", "{answer}");
     let (status, body) = batch.await.unwrap();
     assert_eq!(status, 200, "{body}");
     for (i, id) in ["first", "second"].iter().enumerate() {

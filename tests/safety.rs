@@ -2289,6 +2289,8 @@ async fn a_call_waiting_for_approval_can_be_withdrawn(backend: Backend) {
         .post("/v1/threads/wd/tool-calls/wd/cancel", &json!({}))
         .await;
     assert_eq!(r.status(), 202);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["outcome"], "withdrawn", "{answer}");
     // A call denied by a person is another matter: its result stands.
     let other = json!({"id": "dn", "name": "bash", "arguments": {"command": "mkdir denied"}});
     let (s, out) = app.call("wd", other.clone()).await;

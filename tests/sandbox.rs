@@ -751,6 +751,13 @@ async fn a_timeout_kills_background_grandchildren_too() {
     assert_eq!(result["timed_out"], true);
     assert_eq!(result["exit_code"], Value::Null);
     assert_eq!(result["error"]["code"], "TIMEOUT");
+    assert!(
+        result["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("raise timeout_ms"),
+        "{result}"
+    );
     assert_eq!(pids(stdout(&result)).len(), 1, "started: {result}");
     assert_all_end("sleep 30.101").await;
 }

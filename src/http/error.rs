@@ -827,7 +827,10 @@ pub async fn problem_fallback(req: Request, next: axum::middleware::Next) -> Res
             ),
             StatusCode::REQUEST_TIMEOUT => (
                 "timeout",
-                "the request took longer than server.request_timeout_secs",
+                "the request took longer than server.request_timeout_secs; a tool call it \
+                 posted goes on and is recorded: post it again with the same id (its stored \
+                 outcome is answered, or waited for) or GET \
+                 /v1/threads/{thread_id}/tool-calls/{tool_call_id}",
             ),
             StatusCode::PAYLOAD_TOO_LARGE => (
                 "payload-too-large",

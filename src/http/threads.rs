@@ -1292,6 +1292,22 @@ pub struct CancelAccepted {
     /// (or, after 3 s, is still stopping), or it waited for approval and
     /// was withdrawn.
     pub cancelling: bool,
+    /// Where the call stands: `cancelled` (it has stopped, its result
+    /// `CANCELLED` is stored), `stopping` (still stopping after 3 s; its
+    /// result follows), `withdrawn` (it waited for approval: it ended
+    /// `APPROVAL_DENIED`, having run nothing), or `not_started` (a call of
+    /// a batch or run waiting its turn: it will be recorded `CANCELLED`
+    /// without running).
+    pub outcome: CancelOutcome,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelOutcome {
+    Cancelled,
+    Stopping,
+    Withdrawn,
+    NotStarted,
 }
 
 /// Cancel a running call, or withdraw one waiting for approval.
@@ -1334,7 +1350,7 @@ pub async fn cancel_tool_call(
         .await
         .map_err(super::approvals::approval_error)?;
     if withdrawn.is_some() {
-        return Ok(cancel_accepted(&tool_call_id));
+        return Ok(cancel_accepted(&tool_call_id, CancelOutcome::Withdrawn));
     }
     // Approved meanwhile: it runs here now.
     if let Some(response) = cancel_running(&state, &thread.0, &tool_call_id).await? {
@@ -1359,8 +1375,11 @@ pub async fn cancel_tool_call(
                     .await?
                     .and_then(|a| a.decision_reason)
                     .is_some_and(|reason| reason == WITHDRAWN);
-            if code == Some(codes::CANCELLED) || withdrawn {
-                return Ok(cancel_accepted(&tool_call_id));
+            if withdrawn {
+                return Ok(cancel_accepted(&tool_call_id, CancelOutcome::Withdrawn));
+            }
+            if code == Some(codes::CANCELLED) {
+                return Ok(cancel_accepted(&tool_call_id, CancelOutcome::Cancelled));
             }
             // Finished here, its result waiting on disk for the database.
             if record.status == CallStatus::Running
@@ -1413,9 +1432,9 @@ async fn cancel_running(
         .cancel(thread_id, call_id, CANCEL_ANSWER_WAIT)
         .await?;
     Ok(cancelled.map(|cancelled| match cancelled {
-        Cancelled::Stopped | Cancelled::Stopping | Cancelled::BeforeStart => {
-            cancel_accepted(call_id)
-        }
+        Cancelled::Stopped => cancel_accepted(call_id, CancelOutcome::Cancelled),
+        Cancelled::Stopping => cancel_accepted(call_id, CancelOutcome::Stopping),
+        Cancelled::BeforeStart => cancel_accepted(call_id, CancelOutcome::NotStarted),
         Cancelled::Already => ApiError::conflict(
             conflicts::BEING_CANCELLED,
             format!(
@@ -1437,10 +1456,11 @@ async fn cancel_running(
 }
 
 /// A cancel's `202`.
-fn cancel_accepted(call_id: &str) -> Response {
+fn cancel_accepted(call_id: &str, outcome: CancelOutcome) -> Response {
     let body = CancelAccepted {
         tool_call_id: call_id.to_string(),
         cancelling: true,
+        outcome,
     };
     (StatusCode::ACCEPTED, axum::Json(body)).into_response()
 }

@@ -374,6 +374,7 @@ impl Tool for Bash {
             result["error"] = json!({
                 "code": codes::TIMEOUT,
                 "message": format!("the command did not finish within {timeout_ms} ms and was killed; the output is what it printed until then"),
+                "hint": format!("raise timeout_ms (at most {max}), or split the work into shorter commands; check what it changed before running it again"),
             });
         }
         if output.output_incomplete {

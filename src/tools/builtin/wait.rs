@@ -57,7 +57,8 @@ impl Tool for Wait {
             tokio::select! {
                 _ = ctx.cancel.cancelled() => {
                     let waited = started.elapsed().as_millis() as u64;
-                    return Err(ToolError::new(codes::CANCELLED, format!("cancelled after {waited} of {ms} ms"), false));
+                    return Err(ToolError::new(codes::CANCELLED, format!("cancelled after {waited} of {ms} ms, by its caller"), false)
+                        .with_hint("run it again only if the user asks for it"));
                 }
                 _ = tokio::time::sleep(step) => {}
             }
