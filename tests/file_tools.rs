@@ -1614,6 +1614,59 @@ async fn undo_refuses_to_set_back_a_mode_changed_since() {
     );
 }
 
+/// A file's own mode holds for the file tools as it does for commands in
+/// the same workspace (the service may run as root, which the file system
+/// would let through): a read-only file is not changed, an unreadable one
+/// not read, each a PERMISSION_DENIED naming the mode.
+#[tokio::test]
+async fn a_files_own_mode_is_kept_to() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = World::new();
+    world.write("ro.txt", "locked\n");
+    let ro = world.ws.join("ro.txt");
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o444)).unwrap();
+    for (tool, args) in [
+        (
+            "edit_file",
+            json!({"path": "ro.txt", "old_string": "locked", "new_string": "unlocked"}),
+        ),
+        ("write_file", json!({"path": "ro.txt", "content": "x"})),
+    ] {
+        let error = match tool {
+            "edit_file" => err(&world.edit_file(), &world, args).await,
+            _ => err(&world.write_file(), &world, args).await,
+        };
+        assert_eq!(error.code, "PERMISSION_DENIED", "{tool}: {error:?}");
+        assert!(
+            error.message.contains("its mode is 0444"),
+            "{}",
+            error.message
+        );
+        assert!(error.hint.unwrap().contains("chmod u+w"));
+    }
+    assert_eq!(world.read("ro.txt"), b"locked\n");
+    // Readable still.
+    let read = ok(&world.read_file(), &world, json!({"path": "ro.txt"})).await;
+    assert!(read.result["content"].as_str().unwrap().contains("locked"));
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let error = err(&world.read_file(), &world, json!({"path": "ro.txt"})).await;
+    assert_eq!(error.code, "PERMISSION_DENIED", "{error:?}");
+    assert!(
+        error.message.contains("its mode is 0000"),
+        "{}",
+        error.message
+    );
+    // A new file, or one its owner may write, is written as before.
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o644)).unwrap();
+    ok(
+        &world.write_file(),
+        &world,
+        json!({"path": "ro.txt", "content": "open"}),
+    )
+    .await;
+    assert_eq!(world.read("ro.txt"), b"open\n");
+}
+
 #[tokio::test]
 async fn undo_refuses_to_lose_changes_made_since_unless_forced() {
     let world = World::new();

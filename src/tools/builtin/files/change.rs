@@ -84,6 +84,9 @@ impl Current {
     /// [`MAX_EDIT_BYTES`] (an edit replacing many occurrences, a diff
     /// adding to a large file).
     pub fn change(self, after: Vec<u8>) -> Result<Change, ToolError> {
+        if let (Some(_), Some(mode)) = (&self.before, self.mode) {
+            super::confine::check_own_mode(mode, 0o200, &self.requested)?;
+        }
         if after.len() as u64 > MAX_EDIT_BYTES {
             return Err(too_large_after(&self.requested, after.len() as u64));
         }

@@ -219,6 +219,35 @@ pub fn is_escape(err: &io::Error) -> bool {
         || err.raw_os_error() == Some(libc::EXDEV)
 }
 
+/// A file whose mode does not let its owner do `what` (`0o400` read,
+/// `0o200` write): `PERMISSION_DENIED`, as the file system says it to a
+/// command. The workspace's files are the service user's, and a service
+/// running as root would otherwise read and replace a file its mode
+/// closes (`chmod 444`, `chmod 000`), which the commands in the same
+/// workspace cannot.
+pub fn check_own_mode(mode: u32, what: u32, path: &WorkspacePath) -> Result<(), ToolError> {
+    if mode & what != 0 {
+        return Ok(());
+    }
+    let (doing, change) = if what == 0o200 {
+        ("written", "u+w")
+    } else {
+        ("read", "u+r")
+    };
+    Err(ToolError::new(
+        codes::PERMISSION_DENIED,
+        format!(
+            "'{}' may not be {doing}: its mode is {:04o} (not a permission rule)",
+            path.display(),
+            mode & 0o7777
+        ),
+        false,
+    )
+    .with_hint(format!(
+        "the mode was set on purpose, perhaps: ask the user, or change it with bash (chmod {change}) if that is what the user wants"
+    )))
+}
+
 /// Map an I/O error on `path` to a tool error. Messages name the workspace
 /// path only: never a host path, never a link's target.
 pub fn io_error(err: io::Error, path: &WorkspacePath) -> ToolError {

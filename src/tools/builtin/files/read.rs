@@ -79,6 +79,11 @@ fn read_text(
     let (file, meta) = open_regular(&ws.dir, path)?;
     opened_where_judged(&ws.dir, &file, path, ctx.judged_path.as_ref())?;
     refuse_hard_linked(&meta, path, ctx.path_rules.as_deref(), "read")?;
+    super::confine::check_own_mode(
+        cap_std::fs::PermissionsExt::mode(&meta.permissions()),
+        0o400,
+        path,
+    )?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut probe = Vec::with_capacity(BINARY_PROBE);
     (&mut reader)
