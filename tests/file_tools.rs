@@ -1667,6 +1667,71 @@ async fn a_files_own_mode_is_kept_to() {
     assert_eq!(world.read("ro.txt"), b"open\n");
 }
 
+/// What a model is told when it slips: a link to nothing is said to be
+/// one (it was "did you mean" its own name), `~` is not expanded, an
+/// old_string with CRLF on an LF file is told so; and a change's result
+/// names the history entry that undoes it.
+#[tokio::test]
+async fn slips_get_the_hint_that_fixes_them() {
+    let world = World::new();
+    std::os::unix::fs::symlink("missing_target", world.ws.join("dangling")).unwrap();
+    let error = err(&world.read_file(), &world, json!({"path": "dangling"})).await;
+    assert_eq!(error.code, "FILE_NOT_FOUND");
+    assert!(
+        error
+            .message
+            .contains("is a symbolic link to something that does not exist"),
+        "{}",
+        error.message
+    );
+    assert!(
+        !error.message.contains("missing_target"),
+        "{}",
+        error.message
+    );
+
+    world.write("src/core.py", "a = 1\nb = 2\n");
+    let error = err(&world.read_file(), &world, json!({"path": "~/src/core.py"})).await;
+    assert_eq!(error.code, "FILE_NOT_FOUND");
+    let hint = error.hint.unwrap();
+    assert!(
+        hint.contains("'~' is not expanded") && hint.contains("use 'src/core.py'"),
+        "{hint}"
+    );
+
+    let error = err(
+        &world.edit_file(),
+        &world,
+        json!({"path": "src/core.py", "old_string": "a = 1\r\nb = 2", "new_string": "x"}),
+    )
+    .await;
+    assert_eq!(error.code, "STRING_NOT_FOUND");
+    let hint = error.hint.unwrap();
+    assert!(hint.contains("old_string has CRLF"), "{hint}");
+
+    let edited = ok(
+        &world.edit_file(),
+        &world,
+        json!({"path": "src/core.py", "old_string": "a = 1", "new_string": "a = 10"}),
+    )
+    .await;
+    let entry = edited.result["undo_entry"].clone();
+    assert_eq!(
+        entry,
+        edited.undo.unwrap().input["entry"],
+        "{}",
+        edited.result
+    );
+    let undone = ok(
+        &world.undo_edit(),
+        &world,
+        json!({"path": "src/core.py", "entry": entry}),
+    )
+    .await;
+    assert_eq!(undone.result["entry"], entry);
+    assert_eq!(world.read("src/core.py"), b"a = 1\nb = 2\n");
+}
+
 #[tokio::test]
 async fn undo_refuses_to_lose_changes_made_since_unless_forced() {
     let world = World::new();

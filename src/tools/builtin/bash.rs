@@ -208,7 +208,9 @@ impl Tool for Bash {
                  Non-interactive: stdin is empty, there is no terminal, pagers and editors are off, \
                  nothing can prompt. {writable}HOME is the workspace and TMPDIR \
                  a private directory inside it, removed after the command. {network} \
-                 Background processes are killed when the command ends. Default timeout {} ms, at most {} ms. \
+                 Background processes are killed when the command ends. Each call is a new shell: \
+                 `cd`, `export` and shell variables do not carry over to the next call (use `cwd`, \
+                 or chain commands with `&&`). Default timeout {} ms, at most {} ms. \
                  Each of stdout and stderr is capped at {} characters (start and end kept).",
                 shell(),
                 s.bash_default_timeout_ms,

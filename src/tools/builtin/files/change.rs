@@ -366,6 +366,18 @@ impl Change {
     }
 }
 
+/// A change's success: its `result` with the history entry that undoes it
+/// (`undo_entry`, what `undo_edit`'s `entry` takes), and its undo.
+pub fn committed(mut result: serde_json::Value, undo: UndoInfo) -> crate::tools::ToolSuccess {
+    result["undo_entry"] = undo.input["entry"].clone();
+    crate::tools::ToolSuccess {
+        result,
+        partial: false,
+        undo: Some(undo),
+        undoes: None,
+    }
+}
+
 pub fn history_error(e: io::Error) -> ToolError {
     ToolError::new(
         codes::IO_ERROR,

@@ -854,6 +854,37 @@ pub fn not_found_aware(
 ) -> ToolError {
     let missing = err.kind() == io::ErrorKind::NotFound;
     let mut tool_error = io_error(err, path);
+    // The path itself is there, a symbolic link to nothing: said so, not
+    // "did you mean" the same name (its target is not named: it may be a
+    // host path).
+    if missing
+        && !path.is_root()
+        && dir
+            .symlink_metadata(path.as_path())
+            .is_ok_and(|meta| meta.file_type().is_symlink())
+    {
+        return ToolError::new(
+            codes::FILE_NOT_FOUND,
+            format!(
+                "'{}' is a symbolic link to something that does not exist",
+                path.display()
+            ),
+            false,
+        )
+        .with_hint("look at the link with bash (ls -l); read or write the file it should lead to by its own path");
+    }
+    // `~/x`: a directory named `~`, which the workspace seldom has; the
+    // model meant its home, which for commands is the workspace root.
+    if missing
+        && let Ok(rest) = path.rel().strip_prefix("~")
+        && !dir.exists("~")
+    {
+        let rest = rest.to_string_lossy();
+        let instead = if rest.is_empty() { "." } else { rest.as_ref() };
+        return tool_error.with_hint(format!(
+            "'~' is not expanded: the path names a directory called '~'. The workspace root is              commands' HOME: use '{instead}'."
+        ));
+    }
     if missing {
         let close = similar_names(dir, path, rules);
         if !close.is_empty() {

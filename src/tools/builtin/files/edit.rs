@@ -156,7 +156,9 @@ fn not_found(path: &WorkspacePath, text: &str, needle: &str) -> ToolError {
                 .collect::<Vec<_>>()
                 .join("\n");
             let squash = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-            let why = if squash(&window) == squash(needle) {
+            let why = if needle.contains("\r\n") && !text.contains("\r\n") {
+                "old_string has CRLF (\\r\\n) line endings and the file LF (\\n): send it with \\n"
+            } else if squash(&window) == squash(needle) {
                 "it differs only in whitespace or indentation"
             } else {
                 "check for small differences"
@@ -369,12 +371,7 @@ impl Tool for EditFile {
             cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
             let undo = change.commit(ws, &history, "edit_file", ctx)?;
-            Ok(ToolSuccess {
-                result,
-                partial: false,
-                undo: Some(undo),
-                undoes: None,
-            })
+            Ok(super::change::committed(result, undo))
         })
         .await
     }

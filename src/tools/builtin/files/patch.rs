@@ -508,12 +508,7 @@ impl Tool for ApplyDiff {
             cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
             let undo = change.commit(ws, &history, "apply_diff", ctx)?;
-            Ok(ToolSuccess {
-                result,
-                partial: false,
-                undo: Some(undo),
-                undoes: None,
-            })
+            Ok(super::change::committed(result, undo))
         })
         .await
     }

@@ -157,12 +157,7 @@ impl Tool for WriteFile {
             cancelled(ctx)?;
             let history = open_history(&history_source, ctx)?;
             let undo = change.commit(ws, &history, "write_file", ctx)?;
-            Ok(ToolSuccess {
-                result,
-                partial: false,
-                undo: Some(undo),
-                undoes: None,
-            })
+            Ok(super::change::committed(result, undo))
         })
         .await
     }
