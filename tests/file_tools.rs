@@ -1732,6 +1732,41 @@ async fn slips_get_the_hint_that_fixes_them() {
     assert_eq!(world.read("src/core.py"), b"a = 1\nb = 2\n");
 }
 
+/// Past the edit history's cap, an undo finding nothing left says the
+/// older changes were dropped (it said only edits are recorded).
+#[tokio::test]
+async fn an_undo_past_the_history_says_the_rest_was_dropped() {
+    let world = World::new();
+    world.write("h.txt", "0\n");
+    for i in 1..=22 {
+        ok(
+            &world.write_file(),
+            &world,
+            json!({"path": "h.txt", "content": i.to_string()}),
+        )
+        .await;
+    }
+    for _ in 0..20 {
+        ok(&world.undo_edit(), &world, json!({"path": "h.txt"})).await;
+    }
+    assert_eq!(world.read("h.txt"), b"2\n");
+    let error = err(&world.undo_edit(), &world, json!({"path": "h.txt"})).await;
+    assert_eq!(error.code, "NOTHING_TO_UNDO");
+    assert!(
+        error.message.contains("the older ones were dropped"),
+        "{}",
+        error.message
+    );
+    // A file never changed by the tools is told as before.
+    world.write("never.txt", "x\n");
+    let error = err(&world.undo_edit(), &world, json!({"path": "never.txt"})).await;
+    assert!(
+        error.message.contains("only changes made by"),
+        "{}",
+        error.message
+    );
+}
+
 #[tokio::test]
 async fn undo_refuses_to_lose_changes_made_since_unless_forced() {
     let world = World::new();

@@ -24,6 +24,10 @@ use super::confine::WorkspacePath;
 /// Entries kept per file; older ones are dropped.
 pub const HISTORY_CAP: usize = 20;
 
+/// The mark, in a file's entries, that some were dropped as too old (not
+/// a number, so never taken for an entry).
+const DROPPED: &str = "dropped";
+
 /// What an entry records besides the previous bytes.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Header {
@@ -183,10 +187,20 @@ impl EditHistory {
             return Err(e);
         }
         let excess = (seqs.len() + 1).saturating_sub(HISTORY_CAP);
+        if excess > 0 {
+            // So that an undo finding nothing left can say why.
+            let _ = self.dir.write(key.join(DROPPED), b"");
+        }
         for old in seqs.iter().take(excess) {
             let _ = self.dir.remove_file(key.join(format!("{old:012}")));
         }
         Ok(seq)
+    }
+
+    /// Whether entries of the file were dropped as too old (past
+    /// [`HISTORY_CAP`]).
+    pub fn dropped_any(&self, path: &WorkspacePath) -> bool {
+        self.dir.exists(key(path).join(DROPPED))
     }
 
     /// The newest entry of a file, if any.
@@ -321,6 +335,8 @@ mod tests {
             history.push(&p, &header, before.as_bytes()).unwrap();
         }
         assert_eq!(history.count(&p).unwrap(), HISTORY_CAP);
+        assert!(history.dropped_any(&p), "the dropping is marked");
+        assert!(!history.dropped_any(&path("other")));
         let latest = history.latest(&p).unwrap().unwrap();
         assert_eq!(latest.before, format!("v{}", HISTORY_CAP + 4).as_bytes());
         history.remove(&p, latest.seq).unwrap();

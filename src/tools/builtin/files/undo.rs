@@ -108,7 +108,7 @@ impl Tool for UndoEdit {
                 let entry = history
                     .latest(target)
                     .map_err(history_error)?
-                    .ok_or_else(|| nothing_to_undo(&path))?;
+                    .ok_or_else(|| nothing_to_undo(&path, history.dropped_any(target)))?;
                 if let Some(wanted) = args.entry
                     && wanted != entry.seq
                 {
@@ -251,7 +251,22 @@ impl Tool for UndoEdit {
     }
 }
 
-fn nothing_to_undo(path: &WorkspacePath) -> ToolError {
+fn nothing_to_undo(path: &WorkspacePath, dropped: bool) -> ToolError {
+    if dropped {
+        return ToolError::new(
+            codes::NOTHING_TO_UNDO,
+            format!(
+                "there is no change of '{}' left to undo: the edit history keeps the last {} \
+                 changes of a file, and the older ones were dropped",
+                path.display(),
+                super::history::HISTORY_CAP
+            ),
+            false,
+        )
+        .with_hint(
+            "Restore the earlier content with a new edit, or with git if the workspace has it.",
+        );
+    }
     ToolError::new(
         codes::NOTHING_TO_UNDO,
         format!(
