@@ -3906,6 +3906,7 @@ async fn approval_pages_end_at_four_mebibytes(backend: Backend) {
 }
 
 both_backends!(
+    an_approval_screen_follows_approvals_as_they_open_and_close,
     a_change_undone_by_undo_edit_is_undone,
     approval_pages_end_at_four_mebibytes,
     a_snapshot_is_followed_by_the_open_approvals,
@@ -4609,6 +4610,101 @@ async fn a_call_is_looked_up_by_its_id(backend: Backend) {
     assert_eq!(r.status(), 404);
     let body = r.text().await.unwrap();
     assert!(!body.contains("a.txt"), "nothing of the call: {body}");
+}
+
+/// An approval screen follows the approvals it may decide on
+/// `/v1/approvals/events`: those open when it connects, then each asked
+/// and each decided, as AG-UI CUSTOM events; an approver's has every
+/// owner's, an owner's only their own.
+async fn an_approval_screen_follows_approvals_as_they_open_and_close(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["write_file".into()]).await;
+    let write = |id: &str| json!({"id": id, "name": "write_file", "arguments": {"path": format!("{id}.txt"), "content": "x"}});
+    let (s, first) = app.call("as", write("s1")).await;
+    assert_eq!(s, 202, "{first}");
+    let keys = toolgate::auth::Keys::load(&app.settings.auth, app.data_dir.path()).unwrap();
+    let approver = keys
+        .mint_scoped("ops", 600, Some("toolgate:approve"))
+        .unwrap();
+    let open = |token: String, query: &'static str| {
+        let (client, url) = (
+            app.client.clone(),
+            app.url(&format!("/v1/approvals/events{query}")),
+        );
+        async move {
+            let r = client.get(url).bearer_auth(token).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            assert_eq!(r.headers()["content-type"], "text/event-stream");
+            common::SseReader::new(r)
+        }
+    };
+    let mut screen = open(approver.clone(), "").await;
+    let mut own = open(app.token.clone(), "?thread_id=as").await;
+    let stranger = app.token_for("stranger");
+    let mut other = open(stranger.clone(), "").await;
+    // Open when it connected.
+    for stream in [&mut screen, &mut own] {
+        let f = stream
+            .next(std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(
+            (f.kind(), f.data["name"].as_str()),
+            ("CUSTOM", Some("approval.pending")),
+            "{}",
+            f.raw
+        );
+        assert_eq!(f.data["value"]["tool_call_id"], "s1");
+        assert_eq!(f.data["value"]["status"], "pending");
+        assert_eq!(f.data["value"]["owner"], "dev");
+    }
+    // Asked since, then decided.
+    let (s, second) = app.call("as", write("s2")).await;
+    assert_eq!(s, 202, "{second}");
+    let f = screen
+        .next(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(f.data["name"], "approval.pending");
+    assert_eq!(f.data["value"]["tool_call_id"], "s2");
+    let id = f.data["value"]["id"].as_str().unwrap().to_string();
+    let r = app
+        .client
+        .post(app.url(&format!("/v1/approvals/{id}/decision")))
+        .bearer_auth(&approver)
+        .json(&json!({"decision": "deny", "reason": "not now"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let f = screen
+        .next(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(f.data["name"], "approval.decided", "{}", f.raw);
+    assert_eq!(f.data["value"]["id"], id.as_str());
+    assert_eq!(f.data["value"]["status"], "denied");
+    assert_eq!(f.data["value"]["decided_by"], "ops");
+    let f = own.next(std::time::Duration::from_secs(10)).await.unwrap();
+    assert_eq!(f.data["value"]["tool_call_id"], "s2");
+    // Another owner hears of none of them.
+    assert!(
+        other
+            .next(std::time::Duration::from_millis(2500))
+            .await
+            .is_none()
+    );
+    // Bad input is refused before a stream opens.
+    let r = app.get("/v1/approvals/events?thread_id=..").await;
+    assert_eq!(r.status(), 400);
+    let r = app.get("/v1/approvals/events?after=1").await;
+    assert_eq!(r.status(), 400);
+    let r = app
+        .client
+        .get(app.url("/v1/approvals/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
 }
 
 async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {

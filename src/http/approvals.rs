@@ -18,6 +18,16 @@ use crate::store::{ApprovalRecord, ApprovalStatus, NewAuditEntry};
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/approvals", get(list_approvals))
+        .route(
+            "/approvals/events",
+            // HEAD would open a stream (and take a slot) as GET does.
+            get(super::approval_stream::approval_events).head(|| async {
+                (
+                    axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                    [(axum::http::header::ALLOW, "GET")],
+                )
+            }),
+        )
         .route("/approvals/{approval_id}", get(get_approval))
         .route("/approvals/{approval_id}/decision", post(decide))
         .route("/permissions", get(get_permissions).put(put_permissions))
@@ -147,7 +157,7 @@ pub struct ApprovalList {
     pub next_cursor: Option<String>,
 }
 
-fn is_approver(state: &AppState, user: &AuthUser) -> bool {
+pub(super) fn is_approver(state: &AppState, user: &AuthUser) -> bool {
     user.has_scope(&state.settings.approvals.approver_scope)
 }
 

@@ -227,7 +227,7 @@ struct Stream {
 
 /// The moment `exp` (Unix seconds) is reached, on the runtime's clock; a
 /// century away at most.
-fn expiry(exp: u64) -> tokio::time::Instant {
+pub(super) fn expiry(exp: u64) -> tokio::time::Instant {
     let now = tokio::time::Instant::now();
     let unix_now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -2,6 +2,7 @@
 //! Handlers are thin: they authenticate, parse, and hand over to the engine
 //! or the store.
 
+mod approval_stream;
 mod approvals;
 mod audit;
 mod batches;

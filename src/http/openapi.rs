@@ -21,6 +21,7 @@ use super::error::PROBLEM_JSON;
         super::threads::undo_tool_call,
         super::threads::rollback_run,
         super::approvals::list_approvals,
+        super::approval_stream::approval_events,
         super::approvals::get_approval,
         super::approvals::decide,
         super::approvals::get_permissions,

@@ -1,0 +1,241 @@
+//! `GET /v1/approvals/events`: the approvals a caller may decide, as they
+//! open and as they are decided, for an approval screen. An approver (who
+//! cannot open the owners' thread streams) learns of every owner's; anyone
+//! else of their own.
+//!
+//! The stream reads the approvals from the database (once a second), not
+//! from this process's event bus: approvals asked and decided in another
+//! toolgate process on the same database show too. It has no resume
+//! point: a client that reconnects is told every open approval again.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use utoipa::IntoParams;
+
+use super::approvals::{ApprovalView, is_approver};
+use super::error::{ApiError, ApiQuery};
+use super::{AppState, AuthUser, ThreadId};
+use crate::protocol::agui::{Event, EventBody};
+use crate::protocol::now_ms;
+use crate::store::{ApprovalStatus, StoreError};
+
+/// How often the stream looks at the approvals.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Open approvals read per look, at most (newest first): an approval
+/// screen shows what a person can take in, and one beyond them shows once
+/// others are decided.
+const MOST_OPEN: i64 = 500;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ApprovalEventsQuery {
+    /// Only the approvals of this thread (of the caller's, or for an
+    /// approver of any owner's).
+    #[param(value_type = Option<crate::protocol::calls::Id>)]
+    pub thread_id: Option<String>,
+}
+
+/// Stream the approvals the caller may decide.
+///
+/// Server-sent events, each an AG-UI `CUSTOM` event: first
+/// `approval.pending` for every approval open now (oldest first), then
+/// `approval.pending` for each one asked later and `approval.decided` once
+/// one is approved, denied or expired (`value`: the approval as `GET
+/// /v1/approvals/{id}` shows it). An approver's stream has every owner's
+/// approvals, anyone else's their own. Approvals are read from the
+/// database once a second, so those of other toolgate processes on it show
+/// too. There is no resume point: reconnected, a client is told every open
+/// approval again. At the token's `exp` the stream ends with `RUN_ERROR`
+/// `TOKEN_EXPIRED`; at shutdown with `RUN_ERROR` `SHUTTING_DOWN`. Counts
+/// against `server.max_streams_per_owner`.
+#[utoipa::path(get, path = "/v1/approvals/events", tag = "approvals",
+    params(ApprovalEventsQuery),
+    responses(
+        (status = 200, description = "The approvals stream", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A bad thread_id", content_type = "application/problem+json"),
+        (status = 429, description = "This owner holds server.max_streams_per_owner streams already (see Retry-After)", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn approval_events(
+    State(state): State<AppState>,
+    user: AuthUser,
+    ApiQuery(q): ApiQuery<ApprovalEventsQuery>,
+) -> Result<impl axum::response::IntoResponse, ApiError> {
+    let thread = q.thread_id.map(ThreadId::parse).transpose()?;
+    let owner = (!is_approver(&state, &user)).then(|| user.owner.clone());
+    let slot = state
+        .streams
+        .try_open(&user.owner)
+        .map_err(|e| ApiError::TooManyRequests {
+            detail: e.to_string(),
+            retry_after_secs: 1,
+        })?;
+    let (tx, rx) = mpsc::channel(64);
+    let watch = Watch {
+        state: state.clone(),
+        owner,
+        caller: user.owner,
+        thread: thread.map(|t| t.0),
+        expires: super::events::expiry(user.expires_at),
+        tx,
+        _slot: slot,
+    };
+    tokio::spawn(tracing::Instrument::in_current_span(watch.run()));
+    Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(
+        KeepAlive::new()
+            .interval(Duration::from_secs(
+                state.settings.server.sse_heartbeat_secs.max(1),
+            ))
+            .text("heartbeat"),
+    ))
+}
+
+struct Watch {
+    state: AppState,
+    /// Whose approvals: `None` for an approver (every owner's).
+    owner: Option<String>,
+    /// Who opened the stream.
+    caller: String,
+    thread: Option<String>,
+    expires: tokio::time::Instant,
+    tx: mpsc::Sender<Result<SseEvent, Infallible>>,
+    _slot: crate::engine::limits::StreamPermit,
+}
+
+/// Why a stream ended.
+enum End {
+    Gone,
+    Expired,
+    Shutdown,
+    Unavailable,
+}
+
+impl Watch {
+    async fn run(self) {
+        let end = self.watch().await;
+        let (message, code) = match end {
+            End::Gone => return,
+            End::Expired => (
+                "the token that opened this stream has expired; reconnect with a fresh one",
+                "TOKEN_EXPIRED",
+            ),
+            End::Shutdown => (
+                "toolgate is shutting down; reconnect once it is back",
+                "SHUTTING_DOWN",
+            ),
+            End::Unavailable => (
+                "the database cannot be read now; reconnect once it is back",
+                "STORE_UNAVAILABLE",
+            ),
+        };
+        let event = Event::new(EventBody::RunError {
+            message: message.into(),
+            code: Some(code.into()),
+        });
+        let _ = self
+            .tx
+            .send(Ok(SseEvent::default().data(event.to_json())))
+            .await;
+    }
+
+    /// The approvals open at each look, against those of the look before.
+    async fn watch(&self) -> End {
+        let mut open: HashMap<String, i64> = HashMap::new();
+        let mut ticks = tokio::time::interval(LOOK_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => {}
+                _ = self.tx.closed() => return End::Gone,
+                _ = self.state.shutdown.cancelled() => return End::Shutdown,
+                _ = tokio::time::sleep_until(self.expires) => return End::Expired,
+            }
+            match self.look(&mut open).await {
+                Ok(true) => {}
+                Ok(false) => return End::Gone,
+                Err(e) => {
+                    tracing::warn!(error = %e, caller = %self.caller, "an approvals stream cannot read the approvals");
+                    return End::Unavailable;
+                }
+            }
+        }
+    }
+
+    /// One look: `approval.pending` for each approval open now that was
+    /// not before, `approval.decided` for each open before that is not
+    /// now. False once the client has gone.
+    async fn look(&self, open: &mut HashMap<String, i64>) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let mut pending = {
+            // One of the caller's page reads while the list is read.
+            let _page = self.state.page_reads.wait_for(&self.caller).await;
+            self.state
+                .store
+                .approvals(
+                    self.owner.as_deref(),
+                    self.thread.as_deref(),
+                    Some(ApprovalStatus::Pending),
+                    now,
+                    None,
+                    MOST_OPEN,
+                )
+                .await?
+        };
+        // Oldest first, as they were asked.
+        pending.reverse();
+        let mut still_open: HashMap<String, i64> = HashMap::with_capacity(pending.len());
+        for approval in pending {
+            still_open.insert(approval.id.clone(), approval.created_at_ms);
+            if !open.contains_key(&approval.id)
+                && !self
+                    .send("approval.pending", ApprovalView::at(approval, now))
+                    .await
+            {
+                return Ok(false);
+            }
+        }
+        let mut settled: Vec<(&String, &i64)> = open
+            .iter()
+            .filter(|(id, _)| !still_open.contains_key(*id))
+            .collect();
+        settled.sort_by_key(|(id, at)| (**at, (*id).clone()));
+        for (id, _) in settled {
+            // Decided, or past its deadline (expired, whether the sweeper
+            // has recorded it yet or not); gone from a full list of open
+            // ones only for now, it is open still and told again later.
+            let Some(approval) = self.state.store.approval(id).await? else {
+                continue;
+            };
+            if approval.status_at(now) == ApprovalStatus::Pending {
+                continue;
+            }
+            if !self
+                .send("approval.decided", ApprovalView::at(approval, now))
+                .await
+            {
+                return Ok(false);
+            }
+        }
+        *open = still_open;
+        Ok(true)
+    }
+
+    async fn send(&self, name: &str, view: ApprovalView) -> bool {
+        let event = Event::new(EventBody::Custom {
+            name: name.into(),
+            value: serde_json::to_value(view).expect("an approval serializes"),
+        });
+        self.tx
+            .send(Ok(SseEvent::default().data(event.to_json())))
+            .await
+            .is_ok()
+    }
+}
