@@ -1695,7 +1695,8 @@ async fn slips_get_the_hint_that_fixes_them() {
     assert_eq!(error.code, "FILE_NOT_FOUND");
     let hint = error.hint.unwrap();
     assert!(
-        hint.contains("'~' is not expanded") && hint.contains("use 'src/core.py'"),
+        hint.contains("'~' is not expanded")
+            && hint.contains("The workspace root is commands' HOME: use 'src/core.py'."),
         "{hint}"
     );
 

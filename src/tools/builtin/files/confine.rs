@@ -882,7 +882,8 @@ pub fn not_found_aware(
         let rest = rest.to_string_lossy();
         let instead = if rest.is_empty() { "." } else { rest.as_ref() };
         return tool_error.with_hint(format!(
-            "'~' is not expanded: the path names a directory called '~'. The workspace root is              commands' HOME: use '{instead}'."
+            "'~' is not expanded: the path names a directory called '~'. The workspace root \
+             is commands' HOME: use '{instead}'."
         ));
     }
     if missing {
