@@ -690,11 +690,13 @@ async fn a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled(backend: Bac
     assert_eq!(r.status(), 202);
     let answer: Value = r.json().await.unwrap();
     assert_eq!(answer["outcome"], "not_started", "{answer}");
-    // Cancelled again: the same answer.
+    // Cancelled again (its answer lost, say): the same answer.
     let r = app
         .post("/v1/threads/q/tool-calls/second/cancel", &json!({}))
         .await;
-    assert_eq!(r.status(), 409, "being cancelled already");
+    assert_eq!(r.status(), 202);
+    let answer: Value = r.json().await.unwrap();
+    assert_eq!(answer["outcome"], "not_started", "{answer}");
     let r = app
         .post("/v1/threads/q/tool-calls/nobody/cancel", &json!({}))
         .await;
@@ -759,6 +761,113 @@ async fn a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled(backend: Bac
         assert_eq!(result["toolCallId"], id);
         assert_eq!(result["metadata"]["error"]["code"], "CANCELLED", "{result}");
     }
+
+    // A call held back behind one waiting for approval, cancelled while it
+    // waited its turn, is recorded CANCELLED, not left to run later; a
+    // call the thread has recorded is cancelled by its record.
+    let r = app
+        .put("/v1/permissions", &json!({"ask": ["write_file"]}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let (s, done) = app
+        .call(
+            "h",
+            json!({"id": "done", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{done}");
+    let mut sse = app.events("h", "", None).await;
+    let batch = {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url("/v1/threads/h/batches"),
+            app.token.clone(),
+        );
+        tokio::spawn(async move {
+            let r = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"calls": [
+                    {"id": "w", "name": "wait", "arguments": {"ms": 1500}},
+                    {"id": "p", "name": "write_file", "arguments": {"path": "p.txt", "content": "p"}},
+                    {"id": "x", "name": "echo", "arguments": {"text": "x"}},
+                    {"id": "done", "name": "echo", "arguments": {"text": "x"}},
+                ]}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        })
+    };
+    while sse.until("TOOL_CALL_END").await.pop().unwrap().data["toolCallId"] != "w" {}
+    let r = app
+        .post("/v1/threads/h/tool-calls/x/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let r = app
+        .post("/v1/threads/h/tool-calls/done/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 409, "it finished: its result stands");
+    let (status, body) = batch.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][1]["status"], 202, "{body}");
+    assert_eq!(body["results"][2]["status"], 200, "{body}");
+    assert_eq!(
+        body["results"][2]["result"]["tool_agent_output"]["error"]["code"], "CANCELLED",
+        "{body}"
+    );
+    assert_eq!(body["results"][3]["status"], 409, "waits behind p: {body}");
+    let record = app.get_json("/v1/threads/h/tool-calls/x").await;
+    assert_eq!(record["status"], "failure", "{record}");
+    // Posted again later, it answers as recorded: it never runs.
+    let (s, again) = app
+        .call(
+            "h",
+            json!({"id": "x", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        again["tool_agent_output"]["error"]["code"], "CANCELLED",
+        "{again}"
+    );
+
+    // The same in an AG-UI run that ends waiting for an approval.
+    let input = json!({
+        "threadId": "hr", "runId": "run_1", "state": {}, "tools": [], "context": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u1", "role": "user", "content": "go"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "h1", "type": "function", "function": {"name": "wait", "arguments": "{\"ms\":1500}"}},
+                {"id": "h2", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"h.txt\",\"content\":\"h\"}"}},
+                {"id": "h3", "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"x\"}"}}]}
+        ]
+    });
+    let resp = app.post("/v1/threads/hr/runs", &input).await;
+    assert_eq!(resp.status(), 200);
+    let mut run = common::SseReader::new(resp);
+    run.until("TOOL_CALL_END").await;
+    let r = app
+        .post("/v1/threads/hr/tool-calls/h3/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let frames = run.until("RUN_FINISHED").await;
+    let h3 = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT" && f.data["toolCallId"] == "h3")
+        .unwrap_or_else(|| panic!("h3 answered in the run: {frames:?}"));
+    assert_eq!(
+        h3.data["metadata"]["error"]["code"], "CANCELLED",
+        "{}",
+        h3.raw
+    );
+    let finished = frames.last().unwrap();
+    assert_eq!(
+        finished.data["outcome"]["type"], "interrupt",
+        "{}",
+        finished.raw
+    );
 }
 
 async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {

@@ -1180,26 +1180,20 @@ impl Engine {
         within: Duration,
     ) -> Result<Option<Cancelled>, StoreError> {
         let key = (thread_id.to_string(), call_id.to_string());
-        let mut done = {
+        let running = {
             let map = self.in_flight.lock().expect("in-flight lock");
             match map.get(&key) {
                 // Under the lock: of cancels at once, one is first.
                 Some(f) if f.cancel.is_cancelled() => return Ok(Some(Cancelled::Already)),
                 Some(f) => {
                     f.cancel.cancel();
-                    f.done.clone()
+                    Some(f.done.clone())
                 }
-                None => {
-                    let mut queued = self.queued.lock().expect("queue lock");
-                    return Ok(queued.get_mut(&key).map(|cancelled| {
-                        if std::mem::replace(cancelled, true) {
-                            Cancelled::Already
-                        } else {
-                            Cancelled::BeforeStart
-                        }
-                    }));
-                }
+                None => None,
             }
+        };
+        let Some(mut done) = running else {
+            return self.cancel_queued(key).await;
         };
         if tokio::time::timeout(within, done.wait_for(|finished| *finished))
             .await
@@ -1247,6 +1241,38 @@ impl Engine {
             queue: self.queued.clone(),
             keys,
         }
+    }
+
+    /// A cancel of a call no task of this process runs: one of a batch or
+    /// run waiting its turn is marked, so that it is recorded `CANCELLED`
+    /// when its turn comes (asked again, the same answer). A call the
+    /// thread has recorded is no such call (a batch posted again names
+    /// calls that ran, or wait for approval): `None`, as for one that is
+    /// not queued, and the caller treats it by its record.
+    async fn cancel_queued(&self, key: CallKey) -> Result<Option<Cancelled>, StoreError> {
+        if !self.queued.lock().expect("queue lock").contains_key(&key) {
+            return Ok(None);
+        }
+        if self.store.tool_call(&key.0, &key.1).await?.is_some() {
+            return Ok(None);
+        }
+        let mut queued = self.queued.lock().expect("queue lock");
+        Ok(queued.get_mut(&key).map(|cancelled| {
+            *cancelled = true;
+            Cancelled::BeforeStart
+        }))
+    }
+
+    /// Whether a call of a batch or run waiting its turn was cancelled: a
+    /// batch or run that would leave it for later (after an approval) runs
+    /// it now instead, to record it `CANCELLED`.
+    pub fn cancelled_in_queue(&self, thread_id: &str, call_id: &str) -> bool {
+        self.queued
+            .lock()
+            .expect("queue lock")
+            .get(&(thread_id.to_string(), call_id.to_string()))
+            .copied()
+            .unwrap_or(false)
     }
 
     /// The call's turn has come: out of the queue; whether a cancel

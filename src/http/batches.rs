@@ -257,7 +257,12 @@ pub async fn post_batch(
         for index in group {
             match parsed[index].take().expect("each call is taken once") {
                 Err((id, problem)) => results[index] = Some(refused(index, id, problem)),
-                Ok(call) if waiting_for.is_some() => {
+                // A call cancelled while it waited its turn is recorded
+                // CANCELLED below, not left for later.
+                Ok(call)
+                    if waiting_for.is_some()
+                        && !state.engine.cancelled_in_queue(&thread.0, &call.id) =>
+                {
                     let (at, before) = waiting_for.as_ref().expect("checked");
                     let id = call.id.clone();
                     results[index] = Some(refused(

@@ -858,8 +858,14 @@ async fn execute_turn(
             .map(|tc| tc.id.clone()),
     );
 
+    // A call waits for approval: the calls after it wait for the run that
+    // resumes after the decision.
+    let mut held = false;
     for tc in tool_calls {
         if answered.contains(tc.id.as_str()) {
+            continue;
+        }
+        if held && !state.engine.cancelled_in_queue(&input.thread_id, &tc.id) {
             continue;
         }
         if frontend.contains(tc.function.name.as_str()) {
@@ -936,8 +942,10 @@ async fn execute_turn(
         if let Executed::AwaitingApproval(approval) = executed {
             interrupts.push(resume::approval_interrupt(&approval));
             // The calls after it may depend on it: they run in the run that
-            // resumes after the decision (answered calls are skipped there).
-            break;
+            // resumes after the decision (answered calls are skipped there),
+            // but for those cancelled while they waited their turn, which
+            // are recorded CANCELLED now.
+            held = true;
         }
     }
     Ok(Finished {
