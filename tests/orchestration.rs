@@ -870,6 +870,52 @@ async fn a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled(backend: Bac
     );
 }
 
+/// Approvals a run's resume decides run in the owner's slots too: past
+/// the limit, an entry is left out (the approval stays pending) with a
+/// warning, instead of running every approved call at once.
+async fn approvals_a_resume_decides_take_slots(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 2).await;
+    let r = app.put("/v1/permissions", &json!({"ask": ["wait"]})).await;
+    assert_eq!(r.status(), 200);
+    let mut ids = Vec::new();
+    for i in 1..=3 {
+        let (s, out) = app
+            .call(
+                "rs",
+                json!({"id": format!("q{i}"), "name": "wait", "arguments": {"ms": 3000}}),
+            )
+            .await;
+        assert_eq!(s, 202, "{out}");
+        ids.push(out["approval"]["id"].as_str().unwrap().to_string());
+    }
+    let entries: Vec<Value> = ids
+        .iter()
+        .map(|id| json!({"interruptId": id, "status": "resolved", "payload": {"decision": "approve"}}))
+        .collect();
+    let resume = json!({"threadId": "rs", "runId": "run-r", "messages": [], "resume": entries});
+    let r = app.post("/v1/threads/rs/runs", &resume).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    // The run holds one slot, the first approved call the other.
+    let ignored: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.data["name"] == "run.resume_ignored")
+        .map(|f| &f.data["value"])
+        .collect();
+    assert_eq!(ignored.len(), 2, "{frames:?}");
+    for (value, id) in ignored.iter().zip(&ids[1..]) {
+        assert_eq!(value["interruptId"], id.as_str());
+        assert!(
+            value["reason"].as_str().unwrap().contains("stays pending"),
+            "{value}"
+        );
+        let view = app.get_json(&format!("/v1/approvals/{id}")).await;
+        assert_eq!(view["status"], "pending", "{view}");
+    }
+    let view = app.get_json(&format!("/v1/approvals/{}", ids[0])).await;
+    assert_eq!(view["status"], "approved", "{view}");
+}
+
 async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {
     let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 1).await;
     let mut sse = app.events("l", "", None).await;
@@ -1455,6 +1501,7 @@ both_backends!(
     batches_run_safe_calls_together_and_the_rest_in_order,
     limits_answer_429_and_cancellation_frees_the_slot,
     limits_leave_recorded_calls_and_count_approved_ones,
+    approvals_a_resume_decides_take_slots,
     a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled,
     dry_runs_preview_and_change_nothing,
     a_long_read_only_call_is_announced_while_it_runs,

@@ -113,9 +113,29 @@ impl Resume {
     ) -> Result<Vec<ApprovalRecord>, ApiError> {
         let mut decided = Vec::new();
         for (id, decision, reason) in std::mem::take(&mut self.decisions) {
+            // An approved call runs in one of the owner's call slots, as
+            // one approved through /v1/approvals: with none free it stays
+            // pending, and the entry is ignored.
+            let slot = match decision {
+                Decision::Deny => None,
+                Decision::Approve => match state.acquire(owner, 1) {
+                    Ok(slot) => Some(slot),
+                    Err(ApiError::TooManyRequests { detail, .. }) => {
+                        self.ignored.push((
+                            id,
+                            format!(
+                                "{detail}: the approval stays pending; resume again once one \
+                                 has ended"
+                            ),
+                        ));
+                        continue;
+                    }
+                    Err(other) => return Err(other),
+                },
+            };
             match state
                 .engine
-                .decide(&id, owner, false, decision, reason)
+                .decide_holding(&id, owner, false, decision, reason, slot)
                 .await
             {
                 Ok(approval) => decided.push(approval),
