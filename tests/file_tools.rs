@@ -921,6 +921,10 @@ async fn grep_says_a_named_file_is_binary() {
         "{reason}"
     );
     assert!(
+        reason.ends_with("; it was not searched as text"),
+        "{reason}"
+    );
+    assert!(
         r["not_searched_note"].as_str().unwrap().contains("grep -a"),
         "{r}"
     );
@@ -1655,6 +1659,36 @@ async fn a_files_own_mode_is_kept_to() {
         error.message.contains("its mode is 0000"),
         "{}",
         error.message
+    );
+    // Nor is it changed, searched or previewed: a diff, a hint or a
+    // match would quote it.
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o200)).unwrap();
+    let error = err(
+        &world.edit_file(),
+        &world,
+        json!({"path": "ro.txt", "old_string": "lockd", "new_string": "x"}),
+    )
+    .await;
+    assert_eq!(error.code, "PERMISSION_DENIED", "{error:?}");
+    assert!(!format!("{error:?}").contains("locked"), "{error:?}");
+    let error = err(
+        &world.grep(),
+        &world,
+        json!({"pattern": "lock", "path": "ro.txt"}),
+    )
+    .await;
+    assert_eq!(error.code, "PERMISSION_DENIED", "{error:?}");
+    let found = ok(
+        &world.grep(),
+        &world,
+        json!({"pattern": "lock", "output_mode": "content"}),
+    )
+    .await;
+    assert_eq!(found.result["entries"], json!([]), "{}", found.result);
+    assert_eq!(
+        found.result["not_searched"][0]["path"], "ro.txt",
+        "{}",
+        found.result
     );
     // A new file, or one its owner may write, is written as before.
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o644)).unwrap();

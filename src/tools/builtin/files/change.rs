@@ -51,6 +51,9 @@ impl Current {
                 opened_where_judged(dir, &file, &requested, ctx.judged_path.as_ref())?;
                 // Nor from a file the rules cannot tell (other names).
                 refuse_hard_linked(&meta, &requested, ctx.path_rules.as_deref(), "changed")?;
+                // Nor from one its owner may not read: a diff, a preview or
+                // a hint quoting it would read it.
+                super::confine::check_own_mode(meta.permissions().mode(), 0o400, &requested)?;
                 if meta.len() > MAX_EDIT_BYTES {
                     return Err(too_large(&requested, meta.len()));
                 }

@@ -430,11 +430,14 @@ fn search_file(
     if let Err(e) = searched {
         out.not_searched(path, why_not_searched(&e, matches));
     } else if let (Some(offset), true) = (binary_at, named) {
+        let searched = if matches == 0 {
+            "it was not searched as text"
+        } else {
+            "it was searched as text only up to there"
+        };
         out.not_searched(
             path,
-            format!(
-                "it is binary (a NUL byte at offset {offset}); only the text before it was searched"
-            ),
+            format!("it is binary (a NUL byte at offset {offset}); {searched}"),
         );
     }
     if matches == 0 && out.context && out.mode == Mode::Content && before > 0 {
@@ -585,6 +588,15 @@ impl Tool for Grep {
                         skipped_hard_links += 1;
                         return ControlFlow::Continue(());
                     }
+                    // One its owner may not read is not read (as a command
+                    // in the workspace could not), and said so.
+                    if cap_std::fs::PermissionsExt::mode(&meta.permissions()) & 0o400 == 0 {
+                        out.not_searched(
+                            &entry.path.display(),
+                            "its mode does not let its owner read it".into(),
+                        );
+                        return ControlFlow::Continue(());
+                    }
                     if search_file(&mut searcher, &matcher, file.into_std(), &entry.path.display(), &mut out, false) {
                         ControlFlow::Continue(())
                     } else {
@@ -597,6 +609,11 @@ impl Tool for Grep {
                 let (file, meta) = open_regular(&ws.dir, &start)?;
                 opened_where_judged(&ws.dir, &file, &start, ctx.judged_path.as_ref())?;
                 refuse_hard_linked(&meta, &start, ctx.path_rules.as_deref(), "searched")?;
+                super::confine::check_own_mode(
+                    cap_std::fs::PermissionsExt::mode(&meta.permissions()),
+                    0o400,
+                    &start,
+                )?;
                 search_file(&mut searcher, &matcher, file.into_std(), &start.display(), &mut out, true);
             }
             let truncated = out.truncated || walk_truncated;
