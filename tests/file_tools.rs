@@ -1735,6 +1735,16 @@ async fn slips_get_the_hint_that_fixes_them() {
     );
 
     let error = err(
+        &world.write_file(),
+        &world,
+        json!({"path": "~/src/new.py", "content": "x"}),
+    )
+    .await;
+    assert_eq!(error.code, "INVALID_ARGUMENTS");
+    assert!(error.hint.unwrap().contains("use 'src/new.py'"));
+    assert!(!world.ws.join("~").exists());
+
+    let error = err(
         &world.edit_file(),
         &world,
         json!({"path": "src/core.py", "old_string": "a = 1\r\nb = 2", "new_string": "x"}),

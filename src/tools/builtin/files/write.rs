@@ -72,6 +72,24 @@ async fn plan_then<T: Send + 'static>(
     blocking(move || {
         let ws = open_workspace(&workspaces, &ctx)?;
         let path = WorkspacePath::parse_file(&args.path, &ws.path, "write_file")?;
+        // `~/x` would make a directory named `~`: the model meant its home.
+        if let Ok(rest) = path.rel().strip_prefix("~")
+            && !ws.dir.exists("~")
+        {
+            return Err(ToolError::new(
+                crate::protocol::tool_output::codes::INVALID_ARGUMENTS,
+                format!(
+                    "'{}' would make a directory named '~': '~' is not expanded",
+                    path.display()
+                ),
+                false,
+            )
+            .with_hint(format!(
+                "The workspace root is commands' HOME: use '{}'. To make a directory named '~', \
+                 create it with bash first.",
+                rest.display()
+            )));
+        }
         let content = normalise(&args.content, eol);
         with_current(&ws, &path, &ctx, |current| {
             finish(current.change(content.into_bytes())?, &ws, &ctx)
