@@ -406,9 +406,14 @@ impl Settings {
         // names one; other `TOOLGATE_…` variables are not settings, but one
         // that names a section with a single `_` is a misspelt setting.
         misspelt_variables(std::env::vars_os().map(|(name, _)| name))?;
+        // The secret is taken as the variable's text whatever it looks like
+        // (figment would read `1.5e5` as a number, and refuse it): below.
         figment = figment.merge(
             Env::prefixed("TOOLGATE_")
-                .filter(|key| key.as_str().contains("__"))
+                .filter(|key| {
+                    key.as_str().contains("__")
+                        && !key.as_str().eq_ignore_ascii_case(SECRET_VARIABLE_KEY)
+                })
                 .split("__"),
         );
         // A section or key toolgate does not have (a misspelling) is an
@@ -416,6 +421,12 @@ impl Settings {
         let mut settings: Settings = figment
             .extract()
             .map_err(|e| anyhow::anyhow!(describe_errors(e)))?;
+        if let Some(secret) = std::env::var_os(format!("TOOLGATE_{SECRET_VARIABLE_KEY}")) {
+            let secret = secret.into_string().map_err(|_| {
+                anyhow::anyhow!("TOOLGATE_{SECRET_VARIABLE_KEY} is not valid UTF-8 text")
+            })?;
+            settings.auth.hs256_secret = Some(SecretString::from(secret));
+        }
         settings.check(&figment)?;
         settings.files = files;
         if let Ok(url) = std::env::var("DATABASE_URL")
@@ -465,6 +476,9 @@ fn misspelt_variables(names: impl Iterator<Item = std::ffi::OsString>) -> anyhow
     );
     Ok(())
 }
+
+/// The signing secret's variable, less `TOOLGATE_`: read as its text.
+const SECRET_VARIABLE_KEY: &str = "AUTH__HS256_SECRET";
 
 /// Settings whose values are secrets: an error about one never quotes
 /// what was given. (`storage.database_url` is none: it is only ever read

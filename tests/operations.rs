@@ -4292,6 +4292,7 @@ fn settings_toolgate_does_not_have_stop_the_start() {
             "{name}: {err}"
         );
     }
+    // A secret that looks like a number is taken as its text.
     let (ok, err) = migrate_with(
         &[],
         &[(
@@ -4299,9 +4300,13 @@ fn settings_toolgate_does_not_have_stop_the_start() {
             "3.14159265358979323846264338327950288419",
         )],
     );
+    assert!(ok, "{err}");
+    assert!(!err.contains("3.14"), "{err}");
+    // One too short is refused, named and not quoted.
+    let (ok, err) = migrate_with(&[], &[("TOOLGATE_AUTH__HS256_SECRET", "3.14159")]);
     assert!(!ok, "{err}");
     assert!(!err.contains("3.14"), "{err}");
-    assert!(err.contains("TOOLGATE_AUTH__HS256_SECRET"), "{err}");
+    assert!(err.contains("hs256_secret"), "{err}");
 }
 
 /// Start-up errors name the setting behind them; with JSON logs the error
