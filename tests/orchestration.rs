@@ -896,24 +896,62 @@ async fn approvals_a_resume_decides_take_slots(backend: Backend) {
     let r = app.post("/v1/threads/rs/runs", &resume).await;
     assert_eq!(r.status(), 200);
     let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
-    // The run holds one slot, the first approved call the other.
+    // The first approved call takes the free slot, the second the run's
+    // own (lent: the run has no call of its own left to run), the third
+    // none.
     let ignored: Vec<&Value> = frames
         .iter()
         .filter(|f| f.data["name"] == "run.resume_ignored")
         .map(|f| &f.data["value"])
         .collect();
-    assert_eq!(ignored.len(), 2, "{frames:?}");
-    for (value, id) in ignored.iter().zip(&ids[1..]) {
-        assert_eq!(value["interruptId"], id.as_str());
-        assert!(
-            value["reason"].as_str().unwrap().contains("stays pending"),
-            "{value}"
-        );
+    assert_eq!(ignored.len(), 1, "{frames:?}");
+    assert_eq!(ignored[0]["interruptId"], ids[2].as_str());
+    assert!(
+        ignored[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("stays pending"),
+        "{}",
+        ignored[0]
+    );
+    let view = app.get_json(&format!("/v1/approvals/{}", ids[2])).await;
+    assert_eq!(view["status"], "pending", "{view}");
+    for id in &ids[..2] {
         let view = app.get_json(&format!("/v1/approvals/{id}")).await;
-        assert_eq!(view["status"], "pending", "{view}");
+        assert_eq!(view["status"], "approved", "{view}");
     }
-    let view = app.get_json(&format!("/v1/approvals/{}", ids[0])).await;
-    assert_eq!(view["status"], "approved", "{view}");
+    // Under a limit of one, a resume approves through the run's slot.
+    let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 1).await;
+    let r = app.put("/v1/permissions", &json!({"ask": ["wait"]})).await;
+    assert_eq!(r.status(), 200);
+    let (s, out) = app
+        .call(
+            "r1",
+            json!({"id": "o1", "name": "wait", "arguments": {"ms": 10}}),
+        )
+        .await;
+    assert_eq!(s, 202, "{out}");
+    let id = out["approval"]["id"].as_str().unwrap().to_string();
+    let resume = json!({"threadId": "r1", "runId": "run-1", "messages": [], "resume": [
+        {"interruptId": id, "status": "resolved", "payload": {"decision": "approve"}}]});
+    let r = app.post("/v1/threads/r1/runs", &resume).await;
+    assert_eq!(r.status(), 200);
+    let frames = common::SseReader::new(r).until("RUN_FINISHED").await;
+    assert!(
+        frames
+            .iter()
+            .all(|f| f.data["name"] != "run.resume_ignored"),
+        "{frames:?}"
+    );
+    let result = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT")
+        .unwrap_or_else(|| panic!("{frames:?}"));
+    assert_eq!(
+        result.data["metadata"]["status"], "success",
+        "{}",
+        result.raw
+    );
 }
 
 async fn limits_answer_429_and_cancellation_frees_the_slot(backend: Backend) {

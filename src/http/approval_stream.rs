@@ -98,6 +98,17 @@ pub async fn approval_events(
     ))
 }
 
+/// What a stream has told so far.
+#[derive(Default)]
+struct Seen {
+    /// When it first looked: approvals asked since are its news.
+    since: Option<i64>,
+    /// Approvals open at the last look (id, when asked).
+    open: HashMap<String, i64>,
+    /// Approvals asked since it opened that it has told decided.
+    told: std::collections::HashSet<String>,
+}
+
 struct Watch {
     state: AppState,
     /// Whose approvals: `None` for an approver (every owner's).
@@ -148,7 +159,7 @@ impl Watch {
 
     /// The approvals open at each look, against those of the look before.
     async fn watch(&self) -> End {
-        let mut open: HashMap<String, i64> = HashMap::new();
+        let mut seen = Seen::default();
         let mut ticks = tokio::time::interval(LOOK_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -158,7 +169,7 @@ impl Watch {
                 _ = self.state.shutdown.cancelled() => return End::Shutdown,
                 _ = tokio::time::sleep_until(self.expires) => return End::Expired,
             }
-            match self.look(&mut open).await {
+            match self.look(&mut seen).await {
                 Ok(true) => {}
                 Ok(false) => return End::Gone,
                 Err(e) => {
@@ -169,32 +180,44 @@ impl Watch {
         }
     }
 
+    /// The caller's approvals, newest first: those open (`Pending`), or
+    /// all of them (`None`).
+    async fn approvals(
+        &self,
+        status: Option<ApprovalStatus>,
+        now: i64,
+    ) -> Result<Vec<crate::store::ApprovalRecord>, StoreError> {
+        // One of the caller's page reads while the list is read.
+        let _page = self.state.page_reads.wait_for(&self.caller).await;
+        self.state
+            .store
+            .approvals(
+                self.owner.as_deref(),
+                self.thread.as_deref(),
+                status,
+                now,
+                None,
+                MOST_OPEN,
+            )
+            .await
+    }
+
     /// One look: `approval.pending` for each approval open now that was
     /// not before, `approval.decided` for each open before that is not
-    /// now. False once the client has gone.
-    async fn look(&self, open: &mut HashMap<String, i64>) -> Result<bool, StoreError> {
+    /// now, and for each asked since the stream opened and decided before
+    /// a look found it open (within a second). False once the client has
+    /// gone.
+    async fn look(&self, seen: &mut Seen) -> Result<bool, StoreError> {
         let now = now_ms();
-        let mut pending = {
-            // One of the caller's page reads while the list is read.
-            let _page = self.state.page_reads.wait_for(&self.caller).await;
-            self.state
-                .store
-                .approvals(
-                    self.owner.as_deref(),
-                    self.thread.as_deref(),
-                    Some(ApprovalStatus::Pending),
-                    now,
-                    None,
-                    MOST_OPEN,
-                )
-                .await?
-        };
+        let first = seen.since.is_none();
+        let since = *seen.since.get_or_insert(now);
+        let mut pending = self.approvals(Some(ApprovalStatus::Pending), now).await?;
         // Oldest first, as they were asked.
         pending.reverse();
         let mut still_open: HashMap<String, i64> = HashMap::with_capacity(pending.len());
         for approval in pending {
             still_open.insert(approval.id.clone(), approval.created_at_ms);
-            if !open.contains_key(&approval.id)
+            if !seen.open.contains_key(&approval.id)
                 && !self
                     .send("approval.pending", ApprovalView::at(approval, now))
                     .await
@@ -202,21 +225,24 @@ impl Watch {
                 return Ok(false);
             }
         }
-        let mut settled: Vec<(&String, &i64)> = open
+        let mut settled: Vec<(String, i64)> = seen
+            .open
             .iter()
             .filter(|(id, _)| !still_open.contains_key(*id))
+            .map(|(id, at)| (id.clone(), *at))
             .collect();
-        settled.sort_by_key(|(id, at)| (**at, (*id).clone()));
+        settled.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         for (id, _) in settled {
             // Decided, or past its deadline (expired, whether the sweeper
             // has recorded it yet or not); gone from a full list of open
             // ones only for now, it is open still and told again later.
-            let Some(approval) = self.state.store.approval(id).await? else {
+            let Some(approval) = self.state.store.approval(&id).await? else {
                 continue;
             };
             if approval.status_at(now) == ApprovalStatus::Pending {
                 continue;
             }
+            seen.told.insert(id);
             if !self
                 .send("approval.decided", ApprovalView::at(approval, now))
                 .await
@@ -224,7 +250,35 @@ impl Watch {
                 return Ok(false);
             }
         }
-        *open = still_open;
+        seen.open = still_open;
+        if first {
+            return Ok(true);
+        }
+        // Asked and decided between two looks: never seen open, told as
+        // decided all the same (asked since the stream opened; those of
+        // before it that are decided are no news).
+        let mut recent = self.approvals(None, now).await?;
+        recent.retain(|a| a.created_at_ms >= since);
+        recent.reverse();
+        let listed: std::collections::HashSet<String> =
+            recent.iter().map(|a| a.id.clone()).collect();
+        for approval in recent {
+            if seen.open.contains_key(&approval.id)
+                || seen.told.contains(&approval.id)
+                || approval.status_at(now) == ApprovalStatus::Pending
+            {
+                continue;
+            }
+            seen.told.insert(approval.id.clone());
+            if !self
+                .send("approval.decided", ApprovalView::at(approval, now))
+                .await
+            {
+                return Ok(false);
+            }
+        }
+        // Those too old to be listed again need no remembering.
+        seen.told.retain(|id| listed.contains(id));
         Ok(true)
     }
 

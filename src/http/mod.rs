@@ -166,6 +166,27 @@ impl AppState {
             })
     }
 
+    /// A call slot of `owner`, waited for as long as it takes (a run whose
+    /// own slot runs a call it approved), until toolgate shuts down.
+    pub async fn wait_for_slot(
+        &self,
+        owner: &str,
+    ) -> Result<crate::engine::limits::Permit, ApiError> {
+        loop {
+            match self.acquire(owner, 1) {
+                Ok(permit) => return Ok(permit),
+                Err(ApiError::TooManyRequests { .. }) => {}
+                Err(other) => return Err(other),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = self.shutdown.cancelled() => {
+                    return Err(ApiError::Unavailable("toolgate is shutting down".into()));
+                }
+            }
+        }
+    }
+
     /// Slots for one whole-thread read of `owner` (held until dropped), or
     /// a 429 once none has come free in the configured wait.
     pub async fn enter_thread_read(

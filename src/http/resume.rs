@@ -100,6 +100,12 @@ pub struct Resume {
     pub results: Vec<FrontendResult>,
     /// Entries the run goes on without: interrupt id, and why.
     pub ignored: Vec<(String, String)>,
+    /// The run's own call slot, lent to the first call it approves that
+    /// finds none other free (under a limit of one, the only one); the
+    /// run's own calls then wait for a slot each ([`Resume::lent`]).
+    pub own_slot: Option<crate::engine::limits::Permit>,
+    /// Whether the run's slot was lent.
+    pub lent: bool,
 }
 
 impl Resume {
@@ -120,6 +126,10 @@ impl Resume {
                 Decision::Deny => None,
                 Decision::Approve => match state.acquire(owner, 1) {
                     Ok(slot) => Some(slot),
+                    Err(ApiError::TooManyRequests { .. }) if self.own_slot.is_some() => {
+                        self.lent = true;
+                        self.own_slot.take()
+                    }
                     Err(ApiError::TooManyRequests { detail, .. }) => {
                         self.ignored.push((
                             id,

@@ -309,6 +309,10 @@ pub async fn post_run(
     // The run continues even if the client goes away: every call it starts
     // is finished and stored.
     let calls = state.calls.clone();
+    // The run's slot, held until it ends (unless it lends it to a call its
+    // resume approves): its calls run one at a time.
+    let mut resume = resume;
+    resume.own_slot = Some(permit);
     calls.spawn(
         async move {
             run(
@@ -324,7 +328,6 @@ pub async fn post_run(
                 tx,
             )
             .await;
-            drop(permit);
         }
         .in_current_span(),
     );
@@ -896,9 +899,17 @@ async fn execute_turn(
             super::threads::arguments_error(&e)
                 .unwrap_or_else(|| ToolError::new(codes::INVALID_ARGUMENTS, e.to_string(), false))
         });
+        // A run that lent its slot to a call its resume approved takes one
+        // for each call of its own, waiting for it.
+        let slot = if resume.lent {
+            Some(state.wait_for_slot(owner).await?)
+        } else {
+            None
+        };
         // Boxed, as in `threads::with_slot`: tokio copies an inline future whole.
         let task = state.calls.spawn(Box::pin(
             async move {
+                let _slot = slot;
                 if let Some(error) = refused {
                     return engine
                         .record_rejected_call(request, error)
