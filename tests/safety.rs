@@ -4684,8 +4684,39 @@ async fn an_approval_screen_follows_approvals_as_they_open_and_close(backend: Ba
     assert_eq!(f.data["value"]["id"], id.as_str());
     assert_eq!(f.data["value"]["status"], "denied");
     assert_eq!(f.data["value"]["decided_by"], "ops");
+    // The owner's stream may not have looked while s2 was open: it is
+    // told decided then, never left out.
     let f = own.next(std::time::Duration::from_secs(10)).await.unwrap();
-    assert_eq!(f.data["value"]["tool_call_id"], "s2");
+    assert_eq!(f.data["value"]["tool_call_id"], "s2", "{}", f.raw);
+    if f.data["name"] == "approval.pending" {
+        let f = own.next(std::time::Duration::from_secs(10)).await.unwrap();
+        assert_eq!(f.data["value"]["tool_call_id"], "s2", "{}", f.raw);
+        assert_eq!(f.data["name"], "approval.decided", "{}", f.raw);
+    }
+    // One asked and withdrawn at once, between two looks, is told too,
+    // with where its call stands.
+    let (s, quick) = app.call("as", write("s3")).await;
+    assert_eq!(s, 202, "{quick}");
+    let r = app
+        .post("/v1/threads/as/tool-calls/s3/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let mut last = None;
+    while let Some(f) = screen.next(std::time::Duration::from_secs(10)).await {
+        assert_eq!(f.data["value"]["tool_call_id"], "s3", "{}", f.raw);
+        if f.data["name"] == "approval.decided" {
+            last = Some(f);
+            break;
+        }
+    }
+    let f = last.expect("s3 told decided");
+    assert_eq!(f.data["value"]["status"], "denied", "{}", f.raw);
+    assert_eq!(f.data["value"]["call_status"], "failure", "{}", f.raw);
+    assert_eq!(
+        f.data["value"]["call_error_code"], "APPROVAL_DENIED",
+        "{}",
+        f.raw
+    );
     // Another owner hears of none of them.
     assert!(
         other

@@ -1885,6 +1885,18 @@ impl Store for Observed {
             .approvals(owner, thread, status, now_ms, before, limit)
             .await
     }
+    async fn approval_outlines(
+        &self,
+        owner: Option<&str>,
+        thread: Option<&str>,
+        open_at: Option<i64>,
+        since_ms: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        self.inner
+            .approval_outlines(owner, thread, open_at, since_ms, limit)
+            .await
+    }
     async fn approval_of_call(
         &self,
         thread_id: &str,
@@ -2871,6 +2883,54 @@ async fn approvals_are_listed_and_decided_once(store: DynStore) {
     assert!(
         store
             .approvals(Some("bob"), Some("t"), None, 0, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Outlines (an approvals stream's look): ids and moments only, oldest
+    // first, by owner, thread, moment and deadline, limited.
+    let outline = |pairs: &[(&str, i64)]| -> Vec<(String, i64)> {
+        pairs.iter().map(|(id, at)| (id.to_string(), *at)).collect()
+    };
+    assert_eq!(
+        store
+            .approval_outlines(Some("alice"), None, None, i64::MIN, 10)
+            .await
+            .unwrap(),
+        outline(&[("ap1", 1_000), ("ap3", 2_000), ("ap2", 3_000)])
+    );
+    assert_eq!(
+        store
+            .approval_outlines(None, None, None, 2_500, 10)
+            .await
+            .unwrap(),
+        outline(&[("ap2", 3_000), ("bp1", 4_000)])
+    );
+    assert_eq!(
+        store
+            .approval_outlines(Some("alice"), Some("t"), None, 0, 10)
+            .await
+            .unwrap(),
+        outline(&[("ap1", 1_000), ("ap2", 3_000)])
+    );
+    assert_eq!(
+        store
+            .approval_outlines(None, None, None, 0, 2)
+            .await
+            .unwrap(),
+        outline(&[("ap1", 1_000), ("ap3", 2_000)])
+    );
+    // Open at a moment: before its deadline (a minute after it was asked).
+    assert_eq!(
+        store
+            .approval_outlines(None, None, Some(61_500), 0, 10)
+            .await
+            .unwrap(),
+        outline(&[("ap3", 2_000), ("ap2", 3_000), ("bp1", 4_000)])
+    );
+    assert!(
+        store
+            .approval_outlines(Some("carol"), None, Some(0), 0, 10)
             .await
             .unwrap()
             .is_empty()

@@ -3,10 +3,11 @@
 //! cannot open the owners' thread streams) learns of every owner's; anyone
 //! else of their own.
 //!
-//! The stream reads the approvals from the database (once a second), not
-//! from this process's event bus: approvals asked and decided in another
-//! toolgate process on the same database show too. It has no resume
-//! point: a client that reconnects is told every open approval again.
+//! The stream looks at the approvals in the database (once a second, their
+//! ids and moments only), not at this process's event bus: approvals asked
+//! and decided in another toolgate process on the same database show too.
+//! It has no resume point: a client that reconnects is told every open
+//! approval again.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -29,10 +30,13 @@ use crate::store::{ApprovalStatus, StoreError};
 /// How often the stream looks at the approvals.
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 
-/// Open approvals read per look, at most (newest first): an approval
-/// screen shows what a person can take in, and one beyond them shows once
-/// others are decided.
-const MOST_OPEN: i64 = 500;
+/// Approvals listed per look, at most (their ids and moments only).
+const MOST_OPEN: i64 = 10_000;
+
+/// How far back a look finds approvals asked and decided since the look
+/// before (with room for a commit that took a while, and for the clock of
+/// another process).
+const RECENT_MS: i64 = 10_000;
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -48,14 +52,15 @@ pub struct ApprovalEventsQuery {
 /// Server-sent events, each an AG-UI `CUSTOM` event: first
 /// `approval.pending` for every approval open now (oldest first), then
 /// `approval.pending` for each one asked later and `approval.decided` once
-/// one is approved, denied or expired (`value`: the approval as `GET
-/// /v1/approvals/{id}` shows it). An approver's stream has every owner's
-/// approvals, anyone else's their own. Approvals are read from the
-/// database once a second, so those of other toolgate processes on it show
-/// too. There is no resume point: reconnected, a client is told every open
-/// approval again. At the token's `exp` the stream ends with `RUN_ERROR`
-/// `TOKEN_EXPIRED`; at shutdown with `RUN_ERROR` `SHUTTING_DOWN`. Counts
-/// against `server.max_streams_per_owner`.
+/// one is approved, denied or expired, also one asked and decided between
+/// two looks (`value`: the approval as `GET /v1/approvals/{id}` shows it).
+/// An approver's stream has every owner's approvals, anyone else's their
+/// own. Approvals are looked at in the database once a second, so those of
+/// other toolgate processes on it show too. There is no resume point:
+/// reconnected, a client is told every open approval again. At the
+/// token's `exp` the stream ends with `RUN_ERROR` `TOKEN_EXPIRED`; at
+/// shutdown with `RUN_ERROR` `SHUTTING_DOWN`; a client that reads nothing
+/// for a minute is dropped. Counts against `server.max_streams_per_owner`.
 #[utoipa::path(get, path = "/v1/approvals/events", tag = "approvals",
     params(ApprovalEventsQuery),
     responses(
@@ -102,7 +107,7 @@ pub async fn approval_events(
 #[derive(Default)]
 struct Seen {
     /// When it first looked: approvals asked since are its news.
-    since: Option<i64>,
+    opened_at: Option<i64>,
     /// Approvals open at the last look (id, when asked).
     open: HashMap<String, i64>,
     /// Approvals asked since it opened that it has told decided.
@@ -151,10 +156,12 @@ impl Watch {
             message: message.into(),
             code: Some(code.into()),
         });
-        let _ = self
-            .tx
-            .send(Ok(SseEvent::default().data(event.to_json())))
-            .await;
+        // The end waits a moment for the client, not longer.
+        let _ = tokio::time::timeout(
+            super::events::FAREWELL,
+            self.tx.send(Ok(SseEvent::default().data(event.to_json()))),
+        )
+        .await;
     }
 
     /// The approvals open at each look, against those of the look before.
@@ -180,23 +187,20 @@ impl Watch {
         }
     }
 
-    /// The caller's approvals, newest first: those open (`Pending`), or
-    /// all of them (`None`).
-    async fn approvals(
+    /// The caller's approvals asked at `since` or later (only the open
+    /// ones at `open_at`, when given), oldest first, by id and moment.
+    async fn outlines(
         &self,
-        status: Option<ApprovalStatus>,
-        now: i64,
-    ) -> Result<Vec<crate::store::ApprovalRecord>, StoreError> {
-        // One of the caller's page reads while the list is read.
-        let _page = self.state.page_reads.wait_for(&self.caller).await;
+        open_at: Option<i64>,
+        since: i64,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
         self.state
             .store
-            .approvals(
+            .approval_outlines(
                 self.owner.as_deref(),
                 self.thread.as_deref(),
-                status,
-                now,
-                None,
+                open_at,
+                since,
                 MOST_OPEN,
             )
             .await
@@ -205,26 +209,27 @@ impl Watch {
     /// One look: `approval.pending` for each approval open now that was
     /// not before, `approval.decided` for each open before that is not
     /// now, and for each asked since the stream opened and decided before
-    /// a look found it open (within a second). False once the client has
-    /// gone.
+    /// a look found it open (within a second). Only the ids and moments
+    /// of the approvals are read each second; an approval is read whole
+    /// when it is told. False once the client has gone.
     async fn look(&self, seen: &mut Seen) -> Result<bool, StoreError> {
         let now = now_ms();
-        let first = seen.since.is_none();
-        let since = *seen.since.get_or_insert(now);
-        let mut pending = self.approvals(Some(ApprovalStatus::Pending), now).await?;
-        // Oldest first, as they were asked.
-        pending.reverse();
-        let mut still_open: HashMap<String, i64> = HashMap::with_capacity(pending.len());
-        for approval in pending {
-            still_open.insert(approval.id.clone(), approval.created_at_ms);
-            if !seen.open.contains_key(&approval.id)
-                && !self
-                    .send("approval.pending", ApprovalView::at(approval, now))
-                    .await
-            {
+        let first = seen.opened_at.is_none();
+        let opened_at = *seen.opened_at.get_or_insert(now);
+        let open_now = self.outlines(Some(now), i64::MIN).await?;
+        for (id, _) in &open_now {
+            if seen.open.contains_key(id) {
+                continue;
+            }
+            let Some(approval) = self.state.store.approval(id).await? else {
+                continue;
+            };
+            let view = super::approvals::with_call(&self.state, approval, now).await?;
+            if !self.send("approval.pending", view).await {
                 return Ok(false);
             }
         }
+        let still_open: HashMap<String, i64> = open_now.into_iter().collect();
         let mut settled: Vec<(String, i64)> = seen
             .open
             .iter()
@@ -232,64 +237,67 @@ impl Watch {
             .map(|(id, at)| (id.clone(), *at))
             .collect();
         settled.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+        seen.open = still_open;
         for (id, _) in settled {
-            // Decided, or past its deadline (expired, whether the sweeper
-            // has recorded it yet or not); gone from a full list of open
-            // ones only for now, it is open still and told again later.
-            let Some(approval) = self.state.store.approval(&id).await? else {
-                continue;
-            };
-            if approval.status_at(now) == ApprovalStatus::Pending {
-                continue;
-            }
-            seen.told.insert(id);
-            if !self
-                .send("approval.decided", ApprovalView::at(approval, now))
-                .await
-            {
+            if !self.tell_decided(seen, &id, now).await? {
                 return Ok(false);
             }
         }
-        seen.open = still_open;
         if first {
             return Ok(true);
         }
         // Asked and decided between two looks: never seen open, told as
-        // decided all the same (asked since the stream opened; those of
-        // before it that are decided are no news).
-        let mut recent = self.approvals(None, now).await?;
-        recent.retain(|a| a.created_at_ms >= since);
-        recent.reverse();
-        let listed: std::collections::HashSet<String> =
-            recent.iter().map(|a| a.id.clone()).collect();
-        for approval in recent {
-            if seen.open.contains_key(&approval.id)
-                || seen.told.contains(&approval.id)
-                || approval.status_at(now) == ApprovalStatus::Pending
-            {
+        // decided all the same. Those asked before the stream opened and
+        // decided are no news; one asked more than a while before this
+        // look was open at a look since, or is told already.
+        let since = opened_at.max(now - RECENT_MS);
+        let recent = self.outlines(None, since).await?;
+        for (id, _) in &recent {
+            if seen.open.contains_key(id) || seen.told.contains(id) {
                 continue;
             }
-            seen.told.insert(approval.id.clone());
-            if !self
-                .send("approval.decided", ApprovalView::at(approval, now))
-                .await
-            {
+            if !self.tell_decided(seen, id, now).await? {
                 return Ok(false);
             }
         }
         // Those too old to be listed again need no remembering.
+        let listed: std::collections::HashSet<&String> = recent.iter().map(|(id, _)| id).collect();
         seen.told.retain(|id| listed.contains(id));
         Ok(true)
     }
 
+    /// `approval.decided` for approval `id`, once it is decided (or past
+    /// its deadline; whether the sweeper has recorded that yet or not).
+    /// One still open is left for a later look. False once the client has
+    /// gone.
+    async fn tell_decided(&self, seen: &mut Seen, id: &str, now: i64) -> Result<bool, StoreError> {
+        let Some(approval) = self.state.store.approval(id).await? else {
+            return Ok(true);
+        };
+        if approval.status_at(now) == ApprovalStatus::Pending {
+            return Ok(true);
+        }
+        seen.told.insert(id.to_string());
+        let view = super::approvals::with_call(&self.state, approval, now).await?;
+        Ok(self.send("approval.decided", view).await)
+    }
+
+    /// Hands one event to the response; false once the client has gone,
+    /// has read nothing for a minute (a stream that cannot deliver must
+    /// not hold its events), or toolgate shuts down.
     async fn send(&self, name: &str, view: ApprovalView) -> bool {
         let event = Event::new(EventBody::Custom {
             name: name.into(),
             value: serde_json::to_value(view).expect("an approval serializes"),
         });
-        self.tx
-            .send(Ok(SseEvent::default().data(event.to_json())))
-            .await
-            .is_ok()
+        let sent = tokio::select! {
+            sent = tokio::time::timeout(
+                super::events::SEND_STALL,
+                self.tx.send(Ok(SseEvent::default().data(event.to_json()))),
+            ) => matches!(sent, Ok(Ok(()))),
+            _ = self.state.shutdown.cancelled() => false,
+            _ = tokio::time::sleep_until(self.expires) => false,
+        };
+        sent
     }
 }

@@ -276,11 +276,20 @@ pub async fn get_approval(
         .approval_for(&id, &user.owner, is_approver(&state, &user))
         .await
         .map_err(approval_error)?;
+    Ok(axum::Json(with_call(&state, approval, now_ms()).await?))
+}
+
+/// `approval` as it stands at `now`, with where its call stands.
+pub(super) async fn with_call(
+    state: &AppState,
+    approval: ApprovalRecord,
+    now: i64,
+) -> Result<ApprovalView, crate::store::StoreError> {
     let call = state
         .store
         .tool_call(&approval.thread_id, &approval.tool_call_id)
         .await?;
-    let mut view = ApprovalView::at(approval, now_ms());
+    let mut view = ApprovalView::at(approval, now);
     if let Some(call) = call {
         view.call_status = Some(call.status.as_str().to_string());
         view.call_error_code = call
@@ -289,7 +298,7 @@ pub async fn get_approval(
             .and_then(|o| o["error"]["code"].as_str())
             .map(str::to_string);
     }
-    Ok(axum::Json(view))
+    Ok(view)
 }
 
 /// The longest reason a decision keeps (the decision route and an AG-UI

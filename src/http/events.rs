@@ -51,11 +51,11 @@ const PAGE: i64 = 64;
 
 /// How long one event may wait for a subscriber that reads nothing before
 /// its stream is closed (it resumes from the log with `Last-Event-ID`).
-const SEND_STALL: Duration = Duration::from_secs(60);
+pub(super) const SEND_STALL: Duration = Duration::from_secs(60);
 
 /// How long a stream's last event (its end, at shutdown or on an error) may
 /// wait for the client.
-const FAREWELL: Duration = Duration::from_secs(2);
+pub(super) const FAREWELL: Duration = Duration::from_secs(2);
 
 /// One Server-Sent Event of an AG-UI stream, as OpenAPI 3.1 reads a
 /// `text/event-stream` schema: one event (its `id:` and `data:` fields),

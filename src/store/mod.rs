@@ -966,6 +966,20 @@ pub trait Store: Send + Sync + 'static {
         limit: i64,
     ) -> StoreResult<Vec<ApprovalRecord>>;
 
+    /// The id and `created_at_ms` of approvals (of `owner`, or every
+    /// owner's; of `thread`, or every thread's) asked at `since_ms` or
+    /// later, oldest first, at most `limit`: only those still open at
+    /// `open_at` (pending, before their deadline) when given. No more than
+    /// these two columns: an approvals stream compares them every second.
+    async fn approval_outlines(
+        &self,
+        owner: Option<&str>,
+        thread: Option<&str>,
+        open_at: Option<i64>,
+        since_ms: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
+
     /// The newest approval asked for call `tool_call_id` of `thread_id`,
     /// `None` if it never waited for one.
     async fn approval_of_call(

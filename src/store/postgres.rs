@@ -1259,6 +1259,19 @@ impl Store for PgStore {
         self.reads().approval_of_call(thread_id, tool_call_id).await
     }
 
+    async fn approval_outlines(
+        &self,
+        owner: Option<&str>,
+        thread: Option<&str>,
+        open_at: Option<i64>,
+        since_ms: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        self.reads()
+            .approval_outlines(owner, thread, open_at, since_ms, limit)
+            .await
+    }
+
     async fn open_approvals_of_thread(
         &self,
         thread_id: &str,

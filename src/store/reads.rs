@@ -416,6 +416,46 @@ where
         up_to_page_bytes(&mut rows, approval_from_row, ApprovalRecord::page_bytes).await
     }
 
+    pub async fn approval_outlines(
+        &self,
+        owner: Option<&str>,
+        thread: Option<&str>,
+        open_at: Option<i64>,
+        since_ms: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        // $1 owner, $2 thread, $3 since, $4 the moment deadlines are read
+        // at, $5 the limit: each bound whether it filters or not.
+        let owner_filter = if owner.is_some() {
+            "owner = $1"
+        } else {
+            "CAST($1 AS TEXT) IS NULL"
+        };
+        let thread_filter = if thread.is_some() {
+            "thread_id = $2"
+        } else {
+            "CAST($2 AS TEXT) IS NULL"
+        };
+        let open_filter = if open_at.is_some() {
+            "status = 'pending' AND expires_at_ms > $4"
+        } else {
+            "CAST($4 AS BIGINT) IS NOT NULL"
+        };
+        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT id, created_at_ms FROM approvals \
+             WHERE {owner_filter} AND {thread_filter} AND created_at_ms >= $3 AND {open_filter} \
+             ORDER BY created_at_ms, id LIMIT $5"
+        ))
+        .bind(owner)
+        .bind(thread)
+        .bind(since_ms)
+        .bind(open_at.unwrap_or(0))
+        .bind(limit)
+        .fetch_all(self.pool)
+        .await?;
+        Ok(rows)
+    }
+
     pub async fn open_approvals_of_thread(
         &self,
         thread_id: &str,
