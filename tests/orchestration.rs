@@ -868,6 +868,19 @@ async fn a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled(backend: Bac
         "{}",
         finished.raw
     );
+    // The run retried: its recorded result is answered again.
+    let resp = app.post("/v1/threads/hr/runs", &input).await;
+    assert_eq!(resp.status(), 200);
+    let frames = common::SseReader::new(resp).until("RUN_FINISHED").await;
+    let h3 = frames
+        .iter()
+        .find(|f| f.kind() == "TOOL_CALL_RESULT" && f.data["toolCallId"] == "h3")
+        .unwrap_or_else(|| panic!("h3 answered in the retried run: {frames:?}"));
+    assert_eq!(
+        h3.data["metadata"]["error"]["code"], "CANCELLED",
+        "{}",
+        h3.raw
+    );
 }
 
 /// Approvals a run's resume decides run in the owner's slots too: past

@@ -868,7 +868,16 @@ async fn execute_turn(
         if answered.contains(tc.id.as_str()) {
             continue;
         }
-        if held && !state.engine.cancelled_in_queue(&input.thread_id, &tc.id) {
+        // (One cancelled while it waited, or recorded so by a run before
+        // this one, a retry's, is answered now: it never runs.)
+        if held
+            && !state.engine.cancelled_in_queue(&input.thread_id, &tc.id)
+            && !state
+                .store
+                .tool_call(&input.thread_id, &tc.id)
+                .await?
+                .is_some_and(|record| record.status.is_finished())
+        {
             continue;
         }
         if frontend.contains(tc.function.name.as_str()) {
