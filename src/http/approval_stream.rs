@@ -76,13 +76,7 @@ pub async fn approval_events(
 ) -> Result<impl axum::response::IntoResponse, ApiError> {
     let thread = q.thread_id.map(ThreadId::parse).transpose()?;
     let owner = (!is_approver(&state, &user)).then(|| user.owner.clone());
-    let slot = state
-        .streams
-        .try_open(&user.owner)
-        .map_err(|e| ApiError::TooManyRequests {
-            detail: e.to_string(),
-            retry_after_secs: 1,
-        })?;
+    let slot = state.open_stream(&user.owner)?;
     let (tx, rx) = mpsc::channel(64);
     let watch = Watch {
         state: state.clone(),

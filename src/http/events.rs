@@ -144,14 +144,7 @@ pub async fn get_events(
     {
         return Err(in_future(after, parameter, 0));
     }
-    let stream_slot =
-        state
-            .streams
-            .try_open(&user.owner)
-            .map_err(|e| ApiError::TooManyRequests {
-                detail: e.to_string(),
-                retry_after_secs: 1,
-            })?;
+    let stream_slot = state.open_stream(&user.owner)?;
     state.store.claim_thread(&thread.0, &user.owner).await?;
     // Subscribe before reading the log, so nothing falls between the two.
     let live = state.bus.subscribe(&thread.0);

@@ -166,6 +166,20 @@ impl AppState {
             })
     }
 
+    /// One of `owner`'s event streams (`server.max_streams_per_owner`),
+    /// held until dropped, or a 429.
+    pub fn open_stream(
+        &self,
+        owner: &str,
+    ) -> Result<crate::engine::limits::StreamPermit, ApiError> {
+        self.streams
+            .try_open(owner)
+            .map_err(|e| ApiError::TooManyRequests {
+                detail: e.to_string(),
+                retry_after_secs: 1,
+            })
+    }
+
     /// A call slot of `owner`, waited for as long as it takes (a run whose
     /// own slot runs a call it approved), until toolgate shuts down.
     pub async fn wait_for_slot(
