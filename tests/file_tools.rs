@@ -1701,6 +1701,105 @@ async fn a_files_own_mode_is_kept_to() {
     assert_eq!(world.read("ro.txt"), b"open\n");
 }
 
+/// A directory's own mode holds for the file tools as for commands: one
+/// its owner may not enter (`chmod 000`) is not listed, walked or passed
+/// through; one its owner may not change (`chmod 555`) gets no new file.
+#[tokio::test]
+async fn a_directorys_own_mode_is_kept_to() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = World::new();
+    world.write("closed/inner.txt", "secret\n");
+    world.write("fixed/old.txt", "old\n");
+    world.write("open/x.txt", "secret too\n");
+    let set = |dir: &str, mode: u32| {
+        std::fs::set_permissions(world.ws.join(dir), std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    set("closed", 0o000);
+    set("fixed", 0o555);
+    for (what, error) in [
+        (
+            "read",
+            err(
+                &world.read_file(),
+                &world,
+                json!({"path": "closed/inner.txt"}),
+            )
+            .await,
+        ),
+        (
+            "list",
+            err(&world.read_file(), &world, json!({"path": "closed"})).await,
+        ),
+        (
+            "edit",
+            err(
+                &world.edit_file(),
+                &world,
+                json!({"path": "closed/inner.txt", "old_string": "secret", "new_string": "x"}),
+            )
+            .await,
+        ),
+        (
+            "create",
+            err(
+                &world.write_file(),
+                &world,
+                json!({"path": "fixed/new.txt", "content": "x"}),
+            )
+            .await,
+        ),
+        (
+            "replace",
+            err(
+                &world.write_file(),
+                &world,
+                json!({"path": "fixed/old.txt", "content": "x"}),
+            )
+            .await,
+        ),
+        (
+            "grep",
+            err(
+                &world.grep(),
+                &world,
+                json!({"pattern": "secret", "path": "closed/inner.txt"}),
+            )
+            .await,
+        ),
+    ] {
+        assert_eq!(error.code, "PERMISSION_DENIED", "{what}: {error:?}");
+        assert!(
+            !format!("{error:?}").contains("secret\n"),
+            "{what}: {error:?}"
+        );
+    }
+    // A walk leaves the closed directory out.
+    let found = ok(
+        &world.grep(),
+        &world,
+        json!({"pattern": "secret", "output_mode": "files_with_matches"}),
+    )
+    .await;
+    assert_eq!(
+        found.result["entries"],
+        json!(["open/x.txt"]),
+        "{}",
+        found.result
+    );
+    let found = ok(&world.glob(), &world, json!({"pattern": "**/*.txt"})).await;
+    assert!(
+        !found.result.to_string().contains("inner.txt"),
+        "{}",
+        found.result
+    );
+    // Reading what a 555 directory holds is fine; nothing was changed.
+    ok(&world.read_file(), &world, json!({"path": "fixed/old.txt"})).await;
+    assert!(!world.ws.join("fixed/new.txt").exists());
+    set("closed", 0o755);
+    set("fixed", 0o755);
+    assert_eq!(world.read("fixed/old.txt"), b"old\n");
+}
+
 /// What a model is told when it slips: a link to nothing is said to be
 /// one (it was "did you mean" its own name), `~` is not expanded, an
 /// old_string with CRLF on an LF file is told so; and a change's result

@@ -175,6 +175,13 @@ pub fn with_current<T>(
         return Err(directory_not_file(requested));
     }
     let target = resolve_target(&ws.dir, requested)?;
+    // The deepest directory on the way that exists: the file is added,
+    // replaced or removed there, or its missing directories made in it.
+    let mut dir = target.parent().unwrap_or_else(|| target.clone());
+    while !dir.is_root() && ws.dir.metadata(dir.as_path()).is_err() {
+        dir = dir.parent().unwrap_or_else(|| dir.clone());
+    }
+    super::confine::check_dir_modes(&ws.dir, &dir, 0o200, requested)?;
     let key = format!("{}\0{}", ws.path.display(), target.display());
     with_file_lock(&key, || {
         let current = Current::load(&ws.dir, requested.clone(), target, ctx)?;

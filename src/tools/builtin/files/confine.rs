@@ -248,6 +248,70 @@ pub fn check_own_mode(mode: u32, what: u32, path: &WorkspacePath) -> Result<(), 
     )))
 }
 
+/// The directories on the way to `path`, as commands in the workspace
+/// meet them: each from the workspace root to `dir` must let its owner
+/// enter it (`0o100`), and `dir` itself also allow `need` (`0o400` to list
+/// it, `0o200` to add, replace or remove what is in it). The workspace's
+/// directories are the service user's, and a service running as root
+/// would otherwise pass a directory its mode closes (`chmod 000`, `chmod
+/// 555`). One that cannot be looked at is left to the caller's own
+/// opening, which says why.
+pub fn check_dir_modes(
+    root: &Dir,
+    dir: &WorkspacePath,
+    need: u32,
+    path: &WorkspacePath,
+) -> Result<(), ToolError> {
+    let mut on_the_way = vec![dir.clone()];
+    let mut next = dir.parent();
+    while let Some(ancestor) = next {
+        next = ancestor.parent();
+        on_the_way.push(ancestor);
+    }
+    on_the_way.reverse();
+    let last = on_the_way.len() - 1;
+    for (i, d) in on_the_way.iter().enumerate() {
+        let meta = if d.is_root() {
+            root.dir_metadata()
+        } else {
+            root.metadata(d.as_path())
+        };
+        let Ok(meta) = meta else {
+            return Ok(());
+        };
+        if !meta.is_dir() {
+            return Ok(());
+        }
+        let mode = cap_std::fs::PermissionsExt::mode(&meta.permissions());
+        let wanted = if i == last { need | 0o100 } else { 0o100 };
+        if mode & wanted == wanted {
+            continue;
+        }
+        let what = if mode & 0o100 == 0 {
+            "enter it"
+        } else if wanted & 0o400 != 0 && mode & 0o400 == 0 {
+            "list it"
+        } else {
+            "change what is in it"
+        };
+        return Err(ToolError::new(
+            codes::PERMISSION_DENIED,
+            format!(
+                "'{}' cannot be reached: the directory '{}' has mode {:04o}, which does not let \
+                 its owner {what} (not a permission rule)",
+                path.display(),
+                d.display(),
+                mode & 0o7777
+            ),
+            false,
+        )
+        .with_hint(
+            "the mode was set on purpose, perhaps: ask the user, or change it with bash (chmod u+rwx) if that is what the user wants",
+        ));
+    }
+    Ok(())
+}
+
 /// Map an I/O error on `path` to a tool error. Messages name the workspace
 /// path only: never a host path, never a link's target.
 pub fn io_error(err: io::Error, path: &WorkspacePath) -> ToolError {

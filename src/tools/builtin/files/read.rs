@@ -76,6 +76,9 @@ fn read_text(
     limit: usize,
     ctx: &ToolContext,
 ) -> Result<ToolSuccess, ToolError> {
+    if let Some(parent) = path.parent() {
+        super::confine::check_dir_modes(&ws.dir, &parent, 0, path)?;
+    }
     let (file, meta) = open_regular(&ws.dir, path)?;
     opened_where_judged(&ws.dir, &file, path, ctx.judged_path.as_ref())?;
     refuse_hard_linked(&meta, path, ctx.path_rules.as_deref(), "read")?;
@@ -433,6 +436,7 @@ impl Tool for ReadFile {
                 .metadata(path.as_path())
                 .map_err(|e| not_found_aware(e, &ws.dir, &path, ctx.path_rules.as_deref()))?;
             if meta.is_dir() {
+                super::confine::check_dir_modes(&ws.dir, &path, 0o400, &path)?;
                 list_dir(&ws, &path, &ctx)
             } else if super::confine::names_a_directory(&args.path) {
                 Err(super::confine::file_named_as_directory(&args.path, &path))

@@ -606,6 +606,9 @@ impl Tool for Grep {
                 walk_truncated = summary.truncated;
                 skipped_by_rules = summary.skipped_by_rules;
             } else {
+                if let Some(parent) = start.parent() {
+                    super::confine::check_dir_modes(&ws.dir, &parent, 0, &start)?;
+                }
                 let (file, meta) = open_regular(&ws.dir, &start)?;
                 opened_where_judged(&ws.dir, &file, &start, ctx.judged_path.as_ref())?;
                 refuse_hard_linked(&meta, &start, ctx.path_rules.as_deref(), "searched")?;

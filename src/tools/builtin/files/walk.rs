@@ -100,6 +100,7 @@ pub fn walk<F>(
 where
     F: FnMut(&Entry<'_>) -> ControlFlow<()>,
 {
+    super::confine::check_dir_modes(root, start, 0o400, start)?;
     let handle = open_dir(root, start)?;
     super::confine::opened_where_judged(root, &handle, start, ctx.judged_path.as_ref())?;
     let real_start = ctx
@@ -298,6 +299,14 @@ where
                     self.summary.unreadable += 1;
                     continue;
                 };
+                // One its owner may not list or enter is not walked, as a
+                // command could not.
+                if sub.dir_metadata().is_ok_and(|meta| {
+                    cap_std::fs::PermissionsExt::mode(&meta.permissions()) & 0o500 != 0o500
+                }) {
+                    self.summary.unreadable += 1;
+                    continue;
+                }
                 if self.walk_dir(&sub, &path, depth + 1)?.is_break() {
                     return Ok(ControlFlow::Break(()));
                 }
