@@ -883,6 +883,75 @@ async fn a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled(backend: Bac
     );
 }
 
+/// A cancel landing while a batch's call is starting (out of its queue,
+/// its permission checked and its preview made, not yet running or
+/// recorded) waits for it: it answers 202 and the call never runs (it
+/// answered 404 "no tool call", and the call went on to wait for
+/// approval).
+async fn a_cancel_while_a_call_starts_is_never_lost(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let r = app
+        .put("/v1/permissions", &json!({"ask": ["write_file"]}))
+        .await;
+    assert_eq!(r.status(), 200);
+    // A large file makes the approval's preview (a diff) take a while.
+    let big = "x".repeat(120) + "\n";
+    app.put_file("big.txt", &big.repeat(6_000));
+    let content = big.repeat(5_000) + "changed\n";
+    for attempt in 0..8 {
+        let thread = format!("cs{attempt}");
+        let mut sse = app.events(&thread, "", None).await;
+        sse.next(Duration::from_secs(5)).await.unwrap();
+        let batch = {
+            let (client, url, token) = (
+                app.client.clone(),
+                app.url(&format!("/v1/threads/{thread}/batches")),
+                app.token.clone(),
+            );
+            let body = json!({"calls": [
+                {"id": "w", "name": "wait", "arguments": {"ms": 50}},
+                {"id": "x", "name": "write_file", "arguments": {"path": "big.txt", "content": content}},
+            ]});
+            tokio::spawn(async move {
+                client
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            })
+        };
+        while sse.until("TOOL_CALL_RESULT").await.pop().unwrap().data["toolCallId"] != "w" {}
+        let r = app
+            .post(
+                &format!("/v1/threads/{thread}/tool-calls/x/cancel"),
+                &json!({}),
+            )
+            .await;
+        assert_eq!(r.status(), 202, "attempt {attempt}");
+        assert_eq!(batch.await.unwrap(), 200);
+        let record = app
+            .get_json(&format!("/v1/threads/{thread}/tool-calls/x"))
+            .await;
+        assert_eq!(record["status"], "failure", "attempt {attempt}: {record}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(
+            app.data_dir
+                .path()
+                .join("workspaces")
+                .join(toolgate::workspace::Workspaces::owner_dir_name("dev"))
+                .join("big.txt")
+        )
+        .unwrap()
+        .len(),
+        big.len() * 6_000,
+        "never written"
+    );
+}
+
 /// Approvals a run's resume decides run in the owner's slots too: past
 /// the limit, an entry is left out (the approval stays pending) with a
 /// warning, instead of running every approved call at once.
@@ -1554,6 +1623,7 @@ both_backends!(
     limits_leave_recorded_calls_and_count_approved_ones,
     approvals_a_resume_decides_take_slots,
     a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled,
+    a_cancel_while_a_call_starts_is_never_lost,
     dry_runs_preview_and_change_nothing,
     a_long_read_only_call_is_announced_while_it_runs,
     progress_announces_a_read_only_call_first,

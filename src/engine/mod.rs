@@ -591,6 +591,29 @@ pub enum Cancelled {
 /// each marked once a cancel reached it before it started.
 type Queue = Arc<Mutex<HashMap<CallKey, bool>>>;
 
+/// How many times (10 ms apart) a cancel waits for a call that is
+/// starting to be running or recorded.
+const STARTING_WAITS: u32 = 300;
+
+/// A call of a batch or run that has left its queue, until its execution
+/// ends (by then it was running, or recorded).
+struct Starting<'e> {
+    engine: &'e Engine,
+    key: Option<CallKey>,
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = &self.key {
+            self.engine
+                .starting
+                .lock()
+                .expect("starting lock")
+                .remove(key);
+        }
+    }
+}
+
 /// The calls of one batch or run that have not started, in [`Engine`]'s
 /// queue until this is dropped.
 pub struct QueuedCalls {
@@ -614,6 +637,9 @@ pub struct Engine {
     config: EngineConfig,
     in_flight: Mutex<HashMap<CallKey, InFlight>>,
     queued: Queue,
+    /// Calls of batches and runs out of their queue and not yet running
+    /// or recorded, as far as [`Engine::cancel`] can tell.
+    starting: Mutex<std::collections::HashSet<CallKey>>,
     /// Announces every call this process finishes (for callers that wait on
     /// an approval's outcome).
     finished: tokio::sync::broadcast::Sender<CallKey>,
@@ -653,6 +679,7 @@ impl Engine {
             config,
             in_flight: Mutex::new(HashMap::new()),
             queued: Queue::default(),
+            starting: Mutex::default(),
             finished: tokio::sync::broadcast::channel(1024).0,
             owner_rules: Mutex::new(KeptRules::default()),
             rules_kept,
@@ -674,14 +701,15 @@ impl Engine {
         let tool = match self.resolve(&req.call.name) {
             Ok(tool) => tool,
             Err(rejection) => {
-                self.started(&req);
+                let _ = self.started(&req);
                 let name = req.call.name.clone();
                 return self.refused_before_running(req, &name, rejection).await;
             }
         };
         // A call of a batch or a run cancelled before its turn: recorded
         // CANCELLED, not run (one recorded already answers as recorded).
-        if self.started(&req) {
+        let (cancelled, _starting) = self.started(&req);
+        if cancelled == Some(true) {
             let error = ToolError::new(
                 codes::CANCELLED,
                 "the call was cancelled by its caller before it started; it did not run",
@@ -1180,20 +1208,39 @@ impl Engine {
         within: Duration,
     ) -> Result<Option<Cancelled>, StoreError> {
         let key = (thread_id.to_string(), call_id.to_string());
-        let running = {
-            let map = self.in_flight.lock().expect("in-flight lock");
-            match map.get(&key) {
-                // Under the lock: of cancels at once, one is first.
-                Some(f) if f.cancel.is_cancelled() => return Ok(Some(Cancelled::Already)),
-                Some(f) => {
-                    f.cancel.cancel();
-                    Some(f.done.clone())
+        // A call of a batch or run leaving its queue is, for a moment (its
+        // permission checked, its preview made), neither queued nor
+        // running nor recorded: it is waited for, so that the cancel finds
+        // it running (and stops it) or recorded (and treats it so).
+        let mut starting_waits = STARTING_WAITS;
+        let mut done = loop {
+            let running = {
+                let map = self.in_flight.lock().expect("in-flight lock");
+                match map.get(&key) {
+                    // Under the lock: of cancels at once, one is first.
+                    Some(f) if f.cancel.is_cancelled() => return Ok(Some(Cancelled::Already)),
+                    Some(f) => {
+                        f.cancel.cancel();
+                        Some(f.done.clone())
+                    }
+                    None => None,
                 }
-                None => None,
+            };
+            if let Some(done) = running {
+                break done;
             }
-        };
-        let Some(mut done) = running else {
-            return self.cancel_queued(key).await;
+            if let Some(queued) = self.cancel_queued(key.clone()).await? {
+                return Ok(Some(queued));
+            }
+            let starting = self.starting.lock().expect("starting lock").contains(&key);
+            if !starting
+                || starting_waits == 0
+                || self.store.tool_call(thread_id, call_id).await?.is_some()
+            {
+                return Ok(None);
+            }
+            starting_waits -= 1;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         };
         if tokio::time::timeout(within, done.wait_for(|finished| *finished))
             .await
@@ -1276,13 +1323,28 @@ impl Engine {
     }
 
     /// The call's turn has come: out of the queue; whether a cancel
-    /// reached it there.
-    fn started(&self, req: &CallRequest) -> bool {
-        self.queued
-            .lock()
-            .expect("queue lock")
-            .remove(&(req.thread_id.clone(), req.call.id.clone()))
-            .unwrap_or(false)
+    /// reached it there (`None`: it was not queued). One that goes on is
+    /// starting until `starting` is dropped (see [`Engine::cancel`]).
+    fn started(&self, req: &CallRequest) -> (Option<bool>, Starting<'_>) {
+        let key = (req.thread_id.clone(), req.call.id.clone());
+        let cancelled = self.queued.lock().expect("queue lock").remove(&key);
+        let starting = match cancelled {
+            Some(false) => {
+                self.starting
+                    .lock()
+                    .expect("starting lock")
+                    .insert(key.clone());
+                Some(key)
+            }
+            _ => None,
+        };
+        (
+            cancelled,
+            Starting {
+                engine: self,
+                key: starting,
+            },
+        )
     }
 
     /// The TOOL_CALL_START/ARGS/END announcing a call of tool `name`
