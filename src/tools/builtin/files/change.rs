@@ -11,8 +11,9 @@ use serde_json::json;
 use similar::{ChangeTag, TextDiff};
 
 use super::confine::{
-    WorkspacePath, WriteTarget, directory_not_file, io_error, open_parent_where_judged,
-    open_regular, opened_where_judged, refuse_hard_linked, resolve_target,
+    WorkspacePath, WriteTarget, check_dir_modes, directory_not_file, io_error,
+    open_parent_where_judged, open_regular, opened_where_judged, refuse_hard_linked,
+    resolve_target,
 };
 use super::history::{EditHistory, Header, with_file_lock};
 use super::{MAX_EDIT_BYTES, codes};
@@ -45,6 +46,9 @@ impl Current {
         let (before, mode) = match dir.symlink_metadata(target.as_path()) {
             Ok(meta) if meta.is_dir() => return Err(directory_not_file(&requested)),
             Ok(_) => {
+                // The file is replaced in its directory, which must let
+                // its owner do so.
+                check_dir_modes(dir, &target.parent().unwrap_or_default(), 0o200, &requested)?;
                 let (file, meta) = open_regular(dir, &target)?;
                 // What a diff would show is read from where the rules
                 // judged the path to lead, or not at all.
@@ -70,7 +74,16 @@ impl Current {
             Err(e) => return Err(io_error(e, &requested)),
         };
         let missing_dirs = if before.is_none() {
-            missing_dirs(dir, &target)?
+            let missing = missing_dirs(dir, &target)?;
+            // The file, or the first of its missing directories, is made
+            // in the deepest directory on the way that exists.
+            let made_in = missing
+                .first()
+                .unwrap_or(&target)
+                .parent()
+                .unwrap_or_default();
+            check_dir_modes(dir, &made_in, 0o200, &requested)?;
+            missing
         } else {
             vec![]
         };
@@ -175,13 +188,6 @@ pub fn with_current<T>(
         return Err(directory_not_file(requested));
     }
     let target = resolve_target(&ws.dir, requested)?;
-    // The deepest directory on the way that exists: the file is added,
-    // replaced or removed there, or its missing directories made in it.
-    let mut dir = target.parent().unwrap_or_else(|| target.clone());
-    while !dir.is_root() && ws.dir.metadata(dir.as_path()).is_err() {
-        dir = dir.parent().unwrap_or_else(|| dir.clone());
-    }
-    super::confine::check_dir_modes(&ws.dir, &dir, 0o200, requested)?;
     let key = format!("{}\0{}", ws.path.display(), target.display());
     with_file_lock(&key, || {
         let current = Current::load(&ws.dir, requested.clone(), target, ctx)?;

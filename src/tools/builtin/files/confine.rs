@@ -32,8 +32,8 @@ use super::codes;
 use crate::tools::ToolError;
 
 /// A path inside a workspace: relative, normalised (no `.`, no `..`), with
-/// the empty path standing for the workspace root.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// the empty path standing for the workspace root (also the default).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct WorkspacePath {
     rel: PathBuf,
 }
