@@ -243,9 +243,14 @@ pub fn check_own_mode(mode: u32, what: u32, path: &WorkspacePath) -> Result<(), 
         ),
         false,
     )
-    .with_hint(format!(
-        "the mode was set on purpose, perhaps: ask the user, or change it with bash (chmod {change}) if that is what the user wants"
-    )))
+    .with_hint(set_on_purpose(change)))
+}
+
+/// The hint of a mode the file tools keep to: `chmod` the change to it.
+fn set_on_purpose(chmod: &str) -> String {
+    format!(
+        "the mode was set on purpose, perhaps: ask the user, or change it with bash (chmod {chmod}) if that is what the user wants"
+    )
 }
 
 /// The directories on the way to `path`, as commands in the workspace
@@ -305,9 +310,7 @@ pub fn check_dir_modes(
             ),
             false,
         )
-        .with_hint(
-            "the mode was set on purpose, perhaps: ask the user, or change it with bash (chmod u+rwx) if that is what the user wants",
-        ));
+        .with_hint(set_on_purpose("u+rwx")));
     }
     Ok(())
 }
