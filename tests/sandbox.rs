@@ -1178,6 +1178,22 @@ async fn long_output_keeps_head_and_tail_and_is_partial() {
     assert!(text.chars().count() < 1100);
 }
 
+/// A command drawing a progress bar with carriage returns (as curl and
+/// wget do on stderr) leaves what a terminal would show: the bar's last
+/// state, not each redraw; `\r\n` line ends stay.
+#[tokio::test]
+async fn progress_bars_leave_their_last_state() {
+    let h = harness();
+    let result = h
+        .run(
+            "for p in 0 25 50 75 100; do printf '\\r%3d%%' $p >&2; done; echo >&2; \
+             printf 'one\\r\\ntwo\\n'",
+        )
+        .await;
+    assert_eq!(stderr(&result), "100%\n");
+    assert_eq!(stdout(&result), "one\r\ntwo\n");
+}
+
 #[tokio::test]
 async fn invalid_utf8_is_replaced_not_fatal() {
     let h = harness();

@@ -1,6 +1,11 @@
 //! Capped capture of one output stream: the first half of the cap and the
 //! last half are kept, whatever the command prints in between is counted
 //! and dropped. Memory stays bounded by the cap however much is printed.
+//!
+//! The text is kept as a terminal would show it: a carriage return that
+//! does not end a line (`\r\n` does, and is kept) moves back to the start
+//! of the line, and what follows writes over it. A progress bar redrawn a
+//! thousand times leaves its last state, not a thousand copies.
 
 use std::collections::VecDeque;
 
@@ -20,6 +25,16 @@ pub(crate) struct CappedText {
     /// The start of a UTF-8 sequence cut by the end of the last read.
     pending: Vec<u8>,
     scratch: Vec<u8>,
+    /// The line being printed: held until its line feed (or until it is
+    /// [`LINE_HOLD`] characters long), since a carriage return may still
+    /// write over it.
+    line: Vec<char>,
+    /// Where in `line` the next character goes.
+    cursor: usize,
+    /// A carriage return was the last character read: a line feed next
+    /// makes it a `\r\n` line end, anything else a return to the line's
+    /// start.
+    carriage_return: bool,
 }
 
 impl CappedText {
@@ -37,6 +52,9 @@ impl CappedText {
             total_chars: 0,
             pending: Vec::new(),
             scratch: Vec::new(),
+            line: Vec::new(),
+            cursor: 0,
+            carriage_return: false,
         }
     }
 
@@ -53,18 +71,22 @@ impl CappedText {
         }
     }
 
-    /// The stream ended: a dangling partial sequence is invalid.
+    /// The stream ended: a dangling partial sequence is invalid, and the
+    /// last line (without its line feed) is kept as it stands; a carriage
+    /// return that ended the stream moved only the cursor.
     pub(crate) fn finish(&mut self) {
         if !self.pending.is_empty() {
             self.pending.clear();
-            self.push_char(char::REPLACEMENT_CHARACTER);
+            self.print(REPLACEMENT);
         }
+        self.carriage_return = false;
+        self.end_line("");
     }
 
     fn decode(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.utf8_chunks().peekable();
         while let Some(chunk) = chunks.next() {
-            self.push_str(chunk.valid());
+            self.print(chunk.valid());
             let invalid = chunk.invalid();
             if invalid.is_empty() {
                 continue;
@@ -75,9 +97,70 @@ impl CappedText {
             if last && incomplete {
                 self.pending.extend_from_slice(invalid);
             } else {
-                self.push_char(char::REPLACEMENT_CHARACTER);
+                self.print(REPLACEMENT);
             }
         }
+    }
+
+    /// Decoded text as a terminal takes it: whole lines that no carriage
+    /// return touches go straight to the capture, the line still being
+    /// printed is held in `line`.
+    fn print(&mut self, text: &str) {
+        let mut rest = text;
+        while !rest.is_empty() {
+            if std::mem::take(&mut self.carriage_return) {
+                if let Some(after) = rest.strip_prefix('\n') {
+                    self.end_line("\r\n");
+                    rest = after;
+                    continue;
+                }
+                self.cursor = 0;
+            }
+            let plain_end = rest.find('\r').unwrap_or(rest.len());
+            let plain = &rest[..plain_end];
+            match (plain.find('\n'), plain.rfind('\n')) {
+                (Some(first), Some(last)) => {
+                    self.write_over(&plain[..first]);
+                    self.end_line("\n");
+                    self.push_str(&plain[first + 1..=last]);
+                    self.write_over(&plain[last + 1..]);
+                }
+                _ => self.write_over(plain),
+            }
+            if plain_end < rest.len() {
+                self.carriage_return = true;
+                rest = &rest[plain_end + 1..];
+            } else {
+                rest = "";
+            }
+        }
+    }
+
+    /// Characters of the current line (no line break in `text`), each
+    /// written at the cursor: over what is there, or added at the end.
+    fn write_over(&mut self, text: &str) {
+        for c in text.chars() {
+            match self.line.get_mut(self.cursor) {
+                Some(slot) => *slot = c,
+                None => self.line.push(c),
+            }
+            self.cursor += 1;
+            if self.line.len() >= LINE_HOLD {
+                // A line this long is not a progress bar: what it holds
+                // is kept, and only what comes after can be written over.
+                self.end_line("");
+            }
+        }
+    }
+
+    /// The current line, then `end`, go to the capture.
+    fn end_line(&mut self, end: &str) {
+        if !self.line.is_empty() {
+            let line: String = self.line.drain(..).collect();
+            self.push_str(&line);
+        }
+        self.cursor = 0;
+        self.push_str(end);
     }
 
     fn push_str(&mut self, s: &str) {
@@ -125,16 +208,6 @@ impl CappedText {
                 self.before_tail = Some(c);
             }
             self.tail.extend(rest.chars());
-        }
-    }
-
-    fn push_char(&mut self, c: char) {
-        if self.head_chars < self.head_cap {
-            self.head.push(c);
-            self.head_chars += 1;
-            self.total_chars += 1;
-        } else {
-            self.push_tail(c);
         }
     }
 
@@ -199,6 +272,13 @@ impl CappedText {
 /// Most characters of a partial line [`CappedText::render`] drops to keep
 /// whole lines.
 const LINE_SLACK: usize = 2000;
+
+/// Most characters of one line held back for a carriage return to write
+/// over.
+const LINE_HOLD: usize = 4096;
+
+/// What stands for bytes that are not UTF-8.
+const REPLACEMENT: &str = "\u{FFFD}";
 
 /// What stands for dropped output: a line of its own for whole lines,
 /// inside a long line for part of it.
@@ -346,6 +426,49 @@ mod tests {
         assert_eq!(small.total_chars(), 5000);
         let expected_tail: String = data.chars().skip(5000 - 51).collect();
         assert!(whole.render().ends_with(&expected_tail));
+    }
+
+    /// A progress bar redrawn with carriage returns leaves its last
+    /// state; `\r\n` line ends stay as they are; a shorter redraw leaves
+    /// the end of the longer line under it, as on a terminal.
+    #[test]
+    fn carriage_returns_write_over_the_line_as_a_terminal_shows_it() {
+        let bar: String = (0..=100).map(|p| format!("\r{p:3}%")).collect();
+        let data = format!("start\n{bar}\ndone\r\nnext\r\n");
+        for parts in [
+            vec![data.as_bytes()],
+            data.as_bytes().chunks(1).collect(),
+            data.as_bytes().chunks(5).collect(),
+        ] {
+            let t = capture(1000, &parts);
+            assert_eq!(t.render(), "start\n100%\ndone\r\nnext\r\n");
+            assert_eq!(t.total_chars(), t.render().chars().count());
+        }
+        assert_eq!(capture(100, &[b"abcdef\rxy"]).render(), "xycdef");
+        // One that ends the stream moved only the cursor.
+        assert_eq!(capture(100, &[b"50%\r", b"99%\r"]).render(), "99%");
+        assert_eq!(capture(100, &[b"a\r\r\nb"]).render(), "a\r\nb");
+    }
+
+    /// The progress bar's thousand redraws do not use up the cap: the
+    /// lines around it are all kept.
+    #[test]
+    fn redraws_do_not_count_against_the_cap() {
+        let bar: String = (0..10_000).map(|i| format!("\r{i:5} of 10000")).collect();
+        let data = format!("before\n{bar}\nafter\n");
+        let t = capture(100, &[data.as_bytes()]);
+        assert_eq!(t.omitted_chars(), 0);
+        assert_eq!(t.render(), "before\n 9999 of 10000\nafter\n");
+    }
+
+    /// A line longer than what is held back is kept as printed: a carriage
+    /// return after it writes over only what follows.
+    #[test]
+    fn a_line_longer_than_the_hold_is_kept() {
+        let long = "x".repeat(LINE_HOLD);
+        let data = format!("{long}tail\rT");
+        let text = capture(LINE_HOLD * 4, &[data.as_bytes()]).render();
+        assert_eq!(text, format!("{long}Tail"));
     }
 
     #[test]
