@@ -743,18 +743,32 @@ impl Lexer {
     }
 
     /// After a newline: consume the bodies of the heredocs opened on the
-    /// line just ended. An unquoted body expands `$( … )` and backticks.
+    /// line just ended. An unquoted body expands `$( … )` and backticks,
+    /// and bash joins its lines continued by a backslash before it looks
+    /// for the delimiter: `EO\⏎F` ends `<<EOF`, and what follows it is
+    /// commands.
     fn read_heredocs(&mut self) {
         for (delimiter, strip_tabs, quoted, computed) in std::mem::take(&mut self.heredocs) {
             let mut body = String::new();
             while self.pos < self.src.len() {
-                let start = self.pos;
-                while !matches!(self.peek(), None | Some('\n')) {
-                    self.pos += 1;
-                }
-                let line = self.slice(start, self.pos);
-                if self.peek() == Some('\n') {
-                    self.pos += 1;
+                let mut line = String::new();
+                loop {
+                    let start = self.pos;
+                    while !matches!(self.peek(), None | Some('\n')) {
+                        self.pos += 1;
+                    }
+                    line.push_str(&self.slice(start, self.pos));
+                    let newline = self.peek() == Some('\n');
+                    if newline {
+                        self.pos += 1;
+                    }
+                    // An odd run of backslashes ends in one that escapes
+                    // the newline (`\\` is a backslash, escaped).
+                    let backslashes = line.chars().rev().take_while(|&c| c == '\\').count();
+                    if quoted || !newline || backslashes % 2 == 0 {
+                        break;
+                    }
+                    line.pop();
                 }
                 let compared = if strip_tabs {
                     line.trim_start_matches('\t')
@@ -1314,6 +1328,39 @@ mod tests {
         // A redirection before the command does not hide the command.
         let lexed = lex(">out rm -rf /", &mut n, 0);
         assert_eq!(lexed.pieces[0].words[0].text, "rm");
+    }
+
+    #[test]
+    /// bash joins an unquoted heredoc's continued lines before comparing
+    /// them with the delimiter; a quoted one's lines are taken as they
+    /// are.
+    #[test]
+    fn a_heredoc_delimiter_continued_over_lines_ends_it() {
+        assert_eq!(
+            pieces("cat <<EOF\nfoo\nEO\\\nF\nrm victim\nEOF"),
+            ["cat", "rm victim", "EOF"]
+        );
+        assert_eq!(pieces("cat <<EOF\nfoo\nEOF\\\n\nid"), ["cat", "id"]);
+        assert_eq!(
+            pieces("cat <<-EOF\n\tfoo\n\tEO\\\nF\nid\nEOF"),
+            ["cat", "id", "EOF"]
+        );
+        // Joined first, tabs stripped after: `\tEO` + `\tF` is no delimiter.
+        assert_eq!(
+            pieces("cat <<-EOF\n\tEO\\\n\tF\nid\nEOF\nls"),
+            ["cat", "ls"]
+        );
+        // An escaped backslash does not continue the line.
+        assert_eq!(pieces("cat <<EOF\nfoo\\\\\nEOF\nid"), ["cat", "id"]);
+        assert_eq!(
+            pieces("cat <<EOF\nfoo\\\\\\\nEOF\nid\nEOF\nls"),
+            ["cat", "ls"]
+        );
+        // Quoted: no joining.
+        assert_eq!(pieces("cat <<'EOF'\nEO\\\nF\nid\nEOF\nls"), ["cat", "ls"]);
+        assert_eq!(pieces("cat <<E\\OF\nEO\\\nF\nid\nEOF\nls"), ["cat", "ls"]);
+        // A continued line inside the body expands as one.
+        assert_eq!(pieces("cat <<EOF\n$(i\\\nd)\nEOF"), ["cat", "id"]);
     }
 
     #[test]

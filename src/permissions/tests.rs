@@ -342,6 +342,12 @@ fn compound_commands_hiding_a_denied_piece() {
         "eval 'rm x'",
         "env -S 'rm x'",
         "cat <<EOF\n$(rm x)\nEOF",
+        // bash joins an unquoted heredoc's continued lines before it
+        // looks for the delimiter.
+        "cat <<EOF\nfoo\nEO\\\nF\nrm victim\nEOF",
+        "cat <<EOF\nfoo\nEOF\\\n\nrm x",
+        "cat <<-EOF\n\tfoo\n\tEO\\\nF\nrm x\nEOF",
+        "cat <<EOF\nE\\\nO\\\nF\nrm x\nEOF",
     ] {
         let d = bash(&set, command);
         assert_eq!(d.verdict, Verdict::Deny, "{command}: {d:?}");
