@@ -135,14 +135,25 @@ fn evaluates_names(words: &[Word]) -> bool {
         }),
         "declare" | "typeset" | "local" | "export" | "readonly" | "unset" | "read" | "printf"
         | "mapfile" | "readarray" | "test" | "[" | "wait" => args.iter().any(|w| {
-            let text = w.text.split_once('=').map_or(w.text.as_str(), |(n, _)| n);
-            text.split_once('[').is_some_and(|(name, subscript)| {
-                shell::is_name(name)
-                    && subscript.ends_with(']')
-                    && subscript[..subscript.len() - 1]
-                        .chars()
-                        .any(|c| c == '$' || c == '`' || c == '_' || c.is_ascii_alphabetic())
-            })
+            // A name may also come attached to its option: `printf
+            // -v'a[$x]'`, `read -ua[$x]`.
+            let attached = w
+                .text
+                .strip_prefix('-')
+                .and_then(|o| o.get(o.chars().next()?.len_utf8()..));
+            [Some(w.text.as_str()), attached]
+                .into_iter()
+                .flatten()
+                .any(|text| {
+                    let text = text.split_once('=').map_or(text, |(n, _)| n);
+                    text.split_once('[').is_some_and(|(name, subscript)| {
+                        shell::is_name(name)
+                            && subscript.ends_with(']')
+                            && subscript[..subscript.len() - 1].chars().any(|c| {
+                                c == '$' || c == '`' || c == '_' || c.is_ascii_alphabetic()
+                            })
+                    })
+                })
         }),
         _ => false,
     }

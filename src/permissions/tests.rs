@@ -882,6 +882,11 @@ fn expansions_that_evaluate_a_value_are_not_allowed_by_a_rule() {
         "[[ x -lt 2 ]]",
         "read 'a[$x]' < f",
         "printf -v 'a[$(touch P)]' %s 1",
+        "printf -v'z[$(touch P)]' 1",
+        "printf -v\"z[\\$(touch P)]\" 1",
+        "printf -v'z[`touch P`]' 1",
+        "printf -vz'[$(touch P)]' 1",
+        "read -a'z[$(touch P)]' < f",
     ] {
         let d = bash(&set, command);
         assert_ne!(d.verdict, Verdict::Allow, "{command}: {d:?}");
