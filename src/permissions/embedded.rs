@@ -878,7 +878,18 @@ fn awk(name: &str, words: &[Word]) -> Option<Embedded> {
 /// Strings and regular expressions are not told apart from code: a `|`
 /// inside them counts too when the program prints.
 pub(crate) fn awk_program_runs_commands(program: &str) -> bool {
-    let compact: String = program.chars().filter(|c| !c.is_whitespace()).collect();
+    // Blanks go, and so do backslashes before them: awk continues a line
+    // ended by one (`system\⏎("id")`).
+    let chars: Vec<char> = program.chars().collect();
+    let compact: String = chars
+        .iter()
+        .enumerate()
+        .filter(|&(at, c)| {
+            !c.is_whitespace()
+                && !(*c == '\\' && chars.get(at + 1).is_some_and(|n| n.is_whitespace()))
+        })
+        .map(|(_, c)| *c)
+        .collect();
     if compact.contains("system(") || compact.contains("|&") || compact.contains("@load") {
         return true;
     }
@@ -1027,6 +1038,9 @@ mod tests {
             "BEGIN{print \"id\" |& \"sh\"}",
             "BEGIN{f=\"system\"; @f(\"id\")}",
             "@load \"filefuncs\"",
+            "BEGIN{system\\\n(\"id\")}",
+            "BEGIN{system \\\n (\"id\")}",
+            "BEGIN{f=\"system\"; @f\\\n(\"id\")}",
         ] {
             assert!(awk_program_runs_commands(program), "{program}");
         }
