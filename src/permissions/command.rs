@@ -547,9 +547,14 @@ fn text_assignment(text: &str) -> Option<&str> {
 }
 
 /// Variables that change which code a command runs (its program, its
-/// libraries, its helpers), so `NAME=… git status` is not `git status`.
+/// libraries, its helpers), so `NAME=… git status` is not `git status`:
+/// those named here, and any whose name says it points at code, a
+/// configuration or options (`…PATH`, `…FLAGS`, `…OPTS`, `…CONF`, `…HOME`
+/// …): `GCONV_PATH=. git log` loads a library from the workspace, and
+/// `CFLAGS=-fplugin=…` one into the compiler. `RUST_LOG`, `NODE_ENV`, `CI`
+/// and the like stay plain.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 43] = [
+    const EXACT: [&str; 56] = [
         "PATH",
         "IFS",
         "ENV",
@@ -595,8 +600,23 @@ fn is_sensitive_variable(name: &str) -> bool {
         // line's choosing (`HOME=.git; tee ~/config`, `OLDPWD=.git; cd -`).
         "HOME",
         "OLDPWD",
+        // glibc and OpenSSL load modules and engines from where these say.
+        "GCONV_PATH",
+        "LOCPATH",
+        "NLSPATH",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "OPENSSL_CONF",
+        "OPENSSL_ENGINES",
+        "OPENSSL_MODULES",
+        // Programs and hooks of build tools and interpreters.
+        "CXX",
+        "CPP",
+        "LD",
+        "PERL5DB",
+        "PYTHONBREAKPOINT",
     ];
-    const PREFIXES: [&str; 7] = [
+    const PREFIXES: [&str; 10] = [
         "LD_",
         "DYLD_",
         "GIT_",
@@ -604,9 +624,17 @@ fn is_sensitive_variable(name: &str) -> bool {
         "BASH_FUNC_",
         "CARGO_",
         "NPM_CONFIG_",
+        "RUSTUP_",
+        "PIP_",
+        "GEM_",
+    ];
+    const SUFFIXES: [&str; 10] = [
+        "PATH", "FLAGS", "OPTS", "OPT", "OPTIONS", "CONF", "CONFIG", "HOME", "WRAPPER", "LIB",
     ];
     let upper = name.to_ascii_uppercase();
-    EXACT.contains(&name) || PREFIXES.iter().any(|p| upper.starts_with(p))
+    EXACT.contains(&name)
+        || PREFIXES.iter().any(|p| upper.starts_with(p))
+        || SUFFIXES.iter().any(|s| upper.ends_with(s))
 }
 
 /// Skip the options of a wrapper. `None`: an option it does not know (then

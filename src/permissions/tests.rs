@@ -823,6 +823,42 @@ fn exact_rules() {
     assert_eq!(verdict_of(&set, "PATH=/tmp/evil git status"), Verdict::Ask);
 }
 
+/// Variables through which glibc, OpenSSL, compilers and interpreters load
+/// code of the line's choosing are not vouched for by a rule naming the
+/// command: `GCONV_PATH=. git log --encoding=X` loads `./X.so`.
+#[test]
+fn variables_that_load_code_are_not_allowed_by_a_rule() {
+    let set = rules(
+        &["bash(git *)", "bash(cargo test *)", "bash(make *)"],
+        &[],
+        &[],
+    );
+    for command in [
+        "GCONV_PATH=. git log -1 --encoding=EVIL",
+        "env GCONV_PATH=. git log -1",
+        "LOCPATH=. git status",
+        "GLIBC_TUNABLES=glibc.x=1 git status",
+        "OPENSSL_CONF=./o.cnf git fetch",
+        "RUSTFLAGS=-Clinker=./x cargo test",
+        "RUSTUP_TOOLCHAIN=./tc cargo test",
+        "CFLAGS=-fplugin=./p.so make all",
+        "MAVEN_OPTS=-javaagent:x.jar make all",
+        "KUBECONFIG=./k git status",
+        "JAVA_HOME=./j make all",
+        "PERLLIB=. make all",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
+    }
+    for command in [
+        "RUST_LOG=debug cargo test x",
+        "NODE_ENV=test make all",
+        "CI=1 RUST_BACKTRACE=1 cargo test x",
+        "LANG=C TZ=UTC git log -1",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
 #[test]
 fn sensitive_assignments_are_not_allowed_by_default() {
     let defaults = Defaults {
