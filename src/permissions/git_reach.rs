@@ -194,7 +194,11 @@ impl<'a> Reach<'a> {
             .iter()
             .filter_map(|l| l.words.first().map(|w| w.text.as_str()))
             .collect();
-        let sed = piece.command_name() == Some("sed");
+        let sed = matches!(piece.command_name(), Some("sed" | "gsed"));
+        let awk = matches!(
+            piece.command_name(),
+            Some("awk" | "gawk" | "mawk" | "nawk" | "original-awk")
+        );
         let patterns = piece
             .command_name()
             .and_then(|name| PATTERN_OPTIONS.iter().find(|(n, _)| *n == name))
@@ -268,12 +272,23 @@ impl<'a> Reach<'a> {
                 return true;
             };
             readings.iter().any(|reading| {
+                if sed && sed_backup_is_computed(reading) {
+                    return true;
+                }
+                let awk_writes = awk.then(|| awk_written_files(reading));
+                if awk_writes.as_ref().is_some_and(|w| w.computed) {
+                    return true;
+                }
                 let script = sed
                     .then(|| sed_written_files(reading))
                     .into_iter()
                     .flatten();
+                let strings = awk_writes
+                    .iter()
+                    .flat_map(|w| w.strings.iter().map(String::as_str));
                 argument_paths(reading)
                     .chain(script)
+                    .chain(strings)
                     .any(|path| self.may_reach(places, path))
             })
         })
@@ -684,6 +699,202 @@ fn sed_written_files(script: &str) -> impl Iterator<Item = &str> {
     script
         .match_indices(['w', 'W'])
         .map(move |(at, _)| script[at + 1..].trim_start())
+}
+
+/// Whether `word` is sed's in-place option with a backup suffix holding a
+/// `*`, which sed replaces with the file's name (`-i'.gi*/config'` backs
+/// `t` up as `.git/config`): a name computed from the operands, which may
+/// be git's configuration.
+fn sed_backup_is_computed(word: &str) -> bool {
+    if let Some(long) = word.strip_prefix("--") {
+        return long
+            .split_once('=')
+            .is_some_and(|(name, suffix)| "in-place".starts_with(name) && suffix.contains('*'));
+    }
+    let Some(cluster) = word.strip_prefix('-') else {
+        return false;
+    };
+    for (at, c) in cluster.char_indices() {
+        match c {
+            'i' => return cluster[at + 1..].contains('*'),
+            'n' | 's' | 'E' | 'r' | 'u' | 'z' | 'b' => {}
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// What an awk program may write: every string it holds (a name it
+/// prints to may be set in a variable first: `f=".git/config"; print >
+/// f`), and whether a `print`/`printf` redirects to anything but one
+/// string as written (`print > ".gi" "t/config"`, `print > $1`): a name
+/// computed when it runs. A program that cannot be read with confidence
+/// (a string or regular expression left open) counts as computing one.
+struct AwkWrites {
+    strings: Vec<String>,
+    computed: bool,
+}
+
+/// An awk program's pieces, as far as [`awk_written_files`] needs them.
+#[derive(Debug, PartialEq)]
+enum AwkToken {
+    Str(String),
+    Word(String),
+    /// A regular expression, a number, or any other operand.
+    Operand,
+    Punct(char),
+    /// A statement's end: `;`, a newline, `}`.
+    End,
+}
+
+fn awk_tokens(program: &str) -> Option<Vec<AwkToken>> {
+    let chars: Vec<char> = program.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    // Whether a `/` here divides (after an operand) or opens a regular
+    // expression.
+    let after_operand = |tokens: &[AwkToken]| {
+        matches!(
+            tokens.last(),
+            Some(
+                AwkToken::Str(_)
+                    | AwkToken::Word(_)
+                    | AwkToken::Operand
+                    | AwkToken::Punct(')' | ']' | '$')
+            )
+        )
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\\' if chars.get(i + 1) == Some(&'\n') => i += 2,
+            '#' => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+            }
+            '"' => {
+                let mut text = String::new();
+                i += 1;
+                loop {
+                    match chars.get(i)? {
+                        '"' => break,
+                        '\\' => {
+                            text.push(*chars.get(i + 1)?);
+                            i += 2;
+                        }
+                        &other => {
+                            text.push(other);
+                            i += 1;
+                        }
+                    }
+                }
+                tokens.push(AwkToken::Str(text));
+                i += 1;
+            }
+            '/' if !after_operand(&tokens) => {
+                i += 1;
+                let mut bracket = false;
+                loop {
+                    match chars.get(i)? {
+                        '\\' => i += 2,
+                        '[' => {
+                            bracket = true;
+                            i += 1;
+                        }
+                        ']' => {
+                            bracket = false;
+                            i += 1;
+                        }
+                        '/' if !bracket => break,
+                        '\n' => return None,
+                        _ => i += 1,
+                    }
+                }
+                tokens.push(AwkToken::Operand);
+                i += 1;
+            }
+            ';' | '\n' | '}' | '{' => {
+                tokens.push(AwkToken::End);
+                i += 1;
+            }
+            c if c.is_ascii_alphabetic() || c == '_' => {
+                let start = i;
+                while chars
+                    .get(i)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_')
+                {
+                    i += 1;
+                }
+                tokens.push(AwkToken::Word(chars[start..i].iter().collect()));
+            }
+            c if c.is_ascii_digit() || c == '.' => {
+                while chars
+                    .get(i)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '.')
+                {
+                    i += 1;
+                }
+                tokens.push(AwkToken::Operand);
+            }
+            c if c.is_whitespace() => i += 1,
+            c => {
+                tokens.push(AwkToken::Punct(c));
+                i += 1;
+            }
+        }
+    }
+    Some(tokens)
+}
+
+fn awk_written_files(program: &str) -> AwkWrites {
+    let Some(tokens) = awk_tokens(program) else {
+        return AwkWrites {
+            strings: Vec::new(),
+            computed: true,
+        };
+    };
+    let strings = tokens
+        .iter()
+        .filter_map(|t| match t {
+            AwkToken::Str(text) => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut computed = false;
+    let mut i = 0;
+    while i < tokens.len() {
+        let printing = matches!(&tokens[i], AwkToken::Word(w) if w == "print" || w == "printf");
+        i += 1;
+        if !printing {
+            continue;
+        }
+        // The statement, up to its end at the outer level: a `>` there
+        // redirects (inside parentheses it compares).
+        let mut depth = 0usize;
+        while i < tokens.len() {
+            match &tokens[i] {
+                AwkToken::Punct('(' | '[') => depth += 1,
+                AwkToken::Punct(')' | ']') => depth = depth.saturating_sub(1),
+                AwkToken::End | AwkToken::Punct('|') if depth == 0 => break,
+                AwkToken::Punct('>') if depth == 0 => {
+                    let mut target = i + 1;
+                    if tokens.get(target) == Some(&AwkToken::Punct('>')) {
+                        target += 1;
+                    }
+                    let one_string = matches!(tokens.get(target), Some(AwkToken::Str(_)))
+                        && matches!(tokens.get(target + 1), None | Some(AwkToken::End));
+                    if !one_string {
+                        computed = true;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    AwkWrites { strings, computed }
 }
 
 /// `path` from the workspace directory `place`, as [`bash_named_paths`]

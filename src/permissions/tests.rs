@@ -1215,6 +1215,47 @@ fn git_configuration_behind_gits_own_options_variables_and_finds_asks() {
     }
 }
 
+/// A third round: awk's own writes, and sed's backup named after the file.
+#[test]
+fn git_configuration_written_by_awk_or_a_sed_backup_asks() {
+    let set = rules(
+        &["bash(awk *)", "bash(sed *)", "bash(git diff *)"],
+        &[],
+        &[],
+    );
+    for command in [
+        "awk 'BEGIN{print \"[diff]\" >> \".git/config\"}'",
+        "awk 'BEGIN{f=\".git/config\"; print \"x\" > f}'",
+        "awk 'BEGIN{print \"x\" > \".gi\" \"t/config\"}'",
+        "awk 'BEGIN{printf(\"%s\", \"x\") > \".gitconfig\"}'",
+        "awk '{print > $1}' names.txt",
+        "awk 'BEGIN{print \"x\" > \\\n \".git/hooks/pre-commit\"}'",
+        // A regular expression or comment holding a quote does not hide
+        // what follows.
+        "awk '/\"/ {print > \".gi\" \"t/config\"}' x",
+        "awk '# \"\n{print > \".gi\" \"t/config\"} # \"' x",
+        "awk '/[/\"]/ {print > $2}' x",
+        // Left open: not read with confidence.
+        "awk 'BEGIN{print \"x > f}'",
+        "sed '-i.gi*/config' -n p t",
+        "sed -ni'.gi*/config' p t",
+        "sed --in-place='.gi*/config' p t",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
+    }
+    for command in [
+        "awk '$3 > 100 {print $1}' data.txt",
+        "awk '{print > \"out.txt\"}' data.txt",
+        "awk '{printf(\"%d\\n\", $1 > $2)}' data.txt",
+        "awk -F: '{ if ($2 > 0) print $1 }' data.txt",
+        "awk '/a\\/b/ {n++} END {print n}' data.txt",
+        "sed -i.bak s/a/b/ notes.txt",
+        "sed -i'' s/a/b/ notes.txt",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
 /// A line that may be in more directories than are judged in time
 /// vouches for no write.
 #[test]
