@@ -885,8 +885,8 @@ pub(crate) fn awk_program_runs_commands(program: &str) -> bool {
         .iter()
         .enumerate()
         .filter(|&(at, c)| {
-            !c.is_whitespace()
-                && !(*c == '\\' && chars.get(at + 1).is_some_and(|n| n.is_whitespace()))
+            !(c.is_whitespace()
+                || *c == '\\' && chars.get(at + 1).is_some_and(|n| n.is_whitespace()))
         })
         .map(|(_, c)| *c)
         .collect();

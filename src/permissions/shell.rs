@@ -1330,7 +1330,6 @@ mod tests {
         assert_eq!(lexed.pieces[0].words[0].text, "rm");
     }
 
-    #[test]
     /// bash joins an unquoted heredoc's continued lines before comparing
     /// them with the delimiter; a quoted one's lines are taken as they
     /// are.
