@@ -142,6 +142,25 @@ impl BashSpec {
             && pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
             && pattern.covers_redirects(&piece.redirects, reach)
             && pattern.covers_git_configuration_words(piece, reach)
+            && pattern.covers_deletions(piece)
+    }
+
+    /// The option through which `piece` deletes files that this rule
+    /// would vouch for but for it: a rule ending in `*` vouches for no
+    /// `find -delete`, `tar --remove-files` or `rsync --delete` it does
+    /// not spell out (`bash(find *)` names a search, not removal).
+    pub fn deletes_unspelt(&self, piece: &Piece, reach: &Reach) -> Option<String> {
+        let BashSpec::Pattern(pattern) = self else {
+            return None;
+        };
+        let layer = piece.layers.last()?;
+        let option = deletion_option(&layer.words)?;
+        let but_for = piece.opaque.is_none()
+            && pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
+            && pattern.covers_redirects(&piece.redirects, reach)
+            && pattern.covers_git_configuration_words(piece, reach)
+            && !pattern.covers_deletions(piece);
+        but_for.then(|| option.to_string())
     }
 
     /// The wrapper or assignment a pattern starts with, which commands lose
@@ -196,6 +215,18 @@ impl BashPattern {
             )
         };
         !reach.arguments_may_name_git_configuration(piece, spelt)
+    }
+
+    /// Whether the rule spells out the option through which the command
+    /// deletes files, if it has one (a rule with no `*` spells out all).
+    fn covers_deletions(&self, piece: &Piece) -> bool {
+        let Some(option) = piece.layers.last().and_then(|l| deletion_option(&l.words)) else {
+            return true;
+        };
+        !self.words.contains(&PatternWord::Star)
+            || self.words.iter().any(
+                |p| matches!(p, PatternWord::Text { text, stars } if stars.is_empty() && text == option),
+            )
     }
 
     /// Word-sequence matching. `open_ended`: unknown words follow (xargs).
@@ -273,6 +304,28 @@ fn glob_word(text: &str, stars: &[usize], candidate: &str) -> bool {
         }
     }
     remaining.len() >= last.len() && remaining.ends_with(last.as_str())
+}
+
+/// The option through which a command deletes files besides what it is
+/// named for: `find -delete`, `tar --remove-files` (or an abbreviation),
+/// `rsync --delete…` or `--remove-source-files`.
+fn deletion_option(words: &[Word]) -> Option<&str> {
+    let name = words.first().and_then(command::command_name)?;
+    let deletes: fn(&str) -> bool = match name {
+        "find" => |t| t == "-delete",
+        "tar" | "gtar" => |t| t.len() >= 5 && "--remove-files".starts_with(t),
+        "rsync" => |t| {
+            let option = t.split_once('=').map_or(t, |(o, _)| o);
+            option.starts_with("--del")
+                || (option.len() >= 8 && "--remove-source-files".starts_with(option))
+        },
+        _ => return None,
+    };
+    words[1..]
+        .iter()
+        .take_while(|w| w.text != "--" || name == "find")
+        .map(|w| w.text.as_str())
+        .find(|t| deletes(t))
 }
 
 #[cfg(test)]

@@ -573,6 +573,9 @@ struct UncoveredPiece {
     /// An allow rule that would cover it but for a write that may be git's
     /// configuration.
     but_for_git: Option<String>,
+    /// An allow rule that would cover it but for the option through which
+    /// it deletes files (the rule, the option).
+    but_for_deletion: Option<(String, String)>,
 }
 
 /// At most this many uncovered pieces are quoted in a reason; the rest
@@ -626,6 +629,11 @@ fn bash_allow<'r>(
                     text: piece.text.clone(),
                     but_for_git: covering(&reach.blind(), piece)
                         .map(|(_, rule)| rule.as_str().to_string()),
+                    but_for_deletion: allow.iter().find_map(|(_, rule)| {
+                        let spec = rule.spec()?;
+                        let option = spec.bash.as_ref().ok()?.deletes_unspelt(piece, &reach)?;
+                        Some((rule.as_str().to_string(), option))
+                    }),
                 });
             }
             continue;
@@ -672,13 +680,28 @@ fn default_decision(
             clip(piece)
         )
     };
+    let deletion_note = |(rule, option): &(String, String), piece: &str| {
+        format!(
+            "`allow: {rule}` would cover `{}`, but a rule ending in `*` vouches for no \
+             deletion it does not spell out (`{option}` deletes files, as `rm` does)",
+            clip(piece)
+        )
+    };
     let unmatched = match uncovered.pieces.as_slice() {
         [
             UncoveredPiece {
                 text,
                 but_for_git: Some(rule),
+                ..
             },
         ] => git_note(rule, text),
+        [
+            UncoveredPiece {
+                text,
+                but_for_deletion: Some(found),
+                ..
+            },
+        ] => deletion_note(found, text),
         [] => format!("No rule matches {}", describe(call)),
         [_] if !several => format!("No rule matches {}", describe(call)),
         pieces => {
@@ -706,6 +729,9 @@ fn default_decision(
                 if let Some(rule) = &piece.but_for_git {
                     text.push_str("; ");
                     text.push_str(&git_note(rule, &piece.text));
+                } else if let Some(found) = &piece.but_for_deletion {
+                    text.push_str("; ");
+                    text.push_str(&deletion_note(found, &piece.text));
                 }
             }
             text

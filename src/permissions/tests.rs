@@ -1256,6 +1256,54 @@ fn git_configuration_written_by_awk_or_a_sed_backup_asks() {
     }
 }
 
+/// A rule ending in `*` names what the command is for: deleting files
+/// through `find -delete`, `tar --remove-files` or `rsync --delete` asks
+/// unless the rule spells the option out, and the reason says why.
+#[test]
+fn deletions_through_options_are_not_vouched_for_by_a_star() {
+    let set = rules(
+        &[
+            "bash(find *)",
+            "bash(tar *)",
+            "bash(rsync *)",
+            "bash(find . -name '*.o' -delete)",
+        ],
+        &[],
+        &[],
+    );
+    for command in [
+        "find . -delete",
+        "find . -newer x -delete",
+        "find src -name '*.tmp' -delete",
+        "tar -cf y.tar --remove-files victim",
+        "tar -cf y.tar --remove victim",
+        "rsync -a --delete src/ dst/",
+        "rsync -a --delete-after src/ dst/",
+        "rsync -a --remove-source-files src/ dst/",
+        "timeout 5 find . -delete",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
+    }
+    let d = bash(&set, "find . -newer x -delete");
+    assert!(
+        d.reason.contains("`allow: bash(find *)` would cover")
+            && d.reason.contains("`-delete` deletes files"),
+        "{}",
+        d.reason
+    );
+    for command in [
+        "find . -name '*.rs'",
+        "find . -name '*.o' -delete",
+        "tar -cf y.tar src",
+        "rsync -a src/ dst/",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+    // A rule spelling the option vouches for it.
+    let spelt = rules(&["bash(find * -delete)"], &[], &[]);
+    assert_eq!(verdict_of(&spelt, "find build -delete"), Verdict::Allow);
+}
+
 /// A line that may be in more directories than are judged in time
 /// vouches for no write.
 #[test]
