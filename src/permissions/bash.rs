@@ -108,11 +108,22 @@ impl BashSpec {
     /// Deny and ask rules: could `piece`, at any wrapper layer, be a
     /// command this pattern names?
     pub fn may_match(&self, piece: &Piece) -> bool {
+        self.names_layer(piece, Mode::Maybe)
+    }
+
+    /// Whether `piece`, as written, is a command this pattern names (not
+    /// only perhaps, through a word computed when it runs or arguments
+    /// `xargs` reads): a deny rule's reason says which.
+    pub fn names_as_written(&self, piece: &Piece) -> bool {
+        self.names_layer(piece, Mode::Surely)
+    }
+
+    fn names_layer(&self, piece: &Piece, mode: Mode) -> bool {
         let BashSpec::Pattern(pattern) = self else {
             return true;
         };
         piece.layers.iter().any(|layer| {
-            if pattern.matches(&layer.words, layer.open_ended, Mode::Maybe) {
+            if pattern.matches(&layer.words, layer.open_ended, mode) {
                 return true;
             }
             // `/bin/rm` is `rm` to a deny rule (never to an allow rule:
@@ -121,7 +132,7 @@ impl BashSpec {
                 Some(name) if name != layer.words[0].text && pattern.names_bare_command() => {
                     let mut words = layer.words.clone();
                     words[0].text = name.to_string();
-                    pattern.matches(&words, layer.open_ended, Mode::Maybe)
+                    pattern.matches(&words, layer.open_ended, mode)
                 }
                 _ => false,
             }

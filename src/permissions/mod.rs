@@ -519,7 +519,20 @@ fn may_match(rule: &Rule, call: &CallFacts, subject: &Subject, list: List) -> Op
                 .pieces
                 .iter()
                 .find(|piece| pattern.may_match(piece))
-                .map(|piece| hit(Some(piece.text.clone()))),
+                .map(|piece| {
+                    let mut found = hit(Some(piece.text.clone()));
+                    if !pattern.names_as_written(piece) {
+                        // `ls${IFS}-la` is no `rm`, but may become one.
+                        let unknown = "part of it is only known when it runs, a word computed \
+                                       then or arguments read from input, so it may be a \
+                                       command this rule names: write every word out";
+                        found.note = Some(match found.note {
+                            Some(note) => format!("{note}; {unknown}"),
+                            None => unknown.to_string(),
+                        });
+                    }
+                    found
+                }),
         },
         Subject::File(Some(path)) => match &spec.file {
             Err(message) => Some(unreadable(message)),

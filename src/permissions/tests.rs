@@ -354,6 +354,35 @@ fn compound_commands_hiding_a_denied_piece() {
     }
 }
 
+/// A command denied only because it may become one a rule names says so:
+/// `ls${IFS}-la` is refused under `deny: bash(rm *)`, but not as an `rm`.
+#[test]
+fn a_command_denied_for_what_it_may_become_is_told_so() {
+    let set = rules(&["bash"], &[], &["bash(rm *)"]);
+    for command in ["ls${IFS}-la", "$(echo ls) x", "$cmd x", "\"$@\""] {
+        let d = bash(&set, command);
+        assert_eq!(d.verdict, Verdict::Deny, "{command}");
+        assert!(
+            d.reason.contains("only known when it runs")
+                && d.reason.contains("write every word out"),
+            "{command}: {}",
+            d.reason
+        );
+    }
+    let d = bash(&set, "ls; rm -rf x");
+    assert!(
+        !d.reason.contains("only known when it runs"),
+        "{}",
+        d.reason
+    );
+    let d = bash(&set, "xargs rm < list");
+    assert!(
+        !d.reason.contains("only known when it runs"),
+        "{}",
+        d.reason
+    );
+}
+
 #[test]
 fn a_denied_piece_is_named() {
     let set = rules(&["bash"], &[], &["bash(rm *)"]);
