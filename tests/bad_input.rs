@@ -983,7 +983,9 @@ async fn forged_expired_and_missing_tokens_get_401(backend: Backend) {
 /// expiry the stream closes what it is inside of and ends with RUN_ERROR
 /// `TOKEN_EXPIRED`; events before then arrive as usual.
 async fn an_event_stream_ends_when_its_token_expires(backend: Backend) {
-    let app = TestApp::spawn(backend).await;
+    // The stream lasts as long as the token is taken: to `exp` and the
+    // leeway, none here.
+    let app = TestApp::spawn_with(backend, |s| s.auth.leeway_secs = 0).await;
     let short = app.token_with_ttl("dev", 3);
     let mut sse = app.events_as(&short, "exp", "", None).await;
     let opened = std::time::Instant::now();
@@ -1011,11 +1013,69 @@ async fn an_event_stream_ends_when_its_token_expires(backend: Backend) {
     );
 }
 
+/// A token past its `exp` but within the leeway every request is allowed
+/// opens a stream that lasts to the end of the leeway, not one that ends
+/// at once (an `EventSource` would open it again and again); past the
+/// leeway it is refused with `401`. The approvals stream ends the same
+/// way, with RUN_ERROR `TOKEN_EXPIRED`.
+async fn a_stream_opened_within_the_leeway_lasts_to_its_end(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.auth.leeway_secs = 4).await;
+    let short = app.token_with_ttl("dev", 1);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let mut sse = app.events_as(&short, "lee", "", None).await;
+    let opened = std::time::Instant::now();
+    let mut approvals = {
+        let r = app
+            .client
+            .get(app.url("/v1/approvals/events"))
+            .bearer_auth(&short)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        common::SseReader::new(r)
+    };
+    let first = sse.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(first.data["type"], "RUN_STARTED");
+    let mut last = Value::Null;
+    while let Some(frame) = sse.next(Duration::from_secs(10)).await {
+        last = frame.data;
+    }
+    assert_eq!(last["code"], "TOKEN_EXPIRED", "{last}");
+    assert!(
+        opened.elapsed() >= Duration::from_millis(500),
+        "ended at once: {:?}",
+        opened.elapsed()
+    );
+    let mut frames = Vec::new();
+    while let Some(frame) = approvals.next(Duration::from_secs(10)).await {
+        frames.push(frame.data);
+    }
+    assert_eq!(
+        frames.first().map(|f| &f["name"]),
+        Some(&json!("approvals.synced")),
+        "{frames:?}"
+    );
+    assert_eq!(
+        frames.last().map(|f| &f["code"]),
+        Some(&json!("TOKEN_EXPIRED")),
+        "{frames:?}"
+    );
+    let r = app
+        .client
+        .get(app.url("/v1/threads/lee/events"))
+        .bearer_auth(&short)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}
+
 /// A client that reads slowly still gets the end of a stream whose token
 /// expired: the groups it is inside closed, then RUN_ERROR `TOKEN_EXPIRED`,
 /// once it has read what was queued before them.
 async fn a_slow_reader_gets_the_end_of_an_expired_stream(backend: Backend) {
-    let app = TestApp::spawn(backend).await;
+    let app = TestApp::spawn_with(backend, |s| s.auth.leeway_secs = 0).await;
     let text = "x".repeat(100_000);
     for i in 0..60 {
         let (s, _) = app
@@ -1994,6 +2054,7 @@ both_backends!(
     nul_characters_are_refused_in_requests_and_replaced_in_results,
     forged_expired_and_missing_tokens_get_401,
     an_event_stream_ends_when_its_token_expires,
+    a_stream_opened_within_the_leeway_lasts_to_its_end,
     a_slow_reader_gets_the_end_of_an_expired_stream,
     another_owners_thread_is_not_found,
 );

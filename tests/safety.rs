@@ -4656,7 +4656,22 @@ async fn an_approval_screen_follows_approvals_as_they_open_and_close(backend: Ba
         assert_eq!(f.data["value"]["tool_call_id"], "s1");
         assert_eq!(f.data["value"]["status"], "pending");
         assert_eq!(f.data["value"]["owner"], "dev");
+        let approval = f.data["value"]["id"].clone();
+        // Then the whole set open when it connected: a screen drops what
+        // it held from before that is not in it.
+        let f = stream
+            .next(std::time::Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(f.data["name"], "approvals.synced", "{}", f.raw);
+        assert_eq!(f.data["value"], json!({"open": [approval]}), "{}", f.raw);
     }
+    let f = other
+        .next(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(f.data["name"], "approvals.synced", "{}", f.raw);
+    assert_eq!(f.data["value"], json!({"open": []}), "{}", f.raw);
     // Asked since, then decided.
     let (s, second) = app.call("as", write("s2")).await;
     assert_eq!(s, 202, "{second}");

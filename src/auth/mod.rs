@@ -321,9 +321,9 @@ impl Keys {
     pub fn verify(&self, token: &str) -> Result<Claims, AuthError> {
         let known = self.verified_tokens().get(token).cloned();
         if let Some(claims) = known {
-            // The same test as the full check's: expired once `exp` is
-            // more than the leeway in the past.
-            if claims.exp.saturating_add(self.leeway) < unix_now() {
+            // The same test as the full check's: expired once `exp` and
+            // the leeway are reached.
+            if claims.exp.saturating_add(self.leeway) <= unix_now() {
                 self.verified_tokens().remove(token);
                 return Err(AuthError::Expired);
             }
@@ -375,7 +375,9 @@ impl Keys {
         })?;
         let (claims, not_before) = read_claims(&data.claims)?;
         let now = unix_now();
-        if claims.exp.saturating_add(self.leeway) < now {
+        // RFC 7519: not accepted on or after `exp` (here with the leeway),
+        // the moment a stream it opened ends.
+        if claims.exp.saturating_add(self.leeway) <= now {
             return Err(AuthError::Expired);
         }
         if not_before.is_some_and(|nbf| nbf > now.saturating_add(self.leeway)) {

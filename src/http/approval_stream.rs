@@ -7,7 +7,7 @@
 //! ids and moments only), not at this process's event bus: approvals asked
 //! and decided in another toolgate process on the same database show too.
 //! It has no resume point: a client that reconnects is told every open
-//! approval again.
+//! approval again, then `approvals.synced` naming them.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -54,11 +54,14 @@ pub struct ApprovalEventsQuery {
 /// `approval.pending` for each one asked later and `approval.decided` once
 /// one is approved, denied or expired, also one asked and decided between
 /// two looks (`value`: the approval as `GET /v1/approvals/{id}` shows it).
+/// After the approvals open when it connects, `approvals.synced` (`value`:
+/// `{"open": [ids]}`) names them all: a screen drops any other it holds.
 /// An approver's stream has every owner's approvals, anyone else's their
 /// own. Approvals are looked at in the database once a second, so those of
 /// other toolgate processes on it show too. There is no resume point:
 /// reconnected, a client is told every open approval again. At the
-/// token's `exp` the stream ends with `RUN_ERROR` `TOKEN_EXPIRED`; at
+/// token's `exp` (plus `auth.leeway_secs`) the stream ends with `RUN_ERROR`
+/// `TOKEN_EXPIRED`; at
 /// shutdown with `RUN_ERROR` `SHUTTING_DOWN`; a client that reads nothing
 /// for a minute is dropped. Counts against `server.max_streams_per_owner`.
 #[utoipa::path(get, path = "/v1/approvals/events", tag = "approvals",
@@ -83,7 +86,7 @@ pub async fn approval_events(
         owner,
         caller: user.owner,
         thread: thread.map(|t| t.0),
-        expires: super::events::expiry(user.expires_at),
+        expires: super::events::expiry(user.expires_at, state.settings.auth.leeway_secs),
         tx,
         _slot: slot,
     };
@@ -171,8 +174,8 @@ impl Watch {
                 _ = tokio::time::sleep_until(self.expires) => return End::Expired,
             }
             match self.look(&mut seen).await {
-                Ok(true) => {}
-                Ok(false) => return End::Gone,
+                Ok(None) => {}
+                Ok(Some(end)) => return end,
                 Err(e) => {
                     tracing::warn!(error = %e, caller = %self.caller, "an approvals stream cannot read the approvals");
                     return End::Unavailable;
@@ -205,8 +208,10 @@ impl Watch {
     /// now, and for each asked since the stream opened and decided before
     /// a look found it open (within a second). Only the ids and moments
     /// of the approvals are read each second; an approval is read whole
-    /// when it is told. False once the client has gone.
-    async fn look(&self, seen: &mut Seen) -> Result<bool, StoreError> {
+    /// when it is told, and one decided by then is not told open. After
+    /// the first look, `approvals.synced` names every approval open then.
+    /// `Some` once the stream ends.
+    async fn look(&self, seen: &mut Seen) -> Result<Option<End>, StoreError> {
         let now = now_ms();
         let first = seen.opened_at.is_none();
         let opened_at = *seen.opened_at.get_or_insert(now);
@@ -218,9 +223,13 @@ impl Watch {
             let Some(approval) = self.state.store.approval(id).await? else {
                 continue;
             };
+            // Decided since it was listed: told decided at the next look.
+            if approval.status_at(now_ms()) != ApprovalStatus::Pending {
+                continue;
+            }
             let view = super::approvals::with_call(&self.state, approval, now).await?;
-            if !self.send("approval.pending", view).await {
-                return Ok(false);
+            if let Some(end) = self.send("approval.pending", json(view)).await {
+                return Ok(Some(end));
             }
         }
         let still_open: HashMap<String, i64> = open_now.into_iter().collect();
@@ -233,12 +242,17 @@ impl Watch {
         settled.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
         seen.open = still_open;
         for (id, _) in settled {
-            if !self.tell_decided(seen, &id, now).await? {
-                return Ok(false);
+            if let Some(end) = self.tell_decided(seen, &id, now).await? {
+                return Ok(Some(end));
             }
         }
         if first {
-            return Ok(true);
+            let mut open: Vec<(&String, &i64)> = seen.open.iter().collect();
+            open.sort_by(|a, b| (a.1, a.0).cmp(&(b.1, b.0)));
+            let ids: Vec<&String> = open.into_iter().map(|(id, _)| id).collect();
+            return Ok(self
+                .send("approvals.synced", serde_json::json!({ "open": ids }))
+                .await);
         }
         // Asked and decided between two looks: never seen open, told as
         // decided all the same. Those asked before the stream opened and
@@ -250,48 +264,56 @@ impl Watch {
             if seen.open.contains_key(id) || seen.told.contains(id) {
                 continue;
             }
-            if !self.tell_decided(seen, id, now).await? {
-                return Ok(false);
+            if let Some(end) = self.tell_decided(seen, id, now).await? {
+                return Ok(Some(end));
             }
         }
         // Those too old to be listed again need no remembering.
         let listed: std::collections::HashSet<&String> = recent.iter().map(|(id, _)| id).collect();
         seen.told.retain(|id| listed.contains(id));
-        Ok(true)
+        Ok(None)
     }
 
     /// `approval.decided` for approval `id`, once it is decided (or past
     /// its deadline; whether the sweeper has recorded that yet or not).
-    /// One still open is left for a later look. False once the client has
-    /// gone.
-    async fn tell_decided(&self, seen: &mut Seen, id: &str, now: i64) -> Result<bool, StoreError> {
+    /// One still open is left for a later look. `Some` once the stream
+    /// ends.
+    async fn tell_decided(
+        &self,
+        seen: &mut Seen,
+        id: &str,
+        now: i64,
+    ) -> Result<Option<End>, StoreError> {
         let Some(approval) = self.state.store.approval(id).await? else {
-            return Ok(true);
+            return Ok(None);
         };
         if approval.status_at(now) == ApprovalStatus::Pending {
-            return Ok(true);
+            return Ok(None);
         }
         seen.told.insert(id.to_string());
         let view = super::approvals::with_call(&self.state, approval, now).await?;
-        Ok(self.send("approval.decided", view).await)
+        Ok(self.send("approval.decided", json(view)).await)
     }
 
-    /// Hands one event to the response; false once the client has gone,
+    /// Hands one event to the response; `Some` once the client has gone,
     /// has read nothing for a minute (a stream that cannot deliver must
-    /// not hold its events), or toolgate shuts down.
-    async fn send(&self, name: &str, view: ApprovalView) -> bool {
+    /// not hold its events), its token expires, or toolgate shuts down.
+    async fn send(&self, name: &str, value: serde_json::Value) -> Option<End> {
         let event = Event::new(EventBody::Custom {
             name: name.into(),
-            value: serde_json::to_value(view).expect("an approval serializes"),
+            value,
         });
-        let sent = tokio::select! {
+        tokio::select! {
             sent = tokio::time::timeout(
                 super::events::SEND_STALL,
                 self.tx.send(Ok(SseEvent::default().data(event.to_json()))),
-            ) => matches!(sent, Ok(Ok(()))),
-            _ = self.state.shutdown.cancelled() => false,
-            _ = tokio::time::sleep_until(self.expires) => false,
-        };
-        sent
+            ) => (!matches!(sent, Ok(Ok(())))).then_some(End::Gone),
+            _ = self.state.shutdown.cancelled() => Some(End::Shutdown),
+            _ = tokio::time::sleep_until(self.expires) => Some(End::Expired),
+        }
     }
+}
+
+fn json(view: ApprovalView) -> serde_json::Value {
+    serde_json::to_value(view).expect("an approval serializes")
 }

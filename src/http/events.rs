@@ -186,7 +186,7 @@ pub async fn get_events(
         state: state.clone(),
         thread_id: thread.0,
         owner: user.owner,
-        expires: expiry(user.expires_at),
+        expires: expiry(user.expires_at, state.settings.auth.leeway_secs),
         tx,
         _slot: stream_slot,
     };
@@ -218,9 +218,13 @@ struct Stream {
     _slot: crate::engine::limits::StreamPermit,
 }
 
-/// The moment `exp` (Unix seconds) is reached, on the runtime's clock; a
-/// century away at most.
-pub(super) fn expiry(exp: u64) -> tokio::time::Instant {
+/// The moment a token expiring at `exp` (Unix seconds) is refused, with
+/// the `leeway` every request is allowed, on the runtime's clock; a
+/// century away at most. A stream lasts as long as its token would be
+/// taken: one opened within the leeway does not end at once (to be
+/// opened again, and again, by an `EventSource`).
+pub(super) fn expiry(exp: u64, leeway: u64) -> tokio::time::Instant {
+    let exp = exp.saturating_add(leeway);
     let now = tokio::time::Instant::now();
     let unix_now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
