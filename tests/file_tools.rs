@@ -2221,6 +2221,7 @@ async fn walks_leave_out_what_the_path_rules_name() {
             &rules,
             &CallFacts {
                 tool_name: tool,
+                aliases: &[],
                 class: PermissionClass::File,
                 read_only: true,
                 destructive: false,

@@ -286,6 +286,54 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
             .contains("deny[1] `bash(unclosed`"),
         "{problem}"
     );
+    // Every rule that does not parse is named at once.
+    let resp = app
+        .put(
+            "/v1/permissions",
+            &json!({"allow": ["read_file"], "ask": ["bad rule!!"], "deny": ["x(", "bash(rm *)", "y("]}),
+        )
+        .await;
+    assert_eq!(resp.status(), 422);
+    let problem: Value = resp.json().await.unwrap();
+    let pointers: Vec<&str> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert_eq!(pointers, ["/ask/0", "/deny/0", "/deny/2"], "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("and 2 more"),
+        "{problem}"
+    );
+    // A rule naming an alias names its tool, under either name; one naming
+    // no tool is kept, and said to match nothing.
+    put_rules(&app, json!({"allow": ["bash"], "deny": ["sleep", "Echo"]})).await;
+    let view = app.get_json("/v1/permissions").await;
+    let notes = view["notes"].as_array().expect("notes");
+    assert_eq!(notes.len(), 1, "{view}");
+    assert!(
+        notes[0].as_str().unwrap().contains("owner.deny[1] `Echo`"),
+        "{view}"
+    );
+    for (id, name) in [("al1", "sleep"), ("al2", "wait")] {
+        let (_, out) = app
+            .call("p", json!({"id": id, "name": name, "arguments": {"ms": 1}}))
+            .await;
+        assert_eq!(error_code(&out), "PERMISSION_DENIED", "{out}");
+        assert!(
+            out["tool_agent_output"]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("`sleep` is another name of `wait`"),
+            "{out}"
+        );
+    }
+    put_rules(
+        &app,
+        json!({"allow": ["bash"], "deny": ["read_file(secrets/**)"]}),
+    )
+    .await;
     // So are more rules than an owner keeps, and a rule too long to be one:
     // every call of theirs is checked against them all.
     let many: Vec<String> = (0..501).map(|i| format!("bash(tool{i} *)")).collect();

@@ -338,6 +338,7 @@ fn call_facts<'a>(
     let meta = &tool.definition.metadata;
     crate::permissions::CallFacts {
         tool_name: &tool.definition.name,
+        aliases: &tool.definition.aliases,
         class: meta.permission_class,
         read_only: meta.read_only,
         destructive: tool
@@ -2289,6 +2290,7 @@ impl Engine {
         {
             let as_original = crate::permissions::CallFacts {
                 tool_name: &record.tool_name,
+                aliases: &[],
                 ..facts
             };
             let theirs = crate::permissions::decide(
@@ -2331,6 +2333,7 @@ impl Engine {
         if is_file && !tool.definition.metadata.read_only && previews {
             let reading = crate::permissions::CallFacts {
                 tool_name: "read_file",
+                aliases: &[],
                 read_only: true,
                 destructive: false,
                 ..facts

@@ -453,6 +453,37 @@ pub struct PermissionsView {
     /// Verdicts when nothing matches: by the tool's nature.
     #[schema(value_type = Object)]
     pub defaults: Value,
+    /// Rules that name no tool registered now (nor an alias, nor the file
+    /// tools' `read` and `write`): a misspelt name matches nothing, and a
+    /// rule for a tool registered later waits for it. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// A note for each rule of `lists` (at `/{party}/{list}/{index}`) naming
+/// no tool the registry knows.
+fn unknown_tools(state: &AppState, party: &str, lists: &RuleLists, notes: &mut Vec<String>) {
+    let registry = state.engine.registry();
+    for (list, rules) in [
+        ("allow", &lists.allow),
+        ("ask", &lists.ask),
+        ("deny", &lists.deny),
+    ] {
+        for (index, text) in rules.iter().enumerate() {
+            let Ok(rule) = crate::permissions::Rule::parse(text) else {
+                continue;
+            };
+            let tool = rule.tool();
+            if matches!(tool, "read" | "write") || registry.resolve(tool).is_some() {
+                continue;
+            }
+            notes.push(format!(
+                "{party}.{list}[{index}] `{text}` names no tool registered now (`{tool}`; tool \
+                 names are exact and case-sensitive): it matches nothing until such a tool is \
+                 registered"
+            ));
+        }
+    }
 }
 
 fn stored_lists(v: Option<Value>) -> RuleLists {
@@ -462,14 +493,20 @@ fn stored_lists(v: Option<Value>) -> RuleLists {
 
 async fn view(state: &AppState, owner: &str) -> Result<PermissionsView, ApiError> {
     let p = &state.settings.permissions;
+    let deployment = RuleLists {
+        allow: p.allow.clone(),
+        ask: p.ask.clone(),
+        deny: p.deny.clone(),
+    };
+    let owner = stored_lists(state.store.owner_rules(owner).await?);
+    let mut notes = Vec::new();
+    unknown_tools(state, "deployment", &deployment, &mut notes);
+    unknown_tools(state, "owner", &owner, &mut notes);
     Ok(PermissionsView {
-        deployment: RuleLists {
-            allow: p.allow.clone(),
-            ask: p.ask.clone(),
-            deny: p.deny.clone(),
-        },
-        owner: stored_lists(state.store.owner_rules(owner).await?),
+        deployment,
+        owner,
         defaults: json!(p.defaults),
+        notes,
     })
 }
 
@@ -493,11 +530,18 @@ pub const MAX_RULE_CHARS: usize = 1000;
 
 /// `422` "Invalid rule", its `errors` naming where (`/deny/2`) and why.
 fn invalid_rules(pointer: String, message: String, detail: String) -> ApiError {
+    invalid_rule_list(vec![(pointer, message)], detail)
+}
+
+/// `422` "Invalid rule" with an entry of `errors` for each (pointer,
+/// message).
+fn invalid_rule_list(errors: Vec<(String, String)>, detail: String) -> ApiError {
     let mut extra = Map::new();
-    extra.insert(
-        "errors".into(),
-        json!([{"pointer": pointer, "message": message}]),
-    );
+    let errors: Vec<Value> = errors
+        .into_iter()
+        .map(|(pointer, message)| json!({"pointer": pointer, "message": message}))
+        .collect();
+    extra.insert("errors".into(), Value::Array(errors));
     ApiError::Unprocessable {
         title: "Invalid rule".into(),
         detail,
@@ -539,8 +583,9 @@ fn rules_fit(lists: &RuleLists) -> Result<(), ApiError> {
 /// Replace the caller's own rules.
 ///
 /// Rules are `tool` or `tool(specifier)`; evaluated deny → ask → allow,
-/// the deployment's before the owner's, first match wins. A rule that does
-/// not parse is refused with its list and index.
+/// the deployment's before the owner's, first match wins. Rules that do
+/// not parse are refused, each with its list and index in `errors`; rules
+/// naming no tool registered now are kept, and listed in `notes`.
 #[utoipa::path(put, path = "/v1/permissions", tag = "permissions",
     request_body = RuleLists,
     responses((status = 200, body = PermissionsView),
@@ -553,11 +598,18 @@ pub async fn put_permissions(
 ) -> Result<axum::Json<PermissionsView>, ApiError> {
     let value = json!(body);
     rules_fit(&body)?;
-    if let Err(e) = crate::permissions::RuleSet::from_lists(&body.allow, &body.ask, &body.deny) {
-        return Err(invalid_rules(
-            format!("/{}/{}", e.list, e.index),
-            e.error.to_string(),
-            e.to_string(),
+    let errors = crate::permissions::rule_errors(&body.allow, &body.ask, &body.deny);
+    if let Some(first) = errors.first() {
+        let detail = match errors.len() {
+            1 => first.to_string(),
+            n => format!("{first} (and {} more, each in `errors`)", n - 1),
+        };
+        return Err(invalid_rule_list(
+            errors
+                .iter()
+                .map(|e| (format!("/{}/{}", e.list, e.index), e.error.to_string()))
+                .collect(),
+            detail,
         ));
     }
     let now = now_ms();

@@ -80,7 +80,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-pub use rules::{Rule, RuleError, RuleSet, RuleSetError};
+pub use rules::{Rule, RuleError, RuleSet, RuleSetError, rule_errors};
 
 use crate::tools::PermissionClass;
 use command::{Analysis, Piece};
@@ -136,6 +136,9 @@ pub struct Decision {
 pub struct CallFacts<'a> {
     /// The canonical name (aliases resolved).
     pub tool_name: &'a str,
+    /// The tool's other names: a rule naming one names the tool (`deny:
+    /// sleep` covers `wait`, under whichever name it is called).
+    pub aliases: &'a [String],
     pub class: PermissionClass,
     pub read_only: bool,
     pub destructive: bool,
@@ -438,6 +441,8 @@ impl PathRules {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Via {
     Name,
+    /// The rule names one of the tool's aliases.
+    Alias,
     Group,
     ReadCoversWrite,
     /// A deny or ask path rule on one reading tool (`read_file(.env)`)
@@ -449,6 +454,9 @@ enum Via {
 fn names_call(rule: &Rule, call: &CallFacts, list: List) -> Option<Via> {
     if rule.tool() == call.tool_name {
         return Some(Via::Name);
+    }
+    if call.aliases.iter().any(|a| a == rule.tool()) {
+        return Some(Via::Alias);
     }
     if call.class != PermissionClass::File {
         return None;
@@ -490,6 +498,11 @@ fn may_match(rule: &Rule, call: &CallFacts, subject: &Subject, list: List) -> Op
             list.name(),
             rule.specifier().unwrap_or_default(),
             rule.tool()
+        )),
+        Via::Alias => Some(format!(
+            "`{}` is another name of `{}`",
+            rule.tool(),
+            call.tool_name
         )),
         Via::Name | Via::Group => None,
     };

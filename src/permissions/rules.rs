@@ -300,6 +300,38 @@ pub struct RuleSet {
     pub deny: Vec<Rule>,
 }
 
+/// Rule `text`, at `index` of list `name` (an allow rule is checked for
+/// what an allow rule may not be).
+fn parse_in(name: &'static str, index: usize, text: &str) -> Result<Rule, RuleSetError> {
+    Rule::parse(text)
+        .and_then(|rule| {
+            if name == "allow" {
+                rule.check_allow()?;
+            }
+            Ok(rule)
+        })
+        .map_err(|error| RuleSetError {
+            list: name,
+            index,
+            rule: text.to_string(),
+            error,
+        })
+}
+
+/// Every rule of the lists that does not parse, in order (allow, ask,
+/// deny): an owner fixes them all at once.
+pub fn rule_errors<S: AsRef<str>>(allow: &[S], ask: &[S], deny: &[S]) -> Vec<RuleSetError> {
+    [("allow", allow), ("ask", ask), ("deny", deny)]
+        .into_iter()
+        .flat_map(|(name, texts)| {
+            texts
+                .iter()
+                .enumerate()
+                .filter_map(move |(index, text)| parse_in(name, index, text.as_ref()).err())
+        })
+        .collect()
+}
+
 impl RuleSet {
     /// Parse three lists of rule texts; the first bad rule is the error.
     pub fn from_lists<S: AsRef<str>>(
@@ -311,22 +343,7 @@ impl RuleSet {
             texts
                 .iter()
                 .enumerate()
-                .map(|(index, text)| {
-                    let text = text.as_ref();
-                    Rule::parse(text)
-                        .and_then(|rule| {
-                            if name == "allow" {
-                                rule.check_allow()?;
-                            }
-                            Ok(rule)
-                        })
-                        .map_err(|error| RuleSetError {
-                            list: name,
-                            index,
-                            rule: text.to_string(),
-                            error,
-                        })
-                })
+                .map(|(index, text)| parse_in(name, index, text.as_ref()))
                 .collect()
         }
         Ok(RuleSet {

@@ -84,6 +84,7 @@ const DROP_TABLE: Tool = Tool {
 fn facts<'a>(tool: &'a Tool, arguments: &'a Value, resolved: Option<&'a str>) -> CallFacts<'a> {
     CallFacts {
         tool_name: tool.name,
+        aliases: &[],
         class: tool.class,
         read_only: tool.read_only,
         destructive: tool.destructive,
@@ -298,6 +299,38 @@ fn allow_sources() {
         "{}",
         d.reason
     );
+}
+
+/// A rule naming one of a tool's aliases names the tool, under whichever
+/// name the call is posted: `deny: sleep` stops `wait` and `sleep` alike.
+#[test]
+fn a_rule_naming_an_alias_names_the_tool() {
+    let aliases = vec!["sleep".to_string()];
+    let arguments = json!({"ms": 1});
+    let call = CallFacts {
+        tool_name: "wait",
+        aliases: &aliases,
+        class: PermissionClass::Generic,
+        read_only: true,
+        destructive: false,
+        arguments: &arguments,
+        workspace: None,
+        resolved_path: None,
+        sub_workspace: None,
+        git_links: &[],
+    };
+    let defaults = Defaults::default();
+    for (list, verdict) in [("deny", Verdict::Deny), ("ask", Verdict::Ask)] {
+        let set = match list {
+            "deny" => rules(&[], &[], &["sleep"]),
+            _ => rules(&[], &["sleep"], &[]),
+        };
+        let d = decide(&none(), &set, &defaults, &call);
+        assert_eq!(d.verdict, verdict, "{list}: {d:?}");
+        assert!(d.reason.contains("`sleep`"), "{}", d.reason);
+    }
+    let d = decide(&none(), &rules(&[], &[], &["Sleep"]), &defaults, &call);
+    assert_ne!(d.verdict, Verdict::Deny, "names are exact");
 }
 
 #[test]
