@@ -362,6 +362,17 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     .await;
     assert_eq!(s, 422, "{p}");
     assert_eq!(p["errors"][0]["path"], "/limit", "{p}");
+    // An integer past what a JSON reader holds exactly is refused at its
+    // field, not recorded as a float the tool cannot take.
+    for (tool, field) in [("read_file", "offset"), ("undo_edit", "entry")] {
+        let body: Value = serde_json::from_str(&format!(
+            r#"{{"id": "big-{field}", "name": "{tool}", "arguments": {{"path": "a.txt", "{field}": 18446744073709551616}}}}"#
+        ))
+        .unwrap();
+        let (s, p) = problem(app.post(calls, &body).await).await;
+        assert_eq!(s, 422, "{p}");
+        assert_eq!(p["errors"][0]["path"], format!("/{field}"), "{p}");
+    }
 
     // OpenAI arguments that are not valid JSON text.
     let (s, p) = problem(

@@ -16,6 +16,12 @@ use utoipa::ToSchema;
 pub use crate::protocol::tool_output::{ToolError, UndoInfo};
 pub use registry::{Registry, RegistryError};
 
+/// The bound of a built-in tool's integer argument with no smaller one:
+/// the largest integer every JSON reader holds exactly (2^53 - 1). A
+/// larger number is refused by the schema, naming its field, before the
+/// call is recorded, not read as a float the tool cannot take.
+pub const MAX_EXACT_INTEGER: u64 = 9_007_199_254_740_991;
+
 /// How the permission engine judges a tool (seed 003 `PermissionClass`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
 #[serde(rename_all = "snake_case")]

@@ -397,7 +397,7 @@ impl Tool for ReadFile {
                 "properties": {
                     "path": {"type": "string", "minLength": 1,
                              "description": "File or directory path relative to the workspace root, e.g. 'src/main.rs' or '.'."},
-                    "offset": {"type": "integer", "minimum": 1,
+                    "offset": {"type": "integer", "minimum": 1, "maximum": crate::tools::MAX_EXACT_INTEGER,
                                "description": "1-based line number to start at (default 1)."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LINES,
                               "description": format!("Most lines to return (default and maximum {MAX_LINES}).")}

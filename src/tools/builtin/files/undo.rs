@@ -55,7 +55,7 @@ impl Tool for UndoEdit {
                 "properties": {
                     "path": {"type": "string", "minLength": 1,
                              "description": "File path relative to the workspace root."},
-                    "entry": {"type": "integer", "minimum": 1,
+                    "entry": {"type": "integer", "minimum": 1, "maximum": crate::tools::MAX_EXACT_INTEGER,
                               "description": "Undo this history entry (the `undo_entry` a change's result gives) and only if it is the file's newest."},
                     "force": {"type": "boolean", "default": false,
                               "description": "Restore even if the file was changed since by something else; those changes are lost, so a call with force is judged as destructive (by default it needs approval)."}
