@@ -71,6 +71,17 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         "{p}"
     );
 
+    // A missing field is pointed at by its own path, on every endpoint.
+    for (path, body, pointer) in [
+        ("/v1/approvals/apr_0/decision", json!({}), "/decision"),
+        ("/v1/threads/t/messages", json!({"id": "m1"}), "/role"),
+        ("/v1/threads/t/batches", json!({}), "/calls"),
+    ] {
+        let (s, p) = problem(app.post(path, &body).await).await;
+        assert_eq!(s, 422, "{path}: {p}");
+        assert_eq!(p["errors"][0]["pointer"], pointer, "{path}: {p}");
+    }
+
     // A compressed body (or one claiming a coding): 415 naming it, not a
     // misleading "malformed JSON", and not read as if uncompressed.
     for (coding, body) in [

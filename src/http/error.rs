@@ -523,8 +523,20 @@ where
     T: serde::Deserialize<'de>,
     D: serde::Deserializer<'de, Error = serde_json::Error>,
 {
-    serde_path_to_error::deserialize(value)
-        .map_err(|e| ApiError::invalid_body(json_pointer(e.path()), e.inner().to_string()))
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let message = e.inner().to_string();
+        let mut pointer = json_pointer(e.path());
+        // A missing field is pointed at by its own path (`/decision`), not
+        // the object that lacks it.
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.strip_suffix('`'))
+        {
+            pointer.push('/');
+            pointer.push_str(&pointer_token(field));
+        }
+        ApiError::invalid_body(pointer, message)
+    })
 }
 
 /// The longest request target (path and query) toolgate reads: ids,
