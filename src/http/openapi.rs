@@ -254,11 +254,8 @@ fn add_common_problems(doc: &mut Value) {
         .expect("the document has paths");
     for (path, item) in paths.iter_mut() {
         let v1 = path.starts_with("/v1/");
-        for operation in item
-            .as_object_mut()
-            .into_iter()
-            .flat_map(|i| i.values_mut())
-        {
+        for (method, operation) in item.as_object_mut().into_iter().flat_map(|i| i.iter_mut()) {
+            let reads_body = method != "get" && method != "head";
             let has_body = operation.get("requestBody").is_some();
             let has_parameters = operation
                 .get("parameters")
@@ -325,12 +322,17 @@ fn add_common_problems(doc: &mut Value) {
                     problem("JSON of the wrong shape (`errors` names the JSON pointer)"),
                 ));
             } else {
-                // Every request's body is measured and its encoding checked
-                // before routing, also where the route takes none.
-                common.push((
-                    "413",
-                    problem("A body larger than `server.body_limit_bytes` (this route takes none)"),
-                ));
+                // Every request's encoding is checked before routing, also
+                // where the route takes no body; a `POST` that takes none
+                // reads one to refuse it (a `GET` leaves it unread).
+                if reads_body {
+                    common.push((
+                        "413",
+                        problem(
+                            "A body larger than `server.body_limit_bytes` (this route takes none)",
+                        ),
+                    ));
+                }
                 common.push((
                     "415",
                     problem("A body sent with a `Content-Encoding` (this route takes none)"),
@@ -338,6 +340,15 @@ fn add_common_problems(doc: &mut Value) {
             }
             for (status, response) in common {
                 responses.entry(status).or_insert(response);
+            }
+            // A busy or unavailable answer says when to try again.
+            for status in ["429", "503"] {
+                if let Some(response) = responses.get_mut(status) {
+                    response["headers"]["Retry-After"] = json!({
+                        "description": "Seconds to wait before trying again",
+                        "schema": {"type": "integer", "minimum": 0},
+                    });
+                }
             }
             for response in responses.values_mut() {
                 if let Some(media) =
@@ -506,9 +517,23 @@ mod tests {
                         );
                     }
                 }
-                for status in ["408", "413", "414", "415", "431"] {
+                for status in ["408", "414", "415", "431"] {
                     assert!(responses.get(status).is_some(), "{method} {path}: {status}");
                 }
+                for status in ["429", "503"] {
+                    if let Some(response) = responses.get(status) {
+                        assert!(
+                            response["headers"].get("Retry-After").is_some(),
+                            "{method} {path}: {status} with Retry-After"
+                        );
+                    }
+                }
+                // A body is read, and so may be too large, except by a GET.
+                assert_eq!(
+                    responses.get("413").is_some(),
+                    method != "get",
+                    "{method} {path}: 413"
+                );
                 if !path.starts_with("/v1/") {
                     continue;
                 }
