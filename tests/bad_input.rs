@@ -695,6 +695,19 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     );
     let (s, _) = problem(app.get("/v1/threads/t/events?after=abc").await).await;
     assert_eq!(s, 400);
+    // Two resume points: which to follow is not the server's guess.
+    let r = app
+        .client
+        .get(app.url("/v1/threads/t/events"))
+        .bearer_auth(&app.token)
+        .header("last-event-id", "0")
+        .header("last-event-id", "0")
+        .send()
+        .await
+        .unwrap();
+    let (s, p) = problem(r).await;
+    assert_eq!(s, 400, "{p}");
+    assert_eq!(p["errors"][0]["message"], "given more than once", "{p}");
     // A call or run id no call could have is a 400 naming the parameter.
     for (path, parameter) in [
         ("/v1/threads/t/tool-calls/bad%20id/cancel", "tool_call_id"),

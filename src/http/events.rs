@@ -112,6 +112,16 @@ pub async fn get_events(
     ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<impl axum::response::IntoResponse, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
+    // Two resume points cannot both be followed (a repeated query
+    // parameter is refused alike).
+    if headers.get_all("last-event-id").iter().count() > 1 {
+        return Err(ApiError::BadRequest {
+            detail: "Last-Event-ID is given more than once: send one resume point".into(),
+            errors: vec![
+                serde_json::json!({"parameter": "Last-Event-ID", "message": "given more than once"}),
+            ],
+        });
+    }
     let header = headers
         .get("last-event-id")
         .map(|v| {
