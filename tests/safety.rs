@@ -676,6 +676,14 @@ async fn approvals_approve_deny_expire_and_survive_restart(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 409);
+    // The conflict says what differs: here only the reason.
+    let p: Value = r.json().await.unwrap();
+    let detail = p["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("approved by dev, with the reason \"fine\"")
+            && detail.contains("the same decision with another reason"),
+        "{p}"
+    );
     // An empty reason is none: the same decision (another owner's, so
     // this one's approvals stay as they are).
     let erin = app.token_for("erin");

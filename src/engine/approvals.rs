@@ -66,7 +66,8 @@ pub enum ApprovalError {
 /// How long a dry-run preview for an approval may take.
 const PREVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn status_word(s: ApprovalStatus) -> &'static str {
+/// An approval's status as a word for messages (`approved`).
+pub fn status_word(s: ApprovalStatus) -> &'static str {
     match s {
         ApprovalStatus::Pending => "pending",
         ApprovalStatus::Approved => "approved",

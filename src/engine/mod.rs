@@ -4,7 +4,7 @@
 //! through toolgate.
 
 mod approvals;
-pub use approvals::{approval_decided_event, approval_required, rfc3339_millis};
+pub use approvals::{approval_decided_event, approval_required, rfc3339_millis, status_word};
 pub mod audit;
 mod declarations;
 pub use declarations::Declared;

@@ -390,7 +390,7 @@ pub async fn decide(
         // The same decision by the same caller, posted again (its answer
         // lost): answered as it was, deciding nothing. Another decision,
         // or another's, is the 409.
-        Err(e @ ApprovalError::AlreadyDecided(_)) => {
+        Err(ApprovalError::AlreadyDecided(_)) => {
             let approval = state
                 .engine
                 .approval_for(&id, &user.owner, approver)
@@ -403,7 +403,30 @@ pub async fn decide(
             ) && approval.decided_by.as_deref() == Some(user.owner.as_str())
                 && given(&approval.decision_reason) == given(&body.reason);
             if !same {
-                return Err(approval_error(e));
+                // Say what differs, so the caller knows whether its own
+                // decision stands.
+                let status = crate::engine::status_word(approval.status);
+                let by = approval.decided_by.as_deref().unwrap_or("someone");
+                let was = match given(&approval.decision_reason) {
+                    Some(reason) => format!("{status} by {by}, with the reason {reason:?}"),
+                    None => format!("{status} by {by}, with no reason"),
+                };
+                let same_decision = matches!(
+                    (body.decision, approval.status),
+                    (Decision::Approve, ApprovalStatus::Approved)
+                        | (Decision::Deny, ApprovalStatus::Denied)
+                );
+                let differs = if !same_decision {
+                    "another decision"
+                } else if approval.decided_by.as_deref() != Some(user.owner.as_str()) {
+                    "the same decision, taken by another caller"
+                } else {
+                    "the same decision with another reason: post the reason it was taken with to have its answer again"
+                };
+                return Err(ApiError::conflict(
+                    crate::http::error::conflicts::ALREADY_DECIDED,
+                    format!("the approval is already {was}; this is {differs}"),
+                ));
             }
             let mut view = ApprovalView::at(approval, now_ms());
             view.replayed = true;
