@@ -472,6 +472,55 @@ async fn batches_run_safe_calls_together_and_the_rest_in_order(backend: Backend)
     );
 }
 
+/// A call posted again while it runs only waits for its outcome: it lets
+/// its slot go at once, so retries (and retries whose client gave up)
+/// keep none of the owner's slots from new calls.
+async fn a_call_posted_again_while_it_runs_holds_no_slot(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 2).await;
+    let post = |id: &'static str, ms: u64, timeout: Option<Duration>| {
+        let (client, url, token) = (
+            app.client.clone(),
+            app.url("/v1/threads/rs/tool-calls"),
+            app.token.clone(),
+        );
+        async move {
+            let mut request = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&json!({"id": id, "name": "wait", "arguments": {"ms": ms}}));
+            if let Some(timeout) = timeout {
+                request = request.timeout(timeout);
+            }
+            request.send().await.map(|r| r.status().as_u16())
+        }
+    };
+    let mut sse = app.events("rs", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let long = tokio::spawn(post("long", 20_000, None));
+    while sse.until("TOOL_CALL_END").await.pop().unwrap().data["toolCallId"] != "long" {}
+    // Two retries, each given up by its client while the call runs.
+    for _ in 0..2 {
+        let gave_up = post("long", 20_000, Some(Duration::from_millis(700))).await;
+        assert!(
+            gave_up.is_err(),
+            "the retry waits for the outcome: {gave_up:?}"
+        );
+    }
+    // One slot is the running call's; the other is free.
+    let r = app
+        .post(
+            "/v1/threads/rs/tool-calls",
+            &json!({"id": "new", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let r = app
+        .post("/v1/threads/rs/tool-calls/long/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    assert_eq!(long.await.unwrap().unwrap(), 200);
+}
+
 /// Under the owner's limit (one call at a time): a call or a batch
 /// recorded already is answered again without a slot; a call posted again
 /// with other arguments while it runs is a 409 at once; an approved call
@@ -1621,6 +1670,7 @@ both_backends!(
     batches_run_safe_calls_together_and_the_rest_in_order,
     limits_answer_429_and_cancellation_frees_the_slot,
     limits_leave_recorded_calls_and_count_approved_ones,
+    a_call_posted_again_while_it_runs_holds_no_slot,
     approvals_a_resume_decides_take_slots,
     a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled,
     a_cancel_while_a_call_starts_is_never_lost,

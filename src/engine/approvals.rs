@@ -570,6 +570,7 @@ impl Engine {
             // Recorded already: the decision runs it under its record.
             declared: super::Declared::Unknown,
             declared_name: None,
+            slot: super::limits::SharedSlot::default(),
         };
         let mut permission = Permission {
             verdict: match r.get("verdict").and_then(Value::as_str) {

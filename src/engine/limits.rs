@@ -44,6 +44,25 @@ pub struct Limits {
     slots: Slots,
 }
 
+/// A call's slot, shared between the task that holds it and the pipeline,
+/// which lets it go early where the call runs nothing: a call posted again
+/// while it runs (here or in another process) only waits for its outcome,
+/// and must not keep its owner's other calls out meanwhile, nor once its
+/// client has gone.
+#[derive(Debug, Clone, Default)]
+pub struct SharedSlot(std::sync::Arc<std::sync::Mutex<Option<Permit>>>);
+
+impl SharedSlot {
+    pub fn new(permit: Option<Permit>) -> Self {
+        SharedSlot(std::sync::Arc::new(std::sync::Mutex::new(permit)))
+    }
+
+    /// Frees the slot (if it is still held).
+    pub fn release(&self) {
+        drop(self.0.lock().expect("slot lock").take());
+    }
+}
+
 /// Held while calls run; dropping it frees the slots.
 #[derive(Debug)]
 pub struct Permit {

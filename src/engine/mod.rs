@@ -451,6 +451,9 @@ pub struct CallRequest {
     /// The name the declaring message calls the call by (an alias of its
     /// tool, or the tool's own name), once looked up with `declared`.
     pub declared_name: Option<String>,
+    /// The owner's call slot the request holds, let go once the call turns
+    /// out to be recorded already (it runs nothing then).
+    pub slot: limits::SharedSlot,
 }
 
 impl CallRequest {
@@ -463,6 +466,7 @@ impl CallRequest {
             undo_of: None,
             declared: Declared::Unknown,
             declared_name: None,
+            slot: limits::SharedSlot::default(),
         }
     }
 }
@@ -1097,6 +1101,8 @@ impl Engine {
             }
             optimistic = false;
             if let Some(mut done) = waiting {
+                // Only waited for: it holds a slot of its own.
+                req.slot.release();
                 // Posted again with other arguments (or another tool) while
                 // it runs: refused at once, not once it has finished (which
                 // may be minutes away). A write-ahead not committed yet is
@@ -1148,6 +1154,7 @@ impl Engine {
                 .expect("in-flight lock")
                 .contains_key(&key)
             {
+                req.slot.release();
                 let limit = self
                     .registry
                     .resolve(tool_name)

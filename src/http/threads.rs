@@ -15,6 +15,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiJson, ApiQuery, NoInput, conflicts};
 use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
+use crate::engine::limits::SharedSlot;
 use crate::engine::{CallOutcome, CallRequest, Cancelled, Executed, Rejection, UndoError};
 use crate::protocol::agui::Event;
 use crate::protocol::calls::{self, CallParseError, ToolCallRequest};
@@ -246,11 +247,19 @@ pub async fn post_tool_call(
             None => return Err(limit),
         },
     };
-    let request = CallRequest::new(&user.owner, &thread.0, call);
+    let mut request = CallRequest::new(&user.owner, &thread.0, call);
+    // Held by the task, and let go by the pipeline once the call turns out
+    // to be one already running, whose outcome it only waits for.
+    request.slot = SharedSlot::new(permit);
+    let slot = request.slot.clone();
     let engine = state.engine.clone();
-    let outcome = spawned(&state, permit, async move { engine.execute(request).await })
-        .await?
-        .map_err(rejection_to_api)?;
+    let outcome = spawned(&state, None, async move {
+        let outcome = engine.execute(request).await;
+        slot.release();
+        outcome
+    })
+    .await?
+    .map_err(rejection_to_api)?;
     executed_response(&state, &thread.0, outcome, wait).await
 }
 
