@@ -273,7 +273,7 @@ pub async fn post_run(
     let declared = declared
         .iter()
         .map(|(pointer, call, message)| (pointer.clone(), call, *message));
-    super::threads::refuse_redeclared_calls(&state, &thread.0, &stored, declared).await?;
+    super::threads::refuse_redeclared_calls(&state, &thread.0, declared).await?;
     refuse_rewritten_turns(&state, &thread.0, &stored, &input, &frontend, &at).await?;
     refuse_second_results(&state, &thread.0, &stored, &input, &known, &at).await?;
     // A run on a new thread id claims it, even one that records nothing.

@@ -638,12 +638,11 @@ pub async fn post_message(
     }
     check_owner(&state, &user, &thread).await?;
     if let Some(Value::Array(declared)) = metadata.get("tool_calls") {
-        let stored = state.store.message_outlines(&thread.0).await?;
         let declared = declared
             .iter()
             .enumerate()
             .map(|(j, call)| (format!("/tool_calls/{j}/id"), call, id.as_str()));
-        refuse_redeclared_calls(&state, &thread.0, &stored, declared).await?;
+        refuse_redeclared_calls(&state, &thread.0, declared).await?;
     }
     let content = body.content.unwrap_or_default();
     let role = match body.role {
@@ -1103,23 +1102,22 @@ pub(super) fn declared(state: &AppState, declarations: &[Value]) -> Vec<Declared
 /// New declarations (`{"id", "name", "arguments"}`, in order, each with
 /// the pointer to its id in the request body) must not
 /// give a call id another tool or other arguments than the thread already
-/// has for it: in an assistant message of `stored` (the thread's messages),
-/// an earlier one of `declared`, or the call recorded under that id (read
-/// once per id). Each
-/// result answers one call, so the context would pair it with a call it
-/// does not answer. `409`, before anything is recorded.
+/// has for it: in an assistant message of the thread (its first
+/// declaration, looked up by id: the thread is not read whole, so a long
+/// conversation's next turn costs what its first did), an earlier one of
+/// `declared`, or the call recorded under that id (each read once per
+/// id). Each result answers one call, so the context would pair it with a
+/// call it does not answer. `409`, before anything is recorded.
 pub(super) async fn refuse_redeclared_calls<'a>(
     state: &AppState,
     thread_id: &str,
-    stored: &'a [StoredMessage],
     declared: impl Iterator<Item = (String, &'a Value, &'a str)>,
 ) -> Result<(), ApiError> {
     let canonical = |call: &Value| canonical_name(state, call["name"].as_str().unwrap_or_default());
-    // Each id's first declaration, and the message that made it.
-    let mut known: HashMap<&str, (&Value, &str)> = HashMap::new();
-    for d in context::declared_calls(stored) {
-        known.entry(d.id).or_insert((d.call, d.message.id.as_str()));
-    }
+    // Each id's first declaration (its tool's own name, its arguments),
+    // and the message that made it: the thread's, looked up once per id,
+    // or one of `declared`.
+    let mut known: HashMap<&str, Option<(String, Value, String)>> = HashMap::new();
     // Each id's recorded call is read once, also for an id declared before
     // (the call may have been posted since).
     let mut looked_up = std::collections::HashSet::new();
@@ -1127,12 +1125,15 @@ pub(super) async fn refuse_redeclared_calls<'a>(
         let Some(id) = call["id"].as_str() else {
             continue;
         };
+        if !known.contains_key(id) {
+            let by = state.store.call_declaration(thread_id, id).await?.by;
+            known.insert(id, by.map(|d| (d.tool_name, d.args, d.message_id)));
+        }
         // Whether this is the id's first declaration in the thread.
-        let first_declaration = !known.contains_key(id);
-        match known.get(id) {
-            Some((first, _))
-                if canonical(first) != canonical(call)
-                    || !same_json_at(first.get("arguments"), call.get("arguments")) =>
+        let first_declaration = known.get(id).is_some_and(Option::is_none);
+        match known.get(id).and_then(Option::as_ref) {
+            Some((tool, args, _))
+                if *tool != canonical(call) || !same_json_at(Some(args), call.get("arguments")) =>
             {
                 return Err(ApiError::conflict_coded_at(
                     conflicts::CALL_CONFLICT,
@@ -1142,7 +1143,7 @@ pub(super) async fn refuse_redeclared_calls<'a>(
                     ),
                 ));
             }
-            Some((_, by)) if *by != message => {
+            Some((_, _, by)) if by != message => {
                 return Err(ApiError::conflict_coded_at(
                     conflicts::OTHER_PARENT,
                     pointer,
@@ -1151,7 +1152,14 @@ pub(super) async fn refuse_redeclared_calls<'a>(
             }
             Some(_) => {}
             None => {
-                known.insert(id, (call, message));
+                known.insert(
+                    id,
+                    Some((
+                        canonical(call),
+                        call.get("arguments").cloned().unwrap_or(Value::Null),
+                        message.to_string(),
+                    )),
+                );
             }
         }
         if !looked_up.insert(id) {
