@@ -662,6 +662,11 @@ async fn catch_up(
     listed: &Listed,
 ) -> Result<(), End> {
     let state = &stream.state;
+    // Events asked for per page: as many as fitted the last page cut by
+    // its size, and one more, so a log of large events is not read many
+    // times over (Postgres sends every row a query names, also those past
+    // the page's bytes); back up to `PAGE` as they get smaller.
+    let mut limit = PAGE;
     loop {
         // The slot is the query's: a client that reads slowly holds its
         // page, never a slot the owner's other reads wait for.
@@ -669,13 +674,17 @@ async fn catch_up(
             let _slot = stream.page_slot().await?;
             state
                 .store
-                .events_after(&stream.thread_id, *last, PAGE)
+                .events_after(&stream.thread_id, *last, limit)
                 .await
                 .map_err(End::Failed)?
         };
         // A short page is the end of the log, unless its size ended it.
-        let full = page.len() as i64 == PAGE
-            || page.iter().map(StoredEvent::page_bytes).sum::<usize>() >= PAGE_BYTES;
+        let by_size = page.iter().map(StoredEvent::page_bytes).sum::<usize>() >= PAGE_BYTES;
+        let full = page.len() as i64 == limit || by_size;
+        limit = match by_size {
+            true => (page.len() as i64 + 1).min(PAGE),
+            false => (limit * 2).min(PAGE),
+        };
         for ev in page {
             if listed.announces(&ev) {
                 *last = ev.seq;
