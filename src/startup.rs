@@ -175,8 +175,11 @@ pub fn builtin_registry(
 
 /// Expires approvals past their deadline, once a second, reads the
 /// database's migrations again every five seconds
-/// ([`Engine::check_schema`]), and finishes calls no process can still be
-/// running ([`Engine::finish_orphans`]) once a minute, until shutdown. A sweep that keeps failing (the database
+/// ([`Engine::check_schema`]), says this process is alive on a shared
+/// database every ten ([`Engine::beat`]), and finishes calls no process can
+/// still be running ([`Engine::finish_orphans`]) once a minute (every
+/// fifteen seconds on a shared database, where a process gone silent
+/// leaves some), until shutdown. A sweep that keeps failing (the database
 /// away) is logged when it starts failing, then once a minute, and when it
 /// works again: not every second.
 fn spawn_expiry_sweeper(engine: Arc<Engine>, shutdown: CancellationToken) {
@@ -221,8 +224,15 @@ async fn sweep(engine: &Engine, ticks: &mut u64) -> Result<(), crate::store::Sto
     if ticks.is_multiple_of(5) {
         engine.check_schema().await;
     }
+    if ticks.is_multiple_of(crate::engine::BEAT_EVERY.as_secs()) {
+        engine.beat().await?;
+    }
     engine.expire_due().await?;
-    if ticks.is_multiple_of(60) {
+    let orphans_every = match engine.shares_database() {
+        true => 15,
+        false => 60,
+    };
+    if ticks.is_multiple_of(orphans_every) {
         engine.finish_orphans().await?;
     }
     Ok(())
@@ -320,6 +330,9 @@ impl Application {
                 "stored results kept on disk during a database outage"
             );
         }
+        // Alive from the start: another process takes none of this one's
+        // calls for abandoned.
+        engine.beat().await?;
         let recovered = engine.recover_interrupted().await?;
         if recovered > 0 {
             tracing::warn!(

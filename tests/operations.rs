@@ -3155,6 +3155,66 @@ async fn a_call_no_process_can_still_run_is_finished_by_any() {
     drop(held);
 }
 
+/// A process on a shared database says it is alive every ten seconds; a
+/// call left `running` by one silent for a minute (killed, its machine
+/// gone, its data directory never started again) is finished as
+/// INTERRUPTED by another, long before its age alone would tell (half an
+/// hour by default). A process heard from lately keeps its calls.
+#[tokio::test]
+async fn a_call_of_a_process_gone_silent_is_finished_by_another() {
+    let pg = common::create_pg_database().await;
+    let gone_dir = tempfile::tempdir().unwrap();
+    let mut gone = serve_binary(gone_dir.path(), Some(&pg.url)).await;
+    let held = a_running_wait(&gone, "silent", "left", 60_000).await;
+    gone.child.start_kill().unwrap();
+    gone.child.wait().await.unwrap();
+    let data_dir = tempfile::tempdir().unwrap();
+    let sweeper = TestApp::start(
+        {
+            let mut settings = common::test_settings(data_dir.path());
+            settings.storage.database_url = Some(pg.url.clone().into());
+            settings
+        },
+        data_dir,
+        None,
+    )
+    .await;
+    // Seen a moment ago: it may be alive, cut off for a while.
+    assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 0);
+    let instance = std::fs::read_to_string(gone_dir.path().join("instance.id")).unwrap();
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+        let seen: i64 = sqlx::query_scalar("SELECT seen_at_ms FROM instances WHERE id = $1")
+            .bind(instance.trim())
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert!(seen > 0);
+        // Silent for more than a minute now.
+        sqlx::query("UPDATE instances SET seen_at_ms = seen_at_ms - 61000 WHERE id = $1")
+            .bind(instance.trim())
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        // The sweeper itself is heard from: none of its calls is judged.
+        let own: i64 = sqlx::query_scalar("SELECT count(*) FROM instances")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(own, 2, "each process beats");
+    }
+    assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 1);
+    let call = sweeper.get_json("/v1/threads/silent/tool-calls/left").await;
+    assert_eq!(call["status"], "failure", "{call}");
+    assert_eq!(
+        call["outcome"]["tool_agent_output"]["error"]["code"], "INTERRUPTED",
+        "{call}"
+    );
+    assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 0);
+    drop(held);
+}
+
 /// A data directory that served Postgres, started again without
 /// `DATABASE_URL`, says in its log that it serves a new, empty SQLite
 /// file: every thread looked gone, and nothing said why.

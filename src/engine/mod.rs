@@ -2100,8 +2100,27 @@ impl Engine {
     /// the first to commit a result wins. Returns how many this one
     /// finished.
     pub async fn finish_orphans(&self) -> Result<usize, StoreError> {
-        let cutoff = now_ms() - self.orphan_after().as_millis() as i64;
-        let stale = self.store.running_calls_created_before(cutoff).await?;
+        let now = now_ms();
+        let cutoff = now - self.orphan_after().as_millis() as i64;
+        let mut stale = self.store.running_calls_created_before(cutoff).await?;
+        // On a shared database, also the calls of a process silent for
+        // [`SILENT_AFTER`]: it died (its start would have finished them,
+        // and no start of its data directory came), whatever their age.
+        if self.config.shared_database {
+            let silent_since = now - SILENT_AFTER.as_millis() as i64;
+            let silent = self
+                .store
+                .running_calls_of_silent(silent_since, &self.config.instance)
+                .await?;
+            for record in silent {
+                let listed = stale
+                    .iter()
+                    .any(|r| r.thread_id == record.thread_id && r.id == record.id);
+                if !listed {
+                    stale.push(record);
+                }
+            }
+        }
         if stale.is_empty() {
             return Ok(0);
         }
@@ -2115,6 +2134,21 @@ impl Engine {
                 .collect()
         };
         self.finish_interrupted(here).await
+    }
+
+    /// Whether other processes may serve the same database.
+    pub fn shares_database(&self) -> bool {
+        self.config.shared_database
+    }
+
+    /// Says this process is alive, on a shared database: another process
+    /// finishes the calls of one silent for [`SILENT_AFTER`]
+    /// ([`Engine::finish_orphans`]). Every [`BEAT_EVERY`], and at start.
+    pub async fn beat(&self) -> Result<(), StoreError> {
+        if !self.config.shared_database {
+            return Ok(());
+        }
+        self.store.beat(&self.config.instance, now_ms()).await
     }
 
     /// Whether call `id` of `thread_id` finished in this process and its
@@ -2532,6 +2566,16 @@ impl Engine {
 /// How often a caller waiting for a call's outcome on a shared database
 /// reads its record again (another process may have finished it).
 const SHARED_WAIT_POLL: Duration = Duration::from_millis(250);
+
+/// How often a process on a shared database says it is alive.
+pub const BEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// How long a process on a shared database may go unseen before another
+/// takes it for dead and finishes the calls it left running: six missed
+/// beats (a database briefly away, a stalled machine). A process that was
+/// only cut off and finishes such a call later finds its result recorded
+/// and sets its own aside (`kept-results/set-aside/`).
+pub const SILENT_AFTER: Duration = Duration::from_secs(60);
 
 /// How long a cancelled or timed-out tool may take to stop by itself (and
 /// report what it did) before its task is aborted.

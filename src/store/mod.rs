@@ -936,6 +936,18 @@ pub trait Store: Send + Sync + 'static {
         cutoff_ms: i64,
     ) -> StoreResult<Vec<ToolCallRecord>>;
 
+    /// Process `instance` is alive at `at_ms` ([`Store::running_calls_of_silent`]).
+    async fn beat(&self, instance: &str, at_ms: i64) -> StoreResult<()>;
+
+    /// Every call still `running` whose process, other than `except`, was
+    /// last seen alive before `seen_before_ms` (a process with no
+    /// heartbeat, from before them, is not judged here).
+    async fn running_calls_of_silent(
+        &self,
+        seen_before_ms: i64,
+        except: &str,
+    ) -> StoreResult<Vec<ToolCallRecord>>;
+
     /// The calls of run `run_id` in the thread, in the order they were
     /// recorded (stable even for calls recorded in the same millisecond or
     /// the same unit).

@@ -173,6 +173,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "parent index",
         include_str!("../../migrations/postgres/0015_parent_index.sql"),
     ),
+    (
+        16,
+        "instances",
+        include_str!("../../migrations/postgres/0016_instances.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -1223,6 +1228,29 @@ impl Store for PgStore {
         cutoff_ms: i64,
     ) -> StoreResult<Vec<ToolCallRecord>> {
         self.reads().running_calls_created_before(cutoff_ms).await
+    }
+
+    async fn beat(&self, instance: &str, at_ms: i64) -> StoreResult<()> {
+        self.superseded.check()?;
+        sqlx::query(
+            "INSERT INTO instances (id, seen_at_ms) VALUES ($1, $2) \
+             ON CONFLICT (id) DO UPDATE SET seen_at_ms = excluded.seen_at_ms",
+        )
+        .bind(instance)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn running_calls_of_silent(
+        &self,
+        seen_before_ms: i64,
+        except: &str,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        self.reads()
+            .running_calls_of_silent(seen_before_ms, except)
+            .await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {

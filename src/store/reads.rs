@@ -336,6 +336,24 @@ where
         rows.iter().map(tool_call_from_row).collect()
     }
 
+    pub async fn running_calls_of_silent(
+        &self,
+        seen_before_ms: i64,
+        except: &str,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} \
+             JOIN instances AS i ON i.id = c.instance \
+             WHERE c.status = 'running' AND i.seen_at_ms < $1 AND i.id <> $2 \
+             ORDER BY c.created_at_ms, c.thread_id, c.id"
+        ))
+        .bind(seen_before_ms)
+        .bind(except)
+        .fetch_all(self.pool)
+        .await?;
+        rows.iter().map(tool_call_from_row).collect()
+    }
+
     pub async fn run_calls(
         &self,
         thread_id: &str,

@@ -124,6 +124,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "parent index",
         include_str!("../../migrations/sqlite/0016_parent_index.sql"),
     ),
+    (
+        17,
+        "instances",
+        include_str!("../../migrations/sqlite/0017_instances.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -404,6 +409,29 @@ impl Store for SqliteStore {
         cutoff_ms: i64,
     ) -> StoreResult<Vec<ToolCallRecord>> {
         self.reads().running_calls_created_before(cutoff_ms).await
+    }
+
+    async fn beat(&self, instance: &str, at_ms: i64) -> StoreResult<()> {
+        self.superseded.check()?;
+        sqlx::query(
+            "INSERT INTO instances (id, seen_at_ms) VALUES ($1, $2) \
+             ON CONFLICT (id) DO UPDATE SET seen_at_ms = excluded.seen_at_ms",
+        )
+        .bind(instance)
+        .bind(at_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn running_calls_of_silent(
+        &self,
+        seen_before_ms: i64,
+        except: &str,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        self.reads()
+            .running_calls_of_silent(seen_before_ms, except)
+            .await
     }
 
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
