@@ -1863,6 +1863,18 @@ impl Store for Observed {
     ) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.running_calls_created_before(cutoff_ms).await
     }
+    async fn beat(&self, instance: &str, at_ms: i64) -> StoreResult<()> {
+        self.inner.beat(instance, at_ms).await
+    }
+    async fn running_calls_of_silent(
+        &self,
+        seen_before_ms: i64,
+        except: &str,
+    ) -> StoreResult<Vec<ToolCallRecord>> {
+        self.inner
+            .running_calls_of_silent(seen_before_ms, except)
+            .await
+    }
     async fn run_calls(&self, thread_id: &str, run_id: &str) -> StoreResult<Vec<ToolCallRecord>> {
         self.inner.run_calls(thread_id, run_id).await
     }
