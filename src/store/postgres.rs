@@ -1444,7 +1444,30 @@ impl Store for PgStore {
         before: Option<i64>,
         limit: i64,
     ) -> StoreResult<Vec<StoredMessage>> {
-        self.reads().messages_before(thread_id, before, limit).await
+        // Postgres sends every row a query names, also those past the
+        // page's bytes: the rows that fit are counted first by their stored
+        // size (compressed, so at most as large as the text: the page may
+        // still end sooner, by the text), and only those are read.
+        let sizes: Vec<i64> = sqlx::query_scalar(
+            "SELECT (COALESCE(pg_column_size(content), 0) + COALESCE(pg_column_size(metadata), 0))::BIGINT \
+             FROM messages WHERE thread_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3",
+        )
+        .bind(thread_id)
+        .bind(before.unwrap_or(i64::MAX))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut total = 0usize;
+        let fitting = sizes
+            .iter()
+            .position(|size| {
+                total += usize::try_from(*size).unwrap_or(0);
+                total >= crate::store::PAGE_BYTES
+            })
+            .map_or(sizes.len(), |at| at + 1);
+        self.reads()
+            .messages_before(thread_id, before, fitting as i64)
+            .await
     }
 
     async fn threads_of(
