@@ -586,8 +586,30 @@ impl Lexer {
                         };
                     }
                 }
+                '(' if b.words.is_empty()
+                    && b.redirects.is_empty()
+                    && self.peek_at(1) == Some('(') =>
+                {
+                    // `(( … ))`: arithmetic, read as `$(( … ))` is (its
+                    // `<<` is a shift, not a heredoc taking the lines after
+                    // it), substitutions inside it running.
+                    self.pos += 2;
+                    let content_start = self.pos;
+                    self.arithmetic();
+                    // It evaluates and assigns as `let` does (`(( PATH = 0
+                    // ))`, `(( x ))` with `x='a[$(cmd)]'`), and is judged
+                    // as `let` with its expression.
+                    let end = self.pos.saturating_sub(2).max(content_start);
+                    let content = self.slice(content_start, end);
+                    self.sub_lex(
+                        &format!("let '{}'", content.replace('\'', "'\\''")),
+                        false,
+                        false,
+                    );
+                    b = self.new_builder();
+                }
                 '(' if b.words.is_empty() && b.redirects.is_empty() => {
-                    // A subshell (or `((` arithmetic, read the same way).
+                    // A subshell.
                     self.pos += 1;
                     self.nested(|l| l.list(Some(')')));
                     b = self.new_builder();
@@ -727,7 +749,8 @@ impl Lexer {
             }
         };
         let mut heredoc_computed = None;
-        if op.ends_with("<<") || op.ends_with("<<-") {
+        // `<<<` is a here-string: its word is all of it.
+        if (op.ends_with("<<") && !op.ends_with("<<<")) || op.ends_with("<<-") {
             let delimiter = target.text.clone();
             let computed = BodyFlag::default();
             heredoc_computed = Some(computed.clone());
@@ -750,6 +773,7 @@ impl Lexer {
     fn read_heredocs(&mut self) {
         for (delimiter, strip_tabs, quoted, computed) in std::mem::take(&mut self.heredocs) {
             let mut body = String::new();
+            let mut closed = false;
             while self.pos < self.src.len() {
                 let mut line = String::new();
                 loop {
@@ -776,10 +800,20 @@ impl Lexer {
                     &line
                 };
                 if compared == delimiter {
+                    closed = true;
                     break;
                 }
                 body.push_str(&line);
                 body.push('\n');
+            }
+            // bash takes the rest as the body too (and warns); but what
+            // was read as a heredoc and never closed may be no heredoc at
+            // all, with commands after it: the line is not read with
+            // confidence.
+            if !closed {
+                self.error(format!(
+                    "a heredoc is never closed by its delimiter `{delimiter}`"
+                ));
             }
             if !quoted {
                 computed.set(self.sub_lex(&body, true, false));
@@ -851,6 +885,38 @@ impl Lexer {
                     w.push(c);
                     self.pos += 1;
                 }
+                // An array element's assignment, `a[1<<2]=3`: bash reads
+                // its subscript (arithmetic) whole, metacharacters and
+                // all; `<<` there is a shift, not a heredoc.
+                '[' if !w.word.quoted && is_name(&w.word.text) && self.subscript_assigns() => {
+                    w.push(c);
+                    self.pos += 1;
+                    let mut depth = 0usize;
+                    while let Some(inner) = self.peek() {
+                        match inner {
+                            ']' if depth == 0 => break,
+                            '[' => depth += 1,
+                            ']' => depth -= 1,
+                            _ => {}
+                        }
+                        match inner {
+                            '$' => self.dollar(&mut w, false),
+                            '`' => self.backtick(&mut w),
+                            '\\' => {
+                                self.pos += 1;
+                                if let Some(e) = self.peek() {
+                                    w.push_quoted(e);
+                                    self.pos += 1;
+                                }
+                            }
+                            _ => {
+                                w.push(inner);
+                                self.pos += 1;
+                            }
+                        }
+                    }
+                    w.word.literal = false;
+                }
                 // A bracket expression only when closed (`[[`, `]]` and a
                 // lone `[` are plain words).
                 '[' => {
@@ -892,6 +958,29 @@ impl Lexer {
             }
         }
         w.finish()
+    }
+
+    /// At a `[` after a name: whether a `]` closing it on this line is
+    /// followed by `=` or `+=` (an array element's assignment).
+    fn subscript_assigns(&self) -> bool {
+        let mut depth = 0usize;
+        let mut at = self.pos + 1;
+        while let Some(&c) = self.src.get(at) {
+            match c {
+                '\n' => return false,
+                '\\' => at += 1,
+                '[' => depth += 1,
+                ']' if depth == 0 => {
+                    let next = self.src.get(at + 1).copied();
+                    let after = self.src.get(at + 2).copied();
+                    return next == Some('=') || (next == Some('+') && after == Some('='));
+                }
+                ']' => depth -= 1,
+                _ => {}
+            }
+            at += 1;
+        }
+        false
     }
 
     /// The inside of double quotes, up to `terminator` (None: the end of the
@@ -1328,6 +1417,29 @@ mod tests {
         // A redirection before the command does not hide the command.
         let lexed = lex(">out rm -rf /", &mut n, 0);
         assert_eq!(lexed.pieces[0].words[0].text, "rm");
+    }
+
+    /// `<<<` is a here-string, and `<<` in arithmetic or an array
+    /// element's subscript a shift: none takes the lines after it.
+    #[test]
+    fn here_strings_and_shifts_take_no_lines() {
+        assert_eq!(pieces("cat <<<x\nrm victim"), ["cat", "rm victim"]);
+        assert_eq!(
+            pieces("echo x<<<y\nrm victim\ny"),
+            ["echo x", "rm victim", "y"]
+        );
+        assert_eq!(pieces("0<<<y\nrm victim"), ["", "rm victim"]);
+        assert_eq!(pieces("((1<<2))\n\nrm victim"), ["let 1<<2", "rm victim"]);
+        assert_eq!(pieces("((x=1<<2)); rm victim"), ["let x=1<<2", "rm victim"]);
+        assert_eq!(pieces("a[1<<2]=3\nrm victim"), ["a[1<<2]=3", "rm victim"]);
+        assert_eq!(
+            pieces("a[1<<2]+=3 ls\nrm victim"),
+            ["a[1<<2]+=3 ls", "rm victim"]
+        );
+        assert_eq!(pieces("(( $(id) + 1 ))"), ["id", "let  $(id) + 1 "]);
+        // A heredoc never closed is not read with confidence.
+        assert!(!errors("cat <<EOF\nbody").is_empty());
+        assert!(errors("cat <<EOF\nbody\nEOF").is_empty());
     }
 
     /// bash joins an unquoted heredoc's continued lines before comparing

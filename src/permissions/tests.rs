@@ -381,6 +381,17 @@ fn compound_commands_hiding_a_denied_piece() {
         "cat <<EOF\nfoo\nEOF\\\n\nrm x",
         "cat <<-EOF\n\tfoo\n\tEO\\\nF\nrm x\nEOF",
         "cat <<EOF\nE\\\nO\\\nF\nrm x\nEOF",
+        // A here-string, and `<<` in arithmetic or a subscript, take no
+        // lines after them.
+        "cat <<<x\nrm victim",
+        "cat <<<x\nrm victim\nx",
+        "echo x<<<y\n# c\nrm victim",
+        "0<<<y\nrm victim",
+        "{ true <<<x\nrm victim; }",
+        "((1<<2))\n\nrm victim",
+        "((x=1<<2))\nrm victim\n2",
+        "a[1<<2]=3\nrm victim",
+        "a[1<<2]+=3\nrm victim",
     ] {
         let d = bash(&set, command);
         assert_eq!(d.verdict, Verdict::Deny, "{command}: {d:?}");
