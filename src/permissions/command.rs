@@ -1878,7 +1878,13 @@ fn git_runs_program(words: &[Word]) -> Option<String> {
 }
 
 pub(crate) fn git_key_runs_program(key: &str) -> bool {
-    const EXACT: [&str; 13] = [
+    const EXACT: [&str; 17] = [
+        // Where checkout writes: `hooks`, relative to `.git`, makes a
+        // checked-out file a hook.
+        "core.worktree",
+        "core.attributesfile",
+        "web.browser",
+        "instaweb.httpd",
         "core.pager",
         "core.editor",
         "core.sshcommand",
@@ -1896,7 +1902,9 @@ pub(crate) fn git_key_runs_program(key: &str) -> bool {
     const PREFIXES: [&str; 4] = ["alias.", "pager.", "includeif.", "protocol."];
     // Whole-word endings, so `core.alternateRefsCommand`,
     // `gpg.ssh.defaultKeyCommand` and `sendemail.sendmailCmd` count too.
-    const SUFFIXES: [&str; 17] = [
+    const SUFFIXES: [&str; 18] = [
+        // `remote.<name>.vcs` names the helper program git runs.
+        ".vcs",
         ".textconv",
         "command",
         ".driver",

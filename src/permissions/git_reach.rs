@@ -241,11 +241,17 @@ impl<'a> Reach<'a> {
         let run_by_find = find_commands(outer);
         let replaced = xargs_replace_strings(piece);
         let inner_start = outer.words.len() - inner.words.len();
+        // git's `--work-tree` is where checkout, restore and reset write:
+        // `--work-tree=.git/hooks` makes a checked-out file a hook.
+        let work_tree = |i: usize, word: &Word| {
+            word.text.starts_with("--work-tree=")
+                || (i > 0 && outer.words[i - 1].text == "--work-tree")
+        };
         outer.words.iter().enumerate().any(|(i, word)| {
             if run_by_find.contains(&i)
                 || commands.contains(&word.text.as_str())
                 || (i > 0 && is_pattern(&outer.words[i - 1].text, &word.text))
-                || repository.contains(&i)
+                || (repository.contains(&i) && !work_tree(i, word))
                 || spelt(word)
             {
                 return false;

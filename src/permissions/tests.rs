@@ -1329,6 +1329,31 @@ fn git_configuration_written_by_awk_or_a_sed_backup_asks() {
     }
 }
 
+/// git's work tree is where checkout, restore and reset write: one inside
+/// `.git` makes a checked-out file a hook, so it asks like any write there.
+#[test]
+fn a_work_tree_inside_git_asks() {
+    let set = rules(&["bash(git *)"], &[], &[]);
+    for command in [
+        "git --work-tree=.git/hooks checkout -f HEAD -- pre-commit",
+        "git --work-tree .git/hooks restore -s HEAD pre-commit",
+        "git --git-dir=.git --work-tree=.git/hooks reset --hard",
+        "git config core.worktree hooks",
+        "git -c core.worktree=hooks checkout -f HEAD -- x",
+        "git config remote.o.vcs x",
+        "git config web.browser x",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
+    }
+    for command in [
+        "git --work-tree=. status",
+        "git --work-tree=sub diff",
+        "git config user.name me",
+    ] {
+        assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
+    }
+}
+
 /// A rule ending in `*` names what the command is for: deleting files
 /// through `find -delete`, `tar --remove-files` or `rsync --delete` asks
 /// unless the rule spells the option out, and the reason says why.
