@@ -839,6 +839,17 @@ fn awk(name: &str, words: &[Word]) -> Option<Embedded> {
                 }
             }
             "-l" | "--load" => return runs("loads an extension library (`-l`)"),
+            // gawk and mawk take long options as `-W name[=value]`
+            // (abbreviated too: `-Wso=…`, `-W e /dev/stdin`): only those
+            // known to load and run nothing are read past.
+            "-W" => {
+                let name = value.text.split('=').next().unwrap_or_default();
+                if !AWK_HARMLESS_W.contains(&name) {
+                    return runs(&format!(
+                        "takes `-W {name}`, which may name a program or a file to run, or load a library"
+                    ));
+                }
+            }
             _ => {}
         }
     }
@@ -873,6 +884,29 @@ fn awk(name: &str, words: &[Word]) -> Option<Embedded> {
     None
 }
 
+/// `-W` options (gawk's and mawk's long options) that read, load and run
+/// nothing besides the program: the others are judged like `--source`,
+/// `--file`, `--exec`, `--include`, `--load` or `--profile`.
+const AWK_HARMLESS_W: &[&str] = &[
+    "version",
+    "help",
+    "usage",
+    "copyright",
+    "posix",
+    "traditional",
+    "compat",
+    "lint",
+    "re-interval",
+    "characters-as-bytes",
+    "non-decimal-data",
+    "use-lc-numeric",
+    "optimize",
+    "no-optimize",
+    "sandbox",
+    "interactive",
+    "posix_space",
+];
+
 /// `system(`, a `|` that is no `||` in a program that prints or reads
 /// lines (`print | cmd`, `cmd | getline`), `|&`, `@name(` or `@load`.
 /// Strings and regular expressions are not told apart from code: a `|`
@@ -891,6 +925,16 @@ pub(crate) fn awk_program_runs_commands(program: &str) -> bool {
         .map(|(_, c)| *c)
         .collect();
     if compact.contains("system(") || compact.contains("|&") || compact.contains("@load") {
+        return true;
+    }
+    // `@include "/dev/stdin"`: a program read from standard input, which
+    // no rule has seen (a file in the workspace is its own business).
+    let includes_stdin = compact.match_indices("@include\"").any(|(at, found)| {
+        let path = &compact[at + found.len()..];
+        let path = path.split('"').next().unwrap_or_default();
+        path == "-" || super::dangerous::is_stdin_path(path)
+    });
+    if includes_stdin {
         return true;
     }
     let chars: Vec<char> = compact.chars().collect();
@@ -1041,6 +1085,8 @@ mod tests {
             "BEGIN{system\\\n(\"id\")}",
             "BEGIN{system \\\n (\"id\")}",
             "BEGIN{f=\"system\"; @f\\\n(\"id\")}",
+            "@include \"/dev/stdin\"",
+            "@include \"/dev/fd/0\"",
         ] {
             assert!(awk_program_runs_commands(program), "{program}");
         }
