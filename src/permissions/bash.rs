@@ -318,22 +318,40 @@ fn glob_word(text: &str, stars: &[usize], candidate: &str) -> bool {
 }
 
 /// The option through which a command deletes files besides what it is
-/// named for: `find -delete`, `tar --remove-files` (or an abbreviation),
-/// `rsync --delete…` or `--remove-source-files`.
+/// named for: `find -delete`, `tar --remove-files`, `--recursive-unlink`
+/// or `--unlink-first` (or an abbreviation, or `-U`), `rsync --delete…`,
+/// `--remove-source-files` or `--remove-sent-files`, and `git clean`.
 fn deletion_option(words: &[Word]) -> Option<&str> {
     let name = words.first().and_then(command::command_name)?;
     let deletes: fn(&str) -> bool = match name {
         "find" => |t| t == "-delete",
-        "tar" | "gtar" => |t| t.len() >= 5 && "--remove-files".starts_with(t),
+        "tar" | "gtar" => |t| {
+            let cluster = |t: &str| t.chars().all(|c| c.is_ascii_alphabetic()) && t.contains('U');
+            (t.len() >= 5 && "--remove-files".starts_with(t))
+                || (t.len() >= 5 && "--recursive-unlink".starts_with(t))
+                || (t.len() >= 4 && "--unlink-first".starts_with(t))
+                || t.strip_prefix('-')
+                    .is_some_and(|rest| !rest.starts_with('-') && cluster(rest))
+        },
         "rsync" => |t| {
             let option = t.split_once('=').map_or(t, |(o, _)| o);
-            option.starts_with("--del")
-                || (option.len() >= 8 && "--remove-source-files".starts_with(option))
+            option.starts_with("--del") || (option.len() >= 8 && option.starts_with("--remove"))
         },
+        // `git clean` removes untracked files.
+        "git" => |t| t == "clean",
         _ => return None,
     };
-    words[1..]
-        .iter()
+    let args = &words[1..];
+    // tar's old-style first word: `tar xUf a.tar`.
+    if matches!(name, "tar" | "gtar")
+        && let Some(first) = args.first().filter(|w| !w.text.starts_with('-'))
+        && first.text.len() <= 12
+        && first.text.chars().all(|c| c.is_ascii_alphabetic())
+        && first.text.contains('U')
+    {
+        return Some(first.text.as_str());
+    }
+    args.iter()
         .take_while(|w| w.text != "--" || name == "find")
         .map(|w| w.text.as_str())
         .find(|t| deletes(t))

@@ -1389,6 +1389,12 @@ fn deletions_through_options_are_not_vouched_for_by_a_star() {
         "rsync -a --delete src/ dst/",
         "rsync -a --delete-after src/ dst/",
         "rsync -a --remove-source-files src/ dst/",
+        "rsync -a --remove-sent-files src/ dst/",
+        "tar -xf r.tar --recursive-unlink",
+        "tar -xf r.tar --recursive-u",
+        "tar -xf r.tar --unlink-first",
+        "tar -xUf r.tar",
+        "tar xUf r.tar",
         "timeout 5 find . -delete",
     ] {
         assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
@@ -1411,6 +1417,18 @@ fn deletions_through_options_are_not_vouched_for_by_a_star() {
     // A rule spelling the option vouches for it.
     let spelt = rules(&["bash(find * -delete)"], &[], &[]);
     assert_eq!(verdict_of(&spelt, "find build -delete"), Verdict::Allow);
+    // `git clean` under a rule for git: asks, unless the rule names it.
+    let git = rules(&["bash(git *)"], &[], &[]);
+    for command in [
+        "git clean -fdx",
+        "git -c clean.requireForce=false clean",
+        "git clean --force",
+    ] {
+        assert_eq!(verdict_of(&git, command), Verdict::Ask, "{command}");
+    }
+    assert_eq!(verdict_of(&git, "git status"), Verdict::Allow);
+    let clean = rules(&["bash(git clean *)"], &[], &[]);
+    assert_eq!(verdict_of(&clean, "git clean -fd"), Verdict::Allow);
 }
 
 /// A line that may be in more directories than are judged in time
