@@ -223,8 +223,12 @@ fn normalise(
     let mut open_ended = guess.unwrap_or(false);
     let mut payload = None;
     let mut guesses: Vec<Vec<Word>> = Vec::new();
+    // Whether the command runs with a variable of the line's setting:
+    // `make` takes every one as a make variable (`RM=… make clean`).
+    let mut sets_variables = false;
     loop {
         let assignments = words.iter().take_while(|w| w.assignment).count();
+        sets_variables |= assignments > 0;
         for word in &words[..assignments] {
             if let Some(name) = word.assigned_name().filter(|n| is_sensitive_variable(n)) {
                 opaque = Some(format!(
@@ -353,6 +357,27 @@ fn normalise(
         && evaluates_names(&layer.words)
     {
         opaque = Some(EVALUATES.to_string());
+    }
+    if opaque.is_none()
+        && let Some(layer) = layers.last()
+        && matches!(
+            layer.words.first().and_then(command_name),
+            Some("make" | "gmake")
+        )
+    {
+        let by_env = layers[..layers.len() - 1].iter().any(|l| {
+            l.words.first().and_then(command_name) == Some("env")
+                && l.words[1..]
+                    .iter()
+                    .any(|w| text_assignment(&w.text).is_some())
+        });
+        if sets_variables || by_env {
+            opaque = Some(
+                "make takes every variable of its environment as a make variable, which \
+                 changes what its recipes run (`RM=… make clean`)"
+                    .into(),
+            );
+        }
     }
     // Before its global options are dropped: `git -c core.pager=… log`.
     for layer in &layers {
@@ -554,7 +579,7 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// `CFLAGS=-fplugin=…` one into the compiler. `RUST_LOG`, `NODE_ENV`, `CI`
 /// and the like stay plain.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 56] = [
+    const EXACT: [&str; 57] = [
         "PATH",
         "IFS",
         "ENV",
@@ -594,6 +619,7 @@ fn is_sensitive_variable(name: &str) -> bool {
         "RSYNC_CONNECT_PROG",
         "ZIPOPT",
         "MAKEFLAGS",
+        "MAKEFILES",
         "MFLAGS",
         "GNUMAKEFLAGS",
         // Where git and `cd` look: a configuration or directory of the
@@ -631,6 +657,23 @@ fn is_sensitive_variable(name: &str) -> bool {
     const SUFFIXES: [&str; 10] = [
         "PATH", "FLAGS", "OPTS", "OPT", "OPTIONS", "CONF", "CONFIG", "HOME", "WRAPPER", "LIB",
     ];
+    // cargo's own settings that only say how it shows or where it puts
+    // what it builds (the rest may name programs: `CARGO_BUILD_RUSTC`,
+    // `CARGO_TARGET_<triple>_LINKER`).
+    const PLAIN: [&str; 9] = [
+        "CARGO_TERM_COLOR",
+        "CARGO_TERM_VERBOSE",
+        "CARGO_TERM_QUIET",
+        "CARGO_TERM_PROGRESS_WHEN",
+        "CARGO_INCREMENTAL",
+        "CARGO_BUILD_JOBS",
+        "CARGO_TARGET_DIR",
+        "CARGO_NET_OFFLINE",
+        "CARGO_NET_RETRY",
+    ];
+    if PLAIN.contains(&name) {
+        return false;
+    }
     let upper = name.to_ascii_uppercase();
     EXACT.contains(&name)
         || PREFIXES.iter().any(|p| upper.starts_with(p))

@@ -930,12 +930,21 @@ fn variables_that_load_code_are_not_allowed_by_a_rule() {
         "KUBECONFIG=./k git status",
         "JAVA_HOME=./j make all",
         "PERLLIB=. make all",
+        // make takes its environment as make variables.
+        "RM='touch p' make all",
+        "AR=x make all",
+        "env RM=x make all",
+        "MAKEFILES=x.mk make all",
+        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER=./x cargo test x",
+        "CARGO_BUILD_RUSTC=./x cargo test x",
     ] {
         assert_eq!(verdict_of(&set, command), Verdict::Ask, "{command}");
     }
     for command in [
         "RUST_LOG=debug cargo test x",
-        "NODE_ENV=test make all",
+        "CARGO_TERM_COLOR=always cargo test x",
+        "CARGO_INCREMENTAL=0 CARGO_TARGET_DIR=/tmp/t cargo test x",
+        "make all",
         "CI=1 RUST_BACKTRACE=1 cargo test x",
         "LANG=C TZ=UTC git log -1",
     ] {
