@@ -2022,6 +2022,71 @@ fn env(words: &[Word], opaque: &mut Option<String>) -> Step {
                 i += 1
             }
             _ if t.starts_with("--chdir=") || (t.starts_with("-C") && t.len() > 2) => i += 1,
+            // An abbreviated `--split-string`: `--spl='cmd'`.
+            _ if t.starts_with("--") && {
+                let name = t[2..].split('=').next().unwrap_or_default();
+                name.len() >= 2 && "split-string".starts_with(name)
+            } =>
+            {
+                return match t.split_once('=') {
+                    Some((_, text)) => Step::Payload(Word {
+                        text: text.to_string(),
+                        ..word.clone()
+                    }),
+                    None => match words.get(i + 1) {
+                        Some(payload) => Step::Payload(payload.clone()),
+                        None => Step::Stop,
+                    },
+                };
+            }
+            // A cluster of short options: flags, then perhaps one taking a
+            // value (`-vS'cmd'`, `-iC dir`, `-0u NAME`).
+            _ if t.starts_with('-') && !t.starts_with("--") => {
+                let cluster = &t[1..];
+                let mut next = i + 1;
+                for (at, c) in cluster.char_indices() {
+                    let rest = &cluster[at + c.len_utf8()..];
+                    match c {
+                        'i' => {
+                            *opaque = Some(
+                                "it clears the environment, which holds the sandbox's settings (git's among them)"
+                                    .into(),
+                            );
+                        }
+                        '0' | 'v' => {}
+                        'S' => {
+                            return match rest {
+                                "" => match words.get(i + 1) {
+                                    Some(payload) => Step::Payload(payload.clone()),
+                                    None => Step::Stop,
+                                },
+                                text => Step::Payload(Word {
+                                    text: text.to_string(),
+                                    ..word.clone()
+                                }),
+                            };
+                        }
+                        'u' | 'C' => {
+                            let value = match rest {
+                                "" => {
+                                    next = i + 2;
+                                    words.get(i + 1).map(|w| (w.text.as_str(), w.literal))
+                                }
+                                text => Some((text, word.literal)),
+                            };
+                            if c == 'u'
+                                && let Some((name, literal)) = value
+                                && let Some(why) = changes_variable("removes", name, literal)
+                            {
+                                *opaque = Some(why);
+                            }
+                            break;
+                        }
+                        _ => return UNREADABLE,
+                    }
+                }
+                i = next;
+            }
             _ if t.starts_with('-') => return UNREADABLE,
             _ => break,
         }

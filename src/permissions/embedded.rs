@@ -46,8 +46,94 @@ pub(crate) fn runs_programs(words: &[Word]) -> Option<Embedded> {
         "sed" | "gsed" => sed(words),
         "awk" | "gawk" | "mawk" | "nawk" | "original-awk" => awk(name, words),
         "make" | "gmake" => make(name, words),
+        "compgen" | "complete" => word_list(name, words),
+        // `npx -c 'cmd'`, `npm exec --call='cmd'`: a command string.
+        "npx" => commands_in(
+            name,
+            option_values(words, "cp", &["call", "package"], &[], true),
+            &["-c", "--call"],
+        ),
+        "npm"
+            if words
+                .iter()
+                .skip(1)
+                .find(|w| !w.text.starts_with('-'))
+                .is_some_and(|w| matches!(w.text.as_str(), "exec" | "x" | "exe")) =>
+        {
+            commands_in(
+                name,
+                option_values(words, "cpw", &["call", "package", "workspace"], &[], true),
+                &["-c", "--call"],
+            )
+        }
         _ => None,
     }
+}
+
+/// `compgen -W 'words'` (and `complete -W`) expands its word list when it
+/// runs, substitutions and all: `compgen -W '$(rm x)'` runs `rm x`. Such
+/// a list is vouched for by no allow rule, and the commands of its
+/// substitutions meet the deny rules as commands of their own.
+fn word_list(name: &str, words: &[Word]) -> Option<Embedded> {
+    let lists = option_values(words, "WAaCFGoPSX", &[], &[], true);
+    let mut commands = Vec::new();
+    let mut expands = false;
+    for (_, list) in lists.iter().filter(|(o, _)| o == "-W") {
+        let text = &list.text;
+        if !list.literal || text.contains('$') || text.contains('`') {
+            expands = true;
+        }
+        commands.extend(substitutions(text).into_iter().map(|command| Word {
+            text: command,
+            ..list.clone()
+        }));
+    }
+    expands.then(|| Embedded {
+        why: format!(
+            "its word list (`-W`) is expanded when `{name}` runs, and a substitution there runs a command"
+        ),
+        commands,
+    })
+}
+
+/// The commands of the `$( … )` and backtick substitutions in `text`, as
+/// bash would expand it (nested ones inside their outer command).
+fn substitutions(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 2,
+            '$' if chars.get(i + 1) == Some(&'(') => {
+                let start = i + 2;
+                let mut depth = 1usize;
+                let mut j = start;
+                while j < chars.len() && depth > 0 {
+                    match chars[j] {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                let end = if depth == 0 { j - 1 } else { j };
+                found.push(chars[start..end].iter().collect());
+                i = j;
+            }
+            '`' => {
+                let start = i + 1;
+                let end = chars[start..]
+                    .iter()
+                    .position(|&c| c == '`')
+                    .map_or(chars.len(), |n| start + n);
+                found.push(chars[start..end].iter().collect());
+                i = end + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    found
 }
 
 /// Every option that takes a value, with its value, as getopt reads a
@@ -333,11 +419,31 @@ fn ssh(name: &str, words: &[Word]) -> Option<Embedded> {
 /// `submodule foreach`; and clone's `-c`/`--config`, or `git config`,
 /// setting a key that runs a program (or one computed at run time).
 fn git(words: &[Word]) -> Option<Embedded> {
+    let mut commands = Vec::new();
+    let mut named: Vec<String> = Vec::new();
+    // An alias whose value starts with `!` is a command string for the
+    // shell (`git -c alias.x='!rm y' x`).
+    let alias_command = |value: &Word, commands: &mut Vec<Word>| {
+        let (key, command) = value.text.split_once('=')?;
+        let command = command.strip_prefix('!')?;
+        key.to_ascii_lowercase().starts_with("alias.").then(|| {
+            commands.push(Word {
+                text: command.to_string(),
+                ..value.clone()
+            })
+        })
+    };
     // The subcommand, after git's global options.
     let mut i = 1;
     while let Some(word) = words.get(i) {
         match word.text.as_str() {
-            "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
+            "-c" => {
+                if let Some(value) = words.get(i + 1) {
+                    alias_command(value, &mut commands);
+                }
+                i += 2
+            }
+            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
             | "--config-env" | "--attr-source" => i += 2,
             t if t.starts_with('-') => i += 1,
             _ => break,
@@ -345,8 +451,6 @@ fn git(words: &[Word]) -> Option<Embedded> {
     }
     let sub = words.get(i)?.text.as_str();
     let args = &words[i..];
-    let mut commands = Vec::new();
-    let mut named: Vec<String> = Vec::new();
     let joined = |from: usize| {
         let rest = &args[from.min(args.len())..];
         (!rest.is_empty()).then(|| join_words(rest))
@@ -412,6 +516,15 @@ fn git(words: &[Word]) -> Option<Embedded> {
                         let key = t.to_ascii_lowercase();
                         if !word.literal || super::command::git_key_runs_program(&key) {
                             named.push(format!("config {t}"));
+                        }
+                        if key.starts_with("alias.")
+                            && let Some(value) = rest.next()
+                            && let Some(command) = value.text.strip_prefix('!')
+                        {
+                            commands.push(Word {
+                                text: command.to_string(),
+                                ..value.clone()
+                            });
                         }
                         break;
                     }
@@ -510,6 +623,9 @@ fn git(words: &[Word]) -> Option<Embedded> {
             named.push(option);
             commands.push(value);
         }
+    }
+    if named.is_empty() && !commands.is_empty() {
+        named.push("-c alias.…=!…".into());
     }
     if named.is_empty() {
         return None;

@@ -1042,6 +1042,20 @@ fn command_strings_of_builtins_meet_deny_rules() {
         "trap \"rm victim.txt\" EXIT",
         "trap -- 'rm victim.txt' EXIT INT",
         "mapfile -C \"rm x\" -c 1 < a.txt",
+        "git -c alias.x='!rm victim.txt' x",
+        "git config alias.x '!rm victim.txt'",
+        "npx -c 'rm victim.txt'",
+        "npm exec -c 'rm victim.txt'",
+        "npm exec --call='rm victim.txt'",
+        "npm x --call 'rm victim.txt'",
+        "env -vS'rm victim.txt'",
+        "env -iS'rm victim.txt'",
+        "env -0S 'rm victim.txt'",
+        "env --spl='rm victim.txt'",
+        "env --split 'rm victim.txt'",
+        "compgen -W '$(rm victim.txt)' x",
+        "complete -W '`rm victim.txt`' x",
+        "compgen -W 'a $(echo b; rm victim.txt)' x",
         "mapfile -n 5 -C 'rm x' arr < a.txt",
         "readarray -tC'rm x' arr < a.txt",
         "compgen -C \"rm x\" w",
@@ -1054,9 +1068,17 @@ fn command_strings_of_builtins_meet_deny_rules() {
         "trap '' INT",
         "trap -p",
         "mapfile -t arr < a.txt",
+        "compgen -W 'start stop' -- st",
     ] {
         assert_eq!(verdict_of(&set, command), Verdict::Allow, "{command}");
     }
+    // A word list that expands is vouched for by no rule naming compgen.
+    let compgen = rules(&["bash(compgen *)"], &[], &[]);
+    assert_eq!(verdict_of(&compgen, "compgen -W '$(id)' x"), Verdict::Ask);
+    assert_eq!(
+        verdict_of(&compgen, "compgen -W 'a b' -- a"),
+        Verdict::Allow
+    );
 }
 
 /// An allow rule ending in `*` covers a redirection into the workspace,
