@@ -3088,6 +3088,15 @@ async fn age_call(pg: &common::PgDatabase, id: &str, ms: i64) {
     assert_eq!(done.rows_affected(), 1, "{id}");
 }
 
+/// A toolgate in this test process on the Postgres database `pg`, with a
+/// data directory of its own.
+async fn app_on(pg: &common::PgDatabase) -> TestApp {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut settings = common::test_settings(data_dir.path());
+    settings.storage.database_url = Some(pg.url.clone().into());
+    TestApp::start(settings, data_dir, None).await
+}
+
 /// A call left `running` by a process gone for good (its data directory
 /// restored into a new one, a replica removed) is finished as INTERRUPTED
 /// by any process once no process could still be running it: at start-up,
@@ -3131,17 +3140,7 @@ async fn a_call_no_process_can_still_run_is_finished_by_any() {
         a.get_json("/v1/threads/orphan-1/tool-calls/young").await["status"],
         "running"
     );
-    let data_dir = tempfile::tempdir().unwrap();
-    let sweeper = TestApp::start(
-        {
-            let mut settings = common::test_settings(data_dir.path());
-            settings.storage.database_url = Some(pg.url.clone().into());
-            settings
-        },
-        data_dir,
-        None,
-    )
-    .await;
+    let sweeper = app_on(&pg).await;
     assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 0);
     age_call(&pg, "young", 2 * 3600 * 1000).await;
     assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 1);
@@ -3168,17 +3167,7 @@ async fn a_call_of_a_process_gone_silent_is_finished_by_another() {
     let held = a_running_wait(&gone, "silent", "left", 60_000).await;
     gone.child.start_kill().unwrap();
     gone.child.wait().await.unwrap();
-    let data_dir = tempfile::tempdir().unwrap();
-    let sweeper = TestApp::start(
-        {
-            let mut settings = common::test_settings(data_dir.path());
-            settings.storage.database_url = Some(pg.url.clone().into());
-            settings
-        },
-        data_dir,
-        None,
-    )
-    .await;
+    let sweeper = app_on(&pg).await;
     // Seen a moment ago: it may be alive, cut off for a while.
     assert_eq!(sweeper.engine.finish_orphans().await.unwrap(), 0);
     let instance = std::fs::read_to_string(gone_dir.path().join("instance.id")).unwrap();

@@ -1232,15 +1232,7 @@ impl Store for PgStore {
 
     async fn beat(&self, instance: &str, at_ms: i64) -> StoreResult<()> {
         self.superseded.check()?;
-        sqlx::query(
-            "INSERT INTO instances (id, seen_at_ms) VALUES ($1, $2) \
-             ON CONFLICT (id) DO UPDATE SET seen_at_ms = excluded.seen_at_ms",
-        )
-        .bind(instance)
-        .bind(at_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        self.reads().beat(instance, at_ms).await
     }
 
     async fn running_calls_of_silent(

@@ -336,6 +336,20 @@ where
         rows.iter().map(tool_call_from_row).collect()
     }
 
+    /// Process `instance` is alive at `at_ms` (a write, on the pool, like
+    /// the reads: it needs no group commit).
+    pub async fn beat(&self, instance: &str, at_ms: i64) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO instances (id, seen_at_ms) VALUES ($1, $2) \
+             ON CONFLICT (id) DO UPDATE SET seen_at_ms = excluded.seen_at_ms",
+        )
+        .bind(instance)
+        .bind(at_ms)
+        .execute(self.pool)
+        .await?;
+        Ok(())
+    }
+
     pub async fn running_calls_of_silent(
         &self,
         seen_before_ms: i64,
