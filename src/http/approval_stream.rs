@@ -10,18 +10,16 @@
 //! approval again, then `approvals.synced` naming them.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{KeepAlive, Sse};
 use serde::Deserialize;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use utoipa::IntoParams;
 
 use super::approvals::{ApprovalView, is_approver};
 use super::error::{ApiError, ApiQuery};
+use super::outbox::{Outbox, Outgoing};
 use super::{AppState, AuthUser, ThreadId};
 use crate::protocol::agui::{Event, EventBody};
 use crate::protocol::now_ms;
@@ -80,7 +78,7 @@ pub async fn approval_events(
     let thread = q.thread_id.map(ThreadId::parse).transpose()?;
     let owner = (!is_approver(&state, &user)).then(|| user.owner.clone());
     let slot = state.open_stream(&user.owner)?;
-    let (tx, rx) = mpsc::channel(64);
+    let (tx, events) = Outbox::new();
     let watch = Watch {
         state: state.clone(),
         owner,
@@ -91,7 +89,7 @@ pub async fn approval_events(
         _slot: slot,
     };
     tokio::spawn(tracing::Instrument::in_current_span(watch.run()));
-    Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(
+    Ok(Sse::new(events).keep_alive(
         KeepAlive::new()
             .interval(Duration::from_secs(
                 state.settings.server.sse_heartbeat_secs.max(1),
@@ -119,7 +117,7 @@ struct Watch {
     caller: String,
     thread: Option<String>,
     expires: tokio::time::Instant,
-    tx: mpsc::Sender<Result<SseEvent, Infallible>>,
+    tx: Outbox,
     _slot: crate::engine::limits::StreamPermit,
 }
 
@@ -156,7 +154,7 @@ impl Watch {
         // The end waits a moment for the client, not longer.
         let _ = tokio::time::timeout(
             super::events::FAREWELL,
-            self.tx.send(Ok(SseEvent::default().data(event.to_json()))),
+            self.tx.send(Outgoing::new(None, &event.to_json())),
         )
         .await;
     }
@@ -306,7 +304,7 @@ impl Watch {
         tokio::select! {
             sent = tokio::time::timeout(
                 super::events::SEND_STALL,
-                self.tx.send(Ok(SseEvent::default().data(event.to_json()))),
+                self.tx.send(Outgoing::new(None, &event.to_json())),
             ) => (!matches!(sent, Ok(Ok(())))).then_some(End::Gone),
             _ = self.state.shutdown.cancelled() => Some(End::Shutdown),
             _ = tokio::time::sleep_until(self.expires) => Some(End::Expired),

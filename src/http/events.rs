@@ -3,21 +3,20 @@
 //! `?after=`) and lagging subscribers read the durable event log, so a
 //! client never misses an event.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::{KeepAlive, Sse};
 use axum::routing::get;
 use serde::Deserialize;
-use tokio::sync::{broadcast, mpsc};
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::broadcast;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::{ApiError, ApiQuery};
+use super::outbox::{Outbox, Outgoing};
 use super::{AppState, AuthUser, ThreadId, check_owner};
 use crate::events::{Live, Subscription};
 use crate::protocol::agui::{Event, EventBody, RunOutcome};
@@ -191,7 +190,7 @@ pub async fn get_events(
         (None, Some((after, _))) => after,
         (None, None) => 0,
     };
-    let (tx, rx) = mpsc::channel(64);
+    let (tx, events) = Outbox::new();
     let stream = Stream {
         state: state.clone(),
         thread_id: thread.0,
@@ -203,7 +202,7 @@ pub async fn get_events(
     tokio::spawn(tracing::Instrument::in_current_span(stream_thread(
         stream, start, snapshot, live,
     )));
-    Ok(Sse::new(ReceiverStream::new(rx)).keep_alive(
+    Ok(Sse::new(events).keep_alive(
         KeepAlive::new()
             .interval(Duration::from_secs(
                 state.settings.server.sse_heartbeat_secs.max(1),
@@ -211,8 +210,6 @@ pub async fn get_events(
             .text("heartbeat"),
     ))
 }
-
-type Tx = mpsc::Sender<Result<SseEvent, Infallible>>;
 
 /// One open event stream: its thread, whose it is, where its events go,
 /// and the owner's stream slot it holds until it ends.
@@ -224,7 +221,7 @@ struct Stream {
     /// RUN_ERROR `TOKEN_EXPIRED` (a client reconnects with a fresh token
     /// and `Last-Event-ID`).
     expires: tokio::time::Instant,
-    tx: Tx,
+    tx: Outbox,
     _slot: crate::engine::limits::StreamPermit,
 }
 
@@ -263,7 +260,7 @@ impl Stream {
     /// that cannot deliver must not hold its thread's events), or toolgate
     /// is shutting down (the event stays unsent; the client resumes from
     /// the last id it has).
-    async fn deliver(&self, event: SseEvent) -> Result<(), End> {
+    async fn deliver(&self, event: Outgoing) -> Result<(), End> {
         if self.state.shutdown.is_cancelled() {
             return Err(End::Shutdown);
         }
@@ -271,7 +268,7 @@ impl Stream {
             return Err(End::Expired);
         }
         tokio::select! {
-            sent = tokio::time::timeout(SEND_STALL, self.tx.send(Ok(event))) => match sent {
+            sent = tokio::time::timeout(SEND_STALL, self.tx.send(event)) => match sent {
                 Ok(Ok(())) => Ok(()),
                 _ => Err(End::Gone),
             },
@@ -285,15 +282,15 @@ impl Stream {
 /// whole-thread read slot it holds until it is handed to the response.
 type Snapshot = (ThreadSnapshot, crate::engine::limits::Permit);
 
-fn untracked(event: &Event) -> SseEvent {
-    SseEvent::default().data(event.to_json())
+fn untracked(event: &Event) -> Outgoing {
+    Outgoing::new(None, &event.to_json())
 }
 
 /// A logged event as streamed, with its seq as the SSE id; a result event
 /// read back as a reference to its message is rebuilt first.
-fn logged(state: &AppState, event: &StoredEvent) -> Result<SseEvent, crate::store::StoreError> {
+fn logged(state: &AppState, event: &StoredEvent) -> Result<Outgoing, crate::store::StoreError> {
     let data = state.replay_cache.event_data(event)?;
-    Ok(SseEvent::default().id(event.seq.to_string()).data(&*data))
+    Ok(Outgoing::new(Some(event.seq.to_string()), &data))
 }
 
 struct SubscriberGauge;
@@ -394,10 +391,10 @@ impl Open {
 
     /// The STARTs of the open groups, as logged but without their ids (the
     /// client's resume point stays where it is).
-    fn reopening(&self) -> Vec<SseEvent> {
+    fn reopening(&self) -> Vec<Outgoing> {
         self.groups
             .iter()
-            .map(|(_, start)| SseEvent::default().data(&**start))
+            .map(|(_, start)| Outgoing::new(None, start))
             .collect()
     }
 
@@ -442,7 +439,7 @@ async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, l
         run_id: run_id.clone(),
     });
     // The first event of a new channel never waits.
-    if tx.send(Ok(untracked(&started))).await.is_err() {
+    if tx.send(untracked(&started)).await.is_err() {
         return;
     }
     let mut open = Open::default();
@@ -458,7 +455,7 @@ async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, l
         // A run ends with no group open: close the ones the stream is
         // inside (a resumed stream opens them again).
         for end in open.closing() {
-            let sent = tokio::time::timeout(farewell, tx.send(Ok(untracked(&end)))).await;
+            let sent = tokio::time::timeout(farewell, tx.send(untracked(&end))).await;
             if !matches!(sent, Ok(Ok(()))) {
                 return;
             }
@@ -489,7 +486,7 @@ async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, l
             })
         }
     };
-    let _ = tokio::time::timeout(farewell, tx.send(Ok(untracked(&ev)))).await;
+    let _ = tokio::time::timeout(farewell, tx.send(untracked(&ev))).await;
 }
 
 /// The stream after its RUN_STARTED: the snapshot, the log from `start`,

@@ -11,6 +11,7 @@ pub mod error;
 mod events;
 mod health;
 pub mod openapi;
+mod outbox;
 mod resume;
 mod run_fields;
 mod runs;
