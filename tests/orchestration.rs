@@ -514,6 +514,27 @@ async fn a_call_posted_again_while_it_runs_holds_no_slot(backend: Backend) {
         )
         .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    // A batch of two safe calls runs in the one free slot, one at a time,
+    // rather than being refused for wanting two.
+    let r = app
+        .post(
+            "/v1/threads/rs/batches",
+            &json!({"calls": [
+                {"id": "b1", "name": "echo", "arguments": {"text": "1"}},
+                {"id": "b2", "name": "echo", "arguments": {"text": "2"}},
+            ]}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["status"] == 200),
+        "{body}"
+    );
     let r = app
         .post("/v1/threads/rs/tool-calls/long/cancel", &json!({}))
         .await;

@@ -224,20 +224,37 @@ pub async fn post_batch(
     // A group of concurrency-safe calls runs at most as many at once as
     // the limits let one request take (the rest of it after them), so a
     // batch is never refused for being wider than the limits.
-    let groups = within(group_consecutive_safe(&safe), state.limits.widest());
+    let mut groups = within(group_consecutive_safe(&safe), state.limits.widest());
     let widest = groups.iter().map(Vec::len).max().unwrap_or(1);
-    // A batch all of whose calls are recorded runs nothing (each is
-    // answered from storage, or waited for): it needs no slot, so a retry
-    // after a lost answer is not refused while the owner's calls run.
-    let permit = match state.acquire(&user.owner, widest) {
-        Ok(permit) => Some(permit),
-        Err(limit) => {
+    // As many slots as its widest group, or as many as are free (one at
+    // least): with fewer, its safe calls run fewer at a time. A batch all
+    // of whose calls are recorded runs nothing (each is answered from
+    // storage, or waited for): it needs no slot, so a retry after a lost
+    // answer is not refused while the owner's calls run.
+    let mut taken = None;
+    let mut refusal = None;
+    for slots in (1..=widest).rev() {
+        match state.acquire(&user.owner, slots) {
+            Ok(permit) => {
+                if slots < widest {
+                    groups = within(group_consecutive_safe(&safe), slots);
+                }
+                taken = Some(permit);
+                break;
+            }
+            Err(limit) => refusal = Some(limit),
+        }
+    }
+    let permit = match (taken, refusal) {
+        (Some(permit), _) => Some(permit),
+        (None, Some(limit)) => {
             if all_recorded(&state, &thread.0, &parsed).await? {
                 None
             } else {
                 return Err(limit);
             }
         }
+        (None, None) => None,
     };
 
     // Until its turn comes, a call of the batch may be cancelled: it is
