@@ -542,6 +542,67 @@ async fn a_call_posted_again_while_it_runs_holds_no_slot(backend: Backend) {
     assert_eq!(long.await.unwrap().unwrap(), 200);
 }
 
+/// An AG-UI run posted again while its call runs (its first client gone)
+/// only waits for that call: it lets the run's slot go, so the owner's
+/// new calls are not refused meanwhile.
+async fn a_run_posted_again_while_its_call_runs_holds_no_slot(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 2).await;
+    let input = json!({
+        "threadId": "rr", "runId": "run-1", "state": {}, "context": [], "tools": [],
+        "forwardedProps": {},
+        "messages": [
+            {"id": "u1", "role": "user", "content": "wait"},
+            {"id": "a1", "role": "assistant", "toolCalls": [
+                {"id": "w1", "type": "function", "function": {"name": "wait", "arguments": "{\"ms\": 20000}"}}]}
+        ]
+    });
+    let post_run = || async {
+        let r = app
+            .client
+            .post(app.url("/v1/threads/rr/runs"))
+            .bearer_auth(&app.token)
+            .json(&input)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        // The client goes; the run goes on.
+        drop(r);
+    };
+    post_run().await;
+    let running = || async {
+        let r = app.get("/v1/threads/rr/tool-calls/w1").await;
+        r.status() == 200 && r.json::<Value>().await.unwrap()["status"] == "running"
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !running().await {
+        assert!(std::time::Instant::now() < deadline, "w1 runs");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    post_run().await;
+    // The retry reaches the call and lets its slot go: a new call of the
+    // owner's runs in it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = app
+            .post(
+                "/v1/threads/other/tool-calls",
+                &json!({"id": format!("e{}", deadline.elapsed().as_nanos()), "name": "echo", "arguments": {"text": "x"}}),
+            )
+            .await;
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 429);
+        assert!(std::time::Instant::now() < deadline, "still refused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = app
+        .post("/v1/threads/rr/tool-calls/w1/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+}
+
 /// Under the owner's limit (one call at a time): a call or a batch
 /// recorded already is answered again without a slot; a call posted again
 /// with other arguments while it runs is a 409 at once; an approved call
@@ -1692,6 +1753,7 @@ both_backends!(
     limits_answer_429_and_cancellation_frees_the_slot,
     limits_leave_recorded_calls_and_count_approved_ones,
     a_call_posted_again_while_it_runs_holds_no_slot,
+    a_run_posted_again_while_its_call_runs_holds_no_slot,
     approvals_a_resume_decides_take_slots,
     a_call_waiting_its_turn_in_a_batch_or_run_can_be_cancelled,
     a_cancel_while_a_call_starts_is_never_lost,

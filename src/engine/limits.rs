@@ -59,7 +59,12 @@ impl SharedSlot {
 
     /// Frees the slot (if it is still held).
     pub fn release(&self) {
-        drop(self.0.lock().expect("slot lock").take());
+        drop(self.take());
+    }
+
+    /// The slot, if it is still held, for its holder to keep on with.
+    pub fn take(&self) -> Option<Permit> {
+        self.0.lock().expect("slot lock").take()
     }
 }
 

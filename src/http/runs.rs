@@ -835,7 +835,7 @@ async fn execute_turn(
     owner: &str,
     input: &RunAgentInput,
     answered_in_thread: &HashSet<String>,
-    resume: &Resume,
+    resume: &mut Resume,
     tx: &Tx,
 ) -> Result<Finished, ApiError> {
     let Some((parent_id, tool_calls)) = calls_to_run(input) else {
@@ -915,6 +915,14 @@ async fn execute_turn(
         } else {
             None
         };
+        // Otherwise the call runs in the run's own slot, which it lets go
+        // if it finds itself running already (a retried run only waits
+        // for it): the calls after it then take slots of their own.
+        let run_slot =
+            (!resume.lent).then(|| crate::engine::limits::SharedSlot::new(resume.own_slot.take()));
+        if let Some(run_slot) = &run_slot {
+            request.slot = run_slot.clone();
+        }
         // Boxed, as in `threads::with_slot`: tokio copies an inline future whole.
         let task = state.calls.spawn(Box::pin(
             async move {
@@ -957,8 +965,14 @@ async fn execute_turn(
         }
         let executed = task
             .await
-            .map_err(|e| ApiError::Internal(anyhow::anyhow!("call task failed: {e}")))?
-            .map_err(super::threads::rejection_to_api)?;
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("call task failed: {e}")))?;
+        if let Some(run_slot) = run_slot {
+            match run_slot.take() {
+                Some(permit) => resume.own_slot = Some(permit),
+                None => resume.lent = true,
+            }
+        }
+        let executed = executed.map_err(super::threads::rejection_to_api)?;
         if let Executed::AwaitingApproval(approval) = executed {
             interrupts.push(resume::approval_interrupt(&approval));
             // The calls after it may depend on it: they run in the run that
