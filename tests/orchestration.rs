@@ -1746,6 +1746,65 @@ async fn a_stalled_replay_holds_up_no_other_read(backend: Backend) {
     }
 }
 
+/// A batch whose client leaves after its first call started still runs
+/// the calls queued after it: each is stored and streamed, and the batch
+/// posted again is answered from storage, as a single call whose client
+/// leaves is finished.
+async fn a_batch_whose_client_leaves_runs_its_queued_calls(backend: Backend) {
+    // One slot: the batch's calls run one after another.
+    let app = TestApp::spawn_with(backend, |s| s.tools.max_concurrent_calls_per_owner = 1).await;
+    let mut sse = app.events("left", "", None).await;
+    sse.next(Duration::from_secs(5)).await.unwrap();
+    let batch = json!({"calls": [
+        {"id": "slow", "name": "wait", "arguments": {"ms": 400}},
+        {"id": "queued", "name": "echo", "arguments": {"text": "after"}},
+    ]});
+    let client = {
+        let (client, url, token, batch) = (
+            app.client.clone(),
+            app.url("/v1/threads/left/batches"),
+            app.token.clone(),
+            batch.clone(),
+        );
+        tokio::spawn(async move {
+            client
+                .post(url)
+                .bearer_auth(token)
+                .json(&batch)
+                .send()
+                .await
+        })
+    };
+    sse.until("TOOL_CALL_END").await;
+    // The client leaves while the first call runs: its connection closes.
+    client.abort();
+    let _ = client.await;
+    let mut results = vec![];
+    while results.len() < 2 {
+        let frame = sse
+            .next(Duration::from_secs(10))
+            .await
+            .expect("both calls of the batch finish");
+        if frame.kind() == "TOOL_CALL_RESULT" {
+            results.push(frame.data["toolCallId"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(results, ["slow", "queued"]);
+    let record = app.get_json("/v1/threads/left/tool-calls/queued").await;
+    assert_eq!(record["status"], "success", "{record}");
+    // Posted again, the batch runs nothing: both answers come from storage.
+    let again: Value = app
+        .post("/v1/threads/left/batches", &batch)
+        .await
+        .json()
+        .await
+        .unwrap();
+    for i in 0..2 {
+        assert_eq!(again["results"][i]["status"], 200, "{again}");
+        assert_eq!(again["results"][i]["result"]["replayed"], true, "{again}");
+    }
+}
+
 both_backends!(
     a_batch_posted_again_names_the_run_of_its_calls,
     a_timed_out_call_is_answered_while_its_blocking_work_goes_on,
@@ -1767,4 +1826,5 @@ both_backends!(
     a_stalled_replay_holds_up_no_other_read,
     a_cancel_answers_what_it_came_to,
     a_batch_that_loses_a_new_thread_is_answered_404,
+    a_batch_whose_client_leaves_runs_its_queued_calls,
 );

@@ -257,117 +257,22 @@ pub async fn post_batch(
         (None, None) => None,
     };
 
-    // Until its turn comes, a call of the batch may be cancelled: it is
-    // then recorded CANCELLED instead of run.
-    let _queued = state.engine.queue(
-        &thread.0,
-        parsed.iter().flatten().map(|call| call.id.clone()),
-    );
-    let mut results: Vec<Option<BatchItem>> = (0..parsed.len()).map(|_| None).collect();
-    let mut parsed: Vec<Option<Parsed>> = parsed.into_iter().map(Some).collect();
-    // The first call found waiting for a human decision: the calls after
-    // it may depend on it, so they do not run before it (nothing of them
-    // is recorded; posted again once it is decided, they run then).
-    let mut waiting_for: Option<(usize, String)> = None;
-    for group in groups {
-        let mut tasks = Vec::with_capacity(group.len());
-        for index in group {
-            match parsed[index].take().expect("each call is taken once") {
-                Err((id, problem)) => results[index] = Some(refused(index, id, problem)),
-                // A call cancelled while it waited its turn is recorded
-                // CANCELLED below, not left for later.
-                Ok(call)
-                    if waiting_for.is_some()
-                        && !state.engine.cancelled_in_queue(&thread.0, &call.id) =>
-                {
-                    let (at, before) = waiting_for.as_ref().expect("checked");
-                    let id = call.id.clone();
-                    results[index] = Some(refused(
-                        index,
-                        Some(id),
-                        ApiError::ConflictAt {
-                            code: crate::http::error::conflicts::WAITS_FOR_APPROVAL,
-                            detail: format!(
-                                "not run: call {before:?} (index {at}) waits for approval, and the calls after it do not run before it; post this call again once it is decided"
-                            ),
-                            errors: vec![serde_json::json!({
-                                "tool_call_id": before,
-                                "message": "waits for approval",
-                            })],
-                        },
-                    ));
-                }
-                Ok(call) => {
-                    let at = format!("/calls/{index}");
-                    if let Err(problem) =
-                        super::threads::check_parent(&state, &thread.0, &call, &at).await
-                    {
-                        results[index] = Some(refused(index, Some(call.id), problem));
-                        continue;
-                    }
-                    let engine = state.engine.clone();
-                    let request = CallRequest::new(&user.owner, &thread.0, call);
-                    let id = request.call.id.clone();
-                    // Each call in its own task: a client that leaves does not
-                    // cut a call half-way. Boxed, as in `with_slot`.
-                    tasks.push((
-                        index,
-                        id,
-                        state.calls.spawn(Box::pin(
-                            async move { engine.execute(request).await }.in_current_span(),
-                        )),
-                    ));
-                }
-            }
-        }
-        for (index, id, task) in tasks {
-            let item = match task.await {
-                Ok(Ok(Executed::Finished(outcome))) => BatchItem {
-                    index,
-                    tool_call_id: Some(id),
-                    status: 200,
-                    result: Some(ToolCallResponse::from(outcome)),
-                    pending: None,
-                    problem: None,
-                },
-                Ok(Ok(Executed::AwaitingApproval(approval))) => {
-                    waiting_for.get_or_insert((index, id.clone()));
-                    BatchItem {
-                        index,
-                        tool_call_id: Some(id),
-                        status: 202,
-                        result: None,
-                        pending: Some(PendingApprovalResponse {
-                            status: "pending_approval".into(),
-                            tool_call_id: approval.tool_call_id.clone(),
-                            approval: super::approvals::ApprovalView::at(
-                                approval,
-                                crate::protocol::now_ms(),
-                            ),
-                        }),
-                        problem: None,
-                    }
-                }
-                // Another owner wrote to the thread first, between the
-                // check above and this call: nothing of this batch is
-                // stored (a stored call would have made the thread ours),
-                // so the answer is the 404 the check would have given.
-                Ok(Err(Rejection::NotOwner)) => return Err(ApiError::thread_not_found()),
-                Ok(Err(rejection)) => refused(index, Some(id), rejection_to_api(rejection)),
-                Err(e) => refused(
-                    index,
-                    Some(id),
-                    ApiError::Internal(anyhow::anyhow!("call task failed: {e}")),
-                ),
-            };
-            results[index] = Some(item);
-        }
-    }
-    drop(permit);
-    let results: Vec<BatchItem> = results
-        .into_iter()
-        .map(|r| r.expect("every call answered"))
-        .collect();
+    // The batch goes on in a task of its own: a client that leaves (or a
+    // request timeout) does not cut it between calls, as it does not cut
+    // a call half-way. Its queued calls still run, each is stored and
+    // streamed, and the batch posted again is answered from storage.
+    let batch = Batch {
+        state: state.clone(),
+        owner: user.owner.clone(),
+        thread_id: thread.0.clone(),
+    };
+    let results = state
+        .calls
+        .spawn(Box::pin(
+            async move { batch.run(parsed, groups, permit).await }.in_current_span(),
+        ))
+        .await
+        .map_err(|e| ApiError::Internal(anyhow::anyhow!("batch task failed: {e}")))??;
     // A run named by the post may not be the one its calls recorded from
     // an earlier post are in (a run found above is).
     let run_id = match given_run {
@@ -377,6 +282,140 @@ pub async fn post_batch(
         false => run_id,
     };
     Ok(axum::Json(BatchResponse { run_id, results }))
+}
+
+/// What a batch's task needs to run its calls.
+struct Batch {
+    state: AppState,
+    owner: String,
+    thread_id: String,
+}
+
+impl Batch {
+    /// Run `parsed` group by group, in `groups`' order, holding `permit`
+    /// throughout; every item is answered, in request order.
+    async fn run(
+        self,
+        parsed: Vec<Parsed>,
+        groups: Vec<Vec<usize>>,
+        permit: Option<crate::engine::limits::Permit>,
+    ) -> Result<Vec<BatchItem>, ApiError> {
+        // Until its turn comes, a call of the batch may be cancelled: it is
+        // then recorded CANCELLED instead of run.
+        let _queued = self.state.engine.queue(
+            &self.thread_id,
+            parsed.iter().flatten().map(|call| call.id.clone()),
+        );
+        let mut results: Vec<Option<BatchItem>> = (0..parsed.len()).map(|_| None).collect();
+        let mut parsed: Vec<Option<Parsed>> = parsed.into_iter().map(Some).collect();
+        // The first call found waiting for a human decision: the calls after
+        // it may depend on it, so they do not run before it (nothing of them
+        // is recorded; posted again once it is decided, they run then).
+        let mut waiting_for: Option<(usize, String)> = None;
+        for group in groups {
+            let mut tasks = Vec::with_capacity(group.len());
+            for index in group {
+                match parsed[index].take().expect("each call is taken once") {
+                    Err((id, problem)) => results[index] = Some(refused(index, id, problem)),
+                    // A call cancelled while it waited its turn is recorded
+                    // CANCELLED below, not left for later.
+                    Ok(call)
+                        if waiting_for.is_some()
+                            && !self
+                                .state
+                                .engine
+                                .cancelled_in_queue(&self.thread_id, &call.id) =>
+                    {
+                        let (at, before) = waiting_for.as_ref().expect("checked");
+                        let id = call.id.clone();
+                        results[index] = Some(refused(
+                            index,
+                            Some(id),
+                            ApiError::ConflictAt {
+                                code: crate::http::error::conflicts::WAITS_FOR_APPROVAL,
+                                detail: format!(
+                                    "not run: call {before:?} (index {at}) waits for approval, and the calls after it do not run before it; post this call again once it is decided"
+                                ),
+                                errors: vec![serde_json::json!({
+                                    "tool_call_id": before,
+                                    "message": "waits for approval",
+                                })],
+                            },
+                        ));
+                    }
+                    Ok(call) => {
+                        let at = format!("/calls/{index}");
+                        if let Err(problem) =
+                            super::threads::check_parent(&self.state, &self.thread_id, &call, &at)
+                                .await
+                        {
+                            results[index] = Some(refused(index, Some(call.id), problem));
+                            continue;
+                        }
+                        let engine = self.state.engine.clone();
+                        let request = CallRequest::new(&self.owner, &self.thread_id, call);
+                        let id = request.call.id.clone();
+                        // Each call in its own task: a client that leaves does not
+                        // cut a call half-way. Boxed, as in `with_slot`.
+                        tasks.push((
+                            index,
+                            id,
+                            self.state.calls.spawn(Box::pin(
+                                async move { engine.execute(request).await }.in_current_span(),
+                            )),
+                        ));
+                    }
+                }
+            }
+            for (index, id, task) in tasks {
+                let item = match task.await {
+                    Ok(Ok(Executed::Finished(outcome))) => BatchItem {
+                        index,
+                        tool_call_id: Some(id),
+                        status: 200,
+                        result: Some(ToolCallResponse::from(outcome)),
+                        pending: None,
+                        problem: None,
+                    },
+                    Ok(Ok(Executed::AwaitingApproval(approval))) => {
+                        waiting_for.get_or_insert((index, id.clone()));
+                        BatchItem {
+                            index,
+                            tool_call_id: Some(id),
+                            status: 202,
+                            result: None,
+                            pending: Some(PendingApprovalResponse {
+                                status: "pending_approval".into(),
+                                tool_call_id: approval.tool_call_id.clone(),
+                                approval: super::approvals::ApprovalView::at(
+                                    approval,
+                                    crate::protocol::now_ms(),
+                                ),
+                            }),
+                            problem: None,
+                        }
+                    }
+                    // Another owner wrote to the thread first, between the
+                    // check above and this call: nothing of this batch is
+                    // stored (a stored call would have made the thread ours),
+                    // so the answer is the 404 the check would have given.
+                    Ok(Err(Rejection::NotOwner)) => return Err(ApiError::thread_not_found()),
+                    Ok(Err(rejection)) => refused(index, Some(id), rejection_to_api(rejection)),
+                    Err(e) => refused(
+                        index,
+                        Some(id),
+                        ApiError::Internal(anyhow::anyhow!("call task failed: {e}")),
+                    ),
+                };
+                results[index] = Some(item);
+            }
+        }
+        drop(permit);
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every call answered"))
+            .collect())
+    }
 }
 
 /// Whether the thread has recorded every call of `parsed` it could run
