@@ -174,6 +174,22 @@ impl BashSpec {
         but_for.then(|| option.to_string())
     }
 
+    /// Why this rule does not vouch for `piece` when only that stops it:
+    /// the piece is opaque (it changes what runs, or its options cannot be
+    /// read with confidence) and the rule matches it otherwise.
+    pub fn doubted(&self, piece: &Piece, reach: &Reach) -> Option<String> {
+        let BashSpec::Pattern(pattern) = self else {
+            return None;
+        };
+        let why = piece.opaque.as_ref()?;
+        let layer = piece.layers.last()?;
+        let but_for = pattern.matches(&layer.words, layer.open_ended, Mode::Surely)
+            && pattern.covers_redirects(&piece.redirects, reach)
+            && pattern.covers_git_configuration_words(piece, reach)
+            && pattern.covers_deletions(piece);
+        but_for.then(|| why.clone())
+    }
+
     /// The wrapper or assignment a pattern starts with, which commands lose
     /// before allow rules see them (so an allow rule starting with one can
     /// never match).

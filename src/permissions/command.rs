@@ -75,13 +75,164 @@ pub(crate) struct Analysis {
     pub fork_bombs: Vec<String>,
     /// Somewhere a `|` feeds one command's output to another's input.
     pub pipes: bool,
+    /// Variables the line makes arrays (`a=(…)`, `declare -a a`, `read -a
+    /// a`, `mapfile a`), wherever it does.
+    arrays: std::collections::HashSet<String>,
+    /// Pieces (by index) whose `declare`, `typeset` or `local` gives a
+    /// variable a value bash reads again as an array's elements if the
+    /// variable is an array, with the variable's name.
+    redeclared: Vec<(usize, String)>,
 }
 
 pub(crate) fn analyse(command: &str) -> Analysis {
     let mut analysis = Analysis::default();
     let mut next_pipeline = 0;
     expand(command, 0, false, &mut analysis, &mut next_pipeline);
+    // Told only once the whole line is read: a function may assign to an
+    // array the line makes later.
+    for (index, name) in std::mem::take(&mut analysis.redeclared) {
+        if (analysis.arrays.contains(&name) || BASH_ARRAYS.contains(&name.as_str()))
+            && let Some(piece) = analysis.pieces.get_mut(index)
+            && piece.opaque.is_none()
+        {
+            piece.opaque = Some(REPARSES.to_string());
+        }
+    }
     analysis
+}
+
+/// Why a declaration whose value bash reads again as an array's elements
+/// is not vouched for by an allow rule.
+const REPARSES: &str = "it gives an array's elements to `declare` (or `typeset`, `local`, `export -a`, `readonly -a`) as one word computed or quoted, which bash reads again as `( … )`, running the substitutions in it and evaluating its subscripts; write the elements unquoted (`a=(…)`)";
+
+/// bash's own arrays: a value given to one of them by `declare` is read
+/// as its elements.
+const BASH_ARRAYS: [&str; 13] = [
+    "BASH_ARGC",
+    "BASH_ARGV",
+    "BASH_LINENO",
+    "BASH_SOURCE",
+    "BASH_VERSINFO",
+    "BASH_REMATCH",
+    "DIRSTACK",
+    "FUNCNAME",
+    "GROUPS",
+    "PIPESTATUS",
+    "COMP_WORDS",
+    "COPROC",
+    "MAPFILE",
+];
+
+/// What a declaration builtin (`declare`, `typeset`, `local`, `export`,
+/// `readonly`) does with array values: the variables it makes arrays,
+/// and whether it runs code through them. bash reads a value given as one
+/// word (quoted or computed: `declare -a 'a=($(cmd))'`, `declare -a
+/// a=$x`) again as `( … )` when the option `-a` or `-A` is given, or, for
+/// `declare`, `typeset` and `local`, when the variable is an array
+/// already; and it evaluates an indexed array's subscripts (`a=([x]=1)`
+/// with `x='a[$(cmd)]'` runs cmd). Returns (arrays made, why it runs
+/// code, names whose value is read again if they are arrays).
+fn declared_arrays(words: &[Word]) -> (Vec<String>, Option<String>, Vec<String>) {
+    let mut arrays = Vec::new();
+    let mut why = None;
+    let mut if_array = Vec::new();
+    let Some(name) = words.first().and_then(command_name) else {
+        return (arrays, why, if_array);
+    };
+    let family = matches!(
+        name,
+        "declare" | "typeset" | "local" | "export" | "readonly"
+    );
+    if !family {
+        if matches!(name, "read" | "mapfile" | "readarray") {
+            // Every name it is given may be its array (`read -ra a`).
+            arrays.extend(
+                words[1..]
+                    .iter()
+                    .filter(|w| !w.text.starts_with('-') && shell::is_name(&w.text))
+                    .map(|w| w.text.clone()),
+            );
+        }
+        return (arrays, why, if_array);
+    }
+    let mut options_end = words.len();
+    let mut array_option = false;
+    let mut associative = false;
+    for (i, word) in words.iter().enumerate().skip(1) {
+        if word.text == "--" {
+            options_end = i;
+            break;
+        }
+        if word.text.starts_with('-') && !word.text.contains('=') {
+            array_option |= word.text.contains(['a', 'A']);
+            associative |= word.text.contains('A');
+        }
+    }
+    let rereads = array_option || matches!(name, "declare" | "typeset" | "local");
+    for (i, word) in words.iter().enumerate().skip(1) {
+        if i < options_end && word.text.starts_with(['-', '+']) && !word.text.contains('=') {
+            continue;
+        }
+        if i == options_end {
+            continue;
+        }
+        let (left, value) = match word.text.split_once('=') {
+            Some((left, value)) => (left, Some(value)),
+            None => (word.text.as_str(), None),
+        };
+        let variable = left.strip_suffix('+').unwrap_or(left);
+        let variable = variable.split_once('[').map_or(variable, |(n, _)| n);
+        if !shell::is_name(variable) {
+            continue;
+        }
+        if array_option {
+            arrays.push(variable.to_string());
+        }
+        let Some(value) = value else { continue };
+        let compound = value.starts_with('(');
+        if compound {
+            arrays.push(variable.to_string());
+        }
+        if compound && !word.quoted {
+            // `a=( … )` read by the shell: its substitutions are pieces of
+            // their own; an indexed array's subscripts are evaluated (an
+            // associative array's keys are strings).
+            if !associative && subscripts_evaluate(value) {
+                why = Some(EVALUATES.to_string());
+            }
+            continue;
+        }
+        let code = !word.literal || value.contains(['$', '`', '[']);
+        if !(rereads && code) {
+            continue;
+        }
+        if array_option || compound && !matches!(name, "export" | "readonly") {
+            why = Some(REPARSES.to_string());
+        } else if !matches!(name, "export" | "readonly") {
+            if_array.push(variable.to_string());
+        }
+    }
+    (arrays, why, if_array)
+}
+
+/// Whether a compound value `( … )` has a subscript that reads a variable
+/// (`[x]=1`, `[$i+1]=1`).
+fn subscripts_evaluate(value: &str) -> bool {
+    let chars: Vec<char> = value.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] == '[' {
+            let inside = shell::enclosed(&chars[i..], '[', ']');
+            let after = i + inside.len() + 2;
+            if chars.get(after) == Some(&'=') && shell::names_a_variable(inside) {
+                return true;
+            }
+            i = after.max(i + 1);
+            continue;
+        }
+        i += 1;
+    }
+    false
 }
 
 fn expand(src: &str, depth: usize, shadow: bool, an: &mut Analysis, next_pipeline: &mut usize) {
@@ -127,12 +278,18 @@ fn evaluates_names(words: &[Word]) -> bool {
         {
             true
         }
-        "[[" => args.windows(3).any(|w| {
-            matches!(
-                w[1].text.as_str(),
-                "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge"
-            ) && (arithmetic_operand(&w[0]) || arithmetic_operand(&w[2]))
-        }),
+        "[[" => {
+            args.windows(3).any(|w| {
+                matches!(
+                    w[1].text.as_str(),
+                    "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge"
+                ) && (arithmetic_operand(&w[0]) || arithmetic_operand(&w[2]))
+            })
+                // `[[ -v a[x] ]]`: the subscript is evaluated.
+                || args
+                    .windows(2)
+                    .any(|w| w[0].text == "-v" && reads_subscript(&w[1].text))
+        }
         "declare" | "typeset" | "local" | "export" | "readonly" | "unset" | "read" | "printf"
         | "mapfile" | "readarray" | "test" | "[" | "wait" => args.iter().any(|w| {
             // A name may also come attached to its option: `printf
@@ -144,19 +301,22 @@ fn evaluates_names(words: &[Word]) -> bool {
             [Some(w.text.as_str()), attached]
                 .into_iter()
                 .flatten()
-                .any(|text| {
-                    let text = text.split_once('=').map_or(text, |(n, _)| n);
-                    text.split_once('[').is_some_and(|(name, subscript)| {
-                        shell::is_name(name)
-                            && subscript.ends_with(']')
-                            && subscript[..subscript.len() - 1].chars().any(|c| {
-                                c == '$' || c == '`' || c == '_' || c.is_ascii_alphabetic()
-                            })
-                    })
-                })
+                .any(|text| reads_subscript(text.split_once('=').map_or(text, |(n, _)| n)))
         }),
         _ => false,
     }
+}
+
+/// `name[subscript]` whose subscript reads a variable or expands
+/// something (`a[x]`, `a[$i]`), which bash evaluates.
+fn reads_subscript(text: &str) -> bool {
+    text.split_once('[').is_some_and(|(name, subscript)| {
+        shell::is_name(name)
+            && subscript.ends_with(']')
+            && subscript[..subscript.len() - 1]
+                .chars()
+                .any(|c| c == '$' || c == '`' || c == '_' || c.is_ascii_alphabetic())
+    })
 }
 
 /// What a wrapper leaves to run.
@@ -201,11 +361,12 @@ fn normalise(
     } = raw;
     // Before keywords and assignments go: `x='a[$(cmd)]'; echo $((x))`
     // runs `cmd`, whatever the command around the expansion is.
-    let mut opaque = words
+    let mut opaque = (words
         .iter()
         .chain(redirects.iter().map(|r| &r.target))
         .any(shell::evaluates_code)
-        .then(|| EVALUATES.to_string());
+        || redirects.iter().any(Redirect::body_evaluates_code))
+    .then(|| EVALUATES.to_string());
     // `${NAME:=value}` assigns NAME where the word expands.
     if let Some(why) = words
         .iter()
@@ -230,6 +391,22 @@ fn normalise(
         let assignments = words.iter().take_while(|w| w.assignment).count();
         sets_variables |= assignments > 0;
         for word in &words[..assignments] {
+            if let Some(name) = word.assigned_name()
+                && word
+                    .text
+                    .split_once('=')
+                    .is_some_and(|(_, v)| v.starts_with('('))
+            {
+                an.arrays.insert(name.to_string());
+            }
+            // `a[x]=1`: an indexed array's subscript is evaluated.
+            if opaque.is_none()
+                && word
+                    .assigned_subscript()
+                    .is_some_and(|s| shell::names_a_variable(&s.chars().collect::<Vec<_>>()))
+            {
+                opaque = Some(EVALUATES.to_string());
+            }
             if let Some(name) = word.assigned_name().filter(|n| is_sensitive_variable(n)) {
                 opaque = Some(format!(
                     "it sets {name}, which changes what the command runs"
@@ -358,6 +535,15 @@ fn normalise(
     {
         opaque = Some(EVALUATES.to_string());
     }
+    let mut redeclared = Vec::new();
+    if let Some(layer) = layers.last() {
+        let (arrays, why, if_array) = declared_arrays(&layer.words);
+        an.arrays.extend(arrays);
+        if opaque.is_none() {
+            opaque = why;
+        }
+        redeclared = if_array;
+    }
     if opaque.is_none()
         && let Some(layer) = layers.last()
         && matches!(
@@ -427,6 +613,9 @@ fn normalise(
     } else {
         redirects.clone()
     };
+    for name in redeclared {
+        an.redeclared.push((an.pieces.len(), name));
+    }
     an.pieces.push(Piece {
         text,
         layers,
@@ -579,13 +768,15 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// `CFLAGS=-fplugin=…` one into the compiler. `RUST_LOG`, `NODE_ENV`, `CI`
 /// and the like stay plain.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 57] = [
+    const EXACT: [&str; 59] = [
         "PATH",
         "IFS",
         "ENV",
         "BASH_ENV",
         "PS4",
+        "PS0",
         "PROMPT_COMMAND",
+        "EXECIGNORE",
         "SHELLOPTS",
         "BASHOPTS",
         "CDPATH",
@@ -647,7 +838,10 @@ fn is_sensitive_variable(name: &str) -> bool {
         "DYLD_",
         "GIT_",
         "XDG_",
-        "BASH_FUNC_",
+        // bash's own: its command hash and alias tables (`BASH_CMDS=([ls]=
+        // /usr/bin/touch)` makes `ls` run touch), exported functions, the
+        // file of `set -x`'s trace, its compatibility level.
+        "BASH_",
         "CARGO_",
         "NPM_CONFIG_",
         "RUSTUP_",

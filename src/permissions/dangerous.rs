@@ -252,7 +252,7 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
         words
             .iter()
             .chain(piece.redirects.iter().map(|r| &r.target))
-            .any(|w| w.text.starts_with(">("))
+            .any(|w| w.text.starts_with(">(") || (!w.literal && w.text.contains(">(")))
     };
     let piped = analysis.pipes || analysis.pieces.iter().any(feeds);
     for piece in &analysis.pieces {
@@ -706,6 +706,33 @@ pub(crate) fn is_stdin_path(path: &str) -> bool {
             parts.as_slice(),
             ["dev", "stdin"] | ["dev", "fd", "0"] | ["proc", _, "fd", "0"]
         )
+}
+
+/// A program file whose text the command line itself supplies, which no
+/// rule has seen: standard input (`-`, `/dev/stdin`), another descriptor
+/// (`/dev/fd/3` fed by `3<<<'…'` or a heredoc, `/proc/self/fd/3`, however
+/// spelled or reached: `../../dev/fd/3`), or a process substitution
+/// (`<(echo …)`).
+pub(crate) fn is_fed_program(path: &str) -> bool {
+    if path == "-" || path.starts_with("<(") || is_stdin_path(path) {
+        return true;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    matches!(
+        parts.as_slice(),
+        [.., "dev", "stdin" | "stdout" | "stderr" | "tty"]
+            | [.., "dev", "fd", _]
+            | [.., "proc", _, "fd", _]
+    )
 }
 
 /// Tcl shells and expect, which take single-dash long options.

@@ -21,6 +21,162 @@ pub(crate) struct Embedded {
 /// their options or program text.
 pub(crate) fn runs_programs(words: &[Word]) -> Option<Embedded> {
     let name = words.first().and_then(command_name)?;
+    let found = told_to_run(name, words);
+    match (found, option_from_expansion(name, words)) {
+        (Some(found), _) => Some(found),
+        (None, Some(why)) => Some(Embedded {
+            why,
+            commands: Vec::new(),
+        }),
+        (None, None) => None,
+    }
+}
+
+/// Where a program file the command line supplies comes from, in words.
+fn fed_from(path: &str) -> &'static str {
+    if path.starts_with("<(") {
+        "a process substitution"
+    } else if path == "-" || super::dangerous::is_stdin_path(path) {
+        "standard input"
+    } else {
+        "a file descriptor the command line feeds"
+    }
+}
+
+/// Commands some of whose options run another program, write where git
+/// looks, or delete (`find -delete`): an argument that only takes its
+/// text when the command runs may become one of them.
+const OPTIONS_RUN_PROGRAMS: &[&str] = &[
+    "tar",
+    "gtar",
+    "sort",
+    "split",
+    "zip",
+    "rsync",
+    "ssh",
+    "scp",
+    "sftp",
+    "git",
+    "strace",
+    "parallel",
+    "sed",
+    "gsed",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "original-awk",
+    "make",
+    "gmake",
+    "compgen",
+    "complete",
+    "npx",
+    "npm",
+    "find",
+];
+
+/// `find` primaries whose value is the next word (a pattern, a name, a
+/// number): a computed value there is no primary.
+const FIND_VALUED: &[&str] = &[
+    "-name",
+    "-iname",
+    "-path",
+    "-ipath",
+    "-wholename",
+    "-iwholename",
+    "-regex",
+    "-iregex",
+    "-lname",
+    "-ilname",
+    "-type",
+    "-xtype",
+    "-newer",
+    "-anewer",
+    "-cnewer",
+    "-samefile",
+    "-perm",
+    "-user",
+    "-group",
+    "-uid",
+    "-gid",
+    "-size",
+    "-links",
+    "-inum",
+    "-atime",
+    "-ctime",
+    "-mtime",
+    "-amin",
+    "-cmin",
+    "-mmin",
+    "-used",
+    "-maxdepth",
+    "-mindepth",
+    "-fstype",
+    "-context",
+    "-regextype",
+    "-printf",
+];
+
+/// An argument of a command in [`OPTIONS_RUN_PROGRAMS`] that may expand
+/// into an option when it runs: one starting with an expansion (`"$x"`,
+/// `$(…)`) or a glob or brace (`?e1e*` matches a file named `-e1e…`, and
+/// GNU tools take options after operands). The reason, when there is one.
+fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
+    if !OPTIONS_RUN_PROGRAMS.contains(&name) {
+        return None;
+    }
+    for (i, word) in words.iter().enumerate().skip(1) {
+        // `find` takes no `--` before its expression.
+        if word.literal
+            && name != "find"
+            && (word.text == "--" || (name == "git" && word.text == "--end-of-options"))
+        {
+            return None;
+        }
+        if name == "find" && FIND_VALUED.contains(&words[i - 1].text.as_str()) {
+            continue;
+        }
+        if may_become_option(word) {
+            let fix = if name == "git" {
+                format!(
+                    "put it after `--end-of-options` (a revision) or `--` (a path: `./{}` too)",
+                    word.text
+                )
+            } else {
+                format!(
+                    "spell it so that it cannot start with `-` (`./{}`), or put it after `--`",
+                    word.text
+                )
+            };
+            return Some(format!(
+                "`{}` only takes its text when `{name}` runs (an expansion or a glob) and may become one of its options, some of which run another program; {fix}",
+                word.text
+            ));
+        }
+    }
+    None
+}
+
+/// A word that may expand to text starting with `-`: it starts with an
+/// expansion, an unquoted glob or a brace. `$PWD` and `$HOME` are
+/// absolute paths.
+fn may_become_option(word: &Word) -> bool {
+    if word.literal || word.text.starts_with("<(") || word.text.starts_with(">(") {
+        return false;
+    }
+    let absolute = ["$PWD", "${PWD}", "$HOME", "${HOME}"].iter().any(|v| {
+        word.text
+            .strip_prefix(v)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    });
+    // A brace expands only with a `,` or a `..` in it (`{}` is find's).
+    let brace = word.text.starts_with('{') && (word.text.contains(',') || word.text.contains(".."));
+    !absolute && (brace || word.text.starts_with(['$', '`', '*', '?', '[']))
+}
+
+/// What [`runs_programs`] finds through the command's own options and
+/// program texts.
+fn told_to_run(name: &str, words: &[Word]) -> Option<Embedded> {
     match name {
         "tar" | "gtar" => tar(words),
         "sort" => commands_in(
@@ -66,6 +222,18 @@ pub(crate) fn runs_programs(words: &[Word]) -> Option<Embedded> {
                 &["-c", "--call"],
             )
         }
+        // `source /dev/fd/3 3<<<'…'`: a program the line supplies.
+        "source" | "." => words[1..]
+            .iter()
+            .find(|w| w.text != "--")
+            .filter(|w| super::dangerous::is_fed_program(&w.text))
+            .map(|w| Embedded {
+                why: format!(
+                    "`{name}` runs a program read from {}, which no rule has seen",
+                    fed_from(&w.text)
+                ),
+                commands: Vec::new(),
+            }),
         _ => None,
     }
 }
@@ -708,10 +876,12 @@ fn sed(words: &[Word]) -> Option<Embedded> {
             }
             "-f" | "--file" => {
                 given = true;
-                if value.text == "-" || super::dangerous::is_stdin_path(&value.text) {
+                if super::dangerous::is_fed_program(&value.text) {
                     return Some(Embedded {
-                        why: "`sed` reads its script from standard input, which no rule has seen"
-                            .into(),
+                        why: format!(
+                            "`sed` reads its script from {}, which no rule has seen",
+                            fed_from(&value.text)
+                        ),
                         commands: Vec::new(),
                     });
                 }
@@ -950,8 +1120,11 @@ fn awk(name: &str, words: &[Word]) -> Option<Embedded> {
             }
             "-f" | "--file" | "-E" | "--exec" | "-i" | "--include" => {
                 given = true;
-                if value.text == "-" || super::dangerous::is_stdin_path(&value.text) {
-                    return runs("is read from standard input, which no rule has seen");
+                if super::dangerous::is_fed_program(&value.text) {
+                    return runs(&format!(
+                        "is read from {}, which no rule has seen",
+                        fed_from(&value.text)
+                    ));
                 }
             }
             "-l" | "--load" => return runs("loads an extension library (`-l`)"),
@@ -1048,7 +1221,7 @@ pub(crate) fn awk_program_runs_commands(program: &str) -> bool {
     let includes_stdin = compact.match_indices("@include\"").any(|(at, found)| {
         let path = &compact[at + found.len()..];
         let path = path.split('"').next().unwrap_or_default();
-        path == "-" || super::dangerous::is_stdin_path(path)
+        super::dangerous::is_fed_program(path)
     });
     if includes_stdin {
         return true;
@@ -1105,9 +1278,7 @@ fn make(name: &str, words: &[Word]) -> Option<Embedded> {
     for (option, value) in &values {
         match option.as_str() {
             "-E" | "--eval" => return why("it gives makefile text on the command line (`--eval`)"),
-            "-f" | "--file" | "--makefile"
-                if value.text == "-" || super::dangerous::is_stdin_path(&value.text) =>
-            {
+            "-f" | "--file" | "--makefile" if super::dangerous::is_fed_program(&value.text) => {
                 return why("it reads a makefile from standard input");
             }
             _ => {}

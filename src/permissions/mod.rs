@@ -602,6 +602,9 @@ struct UncoveredPiece {
     /// An allow rule that would cover it but for the option through which
     /// it deletes files (the rule, the option).
     but_for_deletion: Option<(String, String)>,
+    /// An allow rule that would cover it but for what makes it opaque
+    /// (the rule, why no rule vouches for it).
+    but_for_doubt: Option<(String, String)>,
 }
 
 /// At most this many uncovered pieces are quoted in a reason; the rest
@@ -660,6 +663,11 @@ fn bash_allow<'r>(
                         let option = spec.bash.as_ref().ok()?.deletes_unspelt(piece, &reach)?;
                         Some((rule.as_str().to_string(), option))
                     }),
+                    but_for_doubt: allow.iter().find_map(|(_, rule)| {
+                        let spec = rule.spec()?;
+                        let why = spec.bash.as_ref().ok()?.doubted(piece, &reach)?;
+                        Some((rule.as_str().to_string(), why))
+                    }),
                 });
             }
             continue;
@@ -713,6 +721,9 @@ fn default_decision(
             clip(piece)
         )
     };
+    let doubt_note = |(rule, why): &(String, String), piece: &str| {
+        format!("`allow: {rule}` would cover `{}`, but {why}", clip(piece))
+    };
     let unmatched = match uncovered.pieces.as_slice() {
         [
             UncoveredPiece {
@@ -728,6 +739,13 @@ fn default_decision(
                 ..
             },
         ] => deletion_note(found, text),
+        [
+            UncoveredPiece {
+                text,
+                but_for_doubt: Some(found),
+                ..
+            },
+        ] => doubt_note(found, text),
         [] => format!("No rule matches {}", describe(call)),
         [_] if !several => format!("No rule matches {}", describe(call)),
         pieces => {
@@ -758,6 +776,9 @@ fn default_decision(
                 } else if let Some(found) = &piece.but_for_deletion {
                     text.push_str("; ");
                     text.push_str(&deletion_note(found, &piece.text));
+                } else if let Some(found) = &piece.but_for_doubt {
+                    text.push_str("; ");
+                    text.push_str(&doubt_note(found, &piece.text));
                 }
             }
             text

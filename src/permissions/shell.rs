@@ -40,14 +40,44 @@ impl Word {
         self.literal && !self.quoted && self.text == keyword
     }
 
-    /// The variable name of an assignment word.
+    /// The variable name of an assignment word (`a` of `a[i]=v`).
     pub fn assigned_name(&self) -> Option<&str> {
+        let (name, _) = self.assigned()?;
+        Some(subscripted(name).map_or(name, |(name, _)| name))
+    }
+
+    /// The subscript of an array element's assignment (`i` of `a[i]=v`).
+    pub fn assigned_subscript(&self) -> Option<&str> {
+        let (name, _) = self.assigned()?;
+        subscripted(name).map(|(_, subscript)| subscript)
+    }
+
+    /// What an assignment word assigns to (`a[i]`, `+` dropped) and its
+    /// value. A subscript may hold `=` itself (`a[x==1]=v`).
+    fn assigned(&self) -> Option<(&str, &str)> {
         if !self.assignment {
             return None;
         }
-        let name = self.text.split('=').next()?;
-        Some(name.strip_suffix('+').unwrap_or(name))
+        let end = match self.text.find('[') {
+            Some(open)
+                if self.text[..open]
+                    .chars()
+                    .all(|c| c == '_' || c.is_ascii_alphanumeric()) =>
+            {
+                open + self.text[open..].find("]").map_or(0, |close| close + 1)
+            }
+            _ => 0,
+        };
+        let at = end + self.text[end..].find('=')?;
+        let name = &self.text[..at];
+        Some((name.strip_suffix('+').unwrap_or(name), &self.text[at + 1..]))
     }
+}
+
+/// `name[subscript]` split in two, when the text is one.
+fn subscripted(text: &str) -> Option<(&str, &str)> {
+    let (name, rest) = text.split_once('[')?;
+    Some((name, rest.strip_suffix(']')?))
 }
 
 use std::sync::Arc;
@@ -62,6 +92,10 @@ pub(crate) struct Redirect {
     /// substitutions or parameters (`<<EOF` around `$(curl …)`). Shared
     /// with the lexer's list of heredocs waiting for their bodies.
     heredoc_computed: Option<BodyFlag>,
+    /// A heredoc's: set when its body, unquoted, makes bash evaluate a
+    /// variable's value as an expression (`$((x))`, `${a[x]}`, `${x@P}`
+    /// in the body), as [`evaluates_code`] tells of a word.
+    heredoc_evaluates: Option<BodyFlag>,
 }
 
 /// Whether a heredoc's body expands something: known once the line ends,
@@ -80,6 +114,13 @@ impl BodyFlag {
     }
 }
 
+/// What a heredoc's body does, told once it is read.
+#[derive(Debug, Clone, Default)]
+struct Body {
+    computed: BodyFlag,
+    evaluates: BodyFlag,
+}
+
 impl PartialEq for BodyFlag {
     fn eq(&self, other: &BodyFlag) -> bool {
         self.get() == other.get()
@@ -89,6 +130,12 @@ impl PartialEq for BodyFlag {
 impl Eq for BodyFlag {}
 
 impl Redirect {
+    /// An unquoted heredoc whose body evaluates a variable's value as an
+    /// expression (see [`Redirect::heredoc_evaluates`]).
+    pub fn body_evaluates_code(&self) -> bool {
+        self.heredoc_evaluates.as_ref().is_some_and(|e| e.get())
+    }
+
     /// Feeds the command's stdin text computed when it runs: a here-string
     /// (`<<< "$(curl …)"`) or an unquoted heredoc whose body expands
     /// something.
@@ -190,8 +237,8 @@ struct Lexer {
     next_pipeline: usize,
     out: Lexed,
     /// Heredocs opened on the current line: (delimiter, strip tabs, quoted,
-    /// the redirect's `heredoc_computed`).
-    heredocs: Vec<(String, bool, bool, BodyFlag)>,
+    /// the redirect's flags for what its body does).
+    heredocs: Vec<(String, bool, bool, Body)>,
 }
 
 /// A piece being built.
@@ -327,7 +374,7 @@ pub(crate) fn assigned_by_expansion(word: &Word) -> Vec<String> {
 
 /// What `open` (at `chars[0]`) encloses up to its matching `close` (or the
 /// end of the text).
-fn enclosed(chars: &[char], open: char, close: char) -> &[char] {
+pub(crate) fn enclosed(chars: &[char], open: char, close: char) -> &[char] {
     let mut depth = 0usize;
     for (i, &c) in chars.iter().enumerate() {
         if c == open {
@@ -344,7 +391,7 @@ fn enclosed(chars: &[char], open: char, close: char) -> &[char] {
 
 /// An arithmetic expression that reads a variable: a name (not a digit of
 /// a number such as `0x1f` or `16#ff`), or any expansion.
-fn names_a_variable(expression: &[char]) -> bool {
+pub(crate) fn names_a_variable(expression: &[char]) -> bool {
     expression.iter().enumerate().any(|(i, &c)| {
         let starts_name = (c == '_' || c.is_ascii_alphabetic())
             && (i == 0 || {
@@ -400,12 +447,48 @@ pub(crate) fn is_name(s: &str) -> bool {
 }
 
 impl Lexer {
-    fn peek(&self) -> Option<char> {
+    /// The character at `pos`, after the line joins there: bash removes
+    /// each backslash-newline before it reads a token (outside single
+    /// quotes, `$'…'`, comments and quoted heredoc bodies, which read
+    /// [`Lexer::peek_raw`]), so `$\⏎(…)` is a substitution and `&\⏎&`
+    /// an `&&`. The pair is taken out of the text, so what is sliced from
+    /// it later (an expansion kept verbatim) reads as bash reads it. At
+    /// `pos` is never a backslash escaped by the one before it: the
+    /// lexer reads an escaped character with `peek_raw`.
+    fn peek(&mut self) -> Option<char> {
+        self.join_at(self.pos);
         self.src.get(self.pos).copied()
     }
 
-    fn peek_at(&self, n: usize) -> Option<char> {
-        self.src.get(self.pos + n).copied()
+    /// [`Lexer::peek`] `n` characters on, joining lines on the way but for
+    /// the character after an escaping backslash (`\\⏎` is a backslash,
+    /// escaped, and a newline).
+    fn peek_at(&mut self, n: usize) -> Option<char> {
+        let mut at = self.pos;
+        self.join_at(at);
+        let mut escaped = false;
+        for _ in 0..n {
+            let escaping = !escaped && self.src.get(at) == Some(&'\\');
+            at += 1;
+            if !escaping {
+                self.join_at(at);
+            }
+            escaped = escaping;
+        }
+        self.src.get(at).copied()
+    }
+
+    /// The character at `pos` as written: in single quotes, `$'…'`,
+    /// comments and heredoc bodies, and right after an escaping backslash.
+    fn peek_raw(&self) -> Option<char> {
+        self.src.get(self.pos).copied()
+    }
+
+    /// Take the backslash-newline pairs starting at `at` out of the text.
+    fn join_at(&mut self, at: usize) {
+        while self.src.get(at) == Some(&'\\') && self.src.get(at + 1) == Some(&'\n') {
+            self.src.drain(at..at + 2);
+        }
     }
 
     fn slice(&self, from: usize, to: usize) -> String {
@@ -673,8 +756,9 @@ impl Lexer {
                     self.finish(&mut b);
                     b = self.new_builder();
                 }
+                // A comment: a backslash at its end continues no line.
                 '#' => {
-                    while !matches!(self.peek(), None | Some('\n')) {
+                    while !matches!(self.peek_raw(), None | Some('\n')) {
                         self.pos += 1;
                     }
                 }
@@ -749,18 +833,21 @@ impl Lexer {
             }
         };
         let mut heredoc_computed = None;
+        let mut heredoc_evaluates = None;
         // `<<<` is a here-string: its word is all of it.
         if (op.ends_with("<<") && !op.ends_with("<<<")) || op.ends_with("<<-") {
             let delimiter = target.text.clone();
-            let computed = BodyFlag::default();
-            heredoc_computed = Some(computed.clone());
+            let flags = Body::default();
+            heredoc_computed = Some(flags.computed.clone());
+            heredoc_evaluates = Some(flags.evaluates.clone());
             self.heredocs
-                .push((delimiter, op.ends_with('-'), target.quoted, computed));
+                .push((delimiter, op.ends_with('-'), target.quoted, flags));
         }
         b.redirects.push(Redirect {
             op,
             target,
             heredoc_computed,
+            heredoc_evaluates,
         });
         b.end = self.pos;
     }
@@ -771,18 +858,18 @@ impl Lexer {
     /// for the delimiter: `EO\⏎F` ends `<<EOF`, and what follows it is
     /// commands.
     fn read_heredocs(&mut self) {
-        for (delimiter, strip_tabs, quoted, computed) in std::mem::take(&mut self.heredocs) {
+        for (delimiter, strip_tabs, quoted, body_flags) in std::mem::take(&mut self.heredocs) {
             let mut body = String::new();
             let mut closed = false;
             while self.pos < self.src.len() {
                 let mut line = String::new();
                 loop {
                     let start = self.pos;
-                    while !matches!(self.peek(), None | Some('\n')) {
+                    while !matches!(self.peek_raw(), None | Some('\n')) {
                         self.pos += 1;
                     }
                     line.push_str(&self.slice(start, self.pos));
-                    let newline = self.peek() == Some('\n');
+                    let newline = self.peek_raw() == Some('\n');
                     if newline {
                         self.pos += 1;
                     }
@@ -816,7 +903,8 @@ impl Lexer {
                 ));
             }
             if !quoted {
-                computed.set(self.sub_lex(&body, true, false));
+                body_flags.computed.set(self.sub_lex(&body, true, false));
+                body_flags.evaluates.set(text_evaluates_code(&body));
             }
         }
     }
@@ -825,10 +913,10 @@ impl Lexer {
     /// `<(` / `>(` of a process substitution).
     fn word(&mut self) -> Word {
         let mut w = WordBuilder::new();
-        let start = self.pos;
         while let Some(c) = self.peek() {
             match c {
-                '<' | '>' if self.pos == start && self.peek_at(1) == Some('(') => {
+                // Inside a word too: `--file=<(…)` is `--file=/dev/fd/63`.
+                '<' | '>' if self.peek_at(1) == Some('(') => {
                     let from = self.pos;
                     self.pos += 2;
                     self.substitution();
@@ -838,7 +926,7 @@ impl Lexer {
                 c if is_meta(c) => break,
                 '\\' => {
                     self.pos += 1;
-                    match self.peek() {
+                    match self.peek_raw() {
                         Some('\n') => self.pos += 1,
                         Some(e) => {
                             w.push_quoted(e);
@@ -852,7 +940,7 @@ impl Lexer {
                     w.word.quoted = true;
                     w.quoted_before_eq |= !w.word.text.contains('=');
                     loop {
-                        match self.peek() {
+                        match self.peek_raw() {
                             None => {
                                 self.error("a single quote is never closed");
                                 break;
@@ -904,7 +992,7 @@ impl Lexer {
                             '`' => self.backtick(&mut w),
                             '\\' => {
                                 self.pos += 1;
-                                if let Some(e) = self.peek() {
+                                if let Some(e) = self.peek_raw() {
                                     w.push_quoted(e);
                                     self.pos += 1;
                                 }
@@ -946,6 +1034,8 @@ impl Lexer {
                 '=' => {
                     if !w.word.assignment && !w.quoted_before_eq && !w.word.text.contains('=') {
                         let name = w.word.text.strip_suffix('+').unwrap_or(&w.word.text);
+                        // An array element's, `a[i]=v`, is one too.
+                        let name = subscripted(name).map_or(name, |(name, _)| name);
                         w.word.assignment = is_name(name);
                     }
                     w.push(c);
@@ -1106,7 +1196,7 @@ impl Lexer {
     fn ansi_c(&mut self, w: &mut WordBuilder) {
         w.word.quoted = true;
         loop {
-            match self.peek() {
+            match self.peek_raw() {
                 None => {
                     self.error("a `$'` quote is never closed");
                     return;
@@ -1117,7 +1207,7 @@ impl Lexer {
                 }
                 Some('\\') => {
                     self.pos += 1;
-                    let Some(e) = self.peek() else { continue };
+                    let Some(e) = self.peek_raw() else { continue };
                     self.pos += 1;
                     let decoded = match e {
                         'n' => Some('\n'),
@@ -1127,17 +1217,17 @@ impl Lexer {
                         'x' => {
                             let mut hex = String::new();
                             while hex.len() < 2
-                                && matches!(self.peek(), Some(h) if h.is_ascii_hexdigit())
+                                && matches!(self.peek_raw(), Some(h) if h.is_ascii_hexdigit())
                             {
-                                hex.push(self.peek().unwrap_or('0'));
+                                hex.push(self.peek_raw().unwrap_or('0'));
                                 self.pos += 1;
                             }
                             u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32)
                         }
                         '0'..='7' => {
                             let mut oct = String::from(e);
-                            while oct.len() < 3 && matches!(self.peek(), Some('0'..='7')) {
-                                oct.push(self.peek().unwrap_or('0'));
+                            while oct.len() < 3 && matches!(self.peek_raw(), Some('0'..='7')) {
+                                oct.push(self.peek_raw().unwrap_or('0'));
                                 self.pos += 1;
                             }
                             u32::from_str_radix(&oct, 8).ok().and_then(char::from_u32)
@@ -1220,7 +1310,7 @@ impl Lexer {
                 Some('\\') => self.pos += 2,
                 Some('\'') => {
                     self.pos += 1;
-                    while !matches!(self.peek(), None | Some('\'')) {
+                    while !matches!(self.peek_raw(), None | Some('\'')) {
                         self.pos += 1;
                     }
                     self.pos += 1;

@@ -2660,3 +2660,254 @@ fn deny_and_ask_rules_see_past_time_coproc_and_heredocs() {
         Verdict::Allow
     );
 }
+
+/// The verdict of each command under `set`, with the command, for
+/// comparing lists at once.
+fn verdicts(set: &RuleSet, commands: &[&str]) -> Vec<(String, Verdict)> {
+    commands
+        .iter()
+        .map(|c| (c.to_string(), verdict_of(set, c)))
+        .collect()
+}
+
+fn all(commands: &[&str], verdict: Verdict) -> Vec<(String, Verdict)> {
+    commands.iter().map(|c| (c.to_string(), verdict)).collect()
+}
+
+/// bash takes each backslash-newline out before it reads a token, inside
+/// double quotes and `${…}` too (not in single quotes, `$'…'` or a
+/// comment): `"$\⏎(cmd)"` is a substitution.
+#[test]
+fn line_joins_are_taken_out_where_bash_takes_them_out() {
+    let set = rules(&["bash(echo *)", "bash(cat *)"], &[], &["bash(touch *)"]);
+    let denied = [
+        "echo \"$\\\n(touch p)\"",
+        "cat <<< \"$\\\n(touch p)\"",
+        "echo \"$\\\n{x:-$\\\n(touch p)}\"",
+        "echo a &\\\n& touch p",
+        "echo a;\\\n touch p",
+        // A comment ends at its line, backslash or not.
+        "echo a # c \\\ntouch p",
+    ];
+    assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
+    let asked = [
+        "echo \"a$\\\n(id > p)b\"",
+        "x='a[$(touch p)]'; echo ${a\\\n[x]}",
+        "x='$(touch p)'; echo ${x@\\\nP}",
+        "x='a[$(touch p)]'; echo ${\\\n!x}",
+        "x='a[$(touch p)]'; echo \"$\\\n((x))\"",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    // Kept in single quotes and `$'…'`, and an escaped backslash is no
+    // line join.
+    let allowed = ["echo 'a\\\nb'", "echo $'a\\\nb'", "echo a\\\\\nls"];
+    assert_eq!(
+        verdicts(&set, &allowed),
+        vec![
+            (allowed[0].to_string(), Verdict::Allow),
+            (allowed[1].to_string(), Verdict::Allow),
+            // `ls` on a line of its own, which no rule allows.
+            (allowed[2].to_string(), Verdict::Ask),
+        ]
+    );
+}
+
+/// bash's command hash and alias tables decide what a name runs.
+#[test]
+fn bashs_command_tables_are_sensitive() {
+    let set = rules(
+        &["bash(ls *)", "bash(shopt *)", "bash(declare *)"],
+        &[],
+        &[],
+    );
+    let asked = [
+        "BASH_CMDS=([ls]=/usr/bin/touch)\nls p",
+        "BASH_CMDS+=([ls]=/usr/bin/touch); ls p",
+        "declare -A BASH_CMDS+=([ls]=/usr/bin/touch)\nls p",
+        "BASH_ALIASES=([ls]='touch p #'); shopt -s expand_aliases\nls",
+        "BASH_XTRACEFD=3 ls",
+        // An array element's assignment is an assignment, of a sensitive
+        // variable here, and its subscript is evaluated.
+        "BASH_CMDS[ls]=/usr/bin/touch; ls p",
+        "PATH[0]=. ls",
+        "x='a[$(touch p)]'; a[x]=1; ls",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    let allowed = ["a[0]=1; ls", "a[1+2]=x ls"];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+    // Not a command that may be any, so no deny rule is named for it.
+    let set = rules(&["bash(ls *)"], &[], &["bash(rm *)"]);
+    let d = bash(&set, "BASH_CMDS[ls]=/usr/bin/touch");
+    assert_eq!((d.verdict, d.rule), (Verdict::Ask, None), "{}", d.reason);
+}
+
+/// A declaration builtin reads an array value given as one word again as
+/// `( … )`, running its substitutions, and evaluates an indexed array's
+/// subscripts.
+#[test]
+fn declarations_that_read_a_value_again_as_an_array_ask() {
+    let set = rules(
+        &[
+            "bash(declare *)",
+            "bash(export *)",
+            "bash(typeset *)",
+            "bash(readonly *)",
+            "bash(local *)",
+        ],
+        &[],
+        &[],
+    );
+    let asked = [
+        "export -a 'a=($(touch p))'",
+        "export -a a='($(touch p))'",
+        "declare -a a='($(touch p))'",
+        "declare -A 'a=([k]=$(touch p))'",
+        "x='$(touch p)'; declare -a \"a=($x)\"",
+        "x='($(touch p))'; declare -a a=$x",
+        "readonly -a 'a=($(touch p))'",
+        "typeset -a a+='($(touch p))'",
+        "declare -a 'a[0]=($(touch p))'",
+        // Subscripts of an indexed array are evaluated.
+        "x='a[$(touch p)]'; declare -a a=([x]=1)",
+        "x='a[$(touch p)]'; declare a=([x+1]=1)",
+        // `declare` reads the value again when the name is an array already.
+        "a=(1); x='($(touch p))'; declare a=$x",
+        "f() { declare a=$x; }; a=(1); f",
+        "read -ra a < f; declare a=\"$x\"",
+        "declare PIPESTATUS=\"$x\"",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    let allowed = [
+        "declare -a arr=(one two)",
+        "declare -a arr='(one two)'",
+        "declare x=1",
+        "declare x=\"$y\"",
+        "export FOO=bar",
+        "export FOO=\"$y\"",
+        // `export` and `readonly` read nothing again without `-a`.
+        "a=(1); export a=\"$x\"",
+        "declare -A m=([k]=1)",
+    ];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+}
+
+/// An unquoted heredoc's body expands as a double-quoted word does: an
+/// expression there evaluates a variable's value.
+#[test]
+fn heredoc_bodies_that_evaluate_a_variable_ask() {
+    let set = rules(&["bash(cat *)", "bash(read *)"], &[], &[]);
+    let asked = [
+        "x='a[$(touch p)]'; cat <<EOF\n$((x))\nEOF",
+        "x='$(touch p)'; cat <<EOF\n${x@P}\nEOF",
+        "cat <<-EOF\n\t${a[x]}\n\tEOF",
+        "cat <<EOF\n$[x]\nEOF",
+        "read -r y <<EOF\n${!x}\nEOF",
+        "cat <<E\\\nOF\n$((x))\nEOF",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    let allowed = [
+        "cat <<'EOF'\n$((x))\nEOF",
+        "cat <<EOF\n$x and $((1 + 2))\nEOF",
+    ];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+}
+
+/// A program file the command line itself feeds (a descriptor, a process
+/// substitution) is a program no rule has seen.
+#[test]
+fn program_files_the_line_feeds_ask() {
+    let set = rules(
+        &[
+            "bash(sed *)",
+            "bash(awk *)",
+            "bash(echo *)",
+            "bash(printf *)",
+            "bash(source *)",
+            "bash(make *)",
+        ],
+        &[],
+        &[],
+    );
+    let asked = [
+        "sed -f /dev/fd/3 f 3<<<'1e touch p'",
+        "sed -f /dev/fd/3 f 3<<'EOF'\n1e touch p\nEOF",
+        "sed -f <(echo '1e touch p') f",
+        "sed --file=<(echo '1e touch p') f",
+        "sed -nf <(echo x) f",
+        "sed -f ../../../../dev/fd/3 f 3<<<x",
+        "sed -f /proc/thread-self/fd/3 f 3<<<x",
+        "awk -f /dev/fd/3 3<<<'BEGIN{system(\"touch p\")}'",
+        "awk -f <(printf x)",
+        "awk '@include \"/dev/fd/3\"' 3<<<x",
+        "source /dev/fd/3 3<<<'touch p'",
+        "source -- /dev/fd/3 3<<<'touch p'",
+        "make -f /dev/fd/3 3<<<x",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    let d = bash(&set, "sed -f <(echo x) f");
+    assert!(d.reason.contains("process substitution"), "{}", d.reason);
+    // A file's program is the file's business.
+    let allowed = ["sed -f script.sed f", "awk -f prog.awk f", "source env.sh"];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+}
+
+/// An argument that takes its text only when the command runs (an
+/// expansion, a glob, a brace) may become an option of a command whose
+/// options run programs: `?e1e*` matches a file named `-e1etouch p`.
+#[test]
+fn arguments_that_may_become_options_ask() {
+    let set = rules(
+        &[
+            "bash(sed *)",
+            "bash(find *)",
+            "bash(git *)",
+            "bash(sort *)",
+            "bash(ssh *)",
+            "bash(cat *)",
+        ],
+        &[],
+        &[],
+    );
+    let asked = [
+        "sed -n p /etc/hostname ?e1e*",
+        "sed -n p [-]e*",
+        "sed -n p *.txt",
+        "sed -n p \"$x\" f",
+        "sed -n p $(cat list)",
+        "sed -n p {-e,1e}",
+        "find $x",
+        "find . $x",
+        "git show \"$sha\"",
+        "git $x status",
+        "sort ?-compress-program=*",
+        "ssh \"$host\"",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    let d = bash(&set, "sed -n p *.txt");
+    assert!(d.reason.contains("`./*.txt`"), "{}", d.reason);
+    let allowed = [
+        "sed -n p ./*.txt",
+        "sed -n p -- *.txt",
+        "sed -n p \"$PWD/x\" \"${HOME}/y\"",
+        "find . -name \"$x\"",
+        "find . -name '*.rs' -exec cat {} +",
+        "git show --end-of-options \"$sha\"",
+        "git diff -- \"$f\"",
+        "git log -1 --format=%H",
+    ];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+}
+
+/// `[[ -v a[x] ]]` evaluates the subscript, as `test -v` does.
+#[test]
+fn a_variable_test_with_a_subscript_asks() {
+    let set = rules(&["bash([[ *)", "bash(echo *)"], &[], &[]);
+    let asked = [
+        "x='a[$(touch p)]'; [[ -v a[x] ]]",
+        "[[ -v 'a[$i]' ]]",
+        "if [[ -v a[x] ]]; then echo; fi",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    let allowed = ["[[ -v x ]]", "[[ -v a[1] ]]"];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+}
