@@ -89,7 +89,10 @@ pub(crate) fn analyse(command: &str) -> Analysis {
     let mut next_pipeline = 0;
     expand(command, 0, false, &mut analysis, &mut next_pipeline);
     // Told only once the whole line is read: a function may assign to an
-    // array the line makes later.
+    // array the line makes later. Any name the line writes with a
+    // subscript may be an array (`a[0]=1`, `printf -v 'b[0]'`, `read
+    // 'c[1]'`), and so may a named coprocess's.
+    analysis.arrays.extend(subscripted_names(command));
     for (index, name) in std::mem::take(&mut analysis.redeclared) {
         if (analysis.arrays.contains(&name) || BASH_ARRAYS.contains(&name.as_str()))
             && let Some(piece) = analysis.pieces.get_mut(index)
@@ -99,6 +102,36 @@ pub(crate) fn analyse(command: &str) -> Analysis {
         }
     }
     analysis
+}
+
+/// Every name in `text` followed by `[`, and every word after `coproc`:
+/// names the line may make arrays (more than it does, which only makes
+/// a declaration of them ask).
+fn subscripted_names(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let is_name_char = |c: char| c == '_' || c.is_ascii_alphanumeric();
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if !is_name_char(chars[i]) || (i > 0 && is_name_char(chars[i - 1])) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && is_name_char(chars[i]) {
+            i += 1;
+        }
+        let name: String = chars[start..i].iter().collect();
+        if chars.get(i) == Some(&'[') && shell::is_name(&name) {
+            names.push(name);
+        } else if name == "coproc" {
+            let rest: String = chars[i..].iter().collect();
+            if let Some(next) = rest.split_whitespace().next().filter(|n| shell::is_name(n)) {
+                names.push(next.to_string());
+            }
+        }
+    }
+    names
 }
 
 /// Why a declaration whose value bash reads again as an array's elements
@@ -577,7 +610,25 @@ fn normalise(
     // Options and program texts that make the command run another program
     // (`tar --to-command=…`, `sed '1e …'`, `strace -o '|…'`).
     let mut embedded: Vec<Word> = Vec::new();
-    for layer in &layers {
+    for (at, layer) in layers.iter().enumerate() {
+        // `… | xargs sed -n p f`: what xargs appends may be options, and
+        // so may what it puts in place of `-I`'s string at a word's start.
+        let handed = |name: &str| {
+            let replace = at
+                .checked_sub(1)
+                .and_then(|before| xargs_replace(&layers[before].words));
+            super::embedded::options_may_run(name)
+                && replace.is_none_or(|r| layer.words[1..].iter().any(|w| w.text.starts_with(&r)))
+        };
+        if layer.open_ended
+            && opaque.is_none()
+            && let Some(name) = layer.words.first().and_then(command_name)
+            && handed(name)
+        {
+            opaque = Some(format!(
+                "the arguments appended to `{name}` are read from input when it runs and may become its options, some of which run another program"
+            ));
+        }
         if let Some(found) = super::embedded::runs_programs(&layer.words) {
             if opaque.is_none() {
                 opaque = Some(found.why);
@@ -768,13 +819,15 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// `CFLAGS=-fplugin=…` one into the compiler. `RUST_LOG`, `NODE_ENV`, `CI`
 /// and the like stay plain.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 59] = [
+    const EXACT: [&str; 60] = [
         "PATH",
         "IFS",
         "ENV",
         "BASH_ENV",
         "PS4",
         "PS0",
+        // `"$PWD/x"` is taken for an absolute path.
+        "PWD",
         "PROMPT_COMMAND",
         "EXECIGNORE",
         "SHELLOPTS",
@@ -2499,6 +2552,40 @@ fn sensitive_env_option(words: &[Word], options: &[&str], opaque: &mut Option<St
             "it sets {name}, which changes what the command runs"
         ));
     }
+}
+
+/// The string `xargs` replaces with what it reads (`-I R`, `-IR`, `-i`,
+/// `-iR`, `--replace[=R]`), when `words` are an xargs command given one:
+/// then it appends nothing.
+fn xargs_replace(words: &[Word]) -> Option<String> {
+    if words.first().and_then(command_name) != Some("xargs") {
+        return None;
+    }
+    let mut i = 1;
+    while let Some(word) = words.get(i) {
+        let t = word.text.as_str();
+        if !t.starts_with('-') || t == "--" {
+            return None;
+        }
+        if t == "-I" {
+            return words.get(i + 1).map(|w| w.text.clone());
+        }
+        if let Some(r) = t
+            .strip_prefix("-I")
+            .or_else(|| t.strip_prefix("--replace="))
+        {
+            return Some(r.to_string());
+        }
+        if t == "-i" || t == "--replace" {
+            return Some("{}".to_string());
+        }
+        if let Some(r) = t.strip_prefix("-i") {
+            return Some(r.to_string());
+        }
+        let valued = XARGS_VALUE_OPTIONS.contains(&t);
+        i += if valued { 2 } else { 1 };
+    }
+    None
 }
 
 /// `xargs` options whose value is the next word (or glued to them).

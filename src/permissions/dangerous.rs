@@ -1325,7 +1325,7 @@ mod tests {
             "timeout 5 rm -rf /",
             "ls | xargs rm -rf /",
             "find . -exec rm -rf / \\;",
-            "echo $((rm -rf / ))",
+            "echo $((rm -rf / ) )",
             "env -S 'rm -rf /'",
         ] {
             assert!(dangerous(src), "{src}");

@@ -75,6 +75,12 @@ const OPTIONS_RUN_PROGRAMS: &[&str] = &[
     "find",
 ];
 
+/// Whether an argument of `name` that takes its text only when it runs
+/// may become one of its options that run a program.
+pub(crate) fn options_may_run(name: &str) -> bool {
+    OPTIONS_RUN_PROGRAMS.contains(&name) || option_runner(name).is_some()
+}
+
 /// `find` primaries whose value is the next word (a pattern, a name, a
 /// number): a computed value there is no primary.
 const FIND_VALUED: &[&str] = &[
@@ -122,7 +128,7 @@ const FIND_VALUED: &[&str] = &[
 /// `$(…)`) or a glob or brace (`?e1e*` matches a file named `-e1e…`, and
 /// GNU tools take options after operands). The reason, when there is one.
 fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
-    if !OPTIONS_RUN_PROGRAMS.contains(&name) {
+    if !options_may_run(name) {
         return None;
     }
     for (i, word) in words.iter().enumerate().skip(1) {
@@ -172,6 +178,92 @@ fn may_become_option(word: &Word) -> bool {
     // A brace expands only with a `,` or a `..` in it (`{}` is find's).
     let brace = word.text.starts_with('{') && (word.text.contains(',') || word.text.contains(".."));
     !absolute && (brace || word.text.starts_with(['$', '`', '*', '?', '[']))
+}
+
+/// Compilers and other tools with options that run or load a program of
+/// their caller's choosing, by option (a prefix: `-fplugin` covers
+/// `-fplugin=x.so`): `gcc -wrapper 'sh,-c,cmd'`, `rustc -C linker=cmd`,
+/// `rg --pre cmd`, `fd -x cmd`, `pandoc --filter cmd`, `man -P cmd`.
+fn option_runner(name: &str) -> Option<&'static [&'static str]> {
+    const CC: &[&str] = &[
+        "-wrapper",
+        "-fplugin",
+        "-fpass-plugin",
+        "-B",
+        "-specs",
+        "--specs",
+        "--ld-path",
+        "-fuse-ld=/",
+        "-fuse-ld=.",
+        "-Xclang",
+        "-Xlinker",
+        "-Wl,",
+        "@",
+        "-print-prog-name",
+    ];
+    let cc = matches!(
+        name,
+        "cc" | "c++" | "cpp" | "gcc" | "g++" | "clang" | "clang++" | "tcc"
+    ) || ["gcc-", "g++-", "clang-", "clang++-", "cpp-"]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || ["-gcc", "-g++", "-clang", "-cc", "-c++"]
+            .iter()
+            .any(|s| name.ends_with(s));
+    if cc {
+        return Some(CC);
+    }
+    Some(match name {
+        // `-C linker=cmd` as one word or two.
+        "rustc" => &[
+            "-Clinker",
+            "linker=",
+            "-Clink-arg",
+            "link-arg",
+            "-Zcodegen-backend",
+            "codegen-backend",
+            "@",
+        ],
+        "sdiff" | "diff3" => &["--diff-program"],
+        "wget" => &["--use-askpass"],
+        "go" => &["-toolexec", "--toolexec", "-exec", "--exec"],
+        "rg" => &["--pre"],
+        "fd" | "fdfind" => &["-x", "--exec", "-X", "--exec-batch"],
+        "pandoc" => &["--filter", "-F", "--lua-filter", "-L"],
+        "man" => &["-P", "--pager", "-H", "--html", "--preprocessor", "-p"],
+        "vim" | "vi" | "nvim" | "view" | "ex" | "vimdiff" => &["-c", "--cmd", "+", "-S", "-u"],
+        _ => return None,
+    })
+}
+
+/// The first option of [`option_runner`]'s list that `words` use (before
+/// `--`), attached to its value or not.
+fn runner_options(name: &str, words: &[Word]) -> Option<Embedded> {
+    let options = option_runner(name)?;
+    let used = words[1..]
+        .iter()
+        .take_while(|w| w.text != "--")
+        .find_map(|w| {
+            let t = w.text.as_str();
+            options.iter().find(|o| {
+                if o.starts_with("--") || o.len() > 2 || **o == "@" || **o == "+" {
+                    t.starts_with(**o)
+                } else {
+                    // A short option, alone or with its value attached;
+                    // fd's may end a cluster of flags (`-Hx cmd`).
+                    let letter = &o[1..];
+                    t.starts_with(**o)
+                        || (matches!(name, "fd" | "fdfind")
+                            && t.starts_with('-')
+                            && !t.starts_with("--")
+                            && t.ends_with(letter))
+                }
+            })
+        })?;
+    Some(Embedded {
+        why: format!("its option `{used}` makes `{name}` run or load another program"),
+        commands: Vec::new(),
+    })
 }
 
 /// What [`runs_programs`] finds through the command's own options and
@@ -234,6 +326,7 @@ fn told_to_run(name: &str, words: &[Word]) -> Option<Embedded> {
                 ),
                 commands: Vec::new(),
             }),
+        _ if option_runner(name).is_some() => runner_options(name, words),
         _ => None,
     }
 }

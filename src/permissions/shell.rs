@@ -221,6 +221,7 @@ pub(crate) fn lex(src: &str, next_pipeline: &mut usize, depth: usize) -> Lexed {
         shadow: false,
         next_pipeline: *next_pipeline,
         out: Lexed::default(),
+        assigning: false,
         heredocs: Vec::new(),
     };
     lexer.list(None);
@@ -236,6 +237,9 @@ struct Lexer {
     shadow: bool,
     next_pipeline: usize,
     out: Lexed,
+    /// The word being read stands where an assignment may (before the
+    /// command's name), so `a[…]=` is read whole.
+    assigning: bool,
     /// Heredocs opened on the current line: (delimiter, strip tabs, quoted,
     /// the redirect's flags for what its body does).
     heredocs: Vec<(String, bool, bool, Body)>,
@@ -572,6 +576,7 @@ impl Lexer {
             shadow: self.shadow || shadow,
             next_pipeline: self.next_pipeline,
             out: Lexed::default(),
+            assigning: false,
             heredocs: Vec::new(),
         };
         let computed = if quoted_body {
@@ -607,6 +612,9 @@ impl Lexer {
     /// the end of the text.
     fn list(&mut self, closer: Option<char>) {
         let mut b = self.new_builder();
+        // `case` statements open in this list: their patterns (`x)`, `(a
+        // | b)`) are words, not commands or subshells.
+        let mut cases = 0usize;
         loop {
             self.skip_blanks();
             let Some(c) = self.peek() else {
@@ -631,7 +639,9 @@ impl Lexer {
                 }
                 ';' => {
                     self.pos += 1;
+                    let mut ends_clause = false;
                     if matches!(self.peek(), Some(';') | Some('&')) {
+                        ends_clause = true;
                         self.pos += 1;
                         if self.peek() == Some('&') {
                             self.pos += 1;
@@ -639,6 +649,10 @@ impl Lexer {
                     }
                     self.finish(&mut b);
                     b = self.new_builder();
+                    // `;;`, `;&`, `;;&` end a case clause: patterns follow.
+                    if ends_clause && cases > 0 && self.case_patterns() {
+                        cases -= 1;
+                    }
                 }
                 '&' if self.peek_at(1) == Some('>') => self.redirect(&mut b, String::new()),
                 '&' => {
@@ -678,7 +692,7 @@ impl Lexer {
                     // it), substitutions inside it running.
                     self.pos += 2;
                     let content_start = self.pos;
-                    self.arithmetic();
+                    self.arithmetic(false);
                     // It evaluates and assigns as `let` does (`(( PATH = 0
                     // ))`, `(( x ))` with `x='a[$(cmd)]'`), and is judged
                     // as `let` with its expression.
@@ -718,6 +732,12 @@ impl Lexer {
                                 break;
                             }
                             Some(c) if is_meta(c) && !matches!(c, '<' | '>') => self.pos += 1,
+                            // A comment, to the end of its line.
+                            Some('#') => {
+                                while !matches!(self.peek_raw(), None | Some('\n')) {
+                                    self.pos += 1;
+                                }
+                            }
                             Some(_) => {
                                 let before = self.pos;
                                 self.word();
@@ -764,19 +784,100 @@ impl Lexer {
                 }
                 '<' | '>' if self.peek_at(1) != Some('(') => self.redirect(&mut b, String::new()),
                 _ => {
+                    // `a[…]=v` is read whole only where an assignment may
+                    // stand: before the command's name.
+                    let outer = std::mem::replace(
+                        &mut self.assigning,
+                        b.words.iter().all(|w| w.assignment),
+                    );
                     let word = self.word();
+                    self.assigning = outer;
                     let fd_prefix = !word.quoted
                         && word.literal
                         && !word.text.is_empty()
                         && word.text.bytes().all(|c| c.is_ascii_digit())
                         && matches!(self.peek(), Some('<') | Some('>'))
                         && self.peek_at(1) != Some('(');
+                    // `esac` where a command would start ends a case.
+                    if cases > 0 && b.words.is_empty() && word.is_keyword("esac") {
+                        cases -= 1;
+                        continue;
+                    }
                     b.start.get_or_insert(at);
                     if fd_prefix {
                         self.redirect(&mut b, word.text);
                     } else {
                         b.words.push(word);
                         b.end = self.pos;
+                    }
+                    // `case WORD in`: the patterns follow.
+                    let n = b.words.len();
+                    if n >= 3
+                        && b.words[n - 3].is_keyword("case")
+                        && b.words[n - 1].is_keyword("in")
+                        && b.words[..n - 3].iter().all(|w| {
+                            [
+                                "!", "{", "do", "then", "else", "elif", "if", "while", "until",
+                                "time",
+                            ]
+                            .iter()
+                            .any(|k| w.is_keyword(k))
+                        })
+                    {
+                        self.finish(&mut b);
+                        b = self.new_builder();
+                        if !self.case_patterns() {
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A case clause's patterns, up to their `)` (`x)`, `(a | b)`, `*)`),
+    /// read as words (their substitutions run), or the `esac` that ends
+    /// the case instead: returns whether it was `esac`.
+    fn case_patterns(&mut self) -> bool {
+        loop {
+            while matches!(self.peek(), Some(c) if is_blank(c) || c == '\n') {
+                self.pos += 1;
+            }
+            if self.peek() == Some('#') {
+                while !matches!(self.peek_raw(), None | Some('\n')) {
+                    self.pos += 1;
+                }
+                continue;
+            }
+            break;
+        }
+        let esac = self.src[self.pos.min(self.src.len())..].starts_with(&['e', 's', 'a', 'c'])
+            && self.src.get(self.pos + 4).is_none_or(|&c| is_meta(c));
+        if esac {
+            self.pos += 4;
+            return true;
+        }
+        if self.peek() == Some('(') {
+            self.pos += 1;
+        }
+        loop {
+            self.skip_blanks();
+            match self.peek() {
+                None | Some('\n') => {
+                    self.error("a case pattern is never closed by `)`");
+                    return false;
+                }
+                Some(')') => {
+                    self.pos += 1;
+                    return false;
+                }
+                Some('|') => self.pos += 1,
+                Some(_) => {
+                    let before = self.pos;
+                    self.word();
+                    if self.pos == before {
+                        self.error("a case pattern holds what is no word");
+                        self.pos += 1;
                     }
                 }
             }
@@ -963,7 +1064,7 @@ impl Lexer {
                     self.double_quoted(&mut w, Some('"'));
                 }
                 '$' => self.dollar(&mut w, false),
-                '`' => self.backtick(&mut w),
+                '`' => self.backtick(&mut w, false),
                 '*' | '?' => {
                     if c == '*' {
                         let index = w.word.text.chars().count();
@@ -976,7 +1077,11 @@ impl Lexer {
                 // An array element's assignment, `a[1<<2]=3`: bash reads
                 // its subscript (arithmetic) whole, metacharacters and
                 // all; `<<` there is a shift, not a heredoc.
-                '[' if !w.word.quoted && is_name(&w.word.text) && self.subscript_assigns() => {
+                '[' if self.assigning
+                    && !w.word.quoted
+                    && is_name(&w.word.text)
+                    && self.subscript_assigns() =>
+                {
                     w.push(c);
                     self.pos += 1;
                     let mut depth = 0usize;
@@ -988,8 +1093,11 @@ impl Lexer {
                             _ => {}
                         }
                         match inner {
+                            // Quotes are honoured, and what they hold is
+                            // expanded as the subscript is.
+                            '\'' | '"' => self.quoted_in_expression(&mut w),
                             '$' => self.dollar(&mut w, false),
-                            '`' => self.backtick(&mut w),
+                            '`' => self.backtick(&mut w, false),
                             '\\' => {
                                 self.pos += 1;
                                 if let Some(e) = self.peek_raw() {
@@ -1059,6 +1167,31 @@ impl Lexer {
             match c {
                 '\n' => return false,
                 '\\' => at += 1,
+                // Quotes, and substitutions, hide a `]`.
+                '\'' | '"' => {
+                    at += 1;
+                    while let Some(&q) = self.src.get(at) {
+                        if q == c {
+                            break;
+                        }
+                        if q == '\\' && c == '"' {
+                            at += 1;
+                        }
+                        at += 1;
+                    }
+                }
+                '(' => {
+                    let mut parens = 1usize;
+                    while parens > 0 {
+                        at += 1;
+                        match self.src.get(at) {
+                            None => return false,
+                            Some('(') => parens += 1,
+                            Some(')') => parens -= 1,
+                            Some(_) => {}
+                        }
+                    }
+                }
                 '[' => depth += 1,
                 ']' if depth == 0 => {
                     let next = self.src.get(at + 1).copied();
@@ -1100,7 +1233,7 @@ impl Lexer {
                     }
                 },
                 '$' => self.dollar(w, true),
-                '`' => self.backtick(w),
+                '`' => self.backtick(w, true),
                 _ => {
                     w.push_quoted(c);
                     self.pos += 1;
@@ -1125,7 +1258,7 @@ impl Lexer {
             }
             Some('(') if self.peek_at(1) == Some('(') => {
                 self.pos += 2;
-                self.arithmetic();
+                self.arithmetic(in_double_quotes);
                 let raw = self.slice(from, self.pos);
                 w.push_computed(&raw);
             }
@@ -1154,8 +1287,9 @@ impl Lexer {
                             depth -= 1;
                             self.pos += 1;
                         }
+                        Some('\'' | '"') => self.quoted_in_expression(&mut scratch),
                         Some('$') => self.dollar(&mut scratch, true),
-                        Some('`') => self.backtick(&mut scratch),
+                        Some('`') => self.backtick(&mut scratch, in_double_quotes),
                         Some('\\') => self.pos += 2,
                         Some(_) => self.pos += 1,
                     }
@@ -1165,7 +1299,7 @@ impl Lexer {
             }
             Some('{') => {
                 self.pos += 1;
-                self.parameter_expansion();
+                self.parameter_expansion(in_double_quotes);
                 let raw = self.slice(from, self.pos);
                 w.push_computed(&raw);
             }
@@ -1251,13 +1385,43 @@ impl Lexer {
         }
     }
 
-    /// After `$((`: up to the matching `))`. Substitutions inside run; and
-    /// because bash may read `$((…))` as `$( (…) )`, the content is also
-    /// read as commands, as shadows.
-    fn arithmetic(&mut self) {
+    /// A quoted part of an arithmetic expression (`$(( "…" ))`, `$[ '…' ]`):
+    /// bash honours the quotes when it looks for the end, but expands
+    /// what is inside either as in double quotes, so substitutions run
+    /// inside single quotes too.
+    fn quoted_in_expression(&mut self, scratch: &mut WordBuilder) {
+        let quote = self.peek_raw().unwrap_or('"');
+        self.pos += 1;
+        if quote == '"' {
+            self.double_quoted(scratch, Some('"'));
+            return;
+        }
+        loop {
+            match self.peek_raw() {
+                None => {
+                    self.error("a single quote is never closed");
+                    return;
+                }
+                Some('\'') => {
+                    self.pos += 1;
+                    return;
+                }
+                Some('$') => self.dollar(scratch, true),
+                Some('`') => self.backtick(scratch, true),
+                Some(_) => self.pos += 1,
+            }
+        }
+    }
+
+    /// After `$((`: up to the matching `))`, quotes honoured. Substitutions
+    /// inside run. Closed by a single `)`, it is no arithmetic: bash reads
+    /// `$((…) …)` as `$( (…) …)`, so the content is also read as
+    /// commands, as shadows (the line is not read with confidence).
+    fn arithmetic(&mut self, in_double_quotes: bool) {
         let content_start = self.pos;
         let mut depth = 0usize;
         let mut scratch = WordBuilder::new();
+        let mut arithmetic = false;
         loop {
             match self.peek() {
                 None => {
@@ -1271,6 +1435,7 @@ impl Lexer {
                 Some(')') if depth == 0 => {
                     if self.peek_at(1) == Some(')') {
                         self.pos += 2;
+                        arithmetic = true;
                     } else {
                         self.error("a `$((` is closed by a single `)`");
                         self.pos += 1;
@@ -1281,21 +1446,24 @@ impl Lexer {
                     depth -= 1;
                     self.pos += 1;
                 }
+                Some('\'' | '"') => self.quoted_in_expression(&mut scratch),
                 Some('$') => self.dollar(&mut scratch, true),
-                Some('`') => self.backtick(&mut scratch),
+                Some('`') => self.backtick(&mut scratch, in_double_quotes),
                 Some('\\') => self.pos += 2,
                 Some(_) => self.pos += 1,
             }
         }
-        if !self.shadow {
+        if !arithmetic && !self.shadow {
             let end = self.pos.saturating_sub(2).max(content_start);
             let content = self.slice(content_start, end);
             self.sub_lex(&format!("({content})"), false, true);
         }
     }
 
-    /// After `${`: up to the matching `}`, lexing what runs inside.
-    fn parameter_expansion(&mut self) {
+    /// After `${`: up to the matching `}`, lexing what runs inside. In
+    /// double quotes (`"${x:-'$(cmd)'}"`) a single quote is a character,
+    /// and what it seems to enclose still runs.
+    fn parameter_expansion(&mut self, in_double_quotes: bool) {
         let mut scratch = WordBuilder::new();
         loop {
             match self.peek() {
@@ -1308,7 +1476,7 @@ impl Lexer {
                     return;
                 }
                 Some('\\') => self.pos += 2,
-                Some('\'') => {
+                Some('\'') if !in_double_quotes => {
                     self.pos += 1;
                     while !matches!(self.peek_raw(), None | Some('\'')) {
                         self.pos += 1;
@@ -1320,15 +1488,16 @@ impl Lexer {
                     self.double_quoted(&mut scratch, Some('"'));
                 }
                 Some('$') => self.dollar(&mut scratch, true),
-                Some('`') => self.backtick(&mut scratch),
+                Some('`') => self.backtick(&mut scratch, in_double_quotes),
                 Some(_) => self.pos += 1,
             }
         }
     }
 
     /// A backtick substitution: its content (with `\``, `\\`, `\$`
-    /// unescaped) is lexed as commands of its own.
-    fn backtick(&mut self, w: &mut WordBuilder) {
+    /// unescaped, and `\"` too in double quotes) is lexed as commands of
+    /// its own.
+    fn backtick(&mut self, w: &mut WordBuilder, in_double_quotes: bool) {
         let from = self.pos;
         self.pos += 1;
         let mut content = String::new();
@@ -1345,6 +1514,7 @@ impl Lexer {
                 Some('\\') => {
                     match self.peek_at(1) {
                         Some(e @ ('`' | '\\' | '$')) => content.push(e),
+                        Some('"') if in_double_quotes => content.push('"'),
                         Some(e) => {
                             content.push('\\');
                             content.push(e);
@@ -1596,16 +1766,39 @@ mod tests {
     }
 
     #[test]
-    fn arithmetic_is_also_read_as_commands() {
+    fn arithmetic_closed_by_one_paren_is_read_as_commands() {
+        // `$((rm -rf / ) )` is `$( (rm -rf /) )` to bash.
         let mut n = 0;
-        let lexed = lex("echo $((rm -rf / ))", &mut n, 0);
+        let lexed = lex("echo $((rm -rf / ) )", &mut n, 0);
         assert!(
             lexed
                 .pieces
                 .iter()
                 .any(|p| p.shadow && p.words[0].text == "rm")
         );
+        assert!(!lexed.errors.is_empty());
+        // Closed by `))`, it is arithmetic: only its substitutions run.
         assert_eq!(pieces("echo $((1 + $(id)))"), ["id", "echo $((1 + $(id)))"]);
+        assert_eq!(pieces("echo $((rm -rf / ))"), ["echo $((rm -rf / ))"]);
+        assert_eq!(pieces("echo $((2*3))"), ["echo $((2*3))"]);
+        // Quotes are honoured in finding the end, and what they hold is
+        // expanded (single quotes too).
+        let lexed = lex("echo $((: \"))\"; touch p ) )", &mut n, 0);
+        assert!(!lexed.errors.is_empty());
+        assert!(
+            lexed
+                .pieces
+                .iter()
+                .any(|p| p.shadow && p.words[0].text == "touch")
+        );
+        assert_eq!(
+            pieces("echo $(( '$(id)' + 1 ))"),
+            ["id", "echo $(( '$(id)' + 1 ))"]
+        );
+        assert_eq!(
+            pieces("echo $[ \"]\" $(id) ]"),
+            ["id", "echo $[ \"]\" $(id) ]"]
+        );
     }
 
     #[test]

@@ -2911,3 +2911,132 @@ fn a_variable_test_with_a_subscript_asks() {
     let allowed = ["[[ -v x ]]", "[[ -v a[1] ]]"];
     assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
 }
+
+/// A case statement's patterns are words, its clauses commands.
+#[test]
+fn case_statements_are_read_as_bash_reads_them() {
+    let set = rules(&["bash(echo *)", "bash(ls *)"], &[], &["bash(touch *)"]);
+    let allowed = [
+        "case x in x) echo a;; esac",
+        "case \"$1\" in\n  (a|b) echo ab ;;\n  *.txt) ls ;&\n  *) echo other;;&\nesac",
+        "case x in x) echo a\nesac; echo after",
+        "for f in a b; do case $f in a) echo a;; *) echo b;; esac; done",
+    ];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+    let denied = [
+        "case x in x) echo a;; y) touch p;; esac",
+        "case x in x) echo a;; esac; touch p",
+        "case $(touch p) in x) echo;; esac",
+        "case x in $(touch p)) echo;; esac",
+    ];
+    assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
+    // A pattern never closed is not read with confidence.
+    assert_eq!(verdict_of(&set, "case x in x echo a"), Verdict::Ask);
+}
+
+/// A fourth review's forms: quotes where bash does not take them as
+/// quotes (or does), and places the analyser read past.
+#[test]
+fn quotes_are_read_where_bash_reads_them() {
+    let set = rules(
+        &[
+            "bash(echo *)",
+            "bash(cat *)",
+            "bash(declare *)",
+            "bash(printf *)",
+            "bash(sed *)",
+        ],
+        &[],
+        &["bash(touch *)"],
+    );
+    let denied = [
+        // In double quotes, a single quote in `${…}` is a character.
+        "echo \"${x:-'$(touch p)'}\"",
+        "cat <<EOF\n${x:-'$(touch p)'}\nEOF",
+        // `\"` in backticks in double quotes is a `"`.
+        "echo \"`echo \\\"'\\\"; touch p; echo \\\"'\\\"`\"",
+        // Quotes are honoured in finding the end of `$((…))` and `$[…]`,
+        // and what they hold is expanded.
+        "echo $(( '$(touch p)' + 1 ))",
+        "echo $[\"]\"'\"'$(touch p)\"'\"]'\"'\\'",
+        // A comment in a compound assignment ends at its line.
+        "a=( #'\n$(touch p)\n#'\n); echo ok",
+        // `a[` is read whole only where an assignment may stand.
+        "echo a[;touch p;]=1",
+        // Quotes in an element assignment's subscript.
+        "echo ok; a[\"]=\"'\"'$(touch p)\"'\"]=1'\"'\\'",
+    ];
+    assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
+    let asked = [
+        // Closed by one `)`, `$((…) …)` is a command substitution.
+        "echo $((: \"))\"; echo p ) )",
+        // An element's assignment makes an array, which `declare` reads
+        // a value for again.
+        "a[0]=1; x='($(touch p))'; declare a=$x",
+        "printf -v 'b[0]' %s 1; x='($(touch p))'; declare b=$x",
+        "coproc c { cat; }; declare c=$x",
+        // `PWD` set on the line is no absolute path.
+        "PWD='-e1e touch p #'; sed -n -e p \"$PWD/\" in.txt",
+        // What xargs appends may be an option.
+        "echo '-e1e touch p' | xargs -d '\\n' sed -n p in.txt",
+        "cat list | xargs -I{} sed -n p {}",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    let allowed = [
+        // Arithmetic closed by `))` runs no command: `*` there is no glob.
+        "echo $((2*3))",
+        "echo $(( 4 * 3 ))",
+        "echo a[1]",
+        "echo \"${x:-default}\" '${y}'",
+        "cat list | xargs -I X sed -i s/a/b/ notes.txt",
+    ];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+}
+
+/// Compilers and other tools with options that run a program of the
+/// caller's choosing.
+#[test]
+fn options_that_run_a_chosen_program_ask() {
+    let set = rules(
+        &[
+            "bash(gcc *)",
+            "bash(cc *)",
+            "bash(rustc *)",
+            "bash(rg *)",
+            "bash(fd *)",
+            "bash(man *)",
+            "bash(pandoc *)",
+            "bash(go *)",
+        ],
+        &[],
+        &[],
+    );
+    let asked = [
+        "gcc -wrapper 'sh,-c,touch p' -x c -c /dev/null -o /dev/null",
+        "gcc -fplugin=./p.so x.c",
+        "gcc -B./bin x.c",
+        "gcc -specs=x.specs x.c",
+        "gcc @opts x.c",
+        "gcc $CFLAGS x.c",
+        "cc -Wl,--plugin=./p.so x.c",
+        "rustc -C linker=./x main.rs",
+        "rustc -Clinker=./x main.rs",
+        "rg --pre ./x pattern",
+        "fd -x touch p",
+        "fd -Hx touch p",
+        "man -P 'touch p' ls",
+        "pandoc --filter ./x in.md",
+        "go build -toolexec ./x",
+    ];
+    assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
+    let allowed = [
+        "gcc -O2 -Wall -o x x.c",
+        "gcc -DFOOB -c x.c",
+        "rustc -C opt-level=3 main.rs",
+        "rg -n pattern src",
+        "fd -e rs",
+        "man ls",
+        "go build ./...",
+    ];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+}
