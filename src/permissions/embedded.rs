@@ -150,7 +150,7 @@ fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
                 )
             } else {
                 format!(
-                    "spell it so that it cannot start with `-` (`./{}`), or put it after `--`",
+                    "put it after `--`, or spell it so that it cannot start with `-` (a relative path as `./{}`)",
                     word.text
                 )
             };

@@ -799,7 +799,11 @@ impl Lexer {
                         && matches!(self.peek(), Some('<') | Some('>'))
                         && self.peek_at(1) != Some('(');
                     // `esac` where a command would start ends a case.
-                    if cases > 0 && b.words.is_empty() && word.is_keyword("esac") {
+                    if cases > 0
+                        && b.words.is_empty()
+                        && b.redirects.is_empty()
+                        && word.is_keyword("esac")
+                    {
                         cases -= 1;
                         continue;
                     }
@@ -812,7 +816,10 @@ impl Lexer {
                     }
                     // `case WORD in`: the patterns follow.
                     let n = b.words.len();
+                    // A keyword only where a command starts: after a
+                    // redirection, `case` is a command's name.
                     if n >= 3
+                        && b.redirects.is_empty()
                         && b.words[n - 3].is_keyword("case")
                         && b.words[n - 1].is_keyword("in")
                         && b.words[..n - 3].iter().all(|w| {
@@ -840,8 +847,17 @@ impl Lexer {
     /// the case instead: returns whether it was `esac`.
     fn case_patterns(&mut self) -> bool {
         loop {
-            while matches!(self.peek(), Some(c) if is_blank(c) || c == '\n') {
-                self.pos += 1;
+            loop {
+                match self.peek() {
+                    Some(c) if is_blank(c) => self.pos += 1,
+                    // A line ends: the heredocs opened on it take their
+                    // bodies from the lines after it, before any pattern.
+                    Some('\n') => {
+                        self.pos += 1;
+                        self.read_heredocs();
+                    }
+                    _ => break,
+                }
             }
             if self.peek() == Some('#') {
                 while !matches!(self.peek_raw(), None | Some('\n')) {
@@ -872,6 +888,12 @@ impl Lexer {
                     return false;
                 }
                 Some('|') => self.pos += 1,
+                // A comment: the pattern is not closed on its line.
+                Some('#') => {
+                    while !matches!(self.peek_raw(), None | Some('\n')) {
+                        self.pos += 1;
+                    }
+                }
                 Some(_) => {
                     let before = self.pos;
                     self.word();

@@ -2884,7 +2884,11 @@ fn arguments_that_may_become_options_ask() {
     ];
     assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
     let d = bash(&set, "sed -n p *.txt");
-    assert!(d.reason.contains("`./*.txt`"), "{}", d.reason);
+    assert!(
+        d.reason.contains("`./*.txt`") && d.reason.contains("after `--`"),
+        "{}",
+        d.reason
+    );
     let allowed = [
         "sed -n p ./*.txt",
         "sed -n p -- *.txt",
@@ -2932,6 +2936,24 @@ fn case_statements_are_read_as_bash_reads_them() {
     assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
     // A pattern never closed is not read with confidence.
     assert_eq!(verdict_of(&set, "case x in x echo a"), Verdict::Ask);
+    // A heredoc opened before a line ends takes its body first, then the
+    // patterns follow; after a redirection, `case` and `esac` are
+    // commands' names.
+    let set = rules(&["bash(echo *)", "bash(cat *)"], &[], &["bash(touch *)"]);
+    let denied = [
+        "cat <<'a)'; case x in\na)\n*) touch p;;\na)\nesac\n",
+        "case x in x) cat <<'a)' ;&\na)\n*) touch p;;\na)\nesac",
+        "echo hi; </dev/null case x in | touch p #)",
+    ];
+    assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
+    assert_ne!(
+        verdict_of(&set, "case x in x) echo a;; </dev/null esac; touch p"),
+        Verdict::Allow
+    );
+    assert_eq!(
+        verdict_of(&set, "case x in a|#)\n) echo;; esac"),
+        Verdict::Ask
+    );
 }
 
 /// A fourth review's forms: quotes where bash does not take them as
