@@ -50,6 +50,11 @@ pub struct ServerSettings {
     /// idle kept-alive connection may wait for the next request) before it
     /// is closed; also how long a body may take to arrive once read (408).
     pub header_read_timeout_secs: u64,
+    /// Seconds an answer may wait for its client to take any of it (its
+    /// socket's buffers full) before the connection is closed: a client
+    /// that stops reading holds neither its connection nor what was
+    /// written for it past this.
+    pub write_stall_secs: u64,
     /// Connections served at once; one more is answered `503` with
     /// `Retry-After` and closed. 0: the process's open-file limit, less a
     /// reserve for everything else.
@@ -87,6 +92,7 @@ impl Default for ServerSettings {
             sse_heartbeat_secs: 15,
             cors_origins: Vec::new(),
             header_read_timeout_secs: 30,
+            write_stall_secs: 60,
             max_connections: 0,
             shutdown_grace_secs: 30,
             max_thread_reads: 8,
@@ -583,6 +589,7 @@ impl Settings {
                 "server.header_read_timeout_secs",
                 server.header_read_timeout_secs,
             ),
+            ("server.write_stall_secs", server.write_stall_secs),
             ("server.max_thread_reads", server.max_thread_reads as u64),
             (
                 "server.max_thread_reads_per_owner",

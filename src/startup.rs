@@ -445,6 +445,7 @@ impl Application {
         http1
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(Duration::from_secs(server.header_read_timeout_secs.max(1)));
+        let write_stall = Duration::from_secs(server.write_stall_secs.max(1));
         let limit = connection_limit(server.max_connections);
         let slots = Arc::new(tokio::sync::Semaphore::new(limit));
         let refusals = Arc::new(tokio::sync::Semaphore::new(REFUSALS_AT_ONCE));
@@ -477,8 +478,17 @@ impl Application {
                 }
                 continue;
             };
-            let connection =
-                http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone());
+            // A client that stops reading is cut off once nothing it was
+            // sent has moved for `write_stall_secs`: otherwise its
+            // connection, and the answer waiting in it (a stalled stream's
+            // events, a whole thread's context), stay for as long as it
+            // keeps the socket open.
+            let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+            stream.set_write_timeout(Some(write_stall));
+            let connection = http1.serve_connection(
+                hyper_util::rt::TokioIo::new(Box::pin(stream)),
+                service.clone(),
+            );
             let shutdown = shutdown.clone();
             connections.spawn(async move {
                 let _slot = slot;

@@ -313,6 +313,65 @@ async fn connections_that_send_no_request_are_closed() {
     assert_eq!(health.status(), 200);
 }
 
+/// A client that stops reading is cut off once nothing written to it has
+/// moved for `server.write_stall_secs`: it holds neither its connection
+/// nor the answer waiting in it (here a whole thread's context, larger
+/// than the sockets' buffers), however long it keeps the socket open.
+#[tokio::test]
+async fn a_client_that_stops_reading_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = TestApp::spawn_with(Backend::Sqlite, |s| s.server.write_stall_secs = 1).await;
+    let text = "x".repeat(900_000);
+    for i in 0..12 {
+        let r = app
+            .post(
+                "/v1/threads/stall/messages",
+                &json!({"id": format!("m{i}"), "role": "user", "content": text}),
+            )
+            .await;
+        assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
+    }
+    let request = format!(
+        "GET /v1/threads/stall/context HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+        app.token
+    );
+    let (request, base) = (&request, &app.base);
+    let connect = |small: bool| async move {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        if small {
+            socket.set_recv_buffer_size(4096).unwrap();
+        }
+        let addr = base.trim_start_matches("http://").parse().unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream
+    };
+    // Read at once, the whole answer arrives.
+    let mut reader = connect(false).await;
+    let mut whole = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), reader.read_to_end(&mut whole))
+        .await
+        .expect("the answer arrives")
+        .unwrap_or_default();
+    let complete = whole.len();
+    assert!(complete > 10_000_000, "{complete} bytes");
+    // Not read for a while, it is cut off: what arrives then ends early.
+    let mut stalled = connect(true).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut cut = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(60), stalled.read_to_end(&mut cut))
+        .await
+        .expect("the server closes the connection");
+    assert!(
+        cut.len() < complete / 2,
+        "{} of {complete} bytes arrived: the answer waited for its client",
+        cut.len()
+    );
+    // The server still serves.
+    let health = reqwest::get(app.url("/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+}
+
 /// A connection past `server.max_connections` is answered at once with a
 /// `503` problem and `Retry-After`, not left waiting to be accepted; a
 /// slot freed serves again.
