@@ -301,7 +301,9 @@ fn evaluates_names(words: &[Word]) -> bool {
         return false;
     };
     let args = &words[1..];
-    let arithmetic_operand = |w: &Word| !w.literal || !w.text.bytes().all(|b| b.is_ascii_digit());
+    // An operand that reads a variable (or is computed): `3 > 2` reads none.
+    let arithmetic_operand =
+        |w: &Word| !w.literal || shell::names_a_variable(&w.text.chars().collect::<Vec<_>>());
     match name {
         "let" => args.iter().any(arithmetic_operand),
         "declare" | "typeset" | "local"

@@ -305,6 +305,22 @@ impl WordBuilder {
     }
 }
 
+/// Nothing but reserved words so far (`if`, `while`, `!` …): a `(` here
+/// opens a subshell, or `((` arithmetic, as at a command's start.
+fn at_command_start(b: &Builder) -> bool {
+    b.redirects.is_empty() && opening_only(&b.words)
+}
+
+/// Words that are all reserved words a command may follow.
+fn opening_only(words: &[Word]) -> bool {
+    const OPENING: [&str; 10] = [
+        "if", "then", "else", "elif", "do", "while", "until", "!", "{", "time",
+    ];
+    words
+        .iter()
+        .all(|w| OPENING.iter().any(|k| w.is_keyword(k)))
+}
+
 fn is_blank(c: char) -> bool {
     c == ' ' || c == '\t'
 }
@@ -683,29 +699,42 @@ impl Lexer {
                         };
                     }
                 }
-                '(' if b.words.is_empty()
+                '(' if self.peek_at(1) == Some('(')
                     && b.redirects.is_empty()
-                    && self.peek_at(1) == Some('(') =>
+                    && (opening_only(&b.words)
+                        || b.words.split_last().is_some_and(|(last, before)| {
+                            last.is_keyword("for") && opening_only(before)
+                        })) =>
                 {
-                    // `(( … ))`: arithmetic, read as `$(( … ))` is (its
-                    // `<<` is a shift, not a heredoc taking the lines after
-                    // it), substitutions inside it running.
+                    // `(( … ))` (and `for (( …; …; … ))`): arithmetic, read
+                    // as `$(( … ))` is (its `<<` is a shift, not a heredoc
+                    // taking the lines after it), substitutions inside it
+                    // running.
                     self.pos += 2;
                     let content_start = self.pos;
                     self.arithmetic(false);
                     // It evaluates and assigns as `let` does (`(( PATH = 0
                     // ))`, `(( x ))` with `x='a[$(cmd)]'`), and is judged
-                    // as `let` with its expression.
+                    // as `let` with its expression, shown as written.
                     let end = self.pos.saturating_sub(2).max(content_start);
                     let content = self.slice(content_start, end);
+                    let first = self.out.pieces.len();
                     self.sub_lex(
                         &format!("let '{}'", content.replace('\'', "'\\''")),
                         false,
                         false,
                     );
+                    let written = format!("(({content}))");
+                    if let Some(piece) = self.out.pieces[first..]
+                        .iter_mut()
+                        .rev()
+                        .find(|p| !p.shadow && p.words.first().is_some_and(|w| w.text == "let"))
+                    {
+                        piece.text = written;
+                    }
                     b = self.new_builder();
                 }
-                '(' if b.words.is_empty() && b.redirects.is_empty() => {
+                '(' if at_command_start(&b) => {
                     // A subshell.
                     self.pos += 1;
                     self.nested(|l| l.list(Some(')')));

@@ -3062,3 +3062,32 @@ fn options_that_run_a_chosen_program_ask() {
     ];
     assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
 }
+
+/// `(` after `if`, `while`, `!` … opens a subshell, and `((` arithmetic
+/// (so does `for ((`), as at a command's start; arithmetic is shown as
+/// written.
+#[test]
+fn subshells_and_arithmetic_after_reserved_words() {
+    let set = rules(
+        &["bash(echo *)", "bash(ls *)", "bash(let *)", "bash(break)"],
+        &[],
+        &["bash(touch *)"],
+    );
+    let allowed = [
+        "if (ls x); then echo y; fi",
+        "while ! (ls x); do echo; done",
+        "if (( 3 > 2 )); then echo y; fi",
+        "for (( ;; )); do echo; break; done",
+    ];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+    let denied = [
+        "if (touch p); then echo; fi",
+        "for (( i=$(touch p); ; )); do :; done",
+    ];
+    assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
+    // A variable in arithmetic asks, with the arithmetic as written.
+    let d = bash(&set, "for ((i=0;i<3;i++)); do echo $i; done");
+    assert_eq!(d.verdict, Verdict::Ask);
+    assert!(d.reason.contains("((i=0;i<3;i++))"), "{}", d.reason);
+    assert!(!d.reason.contains("let '"), "{}", d.reason);
+}
