@@ -567,12 +567,13 @@ impl Lexer {
     /// it on the line takes its body from the lines after the whole line,
     /// not from the lines inside it (which are commands), so the heredocs
     /// waiting outside are set aside meanwhile. A heredoc opened inside and
-    /// left without a body there has lines after it read as commands (the
-    /// stricter reading).
+    /// left without a body there (`$(cat <<E)`) takes its body from the
+    /// lines after the whole line too, after those opened before it.
     fn substitution(&mut self) {
         let outside = std::mem::take(&mut self.heredocs);
         self.nested(|l| l.list(Some(')')));
-        self.heredocs = outside;
+        let inside = std::mem::replace(&mut self.heredocs, outside);
+        self.heredocs.extend(inside);
     }
 
     /// Lex a separate text (backtick content, a heredoc body) with the same
@@ -637,10 +638,16 @@ impl Lexer {
                 if closer.is_some() {
                     self.error("a `(` or `$(` is never closed");
                 }
+                if cases > 0 {
+                    self.error("a `case` is never closed by `esac`");
+                }
                 self.finish(&mut b);
                 return;
             };
             if Some(c) == closer {
+                if cases > 0 {
+                    self.error("a `case` is never closed by `esac`");
+                }
                 self.pos += 1;
                 self.finish(&mut b);
                 return;
@@ -896,8 +903,12 @@ impl Lexer {
             }
             break;
         }
-        let esac = self.src[self.pos.min(self.src.len())..].starts_with(&['e', 's', 'a', 'c'])
-            && self.src.get(self.pos + 4).is_none_or(|&c| is_meta(c));
+        // Read through line joins, as bash reads it (`es\⏎ac`).
+        let esac = self.peek() == Some('e')
+            && self.peek_at(1) == Some('s')
+            && self.peek_at(2) == Some('a')
+            && self.peek_at(3) == Some('c')
+            && self.peek_at(4).is_none_or(is_meta);
         if esac {
             self.pos += 4;
             return true;

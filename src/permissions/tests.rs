@@ -3091,3 +3091,33 @@ fn subshells_and_arithmetic_after_reserved_words() {
     assert!(d.reason.contains("((i=0;i<3;i++))"), "{}", d.reason);
     assert!(!d.reason.contains("let '"), "{}", d.reason);
 }
+
+/// A sixth review's forms: `esac` joined over lines ends a case, and a
+/// heredoc opened inside `$( … )` or `<( … )` without a body there takes
+/// it from the lines after the whole line.
+#[test]
+fn esac_over_a_line_join_and_heredocs_opened_in_substitutions() {
+    let set = rules(
+        &["bash(echo *)", "bash(cat *)", "bash(ls *)"],
+        &[],
+        &["bash(touch *)"],
+    );
+    let denied = [
+        "( case x in x) echo;; es\\\nac | touch p )\n)",
+        "echo $( case x in x) echo;; es\\\nac | touch p )\n)",
+        "echo $(cat <<E)\necho '\nE\ntouch p #'",
+        "cat <(cat <<E)\necho '\nE\ntouch p #'",
+    ];
+    assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
+    assert_eq!(
+        verdict_of(&set, "echo $(cat <<E)\necho '\nE\nid > p #'"),
+        Verdict::Ask
+    );
+    // Its body read, the line is read as bash reads it.
+    assert_eq!(
+        verdict_of(&set, "cat $(cat <<E)\nbody\nE\nls"),
+        Verdict::Allow
+    );
+    // A case never closed is not read with confidence.
+    assert_eq!(verdict_of(&set, "case x in x) echo a;;"), Verdict::Ask);
+}
