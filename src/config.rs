@@ -50,10 +50,10 @@ pub struct ServerSettings {
     /// idle kept-alive connection may wait for the next request) before it
     /// is closed; also how long a body may take to arrive once read (408).
     pub header_read_timeout_secs: u64,
-    /// Seconds an answer may wait for its client to take any of it (its
-    /// socket's buffers full) before the connection is closed: a client
-    /// that stops reading holds neither its connection nor what was
-    /// written for it past this.
+    /// Seconds a write may wait for its client (its socket's buffers full)
+    /// with nothing sent acknowledged meanwhile before the connection is
+    /// closed: a client that stops reading holds neither its connection
+    /// nor what was written for it past this.
     pub write_stall_secs: u64,
     /// Connections served at once; one more is answered `503` with
     /// `Retry-After` and closed. 0: the process's open-file limit, less a

@@ -15,6 +15,7 @@ pub mod http;
 pub mod permissions;
 pub mod protocol;
 pub mod sandbox;
+mod stall;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

@@ -478,17 +478,14 @@ impl Application {
                 }
                 continue;
             };
-            // A client that stops reading is cut off once nothing it was
-            // sent has moved for `write_stall_secs`: otherwise its
+            // A client that stops reading is cut off once it has taken
+            // nothing it was sent for `write_stall_secs`: otherwise its
             // connection, and the answer waiting in it (a stalled stream's
             // events, a whole thread's context), stay for as long as it
             // keeps the socket open.
-            let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
-            stream.set_write_timeout(Some(write_stall));
-            let connection = http1.serve_connection(
-                hyper_util::rt::TokioIo::new(Box::pin(stream)),
-                service.clone(),
-            );
+            let stream = crate::stall::StallGuard::new(stream, write_stall);
+            let connection =
+                http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone());
             let shutdown = shutdown.clone();
             connections.spawn(async move {
                 let _slot = slot;

@@ -332,14 +332,15 @@ async fn a_client_that_stops_reading_is_cut_off() {
         assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     }
     let request = format!(
-        "GET /v1/threads/stall/context HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+        "GET /v1/threads/stall/context HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\r\n",
         app.token
     );
     let (request, base) = (&request, &app.base);
-    let connect = |small: bool| async move {
+    // `buffer`: the client's receive buffer, when set small.
+    let connect = |buffer: Option<u32>| async move {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
-        if small {
-            socket.set_recv_buffer_size(4096).unwrap();
+        if let Some(size) = buffer {
+            socket.set_recv_buffer_size(size).unwrap();
         }
         let addr = base.trim_start_matches("http://").parse().unwrap();
         let mut stream = socket.connect(addr).await.unwrap();
@@ -347,7 +348,7 @@ async fn a_client_that_stops_reading_is_cut_off() {
         stream
     };
     // Read at once, the whole answer arrives.
-    let mut reader = connect(false).await;
+    let mut reader = connect(None).await;
     let mut whole = Vec::new();
     tokio::time::timeout(Duration::from_secs(60), reader.read_to_end(&mut whole))
         .await
@@ -356,7 +357,7 @@ async fn a_client_that_stops_reading_is_cut_off() {
     let complete = whole.len();
     assert!(complete > 10_000_000, "{complete} bytes");
     // Not read for a while, it is cut off: what arrives then ends early.
-    let mut stalled = connect(true).await;
+    let mut stalled = connect(Some(4096)).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut cut = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(60), stalled.read_to_end(&mut cut))
@@ -367,6 +368,25 @@ async fn a_client_that_stops_reading_is_cut_off() {
         "{} of {complete} bytes arrived: the answer waited for its client",
         cut.len()
     );
+    // A client that keeps reading, slowly (700 KB/s, so a third of a 4 MiB
+    // socket buffer takes longer than the stall to drain), is not.
+    let mut slow = connect(Some(64 * 1024)).await;
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let started = tokio::time::Instant::now();
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(30), slow.read(&mut chunk))
+            .await
+            .expect("the answer goes on")
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&chunk[..n]);
+        let due = Duration::from_secs_f64(got.len() as f64 / 700_000.0);
+        tokio::time::sleep_until(started + due).await;
+    }
+    assert_eq!(got.len(), complete, "a slow reader gets the whole answer");
     // The server still serves.
     let health = reqwest::get(app.url("/healthz")).await.unwrap();
     assert_eq!(health.status(), 200);
