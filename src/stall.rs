@@ -23,9 +23,20 @@ pub(crate) struct StallGuard {
     stream: TcpStream,
     stall: Duration,
     /// While a write waits: when to look at the client's progress next,
-    /// and the bytes it had acknowledged when last looked at.
-    waiting: Option<(Pin<Box<Sleep>>, Option<u64>)>,
+    /// the bytes it had acknowledged when last looked at, and when they
+    /// last grew.
+    waiting: Option<Waiting>,
 }
+
+struct Waiting {
+    look: Pin<Box<Sleep>>,
+    acked: Option<u64>,
+    moved: Instant,
+}
+
+/// How many times per stall a waiting write looks at the client's
+/// progress: a stall is noticed within a quarter of it.
+const LOOKS_PER_STALL: u32 = 4;
 
 impl StallGuard {
     pub(crate) fn new(stream: TcpStream, stall: Duration) -> Self {
@@ -40,13 +51,27 @@ impl StallGuard {
     /// `stall`.
     fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         let stall = self.stall;
+        let every = (stall / LOOKS_PER_STALL).max(Duration::from_millis(100));
         let fd = std::os::fd::AsRawFd::as_raw_fd(&self.stream);
-        let (timer, acked) = self
-            .waiting
-            .get_or_insert_with(|| (Box::pin(tokio::time::sleep(stall)), bytes_acked(fd)));
-        while timer.as_mut().poll(cx).is_ready() {
-            let now = bytes_acked(fd);
-            if now.is_none() || now == *acked {
+        let waiting = self.waiting.get_or_insert_with(|| Waiting {
+            look: Box::pin(tokio::time::sleep(every)),
+            acked: bytes_acked(fd),
+            moved: Instant::now(),
+        });
+        while waiting.look.as_mut().poll(cx).is_ready() {
+            let now = Instant::now();
+            let acked = bytes_acked(fd);
+            if acked.is_some() && acked != waiting.acked {
+                waiting.acked = acked;
+                waiting.moved = now;
+            } else if now.duration_since(waiting.moved) >= stall {
+                // Reset, not closed in order: the kernel would otherwise
+                // keep what is queued (up to 4 MiB) for the client.
+                set_linger_zero(fd);
+                tracing::info!(
+                    stall_secs = stall.as_secs(),
+                    "a client took nothing of its answer for server.write_stall_secs; its connection is closed"
+                );
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
@@ -55,8 +80,7 @@ impl StallGuard {
                     ),
                 ));
             }
-            *acked = now;
-            timer.as_mut().reset(Instant::now() + stall);
+            waiting.look.as_mut().reset(now + every);
         }
         Ok(())
     }
@@ -76,6 +100,26 @@ impl StallGuard {
                 ready
             }
         }
+    }
+}
+
+/// Make closing the socket reset the connection, dropping what the kernel
+/// still holds for it (best effort).
+fn set_linger_zero(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on a socket the guard owns, with a pointer to a
+    // live linger and its size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
     }
 }
 

@@ -223,6 +223,7 @@ pub(crate) fn lex(src: &str, next_pipeline: &mut usize, depth: usize) -> Lexed {
         out: Lexed::default(),
         assigning: false,
         heredocs: Vec::new(),
+        from_substitutions: 0,
     };
     lexer.list(None);
     *next_pipeline = lexer.next_pipeline;
@@ -241,8 +242,12 @@ struct Lexer {
     /// command's name), so `a[…]=` is read whole.
     assigning: bool,
     /// Heredocs opened on the current line: (delimiter, strip tabs, quoted,
-    /// the redirect's flags for what its body does).
+    /// the redirect's flags for what its body does), in the order bash
+    /// reads their bodies.
     heredocs: Vec<(String, bool, bool, Body)>,
+    /// How many of `heredocs`, at their start, were left open inside a
+    /// substitution (read before the others).
+    from_substitutions: usize,
 }
 
 /// A piece being built.
@@ -568,12 +573,17 @@ impl Lexer {
     /// not from the lines inside it (which are commands), so the heredocs
     /// waiting outside are set aside meanwhile. A heredoc opened inside and
     /// left without a body there (`$(cat <<E)`) takes its body from the
-    /// lines after the whole line too, after those opened before it.
+    /// lines after the whole line too, and bash reads those before the
+    /// ones opened outside any substitution (`cat <<A $(cat <<B) <<C` reads
+    /// B, then A, then C), each group in the order they were opened.
     fn substitution(&mut self) {
-        let outside = std::mem::take(&mut self.heredocs);
+        let mut outside = std::mem::take(&mut self.heredocs);
+        let outside_from_substitutions = std::mem::take(&mut self.from_substitutions);
         self.nested(|l| l.list(Some(')')));
-        let inside = std::mem::replace(&mut self.heredocs, outside);
-        self.heredocs.extend(inside);
+        let inside = std::mem::take(&mut self.heredocs);
+        let own = outside.split_off(outside_from_substitutions);
+        self.from_substitutions = outside.len() + inside.len();
+        self.heredocs = outside.into_iter().chain(inside).chain(own).collect();
     }
 
     /// Lex a separate text (backtick content, a heredoc body) with the same
@@ -595,6 +605,7 @@ impl Lexer {
             out: Lexed::default(),
             assigning: false,
             heredocs: Vec::new(),
+            from_substitutions: 0,
         };
         let computed = if quoted_body {
             let mut scratch = WordBuilder::new();
@@ -1021,6 +1032,7 @@ impl Lexer {
     /// for the delimiter: `EO\⏎F` ends `<<EOF`, and what follows it is
     /// commands.
     fn read_heredocs(&mut self) {
+        self.from_substitutions = 0;
         for (delimiter, strip_tabs, quoted, body_flags) in std::mem::take(&mut self.heredocs) {
             let mut body = String::new();
             let mut closed = false;

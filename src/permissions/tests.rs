@@ -3113,6 +3113,24 @@ fn esac_over_a_line_join_and_heredocs_opened_in_substitutions() {
         verdict_of(&set, "echo $(cat <<E)\necho '\nE\nid > p #'"),
         Verdict::Ask
     );
+    // Those left open in substitutions are read first, in order, then the
+    // ones opened outside any (`cat <<A $(cat <<B) <<C`: B, A, C).
+    let denied = [
+        "cat <<A; echo $(cat <<true)\ntrue\nA\ntouch p\ntrue",
+        "cat <<A <(cat <<true)\ntrue\nA\ntouch p\ntrue",
+        "cat <<A; echo \"$(cat <<true)\"\ntrue\nA\ntouch p\ntrue",
+        "cat <<A; echo ${x:-$(cat <<true)}\ntrue\nA\ntouch p\ntrue",
+        "cat <<A; echo $(echo $(cat <<true))\ntrue\nA\ntouch p\ntrue",
+        "cat <<A $(cat <<B) <<C $(cat <<D)\n1\nB\n2\nD\n3\nA\n4\nC\ntouch p",
+    ];
+    assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
+    assert_eq!(
+        verdict_of(
+            &set,
+            "cat <<A $(cat <<B) <<C $(cat <<D)\n1\nB\n2\nD\n3\nA\n4\nC\nls"
+        ),
+        Verdict::Allow
+    );
     // Its body read, the line is read as bash reads it.
     assert_eq!(
         verdict_of(&set, "cat $(cat <<E)\nbody\nE\nls"),
