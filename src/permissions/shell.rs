@@ -223,7 +223,6 @@ pub(crate) fn lex(src: &str, next_pipeline: &mut usize, depth: usize) -> Lexed {
         out: Lexed::default(),
         assigning: false,
         heredocs: Vec::new(),
-        from_substitutions: 0,
     };
     lexer.list(None);
     *next_pipeline = lexer.next_pipeline;
@@ -242,12 +241,8 @@ struct Lexer {
     /// command's name), so `a[…]=` is read whole.
     assigning: bool,
     /// Heredocs opened on the current line: (delimiter, strip tabs, quoted,
-    /// the redirect's flags for what its body does), in the order bash
-    /// reads their bodies.
+    /// the redirect's flags for what its body does).
     heredocs: Vec<(String, bool, bool, Body)>,
-    /// How many of `heredocs`, at their start, were left open inside a
-    /// substitution (read before the others).
-    from_substitutions: usize,
 }
 
 /// A piece being built.
@@ -572,18 +567,30 @@ impl Lexer {
     /// it on the line takes its body from the lines after the whole line,
     /// not from the lines inside it (which are commands), so the heredocs
     /// waiting outside are set aside meanwhile. A heredoc opened inside and
-    /// left without a body there (`$(cat <<E)`) takes its body from the
-    /// lines after the whole line too, and bash reads those before the
-    /// ones opened outside any substitution (`cat <<A $(cat <<B) <<C` reads
-    /// B, then A, then C), each group in the order they were opened.
+    /// left without a body there (`$(cat <<E)`) takes its body at once from
+    /// the physical lines after the one the `)` is on: bash reads it as the
+    /// substitution closes, before the rest of the line (which may go on
+    /// over later lines: a quote, a line join) and before the heredocs
+    /// opened outside (`cat <<A $(cat <<B) <<C` reads B, then A, then C).
+    /// Those lines are taken out of the text here as bash takes them out
+    /// of its input.
     fn substitution(&mut self) {
-        let mut outside = std::mem::take(&mut self.heredocs);
-        let outside_from_substitutions = std::mem::take(&mut self.from_substitutions);
+        let outside = std::mem::take(&mut self.heredocs);
         self.nested(|l| l.list(Some(')')));
-        let inside = std::mem::take(&mut self.heredocs);
-        let own = outside.split_off(outside_from_substitutions);
-        self.from_substitutions = outside.len() + inside.len();
-        self.heredocs = outside.into_iter().chain(inside).chain(own).collect();
+        if !self.heredocs.is_empty() {
+            let after = self.src[self.pos.min(self.src.len())..]
+                .iter()
+                .position(|&c| c == '\n')
+                .map(|at| self.pos + at + 1);
+            let resume = self.pos;
+            self.pos = after.unwrap_or(self.src.len());
+            let bodies = self.pos;
+            self.read_heredocs();
+            let end = self.pos;
+            self.src.drain(bodies..end);
+            self.pos = resume;
+        }
+        self.heredocs = outside;
     }
 
     /// Lex a separate text (backtick content, a heredoc body) with the same
@@ -605,7 +612,6 @@ impl Lexer {
             out: Lexed::default(),
             assigning: false,
             heredocs: Vec::new(),
-            from_substitutions: 0,
         };
         let computed = if quoted_body {
             let mut scratch = WordBuilder::new();
@@ -1032,7 +1038,6 @@ impl Lexer {
     /// for the delimiter: `EO\⏎F` ends `<<EOF`, and what follows it is
     /// commands.
     fn read_heredocs(&mut self) {
-        self.from_substitutions = 0;
         for (delimiter, strip_tabs, quoted, body_flags) in std::mem::take(&mut self.heredocs) {
             let mut body = String::new();
             let mut closed = false;
@@ -1556,6 +1561,21 @@ impl Lexer {
                         self.pos += 1;
                     }
                     self.pos += 1;
+                }
+                // In double quotes bash's parser skips a single-quoted span
+                // (a `}` or `$(cat <<E)` in it ends nothing, opens nothing),
+                // but the expansion takes the quotes as characters and runs
+                // the substitutions between them: they are read as a text
+                // of their own, heredocs and all.
+                Some('\'') => {
+                    self.pos += 1;
+                    let start = self.pos;
+                    while !matches!(self.peek_raw(), None | Some('\'')) {
+                        self.pos += 1;
+                    }
+                    let span = self.slice(start, self.pos);
+                    self.pos += 1;
+                    self.sub_lex(&span, true, false);
                 }
                 Some('"') => {
                     self.pos += 1;

@@ -3131,6 +3131,20 @@ fn esac_over_a_line_join_and_heredocs_opened_in_substitutions() {
         ),
         Verdict::Allow
     );
+    // bash reads such a body as soon as the `)` closes, from the physical
+    // lines after it, before the rest of the line goes on over later lines.
+    let denied = [
+        "echo $(cat <<B) \"x\nB\ny\"\ntouch p\nB\n",
+        "echo \"$(cat <<B)\" \"x\nB\ny\"\ntouch p\nB",
+        "echo $(cat <<B) \\\nB\n; touch p\nB\n",
+        "echo $(cat <<echo) $(\necho\necho ok\n)\ntouch p\necho\n",
+        "echo \"$(cat <<-B)\" 'x\n\tB\ny'\ntouch p\n\tB",
+        // In double quotes, `${…}`'s single quotes hide `$(` from the parse.
+        "echo \"${x:-'$(cat <<B)'}\"\ntouch p\nB\n",
+        "echo \"${x#'$(cat <<B)'}\"\ntouch p\nB\n",
+        "echo \"${x/'$(cat <<B)'/y}\"\ntouch p\nB\n",
+    ];
+    assert_eq!(verdicts(&set, &denied), all(&denied, Verdict::Deny));
     // Its body read, the line is read as bash reads it.
     assert_eq!(
         verdict_of(&set, "cat $(cat <<E)\nbody\nE\nls"),
