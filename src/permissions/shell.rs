@@ -631,6 +631,15 @@ impl Lexer {
         computed
     }
 
+    /// Move to the end of the physical line, up to (not past) its newline,
+    /// joining nothing: the rest of a comment (a backslash at its end
+    /// continues no line), a line of a heredoc's body.
+    fn skip_to_line_end(&mut self) {
+        while !matches!(self.peek_raw(), None | Some('\n')) {
+            self.pos += 1;
+        }
+    }
+
     /// Skip blanks and line continuations.
     fn skip_blanks(&mut self) {
         loop {
@@ -787,9 +796,7 @@ impl Lexer {
                             Some(c) if is_meta(c) && !matches!(c, '<' | '>') => self.pos += 1,
                             // A comment, to the end of its line.
                             Some('#') => {
-                                while !matches!(self.peek_raw(), None | Some('\n')) {
-                                    self.pos += 1;
-                                }
+                                self.skip_to_line_end();
                             }
                             Some(_) => {
                                 let before = self.pos;
@@ -831,9 +838,7 @@ impl Lexer {
                 }
                 // A comment: a backslash at its end continues no line.
                 '#' => {
-                    while !matches!(self.peek_raw(), None | Some('\n')) {
-                        self.pos += 1;
-                    }
+                    self.skip_to_line_end();
                 }
                 '<' | '>' if self.peek_at(1) != Some('(') => self.redirect(&mut b, String::new()),
                 _ => {
@@ -913,9 +918,7 @@ impl Lexer {
                 }
             }
             if self.peek() == Some('#') {
-                while !matches!(self.peek_raw(), None | Some('\n')) {
-                    self.pos += 1;
-                }
+                self.skip_to_line_end();
                 continue;
             }
             break;
@@ -947,9 +950,7 @@ impl Lexer {
                 Some('|') => self.pos += 1,
                 // A comment: the pattern is not closed on its line.
                 Some('#') => {
-                    while !matches!(self.peek_raw(), None | Some('\n')) {
-                        self.pos += 1;
-                    }
+                    self.skip_to_line_end();
                 }
                 Some(_) => {
                     let before = self.pos;
@@ -1045,9 +1046,7 @@ impl Lexer {
                 let mut line = String::new();
                 loop {
                     let start = self.pos;
-                    while !matches!(self.peek_raw(), None | Some('\n')) {
-                        self.pos += 1;
-                    }
+                    self.skip_to_line_end();
                     line.push_str(&self.slice(start, self.pos));
                     let newline = self.peek_raw() == Some('\n');
                     if newline {
