@@ -142,6 +142,18 @@ fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
         if name == "find" && FIND_VALUED.contains(&words[i - 1].text.as_str()) {
             continue;
         }
+        // The value of an option that takes the next word (`git commit -m
+        // "$msg"`, `tar -f "$out"`) is no option, unless that option is
+        // itself the value of the one before it.
+        let valued = value_options(name);
+        let is_valued = |at: usize| {
+            words
+                .get(at)
+                .is_some_and(|w| w.literal && valued.contains(&w.text.as_str()))
+        };
+        if is_valued(i - 1) && !(i >= 2 && is_valued(i - 2)) {
+            continue;
+        }
         if may_become_option(word) {
             let fix = if name == "git" {
                 format!(
@@ -161,6 +173,43 @@ fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
         }
     }
     None
+}
+
+/// Options of `name` that take the next word as their value, where a
+/// computed value is common (a message, an output file, a directory).
+fn value_options(name: &str) -> &'static [&'static str] {
+    match name {
+        "git" => &[
+            "-m",
+            "--message",
+            "-F",
+            "--file",
+            "--author",
+            "--date",
+            "-b",
+            "-B",
+            "--branch",
+            "--format",
+            "--pretty",
+            "-n",
+            "--max-count",
+            "--since",
+            "--until",
+            "--grep",
+            "-S",
+            "-G",
+            "-C",
+            "--git-dir",
+            "--work-tree",
+        ],
+        "tar" | "gtar" => &["-f", "--file", "-C", "--directory"],
+        "sort" => &["-o", "--output", "-k", "--key", "-t", "--field-separator"],
+        "zip" => &["-x", "-i"],
+        _ if option_runner(name).is_some_and(|o| o == CC) => {
+            &["-o", "-I", "-L", "-l", "-D", "-x", "-MF"]
+        }
+        _ => &[],
+    }
 }
 
 /// A word that may expand to text starting with `-`: it starts with an
@@ -184,23 +233,25 @@ fn may_become_option(word: &Word) -> bool {
 /// their caller's choosing, by option (a prefix: `-fplugin` covers
 /// `-fplugin=x.so`): `gcc -wrapper 'sh,-c,cmd'`, `rustc -C linker=cmd`,
 /// `rg --pre cmd`, `fd -x cmd`, `pandoc --filter cmd`, `man -P cmd`.
+/// The C and C++ compilers' options of [`option_runner`].
+const CC: &[&str] = &[
+    "-wrapper",
+    "-fplugin",
+    "-fpass-plugin",
+    "-B",
+    "-specs",
+    "--specs",
+    "--ld-path",
+    "-fuse-ld=/",
+    "-fuse-ld=.",
+    "-Xclang",
+    "-Xlinker",
+    "-Wl,",
+    "@",
+    "-print-prog-name",
+];
+
 fn option_runner(name: &str) -> Option<&'static [&'static str]> {
-    const CC: &[&str] = &[
-        "-wrapper",
-        "-fplugin",
-        "-fpass-plugin",
-        "-B",
-        "-specs",
-        "--specs",
-        "--ld-path",
-        "-fuse-ld=/",
-        "-fuse-ld=.",
-        "-Xclang",
-        "-Xlinker",
-        "-Wl,",
-        "@",
-        "-print-prog-name",
-    ];
     let cc = matches!(
         name,
         "cc" | "c++" | "cpp" | "gcc" | "g++" | "clang" | "clang++" | "tcc"

@@ -2881,6 +2881,8 @@ fn arguments_that_may_become_options_ask() {
         "git $x status",
         "sort ?-compress-program=*",
         "ssh \"$host\"",
+        // `-m` here is `-F`'s value, and what follows it an argument.
+        "git commit -F -m \"$x\"",
     ];
     assert_eq!(verdicts(&set, &asked), all(&asked, Verdict::Ask));
     let d = bash(&set, "sed -n p *.txt");
@@ -2898,6 +2900,10 @@ fn arguments_that_may_become_options_ask() {
         "git show --end-of-options \"$sha\"",
         "git diff -- \"$f\"",
         "git log -1 --format=%H",
+        // An option's value is no option.
+        "git commit -m \"$msg\"",
+        "git log -n \"$k\" --author \"$who\"",
+        "sort -o \"$f\" notes.txt",
     ];
     assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
 }
