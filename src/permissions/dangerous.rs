@@ -691,21 +691,29 @@ fn powershell_reads_program_from_stdin(args: &[Word], open_ended: bool) -> bool 
 /// `/proc/$$/fd/0`), however spelled (`//dev/./stdin`): a path that reads
 /// standard input.
 pub(crate) fn is_stdin_path(path: &str) -> bool {
+    path.starts_with('/')
+        && matches!(
+            path_parts(path).as_slice(),
+            ["dev", "stdin"] | ["dev", "fd", "0"] | ["proc", _, "fd", "0"]
+        )
+}
+
+/// The names along `path`, `.` and `..` resolved as far as the text
+/// allows: a relative path keeps its leading `..`, an absolute one drops
+/// a `..` at the root.
+fn path_parts(path: &str) -> Vec<&str> {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {
             "" | "." => {}
-            ".." => {
+            ".." if parts.last().is_some_and(|p| *p != "..") => {
                 parts.pop();
             }
+            ".." if path.starts_with('/') => {}
             _ => parts.push(part),
         }
     }
-    path.starts_with('/')
-        && matches!(
-            parts.as_slice(),
-            ["dev", "stdin"] | ["dev", "fd", "0"] | ["proc", _, "fd", "0"]
-        )
+    parts
 }
 
 /// A program file whose text the command line itself supplies, which no
@@ -717,18 +725,8 @@ pub(crate) fn is_fed_program(path: &str) -> bool {
     if path == "-" || path.starts_with("<(") || is_stdin_path(path) {
         return true;
     }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." if parts.last().is_some_and(|p| *p != "..") => {
-                parts.pop();
-            }
-            _ => parts.push(part),
-        }
-    }
     matches!(
-        parts.as_slice(),
+        path_parts(path).as_slice(),
         [.., "dev", "stdin" | "stdout" | "stderr" | "tty"]
             | [.., "dev", "fd", _]
             | [.., "proc", _, "fd", _]

@@ -131,6 +131,15 @@ fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
     if !options_may_run(name) {
         return None;
     }
+    // The value of an option that takes the next word (`git commit -m
+    // "$msg"`, `tar -f "$out"`, `find -name "$x"`) is no option, unless
+    // that option is itself the value of the one before it.
+    let valued = value_options(name);
+    let is_valued = |at: usize| {
+        words
+            .get(at)
+            .is_some_and(|w| w.literal && valued.contains(&w.text.as_str()))
+    };
     for (i, word) in words.iter().enumerate().skip(1) {
         // `find` takes no `--` before its expression.
         if word.literal
@@ -139,18 +148,6 @@ fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
         {
             return None;
         }
-        if name == "find" && FIND_VALUED.contains(&words[i - 1].text.as_str()) {
-            continue;
-        }
-        // The value of an option that takes the next word (`git commit -m
-        // "$msg"`, `tar -f "$out"`) is no option, unless that option is
-        // itself the value of the one before it.
-        let valued = value_options(name);
-        let is_valued = |at: usize| {
-            words
-                .get(at)
-                .is_some_and(|w| w.literal && valued.contains(&w.text.as_str()))
-        };
         if is_valued(i - 1) && !(i >= 2 && is_valued(i - 2)) {
             continue;
         }
@@ -202,6 +199,7 @@ fn value_options(name: &str) -> &'static [&'static str] {
             "--git-dir",
             "--work-tree",
         ],
+        "find" => FIND_VALUED,
         "tar" | "gtar" => &["-f", "--file", "-C", "--directory"],
         "sort" => &["-o", "--output", "-k", "--key", "-t", "--field-separator"],
         "zip" => &["-x", "-i"],

@@ -880,14 +880,7 @@ impl Lexer {
                         && b.redirects.is_empty()
                         && b.words[n - 3].is_keyword("case")
                         && b.words[n - 1].is_keyword("in")
-                        && b.words[..n - 3].iter().all(|w| {
-                            [
-                                "!", "{", "do", "then", "else", "elif", "if", "while", "until",
-                                "time",
-                            ]
-                            .iter()
-                            .any(|k| w.is_keyword(k))
-                        })
+                        && opening_only(&b.words[..n - 3])
                     {
                         self.finish(&mut b);
                         b = self.new_builder();
