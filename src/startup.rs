@@ -310,8 +310,9 @@ impl Application {
                 shared_database,
             },
         ));
+        let thread_owners: Arc<crate::http::KnownOwners> = Default::default();
         if shared_database {
-            follow_other_processes_events(&*store, &bus).await;
+            follow_other_processes_events(&*store, &bus, &thread_owners).await;
             match store.watch_owner_rules().await {
                 Ok(Some(changes)) => engine.follow_rule_changes(changes),
                 Ok(None) => {}
@@ -379,7 +380,7 @@ impl Application {
             calls: tokio_util::task::TaskTracker::new(),
             workspaces,
             sandbox,
-            thread_owners: Default::default(),
+            thread_owners,
             replay_cache,
         });
         spawn_expiry_sweeper(state.engine.clone(), state.shutdown.clone());
@@ -667,19 +668,31 @@ fn writer_nice(nice: i32) -> anyhow::Result<Option<i32>> {
 /// process's subscribers at once: each notice nudges the threads it names
 /// (a stream then reads the log after the last event it sent). Without the
 /// watch, streams still read the log at every heartbeat.
-async fn follow_other_processes_events(store: &dyn crate::store::Store, bus: &Arc<EventBus>) {
+async fn follow_other_processes_events(
+    store: &dyn crate::store::Store,
+    bus: &Arc<EventBus>,
+    owners: &Arc<crate::http::KnownOwners>,
+) {
+    use crate::store::Notice;
     match store.watch_events().await {
         Ok(Some(mut notices)) => {
             let bus = bus.clone();
+            let owners = owners.clone();
             tokio::spawn(async move {
                 while let Some(notice) = notices.recv().await {
                     match notice {
-                        Some(threads) => {
+                        Notice::Events(Some(threads)) => {
                             for (thread, seq) in threads {
                                 bus.nudge(&thread, seq);
                             }
                         }
-                        None => bus.nudge_all(),
+                        Notice::Events(None) => bus.nudge_all(),
+                        // A deleted thread's streams end, and its requests
+                        // answer 410, in this process too.
+                        Notice::Deleted { thread, at_ms } => {
+                            owners.deleted(&thread, at_ms);
+                            bus.deleted(&thread, at_ms);
+                        }
                     }
                 }
             });

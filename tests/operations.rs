@@ -2925,6 +2925,62 @@ async fn opened_stream(served: &Served, thread: &str) -> common::SseReader {
     sse
 }
 
+/// A thread deleted through one process is gone on the others as the
+/// deletion commits: their streams of it end with `RUN_ERROR`
+/// `THREAD_DELETED`, and a process that had read its owner answers `410`
+/// for it, not an empty thread.
+#[tokio::test]
+async fn a_thread_deleted_through_one_process_is_gone_on_the_others() {
+    let two = TwoProcesses::start(json!({})).await;
+    let (first, second) = (&two.first, &two.second);
+    let echo = json!({"id": "c1", "name": "echo", "arguments": {"text": "hi"}});
+    let r = two
+        .client
+        .post(format!("{}/v1/threads/gone/tool-calls", second.base))
+        .bearer_auth(&second.token)
+        .json(&echo)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    second.get_json("/v1/threads/gone/history").await;
+    let mut sse = opened_stream(second, "gone").await;
+    let r = two
+        .client
+        .delete(format!("{}/v1/threads/gone", first.base))
+        .bearer_auth(&first.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let mut end = None;
+    while let Some(frame) = sse.next(Duration::from_secs(10)).await {
+        if frame.data["type"] == "RUN_ERROR" {
+            end = Some(frame);
+            break;
+        }
+    }
+    let end = end.expect("the other process's stream ends");
+    assert_eq!(end.data["code"], "THREAD_DELETED", "{}", end.raw);
+    let r = two
+        .client
+        .get(format!("{}/v1/threads/gone/history", second.base))
+        .bearer_auth(&second.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 410);
+    let r = two
+        .client
+        .post(format!("{}/v1/threads/gone/tool-calls", second.base))
+        .bearer_auth(&second.token)
+        .json(&echo)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 410, "the old call does not run again");
+}
+
 /// A subscriber hears of what another process of the same database
 /// commits (or what committed with no word on the bus, its commit's answer
 /// lost): each heartbeat its stream reads the log after its last event.

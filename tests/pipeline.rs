@@ -3117,7 +3117,160 @@ async fn large_results_are_paged_by_size(backend: Backend) {
     assert_eq!(results, ids);
 }
 
+/// `DELETE /v1/threads/{id}`: everything the thread holds goes at once, in
+/// one transaction; its streams end; its id answers `410` ever after, so
+/// a call posted again under it (a retry of an old one) never runs twice.
+/// Not while a call waits for a person; never another owner's thread.
+async fn a_deleted_thread_is_gone_and_its_ids_never_run_again(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let token = app.token.clone();
+    let echo = json!({"id": "c1", "name": "echo", "arguments": {"text": "secret words"}});
+    let (s, out) = app.call("del", echo.clone()).await;
+    assert_eq!(s, 200, "{out}");
+    let r = app
+        .post(
+            "/v1/threads/del/messages",
+            &json!({"id": "m1", "role": "user", "content": "more secret words"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let (s, _) = app.call("keep", echo.clone()).await;
+    assert_eq!(s, 200);
+    let mut stream = app.events("del", "", None).await;
+    stream.until("TOOL_CALL_RESULT").await;
+
+    // Another owner's thread is not found, and stays whole.
+    let r = app
+        .delete_as(&app.token_for("mallory"), "/v1/threads/del")
+        .await;
+    assert_eq!(r.status(), 404);
+    assert_eq!(app.history("del").await.len(), 2);
+    let r = app.delete_as(&token, "/v1/threads/never-was").await;
+    assert_eq!(r.status(), 404);
+
+    // A call waiting for a person holds the thread.
+    let ask = json!({"id": "c2", "name": "bash", "arguments": {"command": "mkdir asked"}});
+    let (s, out) = app.call("del", ask.clone()).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
+    let r = app.delete_as(&token, "/v1/threads/del").await;
+    assert_eq!(r.status(), 409);
+    let busy: Value = r.json().await.unwrap();
+    assert_eq!(busy["code"], "THREAD_BUSY", "{busy}");
+    assert_eq!(
+        busy["errors"],
+        json!([{"tool_call_id": "c2", "status": "pending_approval"}]),
+        "{busy}"
+    );
+    assert_eq!(app.history("del").await.len(), 2, "nothing deleted");
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval}/decision"),
+            &json!({"decision": "deny"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    app.call_until_done("del", &ask).await;
+
+    let r = app.delete_as(&token, "/v1/threads/del").await;
+    assert_eq!(r.status(), 204);
+    // Its stream ends, saying why.
+    let end = stream.until("RUN_ERROR").await;
+    let end = &end.last().unwrap().data;
+    assert_eq!(end["code"], "THREAD_DELETED", "{end}");
+
+    // Every request on it is a 410, the retried call too, which does not
+    // run again; deleting it again answers as the first time.
+    let gone = |what: &str, r: reqwest::Response| {
+        let what = what.to_string();
+        async move {
+            assert_eq!(r.status(), 410, "{what}");
+            let p: Value = r.json().await.unwrap();
+            assert_eq!(p["code"], "THREAD_DELETED", "{what}: {p}");
+            assert!(p["deleted_at"].as_str().unwrap().ends_with('Z'), "{p}");
+        }
+    };
+    gone("history", app.get("/v1/threads/del/history").await).await;
+    gone("context", app.get("/v1/threads/del/context").await).await;
+    gone("events", app.get("/v1/threads/del/events").await).await;
+    gone("a call", app.get("/v1/threads/del/tool-calls/c1").await).await;
+    gone(
+        "the call again",
+        app.post("/v1/threads/del/tool-calls", &echo).await,
+    )
+    .await;
+    gone(
+        "a message",
+        app.post(
+            "/v1/threads/del/messages",
+            &json!({"id": "m2", "role": "user", "content": "hello"}),
+        )
+        .await,
+    )
+    .await;
+    gone(
+        "a run",
+        app.post(
+            "/v1/threads/del/runs",
+            &json!({"threadId": "del", "runId": "r1", "messages": [], "tools": [], "context": [], "state": {}, "forwardedProps": {}}),
+        )
+        .await,
+    )
+    .await;
+    let r = app.delete_as(&token, "/v1/threads/del").await;
+    assert_eq!(r.status(), 204);
+    // The id stays its owner's: another owner cannot take it.
+    let r = app
+        .post_as(
+            &app.token_for("mallory"),
+            "/v1/threads/del/tool-calls",
+            &echo,
+        )
+        .await;
+    assert_eq!(r.status(), 404);
+    let r = app.get(&format!("/v1/approvals/{approval}")).await;
+    assert_eq!(r.status(), 404, "its approvals went with it");
+
+    // The other thread is untouched; the list no longer holds this one.
+    let listed = app.get_json("/v1/threads").await;
+    let ids: Vec<&str> = listed["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["keep"], "{listed}");
+    assert_eq!(app.history("keep").await.len(), 1);
+
+    // The audit log counts what went, and the old call ran once.
+    let audit = app.get_json("/v1/audit?thread_id=del").await;
+    let entries = audit["entries"].as_array().unwrap();
+    let deleted: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["action"] == "thread.deleted")
+        .collect();
+    assert_eq!(deleted.len(), 1, "{audit}");
+    assert_eq!(
+        deleted[0]["detail"],
+        json!({"messages": 3, "events": deleted[0]["detail"]["events"], "tool_calls": 2, "approvals": 1}),
+        "{audit}"
+    );
+    assert!(
+        deleted[0]["detail"]["events"].as_i64().unwrap() >= 8,
+        "{audit}"
+    );
+    let ran = entries
+        .iter()
+        .filter(|e| e["action"] == "call.executed" && e["tool_call_id"] == "c1")
+        .count();
+    assert_eq!(ran, 1, "{audit}");
+    // Nothing of what it held is left in the database's tables.
+    assert_eq!(app.rows_of_thread("del").await, 0);
+    assert!(app.rows_of_thread("keep").await > 0);
+}
+
 both_backends!(
+    a_deleted_thread_is_gone_and_its_ids_never_run_again,
     a_message_and_its_events_have_one_moment,
     a_recorded_turn_comes_back_as_the_stream_showed_it,
     identical_runs_at_once_all_finish,

@@ -22,7 +22,8 @@ use toolgate::store::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallPlacement, CallStatus,
     DeclaredCall, DynStore, FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage,
     NewToolCall, PAGE_BYTES, ResultReference, Role, Store, StoreError, StoreResult, StoredEvent,
-    StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit,
+    StoredMessage, ThreadOwner, ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt,
+    WriteOp, WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -292,6 +293,7 @@ on_both_backends! {
         a_failing_unit_in_a_large_batch_fails_alone,
         duplicate_and_dependent_ids_within_one_batch,
         pool_writes_and_batches_interleave,
+        a_deleted_thread_keeps_its_owner_and_takes_no_more_writes,
     ],
     target: [
         two_handles_on_one_database_serialise_their_writes,
@@ -449,12 +451,125 @@ fn message_seqs(messages: &[StoredMessage]) -> Vec<i64> {
 // ---------------------------------------------------------------------------
 // Behaviours.
 
+async fn a_deleted_thread_keeps_its_owner_and_takes_no_more_writes(store: DynStore) {
+    let content = vec![
+        WriteOp::InsertMessage(message("m1", Role::User, "hello")),
+        WriteOp::InsertToolCall(new_call("c1")),
+        events(3),
+    ];
+    apply_all(
+        &store,
+        &[
+            unit("t", "alice", content.clone()),
+            unit("u", "alice", content.clone()),
+        ],
+    )
+    .await;
+    let delete = |thread: &str, at: i64| {
+        unit(
+            thread,
+            "alice",
+            vec![WriteOp::DeleteThread { deleted_at_ms: at }],
+        )
+    };
+    // A call still running holds the thread: nothing is deleted.
+    let busy = apply_one(&store, delete("t", 10)).await;
+    match busy {
+        Err(StoreError::ThreadBusy { calls }) => {
+            assert_eq!(calls, [("c1".to_string(), CallStatus::Running)])
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(message_ids(&store, "t").await, ["m1"]);
+    apply_one(
+        &store,
+        unit("t", "alice", finishing("c1", CallStatus::Success)),
+    )
+    .await
+    .unwrap();
+
+    // A deletion is its unit's only op.
+    let mixed = unit(
+        "t",
+        "alice",
+        vec![WriteOp::DeleteThread { deleted_at_ms: 10 }, events(1)],
+    );
+    assert!(matches!(
+        apply_one(&store, mixed).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let receipt = apply_one(&store, delete("t", 10)).await.unwrap();
+    let deleted = receipt.deleted.expect("what went");
+    assert_eq!(
+        (deleted.messages, deleted.tool_calls, deleted.events),
+        (2, 1, 3)
+    );
+    assert_eq!(receipt.audit_ids.len(), 1);
+    assert!(message_ids(&store, "t").await.is_empty());
+    assert!(store.tool_call("t", "c1").await.unwrap().is_none());
+    assert_eq!(store.events_after("t", 0, 100).await.unwrap().len(), 0);
+    assert_eq!(
+        store.thread_owner("t").await.unwrap(),
+        Some(ThreadOwner {
+            owner: "alice".into(),
+            deleted_at_ms: Some(10)
+        })
+    );
+
+    // Every later unit of it fails, alone: in a batch with another
+    // thread's unit, that one commits.
+    let results = store
+        .apply_batch(&[
+            unit("t", "alice", vec![events(1)]),
+            unit("u", "alice", vec![events(1)]),
+        ])
+        .await
+        .expect("the batch commits");
+    assert!(
+        matches!(&results[0], Err(StoreError::ThreadDeleted { thread, at_ms: 10 }) if thread == "t"),
+        "{:?}",
+        results[0]
+    );
+    assert!(results[1].is_ok(), "{:?}", results[1]);
+    assert!(matches!(
+        apply_one(&store, delete("t", 20)).await,
+        Err(StoreError::ThreadDeleted { at_ms: 10, .. })
+    ));
+    // Its id stays its owner's: taken by nobody, claimed by nobody.
+    assert!(matches!(
+        store.claim_thread("t", "alice").await,
+        Err(StoreError::ThreadDeleted { .. })
+    ));
+    assert!(matches!(
+        store.claim_thread("t", "bob").await,
+        Err(StoreError::NotOwner)
+    ));
+    assert!(matches!(
+        apply_one(&store, unit("t", "bob", vec![events(1)])).await,
+        Err(StoreError::NotOwner)
+    ));
+    // The audit log keeps the entry; the owner's list leaves it out.
+    let audit = store.audit(&filter("alice")).await.unwrap();
+    assert_eq!(audit[0].action, "thread.deleted");
+    assert_eq!(audit[0].thread_id.as_deref(), Some("t"));
+    assert_eq!(audit[0].detail["tool_calls"], 1);
+    let listed = store.threads_of("alice", None, 10).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["u"]);
+    assert_eq!(message_ids(&store, "u").await, ["m1"]);
+}
+
 async fn claiming_a_thread_and_other_owners(store: DynStore) {
     assert_eq!(store.thread_owner("t1").await.unwrap(), None);
     store.claim_thread("t1", "alice").await.unwrap();
     store.claim_thread("t1", "alice").await.unwrap();
     assert_eq!(
-        store.thread_owner("t1").await.unwrap().as_deref(),
+        store
+            .thread_owner("t1")
+            .await
+            .unwrap()
+            .map(|o| o.owner)
+            .as_deref(),
         Some("alice")
     );
     assert!(matches!(
@@ -462,7 +577,12 @@ async fn claiming_a_thread_and_other_owners(store: DynStore) {
         Err(StoreError::NotOwner)
     ));
     assert_eq!(
-        store.thread_owner("t1").await.unwrap().as_deref(),
+        store
+            .thread_owner("t1")
+            .await
+            .unwrap()
+            .map(|o| o.owner)
+            .as_deref(),
         Some("alice")
     );
 
@@ -491,7 +611,12 @@ async fn claiming_a_thread_and_other_owners(store: DynStore) {
         .await
         .unwrap();
     assert_eq!(
-        store.thread_owner("t2").await.unwrap().as_deref(),
+        store
+            .thread_owner("t2")
+            .await
+            .unwrap()
+            .map(|o| o.owner)
+            .as_deref(),
         Some("carol")
     );
     store.claim_thread("t2", "carol").await.unwrap();
@@ -1838,7 +1963,7 @@ impl Store for Observed {
     async fn ready(&self) -> StoreResult<()> {
         self.inner.ready().await
     }
-    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<ThreadOwner>> {
         self.inner.thread_owner(thread_id).await
     }
     async fn call_declaration(
@@ -2379,7 +2504,12 @@ async fn data_survives_reopening(target: Target) {
     assert_eq!(store.running_tool_calls(INSTANCE).await.unwrap().len(), 1);
     assert_eq!(store.all_messages("t").await.unwrap().len(), 1);
     assert_eq!(
-        store.thread_owner("t").await.unwrap().as_deref(),
+        store
+            .thread_owner("t")
+            .await
+            .unwrap()
+            .map(|o| o.owner)
+            .as_deref(),
         Some("alice")
     );
 }
@@ -4386,7 +4516,11 @@ async fn pool_writes_and_batches_interleave(store: DynStore) {
     for i in [0, 59] {
         let owner = format!("owner-{i}");
         assert_eq!(
-            store.thread_owner(&format!("claimed-{i}")).await.unwrap(),
+            store
+                .thread_owner(&format!("claimed-{i}"))
+                .await
+                .unwrap()
+                .map(|o| o.owner),
             Some(owner.clone())
         );
         assert!(store.owner_rules(&owner).await.unwrap().is_some());

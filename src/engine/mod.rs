@@ -1012,7 +1012,8 @@ impl Engine {
             return Err(rejection);
         };
         // The thread's messages are read only for its owner.
-        if self.store.thread_owner(&req.thread_id).await?.as_deref() != Some(req.owner.as_str()) {
+        let owner = self.store.thread_owner(&req.thread_id).await?;
+        if owner.is_none_or(|o| o.owner != req.owner || o.deleted_at_ms.is_some()) {
             return Err(rejection);
         }
         // An id the thread has recorded answers as recorded: its outcome
@@ -2977,6 +2978,15 @@ impl ReplayCache {
         let data = logged_event_data(event)?;
         self.hold(&event.thread_id, event.seq, &data);
         Ok(data)
+    }
+
+    /// Drop what is held of a thread (deleted: nothing of it is read
+    /// again, nor kept in memory).
+    pub fn forget(&self, thread_id: &str) {
+        let mut inner = self.lock();
+        if let Some(events) = inner.threads.remove(thread_id) {
+            inner.bytes -= events.values().map(|data| data.len()).sum::<usize>();
+        }
     }
 
     /// Keep a result event as it was streamed live, when its batch

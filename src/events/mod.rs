@@ -26,6 +26,8 @@ pub enum Live {
     Event(Arc<StoredEvent>),
     /// An event too large to carry: its seq, to be read from the log.
     InLog(i64),
+    /// The thread was deleted (at this time): its streams end.
+    Deleted(i64),
 }
 
 impl Live {
@@ -34,6 +36,7 @@ impl Live {
         match self {
             Live::Event(e) => e.seq,
             Live::InLog(seq) => *seq,
+            Live::Deleted(_) => i64::MAX,
         }
     }
 }
@@ -75,6 +78,15 @@ impl EventBus {
         let senders = self.senders.lock().expect("bus lock poisoned");
         if let Some(tx) = senders.get(thread_id) {
             let _ = tx.send(Live::InLog(seq));
+        }
+    }
+
+    /// Tell the thread's subscribers, if it has any, that it was deleted
+    /// at `at_ms`.
+    pub fn deleted(&self, thread_id: &str, at_ms: i64) {
+        let senders = self.senders.lock().expect("bus lock poisoned");
+        if let Some(tx) = senders.get(thread_id) {
+            let _ = tx.send(Live::Deleted(at_ms));
         }
     }
 

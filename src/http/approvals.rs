@@ -197,7 +197,11 @@ pub async fn list_approvals(
     // by the thread alone (its index; an owner's approvals may be many).
     if let Some(thread) = &thread
         && let Some(own) = owner.take()
-        && state.store.thread_owner(&thread.0).await?.as_deref() != Some(own)
+        && state
+            .store
+            .thread_owner(&thread.0)
+            .await?
+            .is_none_or(|o| o.owner != own)
     {
         return Ok(axum::Json(ApprovalList {
             approvals: Vec::new(),

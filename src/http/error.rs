@@ -47,6 +47,9 @@ pub mod conflicts {
     pub const BEING_CANCELLED: &str = "BEING_CANCELLED";
     /// The call runs in another process: cancel it through that one.
     pub const RUNS_ELSEWHERE: &str = "RUNS_ELSEWHERE";
+    /// A thread with calls still running or waiting for approval (listed
+    /// in `errors`) cannot be deleted yet.
+    pub const THREAD_BUSY: &str = "THREAD_BUSY";
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -96,8 +99,24 @@ pub enum ApiError {
     },
     #[error("{0}")]
     Unavailable(String),
+    /// The thread was deleted at `at_ms` (`code` [`THREAD_DELETED`]).
+    #[error("{}", thread_deleted_detail(thread, *at_ms))]
+    ThreadDeleted { thread: String, at_ms: i64 },
     #[error(transparent)]
     Internal(#[from] anyhow::Error),
+}
+
+/// The `code` of a deleted thread's `410` answers and of the `RUN_ERROR`
+/// its streams end with.
+pub const THREAD_DELETED: &str = "THREAD_DELETED";
+
+/// What a deleted thread's `410` and its streams' `RUN_ERROR` say.
+pub fn thread_deleted_detail(thread: &str, at_ms: i64) -> String {
+    format!(
+        "thread {thread:?} was deleted at {}: its messages, events and calls are gone, and its \
+         id is not used again (start a new thread under another id)",
+        crate::engine::rfc3339_millis(at_ms)
+    )
 }
 
 impl ApiError {
@@ -277,6 +296,7 @@ impl ApiError {
                 "unavailable",
                 "Service unavailable".into(),
             ),
+            ApiError::ThreadDeleted { .. } => (StatusCode::GONE, "gone", "Gone".into()),
             ApiError::Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
@@ -335,6 +355,13 @@ impl ApiError {
             }
             ApiError::ConflictAt { code, .. } => {
                 body.insert("code".into(), json!(code));
+            }
+            ApiError::ThreadDeleted { at_ms, .. } => {
+                body.insert("code".into(), json!(THREAD_DELETED));
+                body.insert(
+                    "deleted_at".into(),
+                    json!(crate::engine::rfc3339_millis(*at_ms)),
+                );
             }
             _ => {}
         }
@@ -400,6 +427,22 @@ impl From<crate::store::StoreError> for ApiError {
                 code: conflicts::CONFLICT,
                 errors: vec![json!({"field": field, "message": detail})],
                 detail,
+            },
+            StoreError::ThreadDeleted { thread, at_ms } => {
+                ApiError::ThreadDeleted { thread, at_ms }
+            }
+            StoreError::ThreadBusy { calls } => ApiError::ConflictAt {
+                code: conflicts::THREAD_BUSY,
+                detail: format!(
+                    "the thread has {} call{} still running or waiting for a person's approval \
+                     (listed in errors): cancel them or decide their approvals, then delete it again",
+                    calls.len(),
+                    if calls.len() == 1 { "" } else { "s" }
+                ),
+                errors: calls
+                    .into_iter()
+                    .map(|(id, status)| json!({"tool_call_id": id, "status": status.as_str()}))
+                    .collect(),
             },
             StoreError::NotFound(what) => ApiError::NotFound(what),
             e if e.is_unavailable() || matches!(e, StoreError::WriterClosed) => {

@@ -428,6 +428,9 @@ enum End {
     Expired,
     /// The event log could not be read: the stream ends with RUN_ERROR.
     Failed(crate::store::StoreError),
+    /// The thread was deleted (at this time): the stream ends with
+    /// RUN_ERROR.
+    Deleted(i64),
 }
 
 async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, live: Subscription) {
@@ -476,6 +479,10 @@ async fn stream_thread(stream: Stream, start: i64, snapshot: Option<Snapshot>, l
             outcome: Some(RunOutcome::Success {
                 pending_tool_call_ids: None,
             }),
+        }),
+        End::Deleted(at_ms) => Event::new(EventBody::RunError {
+            message: super::error::thread_deleted_detail(&stream.thread_id, at_ms),
+            code: Some(super::error::THREAD_DELETED.into()),
         }),
         End::Failed(e) => {
             tracing::error!(error = %e, "event stream failed");
@@ -600,6 +607,7 @@ async fn follow(
             received = live.recv() => received,
         };
         let result = match received {
+            Ok(Live::Deleted(at_ms)) => Err(End::Deleted(at_ms)),
             Ok(live) if live.seq() <= last => Ok(()),
             Ok(Live::Event(ev)) if ev.seq == last + 1 && listed.announces(&ev) => {
                 last = ev.seq;

@@ -38,8 +38,8 @@ use crate::auth::{Keys, bearer_token};
 use crate::config::Settings;
 use crate::engine::Engine;
 use crate::events::EventBus;
-use crate::store::DynStore;
 use crate::store::writer::Writer;
+use crate::store::{DynStore, ThreadOwner};
 use error::ApiError;
 
 /// What every handler shares, behind one `Arc`: axum clones the state for
@@ -80,7 +80,7 @@ pub struct Shared {
     pub streams: Arc<crate::engine::limits::Streams>,
     pub workspaces: Arc<crate::workspace::Workspaces>,
     /// Threads whose owner is known (owners never change).
-    pub thread_owners: Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
+    pub thread_owners: Arc<KnownOwners>,
     pub sandbox: Arc<crate::sandbox::Sandbox>,
     /// Result events rebuilt for replays, kept for the next replay.
     pub replay_cache: Arc<crate::engine::ReplayCache>,
@@ -338,37 +338,62 @@ pub fn check_path_id(parameter: &str, raw: &str) -> Result<(), ApiError> {
     }
 }
 
+/// The threads' owners this process has read: a thread's owner never
+/// changes, and a deleted thread stays deleted.
+#[derive(Default)]
+pub struct KnownOwners(std::sync::Mutex<std::collections::HashMap<String, ThreadOwner>>);
+
+impl KnownOwners {
+    /// At most this many are kept; past it the list starts over.
+    const MAX: usize = 100_000;
+
+    fn get(&self, thread: &str) -> Option<ThreadOwner> {
+        self.0.lock().expect("owners lock").get(thread).cloned()
+    }
+
+    fn remember(&self, thread: &str, owner: ThreadOwner) {
+        let mut known = self.0.lock().expect("owners lock");
+        if known.len() >= Self::MAX {
+            known.clear();
+        }
+        known.insert(thread.to_string(), owner);
+    }
+
+    /// The thread was deleted at `at_ms` (by this process or another).
+    pub fn deleted(&self, thread: &str, at_ms: i64) {
+        if let Some(known) = self.0.lock().expect("owners lock").get_mut(thread) {
+            known.deleted_at_ms.get_or_insert(at_ms);
+        }
+    }
+}
+
 /// The thread must not belong to someone else. Another owner's thread looks
-/// exactly like a missing one. A thread's owner never changes, so known
-/// owners are remembered.
+/// exactly like a missing one; the caller's own deleted thread is a `410`.
 pub async fn check_owner(
     state: &AppState,
     user: &AuthUser,
     thread: &ThreadId,
 ) -> Result<bool, ApiError> {
-    let known = state
-        .thread_owners
-        .lock()
-        .expect("owners lock")
-        .get(&thread.0)
-        .cloned();
-    let owner = match known {
+    let owner = match state.thread_owners.get(&thread.0) {
         Some(owner) => Some(owner),
         None => {
             let owner = state.store.thread_owner(&thread.0).await?;
             if let Some(o) = &owner {
-                let mut cache = state.thread_owners.lock().expect("owners lock");
-                if cache.len() >= 100_000 {
-                    cache.clear();
-                }
-                cache.insert(thread.0.clone(), o.clone());
+                state.thread_owners.remember(&thread.0, o.clone());
             }
             owner
         }
     };
     match owner {
-        Some(owner) if owner == user.owner => Ok(true),
-        Some(_) => Err(ApiError::thread_not_found()),
+        Some(owner) if owner.owner != user.owner => Err(ApiError::thread_not_found()),
+        Some(ThreadOwner {
+            deleted_at_ms: Some(at_ms),
+            ..
+        }) => Err(ApiError::ThreadDeleted {
+            thread: thread.0.clone(),
+            at_ms,
+        }),
+        Some(_) => Ok(true),
         None => Ok(false),
     }
 }

@@ -31,6 +31,7 @@ use super::error::PROBLEM_JSON;
         super::batches::post_batch,
         super::threads::post_message,
         super::threads::list_threads,
+        super::threads::delete_thread,
         super::threads::get_history,
         super::threads::get_context,
         super::events::get_events,
@@ -300,6 +301,12 @@ fn add_common_problems(doc: &mut Value) {
                     problem("The database is unavailable; retry (a call posted again with the same id runs at most once)"),
                 ));
             }
+            if v1 && path.contains("{thread_id}") && method != "delete" {
+                common.push((
+                    "410",
+                    problem("The thread was deleted (`code` `THREAD_DELETED`, `deleted_at` when); its id is not used again"),
+                ));
+            }
             if v1 && (has_parameters || has_body) {
                 common.push((
                     "400",
@@ -385,8 +392,9 @@ fn problem_schema() -> Value {
             "detail": {"type": "string", "description": "What was wrong, precisely enough to fix the request"},
             "code": {
                 "type": "string",
-                "description": "What kind of problem, for a program to act on: on every `409`, one of `CONFLICT`, `CALL_CONFLICT` (the call id is another call's: never post it again as it is), `MESSAGE_CONFLICT`, `OTHER_PARENT`, `RUN_CLOSED`, `WAITS_FOR_APPROVAL` (a batch's call held behind the call `errors[0].tool_call_id` names: post it again once that one is decided), `IN_PROGRESS` (post it again later), `ALREADY_DECIDED`, `APPROVAL_EXPIRED`, `ALREADY_UNDONE`, `ALREADY_ROLLED_BACK`, `ALREADY_FINISHED`, `BEING_CANCELLED`, `RUNS_ELSEWHERE`; on a refused tool call's `422`, its tool error's code (`TOOL_NOT_FOUND`, `INVALID_ARGUMENTS`); on an undo's `422`, `NOT_UNDOABLE` or `IRREVERSIBLE`"
+                "description": "What kind of problem, for a program to act on: on every `409`, one of `CONFLICT`, `CALL_CONFLICT` (the call id is another call's: never post it again as it is), `MESSAGE_CONFLICT`, `OTHER_PARENT`, `RUN_CLOSED`, `WAITS_FOR_APPROVAL` (a batch's call held behind the call `errors[0].tool_call_id` names: post it again once that one is decided), `IN_PROGRESS` (post it again later), `ALREADY_DECIDED`, `APPROVAL_EXPIRED`, `ALREADY_UNDONE`, `ALREADY_ROLLED_BACK`, `ALREADY_FINISHED`, `BEING_CANCELLED`, `RUNS_ELSEWHERE`, `THREAD_BUSY` (a thread with calls still running or waiting for approval, listed in `errors`, is not deleted); on a `410`, `THREAD_DELETED`; on a refused tool call's `422`, its tool error's code (`TOOL_NOT_FOUND`, `INVALID_ARGUMENTS`); on an undo's `422`, `NOT_UNDOABLE` or `IRREVERSIBLE`"
             },
+            "deleted_at": {"type": "string", "format": "date-time", "description": "On a `410` `THREAD_DELETED`: when the thread was deleted"},
             "errors": {
                 "type": "array",
                 "description": "One entry per offending place and its `message`: `pointer` (a JSON pointer into the body), `parameter` (a path or query parameter or the `Last-Event-ID` header), or, for a tool call's `INVALID_ARGUMENTS`, `path` (a JSON pointer into the call's arguments, whatever the call's shape: OpenAI's arguments are a JSON string inside the body), or `field`",
@@ -398,7 +406,8 @@ fn problem_schema() -> Value {
                         "parameter": {"type": "string"},
                         "path": {"type": "string"},
                         "field": {"type": "string", "description": "For a `409` on a call id recorded as another call: what differs (`name`, `arguments`, `workspace` or `dry_run`); `run_id` for a call posted to a run that was rolled back; `parent_message_id` for a call whose parent the thread recorded as another role's message while the call was being posted (found before, the same is a `422` with `pointer` `/parent_message_id`)"},
-                        "tool_call_id": {"type": "string", "description": "For a `409` `WAITS_FOR_APPROVAL`: the call it waits behind"},
+                        "tool_call_id": {"type": "string", "description": "For a `409` `WAITS_FOR_APPROVAL`: the call it waits behind; for a `409` `THREAD_BUSY`: a call still running or waiting for approval"},
+                        "status": {"type": "string", "description": "For a `409` `THREAD_BUSY`: the call's status (`running` or `pending_approval`)"},
                         "message": {"type": "string"},
                     },
                 },

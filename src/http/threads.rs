@@ -8,7 +8,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::{IntoParams, ToSchema};
@@ -46,6 +46,7 @@ pub fn routes() -> Router<AppState> {
         )
         .route("/threads/{thread_id}/messages", post(post_message))
         .route("/threads", get(list_threads))
+        .route("/threads/{thread_id}", delete(delete_thread))
         .route("/threads/{thread_id}/history", get(get_history))
         .route("/threads/{thread_id}/context", get(get_context))
 }
@@ -957,6 +958,62 @@ pub async fn list_threads(
             .collect(),
         next_cursor,
     }))
+}
+
+/// Delete a thread.
+///
+/// Removes everything the thread holds: its messages, events, tool calls
+/// (their records, results and undo data) and approvals, in one
+/// transaction, and answers `204` once that has committed. Its live
+/// streams end with `RUN_ERROR` (`code` `THREAD_DELETED`). The thread's
+/// id stays its owner's and is never used again: every later request on
+/// it answers `410` (`code` `THREAD_DELETED`), so a call posted again
+/// under it (a retry of an old one) is refused rather than run a second
+/// time. Deleting it again answers `204` too. The audit log keeps its
+/// entries (they hold no arguments, outputs or messages) and gains one,
+/// `thread.deleted`, counting what went. Files the thread's calls wrote
+/// stay in the owner's workspace.
+///
+/// A thread with calls still running or waiting for a person's approval
+/// is not deleted: `409` (`code` `THREAD_BUSY`) lists them in `errors`;
+/// cancel them or decide their approvals, then delete it again.
+#[utoipa::path(delete, path = "/v1/threads/{thread_id}", tag = "history",
+    params(("thread_id" = String, Path,)),
+    responses(
+        (status = 204, description = "Deleted (now, or before)"),
+        (status = 404, description = "No such thread for this owner", content_type = "application/problem+json"),
+        (status = 409, description = "Calls still running or waiting for approval (`THREAD_BUSY`, listed in `errors`)", content_type = "application/problem+json"),
+    ),
+    security(("bearer" = [])))]
+pub async fn delete_thread(
+    State(state): State<AppState>,
+    user: AuthUser,
+    Path(thread_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let thread = ThreadId::parse(thread_id)?;
+    match require_thread(&state, &user, &thread).await {
+        Err(ApiError::ThreadDeleted { .. }) => return Ok(StatusCode::NO_CONTENT),
+        checked => checked?,
+    }
+    let at_ms = now_ms();
+    let unit = WriteUnit {
+        thread_id: thread.0.clone(),
+        owner: user.owner.clone(),
+        ops: vec![WriteOp::DeleteThread {
+            deleted_at_ms: at_ms,
+        }],
+    };
+    let at_ms = match state.writer.write(unit).await {
+        Ok(_) => at_ms,
+        // Deleted by another request meanwhile.
+        Err(crate::store::StoreError::ThreadDeleted { at_ms, .. }) => at_ms,
+        Err(e) => return Err(e.into()),
+    };
+    state.thread_owners.deleted(&thread.0, at_ms);
+    state.bus.deleted(&thread.0, at_ms);
+    state.replay_cache.forget(&thread.0);
+    tracing::info!(thread = %thread.0, owner = %user.owner, "thread deleted");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]

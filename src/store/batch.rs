@@ -201,7 +201,8 @@ impl<'a> Plan<'a> {
                     | WriteOp::MarkUndoneIfOpen { .. }
                     | WriteOp::InsertApproval(_)
                     | WriteOp::DecideApproval { .. }
-                    | WriteOp::CloseRun { .. } => return None,
+                    | WriteOp::CloseRun { .. }
+                    | WriteOp::DeleteThread { .. } => return None,
                 }
             }
         }

@@ -3,9 +3,81 @@
 //! update that touched no row stands for.
 
 use super::{
-    ApprovalRecord, ApprovalStatus, CallStatus, FinishedToolCall, NewAuditEntry, NewEvent,
-    NewMessage, StoreError, StoreResult, WriteOp, WriteUnit,
+    ApprovalRecord, ApprovalStatus, CallStatus, DeletedContent, FinishedToolCall, JsonText,
+    NewAuditEntry, NewEvent, NewMessage, StoreError, StoreResult, WriteOp, WriteUnit,
 };
+
+/// The calls of thread `$1` that stop [`WriteOp::DeleteThread`]: running
+/// or waiting for an approval (at most 100 named).
+pub(crate) const BUSY_CALLS: &str = "SELECT id, status FROM tool_calls \
+     WHERE thread_id = $1 AND status IN ('running', 'pending_approval') \
+     ORDER BY ordinal LIMIT 100";
+
+/// The tables [`WriteOp::DeleteThread`] empties of the thread's rows
+/// besides those it counts (messages, events, calls, approvals).
+pub(crate) const OTHER_THREAD_TABLES: [&str; 2] = ["declared_calls", "closed_runs"];
+
+/// [`WriteOp::DeleteThread`] meeting `calls` (id, status), as read by
+/// [`BUSY_CALLS`]: fails with [`StoreError::ThreadBusy`] when there are any.
+pub(crate) fn not_busy(calls: Vec<(String, String)>) -> StoreResult<()> {
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let calls = calls
+        .into_iter()
+        .map(|(id, status)| {
+            let status = CallStatus::parse(&status).ok_or_else(|| {
+                StoreError::Corrupt(format!("call {id:?} has an unknown status {status:?}"))
+            })?;
+            Ok((id, status))
+        })
+        .collect::<StoreResult<_>>()?;
+    Err(StoreError::ThreadBusy { calls })
+}
+
+/// A unit holding [`WriteOp::DeleteThread`] holds nothing else.
+pub(crate) fn deletion_fits_unit(unit: &WriteUnit) -> StoreResult<()> {
+    if unit.ops.len() == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(format!(
+            "a deletion of thread {:?} must be its unit's only op",
+            unit.thread_id
+        )))
+    }
+}
+
+/// The audit action of a thread's deletion.
+pub const THREAD_DELETED: &str = "thread.deleted";
+
+/// The audit entry [`WriteOp::DeleteThread`] appends: who deleted the
+/// thread, when, and how much it held.
+pub(crate) fn deletion_audit(
+    unit: &WriteUnit,
+    at_ms: i64,
+    content: &DeletedContent,
+) -> NewAuditEntry {
+    NewAuditEntry {
+        at_ms,
+        owner: unit.owner.clone(),
+        thread_id: Some(unit.thread_id.clone()),
+        tool_call_id: None,
+        tool_name: None,
+        action: THREAD_DELETED.into(),
+        operation: Some("delete".into()),
+        verdict: None,
+        rule: None,
+        approval_id: None,
+        outcome: Some("success".into()),
+        duration_ms: None,
+        detail: JsonText::of(&serde_json::json!({
+            "messages": content.messages,
+            "events": content.events,
+            "tool_calls": content.tool_calls,
+            "approvals": content.approvals,
+        })),
+    }
+}
 
 /// How many event seqs, message seqs and call ordinals a unit reserves.
 pub(crate) struct Reservation {

@@ -51,6 +51,14 @@ pub enum StoreError {
     /// again finds nothing that answers for it.
     #[error("{detail}")]
     Refused { field: &'static str, detail: String },
+    /// The thread was deleted (`DELETE /v1/threads/{id}`): it takes no
+    /// more writes, and its id is not used again.
+    #[error("thread {thread:?} was deleted")]
+    ThreadDeleted { thread: String, at_ms: i64 },
+    /// [`WriteOp::DeleteThread`] met calls still running or waiting for
+    /// an approval (their ids and statuses): nothing was deleted.
+    #[error("the thread has calls still running or waiting for approval")]
+    ThreadBusy { calls: Vec<(String, CallStatus)> },
     /// A referenced row does not exist.
     #[error("not found: {0}")]
     NotFound(String),
@@ -155,6 +163,7 @@ impl StoreError {
                 | StoreError::Redeclared(_)
                 | StoreError::RunClosed { .. }
                 | StoreError::Refused { .. }
+                | StoreError::ThreadDeleted { .. }
         )
     }
 
@@ -171,6 +180,8 @@ impl StoreError {
                 | StoreError::Redeclared(_)
                 | StoreError::RunClosed { .. }
                 | StoreError::Refused { .. }
+                | StoreError::ThreadDeleted { .. }
+                | StoreError::ThreadBusy { .. }
                 | StoreError::NotFound(_)
         ) || self.is_raised_on_statement()
     }
@@ -880,6 +891,16 @@ pub enum WriteOp {
     /// commit on, no call of it is recorded. Closing a closed run again
     /// changes nothing.
     CloseRun { run_id: String, closed_at_ms: i64 },
+    /// Delete what the thread holds: its messages, events, calls,
+    /// approvals, declared calls and closed runs. Its row stays, stamped
+    /// `deleted_at_ms`: the id stays the owner's, and every later unit of
+    /// the thread fails with [`StoreError::ThreadDeleted`] (this one too,
+    /// when it was deleted already). A call still `running` or
+    /// `pending_approval` fails the unit with [`StoreError::ThreadBusy`].
+    /// It is its unit's only op; it appends its own audit entry
+    /// (`thread.deleted`, counting what went), and the receipt's `deleted`
+    /// counts it too.
+    DeleteThread { deleted_at_ms: i64 },
 }
 
 /// Everything one caller needs written atomically, for one thread. The
@@ -902,6 +923,25 @@ pub struct UnitReceipt {
     pub messages: Vec<(String, i64)>,
     /// The ids of the appended audit entries, in order.
     pub audit_ids: Vec<i64>,
+    /// What [`WriteOp::DeleteThread`] removed.
+    pub deleted: Option<DeletedContent>,
+}
+
+/// How much a thread held when it was deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct DeletedContent {
+    pub messages: i64,
+    pub events: i64,
+    pub tool_calls: i64,
+    pub approvals: i64,
+}
+
+/// Who owns a thread, and whether it was deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadOwner {
+    pub owner: String,
+    /// When [`WriteOp::DeleteThread`] emptied it; `None` while it lives.
+    pub deleted_at_ms: Option<i64>,
 }
 
 #[async_trait]
@@ -912,14 +952,15 @@ pub trait Store: Send + Sync + 'static {
     /// Database reachable and every migration applied.
     async fn ready(&self) -> StoreResult<()>;
 
-    /// Owner of a thread, `None` if the thread does not exist.
-    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>>;
+    /// Owner of a thread (and when it was deleted, if it was), `None` if
+    /// the thread does not exist.
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<ThreadOwner>>;
 
     /// What the assistant messages of `thread_id` say of call `call_id`.
     async fn call_declaration(&self, thread_id: &str, call_id: &str) -> StoreResult<Declaration>;
 
     /// Create the thread for `owner` if absent. Fails with `NotOwner` if it
-    /// exists for someone else.
+    /// exists for someone else, `ThreadDeleted` if it was deleted.
     async fn claim_thread(&self, thread_id: &str, owner: &str) -> StoreResult<()>;
 
     async fn tool_call(&self, thread_id: &str, id: &str) -> StoreResult<Option<ToolCallRecord>>;
@@ -1131,10 +1172,19 @@ pub enum RulesWatch {
     Lost,
 }
 
-/// What another process's commit told of its events: each thread with the
-/// last seq it committed, or `None` for any thread (a notice too long to
-/// list them, or the watch's connection back after missing some).
-pub type EventNotices = tokio::sync::mpsc::Receiver<Option<Vec<(String, i64)>>>;
+/// What another process's commit told of its threads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// Each thread with the last seq it committed, or `None` for any
+    /// thread (a notice too long to list them, or the watch's connection
+    /// back after missing some).
+    Events(Option<Vec<(String, i64)>>),
+    /// The thread was deleted at `at_ms` (by any process, this one too).
+    Deleted { thread: String, at_ms: i64 },
+}
+
+/// The receiving end of the notices of other processes' commits.
+pub type EventNotices = tokio::sync::mpsc::Receiver<Notice>;
 
 /// The receiving end of a [`RulesWatch`].
 pub type RuleChanges = tokio::sync::mpsc::Receiver<RulesWatch>;

@@ -36,6 +36,19 @@ const RULES_CHANNEL: &str = "toolgate_owner_rules";
 /// would not fit in a payload (under 8000 bytes).
 const EVENTS_CHANNEL: &str = "toolgate_events";
 
+/// The `NOTIFY` channel that tells every process of a thread deleted:
+/// `<deleted_at_ms> <thread id>`.
+const DELETED_CHANNEL: &str = "toolgate_threads_deleted";
+
+/// A deletion notice read back.
+fn read_deleted_notice(payload: &str) -> Option<super::Notice> {
+    let (at_ms, thread) = payload.split_once(' ')?;
+    Some(super::Notice::Deleted {
+        thread: thread.to_string(),
+        at_ms: at_ms.parse().ok()?,
+    })
+}
+
 /// How long an events notice's list may be.
 const EVENTS_NOTICE_BYTES: usize = 7000;
 
@@ -65,10 +78,10 @@ fn events_notice<'a>(
 
 /// Listen on `channel` again after `listener` lost its connection, trying
 /// every second; false once the pool is closed (shutting down).
-async fn listen_again(listener: &mut PgListener, channel: &str) -> bool {
+async fn listen_again(listener: &mut PgListener, channels: &[&str]) -> bool {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        match listener.listen(channel).await {
+        match listener.listen_all(channels.iter().copied()).await {
             Ok(()) => return true,
             Err(sqlx::Error::PoolClosed) => return false,
             Err(_) => {}
@@ -178,6 +191,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instances",
         include_str!("../../migrations/postgres/0016_instances.sql"),
     ),
+    (
+        17,
+        "deleted threads",
+        include_str!("../../migrations/postgres/0017_deleted_threads.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -216,7 +234,7 @@ ON CONFLICT (id) DO UPDATE SET \
     last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
     last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
     last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
-RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal";
+RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal, deleted_at_ms";
 
 pub struct PgStore {
     pool: PgPool,
@@ -338,6 +356,12 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
     if owner != unit.owner {
         return Err(StoreError::NotOwner);
     }
+    if let Some(at_ms) = row.try_get::<Option<i64>, _>("deleted_at_ms")? {
+        return Err(StoreError::ThreadDeleted {
+            thread: unit.thread_id.clone(),
+            at_ms,
+        });
+    }
     let mut next_event_seq = row.try_get::<i64, _>("last_event_seq")? - reserved.events + 1;
     let mut next_message_seq = row.try_get::<i64, _>("last_message_seq")? - reserved.messages + 1;
     let mut next_ordinal = row.try_get::<i64, _>("last_call_ordinal")? - reserved.calls + 1;
@@ -397,9 +421,61 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
                 .execute(&mut *conn)
                 .await?;
             }
+            WriteOp::DeleteThread { deleted_at_ms } => {
+                checks::deletion_fits_unit(unit)?;
+                let content = delete_thread(conn, &unit.thread_id, *deleted_at_ms).await?;
+                let entry = checks::deletion_audit(unit, *deleted_at_ms, &content);
+                receipt.audit_ids.push(insert_audit(conn, &entry).await?);
+                receipt.deleted = Some(content);
+            }
         }
     }
     Ok(receipt)
+}
+
+/// [`WriteOp::DeleteThread`], its unit's reservation holding the thread's
+/// row lock: every other write of the thread waits for it.
+async fn delete_thread(
+    conn: &mut PgConnection,
+    thread_id: &str,
+    at_ms: i64,
+) -> StoreResult<super::DeletedContent> {
+    let calls: Vec<(String, String)> = sqlx::query_as(checks::BUSY_CALLS)
+        .bind(thread_id)
+        .fetch_all(&mut *conn)
+        .await?;
+    checks::not_busy(calls)?;
+    let mut removed = async |table: &str| -> StoreResult<i64> {
+        Ok(
+            sqlx::query(&format!("DELETE FROM {table} WHERE thread_id = $1"))
+                .bind(thread_id)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected() as i64,
+        )
+    };
+    let content = super::DeletedContent {
+        messages: removed("messages").await?,
+        events: removed("events").await?,
+        tool_calls: removed("tool_calls").await?,
+        approvals: removed("approvals").await?,
+    };
+    for table in checks::OTHER_THREAD_TABLES {
+        removed(table).await?;
+    }
+    sqlx::query("UPDATE threads SET deleted_at_ms = $2 WHERE id = $1")
+        .bind(thread_id)
+        .bind(at_ms)
+        .execute(&mut *conn)
+        .await?;
+    // Every process's streams of the thread end, and their owners' cache
+    // learns of it, as this commits.
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(DELETED_CHANNEL)
+        .bind(format!("{at_ms} {thread_id}"))
+        .execute(&mut *conn)
+        .await?;
+    Ok(content)
 }
 
 async fn insert_tool_call(
@@ -894,7 +970,8 @@ async fn apply_plan(
              last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
              last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
              last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
-         RETURNING id, owner, last_event_seq, last_message_seq, last_call_ordinal",
+         RETURNING id, owner, last_event_seq, last_message_seq, last_call_ordinal, \
+             deleted_at_ms IS NOT NULL AS deleted",
     )
     .bind(&created)
     .bind(&ids)
@@ -907,6 +984,9 @@ async fn apply_plan(
     let mut reserved: std::collections::HashMap<String, (String, Reserved)> =
         std::collections::HashMap::with_capacity(returned.len());
     for row in returned {
+        if row.try_get::<bool, _>("deleted")? {
+            return Ok(None); // a deleted thread
+        }
         reserved.insert(
             row.try_get("id")?,
             (
@@ -1198,7 +1278,7 @@ impl Store for PgStore {
         ready
     }
 
-    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<super::ThreadOwner>> {
         self.reads().thread_owner(thread_id).await
     }
 
@@ -1370,7 +1450,7 @@ impl Store for PgStore {
                             return;
                         }
                         // Listening again (on a new connection) before it says so.
-                        if !listen_again(&mut listener, RULES_CHANNEL).await {
+                        if !listen_again(&mut listener, &[RULES_CHANNEL]).await {
                             return;
                         }
                         RulesWatch::Listening
@@ -1395,26 +1475,33 @@ impl Store for PgStore {
 
     async fn watch_events(&self) -> StoreResult<Option<EventNotices>> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
-        listener.listen(EVENTS_CHANNEL).await?;
+        let channels = [EVENTS_CHANNEL, DELETED_CHANNEL];
+        listener.listen_all(channels).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(1024);
         let token = self.token.clone();
         tokio::spawn(async move {
             loop {
                 let told = match listener.try_recv().await {
+                    Ok(Some(note)) if note.channel() == DELETED_CHANNEL => {
+                        match read_deleted_notice(note.payload()) {
+                            Some(told) => told,
+                            None => continue,
+                        }
+                    }
                     Ok(Some(note)) => match read_events_notice(&token, note.payload()) {
-                        Some(told) => told,
+                        Some(told) => super::Notice::Events(told),
                         None => continue,
                     },
                     // Back after a lost connection: notices may have been
                     // missed.
-                    Ok(None) => None,
+                    Ok(None) => super::Notice::Events(None),
                     Err(sqlx::Error::PoolClosed) => return,
                     Err(e) => {
                         tracing::warn!(error = %e, "the watch of other processes' events lost its connection");
-                        if !listen_again(&mut listener, EVENTS_CHANNEL).await {
+                        if !listen_again(&mut listener, &channels).await {
                             return;
                         }
-                        None
+                        super::Notice::Events(None)
                     }
                 };
                 // A full queue: the subscribers' heartbeats read the log.

@@ -16,7 +16,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallPlacement, CallStatus,
     Declaration, DeclaringMessage, PAGE_BYTES, ResultReference, Role, StoreError, StoreResult,
-    StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord,
+    StoredEvent, StoredMessage, ThreadOwner, ThreadSnapshot, ThreadSummary, ToolCallRecord,
 };
 
 /// A call's row (as `c`) with its output, read from its tool message (`m`,
@@ -174,7 +174,7 @@ SELECT t.id, t.created_at_ms, t.last_event_seq, t.last_message_seq, \
     (SELECT m.created_at_ms FROM messages AS m \
      WHERE m.thread_id = t.id ORDER BY m.seq DESC LIMIT 1) AS last_message_at_ms \
 FROM threads AS t \
-WHERE t.owner = $1 AND (t.created_at_ms, t.id) < ($2, $3) \
+WHERE t.owner = $1 AND (t.created_at_ms, t.id) < ($2, $3) AND t.deleted_at_ms IS NULL \
 ORDER BY t.created_at_ms DESC, t.id DESC LIMIT $4";
 
 /// The store's queries over one pool.
@@ -230,13 +230,18 @@ where
         }
     }
 
-    pub async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
-        Ok(
-            sqlx::query_scalar("SELECT owner FROM threads WHERE id = $1")
-                .bind(thread_id)
-                .fetch_optional(self.pool)
-                .await?,
-        )
+    pub async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<ThreadOwner>> {
+        let row = sqlx::query("SELECT owner, deleted_at_ms FROM threads WHERE id = $1")
+            .bind(thread_id)
+            .fetch_optional(self.pool)
+            .await?;
+        row.map(|row| {
+            Ok(ThreadOwner {
+                owner: row.text("owner")?,
+                deleted_at_ms: row.opt_int("deleted_at_ms")?,
+            })
+        })
+        .transpose()
     }
 
     pub async fn call_declaration(
@@ -288,8 +293,15 @@ where
         .execute(self.pool)
         .await?;
         match self.thread_owner(thread_id).await? {
-            Some(existing) if existing == owner => Ok(()),
-            Some(_) => Err(StoreError::NotOwner),
+            Some(existing) if existing.owner != owner => Err(StoreError::NotOwner),
+            Some(ThreadOwner {
+                deleted_at_ms: Some(at_ms),
+                ..
+            }) => Err(StoreError::ThreadDeleted {
+                thread: thread_id.to_string(),
+                at_ms,
+            }),
+            Some(_) => Ok(()),
             None => Err(StoreError::NotFound(format!("thread {thread_id:?}"))),
         }
     }

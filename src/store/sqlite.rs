@@ -129,6 +129,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "instances",
         include_str!("../../migrations/sqlite/0017_instances.sql"),
     ),
+    (
+        18,
+        "deleted threads",
+        include_str!("../../migrations/sqlite/0018_deleted_threads.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -379,7 +384,7 @@ impl Store for SqliteStore {
         ready
     }
 
-    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<String>> {
+    async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<super::ThreadOwner>> {
         self.reads().thread_owner(thread_id).await
     }
 

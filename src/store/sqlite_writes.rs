@@ -27,8 +27,8 @@ use serde_json::Value;
 use super::batch::{Place, Plan, Reserved};
 use super::checks::{self, Decision, Reservation};
 use super::{
-    ApprovalRecord, FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall,
-    Role, StoreError, StoreResult, UnitReceipt, WriteOp, WriteUnit,
+    ApprovalRecord, DeletedContent, FinishedToolCall, JsonText, NewAuditEntry, NewEvent,
+    NewMessage, NewToolCall, Role, StoreError, StoreResult, UnitReceipt, WriteOp, WriteUnit,
 };
 
 /// Page cache of the connection: 16 MiB (negative: KiB).
@@ -103,7 +103,8 @@ ON CONFLICT (id) DO UPDATE SET \
     last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal";
 
 const READ_SEQS: &str = "\
-SELECT owner, last_event_seq, last_message_seq, last_call_ordinal FROM threads WHERE id = ?1";
+SELECT owner, last_event_seq, last_message_seq, last_call_ordinal, deleted_at_ms FROM threads \
+WHERE id = ?1";
 
 const INSERT_CALL: &str = "\
 INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
@@ -459,7 +460,8 @@ fn unit_error(err: rusqlite::Error, what: impl FnOnce() -> String) -> StoreError
 }
 
 /// Create the thread or bump its counters by `r`; returns the owner and the
-/// new last values.
+/// new last values. A deleted thread of `owner`'s fails with
+/// [`StoreError::ThreadDeleted`].
 fn reserve(
     conn: &Connection,
     thread_id: &str,
@@ -475,17 +477,27 @@ fn reserve(
         r.calls
     ])?;
     let mut statement = conn.prepare_cached(READ_SEQS)?;
-    let row = statement.query_row([thread_id], |row| {
+    let (row, deleted) = statement.query_row([thread_id], |row| {
         Ok((
-            row.get::<_, String>(0)?,
-            Reserved {
-                last_event_seq: row.get(1)?,
-                last_message_seq: row.get(2)?,
-                last_call_ordinal: row.get(3)?,
-            },
+            (
+                row.get::<_, String>(0)?,
+                Reserved {
+                    last_event_seq: row.get(1)?,
+                    last_message_seq: row.get(2)?,
+                    last_call_ordinal: row.get(3)?,
+                },
+            ),
+            row.get::<_, Option<i64>>(4)?,
         ))
     })?;
-    Ok(row)
+    match deleted {
+        // Another owner's thread stays another owner's, deleted or not.
+        Some(at_ms) if row.0 == owner => Err(StoreError::ThreadDeleted {
+            thread: thread_id.to_string(),
+            at_ms,
+        }),
+        _ => Ok(row),
+    }
 }
 
 /// Apply one unit (already inside the unit's savepoint).
@@ -588,9 +600,48 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                     closed_at_ms
                 ])?;
             }
+            WriteOp::DeleteThread { deleted_at_ms } => {
+                checks::deletion_fits_unit(unit)?;
+                let content = delete_thread(conn, &unit.thread_id, *deleted_at_ms)?;
+                let entry = checks::deletion_audit(unit, *deleted_at_ms, &content);
+                receipt.audit_ids.push(insert_audit(conn, &entry)?);
+                receipt.deleted = Some(content);
+            }
         }
     }
     Ok(receipt)
+}
+
+/// [`WriteOp::DeleteThread`], its unit's reservation having taken the
+/// write lock.
+fn delete_thread(conn: &Connection, thread_id: &str, at_ms: i64) -> StoreResult<DeletedContent> {
+    let mut busy = conn.prepare(checks::BUSY_CALLS)?;
+    let calls = busy
+        .query_map([thread_id], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    checks::not_busy(calls)?;
+    let removed = |table: &str| -> StoreResult<i64> {
+        Ok(conn.execute(
+            &format!("DELETE FROM {table} WHERE thread_id = ?1"),
+            [thread_id],
+        )? as i64)
+    };
+    let content = DeletedContent {
+        messages: removed("messages")?,
+        events: removed("events")?,
+        tool_calls: removed("tool_calls")?,
+        approvals: removed("approvals")?,
+    };
+    for table in checks::OTHER_THREAD_TABLES {
+        removed(table)?;
+    }
+    conn.execute(
+        "UPDATE threads SET deleted_at_ms = ?2 WHERE id = ?1",
+        params![thread_id, at_ms],
+    )?;
+    Ok(content)
 }
 
 /// Whether the thread's run `run_id` was closed (rolled back).
@@ -979,7 +1030,10 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
             calls: thread.calls,
             created_at_ms: thread.created_at_ms.unwrap_or_else(crate::protocol::now_ms),
         };
-        let (owner, last) = reserve(tx, thread.id, thread.owner, &totals)?;
+        let (owner, last) = match reserve(tx, thread.id, thread.owner, &totals) {
+            Err(StoreError::ThreadDeleted { .. }) => return Ok(None),
+            reserved => reserved?,
+        };
         if owner != thread.owner {
             return Ok(None); // another owner's thread
         }

@@ -313,6 +313,13 @@ fn replicate(err: &StoreError) -> StoreError {
             field,
             detail: detail.clone(),
         },
+        StoreError::ThreadDeleted { thread, at_ms } => StoreError::ThreadDeleted {
+            thread: thread.clone(),
+            at_ms: *at_ms,
+        },
+        StoreError::ThreadBusy { calls } => StoreError::ThreadBusy {
+            calls: calls.clone(),
+        },
         StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
         StoreError::Corrupt(m) => StoreError::Corrupt(m.clone()),
         StoreError::NotMigrated(m) => StoreError::NotMigrated(m.clone()),

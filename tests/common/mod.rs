@@ -217,6 +217,45 @@ impl TestApp {
         format!("sqlite://{}", path.display())
     }
 
+    /// How many rows the database holds for `thread` in the tables of a
+    /// thread's content.
+    pub async fn rows_of_thread(&self, thread: &str) -> i64 {
+        use sqlx::Connection;
+        let tables = [
+            "messages",
+            "events",
+            "tool_calls",
+            "approvals",
+            "declared_calls",
+            "closed_runs",
+        ];
+        let mut total = 0;
+        for table in tables {
+            let sql = format!("SELECT COUNT(*) FROM {table} WHERE thread_id = $1");
+            total += match &self.pg {
+                Some(pg) => {
+                    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+                    sqlx::query_scalar::<_, i64>(&sql)
+                        .bind(thread)
+                        .fetch_one(&mut conn)
+                        .await
+                        .unwrap()
+                }
+                None => {
+                    let mut conn = sqlx::SqliteConnection::connect(&self.sqlite_url())
+                        .await
+                        .unwrap();
+                    sqlx::query_scalar::<_, i64>(&sql)
+                        .bind(thread)
+                        .fetch_one(&mut conn)
+                        .await
+                        .unwrap()
+                }
+            };
+        }
+        total
+    }
+
     /// A message's `metadata` as the database holds it, as text.
     pub async fn stored_metadata(&self, message_id: &str) -> String {
         use sqlx::Connection;
@@ -309,6 +348,15 @@ impl TestApp {
             .put(self.url(path))
             .bearer_auth(&self.token)
             .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    pub async fn delete_as(&self, token: &str, path: &str) -> reqwest::Response {
+        self.client
+            .delete(self.url(path))
+            .bearer_auth(token)
             .send()
             .await
             .unwrap()
