@@ -2233,6 +2233,18 @@ async fn a_second_shutdown_signal_exits_at_once() {
         .expect("the second signal ends the process at once")
         .unwrap();
     assert_eq!(exited.code(), Some(1), "{exited:?}");
+    // Its last lines may still be on their way from the pipe.
+    for _ in 0..50 {
+        if first
+            .stderr
+            .lock()
+            .unwrap()
+            .contains("second shutdown signal")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
         first
             .stderr

@@ -385,7 +385,16 @@ impl Store for SqliteStore {
     }
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<super::ThreadOwner>> {
-        self.reads().thread_owner(thread_id).await
+        // Most requests read this first: a query that fails on a file
+        // replaced under the service (a copy of an older schema, say) is
+        // the outage the replacement is, not an internal error.
+        let read = self.reads().thread_owner(thread_id).await;
+        match (&read, &self.file) {
+            (Err(_), Some((path, opened))) if identity(path).ok().as_ref() != Some(opened) => {
+                Err(file_gone(path))
+            }
+            _ => read,
+        }
     }
 
     async fn call_declaration(
