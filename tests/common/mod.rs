@@ -217,68 +217,64 @@ impl TestApp {
         format!("sqlite://{}", path.display())
     }
 
+    /// What `sql` (one row, one column, `$1` bound to `bind`) reads from
+    /// the database, as it holds it.
+    pub async fn stored_scalar<T>(&self, sql: &str, bind: &str) -> T
+    where
+        T: Send + Unpin,
+        for<'r> T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+        for<'r> T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+    {
+        use sqlx::Connection;
+        match &self.pg {
+            Some(pg) => {
+                let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
+                let row: (T,) = sqlx::query_as(sql)
+                    .bind(bind)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+                row.0
+            }
+            None => {
+                let mut conn = sqlx::SqliteConnection::connect(&self.sqlite_url())
+                    .await
+                    .unwrap();
+                let row: (T,) = sqlx::query_as(sql)
+                    .bind(bind)
+                    .fetch_one(&mut conn)
+                    .await
+                    .unwrap();
+                row.0
+            }
+        }
+    }
+
     /// How many rows the database holds for `thread` in the tables of a
     /// thread's content.
     pub async fn rows_of_thread(&self, thread: &str) -> i64 {
-        use sqlx::Connection;
-        let tables = [
+        let mut total = 0;
+        for table in [
             "messages",
             "events",
             "tool_calls",
             "approvals",
             "declared_calls",
             "closed_runs",
-        ];
-        let mut total = 0;
-        for table in tables {
+        ] {
             let sql = format!("SELECT COUNT(*) FROM {table} WHERE thread_id = $1");
-            total += match &self.pg {
-                Some(pg) => {
-                    let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
-                    sqlx::query_scalar::<_, i64>(&sql)
-                        .bind(thread)
-                        .fetch_one(&mut conn)
-                        .await
-                        .unwrap()
-                }
-                None => {
-                    let mut conn = sqlx::SqliteConnection::connect(&self.sqlite_url())
-                        .await
-                        .unwrap();
-                    sqlx::query_scalar::<_, i64>(&sql)
-                        .bind(thread)
-                        .fetch_one(&mut conn)
-                        .await
-                        .unwrap()
-                }
-            };
+            total += self.stored_scalar::<i64>(&sql, thread).await;
         }
         total
     }
 
     /// A message's `metadata` as the database holds it, as text.
     pub async fn stored_metadata(&self, message_id: &str) -> String {
-        use sqlx::Connection;
-        match &self.pg {
-            Some(pg) => {
-                let mut conn = sqlx::PgConnection::connect(&pg.url).await.unwrap();
-                sqlx::query_scalar("SELECT metadata::text FROM messages WHERE id = $1")
-                    .bind(message_id)
-                    .fetch_one(&mut conn)
-                    .await
-                    .unwrap()
-            }
-            None => {
-                let mut conn = sqlx::SqliteConnection::connect(&self.sqlite_url())
-                    .await
-                    .unwrap();
-                sqlx::query_scalar("SELECT metadata FROM messages WHERE id = ?")
-                    .bind(message_id)
-                    .fetch_one(&mut conn)
-                    .await
-                    .unwrap()
-            }
-        }
+        self.stored_scalar(
+            "SELECT CAST(metadata AS TEXT) FROM messages WHERE id = $1",
+            message_id,
+        )
+        .await
     }
 
     /// Put a file into the dev owner's workspace.
