@@ -3590,7 +3590,13 @@ async fn a_link_into_git_does_not_open_its_configuration_to_open_rules() {
     assert!(!root.join(".git/hooks/pre-commit").exists());
     // The same rules still allow writing elsewhere, and reading through
     // the link.
-    for (id, command) in [("w1", "echo x > notes.txt"), ("w2", "cat g/config")] {
+    // `cd` writes nothing: into a tree holding a `.git` it goes freely
+    // (what is written there is judged as `l3` was).
+    for (id, command) in [
+        ("w1", "echo x > notes.txt"),
+        ("w2", "cat g/config"),
+        ("w3", "cd stage && echo x"),
+    ] {
         let (s, out) = app.call("links", bash(id, command, None)).await;
         assert_eq!(s, 200, "{out}");
         assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");

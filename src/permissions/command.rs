@@ -82,10 +82,15 @@ pub(crate) struct Analysis {
     /// variable a value bash reads again as an array's elements if the
     /// variable is an array, with the variable's name.
     redeclared: Vec<(usize, String)>,
+    /// The variables whose every value the line spells out.
+    pub known: super::known::Known,
 }
 
 pub(crate) fn analyse(command: &str) -> Analysis {
-    let mut analysis = Analysis::default();
+    let mut analysis = Analysis {
+        known: super::known::Known::of_line(command),
+        ..Analysis::default()
+    };
     let mut next_pipeline = 0;
     expand(command, 0, false, &mut analysis, &mut next_pipeline);
     // Told only once the whole line is read: a function may assign to an
@@ -320,10 +325,33 @@ fn evaluates_names(words: &[Word]) -> bool {
                     "-eq" | "-ne" | "-lt" | "-le" | "-gt" | "-ge"
                 ) && (arithmetic_operand(&w[0]) || arithmetic_operand(&w[2]))
             })
-                // `[[ -v a[x] ]]`: the subscript is evaluated.
-                || args
-                    .windows(2)
-                    .any(|w| w[0].text == "-v" && reads_subscript(&w[1].text))
+                // `[[ -v a[x] ]]`: the subscript is evaluated; a name
+                // computed at run time may be such an element.
+                || args.windows(2).any(|w| {
+                    w[0].text == "-v" && (reads_subscript(&w[1].text) || w[1].computed)
+                })
+        }
+        "test" | "[" | "printf" | "wait"
+            if args.windows(2).any(|w| {
+                let names = if name == "wait" { "-p" } else { "-v" };
+                w[0].text == names && w[1].computed
+            }) =>
+        {
+            true
+        }
+        // A variable's name computed at run time may be an array element
+        // whose subscript bash evaluates (`x='a[$(…)]'; unset "$x"`).
+        "declare" | "typeset" | "local" | "export" | "readonly" | "unset" | "read" | "mapfile"
+        | "readarray"
+            if args.iter().any(|w| {
+                !w.text.starts_with(['-', '+'])
+                    && w.text
+                        .split('=')
+                        .next()
+                        .is_some_and(|name| name.contains(['$', '`']))
+            }) =>
+        {
+            true
         }
         "declare" | "typeset" | "local" | "export" | "readonly" | "unset" | "read" | "printf"
         | "mapfile" | "readarray" | "test" | "[" | "wait" => args.iter().any(|w| {
@@ -631,7 +659,7 @@ fn normalise(
                 "the arguments appended to `{name}` are read from input when it runs and may become its options, some of which run another program"
             ));
         }
-        if let Some(found) = super::embedded::runs_programs(&layer.words) {
+        if let Some(found) = super::embedded::runs_programs(&layer.words, &an.known) {
             if opaque.is_none() {
                 opaque = Some(found.why);
             }
@@ -1345,9 +1373,8 @@ fn step(words: &[Word], opaque: &mut Option<String>) -> Step {
             Some(i) if i < words.len() => joined_payload(&words[i..]),
             _ => Step::Stop,
         },
-        "sh" | "bash" | "zsh" | "dash" | "ksh" | "mksh" | "ash" | "yash" | "posh" | "fish" => {
-            shell_payload(words)
-        }
+        "sh" | "bash" | "rbash" | "zsh" | "dash" | "ksh" | "mksh" | "ash" | "yash" | "posh"
+        | "fish" | "csh" | "tcsh" => shell_payload(words),
         "su" => su_payload(words),
         // `runuser -u user [--] command`, or like `su`: `runuser user -c …`.
         "runuser" => {

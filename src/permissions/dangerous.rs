@@ -17,9 +17,38 @@ pub(crate) struct Hazard {
 }
 
 /// Shells that run whatever arrives on their standard input.
-const SHELLS: [&str; 10] = [
-    "sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "posh", "fish",
+const SHELLS: [&str; 13] = [
+    "sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "posh", "fish", "rbash", "csh",
+    "tcsh",
 ];
+
+/// Shells that read startup files from their `HOME` (the workspace, which
+/// a line or an earlier call may have written) whenever they start: zsh's
+/// `.zshenv`, fish's `config.fish`, csh's `.cshrc`.
+const SHELLS_WITH_STARTUP_FILES: [&str; 4] = ["zsh", "fish", "csh", "tcsh"];
+
+/// Whether `words` start a shell that runs startup files from its `HOME`:
+/// one of [`SHELLS_WITH_STARTUP_FILES`], or a login or interactive shell
+/// (`bash -lc …`, `sh -i`), or one given an rc file.
+fn runs_startup_files(words: &[Word]) -> Option<&str> {
+    let name = words.first().and_then(command_name)?;
+    if SHELLS_WITH_STARTUP_FILES.contains(&name) {
+        return Some(name);
+    }
+    if !SHELLS.contains(&name) {
+        return None;
+    }
+    let flagged = words[1..]
+        .iter()
+        .take_while(|w| w.text != "--" && w.text != "-" && w.text.starts_with(['-', '+']))
+        .any(|w| match w.text.strip_prefix("--") {
+            Some(long) => ["login", "interactive", "rcfile", "init-file"]
+                .iter()
+                .any(|o| long.starts_with(o)),
+            None => w.text.starts_with('-') && w.text[1..].contains(['l', 'i']),
+        });
+    flagged.then_some(name)
+}
 
 /// Top-level directories whose recursive removal or re-permissioning
 /// breaks the machine.
@@ -60,6 +89,16 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
             ));
             break;
         }
+    }
+    if let Some(name) = piece
+        .layers
+        .iter()
+        .find_map(|layer| runs_startup_files(&layer.words))
+    {
+        reasons.push(format!(
+            "{} runs the startup files in its HOME, the workspace, which a command may have written",
+            quote(name)
+        ));
     }
     if !piece.shadow {
         if piece.command().first().is_some_and(|w| w.computed) {

@@ -7,6 +7,7 @@
 //! command of its own, like `find -exec`'s, so deny rules still see it.
 
 use super::command::command_name;
+use super::known::Known;
 use super::shell::Word;
 
 /// What one command is told to run besides itself.
@@ -19,10 +20,10 @@ pub(crate) struct Embedded {
 
 /// The programs `words` (one command, wrappers peeled or not) run through
 /// their options or program text.
-pub(crate) fn runs_programs(words: &[Word]) -> Option<Embedded> {
+pub(crate) fn runs_programs(words: &[Word], known: &Known) -> Option<Embedded> {
     let name = words.first().and_then(command_name)?;
     let found = told_to_run(name, words);
-    match (found, option_from_expansion(name, words)) {
+    match (found, option_from_expansion(name, words, known)) {
         (Some(found), _) => Some(found),
         (None, Some(why)) => Some(Embedded {
             why,
@@ -84,6 +85,10 @@ pub(crate) fn options_may_run(name: &str) -> bool {
 /// `find` primaries whose value is the next word (a pattern, a name, a
 /// number): a computed value there is no primary.
 const FIND_VALUED: &[&str] = &[
+    "-fprint",
+    "-fprint0",
+    "-fprintf",
+    "-fls",
     "-name",
     "-iname",
     "-path",
@@ -127,20 +132,20 @@ const FIND_VALUED: &[&str] = &[
 /// into an option when it runs: one starting with an expansion (`"$x"`,
 /// `$(…)`) or a glob or brace (`?e1e*` matches a file named `-e1e…`, and
 /// GNU tools take options after operands). The reason, when there is one.
-fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
+fn option_from_expansion(name: &str, words: &[Word], known: &Known) -> Option<String> {
     if !options_may_run(name) {
         return None;
     }
     // The value of an option that takes the next word (`git commit -m
-    // "$msg"`, `tar -f "$out"`, `find -name "$x"`) is no option, unless
-    // that option is itself the value of the one before it.
+    // "$msg"`, `tar -f "$out"`, `find -name "$x"`; find's `-fprintf` two)
+    // is no option, and a value that looks like an option takes none.
     let valued = value_options(name);
-    let is_valued = |at: usize| {
-        words
-            .get(at)
-            .is_some_and(|w| w.literal && valued.contains(&w.text.as_str()))
-    };
-    for (i, word) in words.iter().enumerate().skip(1) {
+    let mut values_left = 0;
+    for word in words.iter().skip(1) {
+        if values_left > 0 {
+            values_left -= 1;
+            continue;
+        }
         // `find` takes no `--` before its expression.
         if word.literal
             && name != "find"
@@ -148,10 +153,20 @@ fn option_from_expansion(name: &str, words: &[Word]) -> Option<String> {
         {
             return None;
         }
-        if is_valued(i - 1) && !(i >= 2 && is_valued(i - 2)) {
+        if word.literal && valued.contains(&word.text.as_str()) {
+            values_left = if name == "find" && word.text == "-fprintf" {
+                2
+            } else {
+                1
+            };
             continue;
         }
-        if may_become_option(word) {
+        // A word of variables the line sets to known texts, none of which
+        // starts with `-`, is no option (`f=src/a.rs; sed -n 1p "$f"`).
+        let known_operand = known
+            .readings(word)
+            .is_some_and(|texts| texts.iter().all(|t| !t.starts_with('-')));
+        if !known_operand && (may_become_option(word) || option_named_when_run(name, word)) {
             let fix = if name == "git" {
                 format!(
                     "put it after `--end-of-options` (a revision) or `--` (a path: `./{}` too)",
@@ -208,6 +223,25 @@ fn value_options(name: &str) -> &'static [&'static str] {
         }
         _ => &[],
     }
+}
+
+/// A word that starts as an option but whose option only takes its name
+/// when the command runs: `find`'s `-exe[c]` or `-$x`, a long option
+/// `--$x`, a lone `-$x`, or any with an unquoted expansion, which may
+/// split into more words (`-I$x` with `x='a -wrapper …'`).
+fn option_named_when_run(name: &str, word: &Word) -> bool {
+    if word.literal || !word.text.starts_with('-') {
+        return false;
+    }
+    if name == "find" || (word.computed && !word.quoted) {
+        return true;
+    }
+    let fixed = word
+        .text
+        .split(['$', '`', '*', '?', '[', '{'])
+        .next()
+        .unwrap_or_default();
+    fixed == "-" || (fixed.starts_with("--") && !fixed.contains('='))
 }
 
 /// A word that may expand to text starting with `-`: it starts with an
@@ -1001,13 +1035,7 @@ fn sed(words: &[Word]) -> Option<Embedded> {
     if args.iter().any(|w| w.text == "--sandbox") {
         return None;
     }
-    let values = option_values(
-        words,
-        "efl",
-        &["expression", "file", "line-length"],
-        &[],
-        true,
-    );
+    let values = option_values(words, SED_VALUES.0, SED_VALUES.1, &[], true);
     let mut scripts: Vec<&Word> = Vec::new();
     let mut given = false;
     for (option, value) in &values {
@@ -1041,8 +1069,8 @@ fn sed(words: &[Word]) -> Option<Embedded> {
                 break;
             }
             if t.starts_with('-') && t.len() > 1 {
-                // `-l N` takes the next word.
-                i += if t == "-l" || t == "--line-length" {
+                // `-l N` (`--line N`, `-nl N`) takes the next word.
+                i += if option_takes_next(t, SED_VALUES.0, SED_VALUES.1) {
                     2
                 } else {
                     1
@@ -1164,8 +1192,7 @@ pub(crate) fn sed_script_runs_commands(script: &str) -> bool {
                     i += 1;
                 }
             }
-            // Text, a label, a file name or a comment: to the end of the
-            // line (labels and `v` also end at `;`).
+            // Text, a file name or a comment: to the end of the line.
             'a' | 'i' | 'c' => loop {
                 to_line_end(&mut i);
                 if i > 0 && s.get(i - 1) == Some(&'\\') && i < s.len() {
@@ -1175,8 +1202,13 @@ pub(crate) fn sed_script_runs_commands(script: &str) -> bool {
                 break;
             },
             '#' | 'r' | 'R' | 'w' | 'W' => to_line_end(&mut i),
+            // A label, or `v`'s version: one word (GNU sed 4.9 ends it at
+            // a blank too, and reads what follows as the next command).
             ':' | 'b' | 't' | 'T' | 'v' => {
-                while i < s.len() && s[i] != '\n' && s[i] != ';' && s[i] != '}' {
+                while i < s.len() && matches!(s[i], ' ' | '\t') {
+                    i += 1;
+                }
+                while i < s.len() && !s[i].is_whitespace() && s[i] != ';' && s[i] != '}' {
                     i += 1;
                 }
             }
@@ -1233,21 +1265,7 @@ fn awk(name: &str, words: &[Word]) -> Option<Embedded> {
     {
         return None;
     }
-    let values = option_values(
-        words,
-        "fvFeEilW",
-        &[
-            "file",
-            "source",
-            "exec",
-            "include",
-            "load",
-            "assign",
-            "field-separator",
-        ],
-        &[],
-        false,
-    );
+    let values = option_values(words, AWK_VALUES.0, AWK_VALUES.1, &[], false);
     let mut given = false;
     for (option, value) in &values {
         match option.as_str() {
@@ -1298,8 +1316,9 @@ fn awk(name: &str, words: &[Word]) -> Option<Embedded> {
         if !t.starts_with('-') || t == "-" {
             break;
         }
-        // `-F x`, `-v a=b`, `-W opt` take the next word unless attached.
-        i += if matches!(t, "-F" | "-v" | "-W" | "--assign" | "--field-separator") {
+        // `-F x`, `-v a=b`, `-W opt` take the next word unless attached,
+        // and so do long options, abbreviated too (`--field x`, `--as a=b`).
+        i += if option_takes_next(t, AWK_VALUES.0, AWK_VALUES.1) {
             2
         } else {
             1
@@ -1313,6 +1332,38 @@ fn awk(name: &str, words: &[Word]) -> Option<Embedded> {
         return runs("runs commands (`system()` or a pipe)");
     }
     None
+}
+
+/// sed's options that take a value: the letters, and the long names.
+const SED_VALUES: (&str, &[&str]) = ("efl", &["expression", "file", "line-length"]);
+
+/// awk's options that take a value: the letters, and gawk's long names.
+const AWK_VALUES: (&str, &[&str]) = (
+    "fvFeEilW",
+    &[
+        "file",
+        "source",
+        "exec",
+        "include",
+        "load",
+        "assign",
+        "field-separator",
+    ],
+);
+
+/// Whether option word `t` takes the next word as its value: a cluster of
+/// `short` letters ending in one that takes a value (`-nl` then `5`), or
+/// a long option without `=` that is, or abbreviates (as `getopt_long`
+/// takes it), one of `long`.
+fn option_takes_next(t: &str, short: &str, long: &[&str]) -> bool {
+    if let Some(name) = t.strip_prefix("--") {
+        return !name.is_empty() && !name.contains('=') && long.iter().any(|f| f.starts_with(name));
+    }
+    let flags = t.strip_prefix('-').unwrap_or_default();
+    flags
+        .char_indices()
+        .find(|(_, c)| short.contains(*c))
+        .is_some_and(|(at, c)| at + c.len_utf8() == flags.len())
 }
 
 /// `-W` options (gawk's and mawk's long options) that read, load and run

@@ -36,10 +36,70 @@ use super::shell::Word;
 /// `grep -r x --exclude-dir=.git`, `ls .git`, `rm -f .git/index.lock`.
 /// Not `sort` (`-o`), `tree` (`-o`), `find` (`-fprint`), `file` (`-C`),
 /// nor `git` itself.
+/// `cd`, `pushd` and `popd` write nothing: where they lead is a place of
+/// the line ([`line_places`]), against which its writes are judged.
 const READERS: &[&str] = &[
     "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ls", "wc", "du", "stat", "diff", "cmp",
-    "echo", "printf", "realpath", "readlink", "basename", "dirname", "rm", "rmdir", "unlink",
+    "echo", "printf", "realpath", "readlink", "basename", "dirname", "rm", "rmdir", "unlink", "cd",
+    "pushd", "popd",
 ];
+
+/// Commands that write to the files their operands name (the last, or
+/// all): a computed operand may name git's configuration.
+const OPERAND_WRITERS: &[&str] = &["tee", "cp", "mv", "ln", "install", "rsync", "scp"];
+
+/// Options whose value is a file or directory the command writes, per
+/// command; `-o` and long options holding `output` count for every one.
+const WRITE_OPTIONS: &[(&str, &[&str])] = &[
+    ("tar", &["-f", "--file", "-C", "--directory"]),
+    ("gtar", &["-f", "--file", "-C", "--directory"]),
+    ("unzip", &["-d"]),
+    ("wget", &["-O", "-P", "--directory-prefix"]),
+    ("curl", &["--create-dirs"]),
+    ("find", &["-fprint", "-fprint0", "-fprintf", "-fls"]),
+    ("strace", &["-o"]),
+    ("script", &["-O", "-I", "-B", "-T"]),
+];
+
+/// Whether `word`, the `i`th of the outer layer `words` of a command named
+/// `name`, is computed at run time where the command writes a file: an
+/// operand of a command that writes its operands, or the value of an
+/// option naming a file it writes (`--output="${x}t/config"`, `-o "$f"`,
+/// `of=$f`). Such a word may spell git's configuration from parts that do
+/// not (`x=.gi`).
+fn computed_write_target(name: Option<&str>, words: &[Word], i: usize, word: &Word) -> bool {
+    if !word.computed {
+        return false;
+    }
+    let name = name.unwrap_or_default();
+    if OPERAND_WRITERS.contains(&name) && !word.text.starts_with('-') {
+        return true;
+    }
+    let specific = WRITE_OPTIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, options)| *options)
+        .unwrap_or_default();
+    let writes = |option: &str| {
+        option == "-o"
+            || specific.contains(&option)
+            || (option.starts_with("--")
+                && (option.contains("output") || option.contains("log-file")))
+    };
+    // Glued: `--output=…`, `of=…`, `-o…`.
+    let glued = match word.text.split_once('=') {
+        Some((option, _)) if option.starts_with('-') => writes(option),
+        Some(("of", _)) => name == "dd",
+        _ => {
+            word.text.len() > 2
+                && word.text.starts_with('-')
+                && !word.text.starts_with("--")
+                && writes(&word.text[..2])
+        }
+    };
+    let after = i > 0 && words[i - 1].literal && writes(&words[i - 1].text);
+    glued || after
+}
 
 /// Wrappers that write no file their arguments name: a reader they run
 /// stays a reader (`timeout 5 cat .git/config`). Not `strace -o`,
@@ -98,6 +158,8 @@ pub(crate) struct Reach<'a> {
     /// Judge as if nothing could be git's configuration (to tell a rule
     /// that covers a command but for that).
     blind: bool,
+    /// The variables whose every value the line spells out.
+    known: super::known::Known,
 }
 
 impl<'a> Reach<'a> {
@@ -126,6 +188,7 @@ impl<'a> Reach<'a> {
                 .and_then(Value::as_str)
                 .is_some_and(mentions_git_configuration),
             blind: false,
+            known: analysis.map(|a| a.known.clone()).unwrap_or_default(),
         }
     }
 
@@ -147,6 +210,7 @@ impl<'a> Reach<'a> {
             place_names: Names::default(),
             mentions_git: false,
             blind: false,
+            known: Default::default(),
         }
     }
 
@@ -266,9 +330,26 @@ impl<'a> Reach<'a> {
             // string `xargs -I` replaces with what it reads.
             if word.text.contains("{}")
                 || (i >= inner_start && replaced.iter().any(|r| word.text.contains(r.as_str())))
-                || (word.computed && self.mentions_git)
             {
                 return true;
+            }
+            // Computed: where it may matter, the texts it stands for when
+            // the line spells out its variables' values, or else anything.
+            let matters = (word.computed && self.mentions_git)
+                || (i >= inner_start
+                    && computed_write_target(
+                        piece.command_name(),
+                        &outer.words[inner_start..],
+                        i - inner_start,
+                        word,
+                    ));
+            if matters {
+                return match self.known.readings(word) {
+                    Some(texts) => texts
+                        .iter()
+                        .any(|text| argument_paths(text).any(|path| self.may_reach(places, path))),
+                    None => true,
+                };
             }
             // A URL names no file here.
             if word.literal && word.text.contains("://") {

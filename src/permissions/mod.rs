@@ -70,6 +70,7 @@ mod dangerous;
 mod embedded;
 mod file;
 mod git_reach;
+mod known;
 mod rules;
 mod shell;
 mod web;

@@ -223,6 +223,7 @@ pub(crate) fn lex(src: &str, next_pipeline: &mut usize, depth: usize) -> Lexed {
         out: Lexed::default(),
         assigning: false,
         heredocs: Vec::new(),
+        heredoc_body: false,
     };
     lexer.list(None);
     *next_pipeline = lexer.next_pipeline;
@@ -243,6 +244,9 @@ struct Lexer {
     /// Heredocs opened on the current line: (delimiter, strip tabs, quoted,
     /// the redirect's flags for what its body does).
     heredocs: Vec<(String, bool, bool, Body)>,
+    /// The text is an unquoted heredoc's body: read as in double quotes,
+    /// but `\"` is no escape there, in backticks either.
+    heredoc_body: bool,
 }
 
 /// A piece being built.
@@ -311,14 +315,20 @@ fn at_command_start(b: &Builder) -> bool {
     b.redirects.is_empty() && opening_only(&b.words)
 }
 
-/// Words that are all reserved words a command may follow.
+/// Words that are all reserved words a command may follow (`function
+/// NAME` among them: a function's body is a compound command, `case` too).
 fn opening_only(words: &[Word]) -> bool {
-    const OPENING: [&str; 10] = [
-        "if", "then", "else", "elif", "do", "while", "until", "!", "{", "time",
+    const OPENING: [&str; 11] = [
+        "if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "coproc",
     ];
-    words
-        .iter()
-        .all(|w| OPENING.iter().any(|k| w.is_keyword(k)))
+    let mut named = false;
+    words.iter().all(|w| {
+        if std::mem::take(&mut named) {
+            return true; // the name after `function`
+        }
+        named = w.is_keyword("function");
+        named || OPENING.iter().any(|k| w.is_keyword(k))
+    })
 }
 
 fn is_blank(c: char) -> bool {
@@ -599,6 +609,18 @@ impl Lexer {
     /// the text expands anything when it runs (always, for a list of
     /// commands, and when it nests too deeply to tell).
     fn sub_lex(&mut self, text: &str, quoted_body: bool, shadow: bool) -> bool {
+        self.sub_lex_as(text, quoted_body, shadow, false)
+    }
+
+    /// [`sub_lex`](Self::sub_lex), `heredoc_body` telling an unquoted
+    /// heredoc's body.
+    fn sub_lex_as(
+        &mut self,
+        text: &str,
+        quoted_body: bool,
+        shadow: bool,
+        heredoc_body: bool,
+    ) -> bool {
         if self.depth >= MAX_DEPTH {
             self.error("the command nests substitutions too deeply to be checked");
             return true;
@@ -612,6 +634,7 @@ impl Lexer {
             out: Lexed::default(),
             assigning: false,
             heredocs: Vec::new(),
+            heredoc_body,
         };
         let computed = if quoted_body {
             let mut scratch = WordBuilder::new();
@@ -641,6 +664,21 @@ impl Lexer {
     }
 
     /// Skip blanks and line continuations.
+    /// Past blanks and newlines; at each newline the heredocs opened
+    /// before it take their bodies.
+    fn skip_blank_lines(&mut self) {
+        loop {
+            match self.peek() {
+                Some(c) if is_blank(c) => self.pos += 1,
+                Some('\n') => {
+                    self.pos += 1;
+                    self.read_heredocs();
+                }
+                _ => return,
+            }
+        }
+    }
+
     fn skip_blanks(&mut self) {
         loop {
             match self.peek() {
@@ -781,9 +819,9 @@ impl Lexer {
                     // An array assignment: `a=( … )`.
                     self.pos += 1;
                     loop {
-                        while matches!(self.peek(), Some(c) if is_blank(c) || c == '\n') {
-                            self.pos += 1;
-                        }
+                        // bash reads the bodies of the heredocs opened
+                        // before at the first newline.
+                        self.skip_blank_lines();
                         match self.peek() {
                             None => {
                                 self.error("an array `(` is never closed");
@@ -865,8 +903,23 @@ impl Lexer {
                         cases -= 1;
                         continue;
                     }
+                    // `{NAME}>f` opens a descriptor into variable NAME,
+                    // which may be any (`{PATH}`), or an array element
+                    // whose subscript bash evaluates (`{a[x]}`).
+                    let names_descriptor = !word.quoted
+                        && word.text.len() > 2
+                        && word.text.starts_with('{')
+                        && word.text.ends_with('}')
+                        && matches!(self.peek(), Some('<') | Some('>'))
+                        && self.peek_at(1) != Some('(');
+                    if names_descriptor {
+                        self.error(format!(
+                            "`{}` before a redirection assigns a variable the number of the descriptor it opens: not read with confidence",
+                            word.text
+                        ));
+                    }
                     b.start.get_or_insert(at);
-                    if fd_prefix {
+                    if fd_prefix || names_descriptor {
                         self.redirect(&mut b, word.text);
                     } else {
                         b.words.push(word);
@@ -898,18 +951,9 @@ impl Lexer {
     /// the case instead: returns whether it was `esac`.
     fn case_patterns(&mut self) -> bool {
         loop {
-            loop {
-                match self.peek() {
-                    Some(c) if is_blank(c) => self.pos += 1,
-                    // A line ends: the heredocs opened on it take their
-                    // bodies from the lines after it, before any pattern.
-                    Some('\n') => {
-                        self.pos += 1;
-                        self.read_heredocs();
-                    }
-                    _ => break,
-                }
-            }
+            // A line ends: the heredocs opened on it take their bodies
+            // from the lines after it, before any pattern.
+            self.skip_blank_lines();
             if self.peek() == Some('#') {
                 self.skip_to_line_end();
                 continue;
@@ -947,10 +991,18 @@ impl Lexer {
                 }
                 Some(_) => {
                     let before = self.pos;
-                    self.word();
+                    let pattern = self.word();
                     if self.pos == before {
                         self.error("a case pattern holds what is no word");
                         self.pos += 1;
+                    }
+                    // A pattern is expanded as a word is: one that makes
+                    // bash evaluate a variable's value runs what it says.
+                    if evaluates_code(&pattern) {
+                        self.error(format!(
+                            "the case pattern `{}` makes bash evaluate a variable's value as an expression, which can run any command",
+                            pattern.text
+                        ));
                     }
                 }
             }
@@ -1010,6 +1062,12 @@ impl Lexer {
         let mut heredoc_evaluates = None;
         // `<<<` is a here-string: its word is all of it.
         if (op.ends_with("<<") && !op.ends_with("<<<")) || op.ends_with("<<-") {
+            if !target.literal {
+                self.error(format!(
+                    "the heredoc delimiter `{}` cannot be read with confidence",
+                    target.text
+                ));
+            }
             let delimiter = target.text.clone();
             let flags = Body::default();
             heredoc_computed = Some(flags.computed.clone());
@@ -1075,7 +1133,9 @@ impl Lexer {
                 ));
             }
             if !quoted {
-                body_flags.computed.set(self.sub_lex(&body, true, false));
+                body_flags
+                    .computed
+                    .set(self.sub_lex_as(&body, true, false, true));
                 body_flags.evaluates.set(text_evaluates_code(&body));
             }
         }
@@ -1400,6 +1460,9 @@ impl Lexer {
     /// word non-literal rather than guessed.
     fn ansi_c(&mut self, w: &mut WordBuilder) {
         w.word.quoted = true;
+        // After a NUL bash keeps nothing more of the quote: `$'ab\0cd'ef`
+        // is `abef`.
+        let mut cut = false;
         loop {
             match self.peek_raw() {
                 None => {
@@ -1418,28 +1481,41 @@ impl Lexer {
                         'n' => Some('\n'),
                         't' => Some('\t'),
                         'r' => Some('\r'),
+                        'a' => Some('\u{7}'),
+                        'b' => Some('\u{8}'),
+                        'e' | 'E' => Some('\u{1b}'),
+                        'f' => Some('\u{c}'),
+                        'v' => Some('\u{b}'),
                         '\\' | '\'' | '"' | '?' => Some(e),
-                        'x' => {
-                            let mut hex = String::new();
-                            while hex.len() < 2
-                                && matches!(self.peek_raw(), Some(h) if h.is_ascii_hexdigit())
-                            {
-                                hex.push(self.peek_raw().unwrap_or('0'));
-                                self.pos += 1;
+                        'x' | 'u' | 'U' => {
+                            let most = match e {
+                                'x' => 2,
+                                'u' => 4,
+                                _ => 8,
+                            };
+                            let hex = self.digits(String::new(), 16, most);
+                            if hex.is_empty() {
+                                None
+                            } else {
+                                u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32)
                             }
-                            u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32)
                         }
-                        '0'..='7' => {
-                            let mut oct = String::from(e);
-                            while oct.len() < 3 && matches!(self.peek_raw(), Some('0'..='7')) {
-                                oct.push(self.peek_raw().unwrap_or('0'));
+                        'c' => match self.peek_raw() {
+                            Some(x) if x.is_ascii() && x != '\'' => {
                                 self.pos += 1;
+                                char::from_u32(u32::from(x.to_ascii_uppercase()) & 0x1f)
                             }
+                            _ => None,
+                        },
+                        '0'..='7' => {
+                            let oct = self.digits(String::from(e), 8, 3);
                             u32::from_str_radix(&oct, 8).ok().and_then(char::from_u32)
                         }
                         _ => None,
                     };
                     match decoded {
+                        _ if cut => {}
+                        Some('\0') => cut = true,
                         Some(d) => w.push_quoted(d),
                         None => {
                             w.word.literal = false;
@@ -1449,11 +1525,22 @@ impl Lexer {
                     }
                 }
                 Some(c) => {
-                    w.push_quoted(c);
+                    if !cut {
+                        w.push_quoted(c);
+                    }
                     self.pos += 1;
                 }
             }
         }
+    }
+
+    /// `text` and the digits of `radix` after it, `most` in all.
+    fn digits(&mut self, mut text: String, radix: u32, most: usize) -> String {
+        while text.len() < most && matches!(self.peek_raw(), Some(h) if h.is_digit(radix)) {
+            text.push(self.peek_raw().unwrap_or('0'));
+            self.pos += 1;
+        }
+        text
     }
 
     /// A quoted part of an arithmetic expression (`$(( "…" ))`, `$[ '…' ]`):
@@ -1600,7 +1687,7 @@ impl Lexer {
                 Some('\\') => {
                     match self.peek_at(1) {
                         Some(e @ ('`' | '\\' | '$')) => content.push(e),
-                        Some('"') if in_double_quotes => content.push('"'),
+                        Some('"') if in_double_quotes && !self.heredoc_body => content.push('"'),
                         Some(e) => {
                             content.push('\\');
                             content.push(e);

@@ -1156,6 +1156,13 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         ("for f in .git/config; do tee -a \"$f\"; done", None),
         ("F=.git/config; echo x | tee -a $F", None),
         ("echo .git/config | xargs tee -a", None),
+        // A name computed where such a program writes, in any line: its
+        // parts may spell git's configuration without naming it
+        // (`x=.gi; tee -a "${x}t/config"`), unless the line spells out
+        // every value it may take.
+        ("tee -a \"$f\" < x", None),
+        ("for f in a .gi; do tee -a \"${f}t/config\" < x; done", None),
+        ("f=a; read f; tee -a \"$f\" < x", None),
     ] {
         assert_eq!(run(command, cwd), Verdict::Ask, "{command} in {cwd:?}");
     }
@@ -1163,8 +1170,9 @@ fn an_open_bash_rule_does_not_cover_writing_gits_configuration() {
         ("echo x | tee notes.txt", None),
         ("cp a.txt b.txt", Some("repo")),
         ("cd build && cp a.txt b.txt", None),
-        ("for f in a b; do tee -a \"$f\" < x; done", None),
         ("echo notes.txt | xargs tee -a", None),
+        ("for f in a b; do tee -a \"$f\" < x; done", None),
+        ("f=notes.txt; tee -a \"$f\" < x", None),
     ] {
         assert_eq!(run(command, cwd), Verdict::Allow, "{command} in {cwd:?}");
     }
@@ -2903,9 +2911,11 @@ fn arguments_that_may_become_options_ask() {
         // An option's value is no option.
         "git commit -m \"$msg\"",
         "git log -n \"$k\" --author \"$who\"",
-        "sort -o \"$f\" notes.txt",
     ];
     assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+    // No option, but a file `sort` writes, computed: it may be git's
+    // configuration (`a_computed_file_a_command_writes_is_not_vouched_for`).
+    assert_eq!(verdict_of(&set, "sort -o \"$f\" notes.txt"), Verdict::Ask);
 }
 
 /// `[[ -v a[x] ]]` evaluates the subscript, as `test -v` does.
@@ -3158,4 +3168,161 @@ fn esac_over_a_line_join_and_heredocs_opened_in_substitutions() {
     );
     // A case never closed is not read with confidence.
     assert_eq!(verdict_of(&set, "case x in x) echo a;;"), Verdict::Ask);
+}
+
+/// A ninth review's forms, each of which ran `touch` past a deny rule on
+/// it (bash 5.2): none is allowed now.
+#[test]
+fn a_ninth_reviews_forms_are_not_allowed() {
+    let r1 = rules(
+        &[
+            "bash(echo *)",
+            "bash(cat *)",
+            "bash(ls *)",
+            "bash(printf *)",
+            "bash(grep *)",
+            "bash(sed *)",
+            "bash(awk *)",
+            "bash(find *)",
+            "bash(git status)",
+            "bash(git log *)",
+        ],
+        &[],
+        &["bash(rm *)", "bash(touch *)", "bash(curl *)"],
+    );
+    let forms = [
+        "cat <<$'\\e'\n\u{1b}\ntouch m1\n\\e",
+        "cat <<E; a=(x\nE\n)\n\ntouch m2\nE",
+        "echo \"$(coproc case x in x) touch m3a;; esac; wait)\"",
+        "echo \"$(function f case x in x) touch m3b;; esac; f)\"",
+        "echo a | sed ':a e touch m4a'",
+        "echo a | sed 'v 4.2 e touch m4b'",
+        "echo a | sed ':a;t a e touch m4c'",
+        "awk --field x 'BEGIN{system(\"touch m5a\")}'",
+        "awk --as x=1 'BEGIN{system(\"touch m5b\")}'",
+        "echo a | sed --line p '1e touch m5c'",
+        "echo > -exec; find . -maxdepth 0 -exe[c] touch m6a \\;",
+        "x=exec; find . -maxdepth 0 -$x touch m6b \\;",
+        "find . -maxdepth 0 -exe${x}c touch m6c \\;",
+        "x='b[$(touch m7)]'; echo hi {a[x]}>f",
+        "x='b[$(touch m8a)]'; case y in ${a[x]}) echo;; esac",
+        "x='$(touch m8b)'; case y in ${x@P}) echo;; esac",
+        "x='$(touch m8c)'; case y in $((x))) echo;; esac",
+        "find . -maxdepth 0 $'-exec\\0' touch m9 \\;",
+        "cat <<E\n`echo \\\"; touch m10; \\\"`\nE",
+        "x=-exec; find . -maxdepth 0 -fprint -name \"$x\" touch m11 \\;",
+        "printf 'touch m12a\\n' > .bash_profile; bash -lc 'echo hi'",
+        "printf 'touch m12b\\n' > .bashrc; bash -ic 'echo hi'",
+        "echo 'gitdir: x' > $'.git\\0'",
+        "echo '[core]' > $'.gitconfig\\0'",
+    ];
+    let allowed: Vec<&str> = forms
+        .into_iter()
+        .filter(|form| verdict_of(&r1, form) == Verdict::Allow)
+        .collect();
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    let r2 = rules(&["bash"], &[], &["bash(touch *)"]);
+    for form in ["$'touch\\0' n1", "rbash -c 'touch n2'"] {
+        assert_eq!(verdict_of(&r2, form), Verdict::Deny, "{form}");
+    }
+    let r3 = rules(
+        &["bash(echo *)", "bash(test *)", "bash([[ *)"],
+        &[],
+        &["bash(touch *)"],
+    );
+    for form in [
+        "x='a[$(touch t1)]'; test -v \"$x\"",
+        "x='a[$(touch t2)]'; [[ -v $x ]]",
+    ] {
+        assert_ne!(verdict_of(&r3, form), Verdict::Allow, "{form}");
+    }
+    // A file test on a computed path evaluates nothing.
+    assert_eq!(verdict_of(&r3, "test -p \"$f\""), Verdict::Allow);
+}
+
+/// A name computed where a command writes a file may spell git's
+/// configuration from parts that do not (`x=.gi`), so no allow rule ending
+/// in `*` vouches for it: a review wrote `.git/config` with `git log
+/// --output`, and a later `git diff` ran its `diff.external`.
+#[test]
+fn a_computed_file_a_command_writes_is_not_vouched_for() {
+    let set = rules(
+        &[
+            "bash(git log*)",
+            "bash(git diff*)",
+            "bash(sort *)",
+            "bash(tee *)",
+            "bash(cp *)",
+            "bash(echo *)",
+            "bash(cd *)",
+            "bash(ls *)",
+        ],
+        &[],
+        &[],
+    );
+    let asked = [
+        "x=.gi; git log -1 --format='[diff]%n external = touch p' --output=\"${x}t/config\"",
+        "x=.gi; git log -1 --output \"${x}t/config\"",
+        "x=.gi; sort -o \"${x}t/config\" a",
+        "x=.gi; echo '[core]' | tee -a \"${x}t/config\"",
+        "x=.gi; cp evil \"${x}t/hooks/pre-commit\"",
+        "sort -o\"$(printf .gi)t/config\" a",
+    ];
+    let allowed: Vec<&str> = asked
+        .into_iter()
+        .filter(|c| verdict_of(&set, c) == Verdict::Allow)
+        .collect();
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "git log -1 --output=log.txt",
+        "sort -o sorted.txt a",
+        "echo hi | tee out.txt",
+        "cd src && ls",
+        "f=src/main.rs; echo \"$f\"",
+        "cp a b",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}
+
+/// A variable whose every value the line spells out stands for those
+/// values: one that cannot start with `-` is no option (a noise review
+/// counted such asks among the commonest), one that cannot name git's
+/// configuration writes freely; any other way of setting it leaves it
+/// unknown.
+#[test]
+fn variables_the_line_spells_out_are_read_as_their_values() {
+    let set = rules(
+        &[
+            "bash(sed -n *)",
+            "bash(git show*)",
+            "bash(git log*)",
+            "bash(sort *)",
+            "bash(read *)",
+            "bash(printf *)",
+        ],
+        &[],
+        &["bash(touch *)"],
+    );
+    let allowed = [
+        "f=src/main.rs; sed -n 1,5p \"$f\"",
+        "for b in main feature; do git log --oneline -1 \"$b\"; done",
+        "sha=abc123; git show \"$sha\"",
+        "out=sorted.txt; sort -o \"$out\" notes.txt",
+    ];
+    assert_eq!(verdicts(&set, &allowed), all(&allowed, Verdict::Allow));
+    let asked = [
+        "f=-e1e; sed -n p \"$f\"",
+        "f=src/main.rs; read f; sed -n 1,5p \"$f\"",
+        "f=src/main.rs; printf -vf %s -x; sed -n p \"$f\"",
+        "f=$(cat name); sed -n p \"$f\"",
+        "for f in *.rs; do sed -n p \"$f\"; done",
+        "x=.gi; git log -1 --output=\"${x}t/config\"",
+        "f=a; sed -n p $f",
+    ];
+    let allowed_anyway: Vec<&str> = asked
+        .into_iter()
+        .filter(|c| verdict_of(&set, c) == Verdict::Allow)
+        .collect();
+    assert!(allowed_anyway.is_empty(), "{allowed_anyway:#?}");
 }
