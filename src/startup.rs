@@ -686,7 +686,12 @@ async fn follow_other_processes_events(
                                 bus.nudge(&thread, seq);
                             }
                         }
-                        Notice::Events(None) => bus.nudge_all(),
+                        // Back after a lost connection: deletions told
+                        // meanwhile were missed too.
+                        Notice::Events(None) => {
+                            owners.forget_live();
+                            bus.nudge_all();
+                        }
                         // A deleted thread's streams end, and its requests
                         // answer 410, in this process too.
                         Notice::Deleted { thread, at_ms } => {

@@ -3147,6 +3147,16 @@ async fn a_deleted_thread_is_gone_and_its_ids_never_run_again(backend: Backend) 
     assert_eq!(app.history("del").await.len(), 2);
     let r = app.delete_as(&token, "/v1/threads/never-was").await;
     assert_eq!(r.status(), 404);
+    // A body is refused, not ignored (`{"dry_run": true}` deletes nothing).
+    let r = reqwest::Client::new()
+        .delete(app.url("/v1/threads/del"))
+        .bearer_auth(&token)
+        .json(&json!({"dry_run": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 422);
+    assert_eq!(app.history("del").await.len(), 2);
 
     // A call waiting for a person holds the thread.
     let ask = json!({"id": "c2", "name": "bash", "arguments": {"command": "mkdir asked"}});
@@ -3269,8 +3279,46 @@ async fn a_deleted_thread_is_gone_and_its_ids_never_run_again(backend: Backend) 
     assert!(app.rows_of_thread("keep").await > 0);
 }
 
+/// A deletion whose notice never reached this process (another process
+/// deleted the thread while this one's watch was away): its streams end
+/// at their next heartbeat, and its requests answer 410 once the owner it
+/// remembers is read again (within ten seconds).
+async fn a_deletion_told_nowhere_is_found_all_the_same(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.server.sse_heartbeat_secs = 1).await;
+    let (s, _) = app
+        .call(
+            "quiet",
+            json!({"id": "c1", "name": "echo", "arguments": {"text": "hi"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(app.history("quiet").await.len(), 1);
+    let mut stream = app.events("quiet", "", None).await;
+    stream.until("TOOL_CALL_RESULT").await;
+    // As another process's deletion leaves this one's memory: untold.
+    let marked: i64 = app
+        .stored_scalar(
+            "UPDATE threads SET deleted_at_ms = 1795000000000 WHERE id = $1 RETURNING deleted_at_ms",
+            "quiet",
+        )
+        .await;
+    assert_eq!(marked, 1_795_000_000_000);
+    let end = stream.until("RUN_ERROR").await;
+    assert_eq!(end.last().unwrap().data["code"], "THREAD_DELETED");
+    let mut status = 0;
+    for _ in 0..150 {
+        status = app.get("/v1/threads/quiet/history").await.status().as_u16();
+        if status == 410 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 410);
+}
+
 both_backends!(
     a_deleted_thread_is_gone_and_its_ids_never_run_again,
+    a_deletion_told_nowhere_is_found_all_the_same,
     a_message_and_its_events_have_one_moment,
     a_recorded_turn_comes_back_as_the_stream_showed_it,
     identical_runs_at_once_all_finish,

@@ -3967,7 +3967,55 @@ async fn approval_pages_end_at_four_mebibytes(backend: Backend) {
     assert_eq!(all, newest_first);
 }
 
+/// An approval screen learns that an open approval went with its thread,
+/// deleted before the screen's next look told it decided.
+async fn an_approval_gone_with_its_thread_leaves_the_screen(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| s.permissions.ask = vec!["write_file".into()]).await;
+    let call =
+        json!({"id": "g1", "name": "write_file", "arguments": {"path": "g1.txt", "content": "x"}});
+    let (s, out) = app.call("gone", call).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].clone();
+    let r = app
+        .client
+        .get(app.url("/v1/approvals/events?thread_id=gone"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    let mut screen = common::SseReader::new(r);
+    let f = screen
+        .next(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(f.data["name"], "approval.pending", "{}", f.raw);
+    let f = screen
+        .next(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(f.data["name"], "approvals.synced", "{}", f.raw);
+    // Withdrawn and deleted within one look (it looks once a second).
+    let r = app
+        .post("/v1/threads/gone/tool-calls/g1/cancel", &json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let r = app.delete_as(&app.token, "/v1/threads/gone").await;
+    assert_eq!(r.status(), 204);
+    let f = screen
+        .next(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    let name = f.data["name"].as_str().unwrap_or_default();
+    assert!(
+        matches!(name, "approval.removed" | "approval.decided"),
+        "{}",
+        f.raw
+    );
+    assert_eq!(f.data["value"]["id"], approval, "{}", f.raw);
+}
+
 both_backends!(
+    an_approval_gone_with_its_thread_leaves_the_screen,
     an_approval_screen_follows_approvals_as_they_open_and_close,
     a_change_undone_by_undo_edit_is_undone,
     approval_pages_end_at_four_mebibytes,

@@ -243,6 +243,18 @@ impl Watch {
             if let Some(end) = self.tell_decided(seen, &id, now).await? {
                 return Ok(Some(end));
             }
+            // Gone with its thread, deleted: the screen drops it.
+            if !seen.told.contains(&id)
+                && self.state.store.approval(&id).await?.is_none()
+                && let Some(end) = self
+                    .send(
+                        "approval.removed",
+                        serde_json::json!({"id": id, "reason": "its thread was deleted"}),
+                    )
+                    .await
+            {
+                return Ok(Some(end));
+            }
         }
         if first {
             let mut open: Vec<(&String, &i64)> = seen.open.iter().collect();

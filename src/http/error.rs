@@ -434,10 +434,16 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::ThreadBusy { calls } => ApiError::ConflictAt {
                 code: conflicts::THREAD_BUSY,
                 detail: format!(
-                    "the thread has {} call{} still running or waiting for a person's approval \
-                     (listed in errors): cancel them or decide their approvals, then delete it again",
+                    "the thread has {}{} call{} still running or waiting for a person's approval \
+                     (listed in errors{}): cancel them or decide their approvals, then delete it again",
+                    if calls.len() >= 100 { "at least " } else { "" },
                     calls.len(),
-                    if calls.len() == 1 { "" } else { "s" }
+                    if calls.len() == 1 { "" } else { "s" },
+                    if calls.len() >= 100 {
+                        ", the first 100"
+                    } else {
+                        ""
+                    },
                 ),
                 errors: calls
                     .into_iter()

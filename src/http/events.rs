@@ -602,6 +602,14 @@ async fn follow(
                     Err(end) => return end,
                     Ok(()) => {}
                 }
+                // Deleted by a process whose notice did not arrive.
+                if let Ok(Some(crate::store::ThreadOwner {
+                    deleted_at_ms: Some(at_ms),
+                    ..
+                })) = state.store.thread_owner(&stream.thread_id).await
+                {
+                    return End::Deleted(at_ms);
+                }
                 continue;
             }
             received = live.recv() => received,

@@ -338,17 +338,24 @@ pub fn check_path_id(parameter: &str, raw: &str) -> Result<(), ApiError> {
     }
 }
 
-/// The threads' owners this process has read: a thread's owner never
-/// changes, and a deleted thread stays deleted.
+/// The threads' owners this process has read, and when: a thread's owner
+/// never changes, and a deleted thread stays deleted, but a live one may
+/// be deleted by another process, which tells of it (`NOTIFY`) unless
+/// the notice is lost; so a live one is read again after [`Self::LIVE`].
 #[derive(Default)]
-pub struct KnownOwners(std::sync::Mutex<std::collections::HashMap<String, ThreadOwner>>);
+pub struct KnownOwners(std::sync::Mutex<std::collections::HashMap<String, (ThreadOwner, Instant)>>);
 
 impl KnownOwners {
     /// At most this many are kept; past it the list starts over.
     const MAX: usize = 100_000;
 
+    /// How long a thread read live is taken as live.
+    const LIVE: Duration = Duration::from_secs(10);
+
     fn get(&self, thread: &str) -> Option<ThreadOwner> {
-        self.0.lock().expect("owners lock").get(thread).cloned()
+        let known = self.0.lock().expect("owners lock");
+        let (owner, read) = known.get(thread)?;
+        (owner.deleted_at_ms.is_some() || read.elapsed() < Self::LIVE).then(|| owner.clone())
     }
 
     fn remember(&self, thread: &str, owner: ThreadOwner) {
@@ -356,14 +363,23 @@ impl KnownOwners {
         if known.len() >= Self::MAX {
             known.clear();
         }
-        known.insert(thread.to_string(), owner);
+        known.insert(thread.to_string(), (owner, Instant::now()));
     }
 
     /// The thread was deleted at `at_ms` (by this process or another).
     pub fn deleted(&self, thread: &str, at_ms: i64) {
-        if let Some(known) = self.0.lock().expect("owners lock").get_mut(thread) {
+        if let Some((known, _)) = self.0.lock().expect("owners lock").get_mut(thread) {
             known.deleted_at_ms.get_or_insert(at_ms);
         }
+    }
+
+    /// Notices of deletions may have been missed: every thread known live
+    /// is read again.
+    pub fn forget_live(&self) {
+        self.0
+            .lock()
+            .expect("owners lock")
+            .retain(|_, (owner, _)| owner.deleted_at_ms.is_some());
     }
 }
 

@@ -750,6 +750,7 @@ async fn run(
             // client retries an outage, not a failure.
             let code = match &e {
                 ApiError::Unavailable(_) => "STORE_UNAVAILABLE",
+                ApiError::ThreadDeleted { .. } => super::error::THREAD_DELETED,
                 _ => "RUN_FAILED",
             };
             emit(

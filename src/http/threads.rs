@@ -963,7 +963,7 @@ pub async fn list_threads(
 /// Delete a thread.
 ///
 /// Removes everything the thread holds: its messages, events, tool calls
-/// (their records, results and undo data) and approvals, in one
+/// (their records and results) and approvals, in one
 /// transaction, and answers `204` once that has committed. Its live
 /// streams end with `RUN_ERROR` (`code` `THREAD_DELETED`). The thread's
 /// id stays its owner's and is never used again: every later request on
@@ -972,7 +972,8 @@ pub async fn list_threads(
 /// time. Deleting it again answers `204` too. The audit log keeps its
 /// entries (they hold no arguments, outputs or messages) and gains one,
 /// `thread.deleted`, counting what went. Files the thread's calls wrote
-/// stay in the owner's workspace.
+/// stay in the owner's workspace, and so do the earlier contents
+/// `undo_edit` keeps for them.
 ///
 /// A thread with calls still running or waiting for a person's approval
 /// is not deleted: `409` (`code` `THREAD_BUSY`) lists them in `errors`;
@@ -989,6 +990,7 @@ pub async fn delete_thread(
     State(state): State<AppState>,
     user: AuthUser,
     Path(thread_id): Path<String>,
+    _: NoInput,
 ) -> Result<StatusCode, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
     match require_thread(&state, &user, &thread).await {

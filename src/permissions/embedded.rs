@@ -139,9 +139,9 @@ fn option_from_expansion(name: &str, words: &[Word], known: &Known) -> Option<St
     // The value of an option that takes the next word (`git commit -m
     // "$msg"`, `tar -f "$out"`, `find -name "$x"`; find's `-fprintf` two)
     // is no option, and a value that looks like an option takes none.
-    let valued = value_options(name);
+    let valued = value_options(name, words);
     let mut values_left = 0;
-    for word in words.iter().skip(1) {
+    for (i, word) in words.iter().enumerate().skip(1) {
         if values_left > 0 {
             values_left -= 1;
             continue;
@@ -153,6 +153,13 @@ fn option_from_expansion(name: &str, words: &[Word], known: &Known) -> Option<St
         {
             return None;
         }
+        // git's global options come before its subcommand, and its
+        // subcommand's after.
+        let valued = if name == "git" && i < git_subcommand_at(words) {
+            GIT_GLOBAL_VALUED
+        } else {
+            valued
+        };
         if word.literal && valued.contains(&word.text.as_str()) {
             values_left = if name == "find" && word.text == "-fprintf" {
                 2
@@ -189,31 +196,9 @@ fn option_from_expansion(name: &str, words: &[Word], known: &Known) -> Option<St
 
 /// Options of `name` that take the next word as their value, where a
 /// computed value is common (a message, an output file, a directory).
-fn value_options(name: &str) -> &'static [&'static str] {
+fn value_options(name: &str, words: &[Word]) -> &'static [&'static str] {
     match name {
-        "git" => &[
-            "-m",
-            "--message",
-            "-F",
-            "--file",
-            "--author",
-            "--date",
-            "-b",
-            "-B",
-            "--branch",
-            "--format",
-            "--pretty",
-            "-n",
-            "--max-count",
-            "--since",
-            "--until",
-            "--grep",
-            "-S",
-            "-G",
-            "-C",
-            "--git-dir",
-            "--work-tree",
-        ],
+        "git" => git_value_options(words),
         "find" => FIND_VALUED,
         "tar" | "gtar" => &["-f", "--file", "-C", "--directory"],
         "sort" => &["-o", "--output", "-k", "--key", "-t", "--field-separator"],
@@ -221,6 +206,65 @@ fn value_options(name: &str) -> &'static [&'static str] {
         _ if option_runner(name).is_some_and(|o| o == CC) => {
             &["-o", "-I", "-L", "-l", "-D", "-x", "-MF"]
         }
+        _ => &[],
+    }
+}
+
+/// git's global options that take the next word as their value.
+const GIT_GLOBAL_VALUED: &[&str] = &["-C", "-c", "--git-dir", "--work-tree", "--namespace"];
+
+/// Where git's subcommand is among `words`, past its global options.
+fn git_subcommand_at(words: &[Word]) -> usize {
+    let mut i = 1;
+    while let Some(word) = words.get(i) {
+        if !word.text.starts_with('-') {
+            break;
+        }
+        i += if GIT_GLOBAL_VALUED.contains(&word.text.as_str()) {
+            2
+        } else {
+            1
+        };
+    }
+    i
+}
+
+/// git's options that take the next word as their value after its
+/// subcommand (`-m` is a message to `commit` and a flag to `log`).
+fn git_value_options(words: &[Word]) -> &'static [&'static str] {
+    match words.get(git_subcommand_at(words)).map(|w| w.text.as_str()) {
+        Some("commit") => &[
+            "-m",
+            "--message",
+            "-F",
+            "--file",
+            "--author",
+            "--date",
+            "-C",
+            "-c",
+            "--reuse-message",
+            "--reedit-message",
+            "--fixup",
+            "--squash",
+            "-t",
+            "--template",
+            "--trailer",
+        ],
+        Some("tag" | "notes" | "stash" | "merge") => &["-m", "--message", "-F", "--file"],
+        Some("checkout" | "switch") => &["-b", "-B", "--orphan"],
+        Some("log" | "show" | "shortlog" | "whatchanged" | "rev-list" | "diff") => &[
+            "-n",
+            "--max-count",
+            "--since",
+            "--until",
+            "--after",
+            "--before",
+            "--grep",
+            "--author",
+            "--committer",
+            "-S",
+            "-G",
+        ],
         _ => &[],
     }
 }
@@ -1193,9 +1237,13 @@ pub(crate) fn sed_script_runs_commands(script: &str) -> bool {
                 }
             }
             // Text, a file name or a comment: to the end of the line.
+            // The text goes on over a line ended by an odd run of
+            // backslashes (`\\` is one backslash of text, and ends it).
             'a' | 'i' | 'c' => loop {
+                let start = i;
                 to_line_end(&mut i);
-                if i > 0 && s.get(i - 1) == Some(&'\\') && i < s.len() {
+                let backslashes = s[start..i].iter().rev().take_while(|&&c| c == '\\').count();
+                if backslashes % 2 == 1 && i < s.len() {
                     i += 1;
                     continue;
                 }

@@ -39,66 +39,85 @@ use super::shell::Word;
 /// `cd`, `pushd` and `popd` write nothing: where they lead is a place of
 /// the line ([`line_places`]), against which its writes are judged.
 const READERS: &[&str] = &[
-    "cat", "head", "tail", "grep", "egrep", "fgrep", "rg", "ls", "wc", "du", "stat", "diff", "cmp",
-    "echo", "printf", "realpath", "readlink", "basename", "dirname", "rm", "rmdir", "unlink", "cd",
-    "pushd", "popd",
+    "cat",
+    "head",
+    "tail",
+    "grep",
+    "egrep",
+    "fgrep",
+    "rg",
+    "ls",
+    "wc",
+    "du",
+    "stat",
+    "diff",
+    "cmp",
+    "echo",
+    "printf",
+    "realpath",
+    "readlink",
+    "basename",
+    "dirname",
+    "rm",
+    "rmdir",
+    "unlink",
+    "cd",
+    "pushd",
+    "popd",
+    "test",
+    "[",
+    "[[",
+    "true",
+    "false",
+    ":",
+    "declare",
+    "typeset",
+    "local",
+    "export",
+    "readonly",
+    "unset",
+    "read",
+    "mapfile",
+    "readarray",
+    "shift",
+    "return",
+    "exit",
+    "wait",
+    "sleep",
+    "pwd",
+    "let",
 ];
 
-/// Commands that write to the files their operands name (the last, or
-/// all): a computed operand may name git's configuration.
-const OPERAND_WRITERS: &[&str] = &["tee", "cp", "mv", "ln", "install", "rsync", "scp"];
-
-/// Options whose value is a file or directory the command writes, per
-/// command; `-o` and long options holding `output` count for every one.
-const WRITE_OPTIONS: &[(&str, &[&str])] = &[
-    ("tar", &["-f", "--file", "-C", "--directory"]),
-    ("gtar", &["-f", "--file", "-C", "--directory"]),
-    ("unzip", &["-d"]),
-    ("wget", &["-O", "-P", "--directory-prefix"]),
-    ("curl", &["--create-dirs"]),
-    ("find", &["-fprint", "-fprint0", "-fprintf", "-fls"]),
-    ("strace", &["-o"]),
-    ("script", &["-O", "-I", "-B", "-T"]),
-];
-
-/// Whether `word`, the `i`th of the outer layer `words` of a command named
-/// `name`, is computed at run time where the command writes a file: an
-/// operand of a command that writes its operands, or the value of an
-/// option naming a file it writes (`--output="${x}t/config"`, `-o "$f"`,
-/// `of=$f`). Such a word may spell git's configuration from parts that do
-/// not (`x=.gi`).
-fn computed_write_target(name: Option<&str>, words: &[Word], i: usize, word: &Word) -> bool {
-    if !word.computed {
-        return false;
-    }
-    let name = name.unwrap_or_default();
-    if OPERAND_WRITERS.contains(&name) && !word.text.starts_with('-') {
-        return true;
-    }
-    let specific = WRITE_OPTIONS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, options)| *options)
-        .unwrap_or_default();
+/// Whether `word`, the `i`th of git's `words`, is a file git writes:
+/// the value of `-o` or of a long option `--output…` (abbreviated too:
+/// `--out=…`), glued or the next word.
+fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
     let writes = |option: &str| {
         option == "-o"
-            || specific.contains(&option)
-            || (option.starts_with("--")
-                && (option.contains("output") || option.contains("log-file")))
+            || option.strip_prefix("--").is_some_and(|name| {
+                !name.is_empty() && ("output".starts_with(name) || name.starts_with("output"))
+            })
     };
-    // Glued: `--output=…`, `of=…`, `-o…`.
     let glued = match word.text.split_once('=') {
-        Some((option, _)) if option.starts_with('-') => writes(option),
-        Some(("of", _)) => name == "dd",
-        _ => {
-            word.text.len() > 2
-                && word.text.starts_with('-')
-                && !word.text.starts_with("--")
-                && writes(&word.text[..2])
-        }
+        Some((option, _)) => writes(option),
+        None => word.text.starts_with("-o") && !word.text.starts_with("--"),
     };
-    let after = i > 0 && words[i - 1].literal && writes(&words[i - 1].text);
-    glued || after
+    glued || (i > 0 && words[i - 1].literal && writes(&words[i - 1].text))
+}
+
+/// A word whose only expansion is a leading `$PWD` or `$HOME` (the
+/// call's directory and its workspace, absolute paths; a line setting
+/// either asks): the rest, as a path from the line's places.
+fn anchored(word: &Word) -> Option<&str> {
+    ["$PWD", "${PWD}", "$HOME", "${HOME}"].iter().find_map(|v| {
+        let rest = word.text.strip_prefix(v)?;
+        let rest = if rest.is_empty() {
+            "."
+        } else {
+            rest.strip_prefix('/')?
+        };
+        (!rest.contains(['$', '`'])).then_some(rest)
+    })
 }
 
 /// Wrappers that write no file their arguments name: a reader they run
@@ -160,6 +179,9 @@ pub(crate) struct Reach<'a> {
     blind: bool,
     /// The variables whose every value the line spells out.
     known: super::known::Known,
+    /// The line names `SIMPLE_BACKUP_SUFFIX` (the suffix of the backups
+    /// `cp -b` and its kin make).
+    sets_backup_suffix: bool,
 }
 
 impl<'a> Reach<'a> {
@@ -189,6 +211,11 @@ impl<'a> Reach<'a> {
                 .is_some_and(mentions_git_configuration),
             blind: false,
             known: analysis.map(|a| a.known.clone()).unwrap_or_default(),
+            sets_backup_suffix: call
+                .arguments
+                .get("command")
+                .and_then(Value::as_str)
+                .is_some_and(|line| line.contains("SIMPLE_BACKUP_SUFFIX")),
         }
     }
 
@@ -211,6 +238,7 @@ impl<'a> Reach<'a> {
             mentions_git: false,
             blind: false,
             known: Default::default(),
+            sets_backup_suffix: false,
         }
     }
 
@@ -303,6 +331,7 @@ impl<'a> Reach<'a> {
         }
         // What `find -exec` runs is a piece of its own, judged as such.
         let run_by_find = find_commands(outer);
+        let suffixes = backup_suffixes(piece, self.sets_backup_suffix);
         let replaced = xargs_replace_strings(piece);
         let inner_start = outer.words.len() - inner.words.len();
         // git's `--work-tree` is where checkout, restore and reset write:
@@ -333,17 +362,23 @@ impl<'a> Reach<'a> {
             {
                 return true;
             }
-            // Computed: where it may matter, the texts it stands for when
-            // the line spells out its variables' values, or else anything.
-            let matters = (word.computed && self.mentions_git)
-                || (i >= inner_start
-                    && computed_write_target(
-                        piece.command_name(),
-                        &outer.words[inner_start..],
-                        i - inner_start,
-                        word,
-                    ));
+            // Computed: the texts it stands for when the line spells out
+            // its variables' values, or else anything (`x=.gi; tee -a
+            // "${x}t/config"`, `sed -i … "$(echo .gi)t/config"`, `sort
+            // --o="$f"`: where a program may write is too varied to list).
+            // git's arguments are revisions, pathspecs and messages, but
+            // for the files its `--output` and `-o` name.
+            let matters = word.computed
+                && !word.text.starts_with("<(")
+                && !word.text.starts_with(">(")
+                && (self.mentions_git
+                    || piece.command_name() != Some("git")
+                    || (i >= inner_start
+                        && git_writes_to(&outer.words[inner_start..], i - inner_start, word)));
             if matters {
+                if let Some(rest) = anchored(word) {
+                    return argument_paths(rest).any(|path| self.may_reach(places, path));
+                }
                 return match self.known.readings(word) {
                     Some(texts) => texts
                         .iter()
@@ -358,8 +393,17 @@ impl<'a> Reach<'a> {
             let Some(readings) = word_readings(word) else {
                 return true;
             };
+            let Some(suffixes) = &suffixes else {
+                return true;
+            };
             readings.iter().any(|reading| {
                 if sed && sed_backup_is_computed(reading) {
+                    return true;
+                }
+                if suffixes.iter().any(|suffix| {
+                    argument_paths(reading)
+                        .any(|path| self.may_reach(places, &format!("{path}{suffix}")))
+                }) {
                     return true;
                 }
                 let awk_writes = awk.then(|| awk_written_files(reading));
@@ -792,6 +836,80 @@ fn sed_written_files(script: &str) -> impl Iterator<Item = &str> {
 /// `*`, which sed replaces with the file's name (`-i'.gi*/config'` backs
 /// `t` up as `.git/config`): a name computed from the operands, which may
 /// be git's configuration.
+/// The suffixes of the backups `piece` makes of the files it writes: a
+/// backup of `.gitconf` with the suffix `ig` is `.gitconfig` (`cp -b -S
+/// ig`, `sed -iig`). `None` when one is not known (computed, a sed
+/// template with `*` or `/`, or `SIMPLE_BACKUP_SUFFIX` in the line).
+fn backup_suffixes(piece: &Piece, line_sets_suffix: bool) -> Option<Vec<String>> {
+    let words = piece.command();
+    let name = piece.command_name().unwrap_or_default();
+    let mut suffixes = Vec::new();
+    let plain = |suffix: &str, word: &Word| {
+        (word.literal && !suffix.contains(['*', '/'])).then(|| suffix.to_string())
+    };
+    match name {
+        "cp" | "mv" | "ln" | "install" => {
+            let backs_up = words.iter().any(|w| {
+                w.text.starts_with("--b")
+                    || w.text.starts_with("--su")
+                    || (w.text.starts_with('-')
+                        && !w.text.starts_with("--")
+                        && w.text.contains(['b', 'S']))
+            });
+            if !backs_up {
+                return Some(suffixes);
+            }
+            if line_sets_suffix {
+                return None;
+            }
+            suffixes.push("~".into());
+            for (i, w) in words.iter().enumerate() {
+                let value = if let Some(v) = w.text.strip_prefix("--suffix=") {
+                    Some((v.to_string(), w))
+                } else if w.text == "--suffix" || w.text == "-S" {
+                    words.get(i + 1).map(|n| (n.text.clone(), n))
+                } else if let Some(v) = w.text.strip_prefix("-S").filter(|v| !v.is_empty()) {
+                    Some((v.to_string(), w))
+                } else {
+                    w.text
+                        .strip_prefix('-')
+                        .filter(|c| !c.starts_with('-'))
+                        .and_then(|c| c.split_once('S'))
+                        .and_then(|(_, v)| match v {
+                            "" => words.get(i + 1).map(|n| (n.text.clone(), n)),
+                            v => Some((v.to_string(), w)),
+                        })
+                };
+                if let Some((suffix, word)) = value {
+                    suffixes.push(plain(&suffix, word)?);
+                }
+            }
+        }
+        "sed" | "gsed" => {
+            for w in words {
+                let suffix = if let Some(long) = w.text.strip_prefix("--") {
+                    long.split_once('=')
+                        .filter(|(name, _)| "in-place".starts_with(name))
+                        .map(|(_, suffix)| suffix)
+                } else {
+                    w.text.strip_prefix('-').and_then(|cluster| {
+                        let at = cluster.find('i')?;
+                        cluster[..at]
+                            .chars()
+                            .all(|c| matches!(c, 'n' | 's' | 'E' | 'r' | 'u' | 'z' | 'b'))
+                            .then(|| &cluster[at + 1..])
+                    })
+                };
+                if let Some(suffix) = suffix.filter(|s| !s.is_empty()) {
+                    suffixes.push(plain(suffix, w)?);
+                }
+            }
+        }
+        _ => {}
+    }
+    Some(suffixes)
+}
+
 fn sed_backup_is_computed(word: &str) -> bool {
     if let Some(long) = word.strip_prefix("--") {
         return long

@@ -71,12 +71,32 @@ impl Known {
                 }
             }
         }
+        // The line as bash reads names in it: quotes, backslashes and line
+        // joins taken out (`printf -v fo''o`, `fo\⏎o` name `foo`); and
+        // every word as the lexer read it (`$'\x66oo'` is `foo`).
+        let joined = command.replace("\\\n", "").replace(['\'', '"', '\\'], "");
+        let words: Vec<&str> = lexed
+            .pieces
+            .iter()
+            .flat_map(|p| {
+                p.words
+                    .iter()
+                    .chain(p.redirects.iter().map(|r| &r.target))
+                    .map(|w| w.text.as_str())
+            })
+            .collect();
         let mut known = HashMap::new();
         for (name, (mut texts, sets)) in values {
             if unknown.contains(&name)
                 || !name.chars().any(|c| c.is_ascii_lowercase())
                 || !shell::is_name(&name)
                 || other_mentions(command, &name) != sets
+                || other_mentions(&joined, &name) != sets
+                || words
+                    .iter()
+                    .map(|w| other_mentions(w, &name))
+                    .sum::<usize>()
+                    != sets
             {
                 continue;
             }
@@ -97,8 +117,14 @@ impl Known {
         }
         let mut readings = vec![String::new()];
         let mut rest = word.text.as_str();
+        // Text that brace expansion, globbing or a tilde may change: the
+        // words it stands for are not these texts.
+        let expands = |literal: &str| literal.contains(['{', '}', '*', '?', '[', ']', '~']);
         while let Some(at) = rest.find(['$', '`']) {
             let literal = &rest[..at];
+            if expands(literal) {
+                return None;
+            }
             rest = &rest[at..];
             let (name, after) = reference(rest)?;
             let texts = self.0.get(name)?;
@@ -113,6 +139,9 @@ impl Known {
             }
             readings = next;
             rest = after;
+        }
+        if expands(rest) {
+            return None;
         }
         for reading in &mut readings {
             reading.push_str(rest);
@@ -225,6 +254,10 @@ mod tests {
             "f=a; echo 'f'; echo \"$f\"",
             "f=a; printf -vf x; echo \"$f\"",
             "f=a; read -raf; echo \"$f\"",
+            "foo=a; printf -v fo''o x; echo \"$foo\"",
+            "foo=a; printf -v fo\\o x; echo \"$foo\"",
+            "foo=a; printf -v $'\\x66oo' x; echo \"$foo\"",
+            "echo \"${fo\\\no:=-x}\"; foo=a; echo \"$foo\"",
         ] {
             assert_eq!(
                 readings(line, "\"$f\"").filter(|r| r.len() > 1),
@@ -232,13 +265,18 @@ mod tests {
                 "{line}"
             );
         }
-        // Set anywhere, a heredoc's substitutions too: every value counts.
+        // Set inside a substitution (another shell's), it is not known.
+        assert_eq!(readings("f=a; echo $(f=b; echo) \"$f\"", "\"$f\""), None);
         assert_eq!(
             readings("f=a; echo \"${f}\" $(cat <<E\n$(f=b)\nE\n)", "\"$f\""),
-            Some(vec!["".into(), "a".into(), "b".into()])
+            None
         );
         // Unset, an unquoted word vanishes: not known.
         assert_eq!(readings("f=a; echo $f", "$f"), None);
+        // Nor braces, globs and tildes around them.
+        for word in ["$f{-x,}", "$f[-]x", "\"$f\"*", "~$f"] {
+            assert_eq!(readings("f=a; echo $f", word), None, "{word}");
+        }
         // Other expansions are not read.
         assert_eq!(readings("f=a; echo \"$f$(pwd)\"", "\"$f$(pwd)\""), None);
     }

@@ -141,6 +141,15 @@ fn verdict_of(set: &RuleSet, command: &str) -> Verdict {
     bash(set, command).verdict
 }
 
+/// Those of `commands` that `set` allows.
+fn allowed_of<'a>(set: &RuleSet, commands: &[&'a str]) -> Vec<&'a str> {
+    commands
+        .iter()
+        .copied()
+        .filter(|command| verdict_of(set, command) == Verdict::Allow)
+        .collect()
+}
+
 /// `command` is on the dangerous list: it asks, whatever the allow rules.
 fn assert_dangerous(set: &RuleSet, command: &str) {
     let d = bash(set, command);
@@ -3216,10 +3225,7 @@ fn a_ninth_reviews_forms_are_not_allowed() {
         "echo 'gitdir: x' > $'.git\\0'",
         "echo '[core]' > $'.gitconfig\\0'",
     ];
-    let allowed: Vec<&str> = forms
-        .into_iter()
-        .filter(|form| verdict_of(&r1, form) == Verdict::Allow)
-        .collect();
+    let allowed = allowed_of(&r1, &forms);
     assert!(allowed.is_empty(), "{allowed:#?}");
     let r2 = rules(&["bash"], &[], &["bash(touch *)"]);
     for form in ["$'touch\\0' n1", "rbash -c 'touch n2'"] {
@@ -3268,10 +3274,7 @@ fn a_computed_file_a_command_writes_is_not_vouched_for() {
         "x=.gi; cp evil \"${x}t/hooks/pre-commit\"",
         "sort -o\"$(printf .gi)t/config\" a",
     ];
-    let allowed: Vec<&str> = asked
-        .into_iter()
-        .filter(|c| verdict_of(&set, c) == Verdict::Allow)
-        .collect();
+    let allowed = allowed_of(&set, &asked);
     assert!(allowed.is_empty(), "{allowed:#?}");
     for fine in [
         "git log -1 --output=log.txt",
@@ -3320,9 +3323,84 @@ fn variables_the_line_spells_out_are_read_as_their_values() {
         "x=.gi; git log -1 --output=\"${x}t/config\"",
         "f=a; sed -n p $f",
     ];
-    let allowed_anyway: Vec<&str> = asked
-        .into_iter()
-        .filter(|c| verdict_of(&set, c) == Verdict::Allow)
-        .collect();
+    let allowed_anyway = allowed_of(&set, &asked);
     assert!(allowed_anyway.is_empty(), "{allowed_anyway:#?}");
+}
+
+/// A tenth review's forms, each of which ran `touch` past a deny rule or
+/// wrote git's configuration under open allow rules (bash 5.2, git 2.47):
+/// none is allowed now.
+#[test]
+fn a_tenth_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(echo *)",
+            "bash(cat *)",
+            "bash(ls *)",
+            "bash(printf *)",
+            "bash(grep *)",
+            "bash(sed *)",
+            "bash(awk *)",
+            "bash(find *)",
+            "bash(git status)",
+            "bash(git log *)",
+            "bash(git diff*)",
+            "bash(tee *)",
+            "bash(sort *)",
+            "bash(cp *)",
+            "bash(test *)",
+            "bash([[ *)",
+            "bash(cd *)",
+        ],
+        &[],
+        &["bash(rm *)", "bash(touch *)", "bash(curl *)"],
+    );
+    let forms = [
+        // A known variable set where the name scan did not see it.
+        "foo=x; printf -v fo''o %s -exec; find . -maxdepth 0 \"$foo\" touch A1 \\;",
+        "foo=x; printf -v fo\\o %s -exec; find . -maxdepth 0 \"$foo\" touch A2 \\;",
+        "echo \"${fo\\\no:=-exec}\"; find . -maxdepth 0 \"$foo\" touch A3 \\; ; foo=x",
+        "dst=x; printf -v ds''t '\\x2egitconfig'; cp gc \"$dst\"",
+        // A known word that braces or globs change.
+        "d=; find . -maxdepth 0 $d{-exec,} touch B1 \\;",
+        "d=; find . -maxdepth 0 $d[-]exec touch B2 \\;",
+        "d=; tee $d{.gitconfig,x} < gc",
+        "d=; tee $d{.git/config,x} < cfg",
+        "d=; cp cfg $d.gi[t]/config",
+        // Computed names where a program writes.
+        "sed -i -e '$a x' ./\"$(echo .gi)t/config\"",
+        "gd=.gi; sed -i -e '$a x' \"${gd}t/config\"",
+        "awk -i inplace '{print}' ./\"$(echo .gi)t/config\"",
+        "cp config --target-directory=./\"$(echo .gi)t\"",
+        "cp config -t./\"$(echo .gi)t\"",
+        "sort --o=./\"$(echo .gi)t/config\" s1",
+        "sort --outp=./\"$(echo .gi)t/config\" s1",
+        // A flag taken for an option's value.
+        "o=--output=.gi\"t\"/config; git log -1 -m \"$o\"",
+        "git log -1 -F \"$o\"",
+        "git log -1 -C \"$o\"",
+        "git log -1 --pretty \"$o\"",
+        "git diff -m \"$(echo --output=.gi)t/config\"",
+        "x=\"--extcmd=touch F1\"; git difftool -y -b \"$x\" --no-index a b",
+        "git difftool -y -B \"$(echo --extcmd=touch F2)\" --no-index a b",
+        // sed's text ends at an escaped backslash.
+        "sed 'a foo\\\\\ne touch G1' f",
+        "sed 'i\\\\\ne touch G2' f",
+        // A backup's name: the file's and a suffix.
+        "cp gc .gitconf; cp -b -S ig a .gitconf",
+        "cp gc .gitconf; sed -iig -n p .gitconf",
+        "cp --backup --suffix=ig a .gitconf",
+        "cp -bSig a .gitconf",
+        "SIMPLE_BACKUP_SUFFIX=ig cp -b a .gitconf",
+        "cp -b -S \"$s\" a .gitconf",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "cp -b a b.txt",
+        "sed -i.bak s/a/b/ f.txt",
+        "cp --suffix=.old a b",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
 }
