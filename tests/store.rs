@@ -438,6 +438,11 @@ fn seqs(events: &[StoredEvent]) -> Vec<i64> {
     events.iter().map(|e| e.seq).collect()
 }
 
+/// The owner of thread `thread`, deleted or not.
+async fn owner_of(store: &DynStore, thread: &str) -> Option<String> {
+    store.thread_owner(thread).await.unwrap().map(|o| o.owner)
+}
+
 /// The ids of thread `thread`'s messages, in order.
 async fn message_ids(store: &DynStore, thread: &str) -> Vec<String> {
     let messages = store.all_messages(thread).await.unwrap();
@@ -563,28 +568,12 @@ async fn claiming_a_thread_and_other_owners(store: DynStore) {
     assert_eq!(store.thread_owner("t1").await.unwrap(), None);
     store.claim_thread("t1", "alice").await.unwrap();
     store.claim_thread("t1", "alice").await.unwrap();
-    assert_eq!(
-        store
-            .thread_owner("t1")
-            .await
-            .unwrap()
-            .map(|o| o.owner)
-            .as_deref(),
-        Some("alice")
-    );
+    assert_eq!(owner_of(&store, "t1").await.as_deref(), Some("alice"));
     assert!(matches!(
         store.claim_thread("t1", "bob").await,
         Err(StoreError::NotOwner)
     ));
-    assert_eq!(
-        store
-            .thread_owner("t1")
-            .await
-            .unwrap()
-            .map(|o| o.owner)
-            .as_deref(),
-        Some("alice")
-    );
+    assert_eq!(owner_of(&store, "t1").await.as_deref(), Some("alice"));
 
     // Another owner's unit is refused and leaves nothing behind.
     let refused = apply_one(
@@ -610,15 +599,7 @@ async fn claiming_a_thread_and_other_owners(store: DynStore) {
     apply_one(&store, unit("t2", "carol", vec![events(1)]))
         .await
         .unwrap();
-    assert_eq!(
-        store
-            .thread_owner("t2")
-            .await
-            .unwrap()
-            .map(|o| o.owner)
-            .as_deref(),
-        Some("carol")
-    );
+    assert_eq!(owner_of(&store, "t2").await.as_deref(), Some("carol"));
     store.claim_thread("t2", "carol").await.unwrap();
     assert!(matches!(
         store.claim_thread("t2", "alice").await,
@@ -2503,15 +2484,7 @@ async fn data_survives_reopening(target: Target) {
     assert_eq!(store.last_event_seq("t").await.unwrap(), 3);
     assert_eq!(store.running_tool_calls(INSTANCE).await.unwrap().len(), 1);
     assert_eq!(store.all_messages("t").await.unwrap().len(), 1);
-    assert_eq!(
-        store
-            .thread_owner("t")
-            .await
-            .unwrap()
-            .map(|o| o.owner)
-            .as_deref(),
-        Some("alice")
-    );
+    assert_eq!(owner_of(&store, "t").await.as_deref(), Some("alice"));
 }
 
 async fn a_constraint_violation_rolls_back_only_its_unit(target: Target) {
@@ -4516,11 +4489,7 @@ async fn pool_writes_and_batches_interleave(store: DynStore) {
     for i in [0, 59] {
         let owner = format!("owner-{i}");
         assert_eq!(
-            store
-                .thread_owner(&format!("claimed-{i}"))
-                .await
-                .unwrap()
-                .map(|o| o.owner),
+            owner_of(&store, &format!("claimed-{i}")).await,
             Some(owner.clone())
         );
         assert!(store.owner_rules(&owner).await.unwrap().is_some());

@@ -87,12 +87,13 @@ pub(crate) struct Analysis {
 }
 
 pub(crate) fn analyse(command: &str) -> Analysis {
+    let mut next_pipeline = 0;
+    let lexed = shell::lex(command, &mut next_pipeline, 0);
     let mut analysis = Analysis {
-        known: super::known::Known::of_line(command),
+        known: super::known::Known::of_lexed(command, &lexed),
         ..Analysis::default()
     };
-    let mut next_pipeline = 0;
-    expand(command, 0, false, &mut analysis, &mut next_pipeline);
+    expand_lexed(command, lexed, 0, false, &mut analysis, &mut next_pipeline);
     // Told only once the whole line is read: a function may assign to an
     // array the line makes later. Any name the line writes with a
     // subscript may be an array (`a[0]=1`, `printf -v 'b[0]'`, `read
@@ -279,10 +280,22 @@ fn expand(src: &str, depth: usize, shadow: bool, an: &mut Analysis, next_pipelin
             .push("commands are nested too deeply to be checked".into());
         return;
     }
+    let lexed = shell::lex(src, next_pipeline, depth);
+    expand_lexed(src, lexed, depth, shadow, an, next_pipeline);
+}
+
+/// [`expand`], `src` lexed already.
+fn expand_lexed(
+    src: &str,
+    lexed: shell::Lexed,
+    depth: usize,
+    shadow: bool,
+    an: &mut Analysis,
+    next_pipeline: &mut usize,
+) {
     if super::dangerous::is_fork_bomb(src) {
         an.fork_bombs.push(src.trim().to_string());
     }
-    let lexed = shell::lex(src, next_pipeline, depth);
     if !shadow {
         an.malformed.extend(lexed.errors);
         an.pipes |= lexed.pipes;

@@ -29,8 +29,8 @@ const MAX_READINGS: usize = 64;
 pub(crate) struct Known(HashMap<String, Vec<String>>);
 
 impl Known {
-    pub fn of_line(command: &str) -> Known {
-        let lexed = shell::lex(command, &mut 0, 0);
+    /// What `command`, lexed as `lexed`, spells out.
+    pub fn of_lexed(command: &str, lexed: &shell::Lexed) -> Known {
         if !lexed.errors.is_empty() {
             return Known::default();
         }
@@ -214,7 +214,7 @@ mod tests {
     use super::*;
 
     fn readings(line: &str, word: &str) -> Option<Vec<String>> {
-        let known = Known::of_line(line);
+        let known = Known::of_lexed(line, &shell::lex(line, &mut 0, 0));
         let lexed = shell::lex(word, &mut 0, 0);
         known.readings(&lexed.pieces[0].words[0])
     }
