@@ -2965,14 +2965,8 @@ async fn a_thread_deleted_through_one_process_is_gone_on_the_others() {
         .await
         .unwrap();
     assert_eq!(r.status(), 204);
-    let mut end = None;
-    while let Some(frame) = sse.next(Duration::from_secs(10)).await {
-        if frame.data["type"] == "RUN_ERROR" {
-            end = Some(frame);
-            break;
-        }
-    }
-    let end = end.expect("the other process's stream ends");
+    let frames = sse.until("RUN_ERROR").await;
+    let end = frames.last().expect("the other process's stream ends");
     assert_eq!(end.data["code"], "THREAD_DELETED", "{}", end.raw);
     let r = two
         .client

@@ -295,7 +295,7 @@ fn may_become_option(word: &Word) -> bool {
     if word.literal || word.text.starts_with("<(") || word.text.starts_with(">(") {
         return false;
     }
-    let absolute = ["$PWD", "${PWD}", "$HOME", "${HOME}"].iter().any(|v| {
+    let absolute = super::known::ABSOLUTE.iter().any(|v| {
         word.text
             .strip_prefix(v)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))

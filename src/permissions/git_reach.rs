@@ -109,7 +109,7 @@ fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
 /// call's directory and its workspace, absolute paths; a line setting
 /// either asks): the rest, as a path from the line's places.
 fn anchored(word: &Word) -> Option<&str> {
-    ["$PWD", "${PWD}", "$HOME", "${HOME}"].iter().find_map(|v| {
+    super::known::ABSOLUTE.iter().find_map(|v| {
         let rest = word.text.strip_prefix(v)?;
         let rest = if rest.is_empty() {
             "."
@@ -397,9 +397,6 @@ impl<'a> Reach<'a> {
                 return true;
             };
             readings.iter().any(|reading| {
-                if sed && sed_backup_is_computed(reading) {
-                    return true;
-                }
                 if suffixes.iter().any(|suffix| {
                     argument_paths(reading)
                         .any(|path| self.may_reach(places, &format!("{path}{suffix}")))
@@ -832,14 +829,12 @@ fn sed_written_files(script: &str) -> impl Iterator<Item = &str> {
         .map(move |(at, _)| script[at + 1..].trim_start())
 }
 
-/// Whether `word` is sed's in-place option with a backup suffix holding a
-/// `*`, which sed replaces with the file's name (`-i'.gi*/config'` backs
-/// `t` up as `.git/config`): a name computed from the operands, which may
-/// be git's configuration.
 /// The suffixes of the backups `piece` makes of the files it writes: a
 /// backup of `.gitconf` with the suffix `ig` is `.gitconfig` (`cp -b -S
-/// ig`, `sed -iig`). `None` when one is not known (computed, a sed
-/// template with `*` or `/`, or `SIMPLE_BACKUP_SUFFIX` in the line).
+/// ig`, `sed -iig`). `None` when one is not known: computed, with
+/// `SIMPLE_BACKUP_SUFFIX` in the line, or a sed template holding `*`
+/// (which sed replaces with the file's name: `-i'.gi*/config'` backs `t`
+/// up as `.git/config`) or `/`.
 fn backup_suffixes(piece: &Piece, line_sets_suffix: bool) -> Option<Vec<String>> {
     let words = piece.command();
     let name = piece.command_name().unwrap_or_default();
@@ -908,25 +903,6 @@ fn backup_suffixes(piece: &Piece, line_sets_suffix: bool) -> Option<Vec<String>>
         _ => {}
     }
     Some(suffixes)
-}
-
-fn sed_backup_is_computed(word: &str) -> bool {
-    if let Some(long) = word.strip_prefix("--") {
-        return long
-            .split_once('=')
-            .is_some_and(|(name, suffix)| "in-place".starts_with(name) && suffix.contains('*'));
-    }
-    let Some(cluster) = word.strip_prefix('-') else {
-        return false;
-    };
-    for (at, c) in cluster.char_indices() {
-        match c {
-            'i' => return cluster[at + 1..].contains('*'),
-            'n' | 's' | 'E' | 'r' | 'u' | 'z' | 'b' => {}
-            _ => return false,
-        }
-    }
-    false
 }
 
 /// What an awk program may write: every string it holds (a name it

@@ -22,6 +22,11 @@ use std::collections::HashMap;
 
 use super::shell::{self, Word};
 
+/// Variables that hold an absolute path the line cannot change without
+/// asking (a line setting `PWD` or `HOME` asks): the call's directory and
+/// its workspace.
+pub(crate) const ABSOLUTE: [&str; 4] = ["$PWD", "${PWD}", "$HOME", "${HOME}"];
+
 /// At most this many texts stand for one word.
 const MAX_READINGS: usize = 64;
 
