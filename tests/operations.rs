@@ -2987,6 +2987,122 @@ async fn a_thread_deleted_through_one_process_is_gone_on_the_others() {
     assert_eq!(r.status(), 410, "the old call does not run again");
 }
 
+/// A deletion that cancels (`?cancel=true`) closes the thread in the
+/// database first: while a call it cannot cancel (it runs in another
+/// process) keeps it, no process records a new call or turn in it, so
+/// nothing new can keep it alive; the process that runs the call cancels
+/// it and the deletion goes through.
+#[tokio::test]
+async fn a_thread_closed_for_deletion_takes_nothing_new_in_any_process() {
+    let two = TwoProcesses::start(json!({})).await;
+    let (first, second) = (&two.first, &two.second);
+    let post = |through: &Served, path: &str, body: Value| {
+        two.client
+            .post(format!("{}{path}", through.base))
+            .bearer_auth(&through.token)
+            .json(&body)
+            .send()
+    };
+    let delete = |through: &Served, query: &str| {
+        two.client
+            .delete(format!("{}/v1/threads/closing{query}", through.base))
+            .bearer_auth(&through.token)
+            .send()
+    };
+    let long = post(
+        first,
+        "/v1/threads/closing/tool-calls",
+        json!({"id": "w1", "name": "wait", "arguments": {"ms": 25000}}),
+    );
+    let long = tokio::spawn(async move { long.await.unwrap().json::<Value>().await.unwrap() });
+    let mut status = Value::Null;
+    for _ in 0..200 {
+        // Announced once it has run a moment (`wait` reads nothing, so
+        // its record may wait for its result).
+        let r = two
+            .client
+            .get(format!("{}/v1/threads/closing/tool-calls/w1", first.base))
+            .bearer_auth(&first.token)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 200 {
+            status = r.json::<Value>().await.unwrap()["status"].clone();
+        }
+        if status == "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status, "running");
+
+    // `wait` is for a deletion that cancels, and at most a minute.
+    for query in ["?wait=5", "?cancel=true&wait=61", "?cancel=maybe"] {
+        let r = delete(second, query).await.unwrap();
+        assert_eq!(r.status(), 400, "{query}");
+    }
+    // The other process cannot stop the call: after its wait, `409`, and
+    // the thread stays closed.
+    let r = delete(second, "?cancel=true&wait=1").await.unwrap();
+    assert_eq!(r.status(), 409);
+    let busy: Value = r.json().await.unwrap();
+    assert_eq!(busy["code"], "THREAD_BUSY", "{busy}");
+    assert_eq!(
+        busy["errors"],
+        json!([{"tool_call_id": "w1", "status": "running"}])
+    );
+    assert!(
+        busy["detail"].as_str().unwrap().contains("stays closed"),
+        "{busy}"
+    );
+    for (through, path, body) in [
+        (
+            second,
+            "/v1/threads/closing/tool-calls",
+            json!({"id": "c2", "name": "echo", "arguments": {"text": "hi"}}),
+        ),
+        (
+            first,
+            "/v1/threads/closing/messages",
+            json!({"id": "m1", "role": "user", "content": "more"}),
+        ),
+    ] {
+        let r = post(through, path, body).await.unwrap();
+        assert_eq!(r.status(), 409, "{path}");
+        let refused: Value = r.json().await.unwrap();
+        assert_eq!(refused["code"], "THREAD_CLOSING", "{refused}");
+    }
+    let history = first.get_json("/v1/threads/closing/history").await;
+    let roles: Vec<&str> = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert!(roles.is_empty(), "nothing new went in: {roles:?}");
+    assert_eq!(
+        first.get_json("/v1/threads/closing/tool-calls/w1").await["status"],
+        "running"
+    );
+
+    // The process that runs it cancels it, and deletes the thread.
+    let r = delete(first, "?cancel=true").await.unwrap();
+    assert_eq!(r.status(), 204);
+    let answered = long.await.unwrap();
+    assert_eq!(
+        answered["tool_agent_output"]["error"]["code"], "CANCELLED",
+        "{answered}"
+    );
+    let r = two
+        .client
+        .get(format!("{}/v1/threads/closing/history", second.base))
+        .bearer_auth(&second.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 410);
+}
+
 /// A subscriber hears of what another process of the same database
 /// commits (or what committed with no word on the bus, its commit's answer
 /// lost): each heartbeat its stream reads the log after its last event.

@@ -3279,6 +3279,78 @@ async fn a_deleted_thread_is_gone_and_its_ids_never_run_again(backend: Backend) 
     assert!(app.rows_of_thread("keep").await > 0);
 }
 
+/// `DELETE …?cancel=true` deletes a busy thread: the calls running are
+/// cancelled (their callers get their `CANCELLED` results), those waiting
+/// for approval withdrawn, having run nothing, and the thread goes.
+async fn a_cancelling_deletion_stops_what_runs_and_what_waits(backend: Backend) {
+    let app = TestApp::spawn(backend).await;
+    let long = app
+        .client
+        .post(app.url("/v1/threads/stop/tool-calls"))
+        .bearer_auth(&app.token)
+        .json(&json!({"id": "w1", "name": "wait", "arguments": {"ms": 25000}}))
+        .send();
+    let long = tokio::spawn(async move { long.await.unwrap().json::<Value>().await.unwrap() });
+    let ask = json!({"id": "c2", "name": "bash", "arguments": {"command": "mkdir asked"}});
+    let (s, out) = app.call("stop", ask.clone()).await;
+    assert_eq!(s, 202, "{out}");
+    let mut status = Value::Null;
+    for _ in 0..200 {
+        // Announced once it has run a moment (`wait` reads nothing, so
+        // its record may wait for its result).
+        let r = app.get("/v1/threads/stop/tool-calls/w1").await;
+        if r.status() == 200 {
+            status = r.json::<Value>().await.unwrap()["status"].clone();
+        }
+        if status == "running" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(status, "running");
+    // Without `cancel`, a busy thread stays as it is.
+    let r = app.delete_as(&app.token, "/v1/threads/stop").await;
+    assert_eq!(r.status(), 409);
+    let (s, out) = app
+        .call(
+            "stop",
+            json!({"id": "c3", "name": "echo", "arguments": {"text": "still open"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+
+    let r = app
+        .delete_as(&app.token, "/v1/threads/stop?cancel=true")
+        .await;
+    assert_eq!(r.status(), 204, "{}", r.text().await.unwrap());
+    let answered = long.await.unwrap();
+    assert_eq!(
+        answered["tool_agent_output"]["error"]["code"], "CANCELLED",
+        "{answered}"
+    );
+    let r = app.get("/v1/threads/stop/history").await;
+    assert_eq!(r.status(), 410);
+    // The call waiting for a person never ran; the audit log tells why
+    // it was denied.
+    let audit = app.get_json("/v1/audit?thread_id=stop").await;
+    let entries = audit["entries"].as_array().unwrap();
+    let decided = entries
+        .iter()
+        .find(|e| e["action"] == "approval.decided" && e["tool_call_id"] == "c2")
+        .expect("the approval was decided");
+    assert!(
+        decided.to_string().contains("its owner deleted the thread"),
+        "{decided}"
+    );
+    assert!(
+        !entries
+            .iter()
+            .any(|e| e["action"] == "call.executed" && e["tool_call_id"] == "c2"),
+        "{audit}"
+    );
+    assert_eq!(app.rows_of_thread("stop").await, 0);
+}
+
 /// A deletion whose notice never reached this process (another process
 /// deleted the thread while this one's watch was away): its streams end
 /// at their next heartbeat, and its requests answer 410 once the owner it
@@ -3318,6 +3390,7 @@ async fn a_deletion_told_nowhere_is_found_all_the_same(backend: Backend) {
 
 both_backends!(
     a_deleted_thread_is_gone_and_its_ids_never_run_again,
+    a_cancelling_deletion_stops_what_runs_and_what_waits,
     a_deletion_told_nowhere_is_found_all_the_same,
     a_message_and_its_events_have_one_moment,
     a_recorded_turn_comes_back_as_the_stream_showed_it,

@@ -294,6 +294,7 @@ on_both_backends! {
         duplicate_and_dependent_ids_within_one_batch,
         pool_writes_and_batches_interleave,
         a_deleted_thread_keeps_its_owner_and_takes_no_more_writes,
+        a_closing_thread_takes_no_new_turns_but_finishes_its_calls,
     ],
     target: [
         two_handles_on_one_database_serialise_their_writes,
@@ -562,6 +563,100 @@ async fn a_deleted_thread_keeps_its_owner_and_takes_no_more_writes(store: DynSto
     let ids: Vec<&str> = listed.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["u"]);
     assert_eq!(message_ids(&store, "u").await, ["m1"]);
+}
+
+async fn a_closing_thread_takes_no_new_turns_but_finishes_its_calls(store: DynStore) {
+    let content = vec![
+        WriteOp::InsertMessage(message("m1", Role::User, "hello")),
+        WriteOp::InsertToolCall(new_call("c1")),
+    ];
+    apply_all(
+        &store,
+        &[
+            unit("t", "alice", content.clone()),
+            unit("u", "alice", content),
+        ],
+    )
+    .await;
+    let close = |at: i64| {
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::CloseThread { closing_at_ms: at }],
+        )
+    };
+    apply_one(&store, close(5)).await.unwrap();
+    // Closing again keeps the first moment.
+    apply_one(&store, close(9)).await.unwrap();
+    let closing = |result: &StoreResult<UnitReceipt>| matches!(result, Err(StoreError::ThreadClosing { thread, since_ms: 5 }) if thread == "t");
+
+    // No new call, no new turn: alone, and in a batch (where another
+    // thread's units still commit, and the closing thread's other units).
+    let new_call_of = |id: &str| unit("t", "alice", vec![WriteOp::InsertToolCall(new_call(id))]);
+    let refused = apply_one(&store, new_call_of("c2")).await;
+    assert!(closing(&refused), "{refused:?}");
+    for role in [Role::User, Role::Assistant, Role::System] {
+        let turn = unit(
+            "t",
+            "alice",
+            vec![WriteOp::InsertMessage(message("m2", role, "more"))],
+        );
+        let refused = apply_one(&store, turn).await;
+        assert!(closing(&refused), "{role:?}: {refused:?}");
+    }
+    let results = store
+        .apply_batch(&[
+            unit("u", "alice", vec![WriteOp::InsertToolCall(new_call("c2"))]),
+            new_call_of("c3"),
+            unit("t", "alice", vec![events(1)]),
+        ])
+        .await
+        .expect("the batch commits");
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    assert!(closing(&results[1]), "{:?}", results[1]);
+    assert!(results[2].is_ok(), "{:?}", results[2]);
+    assert!(store.tool_call("t", "c3").await.unwrap().is_none());
+    assert!(store.tool_call("u", "c2").await.unwrap().is_some());
+    // A call it records already is that call, posted again: a conflict,
+    // answered from its record.
+    let again = apply_one(&store, new_call_of("c1")).await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+
+    // What it holds still finishes: the result and its tool message go in.
+    apply_one(
+        &store,
+        unit("t", "alice", finishing("c1", CallStatus::Success)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        store.tool_call("t", "c1").await.unwrap().map(|c| c.status),
+        Some(CallStatus::Success)
+    );
+    assert_eq!(message_ids(&store, "t").await, ["m1", "msg-c1"]);
+    // The other thread was never closed.
+    apply_one(
+        &store,
+        unit(
+            "u",
+            "alice",
+            vec![WriteOp::InsertMessage(message("m2", Role::User, "more"))],
+        ),
+    )
+    .await
+    .unwrap();
+    // And the closed one is deleted once nothing runs in it.
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::DeleteThread { deleted_at_ms: 12 }],
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(message_ids(&store, "t").await.is_empty());
 }
 
 async fn claiming_a_thread_and_other_owners(store: DynStore) {

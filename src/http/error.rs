@@ -50,6 +50,9 @@ pub mod conflicts {
     /// A thread with calls still running or waiting for approval (listed
     /// in `errors`) cannot be deleted yet.
     pub const THREAD_BUSY: &str = "THREAD_BUSY";
+    /// A thread being deleted (`DELETE …?cancel=true`) takes no new calls
+    /// or messages.
+    pub const THREAD_CLOSING: &str = "THREAD_CLOSING";
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -431,6 +434,15 @@ impl From<crate::store::StoreError> for ApiError {
             StoreError::ThreadDeleted { thread, at_ms } => {
                 ApiError::ThreadDeleted { thread, at_ms }
             }
+            StoreError::ThreadClosing { thread, since_ms } => ApiError::ConflictAt {
+                code: conflicts::THREAD_CLOSING,
+                detail: format!(
+                    "thread {thread:?} is being deleted (closed at {}): it takes no new calls \
+                     or messages",
+                    crate::engine::rfc3339_millis(since_ms)
+                ),
+                errors: Vec::new(),
+            },
             StoreError::ThreadBusy { calls } => ApiError::ConflictAt {
                 code: conflicts::THREAD_BUSY,
                 detail: format!(
@@ -760,13 +772,26 @@ impl FromRequest<super::AppState> for NoInput {
 
     async fn from_request(req: Request, state: &super::AppState) -> Result<Self, Self::Rejection> {
         check_params(req.uri().query().unwrap_or_default(), &[])?;
+        NoBody::from_request(req, state).await?;
+        Ok(NoInput)
+    }
+}
+
+/// The body of a route that takes query parameters ([`ApiQuery`]) but no
+/// body: none but an empty one or `{}`, as [`NoInput`].
+pub struct NoBody;
+
+impl FromRequest<super::AppState> for NoBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &super::AppState) -> Result<Self, Self::Rejection> {
         let bytes = read_body(req, state).await?;
         if bytes.trim_ascii().is_empty() {
-            return Ok(NoInput);
+            return Ok(NoBody);
         }
         match crate::protocol::json::from_slice(&bytes) {
             Ok(Value::Object(fields)) => match fields.keys().next() {
-                None => Ok(NoInput),
+                None => Ok(NoBody),
                 Some(field) => Err(ApiError::invalid_body(
                     format!("/{}", pointer_token(field)),
                     "is not a field: this route takes no body".into(),

@@ -751,6 +751,10 @@ async fn run(
             let code = match &e {
                 ApiError::Unavailable(_) => "STORE_UNAVAILABLE",
                 ApiError::ThreadDeleted { .. } => super::error::THREAD_DELETED,
+                ApiError::ConflictAt {
+                    code: super::error::conflicts::THREAD_CLOSING,
+                    ..
+                } => super::error::conflicts::THREAD_CLOSING,
                 _ => "RUN_FAILED",
             };
             emit(

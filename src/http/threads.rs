@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use utoipa::{IntoParams, ToSchema};
 
-use super::error::{ApiError, ApiJson, ApiQuery, NoInput, conflicts};
+use super::error::{ApiError, ApiJson, ApiQuery, NoBody, NoInput, conflicts};
 use super::{AppState, AuthUser, ThreadId, check_owner, require_thread};
 use crate::engine::limits::SharedSlot;
 use crate::engine::{CallOutcome, CallRequest, Cancelled, Executed, Rejection, UndoError};
@@ -960,6 +960,50 @@ pub async fn list_threads(
     }))
 }
 
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeleteQuery {
+    /// `true`: close the thread to new calls and messages, cancel its
+    /// running calls and withdraw those waiting for approval, then delete
+    /// it. Default `false`: a busy thread is left as it is (`409`).
+    pub cancel: Option<bool>,
+    /// With `cancel=true`: seconds (0–60, default 10) to wait for the
+    /// thread's calls to stop before answering `409` `THREAD_BUSY`.
+    #[param(maximum = 60)]
+    pub wait: Option<u64>,
+}
+
+impl DeleteQuery {
+    /// How long a cancelling deletion waits for the calls to stop; `None`
+    /// when it does not cancel.
+    fn cancel_within(&self) -> Result<Option<Duration>, ApiError> {
+        let wait = match self.wait {
+            None => DELETE_WAIT,
+            Some(s) if s <= 60 => Duration::from_secs(s),
+            Some(s) => {
+                return Err(ApiError::invalid_param(
+                    "wait",
+                    format!("must be between 0 and 60 seconds, got {s}"),
+                ));
+            }
+        };
+        match self.cancel {
+            Some(true) => Ok(Some(wait)),
+            _ if self.wait.is_some() => Err(ApiError::invalid_param(
+                "wait",
+                "only with cancel=true: a deletion without it does not wait".to_string(),
+            )),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// How long `DELETE …?cancel=true` waits for the calls to stop by default.
+const DELETE_WAIT: Duration = Duration::from_secs(10);
+
+/// The reason of an approval withdrawn by its thread's deletion.
+const WITHDRAWN_BY_DELETION: &str = "withdrawn: its owner deleted the thread";
+
 /// Delete a thread.
 ///
 /// Removes everything the thread holds: its messages, events, tool calls
@@ -977,45 +1021,147 @@ pub async fn list_threads(
 ///
 /// A thread with calls still running or waiting for a person's approval
 /// is not deleted: `409` (`code` `THREAD_BUSY`) lists them in `errors`;
-/// cancel them or decide their approvals, then delete it again.
+/// cancel them or decide their approvals, then delete it again. With
+/// `cancel=true` the deletion does that itself: it first closes the
+/// thread, which from then on takes no new call or message (`409`
+/// `THREAD_CLOSING`), so a stream of new calls cannot keep it alive; then
+/// it cancels the calls running in this process and withdraws those
+/// waiting for approval (denied, reason "withdrawn: its owner deleted the
+/// thread"), and deletes the thread once none is left. A call running in
+/// another toolgate process is waited for. Still busy after `wait`
+/// seconds, it answers `409` `THREAD_BUSY`; the thread stays closed, and
+/// a DELETE again finishes the deletion.
 #[utoipa::path(delete, path = "/v1/threads/{thread_id}", tag = "history",
-    params(("thread_id" = String, Path,)),
+    params(("thread_id" = String, Path,), DeleteQuery),
     responses(
         (status = 204, description = "Deleted (now, or before)"),
+        (status = 400, description = "`wait` out of range, or given without `cancel=true`", content_type = "application/problem+json"),
         (status = 404, description = "No such thread for this owner", content_type = "application/problem+json"),
-        (status = 409, description = "Calls still running or waiting for approval (`THREAD_BUSY`, listed in `errors`)", content_type = "application/problem+json"),
+        (status = 409, description = "Calls still running or waiting for approval (`THREAD_BUSY`, listed in `errors`); with `cancel=true`, still so after `wait` seconds (the thread stays closed to new calls)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
 pub async fn delete_thread(
     State(state): State<AppState>,
     user: AuthUser,
     Path(thread_id): Path<String>,
-    _: NoInput,
+    ApiQuery(q): ApiQuery<DeleteQuery>,
+    _: NoBody,
 ) -> Result<StatusCode, ApiError> {
     let thread = ThreadId::parse(thread_id)?;
+    let cancel_within = q.cancel_within()?;
     match require_thread(&state, &user, &thread).await {
         Err(ApiError::ThreadDeleted { .. }) => return Ok(StatusCode::NO_CONTENT),
         checked => checked?,
     }
-    let at_ms = now_ms();
-    let unit = WriteUnit {
-        thread_id: thread.0.clone(),
-        owner: user.owner.clone(),
-        ops: vec![WriteOp::DeleteThread {
-            deleted_at_ms: at_ms,
-        }],
+    let deleted = match cancel_within {
+        None => delete_now(&state, &user.owner, &thread.0).await,
+        Some(within) => delete_cancelling(&state, &user.owner, &thread.0, within).await,
     };
-    let at_ms = match state.writer.write(unit).await {
-        Ok(_) => at_ms,
+    let at_ms = match deleted {
+        Ok(at_ms) => at_ms,
         // Deleted by another request meanwhile.
         Err(crate::store::StoreError::ThreadDeleted { at_ms, .. }) => at_ms,
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            let mut e = ApiError::from(e);
+            if let (
+                Some(within),
+                ApiError::ConflictAt {
+                    code: conflicts::THREAD_BUSY,
+                    detail,
+                    ..
+                },
+            ) = (cancel_within, &mut e)
+            {
+                *detail = format!(
+                    "the thread still has calls running or waiting for approval after {} s \
+                     (listed in errors): those running in this process were cancelled and \
+                     those waiting withdrawn, and a call running in another toolgate process \
+                     finishes there. The thread stays closed to new calls and messages; a \
+                     DELETE again finishes its deletion",
+                    within.as_secs(),
+                );
+            }
+            return Err(e);
+        }
     };
     state.thread_owners.deleted(&thread.0, at_ms);
     state.bus.deleted(&thread.0, at_ms);
     state.replay_cache.forget(&thread.0);
     tracing::info!(thread = %thread.0, owner = %user.owner, "thread deleted");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Delete the thread if nothing in it is running or waiting; when it was
+/// deleted.
+async fn delete_now(
+    state: &AppState,
+    owner: &str,
+    thread_id: &str,
+) -> Result<i64, crate::store::StoreError> {
+    let at_ms = now_ms();
+    let unit = WriteUnit {
+        thread_id: thread_id.to_string(),
+        owner: owner.to_string(),
+        ops: vec![WriteOp::DeleteThread {
+            deleted_at_ms: at_ms,
+        }],
+    };
+    state.writer.write(unit).await.map(|_| at_ms)
+}
+
+/// Close the thread, stop what runs or waits in it, and delete it, trying
+/// for at most `within`; when it was deleted.
+async fn delete_cancelling(
+    state: &AppState,
+    owner: &str,
+    thread_id: &str,
+    within: Duration,
+) -> Result<i64, crate::store::StoreError> {
+    use crate::store::StoreError;
+    let deadline = tokio::time::Instant::now() + within;
+    let close = WriteUnit {
+        thread_id: thread_id.to_string(),
+        owner: owner.to_string(),
+        ops: vec![WriteOp::CloseThread {
+            closing_at_ms: now_ms(),
+        }],
+    };
+    state.writer.write(close).await?;
+    let mut stopped_once = false;
+    loop {
+        let calls = match delete_now(state, owner, thread_id).await {
+            Err(StoreError::ThreadBusy { calls }) => calls,
+            deleted => return deleted,
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() && stopped_once {
+            return Err(StoreError::ThreadBusy { calls });
+        }
+        stopped_once = true;
+        let stops = calls.iter().map(|(id, status)| async move {
+            let stopped = match status {
+                CallStatus::PendingApproval => state
+                    .engine
+                    .withdraw(owner, thread_id, id, WITHDRAWN_BY_DELETION)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                _ => state
+                    .engine
+                    .cancel(thread_id, id, left.min(CANCEL_ANSWER_WAIT))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+            };
+            if let Err(error) = stopped {
+                tracing::debug!(call = %id, %error, "a call of a thread being deleted was not stopped");
+            }
+        });
+        futures::future::join_all(stops).await;
+        // What runs elsewhere (another process, a result on its way to the
+        // database) is given a moment before the next look.
+        tokio::time::sleep(left.min(Duration::from_millis(50))).await;
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]

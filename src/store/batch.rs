@@ -202,6 +202,7 @@ impl<'a> Plan<'a> {
                     | WriteOp::InsertApproval(_)
                     | WriteOp::DecideApproval { .. }
                     | WriteOp::CloseRun { .. }
+                    | WriteOp::CloseThread { .. }
                     | WriteOp::DeleteThread { .. } => return None,
                 }
             }

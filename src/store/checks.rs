@@ -35,6 +35,29 @@ pub(crate) fn not_busy(calls: Vec<(String, String)>) -> StoreResult<()> {
     Err(StoreError::ThreadBusy { calls })
 }
 
+/// `op`, applied, in a thread closed for its deletion since `closing`
+/// ([`WriteOp::CloseThread`]): a new call, or a new user, assistant or
+/// system message, fails the unit with [`StoreError::ThreadClosing`].
+/// Checked once the op went in, so that an id already taken is answered
+/// as such (a call posted again gets its recorded outcome).
+pub(crate) fn open_for(unit: &WriteUnit, op: &WriteOp, closing: Option<i64>) -> StoreResult<()> {
+    let Some(since_ms) = closing else {
+        return Ok(());
+    };
+    let new_turn = match op {
+        WriteOp::InsertToolCall(_) => true,
+        WriteOp::InsertMessage(message) => message.role != super::Role::Tool,
+        _ => false,
+    };
+    if new_turn {
+        return Err(StoreError::ThreadClosing {
+            thread: unit.thread_id.clone(),
+            since_ms,
+        });
+    }
+    Ok(())
+}
+
 /// A unit holding [`WriteOp::DeleteThread`] holds nothing else.
 pub(crate) fn deletion_fits_unit(unit: &WriteUnit) -> StoreResult<()> {
     if unit.ops.len() == 1 {

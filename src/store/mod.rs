@@ -55,6 +55,10 @@ pub enum StoreError {
     /// more writes, and its id is not used again.
     #[error("thread {thread:?} was deleted")]
     ThreadDeleted { thread: String, at_ms: i64 },
+    /// The thread is being deleted ([`WriteOp::CloseThread`], since
+    /// `since_ms`): it takes no new calls or turns.
+    #[error("thread {thread:?} is being deleted: it takes no new calls or messages")]
+    ThreadClosing { thread: String, since_ms: i64 },
     /// [`WriteOp::DeleteThread`] met calls still running or waiting for
     /// an approval (their ids and statuses): nothing was deleted.
     #[error("the thread has calls still running or waiting for approval")]
@@ -164,6 +168,7 @@ impl StoreError {
                 | StoreError::RunClosed { .. }
                 | StoreError::Refused { .. }
                 | StoreError::ThreadDeleted { .. }
+                | StoreError::ThreadClosing { .. }
         )
     }
 
@@ -181,6 +186,7 @@ impl StoreError {
                 | StoreError::RunClosed { .. }
                 | StoreError::Refused { .. }
                 | StoreError::ThreadDeleted { .. }
+                | StoreError::ThreadClosing { .. }
                 | StoreError::ThreadBusy { .. }
                 | StoreError::NotFound(_)
         ) || self.is_raised_on_statement()
@@ -840,7 +846,9 @@ pub enum WriteOp {
     /// message's `tool_calls`) with another tool or other arguments fails
     /// it with [`StoreError::Redeclared`]. The call gets the thread's next
     /// ordinal (the order of [`Store::run_calls`]). A call of a run closed
-    /// by [`WriteOp::CloseRun`] fails it with [`StoreError::RunClosed`].
+    /// by [`WriteOp::CloseRun`] fails it with [`StoreError::RunClosed`],
+    /// and any new call of a thread closed by [`WriteOp::CloseThread`]
+    /// with [`StoreError::ThreadClosing`].
     InsertToolCall(NewToolCall),
     /// Mark a `running` or `pending_approval` call finished (a denied or
     /// expired call is finished without ever running). Fails with `NotFound`
@@ -865,7 +873,10 @@ pub enum WriteOp {
     /// Append a message; a duplicate (thread, id) fails with `Conflict`.
     /// Its declared calls are kept; one the thread already declares or
     /// records with another tool or other arguments fails the unit with
-    /// [`StoreError::Redeclared`].
+    /// [`StoreError::Redeclared`]. A user, assistant or system message of
+    /// a thread closed by [`WriteOp::CloseThread`] fails it with
+    /// [`StoreError::ThreadClosing`] (a tool message, a call's result,
+    /// goes in).
     InsertMessage(NewMessage),
     /// Append events to the thread's log, in order.
     AppendEvents(Vec<NewEvent>),
@@ -891,6 +902,11 @@ pub enum WriteOp {
     /// commit on, no call of it is recorded. Closing a closed run again
     /// changes nothing.
     CloseRun { run_id: String, closed_at_ms: i64 },
+    /// Close the thread for its deletion: from this commit on it takes no
+    /// new call ([`WriteOp::InsertToolCall`]) and no new user, assistant
+    /// or system message, while the calls it holds still finish. Closing
+    /// a closing thread again keeps when it was first closed.
+    CloseThread { closing_at_ms: i64 },
     /// Delete what the thread holds: its messages, events, calls,
     /// approvals, declared calls and closed runs. Its row stays, stamped
     /// `deleted_at_ms`: the id stays the owner's, and every later unit of

@@ -196,6 +196,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "deleted threads",
         include_str!("../../migrations/postgres/0017_deleted_threads.sql"),
     ),
+    (
+        18,
+        "closing threads",
+        include_str!("../../migrations/postgres/0018_closing_threads.sql"),
+    ),
 ];
 
 #[derive(Debug)]
@@ -234,7 +239,8 @@ ON CONFLICT (id) DO UPDATE SET \
     last_event_seq = threads.last_event_seq + excluded.last_event_seq, \
     last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
     last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
-RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal, deleted_at_ms";
+RETURNING owner, last_event_seq, last_message_seq, last_call_ordinal, deleted_at_ms, \
+    closing_at_ms";
 
 pub struct PgStore {
     pool: PgPool,
@@ -362,6 +368,7 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
             at_ms,
         });
     }
+    let closing: Option<i64> = row.try_get("closing_at_ms")?;
     let mut next_event_seq = row.try_get::<i64, _>("last_event_seq")? - reserved.events + 1;
     let mut next_message_seq = row.try_get::<i64, _>("last_message_seq")? - reserved.messages + 1;
     let mut next_ordinal = row.try_get::<i64, _>("last_call_ordinal")? - reserved.calls + 1;
@@ -428,7 +435,17 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
                 receipt.audit_ids.push(insert_audit(conn, &entry).await?);
                 receipt.deleted = Some(content);
             }
+            WriteOp::CloseThread { closing_at_ms } => {
+                sqlx::query(
+                    "UPDATE threads SET closing_at_ms = COALESCE(closing_at_ms, $2) WHERE id = $1",
+                )
+                .bind(&unit.thread_id)
+                .bind(closing_at_ms)
+                .execute(&mut *conn)
+                .await?;
+            }
         }
+        checks::open_for(unit, op, closing)?;
     }
     Ok(receipt)
 }
@@ -971,7 +988,7 @@ async fn apply_plan(
              last_message_seq = threads.last_message_seq + excluded.last_message_seq, \
              last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal \
          RETURNING id, owner, last_event_seq, last_message_seq, last_call_ordinal, \
-             deleted_at_ms IS NOT NULL AS deleted",
+             deleted_at_ms IS NOT NULL OR closing_at_ms IS NOT NULL AS unusual",
     )
     .bind(&created)
     .bind(&ids)
@@ -984,8 +1001,8 @@ async fn apply_plan(
     let mut reserved: std::collections::HashMap<String, (String, Reserved)> =
         std::collections::HashMap::with_capacity(returned.len());
     for row in returned {
-        if row.try_get::<bool, _>("deleted")? {
-            return Ok(None); // a deleted thread
+        if row.try_get::<bool, _>("unusual")? {
+            return Ok(None); // a deleted thread, or one closing
         }
         reserved.insert(
             row.try_get("id")?,

@@ -134,6 +134,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         "deleted threads",
         include_str!("../../migrations/sqlite/0018_deleted_threads.sql"),
     ),
+    (
+        19,
+        "closing threads",
+        include_str!("../../migrations/sqlite/0019_closing_threads.sql"),
+    ),
 ];
 
 #[derive(Debug)]

@@ -103,8 +103,8 @@ ON CONFLICT (id) DO UPDATE SET \
     last_call_ordinal = threads.last_call_ordinal + excluded.last_call_ordinal";
 
 const READ_SEQS: &str = "\
-SELECT owner, last_event_seq, last_message_seq, last_call_ordinal, deleted_at_ms FROM threads \
-WHERE id = ?1";
+SELECT owner, last_event_seq, last_message_seq, last_call_ordinal, deleted_at_ms, closing_at_ms \
+FROM threads WHERE id = ?1";
 
 const INSERT_CALL: &str = "\
 INSERT INTO tool_calls (thread_id, id, owner, run_id, tool_name, args, status, created_at_ms, \
@@ -143,6 +143,9 @@ const RUN_CLOSED: &str = "SELECT 1 FROM closed_runs WHERE thread_id = ?1 AND run
 const CLOSE_RUN: &str = "\
 INSERT INTO closed_runs (thread_id, run_id, closed_at_ms) VALUES (?1, ?2, ?3) \
 ON CONFLICT (thread_id, run_id) DO NOTHING";
+
+const CLOSE_THREAD: &str = "\
+UPDATE threads SET closing_at_ms = COALESCE(closing_at_ms, ?2) WHERE id = ?1";
 
 const INSERT_EVENT: &str = "\
 INSERT INTO events (thread_id, seq, event_type, data, created_at_ms, message_id) \
@@ -459,15 +462,16 @@ fn unit_error(err: rusqlite::Error, what: impl FnOnce() -> String) -> StoreError
     }
 }
 
-/// Create the thread or bump its counters by `r`; returns the owner and the
-/// new last values. A deleted thread of `owner`'s fails with
+/// Create the thread or bump its counters by `r`; returns the owner, the
+/// new last values and since when the thread is closing
+/// ([`WriteOp::CloseThread`]). A deleted thread of `owner`'s fails with
 /// [`StoreError::ThreadDeleted`].
 fn reserve(
     conn: &Connection,
     thread_id: &str,
     owner: &str,
     r: &Reservation,
-) -> StoreResult<(String, Reserved)> {
+) -> StoreResult<(String, Reserved, Option<i64>)> {
     conn.prepare_cached(RESERVE_SEQS)?.execute(params![
         thread_id,
         owner,
@@ -486,6 +490,7 @@ fn reserve(
                     last_message_seq: row.get(2)?,
                     last_call_ordinal: row.get(3)?,
                 },
+                row.get::<_, Option<i64>>(5)?,
             ),
             row.get::<_, Option<i64>>(4)?,
         ))
@@ -503,7 +508,7 @@ fn reserve(
 /// Apply one unit (already inside the unit's savepoint).
 fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
     let reservation = Reservation::of(unit);
-    let (owner, last) = reserve(conn, &unit.thread_id, &unit.owner, &reservation)?;
+    let (owner, last, closing) = reserve(conn, &unit.thread_id, &unit.owner, &reservation)?;
     if owner != unit.owner {
         return Err(StoreError::NotOwner);
     }
@@ -607,7 +612,12 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
                 receipt.audit_ids.push(insert_audit(conn, &entry)?);
                 receipt.deleted = Some(content);
             }
+            WriteOp::CloseThread { closing_at_ms } => {
+                conn.prepare_cached(CLOSE_THREAD)?
+                    .execute(params![unit.thread_id, closing_at_ms])?;
+            }
         }
+        checks::open_for(unit, op, closing)?;
     }
     Ok(receipt)
 }
@@ -1030,12 +1040,12 @@ fn apply_plan(tx: &Transaction<'_>, plan: &Plan<'_>) -> StoreResult<Option<Vec<U
             calls: thread.calls,
             created_at_ms: thread.created_at_ms.unwrap_or_else(crate::protocol::now_ms),
         };
-        let (owner, last) = match reserve(tx, thread.id, thread.owner, &totals) {
+        let (owner, last, closing) = match reserve(tx, thread.id, thread.owner, &totals) {
             Err(StoreError::ThreadDeleted { .. }) => return Ok(None),
             reserved => reserved?,
         };
-        if owner != thread.owner {
-            return Ok(None); // another owner's thread
+        if owner != thread.owner || closing.is_some() {
+            return Ok(None); // another owner's thread, or one closing
         }
         counters.push(last);
     }

@@ -317,6 +317,10 @@ fn replicate(err: &StoreError) -> StoreError {
             thread: thread.clone(),
             at_ms: *at_ms,
         },
+        StoreError::ThreadClosing { thread, since_ms } => StoreError::ThreadClosing {
+            thread: thread.clone(),
+            since_ms: *since_ms,
+        },
         StoreError::ThreadBusy { calls } => StoreError::ThreadBusy {
             calls: calls.clone(),
         },
