@@ -325,9 +325,9 @@ fn evaluates_names(words: &[Word]) -> bool {
     match name {
         "let" => args.iter().any(arithmetic_operand),
         "declare" | "typeset" | "local"
-            if args
-                .iter()
-                .any(|w| w.text.starts_with(['-', '+']) && w.text.contains('i')) =>
+            if args.iter().any(|w| {
+                (w.text.starts_with(['-', '+']) && w.text.contains('i')) || may_be_option(w)
+            }) =>
         {
             true
         }
@@ -451,6 +451,13 @@ fn normalise(
         .find_map(|name| changes_variable("sets", &name, true))
     {
         opaque = Some(why);
+    }
+    if redirects.iter().any(Redirect::body_assigns) {
+        opaque = Some(
+            "a heredoc's body sets a variable as it expands (`${NAME:=value}`), which may \
+             change what the line runs"
+                .into(),
+        );
     }
     if let Some(reason) = strip_keywords(&mut words) {
         opaque = Some(reason);
@@ -2182,11 +2189,24 @@ fn git_runs_program(words: &[Word]) -> Option<String> {
     let mut i = 1;
     while let Some(word) = words.get(i) {
         let t = word.text.as_str();
-        let key = match t {
+        let setting = match t {
             "-c" | "--config-env" => {
                 i += 1;
-                words.get(i).map(|w| w.text.as_str())
+                words.get(i)
             }
+            _ if t.starts_with("--config-env=") => Some(word),
+            _ => None,
+        };
+        // Which option it sets is only known when it runs.
+        if setting.is_some_and(|w| !w.literal) {
+            return Some(
+                "it sets a git option (`-c`, `--config-env`) whose name or value is computed \
+                 when the command runs"
+                    .into(),
+            );
+        }
+        let key = match t {
+            "-c" | "--config-env" => setting.map(|w| w.text.as_str()),
             _ if t.starts_with("--config-env=") => t.strip_prefix("--config-env="),
             _ if t.starts_with("--exec-path=") => {
                 return Some("it points git at other programs (`--exec-path`)".into());
@@ -2395,6 +2415,12 @@ fn env(words: &[Word], opaque: &mut Option<String>) -> Step {
     }
 }
 
+/// A word of `declare`'s (`local`'s, `typeset`'s) that may turn out an
+/// option when it runs (`-$x`, `$x`): computed, and no assignment.
+fn may_be_option(w: &Word) -> bool {
+    !w.literal && !w.assignment
+}
+
 /// Why a builtin that writes the variables its arguments name makes the
 /// command opaque: it names a sensitive one (`read GIT_DIR`, `printf -v
 /// PATH …`, `mapfile`, `getopts`), or one whose name is computed; or it
@@ -2417,10 +2443,12 @@ fn writes_variable(name: &str, command: &[Word]) -> Option<String> {
         "declare" | "typeset" | "local" => {
             let nameref = args
                 .iter()
-                .take_while(|w| w.text.starts_with(['-', '+']))
-                .any(|w| w.text.starts_with('-') && w.text.contains('n'));
+                .take_while(|w| w.text.starts_with(['-', '+']) || may_be_option(w))
+                .any(|w| (w.text.starts_with('-') && w.text.contains('n')) || may_be_option(w));
             return nameref.then(|| {
-                "it makes a name reference, through which any variable may be set".to_string()
+                "it makes a name reference, through which any variable may be set (`-n`, or \
+                 an option computed when it runs)"
+                    .to_string()
             });
         }
         _ => return None,

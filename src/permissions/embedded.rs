@@ -211,10 +211,17 @@ fn value_options(name: &str, words: &[Word]) -> &'static [&'static str] {
 }
 
 /// git's global options that take the next word as their value.
-const GIT_GLOBAL_VALUED: &[&str] = &["-C", "-c", "--git-dir", "--work-tree", "--namespace"];
+const GIT_GLOBAL_VALUED: &[&str] = &[
+    "-C",
+    "-c",
+    "--config-env",
+    "--git-dir",
+    "--work-tree",
+    "--namespace",
+];
 
 /// Where git's subcommand is among `words`, past its global options.
-fn git_subcommand_at(words: &[Word]) -> usize {
+pub(super) fn git_subcommand_at(words: &[Word]) -> usize {
     let mut i = 1;
     while let Some(word) = words.get(i) {
         if !word.text.starts_with('-') {
@@ -250,24 +257,44 @@ fn git_value_options(words: &[Word]) -> &'static [&'static str] {
             "--template",
             "--trailer",
         ],
-        Some("tag" | "notes" | "stash" | "merge") => &["-m", "--message", "-F", "--file"],
+        Some("tag" | "notes" | "merge") => &["-m", "--message", "-F", "--file"],
+        Some("stash") => {
+            // `stash list` takes log's options, `stash show` diff's; the
+            // rest (`push`, the default, and `store`) a message.
+            let sub = git_subcommand_at(words);
+            match words.get(sub + 1).map(|w| w.text.as_str()) {
+                Some("list") => LOG_VALUED,
+                Some("show") => DIFF_VALUED,
+                _ => &["-m", "--message"],
+            }
+        }
         Some("checkout" | "switch") => &["-b", "-B", "--orphan"],
-        Some("log" | "show" | "shortlog" | "whatchanged" | "rev-list" | "diff") => &[
-            "-n",
-            "--max-count",
-            "--since",
-            "--until",
-            "--after",
-            "--before",
-            "--grep",
-            "--author",
-            "--committer",
-            "-S",
-            "-G",
-        ],
+        Some("log" | "show" | "whatchanged" | "rev-list") => LOG_VALUED,
+        // `-n` is shortlog's `--numbered`, a flag.
+        Some("shortlog") => &LOG_VALUED[2..],
+        Some("diff") => DIFF_VALUED,
         _ => &[],
     }
 }
+
+/// The options of git's log family that take the next word as their
+/// value (the first two, `-n` and `--max-count`, not shortlog's).
+const LOG_VALUED: &[&str] = &[
+    "-n",
+    "--max-count",
+    "--since",
+    "--until",
+    "--after",
+    "--before",
+    "--grep",
+    "--author",
+    "--committer",
+    "-S",
+    "-G",
+];
+
+/// The options of `git diff` that take the next word as their value.
+const DIFF_VALUED: &[&str] = &["-S", "-G"];
 
 /// A word that starts as an option but whose option only takes its name
 /// when the command runs: `find`'s `-exe[c]` or `-$x`, a long option
@@ -354,7 +381,7 @@ fn option_runner(name: &str) -> Option<&'static [&'static str]> {
         "sdiff" | "diff3" => &["--diff-program"],
         "wget" => &["--use-askpass"],
         "go" => &["-toolexec", "--toolexec", "-exec", "--exec"],
-        "rg" => &["--pre"],
+        "rg" => &["--pre", "--hostname-bin"],
         "fd" | "fdfind" => &["-x", "--exec", "-X", "--exec-batch"],
         "pandoc" => &["--filter", "-F", "--lua-filter", "-L"],
         "man" => &["-P", "--pager", "-H", "--html", "--preprocessor", "-p"],
@@ -952,6 +979,13 @@ fn git(words: &[Word]) -> Option<Embedded> {
     match sub {
         "difftool" => long.push("extcmd"),
         "grep" => long.push("open-files-in-pager"),
+        "send-email" => long.extend([
+            "to-cmd",
+            "cc-cmd",
+            "header-cmd",
+            "sendmail-cmd",
+            "smtp-server",
+        ]),
         "clone" => long.extend(["config", "template", "separate-git-dir"]),
         "init" => long.extend(["template", "separate-git-dir"]),
         "filter-branch" => long.extend([
@@ -971,7 +1005,12 @@ fn git(words: &[Word]) -> Option<Embedded> {
     if sub == "grep" {
         for w in args[1..].iter().take_while(|w| w.text != "--") {
             let t = w.text.as_str();
-            let pager = t.strip_prefix("--open-files-in-pager").or_else(|| {
+            // The long option abbreviated too (`--open=less`).
+            let abbreviated = t.strip_prefix("--").and_then(|rest| {
+                let (given, value) = rest.split_at(rest.find('=').unwrap_or(rest.len()));
+                (given.len() >= 2 && "open-files-in-pager".starts_with(given)).then_some(value)
+            });
+            let pager = abbreviated.or_else(|| {
                 t.strip_prefix('-')
                     .filter(|f| !f.starts_with('-'))
                     .and_then(|f| f.find('O').map(|at| &f[at + 1..]))
@@ -988,11 +1027,23 @@ fn git(words: &[Word]) -> Option<Embedded> {
             }
         }
     }
-    for (option, value) in option_values(&sub_words, short, &long, &[], true) {
+    // Options of their own that abbreviate longer ones: `--to` is not
+    // `--to-cmd`.
+    let exact: &[&str] = match sub {
+        "send-email" => &["to", "cc"],
+        _ => &[],
+    };
+    for (option, value) in option_values(&sub_words, short, &long, exact, true) {
         let command = match (sub, option.as_str()) {
             (_, "--upload-pack" | "--receive-pack" | "--exec") => true,
             ("clone", "-u") | ("rebase" | "difftool", "-x") => true,
             ("difftool", "--extcmd") => true,
+            ("send-email", "--to-cmd" | "--cc-cmd" | "--header-cmd" | "--sendmail-cmd") => true,
+            // A path there is a program to send with.
+            ("send-email", "--smtp-server") => {
+                named.push(option.clone());
+                false
+            }
             ("filter-branch", o) if o.ends_with("-filter") => true,
             ("clone", "-c" | "--config") => {
                 let key = value.text.split('=').next().unwrap_or_default();

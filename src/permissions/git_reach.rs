@@ -88,12 +88,56 @@ const READERS: &[&str] = &[
     "let",
 ];
 
-/// Whether `word`, the `i`th of git's `words`, is a file git writes:
-/// the value of `-o` or of a long option `--output…` (abbreviated too:
-/// `--out=…`), glued or the next word.
+/// Whether `word`, the `i`th of git's `words`, may name a place git
+/// writes: a global option's value (`-C`, `--work-tree`, `--git-dir`:
+/// where every path of the command lands) or the subcommand itself; any
+/// argument of a subcommand that writes files its arguments name
+/// (`bundle create FILE`, `worktree add PATH`, `checkout-index
+/// --prefix=P`, `config --file F`, `clone`, `init` …); and the value of
+/// `-o` or of an option naming a file or directory to write
+/// (`--output…`, abbreviated too: `--out=…`; `--prefix`, `--template`,
+/// `--separate-git-dir`, `--export-marks`), glued or the next word.
 fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
+    /// Subcommands whose arguments may name a file or directory they
+    /// write.
+    const WRITE_NAMED: &[&str] = &[
+        "bundle",
+        "worktree",
+        "clone",
+        "init",
+        "submodule",
+        "config",
+        "fast-import",
+        "fast-export",
+        "checkout-index",
+        "read-tree",
+        "archive",
+        "format-patch",
+        "am",
+        "apply",
+        "mailsplit",
+        "http-fetch",
+    ];
+    const WRITE_OPTIONS: &[&str] = &[
+        "--prefix",
+        "--template",
+        "--separate-git-dir",
+        "--export-marks",
+        "--import-marks",
+        "--work-tree",
+        "--git-dir",
+    ];
+    let sub = super::embedded::git_subcommand_at(words);
+    if i <= sub
+        || words
+            .get(sub)
+            .is_some_and(|w| WRITE_NAMED.contains(&w.text.as_str()))
+    {
+        return true;
+    }
     let writes = |option: &str| {
         option == "-o"
+            || WRITE_OPTIONS.contains(&option)
             || option.strip_prefix("--").is_some_and(|name| {
                 !name.is_empty() && ("output".starts_with(name) || name.starts_with("output"))
             })
@@ -858,6 +902,13 @@ fn backup_suffixes(piece: &Piece, line_sets_suffix: bool) -> Option<Vec<String>>
                 return None;
             }
             suffixes.push("~".into());
+            let named_unseen = unseen_backups(words, |w| {
+                w.text.starts_with("--r")
+                    || w.text.starts_with("--a")
+                    || (w.text.starts_with('-')
+                        && !w.text.starts_with("--")
+                        && w.text.contains(['r', 'R', 'a']))
+            });
             for (i, w) in words.iter().enumerate() {
                 let value = if let Some(v) = w.text.strip_prefix("--suffix=") {
                     Some((v.to_string(), w))
@@ -879,6 +930,11 @@ fn backup_suffixes(piece: &Piece, line_sets_suffix: bool) -> Option<Vec<String>>
                     suffixes.push(plain(&suffix, word)?);
                 }
             }
+            // A suffix of the caller's choosing on files the line does
+            // not name one by one.
+            if named_unseen && suffixes.len() > 1 {
+                return None;
+            }
         }
         "sed" | "gsed" => {
             for w in words {
@@ -899,10 +955,49 @@ fn backup_suffixes(piece: &Piece, line_sets_suffix: bool) -> Option<Vec<String>>
                     suffixes.push(plain(suffix, w)?);
                 }
             }
+            if !suffixes.is_empty() && unseen_backups(words, |_| false) {
+                return None;
+            }
+        }
+        // Backups named by a suffix, a prefix or a directory of the
+        // caller's choosing (`rsync --suffix`, `patch -z`/`-B`/`-Y`):
+        // not read, so not vouched for.
+        "rsync" | "patch" => {
+            let chosen = words.iter().skip(1).any(|w| {
+                let t = w.text.as_str();
+                let long = |option: &str| {
+                    t.strip_prefix("--")
+                        .map(|rest| rest.split('=').next().unwrap_or(rest))
+                        .is_some_and(|given| given.len() >= 3 && option.starts_with(given))
+                };
+                if name == "rsync" {
+                    long("suffix") || long("backup-dir")
+                } else {
+                    long("suffix")
+                        || long("prefix")
+                        || long("basename-prefix")
+                        || (t.starts_with('-')
+                            && !t.starts_with("--")
+                            && t.contains(['z', 'B', 'Y']))
+                }
+            });
+            if chosen {
+                return None;
+            }
         }
         _ => {}
     }
     Some(suffixes)
+}
+
+/// Whether a backing-up command may back up files its line does not name
+/// one by one: an argument (not an option) that is not literal (a glob,
+/// an expansion), or an option `recursive` says copies a tree.
+fn unseen_backups(words: &[Word], recursive: impl Fn(&Word) -> bool) -> bool {
+    words
+        .iter()
+        .skip(1)
+        .any(|w| recursive(w) || (!w.literal && !w.text.starts_with('-')))
 }
 
 /// What an awk program may write: every string it holds (a name it

@@ -96,6 +96,9 @@ pub(crate) struct Redirect {
     /// variable's value as an expression (`$((x))`, `${a[x]}`, `${x@P}`
     /// in the body), as [`evaluates_code`] tells of a word.
     heredoc_evaluates: Option<BodyFlag>,
+    /// A heredoc's: set when its body, unquoted, assigns a variable as it
+    /// expands (`${NAME:=value}`).
+    heredoc_assigns: Option<BodyFlag>,
 }
 
 /// Whether a heredoc's body expands something: known once the line ends,
@@ -119,6 +122,7 @@ impl BodyFlag {
 struct Body {
     computed: BodyFlag,
     evaluates: BodyFlag,
+    assigns: BodyFlag,
 }
 
 impl PartialEq for BodyFlag {
@@ -134,6 +138,13 @@ impl Redirect {
     /// expression (see [`Redirect::heredoc_evaluates`]).
     pub fn body_evaluates_code(&self) -> bool {
         self.heredoc_evaluates.as_ref().is_some_and(|e| e.get())
+    }
+
+    /// An unquoted heredoc whose body assigns a variable as it expands
+    /// (`${NAME:=value}`): the variable is set in the shell that reads
+    /// the body when the command is a builtin.
+    pub fn body_assigns(&self) -> bool {
+        self.heredoc_assigns.as_ref().is_some_and(|a| a.get())
     }
 
     /// Feeds the command's stdin text computed when it runs: a here-string
@@ -384,7 +395,11 @@ pub(crate) fn assigned_by_expansion(word: &Word) -> Vec<String> {
     if !word.computed {
         return Vec::new();
     }
-    let chars: Vec<char> = word.text.chars().collect();
+    assigned_in_text(&word.text.chars().collect::<Vec<_>>())
+}
+
+/// [`assigned_by_expansion`] of a text as bash expands it.
+fn assigned_in_text(chars: &[char]) -> Vec<String> {
     let mut names = Vec::new();
     for (i, pair) in chars.windows(2).enumerate() {
         if pair != ['$', '{'] {
@@ -1060,6 +1075,7 @@ impl Lexer {
         };
         let mut heredoc_computed = None;
         let mut heredoc_evaluates = None;
+        let mut heredoc_assigns = None;
         // `<<<` is a here-string: its word is all of it.
         if (op.ends_with("<<") && !op.ends_with("<<<")) || op.ends_with("<<-") {
             if !target.literal {
@@ -1072,6 +1088,7 @@ impl Lexer {
             let flags = Body::default();
             heredoc_computed = Some(flags.computed.clone());
             heredoc_evaluates = Some(flags.evaluates.clone());
+            heredoc_assigns = Some(flags.assigns.clone());
             self.heredocs
                 .push((delimiter, op.ends_with('-'), target.quoted, flags));
         }
@@ -1080,6 +1097,7 @@ impl Lexer {
             target,
             heredoc_computed,
             heredoc_evaluates,
+            heredoc_assigns,
         });
         b.end = self.pos;
     }
@@ -1137,6 +1155,9 @@ impl Lexer {
                     .computed
                     .set(self.sub_lex_as(&body, true, false, true));
                 body_flags.evaluates.set(text_evaluates_code(&body));
+                body_flags
+                    .assigns
+                    .set(!assigned_in_text(&body.chars().collect::<Vec<_>>()).is_empty());
             }
         }
     }

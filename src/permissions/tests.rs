@@ -3404,3 +3404,88 @@ fn a_tenth_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// An eleventh review, of the tenth's fixes and of git's, declare's and
+/// the backup commands' corners: each form ran under the rules it was
+/// tried with, and did what they are not meant to allow.
+#[test]
+fn an_eleventh_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(git log *)",
+            "bash(printf *)",
+            "bash(declare *)",
+            "bash(export *)",
+            "bash(git shortlog *)",
+            "bash(git stash list*)",
+            "bash(git checkout *)",
+            "bash(git checkout-index *)",
+            "bash(git bundle *)",
+            "bash(cp *)",
+            "bash(mv *)",
+            "bash(sed *)",
+            "bash(rsync *)",
+            "bash(patch *)",
+            "bash(git grep *)",
+            "bash(git send-email *)",
+            "bash(rg *)",
+        ],
+        &[],
+        &[],
+    );
+    let forms = [
+        // A git option set under a computed name.
+        "k=\"diff.external=touch GC1\"; git -c \"$k\" log -p --ext-diff -1",
+        "git -c \"$(printf diff.external=touch\\ GC2)\" log -p --ext-diff -1",
+        "git --config-env=\"$k\" log -1",
+        // declare given an option computed when it runs.
+        "x=i; declare -$x g; g='a[$(touch DECL_I)]'",
+        "x=n; declare -$x k=GIT_CONFIG_KEY_0 v=GIT_CONFIG_VALUE_0; k=diff.external; v=\"touch NREF\"; git log -p --ext-diff -1",
+        "x=n; declare -$x r=PATH; r=/nonexistent; git log -1",
+        "f=main; x=n; declare -$x r=\"$(printf \"\\146\")\"; r=--output=.gi\"\"tconfig; git log -1 \"$f\"",
+        "x=-n; declare $x r=PATH; r=/nonexistent; git log -1",
+        // A variable set in a heredoc's body.
+        "printf \"\" <<E\n${GIT_CONFIG_GLOBAL:=cfg}\nE\nexport GIT_CONFIG_GLOBAL; git log -p --ext-diff -1",
+        // Flags taken for options' values.
+        "x=\"--output=.gi\"\"t/hooks/pre-commit\"; git shortlog -n \"$x\" HEAD",
+        "o=\"--output=.gi\"\"tconfig\"; git stash list -m \"$o\" --format=\"tformat:[diff]external=touch PWNED #\"",
+        // Computed places git writes, other than `--output`.
+        "w=.gi\"\"t/hooks; git --work-tree=\"$w\" checkout HEAD -- pre-commit",
+        "w=.gi\"\"t/hooks; git -C \"$w\" checkout HEAD -- pre-commit",
+        "p=.gi\"\"t/hooks/; git checkout-index --prefix=\"$p\" pre-commit",
+        "b=.gi\"\"t/hooks/post-checkout; git bundle create \"$b\" HEAD",
+        // Backups of files the line does not name one by one.
+        "cp -r -b -S ig stage/. .",
+        "cp -b -S ig stage/.gitco?f .",
+        "mv -b -S ig stage/.gitco?f ./",
+        "sed -iig -n p .gitco?f",
+        "rsync -b --suffix=ig stage/.gitconf .",
+        "patch -b -z ig .gitconf p.diff",
+        "patch -b -B .gi tconfig p.diff",
+        "patch -b --basename-prefix=.gi tconfig p.diff",
+        // Options that run a program.
+        "git grep --open=touch\\ GG7 -e a",
+        "git grep --open-files-in=touch\\ GG8 -e a",
+        "git send-email --to-cmd='touch SE;echo a@b.c' --dry-run --confirm=never --from=a@b.c -1 HEAD",
+        "git send-email --cc-cmd='touch SE' -1 HEAD",
+        "git send-email --sendmail-cmd='touch SE' -1 HEAD",
+        "git send-email --smtp-server=./s.sh -1 HEAD",
+        "rg --hostname-bin=./h.sh --hyperlink-format='file://{host}{path}' x f",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "git log -1 --format=%H",
+        "git shortlog -n -s HEAD",
+        "git stash list",
+        "git -c color.ui=never log -1",
+        "declare -a names=(a b)",
+        "cp -b a b.txt",
+        "cp -r -b src dst",
+        "git send-email --to a@b.c --dry-run -1 HEAD",
+        "rg -n pattern src",
+        "printf '%s\\n' a <<E\nplain text\nE",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}
