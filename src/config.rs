@@ -371,6 +371,11 @@ pub struct ApprovalSettings {
     /// `approver_scope` approves (the owner, who holds the model's token,
     /// may still deny or withdraw its own calls).
     pub owners_approve: bool,
+    /// Seconds between the looks `GET /v1/approvals/events` takes at the
+    /// database. Approvals this process asks or decides are told at once;
+    /// the looks find those of other toolgate processes on the same
+    /// database (and are the fallback for anything missed).
+    pub stream_look_secs: u64,
 }
 
 impl Default for ApprovalSettings {
@@ -380,6 +385,7 @@ impl Default for ApprovalSettings {
             ttl_secs: 900,
             approver_scope: "toolgate:approve".into(),
             owners_approve: true,
+            stream_look_secs: 1,
         }
     }
 }
@@ -633,6 +639,10 @@ impl Settings {
             ("sandbox.bash_max_timeout_ms", sandbox.bash_max_timeout_ms),
             ("sandbox.output_cap_chars", sandbox.output_cap_chars as u64),
             ("approvals.ttl_secs", self.approvals.ttl_secs),
+            (
+                "approvals.stream_look_secs",
+                self.approvals.stream_look_secs,
+            ),
             ("auth.dev_token_ttl_secs", self.auth.dev_token_ttl_secs),
         ] {
             at_least(key, value, 1);

@@ -4014,7 +4014,68 @@ async fn an_approval_gone_with_its_thread_leaves_the_screen(backend: Backend) {
     assert_eq!(f.data["value"]["id"], approval, "{}", f.raw);
 }
 
+/// An approval screen hears of the approvals this process asks and
+/// decides when they happen, not at its next look at the database (here
+/// an hour away).
+async fn an_approval_screen_hears_of_this_processs_approvals_at_once(backend: Backend) {
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.ask = vec!["write_file".into()];
+        s.approvals.stream_look_secs = 3600;
+    })
+    .await;
+    let r = app
+        .client
+        .get(app.url("/v1/approvals/events"))
+        .bearer_auth(&app.token)
+        .send()
+        .await
+        .unwrap();
+    let mut screen = common::SseReader::new(r);
+    let wait = std::time::Duration::from_secs(10);
+    let f = screen.next(wait).await.unwrap();
+    assert_eq!(f.data["name"], "approvals.synced", "{}", f.raw);
+    assert_eq!(f.data["value"]["open"], json!([]), "{}", f.raw);
+    let call =
+        json!({"id": "n1", "name": "write_file", "arguments": {"path": "n1.txt", "content": "x"}});
+    let (s, out) = app.call("now", call.clone()).await;
+    assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].clone();
+    let f = screen.next(wait).await.expect("told while it is open");
+    assert_eq!(f.data["name"], "approval.pending", "{}", f.raw);
+    assert_eq!(f.data["value"]["id"], approval, "{}", f.raw);
+    let r = app
+        .post(
+            &format!("/v1/approvals/{}/decision", approval.as_str().unwrap()),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let f = screen.next(wait).await.expect("told once decided");
+    assert_eq!(f.data["name"], "approval.decided", "{}", f.raw);
+    assert_eq!(f.data["value"]["status"], "approved", "{}", f.raw);
+    // One that goes with its thread.
+    let call =
+        json!({"id": "n2", "name": "write_file", "arguments": {"path": "n2.txt", "content": "x"}});
+    let (s, out) = app.call("now", call).await;
+    assert_eq!(s, 202, "{out}");
+    let f = screen.next(wait).await.unwrap();
+    assert_eq!(f.data["name"], "approval.pending", "{}", f.raw);
+    let r = app
+        .delete_as(&app.token, "/v1/threads/now?cancel=true")
+        .await;
+    assert_eq!(r.status(), 204);
+    let f = screen.next(wait).await.expect("told it went");
+    let name = f.data["name"].as_str().unwrap_or_default();
+    assert!(
+        matches!(name, "approval.removed" | "approval.decided"),
+        "{}",
+        f.raw
+    );
+    assert_eq!(f.data["value"]["id"], out["approval"]["id"], "{}", f.raw);
+}
+
 both_backends!(
+    an_approval_screen_hears_of_this_processs_approvals_at_once,
     an_approval_gone_with_its_thread_leaves_the_screen,
     an_approval_screen_follows_approvals_as_they_open_and_close,
     a_change_undone_by_undo_edit_is_undone,

@@ -16,6 +16,10 @@ use tokio::sync::broadcast;
 
 use crate::store::StoredEvent;
 
+/// What the text of an approval's events (`tool_call.approval_required`,
+/// `tool_call.approval_decided`) holds.
+const APPROVAL_EVENT: &str = "\"name\":\"tool_call.approval_";
+
 /// Events at most this large travel whole; larger ones as their position.
 pub const LIVE_EVENT_BYTES: usize = 16 * 1024;
 
@@ -46,6 +50,9 @@ type Senders = Mutex<HashMap<String, broadcast::Sender<Live>>>;
 pub struct EventBus {
     capacity: usize,
     senders: Arc<Senders>,
+    /// Bumped when an approval of this process opens, is decided or goes
+    /// with its thread: approval screens look again at once.
+    approvals: tokio::sync::watch::Sender<u64>,
 }
 
 impl EventBus {
@@ -53,11 +60,25 @@ impl EventBus {
         EventBus {
             capacity,
             senders: Arc::new(Mutex::new(HashMap::new())),
+            approvals: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// A receiver that changes whenever an approval of this process
+    /// opens, is decided, or goes with its thread.
+    pub fn approval_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.approvals.subscribe()
+    }
+
+    fn approvals_changed(&self) {
+        self.approvals.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Fan a committed event out to the thread's subscribers.
     pub fn publish(&self, event: &StoredEvent) {
+        if event.event_type == "CUSTOM" && event.data.contains(APPROVAL_EVENT) {
+            self.approvals_changed();
+        }
         let senders = self.senders.lock().expect("bus lock poisoned");
         if let Some(tx) = senders.get(&event.thread_id) {
             let live = if event.data.len() > LIVE_EVENT_BYTES {
@@ -84,6 +105,7 @@ impl EventBus {
     /// Tell the thread's subscribers, if it has any, that it was deleted
     /// at `at_ms`.
     pub fn deleted(&self, thread_id: &str, at_ms: i64) {
+        self.approvals_changed();
         let senders = self.senders.lock().expect("bus lock poisoned");
         if let Some(tx) = senders.get(thread_id) {
             let _ = tx.send(Live::Deleted(at_ms));

@@ -3,9 +3,11 @@
 //! cannot open the owners' thread streams) learns of every owner's; anyone
 //! else of their own.
 //!
-//! The stream looks at the approvals in the database (once a second, their
-//! ids and moments only), not at this process's event bus: approvals asked
-//! and decided in another toolgate process on the same database show too.
+//! The stream looks at the approvals in the database (their ids and
+//! moments only): at once when this process asks or decides one (its
+//! event bus says so), and every `approvals.stream_look_secs` (a second)
+//! besides, so approvals asked and decided in another toolgate process on
+//! the same database show too.
 //! It has no resume point: a client that reconnects is told every open
 //! approval again, then `approvals.synced` naming them.
 
@@ -25,8 +27,9 @@ use crate::protocol::agui::{Event, EventBody};
 use crate::protocol::now_ms;
 use crate::store::{ApprovalStatus, StoreError};
 
-/// How often the stream looks at the approvals.
-const LOOK_EVERY: Duration = Duration::from_secs(1);
+/// The least time between two looks woken by this process's approvals
+/// (a burst of them is one look).
+const LEAST_GAP: Duration = Duration::from_millis(50);
 
 /// Approvals listed per look, at most (their ids and moments only).
 const MOST_OPEN: i64 = 10_000;
@@ -55,8 +58,9 @@ pub struct ApprovalEventsQuery {
 /// After the approvals open when it connects, `approvals.synced` (`value`:
 /// `{"open": [ids]}`) names them all: a screen drops any other it holds.
 /// An approver's stream has every owner's approvals, anyone else's their
-/// own. Approvals are looked at in the database once a second, so those of
-/// other toolgate processes on it show too. There is no resume point:
+/// own. Approvals are looked at in the database at once when this process
+/// asks or decides one, and every `approvals.stream_look_secs` (a second)
+/// besides, so those of other toolgate processes on it show too. There is no resume point:
 /// reconnected, a client is told every open approval again. At the
 /// token's `exp` (plus `auth.leeway_secs`) the stream ends with `RUN_ERROR`
 /// `TOKEN_EXPIRED`; at
@@ -162,15 +166,24 @@ impl Watch {
     /// The approvals open at each look, against those of the look before.
     async fn watch(&self) -> End {
         let mut seen = Seen::default();
-        let mut ticks = tokio::time::interval(LOOK_EVERY);
+        let every = Duration::from_secs(self.state.settings.approvals.stream_look_secs.max(1));
+        let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut changes = self.state.bus.approval_changes();
+        let mut looked = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 _ = ticks.tick() => {}
+                // This process's approvals: at once, a burst as one look.
+                Ok(()) = changes.changed() => {
+                    tokio::time::sleep_until(looked + LEAST_GAP).await;
+                    changes.mark_unchanged();
+                }
                 _ = self.tx.closed() => return End::Gone,
                 _ = self.state.shutdown.cancelled() => return End::Shutdown,
                 _ = tokio::time::sleep_until(self.expires) => return End::Expired,
             }
+            looked = tokio::time::Instant::now();
             match self.look(&mut seen).await {
                 Ok(None) => {}
                 Ok(Some(end)) => return end,
@@ -205,7 +218,7 @@ impl Watch {
     /// not before, `approval.decided` for each open before that is not
     /// now, and for each asked since the stream opened and decided before
     /// a look found it open (within a second). Only the ids and moments
-    /// of the approvals are read each second; an approval is read whole
+    /// of the approvals are read at each look; an approval is read whole
     /// when it is told, and one decided by then is not told open. After
     /// the first look, `approvals.synced` names every approval open then.
     /// `Some` once the stream ends.
