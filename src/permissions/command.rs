@@ -2211,7 +2211,8 @@ fn git_runs_program(words: &[Word]) -> Option<String> {
             _ if t.starts_with("--exec-path=") => {
                 return Some("it points git at other programs (`--exec-path`)".into());
             }
-            "-C" | "--git-dir" | "--work-tree" | "--namespace" => {
+            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
+            | "--attr-source" => {
                 i += 2;
                 continue;
             }
@@ -2254,7 +2255,7 @@ pub(crate) fn git_key_runs_program(key: &str) -> bool {
     const PREFIXES: [&str; 4] = ["alias.", "pager.", "includeif.", "protocol."];
     // Whole-word endings, so `core.alternateRefsCommand`,
     // `gpg.ssh.defaultKeyCommand` and `sendemail.sendmailCmd` count too.
-    const SUFFIXES: [&str; 18] = [
+    const SUFFIXES: [&str; 19] = [
         // `remote.<name>.vcs` names the helper program git runs.
         ".vcs",
         ".textconv",
@@ -2274,6 +2275,9 @@ pub(crate) fn git_key_runs_program(key: &str) -> bool {
         "filter",
         "templatedir",
         ".viewer",
+        // An absolute path there is a program send-email runs
+        // (`sendemail.smtpServer`, per identity too).
+        ".smtpserver",
     ];
     EXACT.contains(&key)
         || PREFIXES.iter().any(|p| key.starts_with(p))

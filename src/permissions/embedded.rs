@@ -218,6 +218,8 @@ const GIT_GLOBAL_VALUED: &[&str] = &[
     "--git-dir",
     "--work-tree",
     "--namespace",
+    "--super-prefix",
+    "--attr-source",
 ];
 
 /// Where git's subcommand is among `words`, past its global options.
@@ -400,7 +402,14 @@ fn runner_options(name: &str, words: &[Word]) -> Option<Embedded> {
         .find_map(|w| {
             let t = w.text.as_str();
             options.iter().find(|o| {
-                if o.starts_with("--") || o.len() > 2 || **o == "@" || **o == "+" {
+                if let Some(full) = o.strip_prefix("--") {
+                    // getopt takes a long option shortened (`--diff-prog=`).
+                    let given = t
+                        .strip_prefix("--")
+                        .map(|rest| rest.split('=').next().unwrap_or(rest))
+                        .unwrap_or_default();
+                    t.starts_with(**o) || (given.len() >= 3 && full.starts_with(given))
+                } else if o.len() > 2 || **o == "@" || **o == "+" {
                     t.starts_with(**o)
                 } else {
                     // A short option, alone or with its value attached;
@@ -864,7 +873,11 @@ fn git(words: &[Word]) -> Option<Embedded> {
             _ => break,
         }
     }
-    let sub = words.get(i)?.text.as_str();
+    let sub = match words.get(i)?.text.as_str() {
+        // Its other name.
+        "init-db" => "init",
+        sub => sub,
+    };
     let args = &words[i..];
     let joined = |from: usize| {
         let rest = &args[from.min(args.len())..];
@@ -946,6 +959,11 @@ fn git(words: &[Word]) -> Option<Embedded> {
                 }
             }
         }
+        // Subcommands that run a program their arguments or options name:
+        // `remote-ext`'s command, `merge-index`'s program, `instaweb
+        // --httpd`, `daemon --access-hook`, a credential helper's.
+        "remote-ext" | "merge-index" | "instaweb" | "daemon" | "web--browse" | "http-backend"
+        | "credential" => named.push(sub.to_string()),
         "bisect" if args.get(1).is_some_and(|w| w.text == "run") => {
             named.push("bisect run".into());
             commands.extend(joined(2));

@@ -91,32 +91,63 @@ const READERS: &[&str] = &[
 /// Whether `word`, the `i`th of git's `words`, may name a place git
 /// writes: a global option's value (`-C`, `--work-tree`, `--git-dir`:
 /// where every path of the command lands) or the subcommand itself; any
-/// argument of a subcommand that writes files its arguments name
-/// (`bundle create FILE`, `worktree add PATH`, `checkout-index
-/// --prefix=P`, `config --file F`, `clone`, `init` …); and the value of
-/// `-o` or of an option naming a file or directory to write
-/// (`--output…`, abbreviated too: `--out=…`; `--prefix`, `--template`,
-/// `--separate-git-dir`, `--export-marks`), glued or the next word.
+/// argument of a subcommand not known to take only revisions, pathspecs,
+/// messages and names of its own (`bundle create FILE`, `worktree add
+/// PATH`, `merge-file FILE`, `mailinfo MSG PATCH`, `config --file F` …);
+/// and the value of `-o` or of an option naming a file or directory to
+/// write (`--output…`, abbreviated too: `--out=…`; `--prefix`,
+/// `--template`, `--separate-git-dir`, `--export-marks`), glued or the
+/// next word.
 fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
-    /// Subcommands whose arguments may name a file or directory they
-    /// write.
-    const WRITE_NAMED: &[&str] = &[
-        "bundle",
-        "worktree",
-        "clone",
-        "init",
-        "submodule",
-        "config",
-        "fast-import",
-        "fast-export",
-        "checkout-index",
-        "read-tree",
-        "archive",
-        "format-patch",
-        "am",
-        "apply",
-        "mailsplit",
-        "http-fetch",
+    /// Subcommands whose arguments are revisions, pathspecs (which never
+    /// reach into `.git`), messages, and branch, tag or stash names: a
+    /// computed one writes nowhere of its own choosing, but through the
+    /// options below.
+    const NAMES_NO_PLACE: &[&str] = &[
+        "log",
+        "show",
+        "diff",
+        "status",
+        "add",
+        "rm",
+        "commit",
+        "checkout",
+        "switch",
+        "restore",
+        "reset",
+        "branch",
+        "tag",
+        "stash",
+        "blame",
+        "annotate",
+        "grep",
+        "shortlog",
+        "rev-parse",
+        "rev-list",
+        "ls-files",
+        "ls-tree",
+        "cat-file",
+        "describe",
+        "merge-base",
+        "cherry-pick",
+        "revert",
+        "rebase",
+        "merge",
+        "reflog",
+        "show-ref",
+        "for-each-ref",
+        "name-rev",
+        "whatchanged",
+        "difftool",
+        "range-diff",
+        "cherry",
+        "diff-tree",
+        "diff-files",
+        "diff-index",
+        "show-branch",
+        "check-ignore",
+        "check-attr",
+        "clean",
     ];
     const WRITE_OPTIONS: &[&str] = &[
         "--prefix",
@@ -131,7 +162,7 @@ fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
     if i <= sub
         || words
             .get(sub)
-            .is_some_and(|w| WRITE_NAMED.contains(&w.text.as_str()))
+            .is_none_or(|w| !NAMES_NO_PLACE.contains(&w.text.as_str()))
     {
         return true;
     }

@@ -410,7 +410,15 @@ fn assigned_in_text(chars: &[char]) -> Vec<String> {
             .iter()
             .position(|&c| !(c == '_' || c.is_ascii_alphanumeric()))
             .unwrap_or(inside.len());
-        if matches!(&inside[end..], ['=', ..] | [':', '=', ..]) {
+        // An array element's (`${NAME[0]:=…}`) sets the variable too.
+        let after = match &inside[end..] {
+            ['[', ..] => {
+                let subscript = enclosed(&inside[end..], '[', ']');
+                &inside[(end + subscript.len() + 2).min(inside.len())..]
+            }
+            rest => rest,
+        };
+        if matches!(after, ['=', ..] | [':', '=', ..]) {
             names.push(inside[..end].iter().collect());
         }
     }

@@ -3489,3 +3489,66 @@ fn an_eleventh_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// A twelfth review, of the eleventh's fixes and their neighbours.
+#[test]
+fn a_twelfth_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(git merge-file *)",
+            "bash(git mailinfo *)",
+            "bash(git credential-store *)",
+            "bash(echo *)",
+            "bash(git diff*)",
+            "bash(git init-db *)",
+            "bash(mkdir *)",
+            "bash(git log *)",
+            "bash(git send-email *)",
+            "bash(git instaweb *)",
+            "bash(git daemon *)",
+            "bash(git merge-index *)",
+            "bash(printf *)",
+            "bash(git remote*)",
+            "bash(sdiff *)",
+            "bash(diff3 *)",
+            "bash(wget *)",
+            "bash(cd *)",
+            "bash(cp *)",
+        ],
+        &[],
+        &[],
+    );
+    let forms = [
+        // git subcommands that write where their arguments say.
+        "echo \"[diff] external = touch PWNED_MF\" > e; c=.gi\"\"t/config; git merge-file --union \"$c\" /dev/null e",
+        "m=.gi\"\"t/config; git mailinfo \"$m\" p <<< $'From: a <a@b.c>\\nSubject: s\\n\\n[diff]\\n\\texternal = touch PWNED_MI\\n'",
+        "m=.gi\"\"t/hooks/pre-commit; git mailinfo \"$m\" p < f",
+        "f=.gi\"\"t/config; git credential-store --file \"$f\" store < c",
+        // git options and settings that run a program.
+        "mkdir -p tpl && echo \"[diff] external = touch PWNED_INIT\" > tpl/config && git init-db --template=tpl sub",
+        "git --attr-source HEAD -c diff.external=\"touch PW_AS\" log -p --ext-diff -1",
+        "echo \"touch PWNED_SE\" > a@b.c; git -c sendemail.smtpServer=/bin/sh send-email --to=a@b.c --from=a@b.c --confirm=never -1 HEAD",
+        "echo \"touch PWNED_IW\" > e.sh; git instaweb --httpd=\"sh e.sh lighttpd\"",
+        "printf \"0025git-upload-pack /\\0host=localhost\\0\" | git daemon --inetd --export-all --base-path=\"$PWD\" --access-hook=\"touch ../PWNED_DA\"",
+        "echo \"connect git-upload-pack\" | git remote-ext x \"touch PWNED_EXT\"",
+        "git merge-index ./x.sh -a",
+        // Long options shortened.
+        "sdiff --diff-prog=./x.sh a b",
+        "diff3 --diff-p=./x.sh a b f",
+        "wget --use-a=./x.sh http://127.0.0.1:1/",
+        // An array element's default assignment.
+        "echo ${CDPATH[0]:=.gi\"\"t} >/dev/null; cd hooks && cp ../../x.sh pre-commit",
+        "echo ${GIT_ASKPASS[0]:=./x.sh}; echo \"$GIT_ASKPASS\"",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "git diff HEAD~1 -- src",
+        "git log --oneline -5",
+        "b=main; git log -1 \"$b\"",
+        "sdiff a b",
+        "echo ${x:-default}",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}
