@@ -3283,7 +3283,20 @@ async fn a_deleted_thread_is_gone_and_its_ids_never_run_again(backend: Backend) 
 /// cancelled (their callers get their `CANCELLED` results), those waiting
 /// for approval withdrawn, having run nothing, and the thread goes.
 async fn a_cancelling_deletion_stops_what_runs_and_what_waits(backend: Backend) {
-    let app = TestApp::spawn(backend).await;
+    let app = TestApp::spawn_with(backend, |s| {
+        s.permissions.allow = vec!["bash(sleep *)".into()];
+    })
+    .await;
+    // A command that runs here is stopped and waited for, whatever the
+    // deletion's `wait` (which is for calls of other processes).
+    let command = app
+        .client
+        .post(app.url("/v1/threads/stop/tool-calls"))
+        .bearer_auth(&app.token)
+        .json(&json!({"id": "b1", "name": "bash", "arguments": {"command": "sleep 20"}}))
+        .send();
+    let command =
+        tokio::spawn(async move { command.await.unwrap().json::<Value>().await.unwrap() });
     let long = app
         .client
         .post(app.url("/v1/threads/stop/tool-calls"))
@@ -3294,20 +3307,24 @@ async fn a_cancelling_deletion_stops_what_runs_and_what_waits(backend: Backend) 
     let ask = json!({"id": "c2", "name": "bash", "arguments": {"command": "mkdir asked"}});
     let (s, out) = app.call("stop", ask.clone()).await;
     assert_eq!(s, 202, "{out}");
-    let mut status = Value::Null;
-    for _ in 0..200 {
-        // Announced once it has run a moment (`wait` reads nothing, so
-        // its record may wait for its result).
-        let r = app.get("/v1/threads/stop/tool-calls/w1").await;
-        if r.status() == 200 {
-            status = r.json::<Value>().await.unwrap()["status"].clone();
+    for call in ["w1", "b1"] {
+        let mut status = Value::Null;
+        for _ in 0..200 {
+            // Announced once it has run a moment (`wait` reads nothing, so
+            // its record may wait for its result).
+            let r = app
+                .get(&format!("/v1/threads/stop/tool-calls/{call}"))
+                .await;
+            if r.status() == 200 {
+                status = r.json::<Value>().await.unwrap()["status"].clone();
+            }
+            if status == "running" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        if status == "running" {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        assert_eq!(status, "running", "{call}");
     }
-    assert_eq!(status, "running");
     // Without `cancel`, a busy thread stays as it is.
     let r = app.delete_as(&app.token, "/v1/threads/stop").await;
     assert_eq!(r.status(), 409);
@@ -3320,14 +3337,15 @@ async fn a_cancelling_deletion_stops_what_runs_and_what_waits(backend: Backend) 
     assert_eq!(s, 200, "{out}");
 
     let r = app
-        .delete_as(&app.token, "/v1/threads/stop?cancel=true")
+        .delete_as(&app.token, "/v1/threads/stop?cancel=true&wait=0")
         .await;
     assert_eq!(r.status(), 204, "{}", r.text().await.unwrap());
-    let answered = long.await.unwrap();
-    assert_eq!(
-        answered["tool_agent_output"]["error"]["code"], "CANCELLED",
-        "{answered}"
-    );
+    for answered in [long.await.unwrap(), command.await.unwrap()] {
+        assert_eq!(
+            answered["tool_agent_output"]["error"]["code"], "CANCELLED",
+            "{answered}"
+        );
+    }
     let r = app.get("/v1/threads/stop/history").await;
     assert_eq!(r.status(), 410);
     // The call waiting for a person never ran; the audit log tells why

@@ -617,6 +617,45 @@ async fn a_closing_thread_takes_no_new_turns_but_finishes_its_calls(store: DynSt
     assert!(results[2].is_ok(), "{:?}", results[2]);
     assert!(store.tool_call("t", "c3").await.unwrap().is_none());
     assert!(store.tool_call("u", "c2").await.unwrap().is_some());
+    // A call waiting for approval is not started (approved) any more.
+    let pending = NewToolCall {
+        status: CallStatus::PendingApproval,
+        ..new_call("p1")
+    };
+    let results = store
+        .apply_batch(&[unit("v", "alice", vec![WriteOp::InsertToolCall(pending)])])
+        .await
+        .unwrap();
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    let start = |thread: &str| {
+        unit(
+            thread,
+            "alice",
+            vec![WriteOp::StartPendingCall {
+                id: "p1".into(),
+                instance: Some(INSTANCE.into()),
+            }],
+        )
+    };
+    apply_one(
+        &store,
+        unit(
+            "v",
+            "alice",
+            vec![WriteOp::CloseThread { closing_at_ms: 5 }],
+        ),
+    )
+    .await
+    .unwrap();
+    let refused = apply_one(&store, start("v")).await;
+    assert!(
+        matches!(refused, Err(StoreError::ThreadClosing { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.tool_call("v", "p1").await.unwrap().map(|c| c.status),
+        Some(CallStatus::PendingApproval)
+    );
     // A call it records already is that call, posted again: a conflict,
     // answered from its record.
     let again = apply_one(&store, new_call_of("c1")).await;

@@ -101,7 +101,7 @@ type Parsed = Result<IncomingCall, (Option<String>, ApiError)>;
     params(("thread_id" = String, Path,)),
     request_body = BatchRequest,
     responses(
-        (status = 200, description = "Every call answered, in request order", body = BatchResponse),
+        (status = 200, description = "Every call answered, in request order (a call refused carries its problem: `THREAD_CLOSING` for each call of a thread being deleted)", body = BatchResponse),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
         (status = 422, description = "Malformed batch (not a list, too many calls, bad run_id)", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),

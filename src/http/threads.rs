@@ -215,7 +215,7 @@ pub fn parse_error_to_api(e: CallParseError) -> ApiError {
         (status = 202, description = "The call waits for a human decision (see /v1/approvals)", body = PendingApprovalResponse),
         (status = 400, description = "Malformed JSON", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "Nothing runs. `code` `CALL_CONFLICT`: the call id is recorded in the thread with another tool, arguments, sub-workspace or dry_run, or declared by an assistant message with another tool or arguments (`errors[0].field` says what differs); `OTHER_PARENT`: declared by another message than its `parent_message_id`; `RUN_CLOSED`: a new call under a `run_id` that was rolled back; `IN_PROGRESS`: running in another process, or its result waits for the database (post it again later)", content_type = "application/problem+json"),
+        (status = 409, description = "Nothing runs. `code` `CALL_CONFLICT`: the call id is recorded in the thread with another tool, arguments, sub-workspace or dry_run, or declared by an assistant message with another tool or arguments (`errors[0].field` says what differs); `OTHER_PARENT`: declared by another message than its `parent_message_id`; `RUN_CLOSED`: a new call under a `run_id` that was rolled back; `IN_PROGRESS`: running in another process, or its result waits for the database (post it again later); `THREAD_CLOSING`: the thread is being deleted (a read-only tool may have run first; nothing is stored)", content_type = "application/problem+json"),
         (status = 413, description = "Body too large", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
         (status = 422, description = "Invalid call envelope (errors name the JSON pointer), unknown tool or invalid arguments (these carry `tool_error` and `tool_response`)", content_type = "application/problem+json"),
@@ -510,7 +510,7 @@ pub struct MessageCreated {
         (status = 200, description = "The same message was recorded under this id before: nothing new is recorded", body = MessageCreated),
         (status = 400, description = "Malformed request", content_type = "application/problem+json"),
         (status = 404, description = "Thread belongs to another owner", content_type = "application/problem+json"),
-        (status = 409, description = "Message id already recorded with another role, content, tool_calls or thinking, or a call id of tool_calls already declared or recorded in the thread with another tool or arguments", content_type = "application/problem+json"),
+        (status = 409, description = "Message id already recorded with another role, content, tool_calls or thinking, or a call id of tool_calls already declared or recorded in the thread with another tool or arguments; `THREAD_CLOSING`: the thread is being deleted", content_type = "application/problem+json"),
         (status = 422, description = "Wrong field types, an invalid id, tool_calls or thinking on a message that is not the assistant's, more tool_calls than tools.max_batch_calls, or a call's tool name outside [A-Za-z0-9_.-]{1,64} (errors name the JSON pointer)", content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -967,8 +967,10 @@ pub struct DeleteQuery {
     /// running calls and withdraw those waiting for approval, then delete
     /// it. Default `false`: a busy thread is left as it is (`409`).
     pub cancel: Option<bool>,
-    /// With `cancel=true`: seconds (0–60, default 10) to wait for the
-    /// thread's calls to stop before answering `409` `THREAD_BUSY`.
+    /// With `cancel=true`: seconds (0–60, default 10) to wait for calls
+    /// running in another toolgate process to finish before answering
+    /// `409` `THREAD_BUSY`. This process's calls are stopped and waited
+    /// for (up to 5 s) whatever it is.
     #[param(maximum = 60)]
     pub wait: Option<u64>,
 }
@@ -1027,10 +1029,12 @@ const WITHDRAWN_BY_DELETION: &str = "withdrawn: its owner deleted the thread";
 /// `THREAD_CLOSING`), so a stream of new calls cannot keep it alive; then
 /// it cancels the calls running in this process and withdraws those
 /// waiting for approval (denied, reason "withdrawn: its owner deleted the
-/// thread"), and deletes the thread once none is left. A call running in
-/// another toolgate process is waited for. Still busy after `wait`
-/// seconds, it answers `409` `THREAD_BUSY`; the thread stays closed, and
-/// a DELETE again finishes the deletion.
+/// thread"), and deletes the thread once none is left. A closed thread
+/// starts no approved call either: an approval given after the close
+/// answers `409` `THREAD_CLOSING`. A call running in another toolgate
+/// process is waited for. Still busy after `wait` seconds, it answers
+/// `409` `THREAD_BUSY`; the thread stays closed, and a DELETE again
+/// finishes the deletion.
 #[utoipa::path(delete, path = "/v1/threads/{thread_id}", tag = "history",
     params(("thread_id" = String, Path,), DeleteQuery),
     responses(
@@ -1109,8 +1113,10 @@ async fn delete_now(
     state.writer.write(unit).await.map(|_| at_ms)
 }
 
-/// Close the thread, stop what runs or waits in it, and delete it, trying
-/// for at most `within`; when it was deleted.
+/// Close the thread, stop what runs or waits in it, and delete it; when it
+/// was deleted. Calls of another process are waited for at most `within`;
+/// this process's are stopped and waited for whatever `within` is (up to
+/// [`STOPPING_HERE`]).
 async fn delete_cancelling(
     state: &AppState,
     owner: &str,
@@ -1118,7 +1124,8 @@ async fn delete_cancelling(
     within: Duration,
 ) -> Result<i64, crate::store::StoreError> {
     use crate::store::StoreError;
-    let deadline = tokio::time::Instant::now() + within;
+    let started = tokio::time::Instant::now();
+    let mut deadline = started + within;
     let close = WriteUnit {
         thread_id: thread_id.to_string(),
         owner: owner.to_string(),
@@ -1133,35 +1140,57 @@ async fn delete_cancelling(
             Err(StoreError::ThreadBusy { calls }) => calls,
             deleted => return deleted,
         };
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() && stopped_once {
+        if stopped_once && tokio::time::Instant::now() >= deadline {
             return Err(StoreError::ThreadBusy { calls });
         }
         stopped_once = true;
-        let stops = calls.iter().map(|(id, status)| async move {
-            let stopped = match status {
-                CallStatus::PendingApproval => state
-                    .engine
-                    .withdraw(owner, thread_id, id, WITHDRAWN_BY_DELETION)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                _ => state
-                    .engine
-                    .cancel(thread_id, id, left.min(CANCEL_ANSWER_WAIT))
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-            };
-            if let Err(error) = stopped {
-                tracing::debug!(call = %id, %error, "a call of a thread being deleted was not stopped");
-            }
-        });
-        futures::future::join_all(stops).await;
+        if stop_calls(state, owner, thread_id, &calls).await {
+            deadline = deadline.max(started + STOPPING_HERE);
+        }
         // What runs elsewhere (another process, a result on its way to the
         // database) is given a moment before the next look.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         tokio::time::sleep(left.min(Duration::from_millis(50))).await;
     }
+}
+
+/// How long a cancelling deletion waits at most for the calls it stops in
+/// this process to finish (a tool gets two seconds to stop on its own
+/// before it is aborted), whatever its `wait`.
+const STOPPING_HERE: Duration = Duration::from_secs(5);
+
+/// Cancel the running `calls` of this process and withdraw those waiting
+/// for approval; whether any of them was this process's to stop.
+async fn stop_calls(
+    state: &AppState,
+    owner: &str,
+    thread_id: &str,
+    calls: &[(String, CallStatus)],
+) -> bool {
+    let stops = calls.iter().map(|(id, status)| async move {
+        let here = match status {
+            CallStatus::PendingApproval => state
+                .engine
+                .withdraw(owner, thread_id, id, WITHDRAWN_BY_DELETION)
+                .await
+                .map(|withdrawn| withdrawn.is_some())
+                .map_err(|e| e.to_string()),
+            _ => state
+                .engine
+                .cancel(thread_id, id, CANCEL_ANSWER_WAIT)
+                .await
+                .map(|cancelled| cancelled.is_some())
+                .map_err(|e| e.to_string()),
+        };
+        here.unwrap_or_else(|error| {
+            tracing::debug!(call = %id, %error, "a call of a thread being deleted was not stopped");
+            false
+        })
+    });
+    futures::future::join_all(stops)
+        .await
+        .into_iter()
+        .any(|here| here)
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
@@ -1739,7 +1768,7 @@ fn undo_error(e: UndoError) -> ApiError {
         (status = 200, description = "The undo ran; its outcome (or, the call undone already by an undo of its own, that undo's outcome with `replayed: true`)", body = ToolCallResponse),
         (status = 202, description = "The undo waits for approval", body = PendingApprovalResponse),
         (status = 404, description = "No such call", content_type = "application/problem+json"),
-        (status = 409, description = "Undone already by other means (the `undo_edit` tool); the detail names the call that did", content_type = "application/problem+json"),
+        (status = 409, description = "Undone already by other means (the `undo_edit` tool); the detail names the call that did; `THREAD_CLOSING`: the thread is being deleted", content_type = "application/problem+json"),
         (status = 422, description = "Not undoable (`code` `NOT_UNDOABLE`: failed, not reversible, changed nothing) or irreversible (`code` `IRREVERSIBLE`, with `manual_guide`); or a body with fields: the route takes none (at most `{}`; to undo past later changes to a file, call the `undo_edit` tool with `force: true`)", content_type = "application/problem+json"),
         (status = 429, description = "Too many concurrent calls (see Retry-After)", content_type = "application/problem+json"),
     ),

@@ -36,8 +36,9 @@ pub(crate) fn not_busy(calls: Vec<(String, String)>) -> StoreResult<()> {
 }
 
 /// `op`, applied, in a thread closed for its deletion since `closing`
-/// ([`WriteOp::CloseThread`]): a new call, or a new user, assistant or
-/// system message, fails the unit with [`StoreError::ThreadClosing`].
+/// ([`WriteOp::CloseThread`]): a new call, a call approved to start, or a
+/// new user, assistant or system message, fails the unit with
+/// [`StoreError::ThreadClosing`].
 /// Checked once the op went in, so that an id already taken is answered
 /// as such (a call posted again gets its recorded outcome).
 pub(crate) fn open_for(unit: &WriteUnit, op: &WriteOp, closing: Option<i64>) -> StoreResult<()> {
@@ -45,7 +46,7 @@ pub(crate) fn open_for(unit: &WriteUnit, op: &WriteOp, closing: Option<i64>) -> 
         return Ok(());
     };
     let new_turn = match op {
-        WriteOp::InsertToolCall(_) => true,
+        WriteOp::InsertToolCall(_) | WriteOp::StartPendingCall { .. } => true,
         WriteOp::InsertMessage(message) => message.role != super::Role::Tool,
         _ => false,
     };

@@ -903,7 +903,8 @@ pub enum WriteOp {
     /// changes nothing.
     CloseRun { run_id: String, closed_at_ms: i64 },
     /// Close the thread for its deletion: from this commit on it takes no
-    /// new call ([`WriteOp::InsertToolCall`]) and no new user, assistant
+    /// new call ([`WriteOp::InsertToolCall`]), starts no approved one
+    /// ([`WriteOp::StartPendingCall`]) and takes no new user, assistant
     /// or system message, while the calls it holds still finish. Closing
     /// a closing thread again keeps when it was first closed.
     CloseThread { closing_at_ms: i64 },
