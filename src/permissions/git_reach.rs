@@ -150,6 +150,7 @@ fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
         "clean",
     ];
     const WRITE_OPTIONS: &[&str] = &[
+        "--repo",
         "--prefix",
         "--template",
         "--separate-git-dir",
@@ -159,11 +160,21 @@ fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
         "--git-dir",
     ];
     let sub = super::embedded::git_subcommand_at(words);
-    if i <= sub
-        || words
-            .get(sub)
-            .is_none_or(|w| !NAMES_NO_PLACE.contains(&w.text.as_str()))
-    {
+    let subcommand = words.get(sub).map(|w| w.text.as_str());
+    if i <= sub {
+        return true;
+    }
+    // `push`, `fetch` and `pull` name a repository first (a path, whose
+    // hooks a push runs), then refspecs: a computed word matters until a
+    // literal one has named the repository.
+    if let Some("push" | "fetch" | "pull") = subcommand {
+        let named = words[sub + 1..i]
+            .iter()
+            .any(|w| w.literal && !w.text.starts_with('-'));
+        if !named {
+            return true;
+        }
+    } else if subcommand.is_none_or(|s| !NAMES_NO_PLACE.contains(&s)) {
         return true;
     }
     let writes = |option: &str| {

@@ -3514,6 +3514,9 @@ fn a_twelfth_reviews_forms_are_not_allowed() {
             "bash(wget *)",
             "bash(cd *)",
             "bash(cp *)",
+            "bash(git push *)",
+            "bash(git fetch *)",
+            "bash(git branch *)",
         ],
         &[],
         &[],
@@ -3532,6 +3535,9 @@ fn a_twelfth_reviews_forms_are_not_allowed() {
         "printf \"0025git-upload-pack /\\0host=localhost\\0\" | git daemon --inetd --export-all --base-path=\"$PWD\" --access-hook=\"touch ../PWNED_DA\"",
         "echo \"connect git-upload-pack\" | git remote-ext x \"touch PWNED_EXT\"",
         "git merge-index ./x.sh -a",
+        "git push \"$(echo ./rem)\" HEAD",
+        "git push --repo=\"$r\" HEAD",
+        "git -C \"$d\" push origin HEAD",
         // Long options shortened.
         "sdiff --diff-prog=./x.sh a b",
         "diff3 --diff-p=./x.sh a b f",
@@ -3546,6 +3552,8 @@ fn a_twelfth_reviews_forms_are_not_allowed() {
         "git diff HEAD~1 -- src",
         "git log --oneline -5",
         "b=main; git log -1 \"$b\"",
+        "b=main; git push origin \"$b\"",
+        "b=main; git fetch origin \"$b\"",
         "sdiff a b",
         "echo ${x:-default}",
     ] {
