@@ -869,7 +869,7 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// `CFLAGS=-fplugin=…` one into the compiler. `RUST_LOG`, `NODE_ENV`, `CI`
 /// and the like stay plain.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 60] = [
+    const EXACT: [&str; 72] = [
         "PATH",
         "IFS",
         "ENV",
@@ -935,6 +935,20 @@ fn is_sensitive_variable(name: &str) -> bool {
         "LD",
         "PERL5DB",
         "PYTHONBREAKPOINT",
+        // Start-up files and option variables of programs that run others
+        // (`WGETRC`'s `use_askpass`, `ZIP='-TT cmd'`, vim's `VIMINIT`).
+        "WGETRC",
+        "SYSTEM_WGETRC",
+        "ZIP",
+        "UNZIP",
+        "UNZIPOPT",
+        "VIMINIT",
+        "GVIMINIT",
+        "EXINIT",
+        "MYVIMRC",
+        "GZIP",
+        "BZIP2",
+        "XZ_OPT",
     ];
     const PREFIXES: [&str; 10] = [
         "LD_",

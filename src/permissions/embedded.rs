@@ -128,6 +128,27 @@ const FIND_VALUED: &[&str] = &[
     "-printf",
 ];
 
+/// Whether `words[i]`, a `--`, ends the options. It may instead be the
+/// value of the option before it (`gcc -o -- -wrapper …`, `git fetch -o
+/// -- --upload-pack=…`: getopt and git hand the next word to an option
+/// that takes one, whatever it is), so only a `--` after the command's
+/// name, an operand, an option given its value (`--x=y`) or a numeric
+/// flag (`-1`) is read as the end of the options.
+pub(super) fn ends_options(words: &[Word], i: usize) -> bool {
+    if words.get(i).is_none_or(|w| w.text != "--") {
+        return false;
+    }
+    let Some(before) = i.checked_sub(1).and_then(|b| words.get(b)) else {
+        return true;
+    };
+    let t = before.text.as_str();
+    i == 1
+        || !t.starts_with('-')
+        || t == "-"
+        || t.contains('=')
+        || t[1..].chars().all(|c| c.is_ascii_digit())
+}
+
 /// An argument of a command in [`OPTIONS_RUN_PROGRAMS`] that may expand
 /// into an option when it runs: one starting with an expansion (`"$x"`,
 /// `$(…)`) or a glob or brace (`?e1e*` matches a file named `-e1e…`, and
@@ -149,7 +170,7 @@ fn option_from_expansion(name: &str, words: &[Word], known: &Known) -> Option<St
         // `find` takes no `--` before its expression.
         if word.literal
             && name != "find"
-            && (word.text == "--" || (name == "git" && word.text == "--end-of-options"))
+            && (ends_options(words, i) || (name == "git" && word.text == "--end-of-options"))
         {
             return None;
         }
@@ -396,33 +417,33 @@ fn option_runner(name: &str) -> Option<&'static [&'static str]> {
 /// `--`), attached to its value or not.
 fn runner_options(name: &str, words: &[Word]) -> Option<Embedded> {
     let options = option_runner(name)?;
-    let used = words[1..]
-        .iter()
-        .take_while(|w| w.text != "--")
-        .find_map(|w| {
-            let t = w.text.as_str();
-            options.iter().find(|o| {
-                if let Some(full) = o.strip_prefix("--") {
-                    // getopt takes a long option shortened (`--diff-prog=`).
-                    let given = t
-                        .strip_prefix("--")
-                        .map(|rest| rest.split('=').next().unwrap_or(rest))
-                        .unwrap_or_default();
-                    t.starts_with(**o) || (given.len() >= 3 && full.starts_with(given))
-                } else if o.len() > 2 || **o == "@" || **o == "+" {
-                    t.starts_with(**o)
-                } else {
-                    // A short option, alone or with its value attached;
-                    // fd's may end a cluster of flags (`-Hx cmd`).
-                    let letter = &o[1..];
-                    t.starts_with(**o)
-                        || (matches!(name, "fd" | "fdfind")
-                            && t.starts_with('-')
-                            && !t.starts_with("--")
-                            && t.ends_with(letter))
-                }
-            })
-        })?;
+    let end = (1..words.len())
+        .find(|&i| ends_options(words, i))
+        .unwrap_or(words.len());
+    let used = words[1..end].iter().find_map(|w| {
+        let t = w.text.as_str();
+        options.iter().find(|o| {
+            if let Some(full) = o.strip_prefix("--") {
+                // getopt takes a long option shortened (`--diff-prog=`).
+                let given = t
+                    .strip_prefix("--")
+                    .map(|rest| rest.split('=').next().unwrap_or(rest))
+                    .unwrap_or_default();
+                t.starts_with(**o) || (given.len() >= 3 && full.starts_with(given))
+            } else if o.len() > 2 || **o == "@" || **o == "+" {
+                t.starts_with(**o)
+            } else {
+                // A short option, alone or with its value attached;
+                // fd's may end a cluster of flags (`-Hx cmd`).
+                let letter = &o[1..];
+                t.starts_with(**o)
+                    || (matches!(name, "fd" | "fdfind")
+                        && t.starts_with('-')
+                        && !t.starts_with("--")
+                        && t.ends_with(letter))
+            }
+        })
+    })?;
     Some(Embedded {
         why: format!("its option `{used}` makes `{name}` run or load another program"),
         commands: Vec::new(),
@@ -581,7 +602,7 @@ fn option_values(
     while let Some(word) = words.get(i) {
         let t = word.text.as_str();
         i += 1;
-        if t == "--" {
+        if ends_options(words, i - 1) {
             break;
         }
         if let Some(name) = t.strip_prefix("--") {
@@ -748,7 +769,7 @@ fn zip(words: &[Word]) -> Option<Embedded> {
     while let Some(word) = words.get(i) {
         let t = word.text.as_str();
         i += 1;
-        if t == "--" {
+        if ends_options(words, i - 1) {
             break;
         }
         let attached = if let Some(long) = t.strip_prefix("--") {
@@ -963,7 +984,7 @@ fn git(words: &[Word]) -> Option<Embedded> {
         // `remote-ext`'s command, `merge-index`'s program, `instaweb
         // --httpd`, `daemon --access-hook`, a credential helper's.
         "remote-ext" | "merge-index" | "instaweb" | "daemon" | "web--browse" | "http-backend"
-        | "credential" => named.push(sub.to_string()),
+        | "credential" | "hook" | "for-each-repo" | "shell" => named.push(sub.to_string()),
         "bisect" if args.get(1).is_some_and(|w| w.text == "run") => {
             named.push("bisect run".into());
             commands.extend(joined(2));
@@ -985,6 +1006,8 @@ fn git(words: &[Word]) -> Option<Embedded> {
     let short = match sub {
         "clone" => "ubocj",
         "rebase" | "difftool" => "xsXCt",
+        "merge" | "cherry-pick" | "revert" | "pull" => "smX",
+        "mergetool" => "t",
         "grep" => "efABCm",
         _ => "",
     };
@@ -995,7 +1018,8 @@ fn git(words: &[Word]) -> Option<Embedded> {
     }
     let mut long = vec!["upload-pack", "receive-pack", "exec"];
     match sub {
-        "difftool" => long.push("extcmd"),
+        "difftool" => long.extend(["extcmd", "tool"]),
+        "mergetool" => long.push("tool"),
         "grep" => long.push("open-files-in-pager"),
         "send-email" => long.extend([
             "to-cmd",
@@ -1006,7 +1030,9 @@ fn git(words: &[Word]) -> Option<Embedded> {
         ]),
         "clone" => long.extend(["config", "template", "separate-git-dir"]),
         "init" => long.extend(["template", "separate-git-dir"]),
+        "merge" | "rebase" | "cherry-pick" | "revert" | "pull" => long.push("strategy"),
         "filter-branch" => long.extend([
+            "setup",
             "env-filter",
             "tree-filter",
             "index-filter",
@@ -1021,7 +1047,10 @@ fn git(words: &[Word]) -> Option<Embedded> {
     sub_words.extend(args[1..].iter().cloned());
     // grep's `-O` takes its value attached only (`-Oless`), or none.
     if sub == "grep" {
-        for w in args[1..].iter().take_while(|w| w.text != "--") {
+        let end = (1..args.len())
+            .find(|&i| ends_options(args, i))
+            .unwrap_or(args.len());
+        for w in &args[1..end] {
             let t = w.text.as_str();
             // The long option abbreviated too (`--open=less`).
             let abbreviated = t.strip_prefix("--").and_then(|rest| {
@@ -1062,7 +1091,17 @@ fn git(words: &[Word]) -> Option<Embedded> {
                 named.push(option.clone());
                 false
             }
-            ("filter-branch", o) if o.ends_with("-filter") => true,
+            ("filter-branch", o) if o.ends_with("-filter") || o == "--setup" => true,
+            // A strategy or a tool named by a path (`-s /../x.sh` runs
+            // `git-merge-/../x.sh`; a tool's file is sourced from its
+            // directory), or computed.
+            ("merge" | "rebase" | "cherry-pick" | "revert" | "pull", "-s" | "--strategy")
+            | ("difftool" | "mergetool", "-t" | "--tool")
+                if !value.literal || value.text.contains('/') =>
+            {
+                named.push(option.clone());
+                false
+            }
             ("clone", "-c" | "--config") => {
                 let key = value.text.split('=').next().unwrap_or_default();
                 if super::command::git_key_runs_program(&key.to_ascii_lowercase()) {
@@ -1594,13 +1633,20 @@ fn make(name: &str, words: &[Word]) -> Option<Embedded> {
             _ => {}
         }
     }
-    let value_texts: Vec<&str> = values.iter().map(|(_, v)| v.text.as_str()).collect();
+    // Words that are options' values are no assignments: as many of each
+    // text as the options took (`-o CC=x CC=x` sets CC once).
+    let mut value_texts: Vec<&str> = values.iter().map(|(_, v)| v.text.as_str()).collect();
     let assignment = words[1..].iter().find(|w| {
-        !w.text.starts_with('-')
-            && !value_texts.contains(&w.text.as_str())
-            && w.text
-                .split_once('=')
-                .is_some_and(|(n, _)| !n.is_empty() && !n.contains('/'))
+        if w.text.starts_with('-') {
+            return false;
+        }
+        if let Some(at) = value_texts.iter().position(|v| *v == w.text) {
+            value_texts.swap_remove(at);
+            return false;
+        }
+        w.text
+            .split_once('=')
+            .is_some_and(|(n, _)| !n.is_empty() && !n.contains('/'))
     });
     if let Some(assignment) = assignment {
         let variable = assignment.text.split('=').next().unwrap_or_default();

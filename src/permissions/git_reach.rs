@@ -99,10 +99,12 @@ const READERS: &[&str] = &[
 /// `--template`, `--separate-git-dir`, `--export-marks`), glued or the
 /// next word.
 fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
-    /// Subcommands whose arguments are revisions, pathspecs (which never
-    /// reach into `.git`), messages, and branch, tag or stash names: a
-    /// computed one writes nowhere of its own choosing, but through the
-    /// options below.
+    /// Subcommands that write no file of the work tree and whose
+    /// arguments are revisions, pathspecs (which never reach into `.git`),
+    /// messages, and branch or tag names: a computed one writes nowhere of
+    /// its own choosing, but through the options below. (`checkout`,
+    /// `restore`, `reset`, `stash`, `merge` … write the files their
+    /// pathspecs name, `.gitconfig` too where the repository tracks one.)
     const NAMES_NO_PLACE: &[&str] = &[
         "log",
         "show",
@@ -111,13 +113,8 @@ fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
         "add",
         "rm",
         "commit",
-        "checkout",
-        "switch",
-        "restore",
-        "reset",
         "branch",
         "tag",
-        "stash",
         "blame",
         "annotate",
         "grep",
@@ -129,10 +126,6 @@ fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
         "cat-file",
         "describe",
         "merge-base",
-        "cherry-pick",
-        "revert",
-        "rebase",
-        "merge",
         "reflog",
         "show-ref",
         "for-each-ref",
@@ -168,9 +161,41 @@ fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
     // hooks a push runs), then refspecs: a computed word matters until a
     // literal one has named the repository.
     if let Some("push" | "fetch" | "pull") = subcommand {
-        let named = words[sub + 1..i]
-            .iter()
-            .any(|w| w.literal && !w.text.starts_with('-'));
+        // Flags of theirs that take no value: the word after one is an
+        // operand. After any other option, it may be the option's value
+        // (`--recurse-submodules no`).
+        const FLAGS: &[&str] = &[
+            "-u",
+            "--set-upstream",
+            "-f",
+            "--force",
+            "-n",
+            "--dry-run",
+            "-v",
+            "--verbose",
+            "-q",
+            "--quiet",
+            "--tags",
+            "--all",
+            "-p",
+            "--prune",
+            "--no-verify",
+            "--follow-tags",
+            "--atomic",
+            "--rebase",
+            "--no-rebase",
+            "--ff-only",
+        ];
+        let named = (sub + 1..i).any(|j| {
+            let w = &words[j];
+            let before = &words[j - 1];
+            w.literal
+                && !w.text.starts_with('-')
+                && (j == sub + 1
+                    || !before.text.starts_with('-')
+                    || before.text.contains('=')
+                    || FLAGS.contains(&before.text.as_str()))
+        });
         if !named {
             return true;
         }

@@ -3560,3 +3560,103 @@ fn a_twelfth_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// A thirteenth review: a `--` that is an option's value, merge
+/// strategies and tools named by a path, git subcommands that run what
+/// their arguments or configuration name, make's option values, program
+/// variables, and the repository of a push.
+#[test]
+fn a_thirteenth_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(git grep *)",
+            "bash(git fetch *)",
+            "bash(git push *)",
+            "bash(git clone *)",
+            "bash(git rebase *)",
+            "bash(tar *)",
+            "bash(sort *)",
+            "bash(split *)",
+            "bash(rsync *)",
+            "bash(zip *)",
+            "bash(gcc *)",
+            "bash(sdiff *)",
+            "bash(wget *)",
+            "bash(vim *)",
+            "bash(rustc *)",
+            "bash(git cherry-pick *)",
+            "bash(git pull *)",
+            "bash(git revert *)",
+            "bash(git filter-branch *)",
+            "bash(git hook *)",
+            "bash(git difftool *)",
+            "bash(git mergetool *)",
+            "bash(git for-each-repo *)",
+            "bash(git shell *)",
+            "bash(make *)",
+            "bash(echo *)",
+            "bash(git checkout *)",
+            "bash(printf *)",
+        ],
+        &[],
+        &[],
+    );
+    let forms = [
+        // A `--` taken as the value of the option before it.
+        "git grep -e -- -e a -O'touch PWNED_GREP;'",
+        "git fetch -o -- --upload-pack='touch PWNED_FETCH;' .",
+        "git push -o -- --receive-pack='touch PWNED_PUSH;' . HEAD:refs/heads/zz",
+        "git clone --branch -- -u 'touch PWNED_CLONE;' file:///tmp/r y",
+        "git rebase --strategy -- -x 'touch PWNED_RB' HEAD~1",
+        "tar -xf a.tar --exclude -- --to-command='touch PWNED_TAR'",
+        "sort --output -- --compress-program=./y.sh -S 1k -T . big",
+        "split --additional-suffix -- --filter='touch PWNED_SPLIT' big",
+        "rsync --exclude -- -e ./y.sh big localhost:zz",
+        "zip -q -P -- -T -TT ./y.sh o.zip big",
+        "gcc -o -- -wrapper ./y.sh foo.c",
+        "sdiff -o -- --diff-program=./y.sh a1 b1",
+        "wget -O -- --use-askpass=./y.sh http://127.0.0.1:1/",
+        "vim -T -- -es -c '!./y.sh' -c q a1",
+        "rustc -o -- -C linker=./y.sh m.rs",
+        // A merge strategy or a diff tool named by a path.
+        "git cherry-pick --strategy=/../x.sh b2",
+        "git rebase -s /../x.sh b2",
+        "git pull --rebase -s /../x.sh . b2",
+        "git revert --strategy /../x.sh --no-edit HEAD~2",
+        "git difftool -y -t ../../x.sh HEAD~1",
+        "git mergetool --tool=../../x.sh",
+        // git subcommands that run what they are told elsewhere.
+        "git filter-branch -f --setup 'touch ../../PWNED_FB' HEAD~1..HEAD",
+        "git hook run ../../x.sh",
+        "git -c a.b=. for-each-repo --config=a.b rebase -x 'touch PWNED_FER' HEAD~1",
+        "git shell -c yy",
+        // An assignment hidden behind an option's value of the same text.
+        "make -o CC=./y.sh CC=./y.sh foo",
+        // Variables naming programs or their start-up files.
+        "WGETRC=./wrc wget http://127.0.0.1:1/",
+        "ZIP='-T -TT ./y.sh' zip -q o2.zip big",
+        "VIMINIT='!./y.sh' vim -e a1",
+        // A push's repository computed behind an option's value or `--`.
+        "git push --recurse-submodules no ./\"$(echo rem)\" HEAD:refs/heads/a5",
+        "git push --recurse-submodules no -- \"$(echo ./rem)\" HEAD:refs/heads/a4",
+        // A computed pathspec of a command that writes the work tree.
+        "git checkout HEAD~1 -- \"$(printf '\\56gitconfig')\"",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "git grep -n pattern -- src",
+        "git push -u origin main",
+        "b=main; git push -u origin \"$b\"",
+        "git fetch --prune origin",
+        "git rebase -s ort main",
+        "git cherry-pick -X theirs b2",
+        "gcc -O2 -o out -- foo.c",
+        "tar -czf out.tgz -- src",
+        "make -j4 all",
+        "make -o stale.o all",
+        "b=main; git checkout \"$b\"",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}
