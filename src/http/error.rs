@@ -719,6 +719,26 @@ pub struct BodyLimit {
 /// route's [`BodyLimit`]) is refused before it is read, and one that takes
 /// longer than `server.header_read_timeout_secs` to arrive (trickled in a
 /// byte at a time, holding its connection) is a `408`.
+/// The most of a refused body read (and dropped) before the answer.
+const DRAIN_AT_MOST: u64 = 1024 * 1024;
+
+/// Read and drop `req`'s body, at most [`DRAIN_AT_MOST`] bytes and for at
+/// most a second.
+async fn drain(req: Request) {
+    use futures::StreamExt as _;
+    let mut body = req.into_body().into_data_stream();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
+        let mut read = 0u64;
+        while let Some(Ok(chunk)) = body.next().await {
+            read += chunk.len() as u64;
+            if read > DRAIN_AT_MOST {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
 async fn read_body(req: Request, state: &super::AppState) -> Result<axum::body::Bytes, ApiError> {
     let server = &state.settings.server;
     let limit = req
@@ -735,6 +755,12 @@ async fn read_body(req: Request, state: &super::AppState) -> Result<axum::body::
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if let Some(declared) = declared.filter(|n| *n > limit.bytes as u64) {
+        // Read what is on its way, up to a point, before answering: a
+        // socket closed with unread data in it is reset, and the reset
+        // can reach the client before the answer does.
+        if declared <= DRAIN_AT_MOST {
+            drain(req).await;
+        }
         return Err(ApiError::PayloadTooLarge(format!(
             "the request body is declared as {declared} bytes (Content-Length); toolgate reads \
              at most {} ({})",
