@@ -34,6 +34,11 @@ pub(crate) struct Piece {
     pub transparent: bool,
     /// Found by reading arithmetic as commands (see `RawPiece::shadow`).
     pub shadow: bool,
+    /// A shell builtin that runs nothing and writes no file (`read`,
+    /// `break`, `true` …, see [`INERT_BUILTINS`]), unwrapped, with
+    /// nothing doubtful about it: no allow rule needs to name it. Deny
+    /// and ask rules still see it.
+    pub inert: bool,
     /// Hands a command string computed at run time to another shell.
     pub computed_payload: bool,
     pub pipeline: usize,
@@ -305,6 +310,15 @@ fn expand_lexed(
         normalise(raw, depth, an, next_pipeline, None);
     }
 }
+
+/// Shell builtins that run nothing and write no file: a line's `while
+/// read -r f`, `break` or `true` needs no allow rule of its own. (`read`
+/// of a variable that changes what runs makes its piece doubtful, as
+/// does an expansion that evaluates or assigns one; substitutions in
+/// their words are pieces of their own.)
+const INERT_BUILTINS: &[&str] = &[
+    "read", "break", "continue", "true", "false", ":", "shift", "return", "exit",
+];
 
 /// Why a piece that makes bash evaluate a variable's value is not vouched
 /// for by an allow rule.
@@ -717,12 +731,21 @@ fn normalise(
     for name in redeclared {
         an.redeclared.push((an.pieces.len(), name));
     }
+    let inert = opaque.is_none()
+        && layers.len() == 1
+        && layers[0]
+            .words
+            .first()
+            .and_then(command_name)
+            .is_some_and(|name| INERT_BUILTINS.contains(&name))
+        && !redirects.iter().any(Redirect::writes);
     an.pieces.push(Piece {
         text,
         layers,
         redirects,
         transparent,
         shadow,
+        inert,
         computed_payload,
         pipeline,
         stage,

@@ -52,6 +52,7 @@ const READERS: &[&str] = &[
     "stat",
     "diff",
     "cmp",
+    "jq",
     "echo",
     "printf",
     "realpath",

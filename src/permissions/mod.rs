@@ -629,7 +629,7 @@ fn bash_allow<'r>(
         .map(|a| {
             a.pieces
                 .iter()
-                .filter(|p| !p.transparent && !p.shadow)
+                .filter(|p| !p.transparent && !p.shadow && !p.inert)
                 .collect()
         })
         .unwrap_or_default();

@@ -3660,3 +3660,46 @@ fn a_thirteenth_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// Builtins that run nothing and write no file need no allow rule of
+/// their own; what makes one doubtful still asks, and deny rules still
+/// see them.
+#[test]
+fn inert_builtins_need_no_rule_of_their_own() {
+    let set = rules(
+        &[
+            "bash(echo *)",
+            "bash(git status*)",
+            "bash(find *)",
+            "bash(jq *)",
+        ],
+        &[],
+        &[],
+    );
+    for fine in [
+        // jq writes no file its arguments name.
+        "find web -name '*.json' -exec jq -r .name {} \\;",
+        "while read -r line; do echo \"> $line\"; done < words.txt",
+        "git status --porcelain | while read -r status file; do echo \"$file\"; done",
+        "for f in a b; do echo \"$f\"; break; done",
+        "echo a || true",
+        "for f in a b; do echo \"$f\"; shift || :; continue; done",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+    for doubtful in [
+        "read -r PATH < f; echo x",
+        "read GIT_DIR < f; echo x",
+        "read -r \"$n\" < f; echo x",
+        "echo a; read x > .git/config",
+        "echo a; true ${GIT_DIR:=.x}",
+        "true",
+    ] {
+        assert_ne!(verdict_of(&set, doubtful), Verdict::Allow, "{doubtful}");
+    }
+    let denying = rules(&["bash(echo *)"], &[], &["bash(read *)"]);
+    assert_eq!(
+        verdict_of(&denying, "while read -r l; do echo \"$l\"; done < f"),
+        Verdict::Deny
+    );
+}
