@@ -347,6 +347,12 @@ pub struct PermissionSettings {
 impl PermissionSettings {
     /// Parse the rules; a bad rule names its list and index.
     pub fn engine_config(&self) -> anyhow::Result<crate::engine::PermissionConfig> {
+        if let Some(e) = crate::permissions::rule_errors(&self.allow, &self.ask, &self.deny)
+            .into_iter()
+            .next()
+        {
+            anyhow::bail!("permissions: {e}");
+        }
         let rules = crate::permissions::RuleSet::from_lists(&self.allow, &self.ask, &self.deny)
             .map_err(|e| anyhow::anyhow!("permissions: {e}"))?;
         Ok(crate::engine::PermissionConfig {

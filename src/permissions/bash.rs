@@ -59,23 +59,6 @@ pub(crate) fn parse(spec: &str) -> Result<BashSpec, String> {
             Err("it is empty".into())
         };
     }
-    // A line's compound commands are split, and each command inside is
-    // checked on its own: no piece starts with a keyword.
-    const KEYWORDS: [&str; 17] = [
-        "for", "while", "until", "if", "then", "else", "elif", "fi", "do", "done", "case", "esac",
-        "select", "function", "{", "}", "!",
-    ];
-    if let Some(keyword) = body
-        .split_whitespace()
-        .next()
-        .filter(|first| KEYWORDS.contains(first))
-    {
-        return Err(format!(
-            "`{keyword}` is a shell keyword: compound commands are split and each command in \
-             them is checked on its own, so this rule could never match; name the commands \
-             inside (`bash(read *)`, `bash(echo *)`)"
-        ));
-    }
     let lexed = shell::lex(body, &mut 0, 0);
     if let Some(error) = lexed.errors.first() {
         return Err(format!("it cannot be read as a command: {error}"));
@@ -481,17 +464,6 @@ mod tests {
         assert_eq!(spec("*"), BashSpec::All);
         assert_eq!(spec(":*"), BashSpec::All);
         assert!(allows("*", "anything at all | even this"));
-    }
-
-    #[test]
-    fn rules_starting_with_a_keyword_are_refused() {
-        for rule in ["for *", "while *", "if *", "{ *", "! *", "do echo *"] {
-            let err = parse(rule).unwrap_err();
-            assert!(err.contains("is a shell keyword"), "{rule}: {err}");
-        }
-        // A keyword later, or a command of that name quoted, is fine.
-        assert!(parse("echo for *").is_ok());
-        assert!(parse("[[ *").is_ok());
     }
 
     #[test]

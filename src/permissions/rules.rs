@@ -54,6 +54,12 @@ pub enum RuleError {
         "allow rules see a command after `{wrapper}` is removed, so this rule can never match; name the command itself"
     )]
     AllowsWrapper { wrapper: String },
+    #[error(
+        "`{keyword}` is a shell keyword: compound commands are split and each command in them \
+         is checked on its own, so this rule could never match; name the commands inside \
+         (`bash(read *)`, `bash(echo *)`)"
+    )]
+    Keyword { keyword: String },
 }
 
 /// A rule that failed to parse, and where it sits.
@@ -324,12 +330,37 @@ pub fn rule_errors<S: AsRef<str>>(allow: &[S], ask: &[S], deny: &[S]) -> Vec<Rul
     [("allow", allow), ("ask", ask), ("deny", deny)]
         .into_iter()
         .flat_map(|(name, texts)| {
-            texts
-                .iter()
-                .enumerate()
-                .filter_map(move |(index, text)| parse_in(name, index, text.as_ref()).err())
+            texts.iter().enumerate().filter_map(move |(index, text)| {
+                let text = text.as_ref();
+                let error = match parse_in(name, index, text) {
+                    Err(e) => return Some(e),
+                    Ok(_) => keyword_rule(text)?,
+                };
+                Some(RuleSetError {
+                    list: name,
+                    index,
+                    rule: text.to_string(),
+                    error,
+                })
+            })
         })
         .collect()
+}
+
+/// A `bash` rule that starts with a shell keyword (`bash(for *)`): no
+/// piece of a line starts with one, so it could never match, and a deny
+/// rule so written would deny nothing. Refused where rules are set (the
+/// API, the configuration), not where rules set before are read again.
+fn keyword_rule(text: &str) -> Option<RuleError> {
+    const KEYWORDS: [&str; 17] = [
+        "for", "while", "until", "if", "then", "else", "elif", "fi", "do", "done", "case", "esac",
+        "select", "function", "{", "}", "!",
+    ];
+    let body = text.trim().strip_prefix("bash(")?.strip_suffix(')')?;
+    let first = body.split_whitespace().next()?;
+    KEYWORDS.contains(&first).then(|| RuleError::Keyword {
+        keyword: first.to_string(),
+    })
 }
 
 impl RuleSet {
@@ -519,5 +550,32 @@ mod tests {
         );
         // Deny and ask rules may name a wrapper: they see every layer.
         assert!(RuleSet::from_lists(&[], &["bash(sudo *)"], &["bash(timeout *)"]).is_ok());
+    }
+
+    #[test]
+    fn rules_starting_with_a_keyword_are_refused_when_set() {
+        for rule in [
+            "bash(for *)",
+            "bash(while *)",
+            "bash(if *)",
+            "bash({ *)",
+            "bash(! *)",
+        ] {
+            let errors = rule_errors(&[], &[], &[rule]);
+            assert!(
+                matches!(
+                    &errors[..],
+                    [RuleSetError {
+                        list: "deny",
+                        error: RuleError::Keyword { .. },
+                        ..
+                    }]
+                ),
+                "{rule}: {errors:?}"
+            );
+            // Set before, they are still read.
+            assert!(RuleSet::from_lists(&[rule], &[], &[]).is_ok(), "{rule}");
+        }
+        assert!(rule_errors(&["bash(echo for *)", "bash([[ *)"], &[], &[]).is_empty());
     }
 }
