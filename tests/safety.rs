@@ -349,6 +349,12 @@ async fn permission_rules_deny_ask_allow(backend: Backend) {
             "/ask/1",
             "ask[1]: a rule is at most 1000 characters, got 1011",
         ),
+        // A rule no piece of a line can match: a deny that denies nothing.
+        (
+            json!({"deny": ["bash(rm *)", "bash(for *)"]}),
+            "/deny/1",
+            "`for` is a shell keyword",
+        ),
     ] {
         let resp = app.put("/v1/permissions", &rules).await;
         assert_eq!(resp.status(), 422);
