@@ -89,6 +89,10 @@ pub(crate) struct Analysis {
     redeclared: Vec<(usize, String)>,
     /// The variables whose every value the line spells out.
     pub known: super::known::Known,
+    /// Somewhere the line exports variables to the commands it runs
+    /// (`export`, `declare -x`, `set -a`): make takes each as a make
+    /// variable.
+    exports: bool,
 }
 
 pub(crate) fn analyse(command: &str) -> Analysis {
@@ -96,6 +100,7 @@ pub(crate) fn analyse(command: &str) -> Analysis {
     let lexed = shell::lex(command, &mut next_pipeline, 0);
     let mut analysis = Analysis {
         known: super::known::Known::of_lexed(command, &lexed),
+        exports: lexed.pieces.iter().any(|p| exports_variables(&p.words)),
         ..Analysis::default()
     };
     expand_lexed(command, lexed, 0, false, &mut analysis, &mut next_pipeline);
@@ -308,6 +313,37 @@ fn expand_lexed(
     for mut raw in lexed.pieces {
         raw.shadow |= shadow;
         normalise(raw, depth, an, next_pipeline, None);
+    }
+}
+
+/// Whether `words` export variables to the commands run after them:
+/// `export`, `declare`/`typeset`/`local` with `-x` (or an option computed
+/// when it runs), `set -a` / `set -o allexport`.
+fn exports_variables(words: &[Word]) -> bool {
+    let words: Vec<&Word> = words
+        .iter()
+        .skip_while(|w| w.assignment)
+        .filter(|w| !(w.is_keyword("do") || w.is_keyword("then") || w.is_keyword("{")))
+        .collect();
+    let Some(name) = words.first().map(|w| w.text.as_str()) else {
+        return false;
+    };
+    let options = || {
+        words[1..]
+            .iter()
+            .filter(|w| w.text.starts_with(['-', '+']) || !w.literal)
+    };
+    match name {
+        "export" => true,
+        "declare" | "typeset" | "local" => {
+            options().any(|w| !w.literal || (w.text.starts_with('-') && w.text.contains('x')))
+        }
+        "set" => words[1..].iter().any(|w| {
+            !w.literal
+                || w.text == "allexport"
+                || (w.text.starts_with('-') && !w.text.starts_with("--") && w.text.contains('a'))
+        }),
+        _ => false,
     }
 }
 
@@ -654,7 +690,7 @@ fn normalise(
                     .iter()
                     .any(|w| text_assignment(&w.text).is_some())
         });
-        if sets_variables || by_env {
+        if sets_variables || by_env || an.exports {
             opaque = Some(
                 "make takes every variable of its environment as a make variable, which \
                  changes what its recipes run (`RM=… make clean`)"
@@ -892,7 +928,7 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// `CFLAGS=-fplugin=…` one into the compiler. `RUST_LOG`, `NODE_ENV`, `CI`
 /// and the like stay plain.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 72] = [
+    const EXACT: [&str; 80] = [
         "PATH",
         "IFS",
         "ENV",
@@ -958,6 +994,17 @@ fn is_sensitive_variable(name: &str) -> bool {
         "LD",
         "PERL5DB",
         "PYTHONBREAKPOINT",
+        // Where git's merge and diff tools are sourced from; less's key
+        // files (`#env` sets LESSOPEN); Python's user site (its `.pth`
+        // files run); cargo's rustdoc and rustfmt.
+        "MERGE_TOOLS_DIR",
+        "LESSKEY",
+        "LESSKEYIN",
+        "LESSKEY_SYSTEM",
+        "LESSKEYIN_SYSTEM",
+        "PYTHONUSERBASE",
+        "RUSTDOC",
+        "RUSTFMT",
         // Start-up files and option variables of programs that run others
         // (`WGETRC`'s `use_askpass`, `ZIP='-TT cmd'`, vim's `VIMINIT`).
         "WGETRC",
@@ -2268,7 +2315,7 @@ fn git_runs_program(words: &[Word]) -> Option<String> {
 }
 
 pub(crate) fn git_key_runs_program(key: &str) -> bool {
-    const EXACT: [&str; 17] = [
+    const EXACT: [&str; 23] = [
         // Where checkout writes: `hooks`, relative to `.git`, makes a
         // checked-out file a hook.
         "core.worktree",
@@ -2288,6 +2335,14 @@ pub(crate) fn git_key_runs_program(key: &str) -> bool {
         "include.path",
         "protocol.allow",
         "uploadpack.packobjectshook",
+        // Tools sourced by name from git's mergetools (a path of the
+        // caller's choosing runs), and pull's strategies.
+        "diff.tool",
+        "diff.guitool",
+        "merge.tool",
+        "merge.guitool",
+        "pull.twohead",
+        "pull.octopus",
     ];
     const PREFIXES: [&str; 4] = ["alias.", "pager.", "includeif.", "protocol."];
     // Whole-word endings, so `core.alternateRefsCommand`,

@@ -135,9 +135,14 @@ const FIND_VALUED: &[&str] = &[
 /// name, an operand, an option given its value (`--x=y`) or a numeric
 /// flag (`-1`) is read as the end of the options.
 pub(super) fn ends_options(words: &[Word], i: usize) -> bool {
-    if words.get(i).is_none_or(|w| w.text != "--") {
-        return false;
-    }
+    words.get(i).is_some_and(|w| w.text == "--") && no_value_wanted(words, i)
+}
+
+/// Whether `words[i]` comes where no option waits for its value: after the
+/// command's name, an operand, an option given its value (`--x=y`) or a
+/// numeric flag (`-1`). (Where an option that may take a value comes
+/// before it, it may be that value.)
+fn no_value_wanted(words: &[Word], i: usize) -> bool {
     let Some(before) = i.checked_sub(1).and_then(|b| words.get(b)) else {
         return true;
     };
@@ -170,7 +175,8 @@ fn option_from_expansion(name: &str, words: &[Word], known: &Known) -> Option<St
         // `find` takes no `--` before its expression.
         if word.literal
             && name != "find"
-            && (ends_options(words, i) || (name == "git" && word.text == "--end-of-options"))
+            && (ends_options(words, i)
+                || (name == "git" && word.text == "--end-of-options" && no_value_wanted(words, i)))
         {
             return None;
         }
@@ -457,7 +463,9 @@ fn told_to_run(name: &str, words: &[Word]) -> Option<Embedded> {
         "tar" | "gtar" => tar(words),
         "sort" => commands_in(
             name,
-            option_values(words, "STyko", &["compress-program"], &[], true),
+            // `-y` takes the next word only when it is digits (it is
+            // obsolete): a flag here.
+            option_values(words, "STko", &["compress-program"], &[], true),
             &["--compress-program"],
         ),
         "split" => commands_in(
@@ -1005,8 +1013,13 @@ fn git(words: &[Word]) -> Option<Embedded> {
     }
     let short = match sub {
         "clone" => "ubocj",
-        "rebase" | "difftool" => "xsXCt",
-        "merge" | "cherry-pick" | "revert" | "pull" => "smX",
+        // Those of their own that take a value; `difftool`'s `-C`, `-s`
+        // and `-X` are diff flags, `cherry-pick`'s and `revert`'s `-s` is
+        // `--signoff`.
+        "rebase" => "xsXC",
+        "difftool" => "xt",
+        "merge" | "pull" => "smX",
+        "cherry-pick" | "revert" => "mX",
         "mergetool" => "t",
         "grep" => "efABCm",
         _ => "",
@@ -1073,6 +1086,19 @@ fn git(words: &[Word]) -> Option<Embedded> {
                 }
             }
         }
+    }
+    // `git-mergetool` takes `--tool…=` with any ending for `--tool=`.
+    if matches!(sub, "difftool" | "mergetool")
+        && args[1..].iter().any(|w| {
+            w.text.starts_with("--tool") && w.text != "--tool-help" && w.text.contains('=')
+        })
+        && args[1..].iter().any(|w| {
+            w.text
+                .split_once('=')
+                .is_some_and(|(o, v)| o.starts_with("--tool") && (!w.literal || v.contains('/')))
+        })
+    {
+        named.push("--tool".into());
     }
     // Options of their own that abbreviate longer ones: `--to` is not
     // `--to-cmd`.

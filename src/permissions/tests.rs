@@ -3703,3 +3703,70 @@ fn inert_builtins_need_no_rule_of_their_own() {
         Verdict::Deny
     );
 }
+
+/// A fourteenth review: `--end-of-options` taken as an option's value,
+/// flags read as taking one, tools chosen by option, setting or variable,
+/// program variables, and variables exported to make.
+#[test]
+fn a_fourteenth_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(git log *)",
+            "bash(git diff*)",
+            "bash(git difftool *)",
+            "bash(git cherry-pick *)",
+            "bash(sort *)",
+            "bash(git mergetool *)",
+            "bash(git config *)",
+            "bash(less *)",
+            "bash(python3 -m json.tool *)",
+            "bash(pip list*)",
+            "bash(make *)",
+            "bash(export *)",
+            "bash(set *)",
+            "bash(declare *)",
+            "bash(cd *)",
+            "bash(cargo doc*)",
+            "bash(cargo fmt*)",
+        ],
+        &[],
+        &[],
+    );
+    let forms = [
+        "o=--output=.gitconfi; git log --rotate-to --end-of-options \"${o}g\" -1 --format='[diff]%n external = ./y.sh'",
+        "o=--output=.gitconfi; git log -I --end-of-options \"${o}g\" -1",
+        "git difftool -y -C -x 'touch PWNED_DT2' HEAD",
+        "git cherry-pick -s --strategy /../x.sh b2",
+        "sort -y --compress-program=./y.sh -S 1k -T . big.out -o sorted.out",
+        "git mergetool -y --toolz=../../x.sh",
+        "git -c diff.tool=../../x.sh difftool -y HEAD",
+        "git -c diff.guitool=../../x.sh difftool -g HEAD",
+        "git -c merge.tool=../../x.sh mergetool -y",
+        "git config diff.tool ../../x.sh",
+        "git -c pull.twohead=/../x.sh log -1",
+        "MERGE_TOOLS_DIR=. git mergetool -y -t x.sh",
+        "MERGE_TOOLS_DIR=. git difftool -y -t x.sh HEAD",
+        "LESSKEYIN=./k.out less a1",
+        "PYTHONUSERBASE=ub python3 -m json.tool j.json",
+        "PYTHONUSERBASE=ub pip list",
+        "export AS=./y.sh; make q.o",
+        "set -a; AS=./y.sh; make q.o",
+        "AS=./y.sh; export AS; make q.o",
+        "declare -x AS=./y.sh; make q.o",
+        "set -o allexport; AS=./y.sh; make q.o",
+        "cd cp && RUSTDOC=../y.sh cargo doc --offline",
+        "cd cp && RUSTFMT=../y.sh cargo fmt",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "git log --end-of-options main -1",
+        "git difftool -y -t meld HEAD",
+        "git cherry-pick -s b2",
+        "sort -k 2 -o out.txt in.txt",
+        "make -j2 all",
+        "git config user.name Ada",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}
