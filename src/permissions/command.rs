@@ -767,13 +767,13 @@ fn normalise(
     for name in redeclared {
         an.redeclared.push((an.pieces.len(), name));
     }
+    // Named as the builtin, not by a path (`./true` is a program).
     let inert = opaque.is_none()
         && layers.len() == 1
         && layers[0]
             .words
             .first()
-            .and_then(command_name)
-            .is_some_and(|name| INERT_BUILTINS.contains(&name))
+            .is_some_and(|w| w.literal && INERT_BUILTINS.contains(&w.text.as_str()))
         && !redirects.iter().any(Redirect::writes);
     an.pieces.push(Piece {
         text,
@@ -2525,7 +2525,44 @@ fn may_be_option(w: &Word) -> bool {
 fn writes_variable(name: &str, command: &[Word]) -> Option<String> {
     let args = command.get(1..).unwrap_or_default();
     let named: Vec<&Word> = match name {
-        "read" | "mapfile" | "readarray" => args.iter().collect(),
+        "read" => {
+            // `-a NAME` or `-aNAME` (in a cluster too: `-raNAME`) names
+            // an array; bash looks up its first element as the variable.
+            let mut named = Vec::new();
+            let mut glued = Vec::new();
+            let mut i = 0;
+            while let Some(w) = args.get(i) {
+                i += 1;
+                let Some(cluster) = w.text.strip_prefix('-').filter(|c| !c.is_empty()) else {
+                    named.push(w);
+                    continue;
+                };
+                // Options that take a value: `-a`, `-d`, `-i`, `-n`, `-N`,
+                // `-p`, `-t`, `-u`.
+                if let Some(at) = cluster.find(['a', 'd', 'i', 'n', 'N', 'p', 't', 'u']) {
+                    let letter = &cluster[at..at + 1];
+                    let rest = &cluster[at + 1..];
+                    if letter == "a" {
+                        if rest.is_empty() {
+                            named.extend(args.get(i));
+                        } else {
+                            glued.push((rest.to_string(), w.literal));
+                        }
+                    }
+                    if rest.is_empty() {
+                        i += 1;
+                    }
+                }
+            }
+            if let Some(why) = glued
+                .iter()
+                .find_map(|(text, literal)| changes_variable("sets", text, *literal))
+            {
+                return Some(why);
+            }
+            named
+        }
+        "mapfile" | "readarray" => args.iter().collect(),
         "getopts" => args.get(1).into_iter().collect(),
         "printf" => {
             // `-v NAME` or `-vNAME`.

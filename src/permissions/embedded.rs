@@ -135,7 +135,14 @@ const FIND_VALUED: &[&str] = &[
 /// name, an operand, an option given its value (`--x=y`) or a numeric
 /// flag (`-1`) is read as the end of the options.
 pub(super) fn ends_options(words: &[Word], i: usize) -> bool {
-    words.get(i).is_some_and(|w| w.text == "--") && no_value_wanted(words, i)
+    // tar's first word may be a cluster of its old-style options, whose
+    // values follow it (`tar tf -- …`: `--` is the archive): no `--`
+    // of tar's is trusted.
+    let tar = words
+        .first()
+        .and_then(super::command::command_name)
+        .is_some_and(|n| n == "tar" || n == "gtar");
+    !tar && words.get(i).is_some_and(|w| w.text == "--") && no_value_wanted(words, i)
 }
 
 /// Whether `words[i]` comes where no option waits for its value: after the
@@ -413,7 +420,23 @@ fn option_runner(name: &str) -> Option<&'static [&'static str]> {
         "rg" => &["--pre", "--hostname-bin"],
         "fd" | "fdfind" => &["-x", "--exec", "-X", "--exec-batch"],
         "pandoc" => &["--filter", "-F", "--lua-filter", "-L"],
-        "man" => &["-P", "--pager", "-H", "--html", "--preprocessor", "-p"],
+        "man" => &[
+            "-P",
+            "--pager",
+            "-H",
+            "--html",
+            "--preprocessor",
+            "-p",
+            // A man-db configuration's `DEFINE` names programs it runs.
+            "-C",
+            "--config-file",
+        ],
+        // binutils load a plugin library.
+        "nm" | "ar" | "ranlib" | "objdump" => &["--plugin"],
+        // A key file's `#env` section sets `LESSOPEN`.
+        "less" => &["--lesskey", "-k"],
+        // Dot-commands that run programs, and files of commands.
+        "sqlite3" => &[".shell", ".system", "-cmd", "--cmd", "-init", "--init"],
         "vim" | "vi" | "nvim" | "view" | "ex" | "vimdiff" => &["-c", "--cmd", "+", "-S", "-u"],
         _ => return None,
     })
@@ -857,6 +880,14 @@ fn ssh(name: &str, words: &[Word]) -> Option<Embedded> {
                 commands.push(value);
                 why = Some(format!(
                     "its option `{option}` makes `{name}` run another program"
+                ));
+            }
+            // A configuration file of the caller's choosing may say
+            // `ProxyCommand`.
+            "-F" => {
+                why = Some(format!(
+                    "its option `-F` gives `{name}` a configuration file, which may make it run \
+                     another program (`ProxyCommand`)"
                 ));
             }
             _ => {}

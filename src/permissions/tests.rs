@@ -3770,3 +3770,56 @@ fn a_fourteenth_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// A fifteenth review: `read -aNAME`, a builtin's name given as a path,
+/// tar's old-style options before a `--`, and options that point a
+/// program at a plugin, a configuration or commands of the caller's.
+#[test]
+fn a_fifteenth_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(git log *)",
+            "bash(echo *)",
+            "bash(cd *)",
+            "bash(tar tf *)",
+            "bash(nm *)",
+            "bash(scp *)",
+            "bash(ssh *)",
+            "bash(less *)",
+            "bash(man *)",
+            "bash(sqlite3 -readonly *)",
+            "bash(sqlite3 *)",
+        ],
+        &[],
+        &[],
+    );
+    let forms = [
+        "read -aPATH <<< \"$PWD\"; git log --oneline",
+        "read -aHOME <<< .git; cd; echo \"[alias] lg = !touch pwned5\" >> config",
+        "read -aCDPATH <<< .git; cd hooks; echo \"touch pwned6\" > post-checkout",
+        "read -raGIT_DIR <<< x; git log -1",
+        "echo hi; ./true",
+        "echo hi; /tmp/x/read",
+        "tar tf -- --checkpoint=1 '--checkpoint-action=exec=touch pwned3'",
+        "nm --plugin ./p.so git",
+        "scp -F ./cfg -o BatchMode=yes x:y ./z",
+        "ssh -F cfg -o BatchMode=yes x true",
+        "less --lesskey-src=k.src cfg",
+        "man -C ./mc -l x.1",
+        "sqlite3 -readonly :memory: '.system touch pwned_sqlite2'",
+        "sqlite3 :memory: '.shell touch x'",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "read -r -a parts <<< \"a b\"; echo \"${parts[0]}\"",
+        "read -p 'name? ' -r answer < f; echo \"$answer\"",
+        "echo a; true",
+        "tar tf a.tar",
+        "nm -C lib.a",
+        "less README.md",
+        "sqlite3 db.sqlite 'select 1'",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}
