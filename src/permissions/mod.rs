@@ -625,14 +625,19 @@ fn bash_allow<'r>(
         rule.spec()
             .is_none_or(|spec| matches!(spec.bash, Ok(bash::BashSpec::All)))
     };
-    let needed: Vec<&Piece> = analysis
+    let mut needed: Vec<&Piece> = analysis
         .map(|a| {
             a.pieces
                 .iter()
-                .filter(|p| !p.transparent && !p.shadow && !p.inert)
+                .filter(|p| !p.transparent && !p.shadow)
                 .collect()
         })
         .unwrap_or_default();
+    // An inert builtin needs no rule beside other commands; a line of
+    // them alone (`true`) is judged as they are.
+    if needed.iter().any(|p| !p.inert) {
+        needed.retain(|p| !p.inert);
+    }
     let reach = Reach::of_line(analysis, call);
     if needed.is_empty() {
         return allow

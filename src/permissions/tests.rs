@@ -3697,6 +3697,10 @@ fn inert_builtins_need_no_rule_of_their_own() {
     ] {
         assert_ne!(verdict_of(&set, doubtful), Verdict::Allow, "{doubtful}");
     }
+    // A line of them alone is judged as written.
+    let only = rules(&["bash(true)"], &[], &[]);
+    assert_eq!(verdict_of(&only, "true"), Verdict::Allow);
+    assert_ne!(verdict_of(&only, "false"), Verdict::Allow);
     let denying = rules(&["bash(echo *)"], &[], &["bash(read *)"]);
     assert_eq!(
         verdict_of(&denying, "while read -r l; do echo \"$l\"; done < f"),
