@@ -3103,6 +3103,53 @@ async fn a_thread_closed_for_deletion_takes_nothing_new_in_any_process() {
     assert_eq!(r.status(), 410);
 }
 
+/// A caller waiting in one process for a call's outcome (`?wait=`) while
+/// another process deletes its thread is told the thread is gone, not
+/// kept waiting for a call nothing will finish.
+#[tokio::test]
+async fn a_wait_for_a_call_whose_thread_another_process_deletes_ends() {
+    let two = TwoProcesses::start(json!({})).await;
+    let (first, second) = (&two.first, &two.second);
+    let call = json!({"id": "b1", "name": "bash", "arguments": {"command": "uname -a"}});
+    let r = two
+        .client
+        .post(format!("{}/v1/threads/waited/tool-calls", first.base))
+        .bearer_auth(&first.token)
+        .json(&call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202, "it waits for approval");
+    let waiting = two
+        .client
+        .post(format!(
+            "{}/v1/threads/waited/tool-calls?wait=20",
+            second.base
+        ))
+        .bearer_auth(&second.token)
+        .json(&call)
+        .send();
+    let waiting = tokio::spawn(async move {
+        let r = waiting.await.unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = two
+        .client
+        .delete(format!("{}/v1/threads/waited?cancel=true", first.base))
+        .bearer_auth(&first.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let (status, answer) = waiting.await.unwrap();
+    let denied = status == 200 && answer["tool_agent_output"]["error"]["code"] == "APPROVAL_DENIED";
+    assert!(
+        denied || (status == 410 && answer["code"] == "THREAD_DELETED"),
+        "{status} {answer}"
+    );
+}
+
 /// A subscriber hears of what another process of the same database
 /// commits (or what committed with no word on the bus, its commit's answer
 /// lost): each heartbeat its stream reads the log after its last event.

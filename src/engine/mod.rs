@@ -2539,10 +2539,26 @@ impl Engine {
         let mut finished = self.finished.subscribe();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            if let Some(record) = self.store.tool_call(thread_id, call_id).await?
-                && record.status.is_finished()
-            {
-                return outcome_from_record(&record).map(Some);
+            match self.store.tool_call(thread_id, call_id).await? {
+                Some(record) if record.status.is_finished() => {
+                    return outcome_from_record(&record).map(Some);
+                }
+                Some(_) => {}
+                // Gone with its thread (deleted meanwhile, perhaps by
+                // another process): nothing will finish it.
+                None => {
+                    if let Some(at_ms) = self
+                        .store
+                        .thread_owner(thread_id)
+                        .await?
+                        .and_then(|t| t.deleted_at_ms)
+                    {
+                        return Err(StoreError::ThreadDeleted {
+                            thread: thread_id.to_string(),
+                            at_ms,
+                        });
+                    }
+                }
             }
             // On a shared database another process may decide and run the
             // call, and this one hears nothing of it: look again now and then.
