@@ -1121,12 +1121,9 @@ fn git(words: &[Word]) -> Option<Embedded> {
     // `git-mergetool` takes `--tool…=` with any ending for `--tool=`.
     if matches!(sub, "difftool" | "mergetool")
         && args[1..].iter().any(|w| {
-            w.text.starts_with("--tool") && w.text != "--tool-help" && w.text.contains('=')
-        })
-        && args[1..].iter().any(|w| {
-            w.text
-                .split_once('=')
-                .is_some_and(|(o, v)| o.starts_with("--tool") && (!w.literal || v.contains('/')))
+            w.text.split_once('=').is_some_and(|(o, v)| {
+                o.starts_with("--tool") && o != "--tool-help" && (!w.literal || v.contains('/'))
+            })
         })
     {
         named.push("--tool".into());
