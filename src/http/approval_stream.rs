@@ -64,8 +64,11 @@ pub struct ApprovalEventsQuery {
 /// reconnected, a client is told every open approval again. At the
 /// token's `exp` (plus `auth.leeway_secs`) the stream ends with `RUN_ERROR`
 /// `TOKEN_EXPIRED`; at
-/// shutdown with `RUN_ERROR` `SHUTTING_DOWN`; a client that reads nothing
-/// for a minute is dropped. Counts against `server.max_streams_per_owner`.
+/// shutdown with `RUN_ERROR` `SHUTTING_DOWN`; when the database cannot be
+/// read with `RUN_ERROR` `STORE_UNAVAILABLE`; a client that reads nothing
+/// for a minute is dropped. An open approval that went with its thread
+/// (deleted) before it was told decided is told `approval.removed`
+/// (`value`: `{"id", "reason"}`). Counts against `server.max_streams_per_owner`.
 #[utoipa::path(get, path = "/v1/approvals/events", tag = "approvals",
     params(ApprovalEventsQuery),
     responses(
