@@ -2295,8 +2295,7 @@ fn git_runs_program(words: &[Word]) -> Option<String> {
             _ if t.starts_with("--exec-path=") => {
                 return Some("it points git at other programs (`--exec-path`)".into());
             }
-            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
-            | "--attr-source" => {
+            _ if super::embedded::GIT_GLOBAL_VALUED.contains(&t) => {
                 i += 2;
                 continue;
             }

@@ -245,7 +245,7 @@ fn value_options(name: &str, words: &[Word]) -> &'static [&'static str] {
 }
 
 /// git's global options that take the next word as their value.
-const GIT_GLOBAL_VALUED: &[&str] = &[
+pub(super) const GIT_GLOBAL_VALUED: &[&str] = &[
     "-C",
     "-c",
     "--config-env",
@@ -927,8 +927,7 @@ fn git(words: &[Word]) -> Option<Embedded> {
                 }
                 i += 2
             }
-            "-C" | "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix"
-            | "--config-env" | "--attr-source" => i += 2,
+            t if GIT_GLOBAL_VALUED.contains(&t) => i += 2,
             t if t.starts_with('-') => i += 1,
             _ => break,
         }
