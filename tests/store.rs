@@ -578,16 +578,16 @@ async fn a_closing_thread_takes_no_new_turns_but_finishes_its_calls(store: DynSt
         ],
     )
     .await;
-    let close = |at: i64| {
+    let close = |thread: &str, at: i64| {
         unit(
-            "t",
+            thread,
             "alice",
             vec![WriteOp::CloseThread { closing_at_ms: at }],
         )
     };
-    apply_one(&store, close(5)).await.unwrap();
+    apply_one(&store, close("t", 5)).await.unwrap();
     // Closing again keeps the first moment.
-    apply_one(&store, close(9)).await.unwrap();
+    apply_one(&store, close("t", 9)).await.unwrap();
     let closing = |result: &StoreResult<UnitReceipt>| matches!(result, Err(StoreError::ThreadClosing { thread, since_ms: 5 }) if thread == "t");
 
     // No new call, no new turn: alone, and in a batch (where another
@@ -622,32 +622,23 @@ async fn a_closing_thread_takes_no_new_turns_but_finishes_its_calls(store: DynSt
         status: CallStatus::PendingApproval,
         ..new_call("p1")
     };
-    let results = store
-        .apply_batch(&[unit("v", "alice", vec![WriteOp::InsertToolCall(pending)])])
-        .await
-        .unwrap();
-    assert!(results[0].is_ok(), "{:?}", results[0]);
-    let start = |thread: &str| {
-        unit(
-            thread,
-            "alice",
-            vec![WriteOp::StartPendingCall {
-                id: "p1".into(),
-                instance: Some(INSTANCE.into()),
-            }],
-        )
-    };
-    apply_one(
+    apply_all(
         &store,
-        unit(
-            "v",
-            "alice",
-            vec![WriteOp::CloseThread { closing_at_ms: 5 }],
-        ),
+        &[
+            unit("v", "alice", vec![WriteOp::InsertToolCall(pending)]),
+            close("v", 5),
+        ],
     )
-    .await
-    .unwrap();
-    let refused = apply_one(&store, start("v")).await;
+    .await;
+    let start = unit(
+        "v",
+        "alice",
+        vec![WriteOp::StartPendingCall {
+            id: "p1".into(),
+            instance: Some(INSTANCE.into()),
+        }],
+    );
+    let refused = apply_one(&store, start).await;
     assert!(
         matches!(refused, Err(StoreError::ThreadClosing { .. })),
         "{refused:?}"
