@@ -1829,7 +1829,7 @@ async fn slips_get_the_hint_that_fixes_them() {
     let hint = error.hint.unwrap();
     assert!(
         hint.contains("'~' is not expanded")
-            && hint.contains("The workspace root is commands' HOME: use 'src/core.py'."),
+            && hint.contains("Paths are relative to the workspace root: use 'src/core.py'."),
         "{hint}"
     );
 

@@ -247,7 +247,8 @@ async fn the_services_environment_never_reaches_a_command() {
         assert!(!all.contains(leaked), "{leaked} leaked:\n{all}");
     }
     let ws = h.workspace("alice");
-    assert!(all.contains(&format!("HOME={}", ws.display())), "{all}");
+    let home = format!("HOME={}/", ws.join(".toolgate-tmp").display());
+    assert!(all.contains(&home), "{all}");
 }
 
 #[tokio::test]
@@ -564,6 +565,66 @@ async fn each_command_has_a_private_temporary_directory_inside_the_workspace() {
     assert!(!ws.join(".toolgate-tmp").exists());
     let again = h.run("echo $TMPDIR").await;
     assert_ne!(stdout(&again).trim(), tmpdir.to_str().unwrap());
+}
+
+/// `HOME` is an empty directory made for each command, not the workspace:
+/// a start-up file the workspace holds (a `.gitconfig` a branch tracks, a
+/// Python `usercustomize.py` a file tool wrote) is not read as the
+/// program's own, and nothing a command leaves in `HOME` reaches the next.
+#[tokio::test]
+async fn a_commands_home_is_its_own_and_reads_no_start_up_file_of_the_workspace() {
+    let h = harness();
+    let ws = h.workspace("alice");
+    // What a checkout of a branch tracking `.gitconfig` at the workspace's
+    // root leaves there: an external diff program, run at every `git diff`.
+    std::fs::write(
+        ws.join(".gitconfig"),
+        "[diff]\n\texternal = touch pwned-by-git\n[user]\n\tname = from-the-tree\n",
+    )
+    .unwrap();
+    let site = ws.join(".local/lib/python3.11/site-packages");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("usercustomize.py"), "print('pwned-by-python')\n").unwrap();
+    let line = "git init -q r && cd r && echo one > a && git add a \
+                && git -c user.name=a -c user.email=a@b commit -qm one && echo two > a \
+                && git diff > /dev/null; echo \"name=$(git config --global --get user.name)\"; \
+                /usr/bin/python3 -c 'print(\"python ran\")'; echo \"home=$HOME\"; ls -A \"$HOME\"; \
+                echo left > \"$HOME/marker\"";
+    let result = h.run(line).await;
+    let out = stdout(&result);
+    assert!(out.contains("python ran"), "{result}");
+    assert!(!out.contains("pwned-by-python"), "{result}");
+    assert!(out.contains("name=\n"), "{result}");
+    assert!(!ws.join("r/pwned-by-git").exists(), "{result}");
+    let home = out
+        .lines()
+        .find_map(|l| l.strip_prefix("home="))
+        .map(PathBuf::from)
+        .unwrap();
+    assert!(home.starts_with(ws.join(".toolgate-tmp")), "{out}");
+    // `ls -A` of the fresh home printed nothing before the marker.
+    assert!(
+        out.trim_end()
+            .ends_with(&format!("home={}", home.display())),
+        "{out}"
+    );
+    assert!(!home.exists());
+
+    // The same files, read as the start-up files they are made to be,
+    // do run: what the assertions above see absent would be there.
+    let control = h
+        .run(
+            "cd r && GIT_CONFIG_GLOBAL=../.gitconfig git diff > /dev/null; \
+              HOME=$PWD/.. /usr/bin/python3 -c 'print(\"python ran\")'",
+        )
+        .await;
+    assert!(stdout(&control).contains("pwned-by-python"), "{control}");
+    assert!(ws.join("r/pwned-by-git").exists(), "{control}");
+
+    let again = h.run("ls -A \"$HOME\"; echo \"home=$HOME\"").await;
+    let out = stdout(&again);
+    assert!(out.starts_with("home="), "{again}");
+    assert_ne!(out.trim(), format!("home={}", home.display()));
 }
 
 /// `.toolgate-tmp` is toolgate's name: a link or a file a command put in

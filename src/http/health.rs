@@ -99,7 +99,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Readines
             let bash_enabled = status.bash_enabled;
             let mut sandbox = serde_json::to_value(status).unwrap_or_default();
             if let Some(obj) = sandbox.as_object_mut() {
-                for key in ["hidden_paths", "read_only_paths", "tmpdir"] {
+                for key in ["hidden_paths", "read_only_paths", "tmpdir", "home"] {
                     obj.remove(key);
                 }
             }

@@ -22,9 +22,10 @@ const SHELLS: [&str; 13] = [
     "tcsh",
 ];
 
-/// Shells that read startup files from their `HOME` (the workspace, which
-/// a line or an earlier call may have written) whenever they start: zsh's
-/// `.zshenv`, fish's `config.fish`, csh's `.cshrc`.
+/// Shells that read startup files from their `HOME` (an empty directory
+/// made for the command, which the line itself may have written first)
+/// whenever they start: zsh's `.zshenv`, fish's `config.fish`, csh's
+/// `.cshrc`.
 const SHELLS_WITH_STARTUP_FILES: [&str; 4] = ["zsh", "fish", "csh", "tcsh"];
 
 /// Whether `words` start a shell that runs startup files from its `HOME`:
@@ -96,7 +97,7 @@ fn piece_hazards(piece: &Piece) -> Vec<String> {
         .find_map(|layer| runs_startup_files(&layer.words))
     {
         reasons.push(format!(
-            "{} runs the startup files in its HOME, the workspace, which a command may have written",
+            "{} runs the startup files in its HOME, which the line may have written first",
             quote(name)
         ));
     }

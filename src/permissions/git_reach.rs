@@ -1,6 +1,7 @@
 //! Whether a command line may write git's configuration: a `.git`
-//! directory (its `config`, hooks …), `.gitconfig` or `.config/git/` (a
-//! command's `HOME` is its workspace), and what the gpg and ssh git runs
+//! directory (its `config`, hooks …), `.gitconfig` or `.config/git/`
+//! (git's global configuration in a command's `HOME`; judged by name
+//! wherever they are written), and what the gpg and ssh git runs
 //! read (`.gnupg`, `.ssh`). git runs what those files say at
 //! commands an owner may well allow (`git status`), so an allow rule
 //! ending in `*` vouches for no write that may land there (docs/safety.md,
@@ -218,8 +219,9 @@ fn git_writes_to(words: &[Word], i: usize, word: &Word) -> bool {
 }
 
 /// A word whose only expansion is a leading `$PWD` or `$HOME` (the
-/// call's directory and its workspace, absolute paths; a line setting
-/// either asks): the rest, as a path from the line's places.
+/// call's directory and the command's home, absolute paths; a line
+/// setting either asks): the rest, as a path from the line's places (the
+/// home's names judged as the workspace root's, which leans to "may").
 fn anchored(word: &Word) -> Option<&str> {
     super::known::ABSOLUTE.iter().find_map(|v| {
         let rest = word.text.strip_prefix(v)?;
@@ -260,7 +262,7 @@ const PATTERN_OPTIONS: &[(&str, &[&str])] = &[
 
 /// Directories whose files git, or a program git runs, reads as
 /// configuration that may name a program to run: a repository's `.git`,
-/// and in `HOME` (the workspace) gpg's (`git log --show-signature`) and
+/// and in `HOME` gpg's (`git log --show-signature`) and
 /// ssh's (`git fetch` over ssh: `ProxyCommand`).
 pub(crate) const RUN_BY_GIT: [&str; 3] = [".git", ".gnupg", ".ssh"];
 
@@ -662,7 +664,9 @@ fn call_cwd(arguments: &Value, workspace: Option<&Path>) -> String {
 
 /// A path as the workspace-relative one it names, when it does: an
 /// absolute path inside `workspace`, or one from `HOME` (`~/x`: a
-/// command's `HOME` is its workspace); any other as written.
+/// command's `HOME` is an empty directory of its own inside the
+/// workspace, whose names are judged as the root's: `~/.gitconfig` is
+/// git's global configuration whichever it is); any other as written.
 fn relative(path: &str, workspace: Option<&Path>) -> String {
     let path = super::within(path, workspace);
     path.strip_prefix("~/")

@@ -24,7 +24,7 @@ use super::shell::{self, Word};
 
 /// Variables that hold an absolute path the line cannot change without
 /// asking (a line setting `PWD` or `HOME` asks): the call's directory and
-/// its workspace.
+/// the command's home, an empty directory of its own inside the workspace.
 pub(crate) const ABSOLUTE: [&str; 4] = ["$PWD", "${PWD}", "$HOME", "${HOME}"];
 
 /// At most this many texts stand for one word.

@@ -807,8 +807,8 @@ fn default_decision(
 }
 
 /// The reading of `path` that is git's configuration or hooks: beneath a
-/// `.git` directory, or a global configuration file (a command's `HOME` is
-/// its workspace).
+/// `.git` directory, or a global configuration file (`.gitconfig`,
+/// `.config/git/`: in a command's `HOME` they are git's own).
 fn git_configuration(path: &file::PathSubject) -> Option<&str> {
     path.clean
         .iter()

@@ -121,6 +121,13 @@ pub const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Where the per-command temporary directories live, inside the workspace.
 pub const TMP_DIR_NAME: &str = ".toolgate-tmp";
 
+/// A command's `HOME`, inside its temporary directory: made empty for
+/// each command and removed after it. Programs read their start-up files
+/// from `HOME` (git's `.gitconfig`, `.lesskey`, `.wgetrc`, Python's user
+/// site); with `HOME` at the workspace root a file the workspace tracks
+/// or a file tool wrote would be read as one, and run what it says.
+pub const HOME_DIR_NAME: &str = "home";
+
 /// How long the pipes are still read once the command's processes are
 /// dead: enough to drain what they wrote, not enough to hang on a
 /// descriptor something else kept open.
@@ -326,6 +333,11 @@ pub struct SandboxStatus {
     pub hidden_paths: Vec<String>,
     /// `TMPDIR` of a command, relative to its workspace.
     pub tmpdir: String,
+    /// `HOME` of a command, relative to its workspace: an empty directory
+    /// made for the command and removed with its `TMPDIR`, so no file of
+    /// the workspace (a tracked `.gitconfig`, a `.lesskey` a file tool
+    /// wrote) is read as a program's own start-up file.
+    pub home: String,
     /// Why commands are refused, or run less confined than configured.
     pub warnings: Vec<String>,
 }
@@ -595,6 +607,7 @@ impl Sandbox {
                 .map(|p| p.display().to_string())
                 .collect(),
             tmpdir: format!("{TMP_DIR_NAME}/<per-command id>"),
+            home: format!("{TMP_DIR_NAME}/<per-command id>/{HOME_DIR_NAME}"),
             warnings,
         };
         Sandbox {
@@ -648,7 +661,7 @@ impl Sandbox {
 
         let tmp = TempDir::create(&workspace, spec.workspace_identity)?;
         let mut env = base_environment();
-        let home = workspace.display().to_string();
+        let home = tmp.path.join(HOME_DIR_NAME).display().to_string();
         let tmpdir = tmp.path.display().to_string();
         env.insert("HOME".into(), home);
         for key in ["TMPDIR", "TMP", "TEMP"] {
@@ -949,8 +962,9 @@ impl TempDir {
         }
         // A concurrent command may remove the (empty) parent between the
         // two steps of create_dir_all; once more is enough.
-        if dir.create_dir_all(&relative).is_err() {
-            dir.create_dir_all(&relative).map_err(setup)?;
+        let home = relative.join(HOME_DIR_NAME);
+        if dir.create_dir_all(&home).is_err() {
+            dir.create_dir_all(&home).map_err(setup)?;
         }
         Ok(TempDir {
             path: workspace.join(&relative),

@@ -206,8 +206,9 @@ impl Tool for Bash {
             description: format!(
                 "Run a shell command ({}) in your workspace and return its exit code, stdout and stderr. \
                  Non-interactive: stdin is empty, there is no terminal, pagers and editors are off, \
-                 nothing can prompt. {writable}HOME is the workspace and TMPDIR \
-                 a private directory inside it, removed after the command. {network} \
+                 nothing can prompt. {writable}TMPDIR is a private directory inside it and HOME \
+                 an empty one inside TMPDIR, both removed after the command (nothing written to \
+                 HOME, such as `git config --global`, carries over). {network} \
                  Background processes are killed when the command ends. Each call is a new shell: \
                  `cd`, `export` and shell variables do not carry over to the next call (use `cwd`, \
                  or chain commands with `&&`). Default timeout {} ms, at most {} ms. \

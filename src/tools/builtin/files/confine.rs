@@ -941,7 +941,7 @@ pub fn not_found_aware(
         .with_hint("look at the link with bash (ls -l); read or write the file it should lead to by its own path");
     }
     // `~/x`: a directory named `~`, which the workspace seldom has; the
-    // model meant its home, which for commands is the workspace root.
+    // model meant its home, and the file tools' root is the workspace.
     if missing
         && let Ok(rest) = path.rel().strip_prefix("~")
         && !dir.exists("~")
@@ -949,8 +949,8 @@ pub fn not_found_aware(
         let rest = rest.to_string_lossy();
         let instead = if rest.is_empty() { "." } else { rest.as_ref() };
         return tool_error.with_hint(format!(
-            "'~' is not expanded: the path names a directory called '~'. The workspace root \
-             is commands' HOME: use '{instead}'."
+            "'~' is not expanded: the path names a directory called '~'. Paths are relative \
+             to the workspace root: use '{instead}'."
         ));
     }
     if missing {

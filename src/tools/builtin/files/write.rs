@@ -85,8 +85,8 @@ async fn plan_then<T: Send + 'static>(
                 false,
             )
             .with_hint(format!(
-                "The workspace root is commands' HOME: use '{}'. To make a directory named '~', \
-                 create it with bash first.",
+                "Paths are relative to the workspace root: use '{}'. To make a directory named \
+                 '~', create it with bash first.",
                 rest.display()
             )));
         }
