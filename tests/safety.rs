@@ -5132,3 +5132,109 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
         .await;
     assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
 }
+
+/// `.toolgate-tmp` holds the private `TMPDIR` and `HOME` of the commands
+/// running in a workspace: no file tool reads or writes there, by its name
+/// or through a link, and no walk enters it. What a file tool wrote there
+/// would be a running command's start-up file (`home/.lesskey`), read by
+/// that command's `less` as its own; a `bash` line writing there through
+/// a link needs approval, as one naming it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_file_tool_reaches_the_running_commands_private_directories() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    put_rules(&app, json!({"allow": ["bash(echo *)"]})).await;
+    let ws = app.get_json("/v1/workspace").await;
+    let root = std::path::PathBuf::from(ws["root"].as_str().unwrap());
+    // What a running command's directories look like, and a link to them.
+    let home = root.join(".toolgate-tmp/0a1b/home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("notes.txt"), "needle\n").unwrap();
+    std::os::unix::fs::symlink(".toolgate-tmp", root.join("t")).unwrap();
+    for (id, tool, arguments) in [
+        (
+            "w1",
+            "write_file",
+            json!({"path": ".toolgate-tmp/0a1b/home/.lesskey", "content": "#env\n"}),
+        ),
+        (
+            "w2",
+            "write_file",
+            json!({"path": "t/0a1b/home/.lesskey", "content": "#env\n"}),
+        ),
+        (
+            "w3",
+            "write_file",
+            json!({"path": "sub/.toolgate-tmp/x", "content": "x"}),
+        ),
+        (
+            "e1",
+            "edit_file",
+            json!({"path": "t/0a1b/home/notes.txt", "old_string": "needle", "new_string": "x"}),
+        ),
+        ("r1", "read_file", json!({"path": ".toolgate-tmp"})),
+        ("r2", "read_file", json!({"path": "t/0a1b/home/notes.txt"})),
+        (
+            "g1",
+            "grep",
+            json!({"pattern": "needle", "path": ".toolgate-tmp"}),
+        ),
+    ] {
+        let (s, out) = app
+            .call(
+                "tmp",
+                json!({"id": id, "name": tool, "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(s, 200, "{id}: {out}");
+        let output = &out["tool_agent_output"];
+        assert_eq!(output["status"], "failure", "{id}: {out}");
+        assert_eq!(output["error"]["code"], "PERMISSION_DENIED", "{id}: {out}");
+        assert!(
+            output["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(".toolgate-tmp"),
+            "{id}: {out}"
+        );
+    }
+    assert!(!home.join(".lesskey").exists());
+    assert_eq!(
+        std::fs::read_to_string(home.join("notes.txt")).unwrap(),
+        "needle\n"
+    );
+    assert!(!root.join("sub").exists());
+    // A walk of the workspace does not enter it.
+    let (_, out) = app
+        .call(
+            "tmp",
+            json!({"id": "g2", "name": "grep", "arguments": {"pattern": "needle"}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert_eq!(
+        out["tool_agent_output"]["result"]["files_matched"], 0,
+        "{out}"
+    );
+    let (_, out) = app
+        .call(
+            "tmp",
+            json!({"id": "l1", "name": "glob", "arguments": {"pattern": "**/notes.txt"}}),
+        )
+        .await;
+    assert_eq!(out["tool_agent_output"]["status"], "success", "{out}");
+    assert!(!out.to_string().contains("0a1b"), "{out}");
+    // A line writing there, by name or through the link, asks.
+    for (id, command) in [
+        ("b1", "echo '#env' > .toolgate-tmp/0a1b/home/.lesskey"),
+        ("b2", "echo '#env' > t/0a1b/home/.lesskey"),
+    ] {
+        let (s, out) = app
+            .call(
+                "tmp",
+                json!({"id": id, "name": "bash", "arguments": {"command": command}}),
+            )
+            .await;
+        assert_eq!(s, 202, "{command}: {out}");
+    }
+    assert!(!home.join(".lesskey").exists());
+}

@@ -165,7 +165,7 @@ fn git_links(
                 .strip_prefix(&owners)
                 .ok()
                 .and_then(|rel| rel.to_str())
-                .is_some_and(crate::permissions::is_git_configuration);
+                .is_some_and(crate::permissions::is_guarded_write);
             in_git || {
                 use std::os::unix::fs::MetadataExt;
                 std::fs::metadata(&real).is_ok_and(|m| {

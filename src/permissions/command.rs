@@ -928,7 +928,7 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// `CFLAGS=-fplugin=…` one into the compiler. `RUST_LOG`, `NODE_ENV`, `CI`
 /// and the like stay plain.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 80] = [
+    const EXACT: [&str; 81] = [
         "PATH",
         "IFS",
         "ENV",
@@ -998,6 +998,8 @@ fn is_sensitive_variable(name: &str) -> bool {
         // files (`#env` sets LESSOPEN); Python's user site (its `.pth`
         // files run); cargo's rustdoc and rustfmt.
         "MERGE_TOOLS_DIR",
+        // less's options, read before its arguments (`LESS=-kkeys`).
+        "LESS",
         "LESSKEY",
         "LESSKEYIN",
         "LESSKEY_SYSTEM",

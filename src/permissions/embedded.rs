@@ -449,8 +449,16 @@ fn runner_options(name: &str, words: &[Word]) -> Option<Embedded> {
     let end = (1..words.len())
         .find(|&i| ends_options(words, i))
         .unwrap_or(words.len());
+    // less reads its long options' names in any case (`--LESSKEY-SRC`).
+    let less = name == "less";
     let used = words[1..end].iter().find_map(|w| {
-        let t = w.text.as_str();
+        let lowered;
+        let t = if less && w.text.starts_with("--") {
+            lowered = w.text.to_ascii_lowercase();
+            lowered.as_str()
+        } else {
+            w.text.as_str()
+        };
         options.iter().find(|o| {
             if let Some(full) = o.strip_prefix("--") {
                 // getopt takes a long option shortened (`--diff-prog=`).
@@ -465,11 +473,12 @@ fn runner_options(name: &str, words: &[Word]) -> Option<Embedded> {
                 // A short option, alone or with its value attached;
                 // fd's may end a cluster of flags (`-Hx cmd`).
                 let letter = &o[1..];
+                let cluster = t.starts_with('-') && !t.starts_with("--");
                 t.starts_with(**o)
-                    || (matches!(name, "fd" | "fdfind")
-                        && t.starts_with('-')
-                        && !t.starts_with("--")
-                        && t.ends_with(letter))
+                    || (matches!(name, "fd" | "fdfind") && cluster && t.ends_with(letter))
+                    // less's flags cluster, and the one with a value may
+                    // come anywhere in it (`-Sk keys`, `-Skkeys`).
+                    || (less && cluster && t[1..].contains(letter))
             }
         })
     })?;

@@ -267,8 +267,18 @@ const PATTERN_OPTIONS: &[(&str, &[&str])] = &[
 pub(crate) const RUN_BY_GIT: [&str; 3] = [".git", ".gnupg", ".ssh"];
 
 /// The names git's configuration is reached by, for the components a
-/// glob may stand for.
-const GIT_NAMES: [&str; 6] = [".git", ".gitconfig", ".config", "git", ".gnupg", ".ssh"];
+/// glob may stand for: also the running commands' private directories
+/// ([`crate::sandbox::TMP_DIR_NAME`]), where each one's `HOME` holds the
+/// `.gitconfig` git reads for it.
+const GIT_NAMES: [&str; 7] = [
+    ".git",
+    ".gitconfig",
+    ".config",
+    "git",
+    ".gnupg",
+    ".ssh",
+    crate::sandbox::TMP_DIR_NAME,
+];
 
 /// Where a command line's writes may land, for the allow rules that vouch
 /// for them.
@@ -779,7 +789,7 @@ impl Names {
     fn with<'p>(mut self, parts: impl IntoIterator<Item = &'p str>) -> Names {
         for part in parts {
             match part {
-                ".gitconfig" => self.hit = true,
+                ".gitconfig" | crate::sandbox::TMP_DIR_NAME => self.hit = true,
                 _ if RUN_BY_GIT.contains(&part) => self.hit = true,
                 ".config" => self.config = true,
                 "git" => self.git = true,

@@ -716,7 +716,8 @@ fn default_decision(
         format!(
             "`allow: {rule}` would cover `{}`, but a rule ending in `*` vouches for no write \
              that may reach git's configuration (a `.git` directory, `.gitconfig`, \
-             `.config/git`, by name or through a link: git runs what they say)",
+             `.config/git`, a running command's `HOME` in `.toolgate-tmp`, by name or through \
+             a link: git runs what they say)",
             clip(piece)
         )
     };
@@ -816,6 +817,14 @@ fn git_configuration(path: &file::PathSubject) -> Option<&str> {
         .chain(&path.resolved)
         .map(String::as_str)
         .find(|p| is_git_configuration(p))
+}
+
+/// Whether the workspace path `path`, which a `bash` line writes, may be
+/// git's configuration or hooks, or be in a running command's private
+/// `TMPDIR` and `HOME` (whose `.gitconfig`, `.lesskey` … that command's
+/// programs read as their own).
+pub fn is_guarded_write(path: &str) -> bool {
+    is_git_configuration(path) || path.split('/').any(|p| p == crate::sandbox::TMP_DIR_NAME)
 }
 
 /// Whether the workspace path `path` is git's configuration or hooks.

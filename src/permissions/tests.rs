@@ -3827,3 +3827,50 @@ fn a_fifteenth_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// The sixteenth review's forms: less's long options in another case, its
+/// flags clustered around `-k`, its options set through `LESS`, and writes
+/// into a running command's private `TMPDIR` and `HOME` (`.toolgate-tmp`),
+/// whose start-up files that command's programs read as their own.
+#[test]
+fn a_sixteenth_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(less *)",
+            "bash(echo *)",
+            "bash(cp *)",
+            "bash(tee *)",
+            "bash(ls *)",
+        ],
+        &[],
+        &[],
+    );
+    let forms = [
+        "less --LESSKEY-SRC=.lesskey f.txt",
+        "less --Lesskey-src=.lesskey f.txt",
+        "less --LESSKEY-S=.lesskey f.txt",
+        "less --LESSK .lesskey f.txt",
+        "LESS=--lesskey-src=.lesskey less f.txt",
+        "LESS=-kk.bin less f.txt",
+        "less -Sk k.bin f.txt",
+        "less -Skk.bin f.txt",
+        "echo '#env' > .toolgate-tmp/0a1b/home/.lesskey",
+        "cp k .toolgate-tmp/0a1b/home/.lesskey",
+        "echo x | tee .toolgate-tmp/0a1b/home/.wgetrc",
+        "for d in .toolgate-tmp/*/home; do cp k \"$d/.lesskey\"; done",
+        "echo x > .toolgate-*/0a1b/home/.gitconfig",
+        "echo x > .toolgate-t?p/0a1b/home/.curlrc",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "less -S f.txt",
+        "less -N -R f.txt",
+        "less --line-numbers f.txt",
+        "echo x > notes.txt",
+        "cp a b",
+        "ls .toolgate-tmp",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}

@@ -29,6 +29,7 @@ use std::path::{Component, Path, PathBuf};
 use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 
 use super::codes;
+use crate::sandbox::TMP_DIR_NAME;
 use crate::tools::ToolError;
 
 /// A path inside a workspace: relative, normalised (no `.`, no `..`), with
@@ -72,6 +73,9 @@ impl WorkspacePath {
         let mut rel = PathBuf::new();
         for component in relative.components() {
             match component {
+                Component::Normal(part) if part == TMP_DIR_NAME => {
+                    return Err(commands_private(raw));
+                }
                 Component::Normal(part) => rel.push(part),
                 Component::CurDir => {}
                 Component::ParentDir => {
@@ -417,6 +421,44 @@ pub fn real_dir(dir: &Dir, handle: &Dir, path: &WorkspacePath) -> Option<Workspa
     (real != *path).then_some(real)
 }
 
+/// The refusal of a path beneath [`TMP_DIR_NAME`], named so or reached
+/// through a link: the private directories of the commands running in the
+/// workspace, each one's `TMPDIR` and `HOME`. What a file tool wrote there
+/// would be a running command's start-up file (`home/.gitconfig`,
+/// `home/.lesskey`) or temporary file, read as its own.
+fn commands_private(path: &str) -> ToolError {
+    ToolError::new(
+        codes::PERMISSION_DENIED,
+        format!(
+            "'{path}' is beneath '{TMP_DIR_NAME}', where the commands running in this workspace \
+             keep their private TMPDIR and HOME: the file tools neither read nor write there"
+        ),
+        false,
+    )
+    .with_hint(
+        "Work with files elsewhere in the workspace; a command's temporary files are its own.",
+    )
+}
+
+/// [`commands_private`] for a path the permission rules judged to lead
+/// beneath [`TMP_DIR_NAME`] through a link (its own name was refused when
+/// it was parsed).
+fn refuse_commands_private(
+    path: &WorkspacePath,
+    judged: Option<&crate::tools::JudgedPath>,
+) -> Result<(), ToolError> {
+    let Some(leads_to) = judged.and_then(|j| j.leads_to.as_deref()) else {
+        return Ok(());
+    };
+    if Path::new(leads_to)
+        .components()
+        .any(|c| c.as_os_str() == TMP_DIR_NAME)
+    {
+        return Err(commands_private(&path.display()));
+    }
+    Ok(())
+}
+
 /// Refuse `opened` (a file, or a directory to list or walk), opened for
 /// `path`, unless it is where the permission rules judged `path` to lead
 /// (`judged`; no judgement, nothing to check). Asked of the open handle,
@@ -428,6 +470,7 @@ pub fn opened_where_judged(
     path: &WorkspacePath,
     judged: Option<&crate::tools::JudgedPath>,
 ) -> Result<(), ToolError> {
+    refuse_commands_private(path, judged)?;
     match moved_since_judged(dir, opened, &[], path, judged) {
         None => Ok(()),
         Some((then, now)) => Err(moved(
@@ -578,6 +621,7 @@ pub fn open_parent_where_judged(
     judged: Option<&crate::tools::JudgedPath>,
     missing: &[WorkspacePath],
 ) -> Result<WriteTarget, ToolError> {
+    refuse_commands_private(requested, judged)?;
     let name = target
         .file_name()
         .ok_or_else(|| directory_not_file(requested))?

@@ -267,7 +267,8 @@ where
             } else {
                 Kind::Other
             };
-            if kind == Kind::Dir && name == ".git" {
+            // git's own, and the running commands' private directories.
+            if kind == Kind::Dir && (name == ".git" || name == crate::sandbox::TMP_DIR_NAME) {
                 continue;
             }
             let path = rel.join(&name);
