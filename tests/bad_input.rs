@@ -133,6 +133,8 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         "APPLICATION/JSON",
         "application/vnd.example+JSON; charset=utf-8",
         "application/vnd.example+json",
+        "application/json; charset=UTF8",
+        "application/json;charset=\"utf-8\"",
     ]
     .into_iter()
     .enumerate()
@@ -162,6 +164,46 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(problem(r).await.0, 415);
+    // Another encoding than JSON's own is not read as UTF-8, and two
+    // media types leave nothing to guess: neither is stored.
+    let body = json!({"id": "ct10", "name": "echo", "arguments": {"text": "t"}}).to_string();
+    let utf16: Vec<u8> = body.encode_utf16().flat_map(u16::to_le_bytes).collect();
+    let r = app
+        .client
+        .post(app.url("/v1/threads/ct/tool-calls"))
+        .bearer_auth(&app.token)
+        .header("content-type", "application/json; charset=utf-16")
+        .body(utf16)
+        .send()
+        .await
+        .unwrap();
+    let (s, p) = problem(r).await;
+    assert_eq!(s, 415, "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("charset=utf-16"),
+        "{p}"
+    );
+    let r = app
+        .client
+        .post(app.url("/v1/threads/ct/tool-calls"))
+        .bearer_auth(&app.token)
+        .header("content-type", "application/json")
+        .header("content-type", "text/plain")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let (s, p) = problem(r).await;
+    assert_eq!(s, 415, "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().contains("one `Content-Type"),
+        "{p}"
+    );
+    let history = app.history("ct").await;
+    assert!(
+        !history.iter().any(|m| m.to_string().contains("ct10")),
+        "{history:?}"
+    );
 
     // Wrong types in the envelope: the field is named.
     let (s, p) = problem(app.post(calls, &json!({"id": "x", "name": 3})).await).await;
@@ -631,9 +673,29 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         p["detail"]
             .as_str()
             .unwrap()
-            .starts_with("query parameter `limit` is invalid"),
+            .starts_with("query parameter `limit` must be a whole number, got \"abc\""),
         "{p}"
     );
+    // A negative number for an unsigned one says what it was given.
+    let token = app.token_for("dev");
+    for path in ["/v1/threads/t?wait=-1", "/v1/threads/t/tool-calls?wait=-1"] {
+        let resp = if path.ends_with("tool-calls?wait=-1") {
+            app.post(
+                path,
+                &json!({"id": "w", "name": "echo", "arguments": {"text": "x"}}),
+            )
+            .await
+        } else {
+            app.delete_as(&token, path).await
+        };
+        let (s, p) = problem(resp).await;
+        assert_eq!(s, 400, "{path}: {p}");
+        assert_eq!(p["errors"][0]["parameter"], "wait", "{p}");
+        assert_eq!(
+            p["detail"], "query parameter `wait` must be a whole number, got \"-1\"",
+            "{p}"
+        );
+    }
     let (s, _) = problem(app.get("/v1/tools/missing").await).await;
     assert_eq!(s, 404);
     let (s, _) = problem(app.get("/v1/threads/bad%20id/history").await).await;

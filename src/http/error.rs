@@ -2,7 +2,7 @@
 //! failures are not here: they are data in a `ToolAgentOutput`.
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
@@ -493,6 +493,49 @@ impl From<crate::store::StoreError> for ApiError {
 /// `Json<T>` whose rejections are problems that name the offending field.
 pub struct ApiJson<T>(pub T);
 
+/// A JSON body's `Content-Type`: exactly one, `application/json` or a
+/// `+json` type, in UTF-8 (the only encoding JSON has, RFC 8259) when a
+/// `charset` is given at all. Anything else is a `415`: a body in another
+/// encoding would otherwise be read as UTF-8 and fail as malformed, and
+/// two types leave which one was meant to a guess.
+fn json_media_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let mut given = headers.get_all(header::CONTENT_TYPE).iter();
+    let (Some(value), None) = (given.next(), given.next()) else {
+        return Err(ApiError::UnsupportedMediaType(
+            "send the body as JSON with one `Content-Type: application/json` header".into(),
+        ));
+    };
+    let mut parts = value.to_str().unwrap_or_default().split(';');
+    let mime = parts.next().unwrap_or_default().trim();
+    // Media types are case-insensitive (RFC 6838), suffix too.
+    let is_json = mime.eq_ignore_ascii_case("application/json")
+        || mime
+            .len()
+            .checked_sub(5)
+            .and_then(|at| mime.get(at..))
+            .is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json"));
+    if !is_json {
+        return Err(ApiError::UnsupportedMediaType(
+            "send the body as JSON with `Content-Type: application/json`".into(),
+        ));
+    }
+    for parameter in parts {
+        let Some((name, charset)) = parameter.split_once('=') else {
+            continue;
+        };
+        let charset = charset.trim().trim_matches('"');
+        if name.trim().eq_ignore_ascii_case("charset")
+            && !charset.eq_ignore_ascii_case("utf-8")
+            && !charset.eq_ignore_ascii_case("utf8")
+        {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "JSON bodies are read as UTF-8, not charset={charset}: send the body in UTF-8"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl<T> FromRequest<super::AppState> for ApiJson<T>
 where
     T: DeserializeOwned,
@@ -500,26 +543,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &super::AppState) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|mime| {
-                let mime = mime.trim();
-                // Media types are case-insensitive (RFC 6838), suffix too.
-                mime.eq_ignore_ascii_case("application/json")
-                    || mime
-                        .len()
-                        .checked_sub(5)
-                        .and_then(|at| mime.get(at..))
-                        .is_some_and(|suffix| suffix.eq_ignore_ascii_case("+json"))
-            });
-        if !is_json {
-            return Err(ApiError::UnsupportedMediaType(
-                "send the body as JSON with `Content-Type: application/json`".into(),
-            ));
-        }
+        json_media_type(req.headers())?;
         let bytes = read_body(req, state).await?;
         // Two steps, so that syntax (400) and shape (422) errors are told
         // apart and a shape error names the field's path.
@@ -883,6 +907,13 @@ fn query_names<T: utoipa::IntoParams + 'static>() -> std::sync::Arc<[String]> {
         .clone()
 }
 
+/// What the standard library says of a text that is no unsigned number.
+const INTEGER_ERRORS: [&str; 3] = [
+    "invalid digit found in string",
+    "number too large to fit in target type",
+    "cannot parse integer from empty string",
+];
+
 impl<S, T> FromRequestParts<S> for ApiQuery<T>
 where
     T: DeserializeOwned + utoipa::IntoParams + 'static,
@@ -910,9 +941,21 @@ where
                 let parameter = e.path().to_string();
                 let message = e.inner().to_string();
                 if parameter.is_empty() || parameter == "." {
-                    ApiError::bad_request(format!("invalid query string: {message}"))
-                } else {
-                    ApiError::invalid_param(&parameter, format!("is invalid: {message}"))
+                    return ApiError::bad_request(format!("invalid query string: {message}"));
+                }
+                // An unsigned number's parse error names no value: say
+                // what was given and what is wanted (`wait=-1`).
+                let given = form_urlencoded::parse(query.as_bytes())
+                    .find(|(name, _)| *name == parameter)
+                    .map(|(_, value)| value.into_owned());
+                match given {
+                    Some(given) if INTEGER_ERRORS.iter().any(|m| message.contains(m)) => {
+                        ApiError::invalid_param(
+                            &parameter,
+                            format!("must be a whole number, got {given:?}"),
+                        )
+                    }
+                    _ => ApiError::invalid_param(&parameter, format!("is invalid: {message}")),
                 }
             })
     }
