@@ -70,6 +70,32 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
         p["detail"].as_str().unwrap().contains("malformed JSON"),
         "{p}"
     );
+    // Half a surrogate pair is said to be one; a short escape is not.
+    for (body, surrogate) in [
+        (r#"{"id": "x\ud800", "name": "echo"}"#, true),
+        (r#"{"id": "x\ud800x", "name": "echo"}"#, true),
+        (r#"{"id": "x\udc00", "name": "echo"}"#, true),
+        (r#"{"id": "x\u12", "name": "echo"}"#, false),
+    ] {
+        let r = app
+            .client
+            .post(app.url(calls))
+            .bearer_auth(&app.token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let (s, p) = problem(r).await;
+        assert_eq!(s, 400, "{body}: {p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(detail.starts_with("malformed JSON"), "{body}: {p}");
+        assert_eq!(
+            detail.contains("surrogate pair"),
+            surrogate,
+            "{body}: {detail}"
+        );
+    }
 
     // A missing field is pointed at by its own path, on every endpoint.
     for (path, body, pointer) in [

@@ -493,6 +493,21 @@ impl From<crate::store::StoreError> for ApiError {
 /// `Json<T>` whose rejections are problems that name the offending field.
 pub struct ApiJson<T>(pub T);
 
+/// What a body that is no JSON is told: the parser's words, and for an
+/// escape of half a UTF-16 surrogate pair (`"\ud800"`), which the parser
+/// reports as an escape cut short, what is really wrong.
+fn malformed(e: &serde_json::Error) -> String {
+    let said = e.to_string();
+    if said.contains("surrogate") || said.starts_with("unexpected end of hex escape") {
+        format!(
+            "malformed JSON: {said}; a \\uD800–\\uDFFF escape must be one half of a \
+             surrogate pair followed by the other (\\ud83d\\ude00), since JSON text is Unicode"
+        )
+    } else {
+        format!("malformed JSON: {said}")
+    }
+}
+
 /// A JSON body's `Content-Type`: exactly one, `application/json` or a
 /// `+json` type, in UTF-8 (the only encoding JSON has, RFC 8259) when a
 /// `charset` is given at all. Anything else is a `415`: a body in another
@@ -560,7 +575,7 @@ where
             ReadError::Syntax(e) if e.to_string().starts_with("recursion limit exceeded") => {
                 too_deep(String::new())
             }
-            ReadError::Syntax(e) => ApiError::bad_request(format!("malformed JSON: {e}")),
+            ReadError::Syntax(e) => ApiError::bad_request(malformed(&e)),
             ReadError::RepeatedKey { pointer, key } => {
                 ApiError::invalid_body(pointer, crate::protocol::json::repeated_key_message(&key))
             }
