@@ -348,13 +348,31 @@ fn exports_variables(words: &[Word]) -> bool {
 }
 
 /// Shell builtins that run nothing and write no file: a line's `while
-/// read -r f`, `break` or `true` needs no allow rule of its own. (`read`
-/// of a variable that changes what runs makes its piece doubtful, as
-/// does an expansion that evaluates or assigns one; substitutions in
-/// their words are pieces of their own.)
+/// read -r f`, `break`, `true` or a condition (`[ -f x ] &&`, `if test
+/// -d src`, `[[ -n $x ]]`) needs no allow rule of its own. (`read` of a
+/// variable that changes what runs makes its piece doubtful, as does an
+/// expansion that evaluates or assigns one, `test -v 'a[$(…)]'` or `[[ $x
+/// -eq 1 ]]`; substitutions in their words are pieces of their own.)
 const INERT_BUILTINS: &[&str] = &[
-    "read", "break", "continue", "true", "false", ":", "shift", "return", "exit",
+    "read", "break", "continue", "true", "false", ":", "shift", "return", "exit", "test", "[", "[[",
 ];
+
+/// `export NAME=value …` with no option and every word as written: it
+/// sets what `NAME=value cmd` would, which a rule for `cmd` vouches for
+/// already (a variable that changes what runs makes the piece doubtful
+/// either way), so it needs no allow rule of its own beside other
+/// commands.
+fn plain_export(words: &[Word]) -> bool {
+    words
+        .first()
+        .is_some_and(|w| w.literal && w.text == "export")
+        && words.len() > 1
+        && words[1..].iter().all(|w| {
+            w.literal
+                && !w.text.starts_with(['-', '+'])
+                && shell::is_name(w.text.split('=').next().unwrap_or_default())
+        })
+}
 
 /// Why a piece that makes bash evaluate a variable's value is not vouched
 /// for by an allow rule.
@@ -770,10 +788,11 @@ fn normalise(
     // Named as the builtin, not by a path (`./true` is a program).
     let inert = opaque.is_none()
         && layers.len() == 1
-        && layers[0]
+        && (layers[0]
             .words
             .first()
             .is_some_and(|w| w.literal && INERT_BUILTINS.contains(&w.text.as_str()))
+            || plain_export(&layers[0].words))
         && !redirects.iter().any(Redirect::writes);
     an.pieces.push(Piece {
         text,

@@ -3874,3 +3874,39 @@ fn a_sixteenth_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// Conditions (`test`, `[`, `[[`) and a plain `export NAME=value` run
+/// nothing and write nothing: beside other commands they need no allow
+/// rule of their own. What makes them doubtful still asks.
+#[test]
+fn conditions_and_plain_exports_need_no_rule_of_their_own() {
+    let set = rules(&["bash(echo *)", "bash(ls *)", "bash(cat *)"], &[], &[]);
+    for fine in [
+        "test -f x && echo yes || echo no",
+        "[ -d src ] && ls src",
+        "if [ -f a ]; then cat a; fi",
+        "[[ -f a ]] && [[ -n \"$x\" ]] && cat a",
+        "export FOO=1 && echo $FOO",
+        "export A=1 B; echo \"$A\"",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+    for asks in [
+        // Alone, as any command.
+        "[ -f x ]",
+        "export FOO=1",
+        // Evaluating, writing, exporting what changes what runs.
+        "test -v 'a[$(touch p)]' && ls",
+        "[[ $x -eq 1 ]] && ls",
+        "[ -f x ] > .git/config; ls",
+        "[ -f x ] > out.txt; ls",
+        "export PATH=.:$PATH && ls",
+        "export PATH=/tmp && ls",
+        "export GIT_DIR=x && ls",
+        "export -f f && ls",
+        "export A=$(touch p) && ls",
+        "export \"$N\"=1 && ls",
+    ] {
+        assert_ne!(verdict_of(&set, asks), Verdict::Allow, "{asks}");
+    }
+}
