@@ -125,6 +125,9 @@ pub struct StorageSettings {
     /// a new one while the server refuses them) before it is answered
     /// `503` (at least 1).
     pub database_wait_secs: u64,
+    /// Milliseconds between the chunks in which a long thread's rows are
+    /// removed after its deletion (the writer's batches go first).
+    pub purge_pause_ms: u64,
 }
 
 impl Default for StorageSettings {
@@ -137,6 +140,7 @@ impl Default for StorageSettings {
             writer_nice: -10,
             sqlite_checkpoint_ms: 20,
             database_wait_secs: 10,
+            purge_pause_ms: 5,
         }
     }
 }

@@ -361,6 +361,19 @@ impl Application {
             settings.server.max_page_reads_per_owner,
             Duration::from_secs(settings.server.page_read_wait_secs),
         ));
+        let shutdown = CancellationToken::new();
+        let purger = crate::store::purge::Purger::new(
+            store.clone(),
+            shutdown.clone(),
+            Duration::from_millis(settings.storage.purge_pause_ms),
+        );
+        let unpurged = purger.resume().await?;
+        if unpurged > 0 {
+            tracing::info!(
+                count = unpurged,
+                "purging the rows of threads deleted before the last stop"
+            );
+        }
         let state = AppState::new(Shared {
             engine,
             store,
@@ -376,7 +389,8 @@ impl Application {
             thread_reads,
             page_reads,
             streams,
-            shutdown: CancellationToken::new(),
+            purger,
+            shutdown,
             calls: tokio_util::task::TaskTracker::new(),
             workspaces,
             sandbox,

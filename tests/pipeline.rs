@@ -3117,6 +3117,65 @@ async fn large_results_are_paged_by_size(backend: Backend) {
     assert_eq!(results, ids);
 }
 
+/// A thread longer than `DELETE_AT_ONCE` rows is gone at once when
+/// deleted (`410` to every route), and its rows are removed after, in
+/// chunks; a process stopped before it finished leaves them to the next
+/// start, which removes them.
+async fn a_long_threads_rows_go_after_it_and_after_a_restart(backend: Backend) {
+    // Between chunks, a pause longer than the test: the first process
+    // removes at most one chunk.
+    let app = TestApp::spawn_with(backend, |s| s.storage.purge_pause_ms = 600_000).await;
+    let calls = (toolgate::store::DELETE_AT_ONCE as usize / 6) + 10;
+    let posted = futures::future::join_all((0..8).map(|lane| {
+        let app = &app;
+        async move {
+            for i in (lane..calls).step_by(8) {
+                let call =
+                    json!({"id": format!("c{i}"), "name": "echo", "arguments": {"text": "x"}});
+                let (s, out) = app.call("long", call).await;
+                assert_eq!(s, 200, "{out}");
+            }
+        }
+    }));
+    posted.await;
+    let (s, _) = app
+        .call(
+            "keep",
+            json!({"id": "k", "name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let held = app.rows_of_thread("long").await;
+    assert!(held > toolgate::store::DELETE_AT_ONCE, "{held}");
+    let r = app.delete_as(&app.token, "/v1/threads/long").await;
+    assert_eq!(r.status(), 204);
+    let r = app.get("/v1/threads/long/history").await;
+    assert_eq!(r.status(), 410);
+    // One chunk goes, then the purge waits.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut left = app.rows_of_thread("long").await;
+    while left == held {
+        assert!(tokio::time::Instant::now() < deadline, "no chunk went");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = app.rows_of_thread("long").await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(app.rows_of_thread("long").await, left);
+    assert!(left > 0, "{left} of {held}");
+
+    let (mut settings, data_dir, pg) = app.stop().await;
+    settings.storage.purge_pause_ms = 1;
+    let app = TestApp::start(settings, data_dir, pg).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while app.rows_of_thread("long").await > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the rows stay");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = app.get("/v1/threads/long/history").await;
+    assert_eq!(r.status(), 410);
+    assert_eq!(app.history("keep").await.len(), 1);
+}
+
 /// `DELETE /v1/threads/{id}`: everything the thread holds goes at once, in
 /// one transaction; its streams end; its id answers `410` ever after, so
 /// a call posted again under it (a retry of an old one) never runs twice.
@@ -3407,6 +3466,7 @@ async fn a_deletion_told_nowhere_is_found_all_the_same(backend: Backend) {
 }
 
 both_backends!(
+    a_long_threads_rows_go_after_it_and_after_a_restart,
     a_deleted_thread_is_gone_and_its_ids_never_run_again,
     a_cancelling_deletion_stops_what_runs_and_what_waits,
     a_deletion_told_nowhere_is_found_all_the_same,

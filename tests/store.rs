@@ -295,6 +295,7 @@ on_both_backends! {
         pool_writes_and_batches_interleave,
         a_deleted_thread_keeps_its_owner_and_takes_no_more_writes,
         a_closing_thread_takes_no_new_turns_but_finishes_its_calls,
+        a_long_threads_rows_are_purged_after_it_is_gone,
     ],
     target: [
         two_handles_on_one_database_serialise_their_writes,
@@ -563,6 +564,66 @@ async fn a_deleted_thread_keeps_its_owner_and_takes_no_more_writes(store: DynSto
     let ids: Vec<&str> = listed.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["u"]);
     assert_eq!(message_ids(&store, "u").await, ["m1"]);
+}
+
+/// A thread of more than `DELETE_AT_ONCE` rows is gone at once when
+/// deleted (its owner, counts and audit entry as for any), and its
+/// messages, events and calls are removed afterwards by `purge_deleted`,
+/// a chunk per transaction; a live thread is never purged.
+async fn a_long_threads_rows_are_purged_after_it_is_gone(store: DynStore) {
+    let long = toolgate::store::DELETE_AT_ONCE as usize + 100;
+    apply_all(
+        &store,
+        &[
+            unit(
+                "long",
+                "alice",
+                vec![
+                    WriteOp::InsertMessage(message("m1", Role::User, "hello")),
+                    events(long),
+                ],
+            ),
+            unit("live", "alice", vec![events(3)]),
+        ],
+    )
+    .await;
+    let receipt = apply_one(
+        &store,
+        unit(
+            "long",
+            "alice",
+            vec![WriteOp::DeleteThread { deleted_at_ms: 7 }],
+        ),
+    )
+    .await
+    .unwrap();
+    let deleted = receipt.deleted.expect("what went");
+    assert_eq!((deleted.messages, deleted.events), (1, long as i64));
+    assert_eq!(
+        store
+            .thread_owner("long")
+            .await
+            .unwrap()
+            .unwrap()
+            .deleted_at_ms,
+        Some(7)
+    );
+    // Left for the purge, and listed as such.
+    assert_eq!(store.events_after("long", 0, 10).await.unwrap().len(), 10);
+    assert_eq!(store.unpurged_threads().await.unwrap(), ["long"]);
+    // A live thread is left alone.
+    assert!(!store.purge_deleted("live", 500).await.unwrap());
+    assert_eq!(store.events_after("live", 0, 10).await.unwrap().len(), 3);
+    let mut chunks = 1;
+    while store.purge_deleted("long", 500).await.unwrap() {
+        chunks += 1;
+    }
+    assert_eq!(chunks, long.div_ceil(500));
+    assert!(store.events_after("long", 0, 10).await.unwrap().is_empty());
+    assert!(message_ids(&store, "long").await.is_empty());
+    assert!(store.unpurged_threads().await.unwrap().is_empty());
+    assert!(!store.purge_deleted("long", 500).await.unwrap());
+    assert_eq!(store.events_after("live", 0, 10).await.unwrap().len(), 3);
 }
 
 async fn a_closing_thread_takes_no_new_turns_but_finishes_its_calls(store: DynStore) {
@@ -2217,6 +2278,12 @@ impl Store for Observed {
         limit: i64,
     ) -> StoreResult<Vec<ThreadSummary>> {
         self.inner.threads_of(owner, before, limit).await
+    }
+    async fn purge_deleted(&self, thread_id: &str, limit: i64) -> StoreResult<bool> {
+        self.inner.purge_deleted(thread_id, limit).await
+    }
+    async fn unpurged_threads(&self) -> StoreResult<Vec<String>> {
+        self.inner.unpurged_threads().await
     }
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>> {
         self.batches.fetch_add(1, Ordering::SeqCst);

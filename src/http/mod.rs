@@ -84,6 +84,8 @@ pub struct Shared {
     pub sandbox: Arc<crate::sandbox::Sandbox>,
     /// Result events rebuilt for replays, kept for the next replay.
     pub replay_cache: Arc<crate::engine::ReplayCache>,
+    /// Removes what long threads' deletions left, in the background.
+    pub purger: crate::store::purge::Purger,
     /// Cancelled at shutdown: open SSE streams end with RUN_FINISHED.
     pub shutdown: CancellationToken,
     /// The tasks that run calls (and AG-UI runs) apart from their request,

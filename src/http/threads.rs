@@ -1091,6 +1091,8 @@ pub async fn delete_thread(
     state.thread_owners.deleted(&thread.0, at_ms);
     state.bus.deleted(&thread.0, at_ms);
     state.replay_cache.forget(&thread.0);
+    // A long thread's rows are removed after it is gone.
+    state.purger.purge(&thread.0);
     tracing::info!(thread = %thread.0, owner = %user.owner, "thread deleted");
     Ok(StatusCode::NO_CONTENT)
 }

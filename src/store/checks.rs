@@ -17,6 +17,40 @@ pub(crate) const BUSY_CALLS: &str = "SELECT id, status FROM tool_calls \
 /// besides those it counts (messages, events, calls, approvals).
 pub(crate) const OTHER_THREAD_TABLES: [&str; 2] = ["declared_calls", "closed_runs"];
 
+/// The tables that grow with a thread's length, each with the column that,
+/// with `thread_id`, keys its rows: [`WriteOp::DeleteThread`] empties them
+/// in its own transaction only while they hold at most [`DELETE_AT_ONCE`]
+/// rows of the thread together, and leaves more to
+/// [`super::Store::purge_deleted`], a chunk at a time, so that one long
+/// thread's deletion does not hold every other write back.
+pub(crate) const PURGED_TABLES: [(&str, &str); 3] =
+    [("events", "seq"), ("messages", "seq"), ("tool_calls", "id")];
+
+/// The most rows of [`PURGED_TABLES`] a deletion removes in its own
+/// transaction (a thread of some 280 tool calls).
+pub const DELETE_AT_ONCE: i64 = 2_000;
+
+/// How many rows of thread `$1` `table` holds.
+pub(crate) fn count_rows(table: &str) -> String {
+    format!("SELECT COUNT(*) FROM {table} WHERE thread_id = $1")
+}
+
+/// Delete at most `$2` rows of thread `$1` from `table`, keyed by `key`.
+pub(crate) fn purge_rows(table: &str, key: &str) -> String {
+    format!(
+        "DELETE FROM {table} WHERE thread_id = $1 AND {key} IN \
+         (SELECT {key} FROM {table} WHERE thread_id = $1 LIMIT $2)"
+    )
+}
+
+/// The deleted threads whose rows a deletion left to be purged.
+pub(crate) const UNPURGED_THREADS: &str = "SELECT t.id FROM threads AS t \
+     WHERE t.deleted_at_ms IS NOT NULL AND (\
+         EXISTS (SELECT 1 FROM events AS e WHERE e.thread_id = t.id) \
+         OR EXISTS (SELECT 1 FROM messages AS m WHERE m.thread_id = t.id) \
+         OR EXISTS (SELECT 1 FROM tool_calls AS c WHERE c.thread_id = t.id)) \
+     ORDER BY t.deleted_at_ms";
+
 /// [`WriteOp::DeleteThread`] meeting `calls` (id, status), as read by
 /// [`BUSY_CALLS`]: fails with [`StoreError::ThreadBusy`] when there are any.
 pub(crate) fn not_busy(calls: Vec<(String, String)>) -> StoreResult<()> {

@@ -10,11 +10,14 @@ mod batch;
 pub(crate) mod checks;
 mod db_error;
 pub mod postgres;
+pub mod purge;
 mod reads;
 pub mod sqlite;
 mod sqlite_writes;
 mod wal_vfs;
 pub mod writer;
+
+pub use checks::DELETE_AT_ONCE;
 
 use std::sync::Arc;
 
@@ -909,7 +912,11 @@ pub enum WriteOp {
     /// a closing thread again keeps when it was first closed.
     CloseThread { closing_at_ms: i64 },
     /// Delete what the thread holds: its messages, events, calls,
-    /// approvals, declared calls and closed runs. Its row stays, stamped
+    /// approvals, declared calls and closed runs (a thread of more than
+    /// [`checks::DELETE_AT_ONCE`] messages, events and calls together keeps
+    /// those three until [`Store::purge_deleted`] removes them, a chunk
+    /// at a time, unseen meanwhile: every read of a thread asks for it
+    /// first, and the deleted one is gone). Its row stays, stamped
     /// `deleted_at_ms`: the id stays the owner's, and every later unit of
     /// the thread fails with [`StoreError::ThreadDeleted`] (this one too,
     /// when it was deleted already). A call still `running` or
@@ -1172,6 +1179,16 @@ pub trait Store: Send + Sync + 'static {
     /// (the group-commit writer calls it on a thread of its own); other
     /// callers should expect it to block for the length of a transaction.
     async fn apply_batch(&self, units: &[WriteUnit]) -> StoreResult<Vec<StoreResult<UnitReceipt>>>;
+
+    /// Remove at most `limit` rows of each of the messages, events and
+    /// calls that [`WriteOp::DeleteThread`] left of the deleted thread
+    /// `thread_id`, in a transaction of their own; whether some may remain.
+    /// A thread not deleted is left alone (`false`).
+    async fn purge_deleted(&self, thread_id: &str, limit: i64) -> StoreResult<bool>;
+
+    /// The deleted threads whose rows are still to be purged, the longest
+    /// deleted first (a process stopped before it finished).
+    async fn unpurged_threads(&self) -> StoreResult<Vec<String>>;
 }
 
 pub type DynStore = Arc<dyn Store>;

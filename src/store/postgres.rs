@@ -462,6 +462,14 @@ async fn delete_thread(
         .fetch_all(&mut *conn)
         .await?;
     checks::not_busy(calls)?;
+    let mut counted = Vec::with_capacity(checks::PURGED_TABLES.len());
+    for table in ["messages", "events", "tool_calls"] {
+        let rows: i64 = sqlx::query_scalar(&checks::count_rows(table))
+            .bind(thread_id)
+            .fetch_one(&mut *conn)
+            .await?;
+        counted.push(rows);
+    }
     let mut removed = async |table: &str| -> StoreResult<i64> {
         Ok(
             sqlx::query(&format!("DELETE FROM {table} WHERE thread_id = $1"))
@@ -472,11 +480,16 @@ async fn delete_thread(
         )
     };
     let content = super::DeletedContent {
-        messages: removed("messages").await?,
-        events: removed("events").await?,
-        tool_calls: removed("tool_calls").await?,
+        messages: counted[0],
+        events: counted[1],
+        tool_calls: counted[2],
         approvals: removed("approvals").await?,
     };
+    if counted.iter().sum::<i64>() <= checks::DELETE_AT_ONCE {
+        for (table, _) in checks::PURGED_TABLES {
+            removed(table).await?;
+        }
+    }
     for table in checks::OTHER_THREAD_TABLES {
         removed(table).await?;
     }
@@ -1620,6 +1633,35 @@ impl Store for PgStore {
             }
         }
         self.apply_unit_by_unit(units).await
+    }
+
+    async fn purge_deleted(&self, thread_id: &str, limit: i64) -> StoreResult<bool> {
+        self.superseded.check()?;
+        let mut tx = self.pool.begin().await?;
+        let deleted: Option<Option<i64>> =
+            sqlx::query_scalar("SELECT deleted_at_ms FROM threads WHERE id = $1")
+                .bind(thread_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if deleted.flatten().is_none() {
+            return Ok(false);
+        }
+        let mut more = false;
+        for (table, key) in checks::PURGED_TABLES {
+            let removed = sqlx::query(&checks::purge_rows(table, key))
+                .bind(thread_id)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            more |= removed as i64 >= limit;
+        }
+        tx.commit().await?;
+        Ok(more)
+    }
+
+    async fn unpurged_threads(&self) -> StoreResult<Vec<String>> {
+        self.reads().unpurged_threads().await
     }
 }
 

@@ -230,6 +230,12 @@ where
         }
     }
 
+    pub async fn unpurged_threads(&self) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(super::checks::UNPURGED_THREADS)
+            .fetch_all(self.pool)
+            .await?)
+    }
+
     pub async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<ThreadOwner>> {
         let row = sqlx::query("SELECT owner, deleted_at_ms FROM threads WHERE id = $1")
             .bind(thread_id)

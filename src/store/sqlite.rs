@@ -602,4 +602,17 @@ impl Store for SqliteStore {
         // Synchronous: the group-commit writer calls this on its own thread.
         self.writes.apply_batch(units)
     }
+
+    async fn purge_deleted(&self, thread_id: &str, limit: i64) -> StoreResult<bool> {
+        self.superseded.check()?;
+        let writes = Arc::clone(&self.writes);
+        let thread_id = thread_id.to_string();
+        tokio::task::spawn_blocking(move || writes.purge_deleted(&thread_id, limit))
+            .await
+            .map_err(worker_crashed)?
+    }
+
+    async fn unpurged_threads(&self) -> StoreResult<Vec<String>> {
+        self.reads().unpurged_threads().await
+    }
 }

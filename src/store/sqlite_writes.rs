@@ -421,6 +421,31 @@ impl WriteConnection {
     pub fn append_audit(&self, entry: &NewAuditEntry) -> StoreResult<i64> {
         insert_audit(&self.lock(), entry)
     }
+
+    /// [`super::Store::purge_deleted`]: one chunk, in a transaction of its
+    /// own, so the writer's batches go on between chunks.
+    pub fn purge_deleted(&self, thread_id: &str, limit: i64) -> StoreResult<bool> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let deleted: Option<i64> = tx
+            .query_row(
+                "SELECT deleted_at_ms FROM threads WHERE id = ?1",
+                [thread_id],
+                |row| row.get(0),
+            )
+            .optional()?
+            .flatten();
+        if deleted.is_none() {
+            return Ok(false);
+        }
+        let mut more = false;
+        for (table, key) in checks::PURGED_TABLES {
+            let removed = tx.execute(&checks::purge_rows(table, key), params![thread_id, limit])?;
+            more |= removed as i64 >= limit;
+        }
+        tx.commit()?;
+        Ok(more)
+    }
 }
 
 /// The per-unit path: each unit under its own savepoint.
@@ -638,12 +663,20 @@ fn delete_thread(conn: &Connection, thread_id: &str, at_ms: i64) -> StoreResult<
             [thread_id],
         )? as i64)
     };
+    let count = |table: &str| -> StoreResult<i64> {
+        Ok(conn.query_row(&checks::count_rows(table), [thread_id], |row| row.get(0))?)
+    };
     let content = DeletedContent {
-        messages: removed("messages")?,
-        events: removed("events")?,
-        tool_calls: removed("tool_calls")?,
+        messages: count("messages")?,
+        events: count("events")?,
+        tool_calls: count("tool_calls")?,
         approvals: removed("approvals")?,
     };
+    if content.messages + content.events + content.tool_calls <= checks::DELETE_AT_ONCE {
+        for (table, _) in checks::PURGED_TABLES {
+            removed(table)?;
+        }
+    }
     for table in checks::OTHER_THREAD_TABLES {
         removed(table)?;
     }
