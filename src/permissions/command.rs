@@ -96,11 +96,86 @@ pub(crate) struct Analysis {
 }
 
 pub(crate) fn analyse(command: &str) -> Analysis {
+    let first = analyse_exporting(command, false);
+    // An export inside a shell's command string (`bash -c 'export X=…;
+    // make test'`) or a shell's own `-a` is only seen once the line is
+    // split: then the line is read again knowing it exports.
+    let layers = || first.pieces.iter().flat_map(|p| &p.layers);
+    let mut analysis = if !first.exports && layers().any(|l| exports_variables(&l.words)) {
+        analyse_exporting(command, true)
+    } else {
+        first
+    };
+    if let Some(why) = analysis
+        .pieces
+        .iter()
+        .flat_map(|p| &p.layers)
+        .find_map(|l| keyword_mode(&l.words))
+    {
+        analysis.malformed.push(why);
+    }
+    analysis
+}
+
+/// `set -k` (`-o keyword`), or a shell started with it: every `NAME=value`
+/// word of a later command, wherever it stands, is an assignment to that
+/// command's environment (`less f LESSOPEN='|cmd'`), not the argument
+/// the line seems to give.
+fn keyword_mode(words: &[Word]) -> Option<String> {
+    let name = words.first().and_then(command_name)?;
+    if name != "set" && !super::dangerous::SHELLS.contains(&name) {
+        return None;
+    }
+    let args: Vec<&str> = words[1..].iter().map(|w| w.text.as_str()).collect();
+    shell_options(&args, name == "set")
+        .into_iter()
+        .any(|(flags, long)| flags.contains('k') || long == Some("keyword"))
+        .then(|| {
+            format!(
+                "`{name}` with `-k` makes every NAME=value word of a later command an assignment to its environment"
+            )
+        })
+}
+
+/// The options of a shell or of `set` in `args`, until the first operand
+/// (`set` reads them all): each as its flag letters (`-ac` → `ac`) or,
+/// for `-o NAME`, the name.
+fn shell_options<'w>(args: &[&'w str], all: bool) -> Vec<(&'w str, Option<&'w str>)> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while let Some(&t) = args.get(i) {
+        i += 1;
+        if t == "-o" || t == "+o" {
+            if t == "-o" {
+                found.push(("", args.get(i).copied()));
+            }
+            i += 1;
+            continue;
+        }
+        // bash's `-O shopt_option` takes a name too.
+        if t == "-O" || t == "+O" {
+            i += 1;
+            continue;
+        }
+        if t == "--" || t == "-" {
+            break;
+        }
+        match t.strip_prefix('-') {
+            Some(flags) if !flags.starts_with('-') => found.push((flags, None)),
+            Some(_) => {}
+            None if t.starts_with('+') || all => {}
+            None => break,
+        }
+    }
+    found
+}
+
+fn analyse_exporting(command: &str, exports: bool) -> Analysis {
     let mut next_pipeline = 0;
     let lexed = shell::lex(command, &mut next_pipeline, 0);
     let mut analysis = Analysis {
         known: super::known::Known::of_lexed(command, &lexed),
-        exports: lexed.pieces.iter().any(|p| exports_variables(&p.words)),
+        exports: exports || lexed.pieces.iter().any(|p| exports_variables(&p.words)),
         ..Analysis::default()
     };
     expand_lexed(command, lexed, 0, false, &mut analysis, &mut next_pipeline);
@@ -337,6 +412,14 @@ fn exports_variables(words: &[Word]) -> bool {
         "export" => true,
         "declare" | "typeset" | "local" => {
             options().any(|w| !w.literal || (w.text.starts_with('-') && w.text.contains('x')))
+        }
+        // A shell started with `-a` (`-o allexport`) exports every
+        // variable its command string sets.
+        _ if super::dangerous::SHELLS.contains(&name) => {
+            let args: Vec<&str> = words[1..].iter().map(|w| w.text.as_str()).collect();
+            shell_options(&args, false)
+                .into_iter()
+                .any(|(flags, long)| flags.contains('a') || long == Some("allexport"))
         }
         "set" => words[1..].iter().any(|w| {
             !w.literal
@@ -947,7 +1030,7 @@ fn text_assignment(text: &str) -> Option<&str> {
 /// `CFLAGS=-fplugin=…` one into the compiler. `RUST_LOG`, `NODE_ENV`, `CI`
 /// and the like stay plain.
 fn is_sensitive_variable(name: &str) -> bool {
-    const EXACT: [&str; 81] = [
+    const EXACT: [&str; 84] = [
         "PATH",
         "IFS",
         "ENV",
@@ -1037,6 +1120,11 @@ fn is_sensitive_variable(name: &str) -> bool {
         "GVIMINIT",
         "EXINIT",
         "MYVIMRC",
+        // Where vim finds `defaults.vim` and its runtime files, and the
+        // prefix of the programs groff (`man`) runs.
+        "VIM",
+        "VIMRUNTIME",
+        "GROFF_COMMAND_PREFIX",
         "GZIP",
         "BZIP2",
         "XZ_OPT",

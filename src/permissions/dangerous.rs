@@ -17,7 +17,7 @@ pub(crate) struct Hazard {
 }
 
 /// Shells that run whatever arrives on their standard input.
-const SHELLS: [&str; 13] = [
+pub(crate) const SHELLS: [&str; 13] = [
     "sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "posh", "fish", "rbash", "csh",
     "tcsh",
 ];
@@ -303,13 +303,27 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
             continue;
         }
         let computed_input = piece.redirects.iter().any(|r| r.feeds_computed_text());
-        if !(piped || computed_input) {
-            continue;
-        }
         let Some(name) = piece.command_name() else {
             continue;
         };
         let args = piece.command().get(1..).unwrap_or_default();
+        // Programs whose commands from stdin no rule reads, whatever feeds
+        // them: a pipe, a file, a heredoc or a here-string the line spells.
+        if (piped || computed_input || piece.redirects.iter().any(|r| r.feeds_stdin()))
+            && reads_commands_from_stdin(name, args)
+        {
+            found.push(Hazard {
+                piece: piece.text.clone(),
+                reason: format!(
+                    "{} reads its commands from standard input, which the line feeds: commands no rule has seen, which may run programs",
+                    quote(name)
+                ),
+            });
+            continue;
+        }
+        if !(piped || computed_input) {
+            continue;
+        }
         let reads_program = if is_powershell(name) {
             powershell_reads_program_from_stdin(args, open_ended)
         } else if let Some(interpreter) = interpreter(name) {
@@ -352,6 +366,37 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
         });
     }
     found
+}
+
+/// sqlite3 given no SQL or dot-command argument after its database
+/// (`echo '.shell …' | sqlite3`, `sqlite3 db < script.sql`), and vim in
+/// Ex mode (`ex`, `vim -e`, `vim -es`): they take commands from stdin.
+fn reads_commands_from_stdin(name: &str, args: &[Word]) -> bool {
+    match name {
+        "sqlite3" => {
+            let mut operands = 0;
+            let mut i = 0;
+            while let Some(word) = args.get(i) {
+                let t = word.text.as_str();
+                if operands == 0 && t.starts_with('-') && t != "-" {
+                    let option = format!("-{}", t.trim_start_matches('-'));
+                    if super::embedded::sqlite3_takes_value(&option) && !t.contains('=') {
+                        i += 1;
+                    }
+                } else {
+                    operands += 1;
+                }
+                i += 1;
+            }
+            operands <= 1
+        }
+        "ex" | "exim" => true,
+        "vim" | "vi" | "nvim" | "view" | "vimdiff" => args.iter().any(|w| {
+            let t = w.text.as_str();
+            t.starts_with('-') && !t.starts_with("--") && t[1..].contains(['e', 'E'])
+        }),
+        _ => false,
+    }
 }
 
 /// How a shell or script interpreter is told where its program is.

@@ -74,6 +74,7 @@ const OPTIONS_RUN_PROGRAMS: &[&str] = &[
     "npx",
     "npm",
     "find",
+    "sqlite3",
 ];
 
 /// Whether an argument of `name` that takes its text only when it runs
@@ -431,13 +432,16 @@ fn option_runner(name: &str) -> Option<&'static [&'static str]> {
             "-C",
             "--config-file",
         ],
-        // binutils load a plugin library.
-        "nm" | "ar" | "ranlib" | "objdump" => &["--plugin"],
+        // binutils load a plugin library, and read options from a file
+        // named after `@` (`nm @opts`, `--plugin` in it).
+        "nm" | "ar" | "ranlib" | "objdump" | "objcopy" | "strip" | "readelf" | "size"
+        | "strings" | "addr2line" | "elfedit" | "c++filt" => &["--plugin", "@"],
         // A key file's `#env` section sets `LESSOPEN`.
         "less" => &["--lesskey", "-k"],
-        // Dot-commands that run programs, and files of commands.
-        "sqlite3" => &[".shell", ".system", "-cmd", "--cmd", "-init", "--init"],
-        "vim" | "vi" | "nvim" | "view" | "ex" | "vimdiff" => &["-c", "--cmd", "+", "-S", "-u"],
+        // `-s keys`: a file of typed keys (`:!cmd`).
+        "vim" | "vi" | "nvim" | "view" | "ex" | "vimdiff" => {
+            &["-c", "--cmd", "+", "-S", "-u", "-s"]
+        }
         _ => return None,
     })
 }
@@ -466,7 +470,9 @@ fn runner_options(name: &str, words: &[Word]) -> Option<Embedded> {
                     .strip_prefix("--")
                     .map(|rest| rest.split('=').next().unwrap_or(rest))
                     .unwrap_or_default();
-                t.starts_with(**o) || (given.len() >= 3 && full.starts_with(given))
+                // getopt_long takes any prefix no other option shares
+                // (`--co=` for `--config-file`), down to one letter.
+                t.starts_with(**o) || (!given.is_empty() && full.starts_with(given))
             } else if o.len() > 2 || **o == "@" || **o == "+" {
                 t.starts_with(**o)
             } else {
@@ -550,9 +556,145 @@ fn told_to_run(name: &str, words: &[Word]) -> Option<Embedded> {
                 ),
                 commands: Vec::new(),
             }),
+        "sqlite3" => sqlite3(words),
         _ if option_runner(name).is_some() => runner_options(name, words),
         _ => None,
     }
+}
+
+/// sqlite3's options whose value is the next word.
+const SQLITE3_VALUED: &[&str] = &[
+    "-cmd",
+    "-init",
+    "-separator",
+    "-nullvalue",
+    "-newline",
+    "-vfs",
+    "-maxsize",
+    "-mmap",
+    "-heap",
+    "-lookaside",
+    "-pagecache",
+    "-escape",
+];
+
+/// Whether sqlite3's `option` (`-separator`) takes the next word.
+pub(crate) fn sqlite3_takes_value(option: &str) -> bool {
+    SQLITE3_VALUED.contains(&option)
+}
+
+/// sqlite3's dot-commands that only show or set how things are shown:
+/// named whole (an abbreviation may stand for another command).
+const SQLITE3_PLAIN_DOTS: &[&str] = &[
+    "tables",
+    "schema",
+    "fullschema",
+    "indexes",
+    "indices",
+    "databases",
+    "dbinfo",
+    "dump",
+    "headers",
+    "header",
+    "mode",
+    "width",
+    "show",
+    "help",
+    "timer",
+    "stats",
+    "changes",
+    "nullvalue",
+    "separator",
+    "print",
+    "echo",
+    "bail",
+    "eqp",
+    "explain",
+    "quit",
+    "exit",
+];
+
+/// The sqlite3 shell's program text: its SQL and dot-command arguments
+/// (after the database), and `-cmd`/`-init`. No rule ending in `*`
+/// vouches for a dot-command that runs or reads more than it shows
+/// (`.shell` and `.system` in any abbreviation, `.load`, `.read`, a `|`
+/// pipe target of `.once`, `.output`, `.import`), nor for SQL that runs a
+/// program or loads a library (`edit()`, `load_extension()`), writes a
+/// file (`writefile()`, whose path SQL may compute), or names git's
+/// configuration (`VACUUM INTO '.git/…'`). Its SQL otherwise is a program
+/// text the rule covers, as a rule for `python3 *` covers Python.
+fn sqlite3(words: &[Word]) -> Option<Embedded> {
+    let ask = |why: String| {
+        Some(Embedded {
+            why,
+            commands: Vec::new(),
+        })
+    };
+    let mut i = 1;
+    let mut database = None;
+    while let Some(word) = words.get(i) {
+        let t = word.text.as_str();
+        if database.is_none() && t.starts_with('-') && t != "-" {
+            let option = format!("-{}", t.trim_start_matches('-'));
+            let option = option.split('=').next().unwrap_or_default();
+            if matches!(option, "-cmd" | "-init") {
+                return ask(format!(
+                    "its option `{t}` gives sqlite3 commands to run, which may run programs"
+                ));
+            }
+            if SQLITE3_VALUED.contains(&option) && !t.contains('=') {
+                i += 1;
+            }
+        } else if database.is_none() {
+            database = Some(t);
+        } else if !word.literal {
+            return ask(
+                "a sqlite3 command computed when the line runs may be one that runs a program"
+                    .into(),
+            );
+        } else if let Some(why) = sqlite3_text(t) {
+            return ask(why);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Why the sqlite3 command text `text` (one argument) is vouched for by
+/// no rule ending in `*`, if it is not.
+fn sqlite3_text(text: &str) -> Option<String> {
+    let trimmed = text.trim_start();
+    if let Some(dot) = trimmed.strip_prefix('.') {
+        let name = dot.split_whitespace().next().unwrap_or_default();
+        if !SQLITE3_PLAIN_DOTS.contains(&name) || dot.contains('|') {
+            return Some(format!(
+                "its dot-command `.{name}` may run a program, read commands or write a file"
+            ));
+        }
+        return None;
+    }
+    let lower = text.to_ascii_lowercase();
+    for call in ["edit", "load_extension", "writefile"] {
+        let mut rest = lower.as_str();
+        while let Some(at) = rest.find(call) {
+            let after = rest[at + call.len()..].trim_start();
+            let starts_word = at == 0
+                || !rest[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_');
+            if starts_word && after.starts_with('(') {
+                return Some(format!(
+                    "its SQL calls `{call}()`, which runs a program, loads a library or writes a file"
+                ));
+            }
+            rest = &rest[at + call.len()..];
+        }
+    }
+    super::git_reach::mentions_git_configuration(text).then(|| {
+        "its SQL names git's configuration (a `.git` directory, `.gitconfig`), where it may write"
+            .to_string()
+    })
 }
 
 /// `compgen -W 'words'` (and `complete -W`) expands its word list when it
@@ -1333,6 +1475,61 @@ pub(crate) fn sed_script_runs_commands(script: &str) -> bool {
         }
         false
     };
+    // A regular expression up to (past) its unescaped `delim`. GNU sed
+    // reads a bracket expression whole (`s/[/]/x/`: the `/` inside is
+    // the expression's), so this does too; one that holds the delimiter
+    // or a backslash, or does not end, is read some other way by some
+    // sed: false, as for a missing delimiter (the script is not vouched
+    // for).
+    let regex_delimited = |i: &mut usize, delim: char| {
+        while *i < s.len() {
+            match s[*i] {
+                '\\' => *i += 2,
+                c if c == delim => {
+                    *i += 1;
+                    return true;
+                }
+                '[' => {
+                    *i += 1;
+                    if s.get(*i) == Some(&'^') {
+                        *i += 1;
+                    }
+                    if s.get(*i) == Some(&']') {
+                        *i += 1;
+                    }
+                    loop {
+                        match s.get(*i) {
+                            None => return false,
+                            Some(&c) if c == delim || c == '\\' => return false,
+                            Some(']') => {
+                                *i += 1;
+                                break;
+                            }
+                            // `[:alpha:]`, `[=a=]`, `[.a.]`: to their own end.
+                            Some('[') if matches!(s.get(*i + 1), Some(':' | '=' | '.')) => {
+                                let kind = s[*i + 1];
+                                *i += 2;
+                                loop {
+                                    match s.get(*i) {
+                                        None => return false,
+                                        Some(&c) if c == delim || c == '\\' => return false,
+                                        Some(&c) if c == kind && s.get(*i + 1) == Some(&']') => {
+                                            *i += 2;
+                                            break;
+                                        }
+                                        Some(_) => *i += 1,
+                                    }
+                                }
+                            }
+                            Some(_) => *i += 1,
+                        }
+                    }
+                }
+                _ => *i += 1,
+            }
+        }
+        false
+    };
     let to_line_end = |i: &mut usize| {
         while *i < s.len() && s[*i] != '\n' {
             *i += 1;
@@ -1354,7 +1551,7 @@ pub(crate) fn sed_script_runs_commands(script: &str) -> bool {
                 Some('$') => i += 1,
                 Some('/') => {
                     i += 1;
-                    if !delimited(&mut i, '/') {
+                    if !regex_delimited(&mut i, '/') {
                         return true;
                     }
                     while i < s.len() && matches!(s[i], 'I' | 'M') {
@@ -1366,7 +1563,7 @@ pub(crate) fn sed_script_runs_commands(script: &str) -> bool {
                         return true;
                     };
                     i += 2;
-                    if !delimited(&mut i, delim) {
+                    if !regex_delimited(&mut i, delim) {
                         return true;
                     }
                     while i < s.len() && matches!(s[i], 'I' | 'M') {
@@ -1438,7 +1635,12 @@ pub(crate) fn sed_script_runs_commands(script: &str) -> bool {
                     return true;
                 }
                 i += 1;
-                if !delimited(&mut i, delim) || !delimited(&mut i, delim) {
+                let pattern = if command == 's' {
+                    regex_delimited(&mut i, delim)
+                } else {
+                    delimited(&mut i, delim)
+                };
+                if !pattern || !delimited(&mut i, delim) {
                     return true;
                 }
                 if command == 's' {

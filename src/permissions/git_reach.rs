@@ -811,7 +811,7 @@ impl Names {
 /// word, assignment or loop list (the line as text, cut at every character
 /// a path does not hold): then no word computed at run time is vouched for
 /// (`for f in .git/config; do tee -a "$f"; done`).
-fn mentions_git_configuration(line: &str) -> bool {
+pub(crate) fn mentions_git_configuration(line: &str) -> bool {
     names_git_configuration(
         line.split(|c: char| !(c.is_alphanumeric() || matches!(c, '.' | '_' | '-' | '+' | '~'))),
     )
@@ -1050,7 +1050,7 @@ fn backup_suffixes(piece: &Piece, line_sets_suffix: bool) -> Option<Vec<String>>
                 let long = |option: &str| {
                     t.strip_prefix("--")
                         .map(|rest| rest.split('=').next().unwrap_or(rest))
-                        .is_some_and(|given| given.len() >= 3 && option.starts_with(given))
+                        .is_some_and(|given| !given.is_empty() && option.starts_with(given))
                 };
                 if name == "rsync" {
                     long("suffix") || long("backup-dir")

@@ -157,6 +157,12 @@ impl Redirect {
             || self.heredoc_computed.as_ref().is_some_and(|c| c.get())
     }
 
+    /// Feeds the command's standard input from the line: a file, a
+    /// heredoc or a here-string (`< f`, `<<EOF`, `<<< text`).
+    pub fn feeds_stdin(&self) -> bool {
+        matches!(self.normalised_op(), "<" | "<<" | "<<-" | "<<<")
+    }
+
     /// Writes somewhere (as opposed to reading or duplicating a descriptor).
     pub fn writes(&self) -> bool {
         let op = self.op.trim_start_matches(|c: char| c.is_ascii_digit());

@@ -3910,3 +3910,90 @@ fn conditions_and_plain_exports_need_no_rule_of_their_own() {
         assert_ne!(verdict_of(&set, asks), Verdict::Allow, "{asks}");
     }
 }
+
+/// The seventeenth review's forms: variables exported by a shell's own
+/// `-a` or from inside its command string and read by `make`, `-k`'s
+/// assignments anywhere, vim's and groff's variables, long options
+/// shortened to two letters, binutils' `@file`, a sed bracket expression
+/// holding the delimiter, sqlite3's program text (abbreviated and piped
+/// dot-commands, `edit()`, `writefile()`, commands from stdin), and vim's
+/// typed-keys file and Ex mode from stdin.
+#[test]
+fn a_seventeenth_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(echo *)",
+            "bash(cat *)",
+            "bash(less *)",
+            "bash(make test)",
+            "bash(man *)",
+            "bash(nm *)",
+            "bash(sed -n *)",
+            "bash(sqlite3 *)",
+            "bash(vim *)",
+            "bash(ex *)",
+        ],
+        &[],
+        &[],
+    );
+    let forms = [
+        "bash -a -c 'TARGET_ARCH=\";touch pwned-A;\"; make test'",
+        "bash -o allexport -c 'TARGET_ARCH=\";touch pwned-B;\"; make test'",
+        "sh -a -c 'TARGET_ARCH=\";touch pwned-C;\"; make test'",
+        "bash -O extglob -ac 'TARGET_ARCH=x; make test'",
+        "bash -c 'export TARGET_ARCH=\";touch p;\"; make test'",
+        "bash -k -c \"less test.c LESSOPEN='|touch pwned-k1; cat %s'\"",
+        "set -k; less test.c LESSOPEN='|touch p; cat %s'",
+        "set -o keyword; less test.c LESSOPEN='|touch p; cat %s'",
+        "VIM=. vim test.c < /dev/null",
+        "VIMRUNTIME=. vim test.c",
+        "GROFF_COMMAND_PREFIX=/w/X man -l ls.1.gz",
+        "man --co=man.conf ls",
+        "man --c man.conf ls",
+        "nm --pl=./evil.so /usr/bin/true",
+        "nm @opts /usr/bin/true",
+        "sed -n 's/[/]/w/;e touch pwned-b1' test.c",
+        "sed -n '/[/]/e touch p' test.c",
+        "sed -n 's/[[:alpha:]/]/x/;e touch p' test.c",
+        "sqlite3 :memory: '.shel touch pwned-s5'",
+        "sqlite3 :memory: '.sys touch pwned-s6'",
+        "sqlite3 :memory: \".once '|touch pwned-s3'\"",
+        "sqlite3 :memory: \".output '|touch pwned-s7'\"",
+        "sqlite3 :memory: \".read '|touch pwned-s4'\"",
+        "sqlite3 :memory: \".import '|touch pwned-s8' t\"",
+        "sqlite3 :memory: '.read script.sql'",
+        "sqlite3 :memory: '.load ./x.so'",
+        "sqlite3 :memory: \"select edit('x','touch pwned-s2')\"",
+        "sqlite3 :memory: \"SELECT Load_Extension('./x.so')\"",
+        "sqlite3 :memory: \"select writefile(char(46)||'git/config', 'x')\"",
+        "sqlite3 :memory: \"vacuum into '.git/hooks/pre-commit'\"",
+        "echo \".shell touch pwned-s1\" | sqlite3",
+        "sqlite3 :memory: <<< \".shell touch pwned-s9\"",
+        "sqlite3 db.sqlite < script.sql",
+        "sqlite3 -cmd '.shell x' db",
+        "vim -s keys.txt test.c",
+        "echo '!touch pwned-v1' | vim -es",
+        "vim -e test.c < cmds",
+        "ex test.c <<< '!touch p'",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "make test",
+        "bash -c 'echo hi'",
+        "less -S test.c",
+        "man ls",
+        "man -k printf",
+        "nm -C lib.a",
+        "sed -n 's/[a-z]*/X/p' f",
+        "sed -n '/^[[:space:]]*#/p' f",
+        "sed -n 's/[^]]*/X/p' f",
+        "sqlite3 db.sqlite 'select 1'",
+        "sqlite3 -header db.sqlite .tables 'select * from t'",
+        "cat rows.csv | sqlite3 db.sqlite 'select count(*) from t'",
+        "vim -R test.c",
+        "echo text | vim -",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}
