@@ -194,32 +194,23 @@ async fn malformed_requests_are_refused_and_change_nothing(backend: Backend) {
     // media types leave nothing to guess: neither is stored.
     let body = json!({"id": "ct10", "name": "echo", "arguments": {"text": "t"}}).to_string();
     let utf16: Vec<u8> = body.encode_utf16().flat_map(u16::to_le_bytes).collect();
-    let r = app
-        .client
-        .post(app.url("/v1/threads/ct/tool-calls"))
-        .bearer_auth(&app.token)
-        .header("content-type", "application/json; charset=utf-16")
-        .body(utf16)
-        .send()
-        .await
-        .unwrap();
-    let (s, p) = problem(r).await;
+    let post_typed = |types: &[&'static str], body: Vec<u8>| {
+        let mut request = app
+            .client
+            .post(app.url("/v1/threads/ct/tool-calls"))
+            .bearer_auth(&app.token);
+        for content_type in types {
+            request = request.header("content-type", *content_type);
+        }
+        async move { problem(request.body(body).send().await.unwrap()).await }
+    };
+    let (s, p) = post_typed(&["application/json; charset=utf-16"], utf16).await;
     assert_eq!(s, 415, "{p}");
     assert!(
         p["detail"].as_str().unwrap().contains("charset=utf-16"),
         "{p}"
     );
-    let r = app
-        .client
-        .post(app.url("/v1/threads/ct/tool-calls"))
-        .bearer_auth(&app.token)
-        .header("content-type", "application/json")
-        .header("content-type", "text/plain")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let (s, p) = problem(r).await;
+    let (s, p) = post_typed(&["application/json", "text/plain"], body.into_bytes()).await;
     assert_eq!(s, 415, "{p}");
     assert!(
         p["detail"].as_str().unwrap().contains("one `Content-Type"),
