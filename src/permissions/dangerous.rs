@@ -378,7 +378,8 @@ fn reads_commands_from_stdin(name: &str, args: &[Word]) -> bool {
             let mut i = 0;
             while let Some(word) = args.get(i) {
                 let t = word.text.as_str();
-                if operands == 0 && t.starts_with('-') && t != "-" {
+                // sqlite3 takes options anywhere on its command line.
+                if t.starts_with('-') && t != "-" {
                     let option = format!("-{}", t.trim_start_matches('-'));
                     if super::embedded::sqlite3_takes_value(&option) && !t.contains('=') {
                         i += 1;

@@ -439,11 +439,37 @@ fn option_runner(name: &str) -> Option<&'static [&'static str]> {
         // A key file's `#env` section sets `LESSOPEN`.
         "less" => &["--lesskey", "-k"],
         // `-s keys`: a file of typed keys (`:!cmd`).
-        "vim" | "vi" | "nvim" | "view" | "ex" | "vimdiff" => {
-            &["-c", "--cmd", "+", "-S", "-u", "-s"]
-        }
+        _ if VIMS.contains(&name) => &["-c", "--cmd", "+", "-S", "-u", "-U", "-s"],
         _ => return None,
     })
+}
+
+/// vim under its names.
+const VIMS: &[&str] = &["vim", "vi", "nvim", "view", "ex", "vimdiff", "gvim", "rvim"];
+
+/// Whether less's cluster of flags `flags` (`Sk`, `x4k`) holds the flag
+/// `letter`: a flag whose value is text takes the rest of the word
+/// (`-pkey` is a pattern, not `-k`), one whose value is a number takes
+/// the digits after it and less reads on (`-x4k` is `-x4 -k`).
+fn less_cluster_has(flags: &str, letter: &str) -> bool {
+    let mut chars = flags.chars().peekable();
+    while let Some(c) = chars.next() {
+        if letter.starts_with(c) {
+            return true;
+        }
+        if "pPtToO".contains(c) {
+            return false;
+        }
+        if "bhjxyz#".contains(c) {
+            while chars
+                .peek()
+                .is_some_and(|d| d.is_ascii_digit() || matches!(d, '.' | ',' | '-'))
+            {
+                chars.next();
+            }
+        }
+    }
+    false
 }
 
 /// The first option of [`option_runner`]'s list that `words` use (before
@@ -480,11 +506,16 @@ fn runner_options(name: &str, words: &[Word]) -> Option<Embedded> {
                 // fd's may end a cluster of flags (`-Hx cmd`).
                 let letter = &o[1..];
                 let cluster = t.starts_with('-') && !t.starts_with("--");
+                let flags = t.get(1..).unwrap_or_default();
                 t.starts_with(**o)
                     || (matches!(name, "fd" | "fdfind") && cluster && t.ends_with(letter))
                     // less's flags cluster, and the one with a value may
-                    // come anywhere in it (`-Sk keys`, `-Skkeys`).
-                    || (less && cluster && t[1..].contains(letter))
+                    // come anywhere in it (`-Sk keys`, `-Skkeys`), up to
+                    // a flag whose value the rest is (`-pkey`).
+                    || (less && cluster && less_cluster_has(flags, letter))
+                    // vim reads its flags one letter at a time (`-Nu
+                    // file`, `-Xc cmd`).
+                    || (VIMS.contains(&name) && cluster && flags.contains(letter))
             }
         })
     })?;
@@ -634,7 +665,8 @@ fn sqlite3(words: &[Word]) -> Option<Embedded> {
     let mut database = None;
     while let Some(word) = words.get(i) {
         let t = word.text.as_str();
-        if database.is_none() && t.starts_with('-') && t != "-" {
+        // sqlite3 takes options anywhere on its command line.
+        if t.starts_with('-') && t != "-" {
             let option = format!("-{}", t.trim_start_matches('-'));
             let option = option.split('=').next().unwrap_or_default();
             if matches!(option, "-cmd" | "-init") {
@@ -665,24 +697,30 @@ fn sqlite3(words: &[Word]) -> Option<Embedded> {
 fn sqlite3_text(text: &str) -> Option<String> {
     let trimmed = text.trim_start();
     if let Some(dot) = trimmed.strip_prefix('.') {
-        let name = dot.split_whitespace().next().unwrap_or_default();
-        if !SQLITE3_PLAIN_DOTS.contains(&name) || dot.contains('|') {
+        let mut args = dot.split_whitespace();
+        let name = args.next().unwrap_or_default();
+        // Where output goes, or what a table is filled from: a file named
+        // as written (`-x`/`-e` open another program; `|cmd` runs one).
+        let to_a_file = matches!(name, "output" | "once" | "import")
+            && !args.any(|a| a.starts_with('-'))
+            && !super::git_reach::mentions_git_configuration(dot);
+        if (!SQLITE3_PLAIN_DOTS.contains(&name) && !to_a_file) || dot.contains('|') {
             return Some(format!(
                 "its dot-command `.{name}` may run a program, read commands or write a file"
             ));
         }
         return None;
     }
-    let lower = text.to_ascii_lowercase();
+    let sql = sql_code(text);
     for call in ["edit", "load_extension", "writefile"] {
-        let mut rest = lower.as_str();
+        let mut rest = sql.as_str();
         while let Some(at) = rest.find(call) {
             let after = rest[at + call.len()..].trim_start();
             let starts_word = at == 0
                 || !rest[..at]
                     .chars()
                     .next_back()
-                    .is_some_and(|c| c.is_alphanumeric() || c == '_');
+                    .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '$');
             if starts_word && after.starts_with('(') {
                 return Some(format!(
                     "its SQL calls `{call}()`, which runs a program, loads a library or writes a file"
@@ -695,6 +733,52 @@ fn sqlite3_text(text: &str) -> Option<String> {
         "its SQL names git's configuration (a `.git` directory, `.gitconfig`), where it may write"
             .to_string()
     })
+}
+
+/// SQL text as the names in it call: lowercased, its string literals
+/// (`'…'`) and comments (`-- …`, `/* … */`) taken out, and the quotes of
+/// quoted names (`"edit"`, `[edit]`, `` `edit` ``) dropped, so that
+/// `edit/**/(` and `"edit"(` read as the call they are.
+fn sql_code(text: &str) -> String {
+    let chars: Vec<char> = text.to_ascii_lowercase().chars().collect();
+    let mut code = String::with_capacity(chars.len());
+    let mut i = 0;
+    while i < chars.len() {
+        match chars[i] {
+            '\'' => {
+                i += 1;
+                while i < chars.len() {
+                    if chars[i] == '\'' {
+                        if chars.get(i + 1) == Some(&'\'') {
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                code.push(' ');
+            }
+            '-' if chars.get(i + 1) == Some(&'-') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+                code.push(' ');
+            }
+            '/' if chars.get(i + 1) == Some(&'*') => {
+                i += 2;
+                while i < chars.len() && !(chars[i] == '*' && chars.get(i + 1) == Some(&'/')) {
+                    i += 1;
+                }
+                i += 1;
+                code.push(' ');
+            }
+            '"' | '[' | ']' | '`' => {}
+            c => code.push(c),
+        }
+        i += 1;
+    }
+    code
 }
 
 /// `compgen -W 'words'` (and `complete -W`) expands its word list when it

@@ -3997,3 +3997,58 @@ fn a_seventeenth_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// The eighteenth review's forms: SQL that calls `edit()` behind a
+/// comment or a quoted name, sqlite3's `-init` after the database, vim's
+/// flags clustered (`-Nu`, `-Xc`); and the needless asks it found: a
+/// string literal that reads like a call, less's `-p` pattern holding a
+/// `k`, sqlite3's output to a plain file.
+#[test]
+fn an_eighteenth_reviews_forms_are_not_allowed() {
+    let set = rules(
+        &[
+            "bash(sqlite3 *)",
+            "bash(vim *)",
+            "bash(less *)",
+            "bash(echo *)",
+        ],
+        &[],
+        &[],
+    );
+    let forms = [
+        "sqlite3 x.db \"select edit/**/('a','touch m2')\"",
+        "sqlite3 x.db \"select \\\"edit\\\"('a','touch m3')\"",
+        "sqlite3 x.db \"select [edit]('a','touch m4')\"",
+        "sqlite3 x.db \"select edit -- c\n('a','touch m6')\"",
+        "sqlite3 x.db \"select `load_extension`('./x.so')\"",
+        "sqlite3 x.db \"select writefile/* */('f', 'x')\"",
+        "sqlite3 x.db -init evil.sql .tables",
+        "sqlite3 x.db .tables -cmd '.shell touch p'",
+        "vim -Nu e.vim f.txt",
+        "vim -XS e2.vim f.txt",
+        "vim -Xc 'call system(\"touch v3\")|qa!' f.txt",
+        "vim -nc 'call system(\"touch v4\")|qa!' f.txt",
+        "vim -ns keys f.txt",
+        "less -x4k k.bin f.txt",
+        "less -Sk k.bin f.txt",
+        "sqlite3 x.db \".output '|touch p'\"",
+        "sqlite3 x.db '.once -x'",
+        "sqlite3 x.db '.output .git/config'",
+    ];
+    let allowed = allowed_of(&set, &forms);
+    assert!(allowed.is_empty(), "{allowed:#?}");
+    for fine in [
+        "sqlite3 x.db \"select * from t where name = 'edit (draft)'\"",
+        "sqlite3 x.db \"select 'writefile (x)', edit_count from t\"",
+        "sqlite3 x.db '.output out.txt' 'select 1'",
+        "sqlite3 x.db '.once out.txt' 'select 1'",
+        "sqlite3 x.db '.import data.csv t'",
+        "less -pkey f.txt",
+        "less -p keyword f.txt",
+        "less -R -N f.txt",
+        "vim -R f.txt",
+        "vim -d a.txt b.txt",
+    ] {
+        assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
+    }
+}
