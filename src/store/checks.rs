@@ -30,11 +30,6 @@ pub(crate) const PURGED_TABLES: [(&str, &str); 3] =
 /// transaction (a thread of some 280 tool calls).
 pub const DELETE_AT_ONCE: i64 = 2_000;
 
-/// How many rows of thread `$1` `table` holds.
-pub(crate) fn count_rows(table: &str) -> String {
-    format!("SELECT COUNT(*) FROM {table} WHERE thread_id = $1")
-}
-
 /// Delete at most `$2` rows of thread `$1` from `table`, keyed by `key`.
 pub(crate) fn purge_rows(table: &str, key: &str) -> String {
     format!(

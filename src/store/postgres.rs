@@ -430,7 +430,9 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
             }
             WriteOp::DeleteThread { deleted_at_ms } => {
                 checks::deletion_fits_unit(unit)?;
-                let content = delete_thread(conn, &unit.thread_id, *deleted_at_ms).await?;
+                // Gap-free counters: what the thread holds.
+                let held = [next_message_seq - 1, next_event_seq - 1, next_ordinal - 1];
+                let content = delete_thread(conn, &unit.thread_id, *deleted_at_ms, held).await?;
                 let entry = checks::deletion_audit(unit, *deleted_at_ms, &content);
                 receipt.audit_ids.push(insert_audit(conn, &entry).await?);
                 receipt.deleted = Some(content);
@@ -451,25 +453,19 @@ async fn apply_unit(conn: &mut PgConnection, unit: &WriteUnit) -> StoreResult<Un
 }
 
 /// [`WriteOp::DeleteThread`], its unit's reservation holding the thread's
-/// row lock: every other write of the thread waits for it.
+/// row lock: every other write of the thread waits for it. `counted`: its
+/// messages, events and calls, as its gap-free counters say.
 async fn delete_thread(
     conn: &mut PgConnection,
     thread_id: &str,
     at_ms: i64,
+    counted: [i64; 3],
 ) -> StoreResult<super::DeletedContent> {
     let calls: Vec<(String, String)> = sqlx::query_as(checks::BUSY_CALLS)
         .bind(thread_id)
         .fetch_all(&mut *conn)
         .await?;
     checks::not_busy(calls)?;
-    let mut counted = Vec::with_capacity(checks::PURGED_TABLES.len());
-    for table in ["messages", "events", "tool_calls"] {
-        let rows: i64 = sqlx::query_scalar(&checks::count_rows(table))
-            .bind(thread_id)
-            .fetch_one(&mut *conn)
-            .await?;
-        counted.push(rows);
-    }
     let mut removed = async |table: &str| -> StoreResult<i64> {
         Ok(
             sqlx::query(&format!("DELETE FROM {table} WHERE thread_id = $1"))

@@ -632,7 +632,7 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
             }
             WriteOp::DeleteThread { deleted_at_ms } => {
                 checks::deletion_fits_unit(unit)?;
-                let content = delete_thread(conn, &unit.thread_id, *deleted_at_ms)?;
+                let content = delete_thread(conn, &unit.thread_id, *deleted_at_ms, &last)?;
                 let entry = checks::deletion_audit(unit, *deleted_at_ms, &content);
                 receipt.audit_ids.push(insert_audit(conn, &entry)?);
                 receipt.deleted = Some(content);
@@ -648,8 +648,14 @@ fn apply_unit(conn: &Connection, unit: &WriteUnit) -> StoreResult<UnitReceipt> {
 }
 
 /// [`WriteOp::DeleteThread`], its unit's reservation having taken the
-/// write lock.
-fn delete_thread(conn: &Connection, thread_id: &str, at_ms: i64) -> StoreResult<DeletedContent> {
+/// write lock and read the thread's counters (`held`: gap-free, so they
+/// count its events, messages and calls).
+fn delete_thread(
+    conn: &Connection,
+    thread_id: &str,
+    at_ms: i64,
+    held: &Reserved,
+) -> StoreResult<DeletedContent> {
     let mut busy = conn.prepare(checks::BUSY_CALLS)?;
     let calls = busy
         .query_map([thread_id], |row| {
@@ -663,13 +669,10 @@ fn delete_thread(conn: &Connection, thread_id: &str, at_ms: i64) -> StoreResult<
             [thread_id],
         )? as i64)
     };
-    let count = |table: &str| -> StoreResult<i64> {
-        Ok(conn.query_row(&checks::count_rows(table), [thread_id], |row| row.get(0))?)
-    };
     let content = DeletedContent {
-        messages: count("messages")?,
-        events: count("events")?,
-        tool_calls: count("tool_calls")?,
+        messages: held.last_message_seq,
+        events: held.last_event_seq,
+        tool_calls: held.last_call_ordinal,
         approvals: removed("approvals")?,
     };
     if content.messages + content.events + content.tool_calls <= checks::DELETE_AT_ONCE {
