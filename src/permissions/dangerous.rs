@@ -373,24 +373,7 @@ fn piped_into_interpreter(analysis: &Analysis) -> Vec<Hazard> {
 /// Ex mode (`ex`, `vim -e`, `vim -es`): they take commands from stdin.
 fn reads_commands_from_stdin(name: &str, args: &[Word]) -> bool {
     match name {
-        "sqlite3" => {
-            let mut operands = 0;
-            let mut i = 0;
-            while let Some(word) = args.get(i) {
-                let t = word.text.as_str();
-                // sqlite3 takes options anywhere on its command line.
-                if t.starts_with('-') && t != "-" {
-                    let option = format!("-{}", t.trim_start_matches('-'));
-                    if super::embedded::sqlite3_takes_value(&option) && !t.contains('=') {
-                        i += 1;
-                    }
-                } else {
-                    operands += 1;
-                }
-                i += 1;
-            }
-            operands <= 1
-        }
+        "sqlite3" => super::embedded::sqlite3_arguments(args).1.len() <= 1,
         "ex" | "exim" => true,
         "vim" | "vi" | "nvim" | "view" | "vimdiff" => args.iter().any(|w| {
             let t = w.text.as_str();

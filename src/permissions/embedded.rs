@@ -609,11 +609,6 @@ const SQLITE3_VALUED: &[&str] = &[
     "-escape",
 ];
 
-/// Whether sqlite3's `option` (`-separator`) takes the next word.
-pub(crate) fn sqlite3_takes_value(option: &str) -> bool {
-    SQLITE3_VALUED.contains(&option)
-}
-
 /// sqlite3's dot-commands that only show or set how things are shown:
 /// named whole (an abbreviation may stand for another command).
 const SQLITE3_PLAIN_DOTS: &[&str] = &[
@@ -661,35 +656,54 @@ fn sqlite3(words: &[Word]) -> Option<Embedded> {
             commands: Vec::new(),
         })
     };
-    let mut i = 1;
-    let mut database = None;
-    while let Some(word) = words.get(i) {
-        let t = word.text.as_str();
-        // sqlite3 takes options anywhere on its command line.
-        if t.starts_with('-') && t != "-" {
-            let option = format!("-{}", t.trim_start_matches('-'));
-            let option = option.split('=').next().unwrap_or_default();
-            if matches!(option, "-cmd" | "-init") {
-                return ask(format!(
-                    "its option `{t}` gives sqlite3 commands to run, which may run programs"
-                ));
-            }
-            if SQLITE3_VALUED.contains(&option) && !t.contains('=') {
-                i += 1;
-            }
-        } else if database.is_none() {
-            database = Some(t);
-        } else if !word.literal {
+    let (options, operands) = sqlite3_arguments(&words[1..]);
+    if let Some(option) = options
+        .iter()
+        .find(|o| matches!(o.1.as_str(), "-cmd" | "-init"))
+    {
+        return ask(format!(
+            "its option `{}` gives sqlite3 commands to run, which may run programs",
+            option.0
+        ));
+    }
+    // The first operand is the database; the rest are its commands.
+    for word in operands.iter().skip(1) {
+        if !word.literal {
             return ask(
                 "a sqlite3 command computed when the line runs may be one that runs a program"
                     .into(),
             );
-        } else if let Some(why) = sqlite3_text(t) {
+        }
+        if let Some(why) = sqlite3_text(&word.text) {
             return ask(why);
+        }
+    }
+    None
+}
+
+/// sqlite3's arguments `args` as it reads them, options anywhere: its
+/// options (as written, and by name: `--cmd=x` is `-cmd`), and its
+/// operands (the database, then SQL and dot-commands). An option's value
+/// (`-separator ,`) is neither.
+pub(crate) fn sqlite3_arguments(args: &[Word]) -> (Vec<(&str, String)>, Vec<&Word>) {
+    let mut options = Vec::new();
+    let mut operands = Vec::new();
+    let mut i = 0;
+    while let Some(word) = args.get(i) {
+        let t = word.text.as_str();
+        if t.starts_with('-') && t != "-" {
+            let name = format!("-{}", t.trim_start_matches('-'));
+            let name = name.split('=').next().unwrap_or_default().to_string();
+            if SQLITE3_VALUED.contains(&name.as_str()) && !t.contains('=') {
+                i += 1;
+            }
+            options.push((t, name));
+        } else {
+            operands.push(word);
         }
         i += 1;
     }
-    None
+    (options, operands)
 }
 
 /// Why the sqlite3 command text `text` (one argument) is vouched for by
