@@ -126,15 +126,25 @@ fn keyword_mode(words: &[Word]) -> Option<String> {
     if name != "set" && !super::dangerous::SHELLS.contains(&name) {
         return None;
     }
-    let args: Vec<&str> = words[1..].iter().map(|w| w.text.as_str()).collect();
-    shell_options(&args, name == "set")
-        .into_iter()
-        .any(|(flags, long)| flags.contains('k') || long == Some("keyword"))
-        .then(|| {
+    shell_option_set(&words[1..], name == "set", 'k', "keyword").then(|| {
             format!(
                 "`{name}` with `-k` makes every NAME=value word of a later command an assignment to its environment"
             )
         })
+}
+
+/// Whether a shell's (or, `all`, `set`'s) options `args` set the one
+/// spelled `-FLAG` (alone or in a cluster) or `-o LONG`.
+fn shell_option_set<'w>(
+    args: impl IntoIterator<Item = &'w Word>,
+    all: bool,
+    flag: char,
+    long: &str,
+) -> bool {
+    let args: Vec<&str> = args.into_iter().map(|w| w.text.as_str()).collect();
+    shell_options(&args, all)
+        .into_iter()
+        .any(|(flags, name)| flags.contains(flag) || name == Some(long))
 }
 
 /// The options of a shell or of `set` in `args`, until the first operand
@@ -416,10 +426,7 @@ fn exports_variables(words: &[Word]) -> bool {
         // A shell started with `-a` (`-o allexport`) exports every
         // variable its command string sets.
         _ if super::dangerous::SHELLS.contains(&name) => {
-            let args: Vec<&str> = words[1..].iter().map(|w| w.text.as_str()).collect();
-            shell_options(&args, false)
-                .into_iter()
-                .any(|(flags, long)| flags.contains('a') || long == Some("allexport"))
+            shell_option_set(words[1..].iter().copied(), false, 'a', "allexport")
         }
         "set" => words[1..].iter().any(|w| {
             !w.literal

@@ -375,7 +375,7 @@ fn reads_commands_from_stdin(name: &str, args: &[Word]) -> bool {
     match name {
         "sqlite3" => super::embedded::sqlite3_arguments(args).1.len() <= 1,
         "ex" | "exim" => true,
-        "vim" | "vi" | "nvim" | "view" | "vimdiff" => args.iter().any(|w| {
+        _ if super::embedded::VIMS.contains(&name) => args.iter().any(|w| {
             let t = w.text.as_str();
             t.starts_with('-') && !t.starts_with("--") && t[1..].contains(['e', 'E'])
         }),

@@ -445,7 +445,7 @@ fn option_runner(name: &str) -> Option<&'static [&'static str]> {
 }
 
 /// vim under its names.
-const VIMS: &[&str] = &["vim", "vi", "nvim", "view", "ex", "vimdiff", "gvim", "rvim"];
+pub(crate) const VIMS: &[&str] = &["vim", "vi", "nvim", "view", "ex", "vimdiff", "gvim", "rvim"];
 
 /// Whether less's cluster of flags `flags` (`Sk`, `x4k`) holds the flag
 /// `letter`: a flag whose value is text takes the rest of the word
