@@ -265,6 +265,7 @@ on_both_backends! {
         messages_before_pages_backwards_in_ascending_pages,
         pages_end_early_at_their_byte_budget,
         an_outline_keeps_ids_roles_and_declared_calls_only,
+        a_conversation_leaves_out_what_a_results_content_holds,
         an_owners_threads_page_newest_first,
         running_tool_calls_lists_only_unfinished_calls,
         running_tool_calls_are_a_processes_own,
@@ -1700,6 +1701,56 @@ async fn an_outline_keeps_ids_roles_and_declared_calls_only(store: DynStore) {
     assert!(store.message_outlines("nowhere").await.unwrap().is_empty());
 }
 
+/// A model context reads a result from its message's `content`: the
+/// conversation leaves out of each tool message's output the result and
+/// the hints that repeat it, and nothing else of any message.
+async fn a_conversation_leaves_out_what_a_results_content_holds(store: DynStore) {
+    let output = json!({
+        "tool_name": "echo", "tool_call_id": "c1", "tool_call_args": {"text": "hi"},
+        "status": "success", "error": null,
+        "result": {"text": "y".repeat(100_000)}, "ui_hints": {"body": "y".repeat(100_000)},
+    });
+    let result = NewMessage {
+        metadata: json!({"tool_agent_output": output, "error": "kept"}).into(),
+        tool_call_id: Some("c1".into()),
+        ..message("m2", Role::Tool, &"y".repeat(100_000))
+    };
+    // Other messages keep keys of the same names.
+    let user = NewMessage {
+        metadata: json!({"result": 1, "ui_hints": 2, "tool_agent_output": "text"}).into(),
+        ..message("m1", Role::User, "hello")
+    };
+    apply_one(
+        &store,
+        unit(
+            "t",
+            "alice",
+            vec![WriteOp::InsertMessage(user), WriteOp::InsertMessage(result)],
+        ),
+    )
+    .await
+    .unwrap();
+    let full = store.all_messages("t").await.unwrap();
+    let conversation = store.conversation("t").await.unwrap();
+    assert_eq!(conversation.len(), 2);
+    assert_eq!(conversation[0], full[0]);
+    assert_eq!(
+        conversation[1],
+        StoredMessage {
+            metadata: json!({
+                "tool_agent_output": {
+                    "tool_name": "echo", "tool_call_id": "c1",
+                    "tool_call_args": {"text": "hi"}, "status": "success", "error": null,
+                },
+                "error": "kept",
+            }),
+            ..full[1].clone()
+        }
+    );
+    assert_eq!(conversation[1].content.len(), 100_000);
+    assert!(store.conversation("nowhere").await.unwrap().is_empty());
+}
+
 /// A process finishes at start-up only the calls it ran, never another
 /// live process's, nor one that names no process (recorded by a version
 /// from before calls did, which may still be running it); any process
@@ -2264,6 +2315,10 @@ impl Store for Observed {
     }
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.inner.all_messages(thread_id).await
+    }
+
+    async fn conversation(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
+        self.inner.conversation(thread_id).await
     }
     async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.inner.message_outlines(thread_id).await

@@ -1242,7 +1242,7 @@ pub async fn get_context(
     require_thread(&state, &user, &thread).await?;
     // Held until the answer is serialized: the thread is in memory till then.
     let _read = state.enter_thread_read(&user.owner).await?;
-    let mut messages = state.store.all_messages(&thread.0).await?;
+    let mut messages = state.store.conversation(&thread.0).await?;
     // The records of the declared calls without a result. A call whose
     // approval passed its deadline gets its APPROVAL_EXPIRED result now, as
     // the sweeper would moments later, and the context holds that result
@@ -1257,7 +1257,7 @@ pub async fn get_context(
         }
     }
     if settled {
-        messages = state.store.all_messages(&thread.0).await?;
+        messages = state.store.conversation(&thread.0).await?;
     }
     // What each declared call without a result is waiting for.
     let mut unanswered = context::Unanswered::new();

@@ -348,6 +348,11 @@ impl CallStatus {
     }
 }
 
+/// The keys of a tool message's `metadata.tool_agent_output` that repeat
+/// what its `content` holds (the result, and the hints shown from it):
+/// [`Store::conversation`] leaves them out.
+pub const OUTPUT_KEYS_IN_CONTENT: [&str; 2] = ["result", "ui_hints"];
+
 /// A message as stored. `content` is always text; structure lives in
 /// `metadata` (for tool messages: `{"tool_agent_output": …}`; for assistant
 /// messages with calls: `{"tool_calls": [{id, name, arguments}]}`).
@@ -1159,6 +1164,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// The whole conversation, ascending.
     async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;
+
+    /// The whole conversation, ascending, as a model context reads it: a
+    /// tool message's `tool_agent_output` without the keys
+    /// [`OUTPUT_KEYS_IN_CONTENT`] names (its `content` holds the result), so
+    /// a thread of large results is held once rather than three times.
+    async fn conversation(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>>;
 
     /// The conversation's outline, ascending: every message without its
     /// `content`, and with nothing of its `metadata` but an assistant

@@ -1602,6 +1602,10 @@ impl Store for PgStore {
         self.reads().all_messages(thread_id).await
     }
 
+    async fn conversation(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
+        self.reads().conversation(thread_id).await
+    }
+
     async fn message_outlines(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
         self.reads().message_outlines(thread_id).await
     }

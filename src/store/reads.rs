@@ -745,13 +745,41 @@ where
     }
 
     pub async fn all_messages(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 ORDER BY seq"
-        ))
-        .bind(thread_id)
-        .fetch_all(self.pool)
-        .await?;
-        rows.iter().map(message_from_row).collect()
+        self.every_message(thread_id, message_from_row).await
+    }
+
+    pub async fn conversation(&self, thread_id: &str) -> StoreResult<Vec<StoredMessage>> {
+        self.every_message(thread_id, |row| {
+            let mut message = message_from_row(row)?;
+            if let Some(output) = message
+                .metadata
+                .get_mut("tool_agent_output")
+                .and_then(Value::as_object_mut)
+            {
+                for key in super::OUTPUT_KEYS_IN_CONTENT {
+                    output.remove(key);
+                }
+            }
+            Ok(message)
+        })
+        .await
+    }
+
+    /// Every message of the thread, ascending, each row read as it
+    /// arrives (a whole thread's rows are never held at once).
+    async fn every_message(
+        &self,
+        thread_id: &str,
+        read: impl Fn(&DB::Row) -> StoreResult<StoredMessage>,
+    ) -> StoreResult<Vec<StoredMessage>> {
+        let text =
+            format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = $1 ORDER BY seq");
+        let mut rows = sqlx::query(&text).bind(thread_id).fetch(self.pool);
+        let mut messages = Vec::new();
+        while let Some(row) = rows.try_next().await? {
+            messages.push(read(&row)?);
+        }
+        Ok(messages)
     }
 
     pub async fn call_parents(&self, thread_id: &str) -> StoreResult<Vec<(String, String)>> {
