@@ -686,15 +686,25 @@ where
         if let Some(isolation) = isolation {
             sqlx::query(isolation).execute(&mut *tx).await?;
         }
-        let rows = sqlx::query(&format!(
+        let text = format!(
             "SELECT s.last_event_seq AS snapshot_last_event_seq, {MESSAGE_COLUMNS} \
              FROM (SELECT last_event_seq FROM threads WHERE id = $1) AS s \
              LEFT JOIN messages ON messages.thread_id = $1 \
              ORDER BY seq"
-        ))
-        .bind(thread_id)
-        .fetch_all(&mut *tx)
-        .await?;
+        );
+        // Each row read as it arrives: a whole thread's rows are never
+        // held beside its messages.
+        let mut last_event_seq = 0;
+        let mut messages = Vec::new();
+        let mut rows = sqlx::query(&text).bind(thread_id).fetch(&mut *tx);
+        while let Some(row) = rows.try_next().await? {
+            last_event_seq = row.int("snapshot_last_event_seq")?;
+            // The thread's row alone: no messages yet.
+            if row.opt_int("seq")?.is_some() {
+                messages.push(message_from_row(&row)?);
+            }
+        }
+        drop(rows);
         let unfinished = sqlx::query(&format!(
             "SELECT {TOOL_CALL_COLUMNS} FROM {TOOL_CALL_FROM} \
              WHERE c.status IN ('running', 'pending_approval') AND c.thread_id = $1 \
@@ -712,17 +722,6 @@ where
         .await?;
         let open_approvals = Self::open_approvals(&mut tx, thread_id, now_ms).await?;
         tx.commit().await?;
-        let last_event_seq = match rows.first() {
-            Some(row) => row.int("snapshot_last_event_seq")?,
-            None => 0,
-        };
-        let mut messages = Vec::with_capacity(rows.len());
-        for row in &rows {
-            // The thread's row alone: no messages yet.
-            if row.opt_int("seq")?.is_some() {
-                messages.push(message_from_row(row)?);
-            }
-        }
         Ok(ThreadSnapshot {
             messages,
             last_event_seq,
