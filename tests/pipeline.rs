@@ -3369,6 +3369,7 @@ async fn a_cancelling_deletion_stops_what_runs_and_what_waits(backend: Backend) 
     let ask = json!({"id": "c2", "name": "bash", "arguments": {"command": "mkdir asked"}});
     let (s, out) = app.call("stop", ask.clone()).await;
     assert_eq!(s, 202, "{out}");
+    let approval = out["approval"]["id"].as_str().unwrap().to_string();
     for call in ["w1", "b1"] {
         let mut status = Value::Null;
         for _ in 0..200 {
@@ -3429,6 +3430,31 @@ async fn a_cancelling_deletion_stops_what_runs_and_what_waits(backend: Backend) 
         "{audit}"
     );
     assert_eq!(app.rows_of_thread("stop").await, 0);
+    // The approval went with its thread: looked up or decided, it is gone
+    // as the thread is, for its owner; to anyone else it never was.
+    let gone = app.get(&format!("/v1/approvals/{approval}")).await;
+    assert_eq!(gone.status(), 410);
+    let gone = gone.json::<Value>().await.unwrap();
+    assert_eq!(gone["code"], "THREAD_DELETED", "{gone}");
+    assert!(gone["deleted_at"].is_string(), "{gone}");
+    let r = app
+        .post(
+            &format!("/v1/approvals/{approval}/decision"),
+            &json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(r.status(), 410);
+    let other = app.token_for("mallory");
+    let r = app
+        .client
+        .get(app.url(&format!("/v1/approvals/{approval}")))
+        .bearer_auth(&other)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let r = app.get("/v1/approvals/apr_0000000000000000").await;
+    assert_eq!(r.status(), 404);
 }
 
 /// A deletion whose notice never reached this process (another process

@@ -20,10 +20,10 @@ use toolgate::store::sqlite::SqliteStore;
 use toolgate::store::writer::{CommitHook, Writer, WriterConfig};
 use toolgate::store::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallPlacement, CallStatus,
-    DeclaredCall, DynStore, FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage,
-    NewToolCall, PAGE_BYTES, ResultReference, Role, Store, StoreError, StoreResult, StoredEvent,
-    StoredMessage, ThreadOwner, ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt,
-    WriteOp, WriteUnit,
+    DeclaredCall, DeletedApproval, DynStore, FinishedToolCall, JsonText, NewAuditEntry, NewEvent,
+    NewMessage, NewToolCall, PAGE_BYTES, ResultReference, Role, Store, StoreError, StoreResult,
+    StoredEvent, StoredMessage, ThreadOwner, ThreadSnapshot, ThreadSummary, ToolCallRecord,
+    UnitReceipt, WriteOp, WriteUnit,
 };
 
 // ---------------------------------------------------------------------------
@@ -2184,6 +2184,10 @@ impl Store for Observed {
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<ThreadOwner>> {
         self.inner.thread_owner(thread_id).await
     }
+    async fn deleted_approval(&self, approval_id: &str) -> StoreResult<Option<DeletedApproval>> {
+        self.inner.deleted_approval(approval_id).await
+    }
+
     async fn call_declaration(
         &self,
         thread_id: &str,

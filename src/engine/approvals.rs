@@ -355,7 +355,17 @@ impl Engine {
     ) -> Result<ApprovalRecord, ApprovalError> {
         match self.store.approval(id).await? {
             Some(a) if a.owner == by || approver => Ok(a),
-            _ => Err(ApprovalError::NotFound),
+            Some(_) => Err(ApprovalError::NotFound),
+            // Gone with its thread: told so, as the thread's routes tell
+            // it, to whoever could see it.
+            None => match self.store.deleted_approval(id).await? {
+                Some(gone) if gone.owner == by || approver => Err(StoreError::ThreadDeleted {
+                    thread: gone.thread_id,
+                    at_ms: gone.deleted_at_ms,
+                }
+                .into()),
+                _ => Err(ApprovalError::NotFound),
+            },
         }
     }
 

@@ -268,7 +268,8 @@ pub(super) fn approval_error(e: ApprovalError) -> ApiError {
 #[utoipa::path(get, path = "/v1/approvals/{approval_id}", tag = "approvals",
     params(("approval_id" = String, Path,)),
     responses((status = 200, body = ApprovalView),
-        (status = 404, description = "No such approval for this caller", content_type = "application/problem+json")),
+        (status = 404, description = "No such approval for this caller", content_type = "application/problem+json"),
+        (status = 410, description = "`THREAD_DELETED`: the approval went with its thread, deleted at `deleted_at`", content_type = "application/problem+json")),
     security(("bearer" = [])))]
 pub async fn get_approval(
     State(state): State<AppState>,
@@ -340,6 +341,7 @@ pub struct DecisionRequest {
     responses((status = 200, description = "The decided approval", body = ApprovalView),
         (status = 403, description = "An approval by the call's owner where `approvals.owners_approve` is off: only a token with the approver scope approves (the owner may deny)", content_type = "application/problem+json"),
         (status = 404, description = "No such approval for this caller", content_type = "application/problem+json"),
+        (status = 410, description = "`THREAD_DELETED`: the approval went with its thread, deleted at `deleted_at`", content_type = "application/problem+json"),
         (status = 409, description = "Already decided otherwise (another decision, reason or caller), or expired; the same decision posted again by its caller answers 200 with `replayed: true`; `THREAD_CLOSING`: an approval of a call whose thread is being deleted (it will be withdrawn)", content_type = "application/problem+json"),
         (status = 422, description = "Bad decision", content_type = "application/problem+json"),
         (status = 429, description = "An approval while the call's owner runs its maximum of concurrent calls (an approved call takes one of its slots): nothing is decided; decide again after Retry-After", content_type = "application/problem+json")),

@@ -973,6 +973,16 @@ pub struct ThreadOwner {
     pub deleted_at_ms: Option<i64>,
 }
 
+/// An approval whose thread was deleted (its row went with the thread),
+/// as the audit log remembers it: [`Store::deleted_approval`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeletedApproval {
+    pub thread_id: String,
+    /// The thread's owner, whose approval it was.
+    pub owner: String,
+    pub deleted_at_ms: i64,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Which backend this is (`sqlite` or `postgres`), for `/readyz`.
@@ -984,6 +994,11 @@ pub trait Store: Send + Sync + 'static {
     /// Owner of a thread (and when it was deleted, if it was), `None` if
     /// the thread does not exist.
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<ThreadOwner>>;
+
+    /// Approval `approval_id` when it was one of a thread since deleted
+    /// (the approval's row gone with it, its audit entries kept); `None`
+    /// for an approval that still is, or never was.
+    async fn deleted_approval(&self, approval_id: &str) -> StoreResult<Option<DeletedApproval>>;
 
     /// What the assistant messages of `thread_id` say of call `call_id`.
     async fn call_declaration(&self, thread_id: &str, call_id: &str) -> StoreResult<Declaration>;

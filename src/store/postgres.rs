@@ -20,10 +20,10 @@ use super::batch::{Place, Plan, Reserved};
 use super::checks::{Decision, Reservation};
 use super::reads::{APPROVAL_COLUMNS, Reads, audit_entries, audit_query};
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, EventNotices, FinishedToolCall,
-    JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role, RuleChanges, RulesWatch,
-    Store, StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary,
-    ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, DeletedApproval, EventNotices,
+    FinishedToolCall, JsonText, NewAuditEntry, NewEvent, NewMessage, NewToolCall, Role,
+    RuleChanges, RulesWatch, Store, StoreError, StoreResult, StoredEvent, StoredMessage,
+    ThreadSnapshot, ThreadSummary, ToolCallRecord, UnitReceipt, WriteOp, WriteUnit, checks,
 };
 
 /// The `NOTIFY` channel that tells every process of a change of an owner's
@@ -200,6 +200,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         18,
         "closing threads",
         include_str!("../../migrations/postgres/0018_closing_threads.sql"),
+    ),
+    (
+        19,
+        "approvals of deleted threads",
+        include_str!("../../migrations/postgres/0019_approvals_of_deleted_threads.sql"),
     ),
 ];
 
@@ -1306,6 +1311,10 @@ impl Store for PgStore {
 
     async fn thread_owner(&self, thread_id: &str) -> StoreResult<Option<super::ThreadOwner>> {
         self.reads().thread_owner(thread_id).await
+    }
+
+    async fn deleted_approval(&self, approval_id: &str) -> StoreResult<Option<DeletedApproval>> {
+        self.reads().deleted_approval(approval_id).await
     }
 
     async fn call_declaration(

@@ -15,8 +15,9 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 
 use super::{
     ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, CallPlacement, CallStatus,
-    Declaration, DeclaringMessage, PAGE_BYTES, ResultReference, Role, StoreError, StoreResult,
-    StoredEvent, StoredMessage, ThreadOwner, ThreadSnapshot, ThreadSummary, ToolCallRecord,
+    Declaration, DeclaringMessage, DeletedApproval, PAGE_BYTES, ResultReference, Role, StoreError,
+    StoreResult, StoredEvent, StoredMessage, ThreadOwner, ThreadSnapshot, ThreadSummary,
+    ToolCallRecord,
 };
 
 /// A call's row (as `c`) with its output, read from its tool message (`m`,
@@ -245,6 +246,28 @@ where
             Ok(ThreadOwner {
                 owner: row.text("owner")?,
                 deleted_at_ms: row.opt_int("deleted_at_ms")?,
+            })
+        })
+        .transpose()
+    }
+
+    pub async fn deleted_approval(
+        &self,
+        approval_id: &str,
+    ) -> StoreResult<Option<DeletedApproval>> {
+        let row = sqlx::query(
+            "SELECT t.id, t.owner, t.deleted_at_ms FROM audit_log AS a \
+             JOIN threads AS t ON t.id = a.thread_id \
+             WHERE a.approval_id = $1 AND t.deleted_at_ms IS NOT NULL LIMIT 1",
+        )
+        .bind(approval_id)
+        .fetch_optional(self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(DeletedApproval {
+                thread_id: row.text("id")?,
+                owner: row.text("owner")?,
+                deleted_at_ms: row.int("deleted_at_ms")?,
             })
         })
         .transpose()

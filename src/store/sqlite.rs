@@ -30,9 +30,9 @@ use sqlx::sqlite::{
 use super::reads::{Reads, audit_entries, audit_query};
 use super::sqlite_writes::{DEFAULT_CHECKPOINT_EVERY, WriteConnection};
 use super::{
-    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, NewAuditEntry, Store, StoreError,
-    StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary, ToolCallRecord,
-    UnitReceipt, WriteUnit,
+    ApprovalRecord, ApprovalStatus, AuditEntry, AuditFilter, DeletedApproval, NewAuditEntry, Store,
+    StoreError, StoreResult, StoredEvent, StoredMessage, ThreadSnapshot, ThreadSummary,
+    ToolCallRecord, UnitReceipt, WriteUnit,
 };
 
 /// How long a statement waits for SQLite's write lock before failing.
@@ -138,6 +138,11 @@ pub(super) const MIGRATIONS: &[(i64, &str, &str)] = &[
         19,
         "closing threads",
         include_str!("../../migrations/sqlite/0019_closing_threads.sql"),
+    ),
+    (
+        20,
+        "approvals of deleted threads",
+        include_str!("../../migrations/sqlite/0020_approvals_of_deleted_threads.sql"),
     ),
 ];
 
@@ -400,6 +405,10 @@ impl Store for SqliteStore {
             }
             _ => read,
         }
+    }
+
+    async fn deleted_approval(&self, approval_id: &str) -> StoreResult<Option<DeletedApproval>> {
+        self.reads().deleted_approval(approval_id).await
     }
 
     async fn call_declaration(
