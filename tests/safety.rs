@@ -5238,3 +5238,38 @@ async fn no_file_tool_reaches_the_running_commands_private_directories() {
     }
     assert!(!home.join(".lesskey").exists());
 }
+
+/// A command line nesting expansions thousands deep (`${x:-${x:-…}}`,
+/// some 240 KB, well within a body's limit) is judged like any malformed
+/// line, and the server goes on: the analyser once recursed once per
+/// level and overflowed the runtime's stack, ending the process for
+/// every owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_nesting_thousands_deep_is_judged_and_the_server_goes_on() {
+    let app = TestApp::spawn(Backend::Sqlite).await;
+    put_rules(&app, json!({"allow": ["bash(echo *)"]})).await;
+    for (id, open, close) in [
+        ("d1", "${x:-", "}"),
+        ("d2", "\"${x:-", "}\""),
+        ("d3", "$[", "]"),
+        ("d4", "${x:-$(", ")}"),
+    ] {
+        let command = format!("echo {}y{}", open.repeat(40_000), close.repeat(40_000));
+        let (s, out) = app
+            .call(
+                "deep",
+                json!({"id": id, "name": "bash", "arguments": {"command": command}}),
+            )
+            .await;
+        // Not allowed by `bash(echo *)`: asked about, never run as is.
+        assert_eq!(s, 202, "{id}: {}", &out.to_string()[..200]);
+        assert_eq!(out["status"], "pending_approval", "{id}");
+    }
+    let (s, out) = app
+        .call(
+            "deep",
+            json!({"id": "e1", "name": "echo", "arguments": {"text": "still here"}}),
+        )
+        .await;
+    assert_eq!(s, 200, "{out}");
+}

@@ -353,6 +353,9 @@ fn declared_arrays(words: &[Word]) -> (Vec<String>, Option<String>, Vec<String>)
 /// (`[x]=1`, `[$i+1]=1`).
 fn subscripts_evaluate(value: &str) -> bool {
     let chars: Vec<char> = value.chars().collect();
+    if shell::nests_too_deeply(&chars) {
+        return true;
+    }
     let mut i = 0;
     while i < chars.len() {
         if chars[i] == '[' {

@@ -1049,7 +1049,12 @@ fn kills_everything(args: &[Word]) -> bool {
 /// itself into itself.
 pub(crate) fn is_fork_bomb(src: &str) -> bool {
     let squeezed: String = src.chars().filter(|c| !c.is_whitespace()).collect();
-    squeezed.match_indices("(){").any(|(at, _)| {
+    // Each name once, where it is first defined: a line defining the same
+    // function thousands of times is read once per name, not per
+    // definition. More names than a line would define are taken for one.
+    let mut first_defined: Vec<(&str, usize)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (at, _) in squeezed.match_indices("(){") {
         let before = &squeezed[..at];
         let name = before
             .rsplit(|c: char| ";&|(){}\n".contains(c))
@@ -1059,9 +1064,21 @@ pub(crate) fn is_fork_bomb(src: &str) -> bool {
             .strip_prefix("function")
             .filter(|n| !n.is_empty())
             .unwrap_or(name);
-        !name.is_empty() && squeezed[at + 3..].contains(&format!("{name}|{name}"))
-    })
+        if !name.is_empty() && seen.insert(name) {
+            if seen.len() > MAX_FUNCTION_NAMES {
+                return true;
+            }
+            first_defined.push((name, at));
+        }
+    }
+    first_defined
+        .into_iter()
+        .any(|(name, at)| squeezed[at + 3..].contains(&format!("{name}|{name}")))
 }
+
+/// The most functions a line may define before [`is_fork_bomb`] takes it
+/// for one without reading further (each name costs a scan of the line).
+const MAX_FUNCTION_NAMES: usize = 64;
 
 #[cfg(test)]
 mod tests {

@@ -370,9 +370,38 @@ pub(crate) fn evaluates_code(word: &Word) -> bool {
     word.computed && text_evaluates_code(&word.text)
 }
 
+/// How deep brackets (`(`, `[`, `{`, of any kind, quoted or not) may nest
+/// in a text that the checks below scan expansion by expansion. Each scan
+/// reads what one expansion encloses, so a text nesting thousands deep
+/// would cost its length times its depth; the lexer refuses expansions
+/// nesting deeper than [`MAX_DEPTH`] anyway, so a line this deep is
+/// malformed, and the checks answer for it without reading it.
+const MAX_SCANNED_NESTING: usize = 4 * MAX_DEPTH;
+
+/// Whether brackets nest deeper than [`MAX_SCANNED_NESTING`] in `chars`.
+pub(crate) fn nests_too_deeply(chars: &[char]) -> bool {
+    let mut depth = 0usize;
+    for &c in chars {
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                if depth > MAX_SCANNED_NESTING {
+                    return true;
+                }
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 /// [`evaluates_code`] on a word's text, expansions kept verbatim.
 fn text_evaluates_code(text: &str) -> bool {
     let chars: Vec<char> = text.chars().collect();
+    if nests_too_deeply(&chars) {
+        return true;
+    }
     let mut i = 0;
     while i < chars.len() {
         if chars[i] != '$' {
@@ -404,9 +433,13 @@ pub(crate) fn assigned_by_expansion(word: &Word) -> Vec<String> {
     assigned_in_text(&word.text.chars().collect::<Vec<_>>())
 }
 
-/// [`assigned_by_expansion`] of a text as bash expands it.
+/// [`assigned_by_expansion`] of a text as bash expands it (none read in a
+/// text that [`nests_too_deeply`], which the lexer has refused).
 fn assigned_in_text(chars: &[char]) -> Vec<String> {
     let mut names = Vec::new();
+    if nests_too_deeply(chars) {
+        return names;
+    }
     for (i, pair) in chars.windows(2).enumerate() {
         if pair != ['$', '{'] {
             continue;
@@ -589,10 +622,19 @@ impl Lexer {
         b.start = None;
     }
 
+    /// The text nests deeper than [`MAX_DEPTH`]: it cannot be checked, and
+    /// the rest of it is not read (each level it is in ends there), so
+    /// that a line nesting thousands deep costs no more than one nesting
+    /// [`MAX_DEPTH`] deep.
+    fn too_deep(&mut self) {
+        self.error("the command nests substitutions too deeply to be checked");
+        self.pos = self.src.len();
+    }
+
     /// Run `f` one level deeper, unless that is too deep.
     fn nested(&mut self, f: impl FnOnce(&mut Lexer)) -> bool {
         if self.depth >= MAX_DEPTH {
-            self.error("the command nests substitutions too deeply to be checked");
+            self.too_deep();
             return false;
         }
         self.depth += 1;
@@ -651,7 +693,7 @@ impl Lexer {
         heredoc_body: bool,
     ) -> bool {
         if self.depth >= MAX_DEPTH {
-            self.error("the command nests substitutions too deeply to be checked");
+            self.too_deep();
             return true;
         }
         let mut sub = Lexer {
@@ -1424,7 +1466,7 @@ impl Lexer {
             }
             Some('(') if self.peek_at(1) == Some('(') => {
                 self.pos += 2;
-                self.arithmetic(in_double_quotes);
+                self.nested(|l| l.arithmetic(in_double_quotes));
                 let raw = self.slice(from, self.pos);
                 w.push_computed(&raw);
             }
@@ -1437,35 +1479,13 @@ impl Lexer {
             // `$[…]`: bash's old arithmetic expansion.
             Some('[') => {
                 self.pos += 1;
-                let mut depth = 1usize;
-                let mut scratch = WordBuilder::new();
-                while depth > 0 {
-                    match self.peek() {
-                        None => {
-                            self.error("a `$[` is never closed");
-                            break;
-                        }
-                        Some('[') => {
-                            depth += 1;
-                            self.pos += 1;
-                        }
-                        Some(']') => {
-                            depth -= 1;
-                            self.pos += 1;
-                        }
-                        Some('\'' | '"') => self.quoted_in_expression(&mut scratch),
-                        Some('$') => self.dollar(&mut scratch, true),
-                        Some('`') => self.backtick(&mut scratch, in_double_quotes),
-                        Some('\\') => self.pos += 2,
-                        Some(_) => self.pos += 1,
-                    }
-                }
+                self.nested(|l| l.old_arithmetic(in_double_quotes));
                 let raw = self.slice(from, self.pos);
                 w.push_computed(&raw);
             }
             Some('{') => {
                 self.pos += 1;
-                self.parameter_expansion(in_double_quotes);
+                self.nested(|l| l.parameter_expansion(in_double_quotes));
                 let raw = self.slice(from, self.pos);
                 w.push_computed(&raw);
             }
@@ -1650,6 +1670,34 @@ impl Lexer {
             let end = self.pos.saturating_sub(2).max(content_start);
             let content = self.slice(content_start, end);
             self.sub_lex(&format!("({content})"), false, true);
+        }
+    }
+
+    /// After `$[`, bash's old arithmetic expansion: up to the matching
+    /// `]`, lexing what runs inside.
+    fn old_arithmetic(&mut self, in_double_quotes: bool) {
+        let mut depth = 1usize;
+        let mut scratch = WordBuilder::new();
+        while depth > 0 {
+            match self.peek() {
+                None => {
+                    self.error("a `$[` is never closed");
+                    break;
+                }
+                Some('[') => {
+                    depth += 1;
+                    self.pos += 1;
+                }
+                Some(']') => {
+                    depth -= 1;
+                    self.pos += 1;
+                }
+                Some('\'' | '"') => self.quoted_in_expression(&mut scratch),
+                Some('$') => self.dollar(&mut scratch, true),
+                Some('`') => self.backtick(&mut scratch, in_double_quotes),
+                Some('\\') => self.pos += 2,
+                Some(_) => self.pos += 1,
+            }
         }
     }
 

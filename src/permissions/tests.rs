@@ -2581,6 +2581,40 @@ fn large_and_deep_input_stays_bounded() {
     assert_ne!(verdict_of(&set, &nested), Verdict::Allow);
     let payloads = format!("{}rm x{}", "bash -c \"".repeat(50), "\"".repeat(50));
     assert_ne!(verdict_of(&set, &payloads), Verdict::Allow);
+    // Every form that nests, 20,000 deep, on this thread's stack (as on a
+    // runtime worker's): judged, never a stack overflow, and at a cost
+    // that grows with the line, not with its length times its depth (a
+    // scan per expansion of all it encloses took minutes here).
+    let forms: &[(&str, &str)] = &[
+        ("${x:-", "}"),
+        ("\"${x:-", "}\""),
+        ("${x#", "}"),
+        ("${x[", "]}"),
+        ("$[", "]"),
+        ("$[1+$((", "))]"),
+        ("$((1+", "))"),
+        ("$((", "))"),
+        ("$(", ")"),
+        ("\"$(", ")\""),
+        ("<(", ")"),
+        (">(", ")"),
+        ("(", ")"),
+        ("{ ", ";}"),
+        ("if true; then ", "; fi"),
+        ("while true; do ", "; done"),
+        ("f() { ", "; }"),
+        ("case x in x) ", ";; esac"),
+        ("[[ ( ", " ) ]]"),
+        ("a=(", ")"),
+        ("$'", "'"),
+        ("{a,", "}"),
+        ("x=$((", "))"),
+        ("echo ${x:-$(", ")}"),
+    ];
+    for (open, close) in forms {
+        let line = format!("{}rm x{}", open.repeat(20_000), close.repeat(20_000));
+        assert_ne!(verdict_of(&set, &line), Verdict::Allow, "{open}…{close}");
+    }
 }
 
 /// Allow rules vouch for what they name and nothing the line hides in
