@@ -5138,7 +5138,8 @@ async fn approver_scope_and_ag_ui_interrupts(backend: Backend) {
 /// or through a link, and no walk enters it. What a file tool wrote there
 /// would be a running command's start-up file (`home/.lesskey`), read by
 /// that command's `less` as its own; a `bash` line writing there through
-/// a link needs approval, as one naming it does.
+/// a link needs approval, as one naming it does. A call whose
+/// sub-workspace is there (by name or through a link) is refused too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_file_tool_reaches_the_running_commands_private_directories() {
     let app = TestApp::spawn(Backend::Sqlite).await;
@@ -5194,6 +5195,53 @@ async fn no_file_tool_reaches_the_running_commands_private_directories() {
                 .as_str()
                 .unwrap()
                 .contains(".toolgate-tmp"),
+            "{id}: {out}"
+        );
+    }
+    // Nor does a call whose sub-workspace is there, by name or through a
+    // link, for a file tool or a command.
+    std::os::unix::fs::symlink(".toolgate-tmp/0a1b", root.join("u")).unwrap();
+    for (id, tool, workspace, arguments) in [
+        (
+            "s1",
+            "write_file",
+            ".toolgate-tmp",
+            json!({"path": "0a1b/home/.lesskey", "content": "#env\n"}),
+        ),
+        (
+            "s2",
+            "write_file",
+            "u",
+            json!({"path": "home/.lesskey", "content": "#env\n"}),
+        ),
+        (
+            "s3",
+            "read_file",
+            "t",
+            json!({"path": "0a1b/home/notes.txt"}),
+        ),
+        (
+            "s4",
+            "bash",
+            "u",
+            json!({"command": "echo x > home/.lesskey"}),
+        ),
+    ] {
+        let (s, out) = app
+            .call(
+                "tmp",
+                json!({"id": id, "name": tool, "workspace": workspace, "arguments": arguments}),
+            )
+            .await;
+        assert_eq!(s, 200, "{id}: {out}");
+        let output = &out["tool_agent_output"];
+        assert_eq!(output["status"], "failure", "{id}: {out}");
+        assert_eq!(output["error"]["code"], "INVALID_ARGUMENTS", "{id}: {out}");
+        assert!(
+            output["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("where running commands keep their own temporary files"),
             "{id}: {out}"
         );
     }

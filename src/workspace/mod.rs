@@ -143,8 +143,22 @@ impl Workspaces {
         // Where it really is (a symlink to another directory of the same
         // owner is followed), checked to be inside the owner's workspace.
         let path = real_path(&dir)?;
-        if !path.starts_with(&owner_path) {
+        let Ok(within) = path.strip_prefix(&owner_path) else {
             return Err(outside(sub, io::ErrorKind::PermissionDenied.into()));
+        };
+        // Running commands' own directories (their `TMPDIR` and `HOME`),
+        // by name or through a link: no call works there.
+        if within
+            .components()
+            .any(|c| c.as_os_str() == crate::sandbox::TMP_DIR_NAME)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "sub-workspace {sub:?} is inside {}, where running commands keep their own temporary files and HOME: no call works there",
+                    crate::sandbox::TMP_DIR_NAME
+                ),
+            ));
         }
         let identity = identity(&dir)?;
         Ok(Workspace {
