@@ -3301,7 +3301,8 @@ async fn a_deleted_thread_is_gone_and_its_ids_never_run_again(backend: Backend) 
         .await;
     assert_eq!(r.status(), 404);
     let r = app.get(&format!("/v1/approvals/{approval}")).await;
-    assert_eq!(r.status(), 404, "its approvals went with it");
+    assert_eq!(r.status(), 410, "its approvals went with it");
+    assert_eq!(r.json::<Value>().await.unwrap()["code"], "THREAD_DELETED");
 
     // The other thread is untouched; the list no longer holds this one.
     let listed = app.get_json("/v1/threads").await;
