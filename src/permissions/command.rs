@@ -226,9 +226,16 @@ fn subscripted_names(text: &str) -> Vec<String> {
         if chars.get(i) == Some(&'[') && shell::is_name(&name) {
             names.push(name);
         } else if name == "coproc" {
-            let rest: String = chars[i..].iter().collect();
-            if let Some(next) = rest.split_whitespace().next().filter(|n| shell::is_name(n)) {
-                names.push(next.to_string());
+            // The next word, read no further than its end.
+            let from = (i..chars.len())
+                .find(|&j| !chars[j].is_whitespace())
+                .unwrap_or(chars.len());
+            let to = (from..chars.len())
+                .find(|&j| chars[j].is_whitespace())
+                .unwrap_or(chars.len());
+            let next: String = chars[from..to].iter().collect();
+            if shell::is_name(&next) {
+                names.push(next);
             }
         }
     }
@@ -986,29 +993,35 @@ fn strip_keywords(words: &mut Vec<Word>) -> Option<String> {
     // What starts a compound command: after `coproc NAME`, the name is the
     // coprocess's, not a command.
     const COMPOUND: [&str; 9] = ["{", "(", "((", "[[", "if", "while", "until", "for", "case"];
+    // Where the command starts; what leads it is dropped at once at the end
+    // (one word at a time would cost a line of thousands of them its
+    // length times their number).
+    let mut at = 0;
     loop {
-        let first = words.first()?;
+        let Some(first) = words.get(at) else {
+            words.clear();
+            return None;
+        };
         if first.is_keyword("coproc") {
-            let named = words.len() > 2
-                && shell::is_name(&words[1].text)
-                && words[1].literal
+            let named = words.len() > at + 2
+                && shell::is_name(&words[at + 1].text)
+                && words[at + 1].literal
                 && COMPOUND
                     .iter()
                     .chain(&["select"])
-                    .any(|k| words[2].is_keyword(k));
-            words.drain(..if named { 2 } else { 1 });
+                    .any(|k| words[at + 2].is_keyword(k));
+            at += if named { 2 } else { 1 };
         } else if LEADING.iter().any(|k| first.is_keyword(k)) {
-            words.remove(0);
+            at += 1;
         } else if first.is_keyword("function") {
-            let n = words.len().min(2);
-            words.drain(..n);
+            at = (at + 2).min(words.len());
         } else if ["for", "select", "case"]
             .iter()
             .any(|k| first.is_keyword(k))
         {
             // `for NAME in …` (not `for (( … ))`): the loop sets NAME.
             let reason = words
-                .get(1)
+                .get(at + 1)
                 .filter(|v| !first.is_keyword("case") && !v.text.starts_with("(("))
                 .and_then(|v| {
                     let literal = v.literal && shell::is_name(&v.text);
@@ -1017,6 +1030,7 @@ fn strip_keywords(words: &mut Vec<Word>) -> Option<String> {
             words.clear();
             return reason;
         } else {
+            words.drain(..at);
             return None;
         }
     }

@@ -2610,6 +2610,9 @@ fn large_and_deep_input_stays_bounded() {
         ("{a,", "}"),
         ("x=$((", "))"),
         ("echo ${x:-$(", ")}"),
+        ("coproc ", ""),
+        ("echo `echo` ", ""),
+        ("function f { :; }; ", ""),
     ];
     for (open, close) in forms {
         let line = format!("{}rm x{}", open.repeat(20_000), close.repeat(20_000));
