@@ -1659,17 +1659,26 @@ impl Lexer {
                     depth -= 1;
                     self.pos += 1;
                 }
-                Some('\'' | '"') => self.quoted_in_expression(&mut scratch),
-                Some('$') => self.dollar(&mut scratch, true),
-                Some('`') => self.backtick(&mut scratch, in_double_quotes),
-                Some('\\') => self.pos += 2,
-                Some(_) => self.pos += 1,
+                Some(_) => self.expression_step(&mut scratch, in_double_quotes),
             }
         }
         if !arithmetic && !self.shadow {
             let end = self.pos.saturating_sub(2).max(content_start);
             let content = self.slice(content_start, end);
             self.sub_lex(&format!("({content})"), false, true);
+        }
+    }
+
+    /// One step through an arithmetic expression, at anything but its
+    /// brackets: a quoted span, an expansion or an escape as bash reads it,
+    /// or one character.
+    fn expression_step(&mut self, scratch: &mut WordBuilder, in_double_quotes: bool) {
+        match self.peek() {
+            Some('\'' | '"') => self.quoted_in_expression(scratch),
+            Some('$') => self.dollar(scratch, true),
+            Some('`') => self.backtick(scratch, in_double_quotes),
+            Some('\\') => self.pos += 2,
+            _ => self.pos += 1,
         }
     }
 
@@ -1692,11 +1701,7 @@ impl Lexer {
                     depth -= 1;
                     self.pos += 1;
                 }
-                Some('\'' | '"') => self.quoted_in_expression(&mut scratch),
-                Some('$') => self.dollar(&mut scratch, true),
-                Some('`') => self.backtick(&mut scratch, in_double_quotes),
-                Some('\\') => self.pos += 2,
-                Some(_) => self.pos += 1,
+                Some(_) => self.expression_step(&mut scratch, in_double_quotes),
             }
         }
     }
