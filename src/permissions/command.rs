@@ -93,6 +93,32 @@ pub(crate) struct Analysis {
     /// (`export`, `declare -x`, `set -a`): make takes each as a make
     /// variable.
     exports: bool,
+    /// How many commands run through others were read ([`Analysis::nest`]).
+    nested: usize,
+}
+
+/// The most commands a line may run through others (a shell's payload,
+/// a command an option or program text runs, a guessed command, a `find
+/// -exec`'s) that are read: each is read in full, and may hold more, so
+/// without a bound a few hundred bytes of `parallel parallel … w` were
+/// read billions of times. A line past it is not checked further.
+const MAX_NESTED_COMMANDS: usize = 2_048;
+
+impl Analysis {
+    /// Whether one more command run through another may be read; past
+    /// [`MAX_NESTED_COMMANDS`] the line is malformed (said once).
+    fn nest(&mut self) -> bool {
+        self.nested += 1;
+        if self.nested > MAX_NESTED_COMMANDS {
+            if self.nested == MAX_NESTED_COMMANDS + 1 {
+                self.malformed.push(
+                    "the command runs more commands through others than can be checked".into(),
+                );
+            }
+            return false;
+        }
+        true
+    }
 }
 
 pub(crate) fn analyse(command: &str) -> Analysis {
@@ -906,13 +932,21 @@ fn normalise(
         stage,
         opaque,
     });
-    if let Some(payload) = payload.filter(|p| p.literal) {
+    if let Some(payload) = payload.filter(|p| p.literal)
+        && an.nest()
+    {
         expand(&payload.text, depth + 1, shadow, an, next_pipeline);
     }
     for command in embedded.iter().filter(|w| w.literal) {
+        if !an.nest() {
+            break;
+        }
         expand(&command.text, depth + 1, shadow, an, next_pipeline);
     }
     for words in guesses {
+        if !an.nest() {
+            break;
+        }
         if depth >= MAX_DEPTH {
             an.malformed
                 .push("commands are nested too deeply to be checked".into());
@@ -929,6 +963,9 @@ fn normalise(
         normalise(raw, depth + 1, an, next_pipeline, Some(open_ended));
     }
     for words in exec_commands {
+        if !an.nest() {
+            break;
+        }
         if depth >= MAX_DEPTH {
             an.malformed
                 .push("commands are nested too deeply to be checked".into());

@@ -174,6 +174,8 @@ fn option_from_expansion(name: &str, words: &[Word], known: &Known) -> Option<St
     // "$msg"`, `tar -f "$out"`, `find -name "$x"`; find's `-fprintf` two)
     // is no option, and a value that looks like an option takes none.
     let valued = value_options(name, words);
+    // Where git's subcommand is, read once for the whole line.
+    let git_subcommand = (name == "git").then(|| git_subcommand_at(words));
     let mut values_left = 0;
     for (i, word) in words.iter().enumerate().skip(1) {
         if values_left > 0 {
@@ -190,7 +192,7 @@ fn option_from_expansion(name: &str, words: &[Word], known: &Known) -> Option<St
         }
         // git's global options come before its subcommand, and its
         // subcommand's after.
-        let valued = if name == "git" && i < git_subcommand_at(words) {
+        let valued = if git_subcommand.is_some_and(|at| i < at) {
             GIT_GLOBAL_VALUED
         } else {
             valued
@@ -1462,10 +1464,24 @@ fn strace(words: &[Word]) -> Option<Embedded> {
 /// values, so every run of words before `:::` that could be the command
 /// is checked as one; with no command, the inputs themselves are run.
 fn parallel(words: &[Word]) -> Option<Embedded> {
+    let why = "GNU parallel runs its arguments as commands through a shell, and its options cannot be told from them with confidence";
     let separator = |w: &Word| matches!(w.text.as_str(), ":::" | "::::" | ":::+" | "::::+");
     let end = words.iter().position(separator).unwrap_or(words.len());
-    let mut commands: Vec<Word> = (1..end)
+    let starts: Vec<usize> = (1..end)
         .filter(|&k| !words[k].text.starts_with('-'))
+        .collect();
+    // Each start is one more command read in full: past a few, the line
+    // is not read for them (it asks all the same).
+    if starts.len() > MAX_PARALLEL_STARTS {
+        return Some(Embedded {
+            why: format!(
+                "{why}, and it has more than {MAX_PARALLEL_STARTS} words where its command may start"
+            ),
+            commands: Vec::new(),
+        });
+    }
+    let mut commands: Vec<Word> = starts
+        .into_iter()
         .map(|k| join_words(&words[k..end]))
         .collect();
     if commands.is_empty() {
@@ -1476,10 +1492,14 @@ fn parallel(words: &[Word]) -> Option<Embedded> {
             .collect();
     }
     Some(Embedded {
-        why: "GNU parallel runs its arguments as commands through a shell, and its options cannot be told from them with confidence".into(),
+        why: why.into(),
         commands,
     })
 }
+
+/// The most words of a `parallel` line where its command may start that
+/// are each read as one.
+const MAX_PARALLEL_STARTS: usize = 32;
 
 /// sed scripts with the `e` command or the `s///e` flag run commands.
 /// A script from a file is the file's business (as a Makefile is make's),

@@ -4089,3 +4089,45 @@ fn an_eighteenth_reviews_forms_are_not_allowed() {
         assert_eq!(verdict_of(&set, fine), Verdict::Allow, "{fine}");
     }
 }
+
+/// Commands that run other commands, repeated or given many words: each
+/// is read at most so often, whatever the line (`parallel parallel … w`,
+/// 290 bytes, once took all the memory there was), and a line of
+/// thousands of git options costs what its length does.
+#[test]
+fn commands_run_through_others_stay_bounded() {
+    let set = rules(&["bash(git status*)", "bash(echo *)"], &[], &["bash(rm *)"]);
+    let lines = [
+        (format!("{}w", "parallel ".repeat(32)), Verdict::Ask),
+        (format!("{}w", "parallel w ".repeat(32)), Verdict::Ask),
+        // Past 32 places where its command may start, `parallel` is read
+        // for none of them: it asks, even where a deny rule would match.
+        (format!("{}rm x", "parallel -j 1 ".repeat(32)), Verdict::Ask),
+        (
+            format!("parallel {}rm ::: x", "x ".repeat(8_000)),
+            Verdict::Ask,
+        ),
+        (
+            format!("parallel {}rm ::: x", "-j 1 ".repeat(8_000)),
+            Verdict::Ask,
+        ),
+        (format!("git {}push", "-P ".repeat(8_000)), Verdict::Ask),
+        (
+            format!("git {}status", "-c a=b ".repeat(8_000)),
+            Verdict::Allow,
+        ),
+        (
+            format!("git {}status", "-C . ".repeat(8_000)),
+            Verdict::Allow,
+        ),
+        (format!("{}rm x", "bash -c ".repeat(8_000)), Verdict::Ask),
+        (
+            format!("{}rm x", "find . -exec ".repeat(2_000)),
+            Verdict::Ask,
+        ),
+        (format!("{}rm x", "xargs ".repeat(8_000)), Verdict::Ask),
+    ];
+    for (line, verdict) in &lines {
+        assert_eq!(verdict_of(&set, line), *verdict, "{}", &line[..40]);
+    }
+}
