@@ -5288,8 +5288,9 @@ async fn no_file_tool_reaches_the_running_commands_private_directories() {
 }
 
 /// A command line nesting expansions thousands deep (`${x:-${x:-…}}`,
-/// some 240 KB, well within a body's limit) is judged like any malformed
-/// line, and the server goes on: the analyser once recursed once per
+/// some 240 KB, well within a body's limit), or running commands through
+/// commands thousands of times, is judged like any other, and the server
+/// goes on: the analyser once recursed once per
 /// level and overflowed the runtime's stack, ending the process for
 /// every owner.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -5312,6 +5313,21 @@ async fn a_command_nesting_thousands_deep_is_judged_and_the_server_goes_on() {
         // Not allowed by `bash(echo *)`: asked about, never run as is.
         assert_eq!(s, 202, "{id}: {}", &out.to_string()[..200]);
         assert_eq!(out["status"], "pending_approval", "{id}");
+    }
+    // Nor one whose commands run commands, over and over: 290 bytes of
+    // `parallel parallel … w` once took all the memory there was.
+    for (id, command) in [
+        ("p1", format!("{}w", "parallel ".repeat(32))),
+        ("p2", format!("parallel {}rm ::: x", "x ".repeat(12_000))),
+        ("p3", format!("git {}push", "-P ".repeat(30_000))),
+    ] {
+        let (s, out) = app
+            .call(
+                "deep",
+                json!({"id": id, "name": "bash", "arguments": {"command": command}}),
+            )
+            .await;
+        assert_eq!(s, 202, "{id}: {}", &out.to_string()[..200]);
     }
     let (s, out) = app
         .call(
