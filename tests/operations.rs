@@ -3093,14 +3093,24 @@ async fn a_thread_closed_for_deletion_takes_nothing_new_in_any_process() {
         answered["tool_agent_output"]["error"]["code"], "CANCELLED",
         "{answered}"
     );
-    let r = two
-        .client
-        .get(format!("{}/v1/threads/closing/history", second.base))
-        .bearer_auth(&second.token)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 410);
+    // The other process answers 410 once it hears of the deletion
+    // (a notice, milliseconds after the DELETE is answered).
+    let mut status = 0;
+    for _ in 0..100 {
+        let r = two
+            .client
+            .get(format!("{}/v1/threads/closing/history", second.base))
+            .bearer_auth(&second.token)
+            .send()
+            .await
+            .unwrap();
+        status = r.status().as_u16();
+        if status == 410 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 410);
 }
 
 /// A caller waiting in one process for a call's outcome (`?wait=`) while
