@@ -1462,7 +1462,8 @@ fn strace(words: &[Word]) -> Option<Embedded> {
 /// GNU parallel joins its command words and runs them through a shell,
 /// once per input. It has too many options to tell its command from their
 /// values, so every run of words before `:::` that could be the command
-/// is checked as one; with no command, the inputs themselves are run.
+/// is checked as one (up to [`MAX_PARALLEL_STARTS`] of them; past that,
+/// none); with no command, the inputs themselves are run.
 fn parallel(words: &[Word]) -> Option<Embedded> {
     let why = "GNU parallel runs its arguments as commands through a shell, and its options cannot be told from them with confidence";
     let separator = |w: &Word| matches!(w.text.as_str(), ":::" | "::::" | ":::+" | "::::+");
